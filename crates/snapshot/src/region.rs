@@ -1,0 +1,61 @@
+//! A memfd-backed byte region: sparse (memory is used only where written), never on disk, shareable
+//! with other processes by passing the file descriptor.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
+
+/// An anonymous in-memory file of fixed capacity.
+pub struct Region {
+    file: File,
+    capacity: u64,
+}
+
+impl Region {
+    /// Create a memfd of `capacity` bytes (sparse).
+    pub fn create(name: &str, capacity: u64) -> io::Result<Region> {
+        let cname = std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: `cname` is a valid NUL-terminated string that outlives the call; the flags are constants.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by memfd_create, is valid and owned by nobody else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(capacity)?;
+        Ok(Region { file, capacity })
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The file, for `sendfile`, `SCM_RIGHTS` or registration.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Raw descriptor.
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    /// Copy bytes out (for tests and checks; transports use the file directly).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    /// Map the whole region writable. Only the generation's single writer holds this mapping.
+    pub(crate) fn map_writable(&self) -> io::Result<memmap2::MmapMut> {
+        if self.capacity == 0 {
+            // mmap refuses zero lengths; an empty RDB needs no room.
+            return memmap2::MmapMut::map_anon(1);
+        }
+        // SAFETY: the memfd is private to this process until its descriptor is handed out, and others
+        // only ever read bytes below the published watermark, which this mapping no longer writes.
+        // The file is never truncated while mapped.
+        unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }
+    }
+}
