@@ -1,0 +1,163 @@
+//! Mutual challenge–response over a shared secret: each side proves it knows the token by an
+//! HMAC-SHA256 over both sides' fresh nonces, so the token never crosses the wire and a recorded
+//! exchange cannot be replayed. Nothing about the relay (addresses, keys, data) is said before the
+//! agent has proved itself.
+
+use crate::Error;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::io::{Read, Write};
+
+/// Protocol magic at the start of every connection.
+pub const MAGIC: &[u8; 8] = b"FASTREPL";
+/// Wire protocol version.
+pub const VERSION: u16 = 1;
+/// Nonce length.
+pub const NONCE_LEN: usize = 32;
+
+/// The shared secret. Loaded from a file or the environment; never printed.
+#[derive(Clone)]
+pub struct Token(Vec<u8>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl Token {
+    /// A token from bytes; surrounding whitespace (a file's trailing newline) is trimmed.
+    pub fn new(bytes: &[u8]) -> Result<Token, String> {
+        let t = bytes.trim_ascii();
+        if t.len() < 16 {
+            return Err("the token must be at least 16 bytes long".into());
+        }
+        Ok(Token(t.to_vec()))
+    }
+    /// The empty token: authentication still runs, with an empty key (loopback-only relays).
+    pub fn empty() -> Token {
+        Token(Vec::new())
+    }
+    /// True for [`Token::empty`].
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn mac(&self, label: &[u8], a: &[u8], b: &[u8], kind: u8) -> [u8; 32] {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        m.update(label);
+        m.update(a);
+        m.update(b);
+        m.update(&[kind]);
+        m.finalize().into_bytes().into()
+    }
+}
+
+/// Which kind of connection the agent opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Descriptor and progress pushes.
+    Control = 1,
+    /// Range reads.
+    Data = 2,
+}
+
+fn nonce() -> Result<[u8; NONCE_LEN], Error> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::getrandom(&mut n).map_err(|e| Error::Auth(format!("no randomness: {e}")))?;
+    Ok(n)
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Agent side: prove ourselves, check the relay's proof.
+pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(), Error> {
+    let mut hello = [0u8; 8 + 2 + NONCE_LEN];
+    s.read_exact(&mut hello).map_err(Error::io("read relay greeting"))?;
+    if &hello[..8] != MAGIC {
+        return Err(Error::Protocol("the peer is not a fastrepl relay (bad greeting)".into()));
+    }
+    let version = u16::from_be_bytes([hello[8], hello[9]]);
+    if version != VERSION {
+        return Err(Error::Protocol(format!("relay speaks protocol version {version}, this agent {VERSION}")));
+    }
+    let server_nonce = &hello[10..];
+    let client_nonce = nonce()?;
+    let mut msg = Vec::with_capacity(8 + 2 + 1 + NONCE_LEN + 32);
+    msg.extend_from_slice(MAGIC);
+    msg.extend_from_slice(&VERSION.to_be_bytes());
+    msg.push(kind as u8);
+    msg.extend_from_slice(&client_nonce);
+    msg.extend_from_slice(&token.mac(b"agent", server_nonce, &client_nonce, kind as u8));
+    s.write_all(&msg).map_err(Error::io("send authentication"))?;
+    let mut status = [0u8; 1];
+    s.read_exact(&mut status).map_err(Error::io("read authentication result"))?;
+    if status[0] != 0 {
+        return Err(Error::Auth("the relay refused our token (check FASTREPL_TOKEN / --token-file)".into()));
+    }
+    let mut proof = [0u8; 32];
+    s.read_exact(&mut proof).map_err(Error::io("read relay proof"))?;
+    if !ct_eq(&proof, &token.mac(b"relay", &client_nonce, server_nonce, kind as u8)) {
+        return Err(Error::Auth("the relay could not prove it knows the token".into()));
+    }
+    Ok(())
+}
+
+/// Relay side: challenge the agent; on success answer with our own proof and return the kind.
+pub fn server<S: Read + Write>(s: &mut S, token: &Token) -> Result<Kind, Error> {
+    let server_nonce = nonce()?;
+    let mut hello = Vec::with_capacity(8 + 2 + NONCE_LEN);
+    hello.extend_from_slice(MAGIC);
+    hello.extend_from_slice(&VERSION.to_be_bytes());
+    hello.extend_from_slice(&server_nonce);
+    s.write_all(&hello).map_err(Error::io("send greeting"))?;
+    let mut msg = [0u8; 8 + 2 + 1 + NONCE_LEN + 32];
+    s.read_exact(&mut msg).map_err(Error::io("read agent authentication"))?;
+    if &msg[..8] != MAGIC {
+        return Err(Error::Protocol("the peer is not a fastrepl agent (bad magic)".into()));
+    }
+    let kind = match msg[10] {
+        1 => Kind::Control,
+        2 => Kind::Data,
+        k => return Err(Error::Protocol(format!("unknown connection kind {k}"))),
+    };
+    let client_nonce = &msg[11..11 + NONCE_LEN];
+    let mac = &msg[11 + NONCE_LEN..];
+    if !ct_eq(mac, &token.mac(b"agent", &server_nonce, client_nonce, kind as u8)) {
+        let _ = s.write_all(&[1]);
+        return Err(Error::Auth("agent presented a wrong token".into()));
+    }
+    let mut ok = vec![0u8];
+    ok.extend_from_slice(&token.mac(b"relay", client_nonce, &server_nonce, kind as u8));
+    s.write_all(&ok).map_err(Error::io("send authentication result"))?;
+    Ok(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn pair(agent_token: Token, relay_token: Token) -> (Result<(), Error>, Result<Kind, Error>) {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || server(&mut b, &relay_token));
+        let r = client(&mut a, &agent_token, Kind::Data);
+        drop(a);
+        (r, t.join().unwrap())
+    }
+
+    #[test]
+    fn right_token_passes_wrong_token_fails() {
+        let t = Token::new(b"0123456789abcdef\n").unwrap();
+        let (c, s) = pair(t.clone(), t.clone());
+        assert!(c.is_ok());
+        assert_eq!(s.unwrap(), Kind::Data);
+        let (c, s) = pair(Token::new(b"fedcba9876543210").unwrap(), t);
+        assert!(matches!(c, Err(Error::Auth(_))));
+        assert!(matches!(s, Err(Error::Auth(_))));
+        assert!(Token::new(b"short").is_err());
+        assert!(!format!("{:?}", Token::new(b"0123456789abcdef").unwrap()).contains("0123"));
+    }
+}

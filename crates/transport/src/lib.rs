@@ -1,0 +1,70 @@
+//! How agents talk to a relay.
+//!
+//! One TCP port serves two kinds of connection, both opened by a mutual challenge–response
+//! ([`auth`]) before anything else is said:
+//! - **control**: the relay pushes the generation's [`snapshot::Descriptor`] and every change to it
+//!   (watermark, checksums, length, log end), and a heartbeat;
+//! - **data**: range reads of a generation's RDB bytes and of its stream log.
+//!
+//! The agent side reads through the [`RangeReader`] interface, so that other transports (shared
+//! memory, UCX RMA, libfabric) slot in beside [`tcp`] without touching the agent's pipeline.
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod tcp;
+pub mod wire;
+
+pub use auth::Token;
+
+/// Errors of a transport.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A socket operation failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What we were doing.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Authentication failed (either side).
+    #[error("authentication with the relay failed: {0}")]
+    Auth(String),
+    /// The peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The relay refused a request.
+    #[error("relay refused {op}: {message}")]
+    Refused {
+        /// Which request.
+        op: &'static str,
+        /// The relay's reason.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Wrap an I/O error with the operation that failed.
+    pub fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+        move |source| Error::Io { op, source }
+    }
+}
+
+/// Reads ranges of a relay's regions into local buffers. One reader is one channel (a connection,
+/// an endpoint); the agent opens several to keep many reads in flight.
+pub trait RangeReader: Send {
+    /// Fill `buf` with the RDB bytes of `generation` starting at `offset`. The range must be published.
+    fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error>;
+    /// Stream-log bytes of `generation` from absolute replication offset `from`, at most `max`, ending at
+    /// a command boundary; empty when nothing new is there.
+    fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error>;
+}
+
+/// A way to reach a relay's data; opens readers.
+pub trait Transport: Send + Sync {
+    /// Its name, as reported to users (`tcp`, `shm`, `ucx`).
+    fn name(&self) -> &'static str;
+    /// Open one more reader.
+    fn open(&self) -> Result<Box<dyn RangeReader>, Error>;
+}

@@ -1,0 +1,156 @@
+//! Message framing after authentication.
+//!
+//! Control: the relay sends `u32 length (big-endian) + JSON`; messages are bounded by
+//! [`CONTROL_MESSAGE_MAX`]. Data: fixed 21-byte requests, answered by a 5-byte header and the bytes.
+
+use crate::Error;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+
+/// Largest control message accepted.
+pub const CONTROL_MESSAGE_MAX: u32 = 16 << 20;
+/// Largest single range read.
+pub const READ_MAX: u32 = 64 << 20;
+
+/// What the relay pushes on a control connection.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    /// First message: who the relay is and what it serves.
+    Hello {
+        /// The master the relay replicates, as the relay reaches it.
+        master: String,
+        /// Transports this relay offers.
+        transports: Vec<String>,
+        /// The relay's version.
+        relay_version: String,
+    },
+    /// The generation's state; `checksums` holds only those not sent before on this connection.
+    Descriptor(snapshot::Descriptor),
+    /// Nothing changed; the relay is alive.
+    Heartbeat,
+    /// The relay cannot serve this agent.
+    Error(String),
+}
+
+/// Write one control message.
+pub fn send_control<W: Write>(w: &mut W, msg: &Control) -> Result<(), Error> {
+    let body = serde_json::to_vec(msg).map_err(|e| Error::Protocol(format!("encode control message: {e}")))?;
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    w.write_all(&frame).map_err(Error::io("send control message"))
+}
+
+/// Read one control message.
+pub fn recv_control<R: Read>(r: &mut R) -> Result<Control, Error> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).map_err(Error::io("read control message"))?;
+    let len = u32::from_be_bytes(len);
+    if len > CONTROL_MESSAGE_MAX {
+        return Err(Error::Protocol(format!("control message of {len} bytes exceeds {CONTROL_MESSAGE_MAX}")));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body).map_err(Error::io("read control message"))?;
+    serde_json::from_slice(&body).map_err(|e| Error::Protocol(format!("decode control message: {e}")))
+}
+
+/// A data request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// RDB bytes `[offset, offset+len)` of a generation.
+    Range {
+        /// Generation.
+        generation: u64,
+        /// Start.
+        offset: u64,
+        /// Length.
+        len: u32,
+    },
+    /// Log bytes from replication offset `from`, at most `max`.
+    Log {
+        /// Generation.
+        generation: u64,
+        /// Absolute replication offset.
+        from: u64,
+        /// Most bytes wanted.
+        max: u32,
+    },
+}
+
+/// Encoded size of a request.
+pub const REQUEST_LEN: usize = 21;
+
+impl Request {
+    /// Encode.
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let (op, g, o, l) = match *self {
+            Request::Range { generation, offset, len } => (1u8, generation, offset, len),
+            Request::Log { generation, from, max } => (2u8, generation, from, max),
+        };
+        let mut b = [0u8; REQUEST_LEN];
+        b[0] = op;
+        b[1..9].copy_from_slice(&g.to_be_bytes());
+        b[9..17].copy_from_slice(&o.to_be_bytes());
+        b[17..21].copy_from_slice(&l.to_be_bytes());
+        b
+    }
+    /// Decode, checking the op and the length bound.
+    pub fn decode(b: &[u8; REQUEST_LEN]) -> Result<Request, Error> {
+        let g = u64::from_be_bytes(b[1..9].try_into().expect("8 bytes"));
+        let o = u64::from_be_bytes(b[9..17].try_into().expect("8 bytes"));
+        let l = u32::from_be_bytes(b[17..21].try_into().expect("4 bytes"));
+        if l > READ_MAX {
+            return Err(Error::Protocol(format!("read of {l} bytes exceeds {READ_MAX}")));
+        }
+        match b[0] {
+            1 => Ok(Request::Range { generation: g, offset: o, len: l }),
+            2 => Ok(Request::Log { generation: g, from: o, max: l }),
+            op => Err(Error::Protocol(format!("unknown data request op {op}"))),
+        }
+    }
+}
+
+/// Response header: status (0 = ok, 1 = error with a message as body) and body length.
+pub fn response_header(ok: bool, len: u32) -> [u8; 5] {
+    let mut h = [0u8; 5];
+    h[0] = u8::from(!ok);
+    h[1..].copy_from_slice(&len.to_be_bytes());
+    h
+}
+
+/// Fuzz entry point: decoding arbitrary control and data messages never panics.
+pub fn fuzz_one(data: &[u8]) {
+    let _ = recv_control(&mut &data[..]);
+    if let Ok(b) = <&[u8; REQUEST_LEN]>::try_from(data.get(..REQUEST_LEN).unwrap_or(&[])) {
+        if let Ok(r) = Request::decode(b) {
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_are_bounded() {
+        let r = Request::Range { generation: 3, offset: 1 << 40, len: 4 << 20 };
+        assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        let mut big = r.encode();
+        big[17..21].copy_from_slice(&(READ_MAX + 1).to_be_bytes());
+        assert!(Request::decode(&big).is_err());
+        let mut bad = r.encode();
+        bad[0] = 9;
+        assert!(Request::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn control_messages_are_bounded() {
+        let mut buf = Vec::new();
+        send_control(&mut buf, &Control::Heartbeat).unwrap();
+        assert!(matches!(recv_control(&mut &buf[..]).unwrap(), Control::Heartbeat));
+        let huge = (CONTROL_MESSAGE_MAX + 1).to_be_bytes();
+        assert!(recv_control(&mut &huge[..]).is_err());
+        assert!(recv_control(&mut &b"\0\0\0\x02{x"[..]).is_err());
+    }
+}
