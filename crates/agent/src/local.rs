@@ -1,0 +1,84 @@
+//! The local server: checks before we touch it, the settings we change and restore, and how we
+//! read its replication state.
+
+use crate::Error;
+use client::{Client, Info};
+use replication::rdb::Server;
+use replication::replica::Auth;
+use std::time::Duration;
+
+/// Timeout for commands to local and master servers.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to the local replica with what we learned about it.
+pub struct Local {
+    /// The connection.
+    pub client: Client,
+    /// Flavour and version.
+    pub server: Server,
+    /// `repl-diskless-load` before we changed it.
+    pub diskless_load_before: Option<String>,
+}
+
+/// Connect and check: reachable, version known, empty (or `force`).
+pub fn check(addr: &str, auth: Option<&Auth>, force: bool) -> Result<Local, Error> {
+    let mut client = Client::connect(addr, auth, CMD_TIMEOUT).map_err(Error::Replica)?;
+    let info = client.info("server").map_err(Error::Replica)?;
+    let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Local(format!("{addr}: cannot tell its version from INFO server")))?;
+    let keyspace = client.info("keyspace").map_err(Error::Replica)?;
+    let keys: i64 = keyspace
+        .0
+        .iter()
+        .filter(|(k, _)| k.starts_with("db"))
+        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<i64>().ok()))
+        .sum();
+    if keys > 0 && !force {
+        return Err(Error::Local(format!(
+            "{addr} holds {keys} keys; a full sync replaces them. Re-run with --force if that is intended"
+        )));
+    }
+    let repl = client.info("replication").map_err(Error::Replica)?;
+    if repl.num("connected_slaves").unwrap_or(0) > 0 {
+        tracing::warn!(replica = addr, "the local server has replicas of its own; they will resync from it after the join");
+    }
+    let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::Replica)?;
+    Ok(Local { client, server, diskless_load_before })
+}
+
+fn info_text(i: &Info) -> String {
+    i.0.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect()
+}
+
+/// The replica's replication state, from `INFO replication`.
+#[derive(Debug, Clone, Default)]
+pub struct ReplState {
+    /// `role`.
+    pub role: String,
+    /// `master_host:master_port`.
+    pub master: Option<String>,
+    /// `master_link_status:up`.
+    pub link_up: bool,
+    /// `master_sync_in_progress:1`.
+    pub syncing: bool,
+    /// Its replication ID.
+    pub replid: String,
+    /// Its processed offset (`slave_repl_offset`, else `master_repl_offset`).
+    pub offset: Option<u64>,
+}
+
+/// Read the replication state.
+pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
+    let i = c.info("replication")?;
+    let master = match (i.get("master_host"), i.get("master_port")) {
+        (Some(h), Some(p)) => Some(format!("{h}:{p}")),
+        _ => None,
+    };
+    Ok(ReplState {
+        role: i.get("role").unwrap_or_default().to_string(),
+        master,
+        link_up: i.get("master_link_status") == Some("up"),
+        syncing: i.get("master_sync_in_progress") == Some("1"),
+        replid: i.get("master_replid").unwrap_or_default().to_string(),
+        offset: i.num("slave_repl_offset").or_else(|| i.num("master_repl_offset")).map(|n| n as u64),
+    })
+}

@@ -1,0 +1,131 @@
+//! What the relay has told us about our generation, kept current by a control-connection thread.
+
+use snapshot::Descriptor;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use transport::auth::Kind;
+use transport::wire::{self, Control};
+use transport::Token;
+
+/// Longest silence on the control connection before the relay is declared gone (it heartbeats every
+/// second).
+pub const RELAY_SILENCE_MAX: Duration = Duration::from_secs(10);
+
+/// The generation as last described, with all checksums so far.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// Latest descriptor; its `checksums` accumulate every block's checksum.
+    pub desc: Descriptor,
+    /// The control link failed (relay gone, or it reported an error).
+    pub lost: Option<String>,
+}
+
+impl View {
+    /// Blocks that can be read now.
+    pub fn blocks_readable(&self) -> u64 {
+        self.desc.checksums.len() as u64
+    }
+    /// Total blocks, once the length is known.
+    pub fn blocks_total(&self) -> Option<u64> {
+        self.desc.length.map(|l| l.div_ceil(self.desc.block_size))
+    }
+    /// Byte range of block `i`.
+    pub fn block_range(&self, i: u64) -> (u64, u64) {
+        let start = i * self.desc.block_size;
+        let end = match self.desc.length {
+            Some(l) => (start + self.desc.block_size).min(l),
+            None => start + self.desc.block_size,
+        };
+        (start, end - start)
+    }
+}
+
+/// Shared view plus a condition variable that fires on every change.
+pub struct Progress {
+    view: Mutex<View>,
+    changed: Condvar,
+}
+
+impl Progress {
+    /// Current view.
+    pub fn get(&self) -> View {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Wait until `pred` holds for the view or `timeout` passes; returns the view then.
+    pub fn wait_until(&self, timeout: Duration, pred: impl Fn(&View) -> bool) -> View {
+        let g = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self.changed.wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none()).unwrap_or_else(|p| p.into_inner());
+        g.clone()
+    }
+
+    /// Wake waiters (used when something else, e.g. a reader, changed state they watch).
+    pub fn notify(&self) {
+        self.changed.notify_all();
+    }
+}
+
+/// What the relay said when we connected.
+pub struct Attached {
+    /// The master as the relay reaches it.
+    pub master: String,
+    /// Live progress of our generation.
+    pub progress: Arc<Progress>,
+    /// When the first descriptor arrived.
+    pub at: Instant,
+}
+
+/// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
+pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<Attached, crate::Error> {
+    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::Relay)?;
+    let master = match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
+        Control::Hello { master, .. } => master,
+        other => return Err(crate::Error::RelayProtocol(format!("expected hello, got {other:?}"))),
+    };
+    let deadline = Instant::now() + wait_max;
+    let desc = loop {
+        match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
+            Control::Descriptor(d) => break d,
+            Control::Heartbeat if Instant::now() < deadline => continue,
+            Control::Heartbeat => return Err(crate::Error::RelayProtocol("the relay has no snapshot yet (timed out waiting)".into())),
+            Control::Error(e) => return Err(crate::Error::RelayProtocol(format!("relay: {e}"))),
+            Control::Hello { .. } => return Err(crate::Error::RelayProtocol("unexpected second hello".into())),
+        }
+    };
+    let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
+    let p = progress.clone();
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || follow(s, p))
+        .map_err(|e| crate::Error::Local(format!("spawn control thread: {e}")))?;
+    Ok(Attached { master, progress, at: Instant::now() })
+}
+
+fn follow(mut s: TcpStream, p: Arc<Progress>) {
+    loop {
+        let msg = wire::recv_control(&mut s);
+        let mut v = p.view.lock().unwrap_or_else(|e| e.into_inner());
+        match msg {
+            Ok(Control::Descriptor(d)) => {
+                if d.generation != v.desc.generation {
+                    v.lost = Some(format!("relay switched generation {} → {}", v.desc.generation, d.generation));
+                } else {
+                    let mut sums = std::mem::take(&mut v.desc.checksums);
+                    sums.extend_from_slice(&d.checksums);
+                    v.desc = Descriptor { checksums: sums, ..d };
+                }
+            }
+            Ok(Control::Heartbeat) => continue,
+            Ok(Control::Error(e)) => v.lost = Some(format!("relay: {e}")),
+            Ok(Control::Hello { .. }) => v.lost = Some("relay protocol error: unexpected hello".into()),
+            Err(e) => v.lost = Some(format!("lost the relay's control connection: {e}")),
+        }
+        let stop = v.lost.is_some();
+        drop(v);
+        p.changed.notify_all();
+        if stop {
+            return;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Serving agents: every connection authenticates first; control connections get the descriptor and
+//! its changes pushed, data connections get range reads.
+
+use crate::Shared;
+use snapshot::Generation;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use transport::auth::{self, Kind};
+use transport::wire::{self, Control, Request, REQUEST_LEN};
+use transport::{tcp, Error};
+
+/// How long a peer has to authenticate.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Heartbeat period on control connections.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long an agent may wait for a fresh generation.
+const GENERATION_WAIT: Duration = Duration::from_secs(600);
+/// Data connections idle this long are closed.
+const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
+
+pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let s = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
+            tracing::warn!(%peer, max = shared.config.connections_max, "too many connections; closing");
+            continue;
+        }
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new().name("agent-conn".into()).spawn(move || {
+            let span = tracing::info_span!("agent", %peer);
+            let _g = span.enter();
+            if let Err(e) = serve_connection(&sh, s) {
+                match e {
+                    Error::Auth(_) | Error::Protocol(_) => tracing::warn!(error = %e, "closed connection"),
+                    _ => tracing::info!(error = %e, "connection ended"),
+                }
+            }
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "spawn connection thread");
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
+    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
+    s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
+    s.set_nodelay(true).map_err(Error::io("configure socket"))?;
+    let kind = auth::server(&mut s, &shared.config.token)?;
+    match kind {
+        Kind::Control => serve_control(shared, s),
+        Kind::Data => serve_data(shared, s),
+    }
+}
+
+fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
+    wire::send_control(
+        &mut s,
+        &Control::Hello { master: shared.config.master.clone(), transports: vec!["tcp".into()], relay_version: env!("CARGO_PKG_VERSION").into() },
+    )?;
+    // Wait for a usable generation, heartbeating so the agent knows we are alive.
+    let deadline = Instant::now() + GENERATION_WAIT;
+    let gen: Arc<Generation> = loop {
+        if let Some(g) = shared.generation_for_agent(HEARTBEAT) {
+            break g;
+        }
+        if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {
+            wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;
+            return Ok(());
+        }
+        wire::send_control(&mut s, &Control::Heartbeat)?;
+    };
+    tracing::info!(generation = gen.id(), "agent attached");
+    let mut sent_checksums = 0;
+    let mut sent_version = u64::MAX;
+    // Detect the agent leaving: it sends nothing on this connection, so EOF/error means gone.
+    s.set_nonblocking(false).map_err(Error::io("configure socket"))?;
+    let mut probe = s.try_clone().map_err(Error::io("clone socket"))?;
+    probe.set_read_timeout(Some(Duration::from_millis(1))).map_err(Error::io("configure socket"))?;
+    loop {
+        let (d, version) = gen.descriptor(sent_checksums);
+        if version != sent_version {
+            sent_checksums += d.checksums.len();
+            sent_version = version;
+            wire::send_control(&mut s, &Control::Descriptor(d))?;
+        } else {
+            wire::send_control(&mut s, &Control::Heartbeat)?;
+        }
+        let mut b = [0u8; 1];
+        match probe.read(&mut b) {
+            Ok(0) => return Ok(()),
+            Ok(_) => return Err(Error::Protocol("agent sent data on a control connection".into())),
+            Err(_) => {}
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Coalesce bursts of changes (a block every few ms) into one push.
+        gen.wait_change(version, HEARTBEAT);
+        std::thread::sleep(Duration::from_millis(5)); // Rate limit for pushes, not synchronization.
+    }
+}
+
+fn serve_data(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
+    s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+    let mut cached: Option<Arc<Generation>> = None;
+    loop {
+        let mut req = [0u8; REQUEST_LEN];
+        match s.read_exact(&mut req) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(Error::Io { op: "read data request", source: e }),
+        }
+        let req = Request::decode(&req)?;
+        let id = match req {
+            Request::Range { generation, .. } | Request::Log { generation, .. } => generation,
+        };
+        if cached.as_ref().map(|g| g.id()) != Some(id) {
+            cached = shared.find(id);
+        }
+        let Some(gen) = cached.as_ref() else {
+            tcp::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
+            continue;
+        };
+        match req {
+            Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
+                Ok(()) => tcp::send_range(&mut s, gen.region().file(), offset, len)?,
+                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
+            },
+            Request::Log { from, max, .. } => match gen.read_log(from, max as usize) {
+                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
+                Err(e) => tcp::send_error(&mut s, &e)?,
+            },
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! `verify`: are two servers' datasets the same?
+//!
+//! Every database with keys on either side is scanned; for each key the type, the TTL (within a
+//! tolerance, since the clocks run while we compare) and the value are compared. Values are first
+//! compared by `DUMP` (fast, exact); when the dumps differ — as they legitimately do between server
+//! versions that encode the same value differently — they are compared logically by type. Functions
+//! are compared by `FUNCTION LIST WITHCODE` where the servers have them. Work is pipelined in batches.
+#![deny(missing_docs)]
+
+use client::{command, Client};
+use resp::Frame;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// Options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Largest TTL difference accepted, in milliseconds.
+    pub ttl_tolerance_ms: i64,
+    /// Most differences described in the report.
+    pub differences_max: usize,
+    /// Keys per pipelined batch.
+    pub batch: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { ttl_tolerance_ms: 2000, differences_max: 20, batch: 500 }
+    }
+}
+
+/// The outcome.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// Keys compared.
+    pub keys: u64,
+    /// Databases compared.
+    pub databases: Vec<u32>,
+    /// Functions libraries compared.
+    pub function_libraries: usize,
+    /// Number of differences found.
+    pub difference_count: u64,
+    /// The first few, described.
+    pub differences: Vec<String>,
+}
+
+impl Outcome {
+    /// True when nothing differs.
+    pub fn identical(&self) -> bool {
+        self.difference_count == 0
+    }
+    fn differ(&mut self, max: usize, what: String) {
+        self.difference_count += 1;
+        if self.differences.len() < max {
+            self.differences.push(what);
+        }
+    }
+}
+
+/// Errors while comparing (not differences: those are in the [`Outcome`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A server failed.
+    #[error(transparent)]
+    Client(#[from] client::Error),
+}
+
+fn printable(k: &[u8]) -> String {
+    let s: String = k.iter().take(80).flat_map(|c| std::ascii::escape_default(*c)).map(char::from).collect();
+    if k.len() > 80 {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
+fn dbs_with_keys(c: &mut Client) -> Result<BTreeSet<u32>, Error> {
+    let ks = c.info("keyspace")?;
+    Ok(ks.0.keys().filter_map(|k| k.strip_prefix("db")?.parse().ok()).collect())
+}
+
+/// Compare `a` (the reference, normally the master) with `b`.
+pub fn compare(a: &mut Client, b: &mut Client, opts: &Options) -> Result<Outcome, Error> {
+    let mut out = Outcome::default();
+    let mut dbs = dbs_with_keys(a)?;
+    dbs.extend(dbs_with_keys(b)?);
+    for db in dbs {
+        out.databases.push(db);
+        let dbs = db.to_string();
+        a.cmd(&["SELECT", &dbs])?;
+        b.cmd(&["SELECT", &dbs])?;
+        compare_db(a, b, db, opts, &mut out)?;
+    }
+    compare_functions(a, b, opts, &mut out)?;
+    Ok(out)
+}
+
+fn compare_db(a: &mut Client, b: &mut Client, db: u32, opts: &Options, out: &mut Outcome) -> Result<(), Error> {
+    let max = opts.differences_max;
+    // Every key of a, compared with b.
+    let mut cursor = b"0".to_vec();
+    loop {
+        let r = a.cmd(&[b"SCAN".as_slice(), &cursor, b"COUNT", opts.batch.to_string().as_bytes()])?;
+        let parts = r.as_array().unwrap_or(&[]);
+        cursor = parts.first().and_then(Frame::as_bytes).unwrap_or(b"0").to_vec();
+        let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
+        compare_keys(a, b, db, &keys, opts, out)?;
+        if cursor == b"0" {
+            break;
+        }
+    }
+    // Keys only b has: sizes tell whether to look.
+    let na = a.cmd(&["DBSIZE"])?.as_int().unwrap_or(0);
+    let nb = b.cmd(&["DBSIZE"])?.as_int().unwrap_or(0);
+    if nb > na || out.difference_count > 0 {
+        let mut cursor = b"0".to_vec();
+        loop {
+            let r = b.cmd(&[b"SCAN".as_slice(), &cursor, b"COUNT", opts.batch.to_string().as_bytes()])?;
+            let parts = r.as_array().unwrap_or(&[]);
+            cursor = parts.first().and_then(Frame::as_bytes).unwrap_or(b"0").to_vec();
+            let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
+            let cmds: Vec<_> = keys.iter().map(|k| command(&[b"EXISTS".as_slice(), k])).collect();
+            for (k, e) in keys.iter().zip(a.pipeline(&cmds)?) {
+                if e.as_int() == Some(0) {
+                    out.differ(max, format!("db{db} key '{}': only on the second server", printable(k)));
+                }
+            }
+            if cursor == b"0" {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame)>, Error> {
+    let mut cmds = Vec::with_capacity(keys.len() * 3);
+    for k in keys {
+        cmds.push(command(&[b"TYPE".as_slice(), k]));
+        cmds.push(command(&[b"PTTL".as_slice(), k]));
+        cmds.push(command(&[b"DUMP".as_slice(), k]));
+    }
+    let mut r = c.pipeline(&cmds)?.into_iter();
+    let mut v = Vec::with_capacity(keys.len());
+    while let (Some(t), Some(p), Some(d)) = (r.next(), r.next(), r.next()) {
+        v.push((t, p, d));
+    }
+    Ok(v)
+}
+
+fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], opts: &Options, out: &mut Outcome) -> Result<(), Error> {
+    let max = opts.differences_max;
+    let da = describe(keys, a)?;
+    let db_ = describe(keys, b)?;
+    for (k, ((ta, pa, va), (tb, pb, vb))) in keys.iter().zip(da.into_iter().zip(db_)) {
+        let name = printable(k);
+        let ttl_a = pa.as_int().unwrap_or(-2);
+        let ttl_b = pb.as_int().unwrap_or(-2);
+        if ta.as_text().as_deref() == Some("none") {
+            continue; // expired or deleted between SCAN and now
+        }
+        out.keys += 1;
+        if tb.as_text().as_deref() == Some("none") {
+            // A key about to expire may be gone on one side already.
+            if !(0..=opts.ttl_tolerance_ms).contains(&ttl_a) {
+                out.differ(max, format!("db{db} key '{name}': missing on the second server"));
+            }
+            continue;
+        }
+        if ta != tb {
+            out.differ(max, format!("db{db} key '{name}': type {:?} vs {:?}", ta.as_text().unwrap_or_default(), tb.as_text().unwrap_or_default()));
+            continue;
+        }
+        let ttl_ok = match (ttl_a, ttl_b) {
+            (-1, -1) => true,
+            (x, y) if x >= 0 && y >= 0 => (x - y).abs() <= opts.ttl_tolerance_ms,
+            _ => false,
+        };
+        if !ttl_ok {
+            out.differ(max, format!("db{db} key '{name}': TTL {ttl_a} ms vs {ttl_b} ms"));
+        }
+        if va == vb {
+            continue;
+        }
+        let t = ta.as_text().unwrap_or_default();
+        let (la, lb) = (logical(a, k, &t)?, logical(b, k, &t)?);
+        if la != lb {
+            out.differ(max, format!("db{db} key '{name}' ({t}): values differ"));
+        }
+    }
+    Ok(())
+}
+
+/// A frame's full wire form: an exact, total order for sorting and comparing (Debug truncates).
+fn wire(f: &Frame) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::encode(&mut out, f);
+    out
+}
+
+/// A type's value in a form that does not depend on its encoding.
+fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<Frame>, Error> {
+    let one = |c: &mut Client, args: &[&[u8]]| -> Result<Frame, Error> { Ok(c.raw(args)?) };
+    let sorted = |f: Frame| -> Frame {
+        match f {
+            Frame::Array(mut v) => {
+                v.sort_by_key(wire);
+                Frame::Array(v)
+            }
+            f => f,
+        }
+    };
+    let pairs_sorted = |f: Frame| -> Frame {
+        match f {
+            Frame::Array(v) => {
+                let mut p: Vec<Frame> = v.chunks(2).map(|c| Frame::Array(c.to_vec())).collect();
+                p.sort_by_key(wire);
+                Frame::Array(p)
+            }
+            f => f,
+        }
+    };
+    Ok(match t {
+        "string" => vec![one(c, &[b"GET", k])?],
+        "list" => vec![one(c, &[b"LRANGE", k, b"0", b"-1"])?],
+        "hash" => vec![pairs_sorted(one(c, &[b"HGETALL", k])?)],
+        "set" => vec![sorted(one(c, &[b"SMEMBERS", k])?)],
+        "zset" => vec![one(c, &[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"])?],
+        "stream" => stream_logical(c, k)?,
+        _ => vec![one(c, &[b"DUMP", k])?],
+    })
+}
+
+/// A stream: entries, the stream's ids, its groups with their pending entries and consumers. Idle
+/// times and seen-times are left out: they move with the clock.
+fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<Frame>, Error> {
+    let mut v = vec![c.raw(&[b"XRANGE".as_slice(), k, b"-", b"+"])?];
+    let info = c.raw(&[b"XINFO".as_slice(), b"STREAM", k])?;
+    if let Some(items) = info.as_array() {
+        for pair in items.chunks(2) {
+            if let [name, val] = pair {
+                let n = name.as_text().unwrap_or_default();
+                if matches!(n.as_str(), "length" | "last-generated-id" | "max-deleted-entry-id" | "entries-added" | "groups") {
+                    v.push(name.clone());
+                    v.push(val.clone());
+                }
+            }
+        }
+    }
+    let groups = c.raw(&[b"XINFO".as_slice(), b"GROUPS", k])?;
+    for g in groups.as_array().unwrap_or(&[]) {
+        let fields = g.as_array().unwrap_or(&[]);
+        let get = |key: &str| fields.chunks(2).find(|p| p[0].as_text().as_deref() == Some(key)).and_then(|p| p.get(1)).cloned();
+        let Some(name) = get("name").and_then(|n| n.as_bytes().map(<[u8]>::to_vec)) else { continue };
+        v.push(Frame::Bulk(name.clone()));
+        v.extend(get("last-delivered-id"));
+        v.extend(get("pending"));
+        let pending = c.raw(&[b"XPENDING".as_slice(), k, &name, b"-", b"+", b"100000"])?;
+        for p in pending.as_array().unwrap_or(&[]) {
+            if let Some([id, consumer, _idle, count]) = p.as_array().and_then(|a| <&[Frame; 4]>::try_from(a).ok()) {
+                v.extend([id.clone(), consumer.clone(), count.clone()]);
+            }
+        }
+        let consumers = c.raw(&[b"XINFO".as_slice(), b"CONSUMERS", k, &name])?;
+        let mut names: Vec<String> = consumers
+            .as_array()
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|c| c.as_array()?.chunks(2).find(|p| p[0].as_text().as_deref() == Some("name"))?.get(1)?.as_text())
+            .collect();
+        names.sort();
+        v.extend(names.into_iter().map(|n| Frame::Bulk(n.into_bytes())));
+    }
+    Ok(v)
+}
+
+fn compare_functions(a: &mut Client, b: &mut Client, opts: &Options, out: &mut Outcome) -> Result<(), Error> {
+    let fa = a.raw(&["FUNCTION", "LIST", "WITHCODE"])?;
+    let fb = b.raw(&["FUNCTION", "LIST", "WITHCODE"])?;
+    match (&fa, &fb) {
+        (Frame::Error(_), Frame::Error(_)) => Ok(()), // neither has functions (Redis < 7.0)
+        (Frame::Array(x), Frame::Error(_)) if x.is_empty() => Ok(()),
+        (Frame::Error(_), Frame::Array(y)) if y.is_empty() => Ok(()),
+        (Frame::Array(x), Frame::Array(y)) => {
+            let norm = |v: &[Frame]| {
+                let mut libs: Vec<Vec<u8>> = v.iter().map(wire).collect();
+                libs.sort();
+                libs
+            };
+            out.function_libraries = x.len();
+            if norm(x) != norm(y) {
+                out.differ(opts.differences_max, format!("function libraries differ ({} vs {})", x.len(), y.len()));
+            }
+            Ok(())
+        }
+        _ => {
+            out.differ(opts.differences_max, "only one server has functions".into());
+            Ok(())
+        }
+    }
+}
