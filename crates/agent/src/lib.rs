@@ -344,7 +344,7 @@ fn sync_and_handoff(
     wait_for("the replica to load the snapshot", cfg.load_timeout, || {
         link.check_open()?;
         pipeline_check(&progress.get())?;
-        if need_ack && link.acked.load(Ordering::SeqCst) == 0 {
+        if need_ack && !link.ack_seen.load(Ordering::SeqCst) {
             return Ok(None);
         }
         let st = local::repl_state(&mut local.client).map_err(Error::Replica)?;

@@ -17,8 +17,10 @@ pub struct ReplicaLink {
     pub s: TcpStream,
     /// Whether it offered `capa eof`.
     pub capa_eof: bool,
-    /// Highest offset it acknowledged (0 = none yet).
+    /// Highest offset it acknowledged (meaningful once `ack_seen`: 0 is a valid offset).
     pub acked: Arc<AtomicU64>,
+    /// Whether any ACK arrived (the first one means it finished loading).
+    pub ack_seen: Arc<AtomicBool>,
     /// Set when the replica closed the link or sent garbage.
     pub closed: Arc<AtomicBool>,
     /// Why it closed.
@@ -66,10 +68,11 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
     };
     s.set_read_timeout(None).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
     let acked = Arc::new(AtomicU64::new(0));
+    let ack_seen = Arc::new(AtomicBool::new(false));
     let closed = Arc::new(AtomicBool::new(false));
     let closed_why = Arc::new(std::sync::Mutex::new(None));
     let mut rs = s.try_clone().map_err(|e| Error::ReplicaLink(format!("clone replica socket: {e}")))?;
-    let (a, c, w) = (acked.clone(), closed.clone(), closed_why.clone());
+    let (a, seen, c, w) = (acked.clone(), ack_seen.clone(), closed.clone(), closed_why.clone());
     std::thread::Builder::new()
         .name("replica-acks".into())
         .spawn(move || {
@@ -79,7 +82,10 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
                 match rs.read(&mut buf) {
                     Ok(0) => break "the replica closed its link to the agent".to_string(),
                     Ok(n) => match r.on_bytes(&buf[..n]) {
-                        Ok(Some(off)) => a.store(off, Ordering::SeqCst),
+                        Ok(Some(off)) => {
+                            a.store(off, Ordering::SeqCst);
+                            seen.store(true, Ordering::SeqCst);
+                        }
                         Ok(None) => {}
                         Err(e) => break format!("the replica sent something unexpected: {e}"),
                     },
@@ -90,7 +96,7 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
             c.store(true, Ordering::SeqCst);
         })
         .map_err(|e| Error::Local(format!("spawn ack thread: {e}")))?;
-    Ok(ReplicaLink { s, capa_eof, acked, closed, closed_why })
+    Ok(ReplicaLink { s, capa_eof, acked, ack_seen, closed, closed_why })
 }
 
 impl ReplicaLink {

@@ -1,0 +1,187 @@
+//! `fastrepl demo`: the main job on an embedded default. A local master with a few hundred MB of
+//! mixed data; a relay and replicas synced through it, all joining at once, verified; then the same
+//! number of replicas synced natively from the same master, verified; a table side by side.
+
+use anyhow::{bail, Context, Result};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+use testkit::{data, Flavor, Proc, Server};
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Server build: redis-7.0, valkey-8.1 or redis-6.2.
+    #[arg(long, default_value = "redis-7.0")]
+    server: String,
+    /// Approximate dataset size in MB.
+    #[arg(long, default_value_t = 256)]
+    mb: usize,
+    /// Replicas per mode.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+}
+
+struct Mode {
+    name: &'static str,
+    secs: f64,
+    per_replica: Vec<f64>,
+    forks: i64,
+    verified: bool,
+    detail: String,
+}
+
+fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
+    c.info(section)?.num(k).with_context(|| format!("INFO {section} has no {k}"))
+}
+
+pub fn run(a: DemoArgs) -> Result<ExitCode> {
+    let flavor = Flavor::parse(&a.server).with_context(|| format!("unknown server {:?}", a.server))?;
+    let n = a.replicas.clamp(1, 8);
+    println!("== fastrepl demo: {} master, {} MB of data, {n} replicas per mode", flavor.name(), a.mb);
+    let master = Server::try_start(flavor, &["--repl-backlog-size", "256mb"]).map_err(anyhow::Error::msg)?;
+    let mut mc = master.client();
+    let t = Instant::now();
+    let big = (a.mb * 3 / 4).max(4) / 4;
+    data::fill_big_values(&mut mc, big, 4 << 20);
+    data::fill_small_mixed(&mut mc, 20_000);
+    data::fill_every_type(&mut mc, 1, flavor.has_functions());
+    let used = mc.info("memory")?.get("used_memory_human").unwrap_or("?").to_string();
+    let keys = mc.cmd(&["DBSIZE"])?.as_int().unwrap_or(0);
+    println!("master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)", master.addr(), t.elapsed().as_secs_f64());
+
+    let fast = run_fastrepl(&master, flavor, n)?;
+    let native = run_native(&master, flavor, n)?;
+
+    println!();
+    println!("| mode | replicas | all in sync (s) | per replica (s) | forks on master | verified | notes |");
+    println!("|---|---|---|---|---|---|---|");
+    for m in [&native, &fast] {
+        let per: Vec<String> = m.per_replica.iter().map(|s| format!("{s:.2}")).collect();
+        println!("| {} | {n} | {:.2} | {} | {} | {} | {} |", m.name, m.secs, per.join(", "), m.forks, if m.verified { "yes" } else { "NO" }, m.detail);
+    }
+    println!();
+    println!(
+        "fastrepl / native time: {:.2}  (native: diskless, delay 0, replicas on-empty-db; fastrepl time includes starting the relay and its capture)",
+        fast.secs / native.secs.max(1e-9)
+    );
+    if fast.verified && native.verified {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("demo: a replica did not verify");
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
+    let exe = std::env::current_exe().context("locate the fastrepl binary")?;
+    let mut token = [0u8; 24];
+    getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
+    let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+    let mut mc = master.client();
+    let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    let relay_port = testkit::free_port();
+    let relay_addr = format!("127.0.0.1:{relay_port}");
+    println!("\n-- fastrepl: relay on {relay_addr}, {n} agents joining at once");
+    let t0 = Instant::now();
+    let mut cmd = Command::new(&exe);
+    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token);
+    let _relay = Proc::spawn("relay", cmd);
+    testkit::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
+    let mut joins: Vec<Proc> = replicas
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["join", "--relay", &relay_addr, "--replica", &r.addr(), "--json"]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", "warn");
+            Proc::spawn(&format!("join-{i}"), cmd)
+        })
+        .collect();
+    let mut per = Vec::new();
+    let mut handoffs = Vec::new();
+    let mut phases = String::new();
+    for j in &mut joins {
+        let code = j.wait(Duration::from_secs(3600));
+        let out = j.output();
+        let report: serde_json::Value = out
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .with_context(|| format!("{} printed no report:\n{out}", j.name))?;
+        if code != Some(0) && code != Some(3) {
+            bail!("{} failed (exit {code:?}):\n{out}", j.name);
+        }
+        let p = &report["phases"];
+        per.push(p["handed_off"].as_f64().unwrap_or(0.0));
+        handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
+        if phases.is_empty() {
+            phases = format!(
+                "first byte {:.2}, pulled {:.2}, loaded {:.2}, caught up {:.2}, handed off {:.2} s; {:.0} MiB/s",
+                p["first_byte"].as_f64().unwrap_or(0.0),
+                p["pulled"].as_f64().unwrap_or(0.0),
+                p["loaded"].as_f64().unwrap_or(0.0),
+                p["caught_up"].as_f64().unwrap_or(0.0),
+                p["handed_off"].as_f64().unwrap_or(0.0),
+                report["pull_mib_s"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1: {phases}", handoffs.join(", "));
+    let forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    let verified = verify_all(master, &replicas)?;
+    Ok(Mode { name: "fastrepl (tcp)", secs, per_replica: per, forks, verified, detail: format!("handoff {}", handoffs.join("/")) })
+}
+
+fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
+    println!("\n-- native: {n} replicas REPLICAOF the master at once");
+    let replicas: Vec<Server> =
+        (0..n).map(|_| Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+    let mut mc = master.client();
+    let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    let (host, port) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_string(), p.to_string())).context("master address")?;
+    let t0 = Instant::now();
+    for r in &replicas {
+        r.client().cmd(&["REPLICAOF", &host, &port])?;
+    }
+    let mut per = vec![0.0; n];
+    let mut done = vec![false; n];
+    let mut clients: Vec<client::Client> = replicas.iter().map(Server::client).collect();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while done.iter().any(|d| !d) {
+        for (i, c) in clients.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            let r = c.info("replication")?;
+            if r.get("master_link_status") == Some("up") && r.get("master_sync_in_progress") == Some("0") {
+                done[i] = true;
+                per[i] = t0.elapsed().as_secs_f64();
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("native sync did not finish within an hour");
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!("all {n} replicas in sync natively in {secs:.2} s");
+    let forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    let verified = verify_all(master, &replicas)?;
+    Ok(Mode { name: "native diskless", secs, per_replica: per, forks, verified, detail: "repl-diskless-sync-delay 0".into() })
+}
+
+fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
+    let mut all = true;
+    for r in replicas {
+        let mut a = master.client();
+        let mut b = r.client();
+        let out = verify::compare(&mut a, &mut b, &verify::Options::default())?;
+        if out.identical() {
+            println!("verify {}: identical ({} keys, dbs {:?})", r.addr(), out.keys, out.databases);
+        } else {
+            all = false;
+            println!("verify {}: {} DIFFERENCES: {:?}", r.addr(), out.difference_count, out.differences);
+        }
+    }
+    Ok(all)
+}

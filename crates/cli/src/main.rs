@@ -1,0 +1,279 @@
+//! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay.
+
+mod demo;
+mod secrets;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "fastrepl", version, about = "Fast, master-friendly full sync for Redis and Valkey replicas")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a relay beside the master: one snapshot, served to any number of agents.
+    Relay(RelayArgs),
+    /// Sync a local replica through a relay and hand it to its master (exit 0: partial handoff,
+    /// 3: the master insisted on a full sync, other: failed).
+    Join(JoinArgs),
+    /// Compare two servers' datasets (exit 0 iff identical).
+    Verify(VerifyArgs),
+    /// The self-contained demonstration: a master with data, a relay, two replicas, native side by side.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct RelayArgs {
+    /// The master, host:port.
+    #[arg(long)]
+    master: String,
+    /// Where agents connect. A non-loopback address requires a token.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// File holding the agents' shared secret (else $FASTREPL_TOKEN).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// ACL user for the master.
+    #[arg(long)]
+    master_user: Option<String>,
+    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
+    #[arg(long)]
+    master_password_file: Option<PathBuf>,
+    /// Snapshot block size in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    block_size: u64,
+    /// Largest snapshot accepted, in bytes.
+    #[arg(long, default_value_t = 64 << 30)]
+    snapshot_max_bytes: u64,
+    /// Largest stream log kept after the snapshot before the generation is sealed, in bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    log_max_bytes: u64,
+    /// Oldest the stream log may grow before the generation is sealed, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    log_max_age_secs: u64,
+    /// Port announced to the master (REPLCONF listening-port); default: the listen port.
+    #[arg(long)]
+    announce_port: Option<u16>,
+    /// Most agent connections at once.
+    #[arg(long, default_value_t = 256)]
+    connections_max: usize,
+}
+
+#[derive(clap::Args)]
+struct JoinArgs {
+    /// The relay, host:port.
+    #[arg(long)]
+    relay: SocketAddr,
+    /// The local server to make a replica, host:port.
+    #[arg(long)]
+    replica: String,
+    /// File holding the relay token (else $FASTREPL_TOKEN).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// The master as the replica reaches it (default: as the relay reaches it).
+    #[arg(long)]
+    master: Option<String>,
+    /// ACL user for the master (the replica's masteruser).
+    #[arg(long)]
+    master_user: Option<String>,
+    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
+    #[arg(long)]
+    master_password_file: Option<PathBuf>,
+    /// ACL user for the local server.
+    #[arg(long)]
+    replica_user: Option<String>,
+    /// File holding the local server's password (else $FASTREPL_REPLICA_PASSWORD).
+    #[arg(long)]
+    replica_password_file: Option<PathBuf>,
+    /// Replace the local server's data if it has any.
+    #[arg(long)]
+    force: bool,
+    /// Transport for the snapshot.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "tcp"])]
+    transport: String,
+    /// Where the agent listens for its replica.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Reads in flight.
+    #[arg(long, default_value_t = 4)]
+    readers: usize,
+    /// Blocks buffered ahead of the replica at most.
+    #[arg(long, default_value_t = 16)]
+    window_blocks: u64,
+    /// Seconds to wait for the replica to load the snapshot.
+    #[arg(long, default_value_t = 3600)]
+    load_timeout_secs: u64,
+    /// Seconds to wait for the replica's link to the master after the handoff.
+    #[arg(long, default_value_t = 3600)]
+    handoff_timeout_secs: u64,
+    /// Print one JSON object with the report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct VerifyArgs {
+    /// The reference server (normally the master), host:port.
+    a: String,
+    /// The server to check, host:port.
+    b: String,
+    /// ACL user for both.
+    #[arg(long)]
+    user: Option<String>,
+    /// File holding the password for both (else $FASTREPL_VERIFY_PASSWORD).
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// Largest TTL difference accepted, in ms.
+    #[arg(long, default_value_t = 2000)]
+    ttl_tolerance_ms: i64,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let r = match cli.cmd {
+        Cmd::Relay(a) => relay(a),
+        Cmd::Join(a) => join(a),
+        Cmd::Verify(a) => verify(a),
+        Cmd::Demo(a) => demo::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fastrepl: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn relay(a: RelayArgs) -> Result<ExitCode> {
+    let cfg = relay::Config {
+        master: a.master,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        listen: a.listen,
+        token: secrets::token(a.token_file.as_deref())?,
+        announce_port: a.announce_port,
+        snapshot: snapshot::Config {
+            block_size: a.block_size,
+            snapshot_bytes_max: a.snapshot_max_bytes,
+            log_bytes_max: a.log_max_bytes,
+            log_age_max: Duration::from_secs(a.log_max_age_secs),
+        },
+        connections_max: a.connections_max,
+    };
+    let r = relay::Relay::start(cfg).context("start relay")?;
+    eprintln!("fastrepl relay listening on {}", r.local_addr());
+    r.wait();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn join(a: JoinArgs) -> Result<ExitCode> {
+    let token = secrets::token(a.token_file.as_deref())?;
+    let cfg = agent::Config {
+        relay: a.relay,
+        token: token.clone(),
+        replica: a.replica,
+        replica_auth: secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
+        master: a.master,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        force: a.force,
+        listen: a.listen,
+        readers: a.readers.clamp(1, 64),
+        window_blocks: a.window_blocks.clamp(1, 1024),
+        load_timeout: Duration::from_secs(a.load_timeout_secs),
+        handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
+    };
+    // `auto` is tcp until the shm and ucx transports exist.
+    let transport = transport::tcp::TcpTransport::new(a.relay, token);
+    tracing::info!(transport = "tcp", "transport selected");
+    match agent::join(&cfg, &transport) {
+        Ok(report) => {
+            if a.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print_report(&report);
+            }
+            Ok(match report.handoff {
+                agent::Handoff::Partial => ExitCode::SUCCESS,
+                agent::Handoff::Full => ExitCode::from(3),
+            })
+        }
+        Err(e) => {
+            let retry = format!(
+                "fastrepl join failed: {e}\nThe replica was not handed to the master. Fix the cause above and run the same `fastrepl join` again."
+            );
+            if a.json {
+                println!("{}", serde_json::json!({"ok": false, "error": e.to_string()}));
+            }
+            eprintln!("{retry}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn print_report(r: &agent::Report) {
+    let p = &r.phases;
+    println!("replica {} ({}) ← relay {} over {}, master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.master, r.master_server);
+    println!(
+        "snapshot: generation {}, {:.1} MiB in {} blocks at {:.0} MiB/s; log {} bytes; handoff at offset {}",
+        r.generation,
+        r.rdb_bytes as f64 / 1048576.0,
+        r.blocks,
+        r.pull_mib_s,
+        r.log_bytes,
+        r.handoff_offset
+    );
+    println!(
+        "phases (s): connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
+        p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
+    );
+    match r.handoff {
+        agent::Handoff::Partial => println!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
+        agent::Handoff::Full => println!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+}
+
+fn verify(a: VerifyArgs) -> Result<ExitCode> {
+    let auth = secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
+    let t = Duration::from_secs(60);
+    let mut ca = client::Client::connect(&a.a, auth.as_ref(), t).with_context(|| format!("connect to {}", a.a))?;
+    let mut cb = client::Client::connect(&a.b, auth.as_ref(), t).with_context(|| format!("connect to {}", a.b))?;
+    let opts = verify::Options { ttl_tolerance_ms: a.ttl_tolerance_ms, ..Default::default() };
+    let out = match verify::compare(&mut ca, &mut cb, &opts) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("fastrepl verify: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else if out.identical() {
+        println!("identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries);
+    } else {
+        println!("DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len());
+        for d in &out.differences {
+            println!("  {d}");
+        }
+    }
+    Ok(if out.identical() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
