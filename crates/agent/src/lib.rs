@@ -153,8 +153,12 @@ pub struct Report {
     pub blocks: u64,
     /// Blocks read again after a checksum mismatch.
     pub blocks_reread: u64,
-    /// Reads in flight.
+    /// Readers (connections) used.
     pub readers: usize,
+    /// Most block reads in flight at once.
+    pub reads_in_flight_max: u64,
+    /// The replica got its first block while the master was still producing the RDB.
+    pub streamed_while_capturing: bool,
     /// Phase end times.
     pub phases: Phases,
     /// RDB MiB/s from first byte to pulled.
@@ -263,6 +267,8 @@ pub fn join(cfg: &Config, transport: &dyn Transport) -> Result<Report, Error> {
         blocks: stats.blocks,
         blocks_reread: stats.reread,
         readers: cfg.readers,
+        reads_in_flight_max: stats.reads_in_flight_max,
+        streamed_while_capturing: stats.streamed_while_capturing,
         phases: Phases {
             connect: secs(t_connect),
             first_byte: t_first,

@@ -24,6 +24,10 @@ pub struct Stats {
     pub reread: u64,
     /// When the first byte was passed on.
     pub first_byte: Option<Instant>,
+    /// Most block reads that were in flight at once.
+    pub reads_in_flight_max: u64,
+    /// The first block was passed on while the relay was still receiving the RDB from the master.
+    pub streamed_while_capturing: bool,
 }
 
 struct Sched {
@@ -34,6 +38,8 @@ struct Sched {
     failed: Option<Error>,
     finished: bool,
     reread: u64,
+    in_flight: u64,
+    in_flight_max: u64,
 }
 
 struct Shared {
@@ -67,7 +73,7 @@ pub fn pull(
     sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<Stats, Error> {
     let shared = Shared {
-        sched: Mutex::new(Sched { next_claim: 0, next_write: 0, ready: BTreeMap::new(), pool: Vec::new(), failed: None, finished: false, reread: 0 }),
+        sched: Mutex::new(Sched { next_claim: 0, next_write: 0, ready: BTreeMap::new(), pool: Vec::new(), failed: None, finished: false, reread: 0, in_flight: 0, in_flight_max: 0 }),
         cond: Condvar::new(),
     };
     let generation = progress.get().desc.generation;
@@ -88,7 +94,9 @@ pub fn pull(
         shared.lock().finished = true;
         shared.cond.notify_all();
         let mut stats = result?;
-        stats.reread = shared.lock().reread;
+        let s = shared.lock();
+        stats.reread = s.reread;
+        stats.reads_in_flight_max = s.in_flight_max;
         Ok(stats)
     })
 }
@@ -139,7 +147,12 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
         };
         let (offset, len) = v.block_range(i);
         let want = v.desc.checksums[i as usize];
-        let mut buf = shared.lock().pool.pop().unwrap_or_default();
+        let mut buf = {
+            let mut s = shared.lock();
+            s.in_flight += 1;
+            s.in_flight_max = s.in_flight_max.max(s.in_flight);
+            s.pool.pop().unwrap_or_default()
+        };
         buf.resize(len as usize, 0);
         let mut attempt = 0;
         loop {
@@ -154,7 +167,10 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
             }
             shared.lock().reread += 1;
         }
-        shared.lock().ready.insert(i, buf);
+        let mut s = shared.lock();
+        s.in_flight -= 1;
+        s.ready.insert(i, buf);
+        drop(s);
         shared.cond.notify_all();
     }
 }
@@ -189,7 +205,10 @@ fn write_loop(progress: &Progress, shared: &Shared, sink: &mut dyn FnMut(&[u8]) 
         let Some(buf) = buf else { continue };
         shared.cond.notify_all();
         sink(&buf)?;
-        stats.first_byte.get_or_insert_with(Instant::now);
+        if stats.first_byte.is_none() {
+            stats.first_byte = Some(Instant::now());
+            stats.streamed_while_capturing = progress.get().desc.state == State::Capturing;
+        }
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;
         let mut s = shared.lock();

@@ -67,7 +67,8 @@ pub fn fill_every_type(c: &mut Client, big_mib: usize, functions: bool) {
     ok(c, &[b"EXPIRE", b"zset:big", b"86400"]);
     for i in 0..50 {
         let f = format!("f{}", i % 5);
-        ok(c, &[b"XADD", b"stream", b"*", f.as_bytes(), format!("v{i}").as_bytes()]);
+        // Explicit IDs: two servers filled alike hold the same stream.
+        ok(c, &[b"XADD", b"stream", format!("{}-1", 1000 + i).as_bytes(), f.as_bytes(), format!("v{i}").as_bytes()]);
     }
     ok(c, &[b"XGROUP", b"CREATE", b"stream", b"g1", b"0"]);
     ok(c, &[b"XGROUP", b"CREATE", b"stream", b"g2", b"$"]);
@@ -87,7 +88,7 @@ pub fn fill_every_type(c: &mut Client, big_mib: usize, functions: bool) {
     ok(c, &[b"SET", b"\xff\xfe db15 binary name", b"v"]);
     ok(c, &[b"SELECT", b"0"]);
     if functions {
-        let code = b"#!lua name=fastrepl_test\nredis.register_function('echo_first', function(keys, args) return args[1] end)";
+        let code = b"#!lua name=fastrepl_test\nredis.register_function{function_name='echo_first', callback=function(keys, args) return args[1] end, flags={'no-writes'}}";
         ok(c, &[b"FUNCTION", b"LOAD", b"REPLACE", code]);
     }
 }

@@ -1,0 +1,111 @@
+//! Shared helpers for the end-to-end tests: real servers (testkit), the real `fastrepl` binary as
+//! relay and agent processes, over real sockets.
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::time::Duration;
+pub use testkit::{data, wait_until, Flavor, Proc, Server};
+
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+pub fn fastrepl() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fastrepl"));
+    c.env("FASTREPL_TOKEN", TOKEN).env_remove("FASTREPL_MASTER_PASSWORD").env_remove("FASTREPL_REPLICA_PASSWORD");
+    c
+}
+
+/// A relay process for `master`, listening on a free loopback port.
+pub struct Relay {
+    pub proc: Proc,
+    pub addr: String,
+}
+
+pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut cmd = fastrepl();
+    cmd.args(["relay", "--master", master, "--listen", &addr]).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut proc = Proc::spawn("relay", cmd);
+    wait_until("the relay to listen", Duration::from_secs(20), || {
+        assert!(proc.running(), "relay exited:\n{}", proc.output());
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    Relay { proc, addr }
+}
+
+/// The outcome of a `fastrepl join --json`.
+pub struct Joined {
+    pub code: Option<i32>,
+    pub output: String,
+    pub report: serde_json::Value,
+}
+
+pub fn start_join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+    let mut cmd = fastrepl();
+    cmd.args(["join", "--relay", relay, "--replica", replica, "--json"]).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc::spawn(&format!("join {replica}"), cmd)
+}
+
+pub fn finish_join(mut p: Proc) -> Joined {
+    let code = p.wait(Duration::from_secs(300));
+    let output = p.output();
+    let report = output.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
+    Joined { code, output, report }
+}
+
+pub fn join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) -> Joined {
+    finish_join(start_join(relay, replica, extra, env))
+}
+
+/// Assert a join handed off by partial resync, with a useful message otherwise.
+pub fn assert_partial(j: &Joined) {
+    assert_eq!(j.code, Some(0), "join failed:\n{}", j.output);
+    assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+}
+
+/// `verify` as a user runs it; returns (exit code, output).
+pub fn verify(a: &Server, b: &Server) -> (Option<i32>, String) {
+    let mut cmd = fastrepl();
+    cmd.args(["verify", &a.addr(), &b.addr()]);
+    if let Some(p) = &a.password {
+        cmd.env("FASTREPL_VERIFY_PASSWORD", p);
+    }
+    let out = cmd.output().expect("run verify");
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+pub fn assert_identical(a: &Server, b: &Server) {
+    let (code, out) = verify(a, b);
+    assert_eq!(code, Some(0), "verify found differences:\n{out}");
+}
+
+pub fn info_num(s: &Server, section: &str, k: &str) -> i64 {
+    s.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("INFO {section} has no {k}"))
+}
+
+/// Wait until `replica` is a connected replica at the master's offset (after the writer stopped).
+pub fn wait_caught_up(master: &Server, replica: &Server) {
+    wait_until("the replica to catch up with the master", Duration::from_secs(60), || {
+        let m = master.client().info("replication").ok()?.num("master_repl_offset")?;
+        let r = replica.client().info("replication").ok()?;
+        (r.get("master_link_status") == Some("up") && r.num("slave_repl_offset") == Some(m)).then_some(())
+    });
+}
+
+/// The replica is untouched: a master with no keys.
+pub fn assert_untouched(replica: &Server) {
+    let r = replica.client().info("replication").unwrap();
+    assert_eq!(r.get("role"), Some("master"), "the replica was left replicating: {:?}", r.0);
+    assert_eq!(replica.client().cmd(&["DBSIZE"]).unwrap().as_int(), Some(0));
+}
+
+pub fn available(f: Flavor) -> bool {
+    // Server binaries are installed by scripts/setup.sh; a missing one is a set-up error, not a skip.
+    assert!(f.available(), "{} missing at {}: run scripts/setup.sh", f.name(), f.binary().display());
+    true
+}
