@@ -19,6 +19,9 @@ const TICK: Duration = Duration::from_millis(200);
 const SILENCE_MAX: Duration = Duration::from_secs(60);
 /// How often a replica acknowledges its offset.
 const ACK_EVERY: Duration = Duration::from_secs(1);
+/// How often we acknowledge until the stream starts: a master may receive our first ACK before it
+/// has noticed its RDB child exited, and then starts the stream only at the next ACK.
+const ACK_EVERY_UNTIL_STREAM: Duration = Duration::from_millis(100);
 
 /// Why a capture ended.
 #[derive(Debug, thiserror::Error)]
@@ -182,6 +185,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     // PSYNC ? -1: the master forks (after its repl-diskless-sync-delay) and answers.
     link.send(&replica::psync_full(), "send PSYNC")?;
     let (replid, offset) = loop {
+        // Until the reply, only newlines arrive (one a second while the master waits to fork).
         if let Some((reply, used)) = replica::parse_psync_reply(&link.buf, &limits).map_err(link.proto())? {
             link.buf.drain(..used);
             match reply {
@@ -289,6 +293,7 @@ fn stream(shared: &Shared, link: &mut Link, gen: &Generation, offset: u64, eof_f
         link.send(&replica::ack(offset), "send first ACK")?;
     }
     let mut last_ack = Instant::now();
+    let mut streaming = false;
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return Err(Error::Stopped);
@@ -296,6 +301,7 @@ fn stream(shared: &Shared, link: &mut Link, gen: &Generation, offset: u64, eof_f
         // Bytes may be buffered already (what followed a length-framed RDB).
         let got = !link.buf.is_empty() || link.fill("follow stream")?;
         if got {
+            streaming = true;
             let bytes = std::mem::take(&mut link.buf);
             let scanned = scanner.feed(&bytes).map_err(link.proto())?;
             let full = gen.append_log(&bytes, scanned.complete_offset);
@@ -309,7 +315,7 @@ fn stream(shared: &Shared, link: &mut Link, gen: &Generation, offset: u64, eof_f
                 return Ok(());
             }
         }
-        if last_ack.elapsed() >= ACK_EVERY {
+        if last_ack.elapsed() >= if streaming { ACK_EVERY } else { ACK_EVERY_UNTIL_STREAM } {
             link.send(&replica::ack(scanner.complete_offset()), "send ACK")?;
             last_ack = Instant::now();
         }

@@ -46,6 +46,8 @@ pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             if let Err(e) = serve_connection(&sh, s) {
                 match e {
                     Error::Auth(_) | Error::Protocol(_) => tracing::warn!(error = %e, "closed connection"),
+                    // A port probe (connect, then close) is not worth more than a debug line.
+                    Error::Io { op: "read agent authentication", .. } => tracing::debug!(error = %e, "connection closed before authenticating"),
                     _ => tracing::info!(error = %e, "connection ended"),
                 }
             }

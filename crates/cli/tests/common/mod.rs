@@ -109,3 +109,14 @@ pub fn available(f: Flavor) -> bool {
     assert!(f.available(), "{} missing at {}: run scripts/setup.sh", f.name(), f.binary().display());
     true
 }
+
+/// Wait until the relay (the master's only replica in these tests) has acknowledged everything the
+/// master wrote: then the relay's log holds it.
+pub fn wait_relay_acked(master: &Server) {
+    wait_until("the relay to acknowledge the master's offset", Duration::from_secs(30), || {
+        let i = master.client().info("replication").ok()?;
+        let end = i.num("master_repl_offset")?;
+        let acked: i64 = i.get("slave0")?.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
+        (acked >= end).then_some(())
+    });
+}
