@@ -184,7 +184,7 @@ fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], opts:
         }
         let t = ta.as_text().unwrap_or_default();
         let (la, lb) = (logical(a, k, &t)?, logical(b, k, &t)?);
-        if la != lb {
+        if !same_logical(&la, &lb) {
             out.differ(max, format!("db{db} key '{name}' ({t}): values differ"));
         }
     }
@@ -198,8 +198,23 @@ fn wire(f: &Frame) -> Vec<u8> {
     out
 }
 
-/// A type's value in a form that does not depend on its encoding.
-fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<Frame>, Error> {
+/// Fields that newer servers report and older ones do not (Redis 7.0 added them to streams): compared
+/// only when both servers report them.
+const VERSION_DEPENDENT: [&str; 2] = ["max-deleted-entry-id", "entries-added"];
+
+/// Labelled parts of a value; equal when every label both sides have matches and neither has a label
+/// the other lacks, except the version-dependent ones.
+fn same_logical(a: &[(String, Frame)], b: &[(String, Frame)]) -> bool {
+    let find = |v: &[(String, Frame)], l: &str| v.iter().find(|(k, _)| k == l).map(|(_, f)| f.clone());
+    let labels: BTreeSet<&String> = a.iter().chain(b).map(|(k, _)| k).collect();
+    labels.into_iter().all(|l| match (find(a, l), find(b, l)) {
+        (Some(x), Some(y)) => x == y,
+        _ => VERSION_DEPENDENT.contains(&l.as_str()),
+    })
+}
+
+/// A type's value in a form that does not depend on its encoding, as labelled parts.
+fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<(String, Frame)>, Error> {
     let one = |c: &mut Client, args: &[&[u8]]| -> Result<Frame, Error> { Ok(c.raw(args)?) };
     let sorted = |f: Frame| -> Frame {
         match f {
@@ -220,29 +235,29 @@ fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<Frame>, Error> {
             f => f,
         }
     };
-    Ok(match t {
-        "string" => vec![one(c, &[b"GET", k])?],
-        "list" => vec![one(c, &[b"LRANGE", k, b"0", b"-1"])?],
-        "hash" => vec![pairs_sorted(one(c, &[b"HGETALL", k])?)],
-        "set" => vec![sorted(one(c, &[b"SMEMBERS", k])?)],
-        "zset" => vec![one(c, &[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"])?],
-        "stream" => stream_logical(c, k)?,
-        _ => vec![one(c, &[b"DUMP", k])?],
-    })
+    let v = match t {
+        "string" => one(c, &[b"GET", k])?,
+        "list" => one(c, &[b"LRANGE", k, b"0", b"-1"])?,
+        "hash" => pairs_sorted(one(c, &[b"HGETALL", k])?),
+        "set" => sorted(one(c, &[b"SMEMBERS", k])?),
+        "zset" => one(c, &[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"])?,
+        "stream" => return stream_logical(c, k),
+        _ => one(c, &[b"DUMP", k])?,
+    };
+    Ok(vec![("value".into(), v)])
 }
 
 /// A stream: entries, the stream's ids, its groups with their pending entries and consumers. Idle
 /// times and seen-times are left out: they move with the clock.
-fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<Frame>, Error> {
-    let mut v = vec![c.raw(&[b"XRANGE".as_slice(), k, b"-", b"+"])?];
+fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Error> {
+    let mut v = vec![("entries".to_string(), c.raw(&[b"XRANGE".as_slice(), k, b"-", b"+"])?)];
     let info = c.raw(&[b"XINFO".as_slice(), b"STREAM", k])?;
     if let Some(items) = info.as_array() {
         for pair in items.chunks(2) {
             if let [name, val] = pair {
                 let n = name.as_text().unwrap_or_default();
                 if matches!(n.as_str(), "length" | "last-generated-id" | "max-deleted-entry-id" | "entries-added" | "groups") {
-                    v.push(name.clone());
-                    v.push(val.clone());
+                    v.push((n, val.clone()));
                 }
             }
         }
@@ -252,15 +267,17 @@ fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<Frame>, Error> {
         let fields = g.as_array().unwrap_or(&[]);
         let get = |key: &str| fields.chunks(2).find(|p| p[0].as_text().as_deref() == Some(key)).and_then(|p| p.get(1)).cloned();
         let Some(name) = get("name").and_then(|n| n.as_bytes().map(<[u8]>::to_vec)) else { continue };
-        v.push(Frame::Bulk(name.clone()));
-        v.extend(get("last-delivered-id"));
-        v.extend(get("pending"));
+        let label = |what: &str| format!("group {} {what}", String::from_utf8_lossy(&name));
+        v.extend(get("last-delivered-id").map(|f| (label("last-delivered-id"), f)));
+        v.extend(get("pending").map(|f| (label("pending"), f)));
         let pending = c.raw(&[b"XPENDING".as_slice(), k, &name, b"-", b"+", b"100000"])?;
+        let mut pel = Vec::new();
         for p in pending.as_array().unwrap_or(&[]) {
             if let Some([id, consumer, _idle, count]) = p.as_array().and_then(|a| <&[Frame; 4]>::try_from(a).ok()) {
-                v.extend([id.clone(), consumer.clone(), count.clone()]);
+                pel.extend([id.clone(), consumer.clone(), count.clone()]);
             }
         }
+        v.push((label("pel"), Frame::Array(pel)));
         let consumers = c.raw(&[b"XINFO".as_slice(), b"CONSUMERS", k, &name])?;
         let mut names: Vec<String> = consumers
             .as_array()
@@ -269,7 +286,7 @@ fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<Frame>, Error> {
             .filter_map(|c| c.as_array()?.chunks(2).find(|p| p[0].as_text().as_deref() == Some("name"))?.get(1)?.as_text())
             .collect();
         names.sort();
-        v.extend(names.into_iter().map(|n| Frame::Bulk(n.into_bytes())));
+        v.push((label("consumers"), Frame::Array(names.into_iter().map(|n| Frame::Bulk(n.into_bytes())).collect())));
     }
     Ok(v)
 }
