@@ -38,10 +38,12 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The master broke the protocol or refused us.
-    #[error("master {master}: {source}")]
+    #[error("master {master}, {phase}: {source}")]
     Protocol {
         /// The master.
         master: String,
+        /// What we were doing.
+        phase: &'static str,
         /// Cause.
         #[source]
         source: replication::Error,
@@ -92,7 +94,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
             }
             Err(Error::Stopped) => break,
             Err(e) => {
-                tracing::error!(error = %e, "capture failed; retrying when an agent asks (backoff {:?})", backoff);
+                tracing::error!(error = %e, "capture failed; retrying in {:?}", backoff);
                 shared.changed.notify_all();
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -116,8 +118,8 @@ impl Link {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + '_ {
         move |source| Error::Io { op, master: self.master.clone(), source }
     }
-    fn proto(&self) -> impl FnOnce(replication::Error) -> Error + '_ {
-        move |source| Error::Protocol { master: self.master.clone(), source }
+    fn proto(&self, phase: &'static str) -> impl FnOnce(replication::Error) -> Error + '_ {
+        move |source| Error::Protocol { master: self.master.clone(), phase, source }
     }
     fn send(&mut self, bytes: &[u8], op: &'static str) -> Result<(), Error> {
         let r = self.s.write_all(bytes);
@@ -176,22 +178,22 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
                 Err(resp::Error::Incomplete) => {
                     link.fill("handshake")?;
                 }
-                Err(e) => return Err((link.proto())(e.into())),
+                Err(e) => return Err((link.proto("handshake"))(e.into())),
             }
         };
-        replica::check_reply(&step, &reply).map_err(link.proto())?;
+        replica::check_reply(&step, &reply).map_err(link.proto("handshake"))?;
     }
 
     // PSYNC ? -1: the master forks (after its repl-diskless-sync-delay) and answers.
     link.send(&replica::psync_full(), "send PSYNC")?;
     let (replid, offset) = loop {
         // Until the reply, only newlines arrive (one a second while the master waits to fork).
-        if let Some((reply, used)) = replica::parse_psync_reply(&link.buf, &limits).map_err(link.proto())? {
+        if let Some((reply, used)) = replica::parse_psync_reply(&link.buf, &limits).map_err(link.proto("PSYNC reply"))? {
             link.buf.drain(..used);
             match reply {
                 PsyncReply::FullResync { replid, offset } => break (replid, offset),
                 PsyncReply::Continue(_) => {
-                    return Err((link.proto())(replication::Error::Protocol("master answered PSYNC ? -1 with +CONTINUE".into())))
+                    return Err((link.proto("PSYNC reply"))(replication::Error::Protocol("master answered PSYNC ? -1 with +CONTINUE".into())))
                 }
             }
         }
@@ -199,7 +201,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     };
     let psync_secs = t0.elapsed().as_secs_f64();
     let framing = loop {
-        if let Some((f, used)) = framing::parse_header(&link.buf, cfg.snapshot.snapshot_bytes_max).map_err(link.proto())? {
+        if let Some((f, used)) = framing::parse_header(&link.buf, cfg.snapshot.snapshot_bytes_max).map_err(link.proto("RDB header"))? {
             link.buf.drain(..used);
             break f;
         }
@@ -303,7 +305,7 @@ fn stream(shared: &Shared, link: &mut Link, gen: &Generation, offset: u64, eof_f
         if got {
             streaming = true;
             let bytes = std::mem::take(&mut link.buf);
-            let scanned = scanner.feed(&bytes).map_err(link.proto())?;
+            let scanned = scanner.feed(&bytes).map_err(link.proto("replication stream"))?;
             let full = gen.append_log(&bytes, scanned.complete_offset);
             if scanned.getack {
                 link.send(&replica::ack(scanned.complete_offset), "answer GETACK")?;

@@ -1,0 +1,165 @@
+//! Bad input and faults: each gets a clear error, closes only the peer at fault, and never leaves a
+//! replica looking synced when it is not. A repeated join after a failure succeeds.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+/// A hostile master: answers the replica handshake, then sends `after_psync` and closes. Serves
+/// every connection the relay makes (it retries).
+fn fake_master(after_psync: Vec<u8>) -> (String, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    l.set_nonblocking(true).unwrap();
+    let h = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let Ok((mut s, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(20)); // Polling a non-blocking accept; bounded.
+                continue;
+            };
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            'conn: loop {
+                let Ok(n) = s.read(&mut chunk) else { break };
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Ok((args, used)) = resp::parse_command(&buf, &resp::Limits::default()) {
+                    buf.drain(..used);
+                    let name = String::from_utf8_lossy(&args[0]).to_uppercase();
+                    let reply: &[u8] = match name.as_str() {
+                        "PING" => b"+PONG\r\n",
+                        "PSYNC" => {
+                            let _ = s.write_all(&after_psync);
+                            break 'conn;
+                        }
+                        _ => b"+OK\r\n",
+                    };
+                    if s.write_all(reply).is_err() {
+                        break 'conn;
+                    }
+                }
+            }
+        }
+    });
+    (addr, h)
+}
+
+fn fullresync() -> Vec<u8> {
+    format!("+FULLRESYNC {} 0\r\n", "a".repeat(40)).into_bytes()
+}
+
+fn relay_reports(relay: &Relay, what: &str) {
+    wait_until(&format!("the relay to report {what:?}"), Duration::from_secs(20), || relay.proc.output().contains(what).then_some(()));
+}
+
+#[test]
+fn malformed_resp_from_the_master() {
+    let (m, _h) = fake_master(b"?this is not RESP\r\n".to_vec());
+    let relay = relay(&m, &[], &[]);
+    relay_reports(&relay, "PSYNC reply: malformed reply: malformed RESP");
+}
+
+#[test]
+fn oversized_rdb_length_from_the_master() {
+    let mut bytes = fullresync();
+    bytes.extend_from_slice(b"$99999999999\r\n");
+    let (m, _h) = fake_master(bytes);
+    let relay = relay(&m, &["--snapshot-max-bytes", "1048576"], &[]);
+    relay_reports(&relay, "exceeds the limit of 1048576 bytes");
+}
+
+#[test]
+fn rdb_cut_off_mid_stream_fails_the_join_cleanly() {
+    let mut bytes = fullresync();
+    bytes.extend_from_slice(format!("$EOF:{}\r\n", "m".repeat(40)).as_bytes());
+    bytes.extend_from_slice(b"REDIS0010");
+    bytes.extend(data::bytes(7, 200_000));
+    let (m, _h) = fake_master(bytes);
+    let relay = relay(&m, &["--block-size", "65536"], &[]);
+    relay_reports(&relay, "cut off mid-stream");
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = join(&relay.addr, &replica.addr(), &[], &[]);
+    assert_ne!(j.code, Some(0), "{}", j.output);
+    assert!(j.output.contains("run the same `fastrepl join` again"), "{}", j.output);
+    assert_untouched(&replica);
+}
+
+#[test]
+fn garbage_on_the_relay_port_closes_only_that_peer() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_every_type(&mut master.client(), 1, true);
+    let relay = relay(&master.addr(), &[], &[]);
+    // Not our protocol at all.
+    let mut s = TcpStream::connect(&relay.addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(&data::bytes(3, 4096)).unwrap();
+    // Authenticated, then a read far beyond the bound.
+    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let mut d = transport::tcp::connect(relay.addr.parse().unwrap(), &token, transport::auth::Kind::Data, Duration::from_secs(5)).unwrap();
+    let mut req = transport::wire::Request::Range { generation: 1, offset: 0, len: 1 }.encode();
+    req[17..21].copy_from_slice(&u32::MAX.to_be_bytes());
+    d.write_all(&req).unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(d.read(&mut b).unwrap_or(0), 0, "the relay should close a connection that asks for an unbounded read");
+    relay_reports(&relay, "exceeds");
+    // The relay still serves.
+    let replica = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&relay.addr, &replica.addr(), &[], &[]));
+    assert_identical(&master, &replica);
+}
+
+/// A master whose RDB takes a few seconds to produce, so a join can be interrupted mid-sync.
+fn slow_master() -> Server {
+    let master = Server::start(Flavor::Redis70, &["--rdb-key-save-delay", "3000"]);
+    data::fill_big_values(&mut master.client(), 1500, 8 << 10);
+    master
+}
+
+fn wait_replica_syncing(replica: &Server) {
+    wait_until("the replica to be loading from the agent", Duration::from_secs(30), || {
+        let r = replica.client().info("replication").ok()?;
+        (r.get("master_sync_in_progress") == Some("1") || r.get("role") == Some("slave")).then_some(())
+    });
+}
+
+#[test]
+fn relay_killed_mid_sync_then_retry_succeeds() {
+    let master = slow_master();
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let mut relay1 = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = start_join(&relay1.addr, &replica.addr(), &[], &[]);
+    wait_replica_syncing(&replica);
+    relay1.proc.kill();
+    let j = finish_join(j);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("relay"), "the error should name the relay:\n{}", j.output);
+    assert_untouched(&replica);
+    // Retry against a new relay.
+    let relay2 = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    assert_partial(&join(&relay2.addr, &replica.addr(), &[], &[]));
+    assert_identical(&master, &replica);
+}
+
+#[test]
+fn local_server_killed_mid_sync() {
+    let master = slow_master();
+    let mut replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = start_join(&relay.addr, &replica.addr(), &[], &[]);
+    wait_replica_syncing(&replica);
+    replica.kill();
+    let j = finish_join(j);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("replica"), "{}", j.output);
+    // The relay keeps serving: a new replica joins.
+    let replica2 = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&relay.addr, &replica2.addr(), &[], &[]));
+    assert_identical(&master, &replica2);
+}
