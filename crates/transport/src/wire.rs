@@ -154,3 +154,25 @@ mod tests {
         assert!(recv_control(&mut &b"\0\0\0\x02{x"[..]).is_err());
     }
 }
+
+#[cfg(test)]
+mod fuzz_smoke {
+    #[test]
+    fn fuzz_smoke() {
+        let mut x: u64 = 0x1234_5678_9ABC_DEF1;
+        for len in 0..4000usize {
+            let mut d = Vec::with_capacity(len % 64);
+            for _ in 0..len % 64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                d.push(x as u8);
+            }
+            if len % 3 == 0 && d.len() > 4 {
+                let body = (d.len() - 4) as u32;
+                d[..4].copy_from_slice(&body.to_be_bytes());
+            }
+            super::fuzz_one(&d);
+        }
+    }
+}
