@@ -18,15 +18,41 @@ pub struct DemoArgs {
     /// Replicas per mode.
     #[arg(long, default_value_t = 2)]
     replicas: usize,
+    /// `mixed` (big values, small keys of every type, functions) or `original` (the dataset of the
+    /// original experiment: 256 values of 3.66 MB, about 937 MB).
+    #[arg(long, default_value = "mixed", value_parser = ["mixed", "original"])]
+    dataset: String,
+    /// Also join the same number of replicas again against the warm relay (cached snapshot).
+    #[arg(long)]
+    warm_join: bool,
+    /// Write the raw results as JSON here.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
+#[derive(serde::Serialize)]
 struct Mode {
     name: &'static str,
     secs: f64,
     per_replica: Vec<f64>,
     forks: i64,
+    /// CPU seconds of the master process and its reaped fork children during the mode.
+    master_cpu_secs: f64,
     verified: bool,
     detail: String,
+    /// Per-replica join reports (fastrepl modes).
+    reports: Vec<serde_json::Value>,
+}
+
+/// CPU seconds (user + system) of a process and its waited-for children, from /proc.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    // utime, stime, cutime, cstime are fields 14–17 of stat, i.e. 11–14 after the state field.
+    let ticks = 100.0; // sysconf(_SC_CLK_TCK) on Linux
+    f.get(11..15).map(|v| v.iter().sum::<f64>() / ticks).unwrap_or(0.0)
 }
 
 fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
@@ -40,30 +66,64 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     let master = Server::try_start(flavor, &["--repl-backlog-size", "256mb"]).map_err(anyhow::Error::msg)?;
     let mut mc = master.client();
     let t = Instant::now();
-    let big = (a.mb * 3 / 4).max(4) / 4;
-    data::fill_big_values(&mut mc, big, 4 << 20);
-    data::fill_small_mixed(&mut mc, 20_000);
-    data::fill_every_type(&mut mc, 1, flavor.has_functions());
+    if a.dataset == "original" {
+        data::fill_big_values(&mut mc, 256, 3_660_000);
+    } else {
+        let big = (a.mb * 3 / 4).max(4) / 4;
+        data::fill_big_values(&mut mc, big, 4 << 20);
+        data::fill_small_mixed(&mut mc, 20_000);
+        data::fill_every_type(&mut mc, 1, flavor.has_functions());
+    }
     let used = mc.info("memory")?.get("used_memory_human").unwrap_or("?").to_string();
     let keys = mc.cmd(&["DBSIZE"])?.as_int().unwrap_or(0);
     println!("master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)", master.addr(), t.elapsed().as_secs_f64());
 
-    let fast = run_fastrepl(&master, flavor, n)?;
     let native = run_native(&master, flavor, n)?;
+    let fast = run_fastrepl(&master, flavor, n, a.warm_join)?;
+    let mut modes = vec![native];
+    modes.extend(fast);
 
     println!();
-    println!("| mode | replicas | all in sync (s) | per replica (s) | forks on master | verified | notes |");
-    println!("|---|---|---|---|---|---|---|");
-    for m in [&native, &fast] {
+    println!("| mode | replicas | all in sync (s) | per replica (s) | forks on master | master CPU (s) | verified | notes |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for m in &modes {
         let per: Vec<String> = m.per_replica.iter().map(|s| format!("{s:.2}")).collect();
-        println!("| {} | {n} | {:.2} | {} | {} | {} | {} |", m.name, m.secs, per.join(", "), m.forks, if m.verified { "yes" } else { "NO" }, m.detail);
+        println!(
+            "| {} | {n} | {:.2} | {} | {} | {:.2} | {} | {} |",
+            m.name,
+            m.secs,
+            per.join(", "),
+            m.forks,
+            m.master_cpu_secs,
+            if m.verified { "yes" } else { "NO" },
+            m.detail
+        );
     }
     println!();
-    println!(
-        "fastrepl / native time: {:.2}  (native: diskless, delay 0, replicas on-empty-db; fastrepl time includes starting the relay and its capture)",
-        fast.secs / native.secs.max(1e-9)
-    );
-    if fast.verified && native.verified {
+    for m in &modes[1..] {
+        println!("{} / native time: {:.2}", m.name, m.secs / modes[0].secs.max(1e-9));
+    }
+    println!("(native: repl-diskless-sync yes, delay 0, replicas repl-diskless-load on-empty-db; the cold fastrepl time runs from starting the relay)");
+    if let Some(out) = &a.out {
+        let uname = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let doc = serde_json::json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": {
+                "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+                "kernel": uname.trim(),
+                "memory": std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or("").to_string(),
+            },
+            "server": mc.info("server")?.get("redis_version").unwrap_or("?"),
+            "flavor": flavor.name(),
+            "dataset": a.dataset,
+            "used_memory": used,
+            "master_settings": {"repl-diskless-sync": "yes", "repl-diskless-sync-delay": 0, "repl-backlog-size": "256mb"},
+            "modes": modes,
+        });
+        std::fs::write(out, serde_json::to_string_pretty(&doc)?).with_context(|| format!("write {}", out.display()))?;
+        println!("raw results: {}", out.display());
+    }
+    if modes.iter().all(|m| m.verified) {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!("demo: a replica did not verify");
@@ -71,7 +131,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     }
 }
 
-fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
+fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, warm: bool) -> Result<Vec<Mode>> {
     let exe = std::env::current_exe().context("locate the fastrepl binary")?;
     let mut token = [0u8; 24];
     getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
@@ -79,6 +139,7 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    let cpu0 = cpu_secs(master.pid());
     let relay_port = testkit::free_port();
     let relay_addr = format!("127.0.0.1:{relay_port}");
     println!("\n-- fastrepl: relay on {relay_addr}, {n} agents joining at once");
@@ -87,18 +148,41 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token);
     let _relay = Proc::spawn("relay", cmd);
     testkit::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
+    let mut cold = joins(&exe, &token, &relay_addr, &replicas, t0, "fastrepl cold (tcp)")?;
+    cold.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    cold.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
+    cold.verified = verify_all(master, &replicas)?;
+    let mut modes = vec![cold];
+    if warm {
+        println!("\n-- fastrepl: {n} more agents against the warm relay");
+        let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+        let (forks0, cpu0) = (stat(&mut mc, "stats", "total_forks")?, cpu_secs(master.pid()));
+        let mut m = joins(&exe, &token, &relay_addr, &replicas, Instant::now(), "fastrepl warm (tcp)")?;
+        m.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+        m.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
+        m.verified = verify_all(master, &replicas)?;
+        modes.push(m);
+    }
+    Ok(modes)
+}
+
+/// Join `replicas` through the relay at once; times from `t0`.
+fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &'static str) -> Result<Mode> {
+    let n = replicas.len();
     let mut joins: Vec<Proc> = replicas
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(["join", "--relay", &relay_addr, "--replica", &r.addr(), "--json"]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", "warn");
+            let mut cmd = Command::new(exe);
+            cmd.args(["join", "--relay", relay_addr, "--replica", &r.addr(), "--json"]).env("FASTREPL_TOKEN", token).env("FASTREPL_LOG", "warn");
             Proc::spawn(&format!("join-{i}"), cmd)
         })
         .collect();
     let mut per = Vec::new();
     let mut handoffs = Vec::new();
     let mut phases = String::new();
+    let mut reports = Vec::new();
+    let since = t0.elapsed().as_secs_f64();
     for j in &mut joins {
         let code = j.wait(Duration::from_secs(3600));
         let out = j.output();
@@ -111,7 +195,8 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
             bail!("{} failed (exit {code:?}):\n{out}", j.name);
         }
         let p = &report["phases"];
-        per.push(p["handed_off"].as_f64().unwrap_or(0.0));
+        // Join phases count from the join's start; the mode's clock may have started earlier (relay).
+        per.push(since + p["handed_off"].as_f64().unwrap_or(0.0));
         handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
         if phases.is_empty() {
             phases = format!(
@@ -124,12 +209,20 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
                 report["pull_mib_s"].as_f64().unwrap_or(0.0)
             );
         }
+        reports.push(report);
     }
     let secs = t0.elapsed().as_secs_f64();
-    println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1: {phases}", handoffs.join(", "));
-    let forks = stat(&mut mc, "stats", "total_forks")? - forks0;
-    let verified = verify_all(master, &replicas)?;
-    Ok(Mode { name: "fastrepl (tcp)", secs, per_replica: per, forks, verified, detail: format!("handoff {}", handoffs.join("/")) })
+    println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}", handoffs.join(", "));
+    Ok(Mode {
+        name,
+        secs,
+        per_replica: per,
+        forks: 0,
+        master_cpu_secs: 0.0,
+        verified: false,
+        detail: format!("handoff {}", handoffs.join("/")),
+        reports,
+    })
 }
 
 fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
@@ -138,6 +231,7 @@ fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
         (0..n).map(|_| Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    let cpu0 = cpu_secs(master.pid());
     let (host, port) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_string(), p.to_string())).context("master address")?;
     let t0 = Instant::now();
     for r in &replicas {
@@ -166,8 +260,10 @@ fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas in sync natively in {secs:.2} s");
     let forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    let master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     let verified = verify_all(master, &replicas)?;
-    Ok(Mode { name: "native diskless", secs, per_replica: per, forks, verified, detail: "repl-diskless-sync-delay 0".into() })
+    // The replicas are stopped when this returns: the master's replica list is clean for the next mode.
+    Ok(Mode { name: "native diskless", secs, per_replica: per, forks, master_cpu_secs, verified, detail: "repl-diskless-sync-delay 0".into(), reports: vec![] })
 }
 
 fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
