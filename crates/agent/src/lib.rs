@@ -234,7 +234,7 @@ pub fn join(cfg: &Config, transport: &dyn Transport) -> Result<Report, Error> {
     tracing::info!(relay = %cfg.relay, master = %master_addr, replica_server = %local.server, "checks passed; syncing the replica");
 
     // 2. From here on a failure resets the replica.
-    let result = sync_and_handoff(cfg, transport, &mut local, &mut master, &master_addr, &progress, &desc, &mut notes);
+    let result = sync_and_handoff(t0, cfg, transport, &mut local, &mut master, &master_addr, &progress, &desc, &mut notes);
     let (stats, log_bytes, streamed, t_first, t_pulled, t_loaded, t_caught_up, handoff, t_handed) = match result {
         Ok(x) => x,
         Err((e, handed)) => {
@@ -298,6 +298,7 @@ type Synced = (pipeline::Stats, u64, u64, f64, f64, f64, f64, Handoff, f64);
 /// master's, and must not be reset).
 #[allow(clippy::too_many_arguments)]
 fn sync_and_handoff(
+    t0: Instant,
     cfg: &Config,
     transport: &dyn Transport,
     local: &mut local::Local,
@@ -307,7 +308,7 @@ fn sync_and_handoff(
     desc: &snapshot::Descriptor,
     notes: &mut Vec<String>,
 ) -> Result<Synced, (Error, bool)> {
-    let t0 = Instant::now();
+    // Every phase is reported in seconds since the join started.
     let secs = |t0: Instant| t0.elapsed().as_secs_f64();
     let pre = |e: Error| (e, false);
     let c = &mut local.client;
@@ -341,7 +342,7 @@ fn sync_and_handoff(
     if let Framing::Eof(mark) = &framing {
         link.send(mark, "EOF mark").map_err(pre)?;
     }
-    let t_first = stats.first_byte.map(|t| t.duration_since(t0).as_secs_f64()).unwrap_or(secs(t0)) + 0.0;
+    let t_first = stats.first_byte.map(|t| t.duration_since(t0).as_secs_f64()).unwrap_or(secs(t0));
     let t_pulled = secs(t0);
     tracing::info!(bytes = stats.bytes, secs = t_pull0.elapsed().as_secs_f64(), "snapshot sent; replica loading");
 
