@@ -91,6 +91,25 @@ pub struct Config {
     pub load_timeout: Duration,
     /// How long to wait for the replica to be in sync with the master after the handoff.
     pub handoff_timeout: Duration,
+    /// Live progress for a display: RDB bytes sent to the replica so far, and the phase.
+    pub live: std::sync::Arc<Live>,
+}
+
+/// Progress that a display can poll while a join runs.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// RDB bytes sent to the replica.
+    pub rdb_bytes_sent: std::sync::atomic::AtomicU64,
+    /// RDB length once known (0 = not yet).
+    pub rdb_bytes_total: std::sync::atomic::AtomicU64,
+    /// Current phase, as text.
+    pub phase: std::sync::Mutex<&'static str>,
+}
+
+impl Live {
+    fn set_phase(&self, p: &'static str) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
 }
 
 /// How the replica was handed to its master.
@@ -338,7 +357,17 @@ fn sync_and_handoff(
     link.send(&replication::master::fullresync(&replid, desc.offset), "FULLRESYNC").map_err(pre)?;
     link.send(&framing.header(), "RDB header").map_err(pre)?;
     let t_pull0 = Instant::now();
-    let stats = pipeline::pull(transport, progress, cfg.readers, cfg.window_blocks, &mut |b| link.send(b, "RDB block")).map_err(pre)?;
+    cfg.live.set_phase("pulling");
+    let stats = pipeline::pull(transport, progress, cfg.readers, cfg.window_blocks, &mut |b| {
+        link.send(b, "RDB block")?;
+        cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, Ordering::Relaxed);
+        if let Some(l) = progress.get_length() {
+            cfg.live.rdb_bytes_total.store(l, Ordering::Relaxed);
+        }
+        Ok(())
+    })
+    .map_err(pre)?;
+    cfg.live.set_phase("loading");
     if let Framing::Eof(mark) = &framing {
         link.send(mark, "EOF mark").map_err(pre)?;
     }
@@ -359,6 +388,7 @@ fn sync_and_handoff(
     })
     .map_err(pre)?;
     let t_loaded = secs(t0);
+    cfg.live.set_phase("streaming log");
 
     // The log, until we have sent everything the relay had when we last asked.
     let mut reader = transport.open().map_err(|e| pre(Error::Relay(e)))?;
@@ -384,6 +414,7 @@ fn sync_and_handoff(
     })
     .map_err(pre)?;
     let t_caught_up = secs(t0);
+    cfg.live.set_phase("handing off");
 
     // Handoff. Can the master continue from here?
     let m = master.info("replication").map_err(|e| pre(Error::Master(e)))?;
@@ -412,6 +443,7 @@ fn sync_and_handoff(
     })
     .map_err(post)?;
     let t_handed = secs(t0);
+    cfg.live.set_phase("done");
     let (full1, partial1) = sync_counters(master).map_err(post)?;
     let handoff = if partial1 > partial0 && full1 == full0 {
         Handoff::Partial

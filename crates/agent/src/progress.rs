@@ -60,6 +60,11 @@ impl Progress {
         g.clone()
     }
 
+    /// The RDB length, once known (cheap: no clone of the checksums).
+    pub fn get_length(&self) -> Option<u64> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).desc.length
+    }
+
     /// Wake waiters (used when something else, e.g. a reader, changed state they watch).
     pub fn notify(&self) {
         self.changed.notify_all();

@@ -198,11 +198,18 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         window_blocks: a.window_blocks.clamp(1, 1024),
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
+        live: Default::default(),
     };
     // `auto` is tcp until the shm and ucx transports exist.
     let transport = transport::tcp::TcpTransport::new(a.relay, token);
     tracing::info!(transport = "tcp", "transport selected");
-    match agent::join(&cfg, &transport) {
+    let bar = progress_bar(cfg.live.clone());
+    let result = agent::join(&cfg, &transport);
+    if let Some((stop, h)) = bar {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = h.join();
+    }
+    match result {
         Ok(report) => {
             if a.json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -225,6 +232,34 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// A one-line progress display on stderr, only when stderr is a terminal.
+fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
+    use std::io::{IsTerminal, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let h = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while !s.load(Ordering::SeqCst) {
+            let sent = live.rdb_bytes_sent.load(Ordering::Relaxed) as f64 / 1048576.0;
+            let total = live.rdb_bytes_total.load(Ordering::Relaxed) as f64 / 1048576.0;
+            let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
+            let width = 30;
+            let filled = if total > 0.0 { ((sent / total) * width as f64) as usize } else { 0 };
+            let bar: String = (0..width).map(|i| if i < filled { '#' } else { '.' }).collect();
+            let total_s = if total > 0.0 { format!("{total:.0}") } else { "?".into() };
+            eprint!("\r[{bar}] {sent:.0}/{total_s} MiB  {:.0} MiB/s  {phase:<14}", sent / t0.elapsed().as_secs_f64().max(1e-3));
+            let _ = std::io::stderr().flush();
+            std::thread::sleep(Duration::from_millis(200)); // Display refresh period.
+        }
+        eprintln!();
+    });
+    Some((stop, h))
 }
 
 fn print_report(r: &agent::Report) {
