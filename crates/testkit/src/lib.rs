@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod data;
+pub mod netns;
 
 use client::Client;
 use std::path::{Path, PathBuf};
@@ -108,8 +109,12 @@ fn tail(path: &Path, lines: usize) -> String {
 pub struct Server {
     /// Which build.
     pub flavor: Flavor,
-    /// Its port on 127.0.0.1.
+    /// Its port.
     pub port: u16,
+    /// The address it is reached at (127.0.0.1, or its namespace's address).
+    pub host: String,
+    /// The network namespace it runs in, if not ours.
+    pub ns: Option<String>,
     child: Child,
     dir: tempfile::TempDir,
     /// Password clients must use, if any.
@@ -124,6 +129,11 @@ impl Server {
 
     /// Like [`Server::start`], returning errors.
     pub fn try_start(flavor: Flavor, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_in(flavor, None, "127.0.0.1", extra)
+    }
+
+    /// Start in network namespace `ns` (if any), reachable at `host` (it also binds 127.0.0.1).
+    pub fn try_start_in(flavor: Flavor, ns: Option<&str>, host: &str, extra: &[&str]) -> Result<Server, String> {
         let bin = flavor.binary();
         if !bin.exists() {
             return Err(format!("{} not found: run scripts/setup.sh", bin.display()));
@@ -131,8 +141,21 @@ impl Server {
         let dir = tempfile::Builder::new().prefix(&format!("fastrepl-{}-", flavor.name())).tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let log = dir.path().join("server.log");
-        let mut cmd = Command::new(&bin);
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let binds: Vec<&str> = if host == "127.0.0.1" { vec!["127.0.0.1"] } else { vec![host, "127.0.0.1"] };
+        if host != "127.0.0.1" {
+            // A passwordless server refuses non-loopback clients in protected mode; this one is on a
+            // namespace link that only the test can reach.
+            cmd.args(["--protected-mode", "no"]);
+        }
+        cmd.args(["--port", &port.to_string(), "--bind"]).args(&binds).args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(dir.path())
             .arg("--logfile")
@@ -144,7 +167,7 @@ impl Server {
         cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let password = extra.windows(2).find(|w| w[0] == "--requirepass").map(|w| w[1].to_string());
         let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut s = Server { flavor, port, child, dir, password };
+        let mut s = Server { flavor, port, host: host.to_string(), ns: ns.map(str::to_string), child, dir, password };
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(Some(st)) = s.child.try_wait() {
@@ -162,15 +185,24 @@ impl Server {
         }
     }
 
-    /// `127.0.0.1:port`.
+    /// `host:port`.
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     /// A client (authenticated as the default user if the server has a password).
     pub fn try_client(&self) -> Result<Client, client::Error> {
         let auth = self.password.as_ref().map(|p| replication::replica::Auth { user: None, password: p.clone() });
-        Client::connect(&self.addr(), auth.as_ref(), Duration::from_secs(60))
+        let addr = self.addr();
+        match &self.ns {
+            None => Client::connect(&addr, auth.as_ref(), Duration::from_secs(60)),
+            // A socket made inside the namespace stays there; the client is then used from here.
+            Some(ns) => netns::within(ns, move || Client::connect(&addr, auth.as_ref(), Duration::from_secs(60))).map_err(|e| client::Error::Io {
+                op: "enter namespace for",
+                addr: self.addr(),
+                source: std::io::Error::other(e),
+            })?,
+        }
     }
 
     /// A client; panics on failure.
