@@ -73,3 +73,24 @@ fn one_fork_serves_concurrent_and_late_agents() {
         assert_identical(&master, r);
     }
 }
+
+#[test]
+fn a_full_log_seals_the_generation_and_the_next_agent_gets_a_fresh_one() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_every_type(&mut master.client(), 1, true);
+    let forks0 = info_num(&master, "stats", "total_forks");
+    let relay = relay(&master.addr(), &["--block-size", "65536", "--log-max-bytes", "65536"], &[]);
+    let replicas: Vec<Server> = (0..2).map(|_| Server::start(Flavor::Redis70, &[])).collect();
+    assert_partial(&join(&relay.addr, &replicas[0].addr(), &[], &[]));
+    // Write past the log bound: the relay seals generation 1 and lets go of the master link.
+    data::fill_small_mixed(&mut master.client(), 5000);
+    wait_until("the relay to seal its generation", Duration::from_secs(20), || relay.proc.output().contains("generation sealed").then_some(()));
+    let j = join(&relay.addr, &replicas[1].addr(), &[], &[]);
+    assert_partial(&j);
+    assert_eq!(j.report["generation"], 2, "{}", j.output);
+    assert_eq!(info_num(&master, "stats", "total_forks") - forks0, 2, "one fork per generation");
+    for r in &replicas {
+        wait_caught_up(&master, r);
+        assert_identical(&master, r);
+    }
+}
