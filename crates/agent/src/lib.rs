@@ -62,6 +62,16 @@ pub enum Error {
     /// A wait ran past its deadline.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The join was interrupted (SIGINT/SIGTERM).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+fn check_cancel(cancel: &std::sync::atomic::AtomicBool) -> Result<(), Error> {
+    if cancel.load(Ordering::SeqCst) {
+        return Err(Error::Interrupted);
+    }
+    Ok(())
 }
 
 /// The join's configuration.
@@ -93,6 +103,8 @@ pub struct Config {
     pub handoff_timeout: Duration,
     /// Live progress for a display: RDB bytes sent to the replica so far, and the phase.
     pub live: std::sync::Arc<Live>,
+    /// Set from outside (a signal) to abandon the join; before the handoff the replica is reset.
+    pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Progress that a display can poll while a join runs.
@@ -197,9 +209,10 @@ fn split_host_port(addr: &str) -> Result<(String, String), Error> {
     Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
 }
 
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<Option<T>, Error>) -> Result<T, Error> {
+fn wait_for<T>(cancel: &std::sync::atomic::AtomicBool, what: &str, timeout: Duration, mut f: impl FnMut() -> Result<Option<T>, Error>) -> Result<T, Error> {
     let deadline = Instant::now() + timeout;
     loop {
+        check_cancel(cancel)?;
         if let Some(t) = f()? {
             return Ok(t);
         }
@@ -358,7 +371,7 @@ fn sync_and_handoff(
     link.send(&framing.header(), "RDB header").map_err(pre)?;
     let t_pull0 = Instant::now();
     cfg.live.set_phase("pulling");
-    let stats = pipeline::pull(transport, progress, cfg.readers, cfg.window_blocks, &mut |b| {
+    let stats = pipeline::pull(transport, progress, cfg.readers, cfg.window_blocks, &cfg.cancel, &mut |b| {
         link.send(b, "RDB block")?;
         cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, Ordering::Relaxed);
         if let Some(l) = progress.get_length() {
@@ -377,7 +390,7 @@ fn sync_and_handoff(
 
     // Loaded: the link is up at the snapshot's replid (with EOF framing it also sent its first ACK).
     let need_ack = matches!(framing, Framing::Eof(_));
-    wait_for("the replica to load the snapshot", cfg.load_timeout, || {
+    wait_for(&cfg.cancel, "the replica to load the snapshot", cfg.load_timeout, || {
         link.check_open()?;
         pipeline_check(&progress.get())?;
         if need_ack && !link.ack_seen.load(Ordering::SeqCst) {
@@ -396,6 +409,7 @@ fn sync_and_handoff(
     const LOG_CHUNK: u32 = 4 << 20;
     loop {
         link.check_open().map_err(pre)?;
+        check_cancel(&cfg.cancel).map_err(pre)?;
         let chunk = reader.read_log(desc.generation, streamed + 1, LOG_CHUNK).map_err(|e| pre(Error::Relay(e)))?;
         if !chunk.is_empty() {
             link.send(&chunk, "stream").map_err(pre)?;
@@ -407,7 +421,7 @@ fn sync_and_handoff(
     }
     let log_bytes = streamed - desc.offset;
     // The replica must have applied exactly what we sent: that offset is what it will offer the master.
-    wait_for("the replica to apply the stream", Duration::from_secs(60), || {
+    wait_for(&cfg.cancel, "the replica to apply the stream", Duration::from_secs(60), || {
         link.check_open()?;
         let st = local::repl_state(&mut local.client).map_err(Error::Replica)?;
         Ok((st.link_up && st.offset == Some(streamed)).then_some(()))
@@ -437,7 +451,7 @@ fn sync_and_handoff(
     let _ = link.s.shutdown(std::net::Shutdown::Both);
     let post = |e: Error| (e, true);
     let want_master = format!("{host}:{port}");
-    wait_for("the replica's link to the master", cfg.handoff_timeout, || {
+    wait_for(&cfg.cancel, "the replica's link to the master", cfg.handoff_timeout, || {
         let st = local::repl_state(&mut local.client).map_err(Error::Replica)?;
         Ok((st.master.as_deref() == Some(want_master.as_str()) && st.link_up && !st.syncing).then_some(()))
     })

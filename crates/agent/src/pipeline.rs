@@ -70,6 +70,7 @@ pub fn pull(
     progress: &Arc<Progress>,
     readers: usize,
     window: u64,
+    cancel: &std::sync::atomic::AtomicBool,
     sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<Stats, Error> {
     let shared = Shared {
@@ -90,7 +91,7 @@ pub fn pull(
                 })
                 .map_err(|e| Error::Local(format!("spawn reader thread: {e}")))?;
         }
-        let result = write_loop(progress, &shared, sink);
+        let result = write_loop(progress, &shared, cancel, sink);
         shared.lock().finished = true;
         shared.cond.notify_all();
         let mut stats = result?;
@@ -175,9 +176,15 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
     }
 }
 
-fn write_loop(progress: &Progress, shared: &Shared, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
+fn write_loop(
+    progress: &Progress,
+    shared: &Shared,
+    cancel: &std::sync::atomic::AtomicBool,
+    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<Stats, Error> {
     let mut stats = Stats::default();
     loop {
+        crate::check_cancel(cancel)?;
         let v = progress.get();
         check_view(&v)?;
         let next = shared.lock().next_write;

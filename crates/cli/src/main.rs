@@ -199,7 +199,9 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
+        cancel: Default::default(),
     };
+    on_interrupt(cfg.cancel.clone());
     // `auto` is tcp until the shm and ucx transports exist.
     let transport = transport::tcp::TcpTransport::new(a.relay, token);
     tracing::info!(transport = "tcp", "transport selected");
@@ -229,9 +231,32 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 println!("{}", serde_json::json!({"ok": false, "error": e.to_string()}));
             }
             eprintln!("{retry}");
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
+}
+
+/// SIGINT and SIGTERM set `cancel` (a join then resets the replica before exiting), instead of
+/// killing the process and leaving the replica pointed at a listener that is gone.
+fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn handler(_: libc::c_int) {
+        // Only an atomic store: async-signal-safe.
+        SIGNALLED.store(true, Ordering::SeqCst);
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `handler` is an `extern "C" fn(c_int)` that only performs an atomic store, which is
+        // async-signal-safe; installing it has no other preconditions.
+        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
+    }
+    std::thread::spawn(move || loop {
+        if SIGNALLED.load(Ordering::SeqCst) {
+            cancel.store(true, Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50)); // Relays the signal flag; not synchronization.
+    });
 }
 
 /// A one-line progress display on stderr, only when stderr is a terminal.

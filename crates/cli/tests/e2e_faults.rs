@@ -163,3 +163,18 @@ fn local_server_killed_mid_sync() {
     assert_partial(&join(&relay.addr, &replica2.addr(), &[], &[]));
     assert_identical(&master, &replica2);
 }
+
+#[test]
+fn interrupted_join_resets_the_replica() {
+    let master = slow_master();
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = start_join(&relay.addr, &replica.addr(), &[], &[]);
+    wait_replica_syncing(&replica);
+    // SAFETY: sending SIGTERM to our own child process, whose pid is valid while `j` lives.
+    assert_eq!(unsafe { libc::kill(j.pid() as i32, libc::SIGTERM) }, 0);
+    let j = finish_join(j);
+    assert_eq!(j.code, Some(130), "{}", j.output);
+    assert!(j.output.contains("interrupted"), "{}", j.output);
+    assert_untouched(&replica);
+}
