@@ -13,10 +13,12 @@
 //! partial resync becomes the master's native full sync, which we wait for and report as such.
 #![deny(missing_docs)]
 
+pub mod fetch;
 pub mod local;
 pub mod pipeline;
 pub mod progress;
 pub mod replica_link;
+pub mod select;
 
 use client::Client;
 use replication::framing::Framing;
@@ -105,6 +107,8 @@ pub struct Config {
     pub live: std::sync::Arc<Live>,
     /// Set from outside (a signal) to abandon the join; before the handoff the replica is reset.
     pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The transport for the snapshot (`--transport`).
+    pub transport: select::Choice,
 }
 
 /// Progress that a display can poll while a join runs.
@@ -158,6 +162,8 @@ pub struct Report {
     pub handoff: Handoff,
     /// The transport used.
     pub transport: String,
+    /// What it ran on (for ucx: UCX's transport/device carrying the GETs), and why it was chosen.
+    pub transport_detail: String,
     /// Relay, replica and master addresses.
     pub relay: String,
     /// The local server.
@@ -223,8 +229,8 @@ fn wait_for<T>(cancel: &std::sync::atomic::AtomicBool, what: &str, timeout: Dura
     }
 }
 
-/// Run a join over `transport`.
-pub fn join(cfg: &Config, transport: &dyn Transport) -> Result<Report, Error> {
+/// Run a join.
+pub fn join(cfg: &Config) -> Result<Report, Error> {
     let t0 = Instant::now();
     let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
     let mut notes = Vec::new();
@@ -233,6 +239,9 @@ pub fn join(cfg: &Config, transport: &dyn Transport) -> Result<Report, Error> {
     let mut local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.force)?;
     let attached = progress::attach(cfg.relay, &cfg.token, Duration::from_secs(600))?;
     let progress = attached.progress.clone();
+    let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
+    let transport: &dyn Transport = transport.as_ref();
+    tracing::info!(transport = transport.name(), reason = %why, "transport selected");
     let master_addr = cfg.master.clone().unwrap_or(attached.master.clone());
     let mut master = Client::connect(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
     let master_server = master
@@ -285,6 +294,10 @@ pub fn join(cfg: &Config, transport: &dyn Transport) -> Result<Report, Error> {
     Ok(Report {
         handoff,
         transport: transport.name().into(),
+        transport_detail: match transport.detail() {
+            Some(d) => format!("{d}; {why}"),
+            None => why,
+        },
         relay: cfg.relay.to_string(),
         replica: cfg.replica.clone(),
         master: master_addr,

@@ -71,10 +71,23 @@ impl Progress {
     }
 }
 
+/// The transports a relay offers, from its hello.
+#[derive(Debug, Clone, Default)]
+pub struct Offered {
+    /// Names (`shm`, `ucx`, `tcp`).
+    pub transports: Vec<String>,
+    /// The shm transport's abstract socket.
+    pub shm_socket: Option<String>,
+    /// The UCX transports the relay's context has.
+    pub ucx_transports: Vec<String>,
+}
+
 /// What the relay said when we connected.
 pub struct Attached {
     /// The master as the relay reaches it.
     pub master: String,
+    /// What the relay offers.
+    pub offered: Offered,
     /// Live progress of our generation.
     pub progress: Arc<Progress>,
     /// When the first descriptor arrived.
@@ -84,8 +97,8 @@ pub struct Attached {
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
 pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<Attached, crate::Error> {
     let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::Relay)?;
-    let master = match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
-        Control::Hello { master, .. } => master,
+    let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
+        Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
         other => return Err(crate::Error::RelayProtocol(format!("expected hello, got {other:?}"))),
     };
     let deadline = Instant::now() + wait_max;
@@ -104,7 +117,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
         .name("control".into())
         .spawn(move || follow(s, p))
         .map_err(|e| crate::Error::Local(format!("spawn control thread: {e}")))?;
-    Ok(Attached { master, progress, at: Instant::now() })
+    Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 
 fn follow(mut s: TcpStream, p: Arc<Progress>) {

@@ -26,6 +26,8 @@ enum Cmd {
     Join(JoinArgs),
     /// Compare two servers' datasets (exit 0 iff identical).
     Verify(VerifyArgs),
+    /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
+    Fetch(FetchArgs),
     /// The self-contained demonstration: a master with data, a relay, two replicas, native side by side.
     Demo(demo::DemoArgs),
 }
@@ -33,8 +35,11 @@ enum Cmd {
 #[derive(clap::Args)]
 struct RelayArgs {
     /// The master, host:port.
-    #[arg(long)]
-    master: String,
+    #[arg(long, required_unless_present = "file")]
+    master: Option<String>,
+    /// Serve this file as the snapshot instead of capturing from a master (remote-read benchmarks).
+    #[arg(long, conflicts_with = "master")]
+    file: Option<PathBuf>,
     /// Where agents connect. A non-loopback address requires a token.
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: SocketAddr,
@@ -65,6 +70,9 @@ struct RelayArgs {
     /// Most agent connections at once.
     #[arg(long, default_value_t = 256)]
     connections_max: usize,
+    /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
+    transport: String,
 }
 
 #[derive(clap::Args)]
@@ -96,8 +104,9 @@ struct JoinArgs {
     /// Replace the local server's data if it has any.
     #[arg(long)]
     force: bool,
-    /// Transport for the snapshot.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "tcp"])]
+    /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
+    /// device, tcp otherwise, and says which.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
     transport: String,
     /// Where the agent listens for its replica.
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -115,6 +124,31 @@ struct JoinArgs {
     #[arg(long, default_value_t = 3600)]
     handoff_timeout_secs: u64,
     /// Print one JSON object with the report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct FetchArgs {
+    /// The relay, host:port.
+    #[arg(long)]
+    relay: SocketAddr,
+    /// Where to write the bytes; `-` for stdout.
+    #[arg(long)]
+    out: PathBuf,
+    /// File holding the relay token (else $FASTREPL_TOKEN).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Transport: auto, ucx, shm or tcp.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
+    transport: String,
+    /// Reads in flight.
+    #[arg(long, default_value_t = 4)]
+    readers: usize,
+    /// Blocks buffered ahead of the writer at most.
+    #[arg(long, default_value_t = 16)]
+    window_blocks: u64,
+    /// Print the report as JSON (on stderr when the bytes go to stdout).
     #[arg(long)]
     json: bool,
 }
@@ -145,12 +179,15 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: UCX reads these from the environment.
+    ucx::apply_tuned_env();
     let cli = Cli::parse();
     init_logging();
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
         Cmd::Join(a) => join(a),
         Cmd::Verify(a) => verify(a),
+        Cmd::Fetch(a) => fetch(a),
         Cmd::Demo(a) => demo::run(a),
     };
     match r {
@@ -164,7 +201,8 @@ fn main() -> ExitCode {
 
 fn relay(a: RelayArgs) -> Result<ExitCode> {
     let cfg = relay::Config {
-        master: a.master,
+        master: a.master.clone().unwrap_or_else(|| format!("file:{}", a.file.as_ref().map(|f| f.display().to_string()).unwrap_or_default())),
+        file: a.file,
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
         token: secrets::token(a.token_file.as_deref())?,
@@ -176,11 +214,68 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
             log_age_max: Duration::from_secs(a.log_max_age_secs),
         },
         connections_max: a.connections_max,
+        offer: offer(&a.transport),
     };
     let r = relay::Relay::start(cfg).context("start relay")?;
-    eprintln!("fastrepl relay listening on {}", r.local_addr());
+    eprintln!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
     r.wait();
     Ok(ExitCode::SUCCESS)
+}
+
+fn fetch(a: FetchArgs) -> Result<ExitCode> {
+    use std::io::Write;
+    let token = secrets::token(a.token_file.as_deref())?;
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    on_interrupt(cancel.clone());
+    let to_stdout = a.out.as_os_str() == "-";
+    let mut out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock()))
+    } else {
+        Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
+    };
+    let choice = a.transport.parse().map_err(anyhow::Error::msg)?;
+    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers.clamp(1, 64), a.window_blocks.clamp(1, 1024), &cancel, &mut |b| {
+        out.write_all(b).map_err(|e| agent::Error::Local(format!("write fetched bytes: {e}")))
+    });
+    let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Local(format!("flush output: {e}"))));
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => {
+            if !to_stdout {
+                let _ = std::fs::remove_file(&a.out); // never leave a partial copy looking whole
+            }
+            anyhow::bail!("fetch from {} failed: {e}", a.relay);
+        }
+    };
+    let line = if a.json {
+        serde_json::to_string(&r)?
+    } else {
+        format!(
+            "fetched {:.1} MiB in {:.2} s ({:.0} MiB/s) over {} ({}); CPU {:.2} s",
+            r.bytes as f64 / (1 << 20) as f64,
+            r.secs,
+            r.mib_s,
+            r.transport,
+            r.transport_detail,
+            r.cpu_secs
+        )
+    };
+    if to_stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `--transport` on the relay offers.
+fn offer(t: &str) -> relay::Offer {
+    match t {
+        "tcp" => relay::Offer { tcp: true, shm: false, ucx: false },
+        "shm" => relay::Offer { tcp: false, shm: true, ucx: false },
+        "ucx" => relay::Offer { tcp: false, shm: false, ucx: true },
+        _ => relay::Offer::ALL,
+    }
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
@@ -200,13 +295,11 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
         cancel: Default::default(),
+        transport: a.transport.parse().map_err(anyhow::Error::msg)?,
     };
     on_interrupt(cfg.cancel.clone());
-    // `auto` is tcp until the shm and ucx transports exist.
-    let transport = transport::tcp::TcpTransport::new(a.relay, token);
-    tracing::info!(transport = "tcp", "transport selected");
     let bar = progress_bar(cfg.live.clone());
-    let result = agent::join(&cfg, &transport);
+    let result = agent::join(&cfg);
     if let Some((stop, h)) = bar {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = h.join();
@@ -289,7 +382,7 @@ fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std
 
 fn print_report(r: &agent::Report) {
     let p = &r.phases;
-    println!("replica {} ({}) ← relay {} over {}, master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.master, r.master_server);
+    println!("replica {} ({}) ← relay {} over {} ({}), master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.transport_detail, r.master, r.master_server);
     println!(
         "snapshot: generation {}, {:.1} MiB in {} blocks at {:.0} MiB/s; log {} bytes; handoff at offset {}",
         r.generation,

@@ -12,7 +12,9 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+mod file;
 pub mod serve;
+
 
 use replication::replica::Auth;
 use snapshot::{Generation, State};
@@ -56,6 +58,27 @@ pub struct Config {
     pub snapshot: snapshot::Config,
     /// Most agent connections served at once.
     pub connections_max: usize,
+    /// Which transports to offer besides the TCP control connection.
+    pub offer: Offer,
+    /// Serve this file as the snapshot instead of capturing from a master (`master` is then only a
+    /// label).
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Transports a relay offers. Control connections and log reads always use TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// Range reads over TCP.
+    pub tcp: bool,
+    /// The memfd over a unix socket, for agents on this host.
+    pub shm: bool,
+    /// UCX RMA (RDMA READ where there is a device).
+    pub ucx: bool,
+}
+
+impl Offer {
+    /// Everything that works here (`--transport auto`).
+    pub const ALL: Offer = Offer { tcp: true, shm: true, ucx: true };
 }
 
 impl Config {
@@ -85,6 +108,10 @@ pub(crate) struct Shared {
     demand: AtomicBool,
     stop: AtomicBool,
     connections: std::sync::atomic::AtomicUsize,
+    /// The abstract unix socket of the shm transport, when offered.
+    shm_socket: Option<String>,
+    /// The UCX side, when offered and UCX initialised.
+    ucx: Option<ucx::serve::UcxServer>,
 }
 
 impl Shared {
@@ -99,6 +126,33 @@ impl Shared {
         drop(all);
         *self.lock_current() = Some(gen);
         self.changed.notify_all();
+    }
+
+    /// The transports this relay offers, by name.
+    fn offered(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.shm_socket.is_some() {
+            v.push("shm".to_string());
+        }
+        if self.ucx.is_some() {
+            v.push("ucx".to_string());
+        }
+        if self.config.offer.tcp {
+            v.push("tcp".to_string());
+        }
+        v
+    }
+
+    fn ucx_transports(&self) -> Vec<String> {
+        self.ucx.as_ref().map(|u| u.transports()).unwrap_or_default()
+    }
+
+    /// The UCX remote key of one segment of `gen`, serialized for the agent.
+    fn ucx_key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, String> {
+        match &self.ucx {
+            Some(u) => u.key(gen, segment),
+            None => Err("this relay does not offer ucx".into()),
+        }
     }
 
     /// Generation `id` if anyone still holds it.
@@ -142,6 +196,18 @@ impl Relay {
         config.validate()?;
         let listener = TcpListener::bind(config.listen).map_err(|source| Error::Listen { addr: config.listen, source })?;
         let local_addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
+        let shm = if config.offer.shm { Some(bind_shm_socket(local_addr)?) } else { None };
+        let ucx = if config.offer.ucx {
+            match ucx::serve::UcxServer::start() {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    tracing::warn!(error = %e, "UCX unavailable; not offering ucx");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             config,
             current: Mutex::new(None),
@@ -150,20 +216,42 @@ impl Relay {
             demand: AtomicBool::new(true),
             stop: AtomicBool::new(false),
             connections: std::sync::atomic::AtomicUsize::new(0),
+            shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
+            ucx,
         });
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
-        let s1 = shared.clone();
-        let capture = std::thread::Builder::new()
-            .name("capture".into())
-            .spawn(move || capture::supervise(s1, announce))
-            .map_err(|e| Error::Config(format!("spawn capture thread: {e}")))?;
+        let capture = if let Some(path) = shared.config.file.clone() {
+            file::load(&shared, &path)?;
+            std::thread::spawn(|| {})
+        } else {
+            let s1 = shared.clone();
+            std::thread::Builder::new()
+                .name("capture".into())
+                .spawn(move || capture::supervise(s1, announce))
+                .map_err(|e| Error::Config(format!("spawn capture thread: {e}")))?
+        };
         let s2 = shared.clone();
         let server = std::thread::Builder::new()
             .name("accept".into())
             .spawn(move || serve::accept_loop(s2, listener))
             .map_err(|e| Error::Config(format!("spawn accept thread: {e}")))?;
-        tracing::info!(listen = %local_addr, master = %shared.config.master, "relay started");
-        Ok(Relay { shared, local_addr, threads: vec![capture, server] })
+        let mut threads = vec![capture, server];
+        if let Some((_, unix)) = shm {
+            let s3 = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("accept-shm".into())
+                    .spawn(move || serve::accept_unix_loop(s3, unix))
+                    .map_err(|e| Error::Config(format!("spawn shm accept thread: {e}")))?,
+            );
+        }
+        tracing::info!(listen = %local_addr, master = %shared.config.master, transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
+        Ok(Relay { shared, local_addr, threads })
+    }
+
+    /// The transports offered, by name.
+    pub fn offered(&self) -> Vec<String> {
+        self.shared.offered()
     }
 
     /// Where agents connect.
@@ -183,5 +271,18 @@ impl Relay {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.changed.notify_all();
         let _ = std::net::TcpStream::connect(self.local_addr);
+        if let Some(name) = &self.shared.shm_socket {
+            let _ = transport::shm::connect(name, &Token::empty(), transport::auth::Kind::Data);
+        }
     }
+}
+
+/// Bind the shm transport's abstract unix socket. The name carries the TCP port and our pid, so two
+/// relays on one host never collide, and it vanishes with the process (abstract sockets have no file).
+fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::UnixListener), Error> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("fastrepl-relay-{}-{}", local.port(), std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::Config(format!("shm socket name: {e}")))?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Config(format!("bind shm socket @{name}: {e}")))?;
+    Ok((name, l))
 }

@@ -5,6 +5,8 @@ use crate::Shared;
 use snapshot::Generation;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,69 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const GENERATION_WAIT: Duration = Duration::from_secs(600);
 /// Data connections idle this long are closed.
 const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
+
+/// A connection agents read over: TCP, or the shm transport's unix socket.
+pub(crate) trait DataStream: std::io::Read + std::io::Write + AsRawFd {
+    /// Answer a shm attach: only possible over a unix socket.
+    fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error>;
+}
+
+impl DataStream for TcpStream {
+    fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
+        tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
+    }
+}
+
+impl DataStream for UnixStream {
+    fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error> {
+        transport::shm::send_region(self, gen.region())
+    }
+}
+
+/// Serve the shm transport's unix socket: data connections only.
+pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let mut s = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept on the shm socket failed");
+                continue;
+            }
+        };
+        if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
+            tracing::warn!(max = shared.config.connections_max, "too many connections; closing");
+            continue;
+        }
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new().name("agent-shm".into()).spawn(move || {
+            let span = tracing::info_span!("agent", peer = "shm");
+            let _g = span.enter();
+            let r = (|| {
+                s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
+                s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
+                match auth::server(&mut s, &sh.config.token)? {
+                    Kind::Data => {
+                        s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+                        serve_data(&sh, s)
+                    }
+                    Kind::Control => Err(Error::Protocol("control connections go over TCP, not the shm socket".into())),
+                }
+            })();
+            if let Err(e) = r {
+                tracing::info!(error = %e, "shm connection ended");
+            }
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "spawn connection thread");
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     for conn in listener.incoming() {
@@ -67,14 +132,23 @@ fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     let kind = auth::server(&mut s, &shared.config.token)?;
     match kind {
         Kind::Control => serve_control(shared, s),
-        Kind::Data => serve_data(shared, s),
+        Kind::Data => {
+            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+            serve_data(shared, s)
+        }
     }
 }
 
 fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     wire::send_control(
         &mut s,
-        &Control::Hello { master: shared.config.master.clone(), transports: vec!["tcp".into()], relay_version: env!("CARGO_PKG_VERSION").into() },
+        &Control::Hello {
+            master: shared.config.master.clone(),
+            transports: shared.offered(),
+            relay_version: env!("CARGO_PKG_VERSION").into(),
+            shm_socket: shared.shm_socket.clone(),
+            ucx_transports: shared.ucx_transports(),
+        },
     )?;
     // Wait for a usable generation, heartbeating so the agent knows we are alive.
     let deadline = Instant::now() + GENERATION_WAIT;
@@ -119,8 +193,7 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     }
 }
 
-fn serve_data(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
-    s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
     let mut cached: Option<Arc<Generation>> = None;
     loop {
         let mut req = [0u8; REQUEST_LEN];
@@ -131,7 +204,7 @@ fn serve_data(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
         }
         let req = Request::decode(&req)?;
         let id = match req {
-            Request::Range { generation, .. } | Request::Log { generation, .. } => generation,
+            Request::Range { generation, .. } | Request::Log { generation, .. } | Request::Attach { generation, .. } => generation,
         };
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
@@ -146,6 +219,11 @@ fn serve_data(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
             Request::Log { from, max, .. } => match gen.read_log(from, max as usize) {
+                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
+                Err(e) => tcp::send_error(&mut s, &e)?,
+            },
+            Request::Attach { transport: wire::ATTACH_SHM, .. } => s.attach_shm(gen)?,
+            Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
                 Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
                 Err(e) => tcp::send_error(&mut s, &e)?,
             },

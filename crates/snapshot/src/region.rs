@@ -17,13 +17,19 @@ impl Region {
     pub fn create(name: &str, capacity: u64) -> io::Result<Region> {
         let cname = std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: `cname` is a valid NUL-terminated string that outlives the call; the flags are constants.
-        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` was just returned by memfd_create, is valid and owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(capacity)?;
+        // Fix the size for good: agents map the region (shm transport), and a shrink would turn their
+        // reads into SIGBUS. F_SEAL_SEAL keeps anyone holding the descriptor from undoing this.
+        // SAFETY: fcntl on a descriptor we own, with constant flags.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Region { file, capacity })
     }
 
@@ -35,6 +41,12 @@ impl Region {
     /// The file, for `sendfile`, `SCM_RIGHTS` or registration.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// A new read-only descriptor of the same memory, to hand to agents: they can map it, but not
+    /// writable, and cannot write through it.
+    pub fn reopen_read_only(&self) -> io::Result<File> {
+        std::fs::OpenOptions::new().read(true).open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 
     /// Raw descriptor.

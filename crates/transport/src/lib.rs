@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod fdpass;
+pub mod shm;
 pub mod tcp;
 pub mod wire;
 
@@ -34,6 +36,9 @@ pub enum Error {
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A one-sided read (UCX) failed.
+    #[error("one-sided read: {0}")]
+    Rma(String),
     /// The relay refused a request.
     #[error("relay refused {op}: {message}")]
     Refused {
@@ -65,6 +70,10 @@ pub trait RangeReader: Send {
 pub trait Transport: Send + Sync {
     /// Its name, as reported to users (`tcp`, `shm`, `ucx`).
     fn name(&self) -> &'static str;
+    /// What it runs on underneath, when that is worth reporting (for ucx: UCX's transport and device).
+    fn detail(&self) -> Option<String> {
+        None
+    }
     /// Open one more reader.
     fn open(&self) -> Result<Box<dyn RangeReader>, Error>;
 }

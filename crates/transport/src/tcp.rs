@@ -43,17 +43,20 @@ impl Transport for TcpTransport {
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = connect(self.addr, &self.token, Kind::Data, IO_TIMEOUT)?;
-        Ok(Box::new(TcpReader { s }))
+        Ok(Box::new(StreamReader { s }))
     }
 }
 
-/// One data connection.
-pub struct TcpReader {
-    s: TcpStream,
+/// One data connection over a byte stream (TCP, or the shm transport's unix socket).
+pub struct StreamReader<S> {
+    /// The authenticated connection.
+    pub s: S,
 }
 
-impl TcpReader {
-    fn request(&mut self, req: Request, op: &'static str) -> Result<u32, Error> {
+impl<S: Read + Write> StreamReader<S> {
+    /// Send a request and read the response header; returns the body length of a success, or the
+    /// relay's refusal as an error.
+    pub fn request(&mut self, req: Request, op: &'static str) -> Result<u32, Error> {
         self.s.write_all(&req.encode()).map_err(Error::io("send read request"))?;
         let mut h = [0u8; 5];
         self.s.read_exact(&mut h).map_err(Error::io("read response header"))?;
@@ -70,7 +73,7 @@ impl TcpReader {
     }
 }
 
-impl RangeReader for TcpReader {
+impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = u32::try_from(buf.len()).ok().filter(|l| *l <= READ_MAX).ok_or_else(|| Error::Protocol("read too large".into()))?;
         let got = self.request(Request::Range { generation, offset, len }, "block read")?;
@@ -93,7 +96,7 @@ impl RangeReader for TcpReader {
 
 /// Relay side: answer a range read with a header and `len` bytes of `file` from `offset`, with
 /// `sendfile`.
-pub fn send_range(s: &mut TcpStream, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+pub fn send_range<S: Write + AsRawFd>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
     s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
     let mut off = offset as libc::off_t;
     let mut left = len as usize;
@@ -117,14 +120,14 @@ pub fn send_range(s: &mut TcpStream, file: &std::fs::File, offset: u64, len: u32
 }
 
 /// Relay side: answer with bytes from memory.
-pub fn send_bytes(s: &mut TcpStream, bytes: &[u8]) -> Result<(), Error> {
+pub fn send_bytes<S: Write>(s: &mut S, bytes: &[u8]) -> Result<(), Error> {
     let mut out = response_header(true, bytes.len() as u32).to_vec();
     out.extend_from_slice(bytes);
     s.write_all(&out).map_err(Error::io("send log bytes"))
 }
 
 /// Relay side: refuse a request with a message.
-pub fn send_error(s: &mut TcpStream, message: &str) -> Result<(), Error> {
+pub fn send_error<S: Write>(s: &mut S, message: &str) -> Result<(), Error> {
     let m = &message.as_bytes()[..message.len().min(4096)];
     let mut out = response_header(false, m.len() as u32).to_vec();
     out.extend_from_slice(m);

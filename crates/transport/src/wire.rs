@@ -24,6 +24,14 @@ pub enum Control {
         transports: Vec<String>,
         /// The relay's version.
         relay_version: String,
+        /// The abstract unix socket name of the relay's shared-memory endpoint (same host and network
+        /// namespace only), when it offers `shm`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shm_socket: Option<String>,
+        /// The UCX transports the relay's UCX context found (e.g. `rc_mlx5`, `tcp`, `posix`), when it
+        /// offers `ucx`; an agent's `auto` uses ucx only where an RDMA-capable one is among them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ucx_transports: Vec<String>,
     },
     /// The generation's state; `checksums` holds only those not sent before on this connection.
     Descriptor(snapshot::Descriptor),
@@ -75,7 +83,87 @@ pub enum Request {
         /// Most bytes wanted.
         max: u32,
     },
+    /// Ask for what a one-sided transport needs to read a generation directly: for [`ATTACH_SHM`] the
+    /// region's descriptor (over a unix socket), for [`ATTACH_UCX`] the remote key of one segment.
+    Attach {
+        /// Generation.
+        generation: u64,
+        /// Which transport ([`ATTACH_SHM`], [`ATTACH_UCX`]).
+        transport: u32,
+        /// Transport-specific argument (the segment number for ucx).
+        arg: u64,
+    },
 }
+
+/// UCX registrations cover the region in segments of this size, so a relay never registers (on verbs:
+/// pins) the sparse, mostly unwritten capacity of an EOF-framed snapshot all at once.
+pub const UCX_SEGMENT: u64 = 256 << 20;
+/// Bound on a UCX worker address or packed remote key from the relay.
+pub const UCX_BLOB_MAX: usize = 64 << 10;
+
+/// What a relay answers to a ucx attach: how to reach its worker and read one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UcxKey {
+    /// The relay worker's address.
+    pub worker: Vec<u8>,
+    /// Remote address of the segment's first byte.
+    pub base: u64,
+    /// Bytes registered.
+    pub len: u64,
+    /// The packed remote key.
+    pub rkey: Vec<u8>,
+}
+
+impl UcxKey {
+    /// Serialize: `u32 len, worker, u64 base, u64 len, u32 len, rkey` (big-endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(24 + self.worker.len() + self.rkey.len());
+        v.extend_from_slice(&(self.worker.len() as u32).to_be_bytes());
+        v.extend_from_slice(&self.worker);
+        v.extend_from_slice(&self.base.to_be_bytes());
+        v.extend_from_slice(&self.len.to_be_bytes());
+        v.extend_from_slice(&(self.rkey.len() as u32).to_be_bytes());
+        v.extend_from_slice(&self.rkey);
+        v
+    }
+    /// Parse, bounding every length.
+    pub fn decode(b: &[u8]) -> Result<UcxKey, Error> {
+        let bad = |what: &str| Error::Protocol(format!("ucx attach answer: {what}"));
+        let mut r = b;
+        let mut take = |n: usize| -> Result<&[u8], Error> {
+            if r.len() < n {
+                return Err(bad("truncated"));
+            }
+            let (a, rest) = r.split_at(n);
+            r = rest;
+            Ok(a)
+        };
+        let wl = u32::from_be_bytes(take(4)?.try_into().expect("4")) as usize;
+        if wl == 0 || wl > UCX_BLOB_MAX {
+            return Err(bad("worker address length out of bounds"));
+        }
+        let worker = take(wl)?.to_vec();
+        let base = u64::from_be_bytes(take(8)?.try_into().expect("8"));
+        let len = u64::from_be_bytes(take(8)?.try_into().expect("8"));
+        let kl = u32::from_be_bytes(take(4)?.try_into().expect("4")) as usize;
+        if kl == 0 || kl > UCX_BLOB_MAX {
+            return Err(bad("rkey length out of bounds"));
+        }
+        let rkey = take(kl)?.to_vec();
+        if !r.is_empty() {
+            return Err(bad("trailing bytes"));
+        }
+        if len == 0 || len > UCX_SEGMENT || base.checked_add(len).is_none() {
+            return Err(bad("segment bounds"));
+        }
+        Ok(UcxKey { worker, base, len, rkey })
+    }
+}
+
+/// [`Request::Attach`] for the shared-memory transport.
+pub const ATTACH_SHM: u32 = 1;
+/// [`Request::Attach`] for the UCX transport.
+pub const ATTACH_UCX: u32 = 2;
 
 /// Encoded size of a request.
 pub const REQUEST_LEN: usize = 21;
@@ -86,6 +174,7 @@ impl Request {
         let (op, g, o, l) = match *self {
             Request::Range { generation, offset, len } => (1u8, generation, offset, len),
             Request::Log { generation, from, max } => (2u8, generation, from, max),
+            Request::Attach { generation, transport, arg } => (3u8, generation, arg, transport),
         };
         let mut b = [0u8; REQUEST_LEN];
         b[0] = op;
@@ -105,6 +194,8 @@ impl Request {
         match b[0] {
             1 => Ok(Request::Range { generation: g, offset: o, len: l }),
             2 => Ok(Request::Log { generation: g, from: o, max: l }),
+            3 if l == ATTACH_SHM || l == ATTACH_UCX => Ok(Request::Attach { generation: g, transport: l, arg: o }),
+            3 => Err(Error::Protocol(format!("attach for unknown transport {l}"))),
             op => Err(Error::Protocol(format!("unknown data request op {op}"))),
         }
     }
@@ -121,6 +212,9 @@ pub fn response_header(ok: bool, len: u32) -> [u8; 5] {
 /// Fuzz entry point: decoding arbitrary control and data messages never panics.
 pub fn fuzz_one(data: &[u8]) {
     let _ = recv_control(&mut &data[..]);
+    if let Ok(k) = UcxKey::decode(data) {
+        assert_eq!(UcxKey::decode(&k.encode()).unwrap(), k);
+    }
     if let Ok(b) = <&[u8; REQUEST_LEN]>::try_from(data.get(..REQUEST_LEN).unwrap_or(&[])) {
         if let Ok(r) = Request::decode(b) {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);

@@ -14,6 +14,62 @@ pub fn fastrepl() -> Command {
     c
 }
 
+/// The transport the suite runs over, from `FASTREPL_TEST_TRANSPORT`: `tcp` (default), `shm`,
+/// `ucx-tcp` (UCX over its TCP transport) or `ucx-sm` (UCX over its shared-memory transports).
+/// `scripts/test.sh` runs the end-to-end suites once per transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Shm,
+    UcxTcp,
+    UcxSm,
+}
+
+impl Transport {
+    pub fn from_env() -> Transport {
+        match std::env::var("FASTREPL_TEST_TRANSPORT").as_deref() {
+            Ok("shm") => Transport::Shm,
+            Ok("ucx-tcp") => Transport::UcxTcp,
+            Ok("ucx-sm") => Transport::UcxSm,
+            Ok("tcp") | Err(_) => Transport::Tcp,
+            Ok(other) => panic!("FASTREPL_TEST_TRANSPORT={other}: expected tcp, shm, ucx-tcp or ucx-sm"),
+        }
+    }
+    /// The `--transport` argument for relay and join.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Shm => "shm",
+            Transport::UcxTcp | Transport::UcxSm => "ucx",
+        }
+    }
+    /// UCX's own transport selection, for both processes.
+    pub fn ucx_tls(self) -> Option<&'static str> {
+        match self {
+            Transport::UcxTcp => Some("tcp"),
+            Transport::UcxSm => Some("sm"),
+            _ => None,
+        }
+    }
+    /// Add the transport's arguments and environment to a relay or join command.
+    pub fn apply(self, cmd: &mut Command) {
+        cmd.args(["--transport", self.arg()]);
+        if let Some(tls) = self.ucx_tls() {
+            cmd.env("UCX_TLS", tls);
+        }
+    }
+    /// Check a join's report used this transport (and, for ucx, the UCX transport we asked for).
+    pub fn check_report(self, report: &serde_json::Value, output: &str) {
+        assert_eq!(report["transport"], self.arg(), "join used another transport:\n{output}");
+        let detail = report["transport_detail"].as_str().unwrap_or_default();
+        match self {
+            Transport::UcxTcp => assert!(detail.starts_with("tcp/"), "UCX did not read over tcp: {detail}"),
+            Transport::UcxSm => assert!(["posix/", "sysv/", "cma/", "xpmem/", "knem/"].iter().any(|p| detail.contains(p)), "UCX did not read over shared memory: {detail}"),
+            _ => {}
+        }
+    }
+}
+
 /// A relay process for `master`, listening on a free loopback port.
 pub struct Relay {
     pub proc: Proc,
@@ -24,6 +80,7 @@ pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let mut cmd = fastrepl();
     cmd.args(["relay", "--master", master, "--listen", &addr]).args(extra);
+    Transport::from_env().apply(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -45,6 +102,7 @@ pub struct Joined {
 pub fn start_join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
     let mut cmd = fastrepl();
     cmd.args(["join", "--relay", relay, "--replica", replica, "--json"]).args(extra);
+    Transport::from_env().apply(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -66,6 +124,7 @@ pub fn join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) ->
 pub fn assert_partial(j: &Joined) {
     assert_eq!(j.code, Some(0), "join failed:\n{}", j.output);
     assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+    Transport::from_env().check_report(&j.report, &j.output);
 }
 
 /// `verify` as a user runs it; returns (exit code, output).

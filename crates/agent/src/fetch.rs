@@ -1,0 +1,73 @@
+//! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
+//! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
+
+use crate::select::{self, Choice};
+use crate::{pipeline, progress, Error};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use transport::Token;
+
+/// What a fetch did.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchReport {
+    /// Transport used.
+    pub transport: String,
+    /// Its detail and why it was chosen.
+    pub transport_detail: String,
+    /// Bytes written out.
+    pub bytes: u64,
+    /// Blocks pulled.
+    pub blocks: u64,
+    /// Seconds from connecting to the last byte written.
+    pub secs: f64,
+    /// Seconds from the first byte to the last.
+    pub transfer_secs: f64,
+    /// MiB/s over `transfer_secs`.
+    pub mib_s: f64,
+    /// CPU seconds of this process (user + system) during the fetch.
+    pub cpu_secs: f64,
+    /// Most reads in flight at once.
+    pub reads_in_flight_max: u64,
+}
+
+/// CPU time of this process so far (user + system), in seconds.
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF has no other preconditions.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// Pull the relay's current generation and pass its bytes in order to `sink`.
+pub fn fetch(
+    relay: SocketAddr,
+    token: &Token,
+    choice: Choice,
+    readers: usize,
+    window: u64,
+    cancel: &std::sync::atomic::AtomicBool,
+    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<FetchReport, Error> {
+    let t0 = Instant::now();
+    let cpu0 = process_cpu_secs();
+    let attached = progress::attach(relay, token, Duration::from_secs(600))?;
+    let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
+    tracing::info!(transport = transport.name(), reason = %why, "transport selected");
+    let stats = pipeline::pull(transport.as_ref(), &attached.progress, readers, window, cancel, sink)?;
+    let end = Instant::now();
+    let transfer = stats.first_byte.map(|f| end.duration_since(f).as_secs_f64()).unwrap_or(0.0).max(1e-9);
+    Ok(FetchReport {
+        transport: transport.name().into(),
+        transport_detail: transport.detail().map(|d| format!("{d}; {why}")).unwrap_or(why),
+        bytes: stats.bytes,
+        blocks: stats.blocks,
+        secs: end.duration_since(t0).as_secs_f64(),
+        transfer_secs: transfer,
+        mib_s: stats.bytes as f64 / (1 << 20) as f64 / transfer,
+        cpu_secs: process_cpu_secs() - cpu0,
+        reads_in_flight_max: stats.reads_in_flight_max,
+    })
+}

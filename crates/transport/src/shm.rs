@@ -1,0 +1,179 @@
+//! The shared-memory transport, for an agent on the relay's host.
+//!
+//! The relay listens on an abstract unix socket (named in its hello; abstract sockets live in the
+//! network namespace, so only peers that share the relay's host *and* namespace reach it). After the
+//! same mutual authentication as on TCP, the agent asks for a generation and receives its memfd over
+//! `SCM_RIGHTS`, reopened read-only by the relay and sealed against shrinking. The agent maps it and
+//! copies blocks straight out of the relay's memory: the relay does no work per read. Log reads (small,
+//! and held in the relay's heap, not in the memfd) go over the same socket as on TCP.
+
+use crate::auth::{self, Kind, Token};
+use crate::tcp::StreamReader;
+use crate::wire::{Request, ATTACH_SHM};
+use crate::{fdpass, Error, RangeReader, Transport};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+use std::time::Duration;
+
+/// How long socket operations may wait on the relay.
+const IO_TIMEOUT: Duration = crate::tcp::IO_TIMEOUT;
+/// Largest region an agent maps (a bound on what a relay can make us reserve).
+pub const REGION_MAX: u64 = 1 << 40;
+
+/// Connect to a relay's abstract unix socket `name` and authenticate as `kind`.
+pub fn connect(name: &str, token: &Token, kind: Kind) -> Result<UnixStream, Error> {
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Error::io("make unix socket address"))?;
+    let mut s = UnixStream::connect_addr(&addr).map_err(Error::io("connect to the relay's shm socket"))?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(Error::io("set read timeout"))?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(Error::io("set write timeout"))?;
+    auth::client(&mut s, token, kind)?;
+    Ok(s)
+}
+
+/// The shm transport to one relay.
+#[derive(Debug, Clone)]
+pub struct ShmTransport {
+    name: String,
+    token: Token,
+}
+
+impl ShmTransport {
+    /// A transport to the relay whose hello named the abstract socket `name`.
+    pub fn new(name: String, token: Token) -> Self {
+        ShmTransport { name, token }
+    }
+
+    /// Can we reach the relay's socket from here (same host and network namespace)? Authenticates,
+    /// so a reachable socket that refuses us counts as an error, not as "elsewhere".
+    pub fn reachable(&self) -> Result<bool, Error> {
+        match connect(&self.name, &self.token, Kind::Data) {
+            Ok(_) => Ok(true),
+            Err(Error::Io { op: "connect to the relay's shm socket", .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+    fn detail(&self) -> Option<String> {
+        Some("memfd mapped read-only".into())
+    }
+    fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
+        let s = connect(&self.name, &self.token, Kind::Data)?;
+        Ok(Box::new(ShmReader { conn: StreamReader { s }, map: None }))
+    }
+}
+
+/// A read-only mapping of one generation's region.
+struct Mapping {
+    generation: u64,
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned and nothing borrows from the mapping
+        // beyond a `read` call (which holds `&mut ShmReader`).
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// One agent reader: a mapping of the current generation plus the socket for log reads.
+pub struct ShmReader {
+    conn: StreamReader<UnixStream>,
+    map: Option<Mapping>,
+}
+
+// SAFETY: the mapping is read-only memory owned by this reader alone; moving the reader to another
+// thread moves sole access with it.
+unsafe impl Send for ShmReader {}
+
+impl ShmReader {
+    fn mapping(&mut self, generation: u64) -> Result<&Mapping, Error> {
+        if self.map.as_ref().map(|m| m.generation) != Some(generation) {
+            self.map = None;
+            self.map = Some(self.attach(generation)?);
+        }
+        Ok(self.map.as_ref().expect("just set"))
+    }
+
+    fn attach(&mut self, generation: u64) -> Result<Mapping, Error> {
+        use std::io::Write;
+        let req = Request::Attach { generation, transport: ATTACH_SHM, arg: 0 };
+        self.conn.s.write_all(&req.encode()).map_err(Error::io("send shm attach request"))?;
+        let mut h = [0u8; 5];
+        let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io("receive the region's descriptor"))?;
+        let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));
+        if h[0] != 0 {
+            let mut msg = vec![0u8; len.min(4096) as usize];
+            std::io::Read::read_exact(&mut self.conn.s, &mut msg).map_err(Error::io("read error message"))?;
+            return Err(Error::Refused { op: "shm attach", message: String::from_utf8_lossy(&msg).into_owned() });
+        }
+        if len != 8 {
+            return Err(Error::Protocol(format!("shm attach answer of {len} bytes, expected 8")));
+        }
+        let fd: OwnedFd = fd.ok_or_else(|| Error::Protocol("shm attach answered without a descriptor".into()))?;
+        let mut cap = [0u8; 8];
+        std::io::Read::read_exact(&mut self.conn.s, &mut cap).map_err(Error::io("read region size"))?;
+        let capacity = u64::from_be_bytes(cap);
+        if capacity == 0 || capacity > REGION_MAX {
+            return Err(Error::Protocol(format!("region of {capacity} bytes is out of bounds")));
+        }
+        // The relay seals the region against shrinking; without that seal a truncation would turn our
+        // reads into SIGBUS, so refuse a region that lacks it.
+        // SAFETY: fcntl on a descriptor we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(Error::Protocol("the region is not sealed against shrinking".into()));
+        }
+        let size = std::fs::File::from(fd.try_clone().map_err(Error::io("duplicate region descriptor"))?)
+            .metadata()
+            .map_err(Error::io("stat region"))?
+            .len();
+        if size < capacity {
+            return Err(Error::Protocol(format!("region holds {size} bytes, relay announced {capacity}")));
+        }
+        let len = usize::try_from(capacity).map_err(|_| Error::Protocol("region too large to map".into()))?;
+        // SAFETY: mapping a descriptor we own, read-only and shared; the kernel picks the address. The
+        // region cannot shrink (sealed, checked above), so every byte below `len` stays mapped.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::Io { op: "map the relay's region", source: std::io::Error::last_os_error() });
+        }
+        Ok(Mapping { generation, ptr: ptr as *const u8, len })
+    }
+}
+
+impl RangeReader for ShmReader {
+    fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let m = self.mapping(generation)?;
+        let end = offset.checked_add(buf.len() as u64).filter(|e| *e <= m.len as u64);
+        if end.is_none() {
+            return Err(Error::Protocol(format!("read [{offset}, +{}) beyond the region ({} bytes)", buf.len(), m.len)));
+        }
+        // SAFETY: [offset, offset+len) lies inside the live read-only mapping (checked above), and
+        // `buf` is a distinct, writable local buffer. The relay only writes bytes above the published
+        // watermark, which the agent does not ask for, and every block's checksum is verified after
+        // the copy, so a racing writer could at worst cause a re-read, never unchecked data.
+        unsafe { std::ptr::copy_nonoverlapping(m.ptr.add(offset as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
+        self.conn.read_log(generation, from, max)
+    }
+}
+
+/// Relay side: answer a shm attach with the region's descriptor, reopened read-only so the agent
+/// cannot map it writable, and the region's size.
+pub fn send_region(s: &UnixStream, region: &snapshot::Region) -> Result<(), Error> {
+    let ro = region.reopen_read_only().map_err(Error::io("reopen region read-only"))?;
+    let mut msg = crate::wire::response_header(true, 8).to_vec();
+    msg.extend_from_slice(&region.capacity().to_be_bytes());
+    fdpass::send_with_fd(s, &msg, ro.as_raw_fd()).map_err(Error::io("send the region's descriptor"))
+}

@@ -1,0 +1,137 @@
+//! The relay's UCX side: a context, a worker kept progressing by its own thread (UCX 1.13 emulates
+//! GET with active messages over tcp and shared memory, so the relay must answer them; verbs needs it
+//! for connection set-up and keep-alives), and registrations of generations' regions, one per
+//! segment, made when an agent first asks for that segment's key.
+
+use crate::{Context, MemRegion, Worker};
+use snapshot::Generation;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use transport::wire::{UcxKey, UCX_SEGMENT};
+
+/// A read-only mapping of a generation's memfd, for registration.
+struct ReadMap {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Drop for ReadMap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping mmap returned; registrations over it are dropped first (field
+        // order in `GenReg`).
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// One generation's registrations. Field order matters: segments unregister before the map goes.
+struct GenReg {
+    segments: HashMap<u64, MemRegion>,
+    map: ReadMap,
+    gen: Weak<Generation>,
+}
+
+/// The relay's UCX context, progress thread and registrations.
+pub struct UcxServer {
+    ctx: Arc<Context>,
+    address: Vec<u8>,
+    transports: Vec<String>,
+    regs: Arc<Mutex<HashMap<u64, GenReg>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+// SAFETY: `ReadMap` pointers are only dereferenced by UCX through registrations; the map is behind a
+// mutex and immutable once created. Everything else is Send + Sync already.
+unsafe impl Send for UcxServer {}
+// SAFETY: as above.
+unsafe impl Sync for UcxServer {}
+
+impl UcxServer {
+    /// Initialise UCX and start the progress thread.
+    pub fn start() -> Result<UcxServer, String> {
+        let ctx = Context::new().map_err(|e| e.to_string())?;
+        let transports = ctx.transports();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (c, s) = (ctx.clone(), stop.clone());
+        // The worker is created, progressed and destroyed on its own thread: nothing else touches it.
+        let thread = std::thread::Builder::new()
+            .name("ucx-progress".into())
+            .spawn(move || {
+                let w = match Worker::new(&c) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = tx.send(w.address().map_err(|e| e.to_string()));
+                while !s.load(Ordering::SeqCst) {
+                    if !w.progress() {
+                        if let Err(e) = w.wait(Duration::from_millis(100)) {
+                            tracing::error!(error = %e, "UCX progress thread stops");
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("spawn UCX progress thread: {e}"))?;
+        let address = rx.recv().map_err(|_| "UCX progress thread died".to_string())??;
+        Ok(UcxServer { ctx, address, transports, regs: Arc::default(), stop, thread: Some(thread) })
+    }
+
+    /// The transports/devices UCX found here.
+    pub fn transports(&self) -> Vec<String> {
+        self.transports.clone()
+    }
+
+    /// The key an agent needs to read `segment` of `gen`, serialized. Registers the segment on first
+    /// use; forgets registrations of generations nobody holds any more.
+    pub fn key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, String> {
+        let capacity = gen.region().capacity();
+        let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or_else(|| format!("segment {segment} is beyond the region"))?;
+        gen.check_readable(start, 1).map_err(|e| format!("segment {segment}: {e}"))?;
+        let len = UCX_SEGMENT.min(capacity - start);
+        let mut regs = self.regs.lock().unwrap_or_else(|p| p.into_inner());
+        regs.retain(|_, r| r.gen.strong_count() > 0);
+        if !regs.contains_key(&gen.id()) {
+            let map = map_read_only(gen)?;
+            regs.insert(gen.id(), GenReg { segments: HashMap::new(), map, gen: Arc::downgrade(gen) });
+        }
+        let reg = regs.get_mut(&gen.id()).expect("inserted above");
+        if !reg.segments.contains_key(&segment) {
+            // SAFETY: [start, start+len) lies inside `reg.map` (len <= capacity - start), which lives
+            // in the same GenReg and is dropped after its segments.
+            let mr = unsafe { self.ctx.mem_map(reg.map.ptr.add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
+            tracing::debug!(generation = gen.id(), segment, bytes = len, "registered segment for ucx");
+            reg.segments.insert(segment, mr);
+        }
+        let mr = &reg.segments[&segment];
+        let rkey = mr.pack_rkey().map_err(|e| e.to_string())?;
+        Ok(UcxKey { worker: self.address.clone(), base: mr.addr(), len: mr.len() as u64, rkey }.encode())
+    }
+}
+
+fn map_read_only(gen: &Generation) -> Result<ReadMap, String> {
+    use std::os::fd::AsRawFd;
+    let len = usize::try_from(gen.region().capacity()).map_err(|_| "region too large".to_string())?;
+    // SAFETY: a read-only shared mapping of the generation's memfd, whose size is sealed (it cannot
+    // shrink under the mapping); the kernel chooses the address.
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, gen.region().file().as_raw_fd(), 0) };
+    if ptr == libc::MAP_FAILED {
+        return Err(format!("map region for ucx: {}", std::io::Error::last_os_error()));
+    }
+    Ok(ReadMap { ptr: ptr as *const u8, len })
+}
+
+impl Drop for UcxServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.regs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}

@@ -1,0 +1,143 @@
+//! The ucx transport: the agent's side of one-sided reads through UCX.
+//!
+//! Each reader owns a UCX worker and one endpoint to the relay's worker, plus an authenticated TCP
+//! data connection used only for set-up (the relay's worker address and a remote key per segment of
+//! the region) and for stream-log reads. Block reads are `ucp_get_nbx` — on InfiniBand/RoCE a true
+//! RDMA READ with the relay's CPU idle — split into chunks that are all in flight at once.
+
+use crate::{Context, Endpoint, RemoteKey, Worker};
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use transport::auth::Kind;
+use transport::tcp::{StreamReader, IO_TIMEOUT};
+use transport::wire::{Request, UcxKey, ATTACH_UCX, UCX_BLOB_MAX, UCX_SEGMENT};
+use transport::{Error, RangeReader, Token, Transport};
+
+/// Size of the GETs a block read is split into (all in flight together).
+pub const CHUNK: usize = 1 << 20;
+
+/// The ucx transport to one relay.
+pub struct UcxTransport {
+    relay: SocketAddr,
+    token: Token,
+    ctx: Arc<Context>,
+    /// UCX's transport/device for GETs, as the first endpoint reports it.
+    lane: Arc<Mutex<Option<String>>>,
+}
+
+impl UcxTransport {
+    /// Initialise UCX for reading from the relay at `relay` (no connection is made yet).
+    pub fn connect(relay: SocketAddr, token: Token) -> Result<UcxTransport, crate::Error> {
+        Ok(UcxTransport { relay, token, ctx: Context::new()?, lane: Arc::default() })
+    }
+}
+
+impl Transport for UcxTransport {
+    fn name(&self) -> &'static str {
+        "ucx"
+    }
+    fn detail(&self) -> Option<String> {
+        self.lane.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
+        let s = transport::tcp::connect(self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
+        let worker = Box::new(Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?);
+        Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader { s }, lane: self.lane.clone() }))
+    }
+}
+
+/// One segment's remote key and where it lies.
+struct Segment {
+    rkey: RemoteKey<'static>,
+    base: u64,
+    len: u64,
+}
+
+/// One reader: its own worker and endpoint.
+///
+/// The endpoint and keys borrow the worker; they are stored with the lifetime erased, and the
+/// worker is boxed (its address never changes) and dropped last — see `Drop`.
+pub struct UcxReader {
+    keys: HashMap<(u64, u64), Segment>,
+    ep: Option<(Vec<u8>, Endpoint<'static>)>,
+    worker: Box<Worker>,
+    conn: StreamReader<TcpStream>,
+    lane: Arc<Mutex<Option<String>>>,
+}
+
+// SAFETY: the worker (single-threaded mode), its endpoint and keys move together as one unit and are
+// only ever used by the thread that owns the reader.
+unsafe impl Send for UcxReader {}
+
+impl Drop for UcxReader {
+    fn drop(&mut self) {
+        // Keys before the endpoint they were unpacked on, the endpoint before its worker.
+        self.keys.clear();
+        self.ep = None;
+    }
+}
+
+impl UcxReader {
+    fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
+        if !self.keys.contains_key(&(generation, segment)) {
+            let len = self.conn.request(Request::Attach { generation, transport: ATTACH_UCX, arg: segment }, "ucx attach")?;
+            if len as usize > 2 * UCX_BLOB_MAX + 24 {
+                return Err(Error::Protocol(format!("ucx attach answer of {len} bytes")));
+            }
+            let mut body = vec![0u8; len as usize];
+            std::io::Read::read_exact(&mut self.conn.s, &mut body).map_err(Error::io("read ucx attach answer"))?;
+            let key = UcxKey::decode(&body)?;
+            if self.ep.as_ref().map(|(a, _)| a != &key.worker).unwrap_or(true) {
+                // A new relay worker (first attach, or the relay restarted its UCX side).
+                self.keys.clear();
+                self.ep = None;
+                // SAFETY: the worker is boxed and outlives the endpoint: Drop (and the line above)
+                // removes the endpoint before the worker, and the box is never replaced.
+                let worker: &'static Worker = unsafe { &*(self.worker.as_ref() as *const Worker) };
+                let ep = worker.connect(&key.worker).map_err(|e| Error::Rma(e.to_string()))?;
+                self.ep = Some((key.worker.clone(), ep));
+            }
+            let (_, ep) = self.ep.as_ref().expect("set above");
+            let rkey = ep.unpack_rkey(&key.rkey).map_err(|e| Error::Rma(e.to_string()))?;
+            // SAFETY: the key borrows the endpoint, which Drop and the reconnect path above remove
+            // only after clearing every key.
+            let rkey: RemoteKey<'static> = unsafe { std::mem::transmute::<RemoteKey<'_>, RemoteKey<'static>>(rkey) };
+            self.keys.insert((generation, segment), Segment { rkey, base: key.base, len: key.len });
+        }
+        Ok(&self.keys[&(generation, segment)])
+    }
+}
+
+impl RangeReader for UcxReader {
+    fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let (seg_no, within) = (pos / UCX_SEGMENT, pos % UCX_SEGMENT);
+            let seg = self.segment(generation, seg_no)?;
+            let n = ((seg.len.saturating_sub(within)) as usize).min(buf.len() - done);
+            if n == 0 {
+                return Err(Error::Protocol(format!("read at {pos} beyond the relay's registered segment")));
+            }
+            let base = seg.base + within;
+            let mut ops: Vec<(&mut [u8], u64)> =
+                buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
+            let (_, ep) = self.ep.as_ref().expect("segment() connected");
+            let seg = &self.keys[&(generation, seg_no)];
+            ep.get_into(&mut ops, &seg.rkey, deadline).map_err(|e| Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")))?;
+            let mut lane = self.lane.lock().unwrap_or_else(|p| p.into_inner());
+            if lane.is_none() {
+                *lane = ep.rma_transport();
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
+        self.conn.read_log(generation, from, max)
+    }
+}
