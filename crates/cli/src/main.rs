@@ -1,6 +1,8 @@
 //! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay.
 
+mod charts;
 mod demo;
+mod probe;
 mod secrets;
 
 use anyhow::{Context, Result};
@@ -28,6 +30,9 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
+    /// Transport microbenchmark: throughput, latency and CPU per read for each transport from 32 B to
+    /// 32 MiB, next to memcpy and raw TCP baselines; table, JSON and PNG charts.
+    Probe(probe::ProbeArgs),
     /// The self-contained demonstration: a master with data, a relay, two replicas, native side by side.
     Demo(demo::DemoArgs),
 }
@@ -188,6 +193,7 @@ fn main() -> ExitCode {
         Cmd::Join(a) => join(a),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
+        Cmd::Probe(a) => probe::run(a),
         Cmd::Demo(a) => demo::run(a),
     };
     match r {

@@ -106,9 +106,25 @@ impl Context {
     /// Read UCX's configuration (environment; see [`apply_tuned_env`]) and initialise a context
     /// with RMA and wakeup.
     pub fn new() -> Result<Arc<Context>, Error> {
+        Self::with_tls(None)
+    }
+
+    /// As [`Context::new`], restricted to the UCX transports `tls` names (UCX's `UCX_TLS` syntax,
+    /// e.g. `tcp` or `sm`) when given; for measuring one UCX transport at a time in one process.
+    pub fn with_tls(tls: Option<&str>) -> Result<Arc<Context>, Error> {
         let mut config: *mut sys::ucp_config_t = ptr::null_mut();
         // SAFETY: null prefix/filename mean "the defaults and the environment"; `config` is writable.
         check("ucp_config_read", unsafe { sys::ucp_config_read(ptr::null(), ptr::null(), &mut config) })?;
+        if let Some(tls) = tls {
+            let (k, v) = (c"TLS", std::ffi::CString::new(tls).map_err(|_| Error { op: "UCX_TLS", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "NUL in transport list".into() })?);
+            // SAFETY: live config; NUL-terminated strings that outlive the call.
+            let st = unsafe { sys::ucp_config_modify(config, k.as_ptr(), v.as_ptr()) };
+            if st != sys::UCS_OK as sys::ucs_status_t {
+                // SAFETY: released once on this early return.
+                unsafe { sys::ucp_config_release(config) };
+                return Err(Error::from_status("ucp_config_modify TLS", st));
+            }
+        }
         let params = sys::ucp_params_t {
             field_mask: (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64,
             features: (sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
@@ -309,6 +325,9 @@ pub struct Endpoint<'w> {
     failed: Box<std::sync::atomic::AtomicI32>,
 }
 
+/// Idle progress polls before a waiting GET sleeps on the worker's event descriptor.
+const SPIN_BEFORE_WAIT: u32 = 256;
+
 /// How long closing an endpoint, or cancelling a request, may take before we give up on it.
 const CLEANUP_MAX: Duration = Duration::from_secs(10);
 
@@ -384,8 +403,22 @@ impl<'w> Endpoint<'w> {
                 }
             }
         }
+        let mut idle = 0u32;
         while result.is_ok() && !pending.is_empty() {
-            self.worker.progress();
+            // Spin while UCX makes progress (lowest latency); after a run of idle polls, sleep on the
+            // worker's event descriptor instead, so readers waiting on a busy relay do not take the
+            // CPU it needs (GET over tcp and shared memory is served by the relay's progress thread).
+            if self.worker.progress() {
+                idle = 0;
+            } else {
+                idle += 1;
+                if idle >= SPIN_BEFORE_WAIT {
+                    idle = 0;
+                    if let Err(e) = self.worker.wait(Duration::from_millis(1)) {
+                        result = Err(e); // never `?` here: pending requests must be completed below
+                    }
+                }
+            }
             let mut i = 0;
             while i < pending.len() {
                 // SAFETY: each pointer is a live request (not yet freed).

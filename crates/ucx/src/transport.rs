@@ -30,7 +30,12 @@ pub struct UcxTransport {
 impl UcxTransport {
     /// Initialise UCX for reading from the relay at `relay` (no connection is made yet).
     pub fn connect(relay: SocketAddr, token: Token) -> Result<UcxTransport, crate::Error> {
-        Ok(UcxTransport { relay, token, ctx: Context::new()?, lane: Arc::default() })
+        Self::with_tls(relay, token, None)
+    }
+
+    /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
+    pub fn with_tls(relay: SocketAddr, token: Token, tls: Option<&str>) -> Result<UcxTransport, crate::Error> {
+        Ok(UcxTransport { relay, token, ctx: Context::with_tls(tls)?, lane: Arc::default() })
     }
 }
 

@@ -1,0 +1,649 @@
+//! `fastrepl probe`: the transport microbenchmark (after the throughput / latency / CPU figures of the
+//! paper in BACKGROUND.md), and whole-file pulls (the remote-read benchmark).
+//!
+//! For each transport and message size: throughput with several reads in flight, latency (p50, p99)
+//! with one, and CPU time per read on the reader (this process) and on the relay (its /proc entry,
+//! when the relay is ours or its pid is given) — next to raw baselines measured in the same run:
+//! memcpy for the shared-memory paths, a plain TCP stream for tcp and ucx-over-tcp. Results: a table
+//! on stdout, `probe.json`, and PNG charts with log axes in `--out`.
+
+use crate::charts::{self, Series};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use transport::{RangeReader, Token, Transport};
+
+#[derive(clap::Args)]
+pub struct ProbeArgs {
+    /// Probe this relay (its snapshot must be at least as large as the largest message).
+    #[arg(long, required_unless_present = "self_")]
+    relay: Option<SocketAddr>,
+    /// Start a relay of our own, serving a synthetic file, and probe it.
+    #[arg(long = "self")]
+    self_: bool,
+    /// The relay's pid, to measure its CPU time when it runs on this host (implied with --self).
+    #[arg(long)]
+    relay_pid: Option<u32>,
+    /// File holding the relay token (else $FASTREPL_TOKEN; --self makes its own).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Transports to probe: any of tcp, shm, ucx-tcp, ucx-sm, ucx (UCX's own choice).
+    #[arg(long, value_delimiter = ',', default_value = "tcp,shm,ucx-tcp,ucx-sm")]
+    transports: Vec<String>,
+    /// Reads in flight for the throughput runs.
+    #[arg(long, default_value_t = 4)]
+    in_flight: usize,
+    /// Seconds per measurement point.
+    #[arg(long, default_value_t = 0.3)]
+    secs: f64,
+    /// Fewer sizes and shorter points (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// Instead of message sizes: pull whole snapshots of this many bytes (e.g. 1g) with `fetch`'s
+    /// pipeline, 1 and 4 concurrent pulls, per transport, next to memcpy and a raw TCP stream.
+    #[arg(long, value_parser = parse_bytes)]
+    fetch: Option<u64>,
+    /// Directory for probe.json and the charts.
+    #[arg(long, default_value = "probe-results")]
+    out: PathBuf,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = match s.chars().last() {
+        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m') => (&s[..s.len() - 1], 1 << 20),
+        Some('g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.parse::<u64>().map(|n| n * mul).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Message sizes: 32 B to 32 MiB in steps of 4×.
+fn sizes(quick: bool) -> Vec<usize> {
+    let all: Vec<usize> = (0..11).map(|i| 32usize << (2 * i)).collect();
+    if quick {
+        all.into_iter().step_by(3).collect() // 32, 2K, 128K, 8M
+    } else {
+        all
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Point {
+    transport: String,
+    detail: String,
+    size: usize,
+    /// MiB/s with `in_flight` reads in flight.
+    mib_s: f64,
+    /// That throughput over its baseline's at the same size.
+    ratio_to_baseline: Option<f64>,
+    baseline: Option<String>,
+    p50_us: f64,
+    p99_us: f64,
+    reader_cpu_us_per_read: f64,
+    relay_cpu_us_per_read: Option<f64>,
+}
+
+/// CPU seconds of a process from /proc/<pid>/stat (utime + stime).
+fn proc_cpu_secs(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
+/// A relay we started for `--self`, killed on drop.
+struct OwnRelay {
+    child: std::process::Child,
+    addr: SocketAddr,
+    file: PathBuf,
+}
+
+impl Drop for OwnRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
+    let file = std::env::temp_dir().join(format!("fastrepl-probe-{}.bin", std::process::id()));
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            for w in chunk.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+            }
+            let n = left.min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        f.flush()?;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["relay", "--file"])
+        .arg(&file)
+        .args(["--listen", &addr.to_string(), "--snapshot-max-bytes", &(bytes + (1 << 20)).to_string()])
+        .env("FASTREPL_TOKEN", token)
+        .env("FASTREPL_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("start a relay for the probe")?;
+    let mut r = OwnRelay { child, addr, file };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while TcpStream::connect(addr).is_err() {
+        if let Some(st) = r.child.try_wait()? {
+            bail!("the probe's relay exited: {st}");
+        }
+        if Instant::now() > deadline {
+            bail!("the probe's relay did not start listening");
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling a port with a deadline.
+    }
+    Ok(r)
+}
+
+/// A transport to probe, by name.
+fn open_transport(name: &str, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered) -> Result<Box<dyn Transport>> {
+    Ok(match name {
+        "tcp" => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
+        "shm" => {
+            let sock = offered.shm_socket.clone().context("the relay does not offer shm")?;
+            Box::new(transport::shm::ShmTransport::new(sock, token.clone()))
+        }
+        "ucx" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), None)?),
+        "ucx-tcp" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), Some("tcp"))?),
+        "ucx-sm" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), Some("sm"))?),
+        other => bail!("unknown transport {other:?} (tcp, shm, ucx, ucx-tcp, ucx-sm)"),
+    })
+}
+
+/// Which baseline a transport is compared with.
+fn baseline_of(t: &str) -> &'static str {
+    match t {
+        "shm" | "ucx-sm" => "memcpy",
+        _ => "tcp-stream",
+    }
+}
+
+struct Measured {
+    mib_s: f64,
+    reads: u64,
+    cpu_secs: f64,
+    relay_cpu_secs: Option<f64>,
+}
+
+/// Run `readers` threads doing reads of `size` for `secs`; each thread gets its own reader.
+fn throughput(t: &dyn Transport, generation: u64, region: u64, size: usize, readers: usize, secs: f64, relay_pid: Option<u32>) -> Result<Measured> {
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let mut rs: Vec<Box<dyn RangeReader>> = (0..readers).map(|_| t.open()).collect::<Result<_, _>>()?;
+    // Warm up: set-up costs (attach, registration, connection) are not per-read costs.
+    for r in rs.iter_mut() {
+        let mut b = vec![0u8; size];
+        r.read(generation, 0, &mut b)?;
+    }
+    let span = region.saturating_sub(size as u64).max(1);
+    let cpu0 = agent::fetch::process_cpu_secs();
+    let rcpu0 = relay_pid.and_then(proc_cpu_secs);
+    let t0 = Instant::now();
+    let errors: Vec<Option<transport::Error>> = std::thread::scope(|s| {
+        let hs: Vec<_> = rs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, r)| {
+                let (stop, reads) = (&stop, &reads);
+                s.spawn(move || {
+                    let mut b = vec![0u8; size];
+                    let mut off = (i as u64 * span / readers as u64) / 4096 * 4096;
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Err(e) = r.read(generation, off % span, &mut b) {
+                            return Some(e);
+                        }
+                        off += size as u64;
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(secs)); // The measurement interval itself.
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().map(|h| h.join().unwrap_or(None)).collect()
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    if let Some(e) = errors.into_iter().flatten().next() {
+        return Err(e.into());
+    }
+    let n = reads.load(Ordering::Relaxed);
+    Ok(Measured {
+        mib_s: (n * size as u64) as f64 / (1 << 20) as f64 / elapsed,
+        reads: n,
+        cpu_secs: agent::fetch::process_cpu_secs() - cpu0,
+        relay_cpu_secs: rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0)),
+    })
+}
+
+/// One reader, one read at a time, for `secs`: per-read latencies in µs, sorted.
+fn latency(t: &dyn Transport, generation: u64, region: u64, size: usize, secs: f64) -> Result<Vec<f64>> {
+    let mut r = t.open()?;
+    let mut b = vec![0u8; size];
+    r.read(generation, 0, &mut b)?;
+    let span = region.saturating_sub(size as u64).max(1);
+    let mut lat = Vec::new();
+    let t0 = Instant::now();
+    let mut off = 0u64;
+    while t0.elapsed().as_secs_f64() < secs || lat.len() < 5 {
+        let t = Instant::now();
+        r.read(generation, off % span, &mut b)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        off += size as u64;
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(lat)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// memcpy baseline: single-threaded copies of `size` bytes out of a `region`-sized buffer. Throughput
+/// is timed over the whole loop (no clock reads per copy); latency separately, per copy.
+fn memcpy_baseline(region: usize, size: usize, secs: f64) -> (f64, Vec<f64>, f64) {
+    let src = vec![7u8; region.max(size)];
+    let mut dst = vec![0u8; size];
+    let span = (region.saturating_sub(size)).max(1);
+    let (mut off, mut n) = (0usize, 0u64);
+    let cpu0 = agent::fetch::process_cpu_secs();
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < secs / 2.0 {
+        for _ in 0..64 {
+            let o = off % span;
+            dst.copy_from_slice(&src[o..o + size]);
+            std::hint::black_box(&mut dst);
+            off += size;
+        }
+        n += 64;
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let cpu = (agent::fetch::process_cpu_secs() - cpu0) / n as f64;
+    let mut lat = Vec::new();
+    let t1 = Instant::now();
+    while t1.elapsed().as_secs_f64() < secs / 2.0 || lat.len() < 5 {
+        let o = off % span;
+        let t = Instant::now();
+        dst.copy_from_slice(&src[o..o + size]);
+        std::hint::black_box(&mut dst);
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        off += size;
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    ((n * size as u64) as f64 / (1 << 20) as f64 / el, lat, cpu)
+}
+
+/// Raw TCP baseline over loopback: a stream read in `size` pieces (throughput), and request →
+/// `size`-byte response round trips (latency).
+fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        // Connection 1: stream; connection 2: request/response.
+        let (mut s, _) = l.accept()?;
+        let buf = vec![5u8; 4 << 20];
+        while !st.load(Ordering::Relaxed) {
+            if s.write_all(&buf).is_err() {
+                break;
+            }
+        }
+        drop(s);
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        let body = vec![6u8; size];
+        let mut req = [0u8; 8];
+        while s.read_exact(&mut req).is_ok() {
+            s.write_all(&body)?;
+        }
+        Ok(())
+    });
+    let mut c = TcpStream::connect(addr)?;
+    let mut b = vec![0u8; size];
+    let (mut n, cpu0, t0) = (0u64, agent::fetch::process_cpu_secs(), Instant::now());
+    while t0.elapsed().as_secs_f64() < secs || n < 5 {
+        c.read_exact(&mut b)?;
+        n += 1;
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let cpu = (agent::fetch::process_cpu_secs() - cpu0) / n as f64;
+    stop.store(true, Ordering::Relaxed);
+    drop(c);
+    let mut c = TcpStream::connect(addr)?;
+    c.set_nodelay(true)?;
+    let mut lat = Vec::new();
+    let t1 = Instant::now();
+    while t1.elapsed().as_secs_f64() < secs || lat.len() < 5 {
+        let t = Instant::now();
+        c.write_all(&[1u8; 8])?;
+        c.read_exact(&mut b)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(c);
+    let _ = server.join();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(((n * size as u64) as f64 / (1 << 20) as f64 / el, lat, cpu))
+}
+
+pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
+    let secs = if a.quick { a.secs.min(0.1) } else { a.secs };
+    let sizes = sizes(a.quick);
+    let largest = *sizes.last().expect("sizes") as u64;
+    let region_bytes = match a.fetch {
+        Some(n) => n,
+        None => (largest * 4).max(128 << 20),
+    };
+    let (own, relay, token, relay_pid) = if a.self_ {
+        let mut raw = [0u8; 16];
+        getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
+        let tok: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let r = start_own_relay(region_bytes, &tok)?;
+        let (addr, pid) = (r.addr, r.child.id());
+        (Some(r), addr, Token::new(tok.as_bytes()).map_err(anyhow::Error::msg)?, Some(pid))
+    } else {
+        (None, a.relay.expect("clap requires --relay without --self"), crate::secrets::token(a.token_file.as_deref())?, a.relay_pid)
+    };
+    let attached = agent::progress::attach(relay, &token, Duration::from_secs(120)).context("attach to the relay")?;
+    let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
+    let generation = view.desc.generation;
+    let region = view.desc.length.context("the relay's snapshot is not complete")?;
+    if a.fetch.is_none() && region < largest {
+        bail!("the relay's snapshot ({region} bytes) is smaller than the largest message ({largest})");
+    }
+    let machine = crate::demo::machine();
+    if let Some(bytes) = a.fetch {
+        let r = fetch_runs(&a, relay, &token, &attached.offered, bytes, relay_pid);
+        drop(own);
+        return r.map(|_| std::process::ExitCode::SUCCESS);
+    }
+
+    // Baselines first, at every size.
+    let mut baselines: Vec<serde_json::Value> = Vec::new();
+    let mut base_tp: std::collections::HashMap<(&str, usize), f64> = Default::default();
+    for &size in &sizes {
+        let (m, lat, cpu) = memcpy_baseline(region as usize, size, secs);
+        base_tp.insert(("memcpy", size), m);
+        baselines.push(serde_json::json!({"baseline": "memcpy", "size": size, "mib_s": m, "p50_us": pct(&lat, 0.5), "p99_us": pct(&lat, 0.99), "cpu_us_per_read": cpu * 1e6}));
+        let (m, lat, cpu) = tcp_baseline(size, secs)?;
+        base_tp.insert(("tcp-stream", size), m);
+        baselines.push(serde_json::json!({"baseline": "tcp-stream", "size": size, "mib_s": m, "p50_us": pct(&lat, 0.5), "p99_us": pct(&lat, 0.99), "cpu_us_per_read": cpu * 1e6}));
+    }
+
+    let mut points = Vec::new();
+    let mut skipped = Vec::new();
+    for name in &a.transports {
+        let t = match open_transport(name, relay, &token, &attached.offered) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("probe: skipping {name}: {e:#}");
+                skipped.push(serde_json::json!({"transport": name, "reason": format!("{e:#}")}));
+                continue;
+            }
+        };
+        for &size in &sizes {
+            let m = match throughput(t.as_ref(), generation, region, size, a.in_flight.max(1), secs, relay_pid) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("probe: {name} at {size} bytes failed: {e:#}");
+                    skipped.push(serde_json::json!({"transport": name, "size": size, "reason": format!("{e:#}")}));
+                    break;
+                }
+            };
+            let lat = latency(t.as_ref(), generation, region, size, secs)?;
+            let base = baseline_of(name);
+            let reads = m.reads.max(1) as f64;
+            points.push(Point {
+                transport: name.clone(),
+                detail: t.detail().unwrap_or_else(|| t.name().to_string()),
+                size,
+                mib_s: m.mib_s,
+                ratio_to_baseline: base_tp.get(&(base, size)).map(|b| m.mib_s / b),
+                baseline: Some(base.to_string()),
+                p50_us: pct(&lat, 0.5),
+                p99_us: pct(&lat, 0.99),
+                reader_cpu_us_per_read: m.cpu_secs / reads * 1e6,
+                relay_cpu_us_per_read: m.relay_cpu_secs.map(|c| c / reads * 1e6),
+            });
+        }
+    }
+    drop(own);
+
+    // Table.
+    println!("{:<8} {:>6} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10}  detail", "transport", "size", "MiB/s", "×base", "p50 µs", "p99 µs", "cpu µs/rd", "relay µs");
+    for p in &points {
+        println!(
+            "{:<8} {:>6} {:>10.1} {:>9} {:>10.1} {:>10.1} {:>10.2} {:>10}  {}",
+            p.transport,
+            charts::human_bytes(p.size as f64),
+            p.mib_s,
+            p.ratio_to_baseline.map(|r| format!("{r:.2} {}", if p.baseline.as_deref() == Some("memcpy") { "m" } else { "t" })).unwrap_or_default(),
+            p.p50_us,
+            p.p99_us,
+            p.reader_cpu_us_per_read,
+            p.relay_cpu_us_per_read.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
+            p.detail
+        );
+    }
+    println!("(×base: throughput over the same-size baseline; m = memcpy, t = raw TCP stream, both measured in this run)");
+    for b in &baselines {
+        println!(
+            "{:<10} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+            b["baseline"].as_str().unwrap_or(""),
+            charts::human_bytes(b["size"].as_f64().unwrap_or(0.0)),
+            b["mib_s"].as_f64().unwrap_or(0.0),
+            b["p50_us"].as_f64().unwrap_or(0.0),
+            b["p99_us"].as_f64().unwrap_or(0.0)
+        );
+    }
+
+    let json = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": machine,
+        "in_flight": a.in_flight,
+        "secs_per_point": secs,
+        "relay_cpu_measured": relay_pid.is_some(),
+        "points": points,
+        "baselines": baselines,
+        "skipped": skipped,
+    });
+    let jpath = a.out.join("probe.json");
+    std::fs::write(&jpath, serde_json::to_vec_pretty(&json)?).with_context(|| format!("write {}", jpath.display()))?;
+    write_charts(&a.out, &points, &baselines)?;
+    println!("raw results: {}; charts: throughput.png, latency.png, cpu.png in {}", jpath.display(), a.out.display());
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json::Value]) -> Result<()> {
+    let mut names: Vec<String> = points.iter().map(|p| p.transport.clone()).collect();
+    names.dedup();
+    let series = |f: &dyn Fn(&Point) -> Option<f64>, bkey: Option<&str>| {
+        let mut v: Vec<Series> = names
+            .iter()
+            .map(|n| Series { name: n.clone(), points: points.iter().filter(|p| &p.transport == n).filter_map(|p| f(p).map(|y| (p.size as f64, y))).collect(), baseline: false })
+            .collect();
+        if let Some(k) = bkey {
+            for b in ["memcpy", "tcp-stream"] {
+                v.push(Series {
+                    name: format!("{b} (baseline)"),
+                    points: baselines.iter().filter(|x| x["baseline"] == b).filter_map(|x| Some((x["size"].as_f64()?, x[k].as_f64()?))).collect(),
+                    baseline: true,
+                });
+            }
+        }
+        v
+    };
+    charts::log_log(&dir.join("throughput.png"), "Throughput, reads in flight", "message size (bytes)", "MiB/s", &series(&|p| Some(p.mib_s), Some("mib_s")))?;
+    charts::log_log(&dir.join("latency.png"), "Latency p50 (one read in flight)", "message size (bytes)", "µs", &series(&|p| Some(p.p50_us), Some("p50_us")))?;
+    let mut cpu = series(&|p| Some(p.reader_cpu_us_per_read), None);
+    for s in cpu.iter_mut() {
+        s.name = format!("{} reader", s.name);
+    }
+    let mut relay_cpu = series(&|p| p.relay_cpu_us_per_read, None);
+    for s in relay_cpu.iter_mut() {
+        s.name = format!("{} relay", s.name);
+        s.baseline = true;
+    }
+    cpu.extend(relay_cpu.into_iter().filter(|s| !s.points.is_empty()));
+    charts::log_log(&dir.join("cpu.png"), "CPU time per read", "message size (bytes)", "µs CPU per read", &cpu)?;
+    Ok(())
+}
+
+/// Whole-snapshot pulls (`--fetch BYTES`): per transport, 1 and 4 concurrent pulls through the
+/// agent's pipeline, with time, MiB/s, reader CPU and relay CPU; next to memcpy and a raw TCP stream
+/// of the same size.
+fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<()> {
+    let mib = bytes as f64 / (1 << 20) as f64;
+    let mut rows = Vec::new();
+    // Baselines: one memcpy of the whole size (single thread) and one raw TCP stream of it.
+    {
+        let src = vec![3u8; bytes as usize];
+        let mut dst = vec![0u8; bytes as usize];
+        dst.copy_from_slice(&src); // fault the pages in first: we time the copy, not the allocator
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+        let s = t.elapsed().as_secs_f64();
+        rows.push(serde_json::json!({"mode": "memcpy (baseline)", "concurrent": 1, "secs": s, "mib_s": mib / s}));
+    }
+    {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let total = bytes;
+        let server = std::thread::spawn(move || -> std::io::Result<()> {
+            let (mut s, _) = l.accept()?;
+            let buf = vec![5u8; 4 << 20];
+            let mut left = total;
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                s.write_all(&buf[..n])?;
+                left -= n as u64;
+            }
+            Ok(())
+        });
+        let t = Instant::now();
+        let mut c = TcpStream::connect(addr)?;
+        let mut b = vec![0u8; 4 << 20];
+        let mut got = 0u64;
+        while got < bytes {
+            let n = c.read(&mut b)?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+        }
+        let s = t.elapsed().as_secs_f64();
+        let _ = server.join();
+        rows.push(serde_json::json!({"mode": "tcp-stream (baseline)", "concurrent": 1, "secs": s, "mib_s": mib / s}));
+    }
+    for name in &a.transports {
+        for conc in [1usize, 4] {
+            let cancel = AtomicBool::new(false);
+            let rcpu0 = relay_pid.and_then(proc_cpu_secs);
+            let cpu0 = agent::fetch::process_cpu_secs();
+            let t0 = Instant::now();
+            let results: Vec<Result<(f64, String)>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..conc)
+                    .map(|_| {
+                        let cancel = &cancel;
+                        s.spawn(move || -> Result<(f64, String)> {
+                            let t = open_transport(name, relay, token, offered)?;
+                            let attached = agent::progress::attach(relay, token, Duration::from_secs(60))?;
+                            let t1 = Instant::now();
+                            let mut n = 0u64;
+                            agent::pipeline::pull(t.as_ref(), &attached.progress, a.in_flight.max(1), 16, cancel, &mut |b| {
+                                n += b.len() as u64;
+                                Ok(())
+                            })?;
+                            if n != bytes {
+                                bail!("pulled {n} bytes, expected {bytes}");
+                            }
+                            Ok((t1.elapsed().as_secs_f64(), t.detail().unwrap_or_default()))
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))).collect()
+            });
+            let wall = t0.elapsed().as_secs_f64();
+            let cpu = agent::fetch::process_cpu_secs() - cpu0;
+            let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0));
+            match results.into_iter().collect::<Result<Vec<_>>>() {
+                Ok(rs) => {
+                    let per: Vec<f64> = rs.iter().map(|r| r.0).collect();
+                    let mean = per.iter().sum::<f64>() / per.len() as f64;
+                    rows.push(serde_json::json!({
+                        "mode": name, "detail": rs[0].1, "concurrent": conc, "secs": wall, "secs_per_pull": per,
+                        "mib_s": mib / mean, "aggregate_mib_s": mib * conc as f64 / wall,
+                        "reader_cpu_secs_per_pull": cpu / conc as f64,
+                        "relay_cpu_secs": rcpu, "relay_cpu_fraction_of_wall": rcpu.map(|c| c / wall),
+                    }));
+                }
+                Err(e) => {
+                    eprintln!("probe: fetch over {name} ×{conc} failed: {e:#}");
+                    rows.push(serde_json::json!({"mode": name, "concurrent": conc, "error": format!("{e:#}")}));
+                }
+            }
+        }
+    }
+    let base = |m: &str| rows.iter().find(|r| r["mode"] == m).and_then(|r| r["mib_s"].as_f64());
+    let (memcpy, tcp) = (base("memcpy (baseline)"), base("tcp-stream (baseline)"));
+    println!("pull of {:.0} MiB: {:<22} {:>4} {:>8} {:>9} {:>7} {:>9} {:>11}", mib, "mode", "conc", "secs", "MiB/s", "×base", "cpu s/pull", "relay cpu %");
+    for r in rows.iter_mut() {
+        let m = r["mode"].as_str().unwrap_or("").to_string();
+        let b = if m.contains("baseline") { None } else if baseline_of(&m) == "memcpy" { memcpy } else { tcp };
+        let ratio = b.and_then(|b| r["mib_s"].as_f64().map(|x| x / b));
+        if let Some(x) = ratio {
+            r["ratio_to_baseline"] = serde_json::json!(x);
+        }
+        println!(
+            "{:>22} {:<22} {:>4} {:>8.2} {:>9.0} {:>7} {:>9} {:>11}",
+            "",
+            m,
+            r["concurrent"],
+            r["secs"].as_f64().unwrap_or(f64::NAN),
+            r["mib_s"].as_f64().unwrap_or(f64::NAN),
+            ratio.map(|x| format!("{x:.2}")).unwrap_or_default(),
+            r["reader_cpu_secs_per_pull"].as_f64().map(|x| format!("{x:.2}")).unwrap_or_default(),
+            r["relay_cpu_fraction_of_wall"].as_f64().map(|x| format!("{:.1}", x * 100.0)).unwrap_or_default()
+        );
+    }
+    let json = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": crate::demo::machine(),
+        "bytes": bytes, "readers_per_pull": a.in_flight, "rows": rows,
+    });
+    let p = a.out.join("fetch.json");
+    std::fs::write(&p, serde_json::to_vec_pretty(&json)?)?;
+    println!("raw results: {}", p.display());
+    Ok(())
+}
