@@ -56,7 +56,7 @@ pub fn fetch(
     let attached = progress::attach(relay, token, Duration::from_secs(600))?;
     let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
-    let stats = pipeline::pull(transport.as_ref(), &attached.progress, readers, window, cancel, sink)?;
+    let stats = pipeline::pull(transport.as_ref(), &attached.progress, crate::readers(readers, transport.as_ref()), window, cancel, sink)?;
     let end = Instant::now();
     let transfer = stats.first_byte.map(|f| end.duration_since(f).as_secs_f64()).unwrap_or(0.0).max(1e-9);
     Ok(FetchReport {

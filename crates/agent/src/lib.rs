@@ -229,6 +229,15 @@ fn wait_for<T>(cancel: &std::sync::atomic::AtomicBool, what: &str, timeout: Dura
     }
 }
 
+/// Readers to use: as asked, or the transport's default when `asked` is 0.
+pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
+    if asked == 0 {
+        transport.default_readers()
+    } else {
+        asked
+    }
+}
+
 /// Run a join.
 pub fn join(cfg: &Config) -> Result<Report, Error> {
     let t0 = Instant::now();
@@ -311,7 +320,7 @@ pub fn join(cfg: &Config) -> Result<Report, Error> {
         log_bytes,
         blocks: stats.blocks,
         blocks_reread: stats.reread,
-        readers: cfg.readers,
+        readers: readers(cfg.readers, transport),
         reads_in_flight_max: stats.reads_in_flight_max,
         streamed_while_capturing: stats.streamed_while_capturing,
         phases: Phases {
@@ -384,7 +393,7 @@ fn sync_and_handoff(
     link.send(&framing.header(), "RDB header").map_err(pre)?;
     let t_pull0 = Instant::now();
     cfg.live.set_phase("pulling");
-    let stats = pipeline::pull(transport, progress, cfg.readers, cfg.window_blocks, &cfg.cancel, &mut |b| {
+    let stats = pipeline::pull(transport, progress, readers(cfg.readers, transport), cfg.window_blocks, &cfg.cancel, &mut |b| {
         link.send(b, "RDB block")?;
         cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, Ordering::Relaxed);
         if let Some(l) = progress.get_length() {

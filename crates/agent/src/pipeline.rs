@@ -61,6 +61,10 @@ impl Shared {
     }
 }
 
+/// Block buffers kept for reuse. Enough for the whole window, so steady state allocates nothing:
+/// a freed multi-MiB buffer goes back to the kernel, and a new one costs a page fault per 4 KiB.
+const POOL_MAX: usize = 64;
+
 /// Longest wait for the relay to publish the next block before re-checking its state.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -219,7 +223,7 @@ fn write_loop(
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;
         let mut s = shared.lock();
-        if s.pool.len() < 8 {
+        if s.pool.len() < POOL_MAX {
             s.pool.push(buf);
         }
     }

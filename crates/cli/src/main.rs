@@ -116,8 +116,8 @@ struct JoinArgs {
     /// Where the agent listens for its replica.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Reads in flight.
-    #[arg(long, default_value_t = 4)]
+    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
+    #[arg(long, default_value_t = 0)]
     readers: usize,
     /// Blocks buffered ahead of the replica at most.
     #[arg(long, default_value_t = 16)]
@@ -147,8 +147,8 @@ struct FetchArgs {
     /// Transport: auto, ucx, shm or tcp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
     transport: String,
-    /// Reads in flight.
-    #[arg(long, default_value_t = 4)]
+    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
+    #[arg(long, default_value_t = 0)]
     readers: usize,
     /// Blocks buffered ahead of the writer at most.
     #[arg(long, default_value_t = 16)]
@@ -240,7 +240,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
     let choice = a.transport.parse().map_err(anyhow::Error::msg)?;
-    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers.clamp(1, 64), a.window_blocks.clamp(1, 1024), &cancel, &mut |b| {
+    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers.min(64), a.window_blocks.clamp(1, 1024), &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Local(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Local(format!("flush output: {e}"))));
@@ -295,7 +295,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.listen,
-        readers: a.readers.clamp(1, 64),
+        readers: a.readers.min(64),
         window_blocks: a.window_blocks.clamp(1, 1024),
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),

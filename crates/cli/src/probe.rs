@@ -35,9 +35,10 @@ pub struct ProbeArgs {
     /// Transports to probe: any of tcp, shm, ucx-tcp, ucx-sm, ucx (UCX's own choice).
     #[arg(long, value_delimiter = ',', default_value = "tcp,shm,ucx-tcp,ucx-sm")]
     transports: Vec<String>,
-    /// Reads in flight for the throughput runs.
-    #[arg(long, default_value_t = 4)]
-    in_flight: usize,
+    /// Readers (each with its reads in flight) for the throughput runs and pulls; default 4 for the
+    /// microbenchmark, the transport's own default for --fetch (4; ucx 2).
+    #[arg(long)]
+    in_flight: Option<usize>,
     /// Seconds per measurement point.
     #[arg(long, default_value_t = 0.3)]
     secs: f64,
@@ -412,7 +413,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
             }
         };
         for &size in &sizes {
-            let m = match throughput(t.as_ref(), generation, region, size, a.in_flight.max(1), secs, relay_pid) {
+            let m = match throughput(t.as_ref(), generation, region, size, a.in_flight.unwrap_or(4).max(1), secs, relay_pid) {
                 Ok(m) => m,
                 Err(e) => {
                     eprintln!("probe: {name} at {size} bytes failed: {e:#}");
@@ -470,7 +471,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
     let json = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": machine,
-        "in_flight": a.in_flight,
+        "in_flight": a.in_flight.unwrap_or(4),
         "secs_per_point": secs,
         "relay_cpu_measured": relay_pid.is_some(),
         "points": points,
@@ -581,7 +582,8 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
                             let attached = agent::progress::attach(relay, token, Duration::from_secs(60))?;
                             let t1 = Instant::now();
                             let mut n = 0u64;
-                            agent::pipeline::pull(t.as_ref(), &attached.progress, a.in_flight.max(1), 16, cancel, &mut |b| {
+                            let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
+                            agent::pipeline::pull(t.as_ref(), &attached.progress, readers, 16, cancel, &mut |b| {
                                 n += b.len() as u64;
                                 Ok(())
                             })?;
@@ -640,7 +642,7 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
     let json = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": crate::demo::machine(),
-        "bytes": bytes, "readers_per_pull": a.in_flight, "rows": rows,
+        "bytes": bytes, "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()), "rows": rows,
     });
     let p = a.out.join("fetch.json");
     std::fs::write(&p, serde_json::to_vec_pretty(&json)?)?;

@@ -42,6 +42,9 @@ fn join_across_hosts() {
     join_cmd.args(["join", "--relay", &relay_addr, "--replica", &replica.addr(), "--json"]);
     let j = finish_join(Proc::spawn("join", join_cmd));
     assert_partial(&j);
+    // `auto` across hosts: the relay's shm socket lives in its own network namespace, out of reach.
+    assert_eq!(j.report["transport"], "tcp", "{}", j.output);
+    assert!(j.report["transport_detail"].as_str().unwrap_or("").contains("auto"), "{}", j.output);
     assert_eq!(j.report["master"], master.addr(), "the agent reached the master by the relay's address");
     let out = verify::compare(&mut master.client(), &mut replica.client(), &verify::Options::default()).unwrap();
     assert!(out.identical(), "{:?}", out.differences);

@@ -74,6 +74,11 @@ pub trait Transport: Send + Sync {
     fn detail(&self) -> Option<String> {
         None
     }
+    /// How many readers suit this transport when the user did not say (each ucx reader already keeps
+    /// several GETs in flight, and its waits spin; more readers than cores then slow it down).
+    fn default_readers(&self) -> usize {
+        4
+    }
     /// Open one more reader.
     fn open(&self) -> Result<Box<dyn RangeReader>, Error>;
 }

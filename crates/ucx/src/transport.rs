@@ -43,6 +43,9 @@ impl Transport for UcxTransport {
     fn name(&self) -> &'static str {
         "ucx"
     }
+    fn default_readers(&self) -> usize {
+        2
+    }
     fn detail(&self) -> Option<String> {
         self.lane.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

@@ -1,0 +1,159 @@
+//! Transport selection, the shm socket's authentication, `fetch` / `relay --file` over every transport,
+//! and `probe`. (The core suites run over each transport via FASTREPL_TEST_TRANSPORT; these tests
+//! are about choosing between them, so they set `--transport` themselves.)
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// A relay with an explicit `--transport` (not the suite's).
+fn relay_offering(master: &str, offer: &str, extra: &[&str]) -> Relay {
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut cmd = fastrepl();
+    cmd.args(["relay", "--master", master, "--listen", &addr, "--transport", offer]).args(extra);
+    let mut proc = Proc::spawn("relay", cmd);
+    wait_until("the relay to listen", Duration::from_secs(20), || {
+        assert!(proc.running(), "relay exited:\n{}", proc.output());
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    Relay { proc, addr }
+}
+
+fn join_with(relay: &str, replica: &str, args: &[&str], env: &[(&str, &str)]) -> Joined {
+    let mut cmd = fastrepl();
+    cmd.args(["join", "--relay", relay, "--replica", replica, "--json"]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    finish_join(Proc::spawn("join", cmd))
+}
+
+#[test]
+fn auto_picks_shm_on_the_relays_host() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 2000);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay_offering(&master.addr(), "auto", &[]);
+    let j = join_with(&relay.addr, &replica.addr(), &[], &[]);
+    assert_eq!(j.code, Some(0), "{}", j.output);
+    assert_eq!(j.report["transport"], "shm", "{}", j.output);
+    assert!(j.report["transport_detail"].as_str().unwrap().contains("auto"), "{}", j.output);
+    assert_identical(&master, &replica);
+}
+
+#[test]
+fn a_transport_the_relay_does_not_offer_is_refused_before_the_replica_is_touched() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay_offering(&master.addr(), "tcp", &[]);
+    for t in ["shm", "ucx"] {
+        let j = join_with(&relay.addr, &replica.addr(), &["--transport", t], &[]);
+        assert_ne!(j.code, Some(0), "{}", j.output);
+        assert!(j.output.contains(&format!("does not offer {t}")), "{}", j.output);
+        assert_untouched(&replica);
+    }
+}
+
+#[test]
+fn the_shm_socket_demands_the_token_and_hands_out_nothing_without_it() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    let mut relay = relay_offering(&master.addr(), "auto", &[]);
+    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let attached = agent::progress::attach(relay.addr.parse().unwrap(), &token, Duration::from_secs(30)).unwrap();
+    let name = attached.offered.shm_socket.clone().expect("the relay offers shm");
+    let wrong = transport::Token::new(b"not-the-token-at-all-0000").unwrap();
+    match transport::shm::connect(&name, &wrong, transport::auth::Kind::Data) {
+        Err(transport::Error::Auth(_)) => {}
+        Err(e) => panic!("expected an authentication failure, got {e}"),
+        Ok(_) => panic!("a wrong token was accepted on the shm socket"),
+    }
+    // Control connections are TCP only.
+    let mut s = transport::shm::connect(&name, &token, transport::auth::Kind::Control).expect("authenticates");
+    let mut b = [0u8; 1];
+    assert_eq!(std::io::Read::read(&mut s, &mut b).unwrap_or(0), 0, "a control connection on the shm socket must be closed");
+    assert!(relay.proc.running());
+}
+
+/// A file of pseudo-random bytes.
+fn random_file(dir: &std::path::Path, len: usize) -> std::path::PathBuf {
+    let mut x: u64 = 0x0123_4567_89AB_CDEF;
+    let bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let p = dir.join("snapshot.bin");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn fetch_pulls_a_served_file_byte_for_byte_over_every_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not a multiple of the block size, and larger than one UCX chunk.
+    let file = random_file(dir.path(), 5 * 1024 * 1024 + 12345);
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut cmd = fastrepl();
+    cmd.args(["relay", "--file"]).arg(&file).args(["--listen", &addr, "--block-size", "262144"]);
+    let mut relay = Proc::spawn("relay", cmd);
+    wait_until("the file relay to listen", Duration::from_secs(20), || {
+        assert!(relay.running(), "relay exited:\n{}", relay.output());
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    let want = std::fs::read(&file).unwrap();
+    for (t, tls, expect) in [("tcp", None, "tcp"), ("shm", None, "shm"), ("ucx", Some("tcp"), "ucx"), ("ucx", Some("sm"), "ucx"), ("auto", None, "shm")] {
+        let out = dir.path().join(format!("out-{t}-{}", tls.unwrap_or("")));
+        let mut cmd = fastrepl();
+        cmd.args(["fetch", "--relay", &addr, "--transport", t, "--json", "--out"]).arg(&out);
+        if let Some(tls) = tls {
+            cmd.env("UCX_TLS", tls);
+        }
+        let o = cmd.output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "fetch over {t} failed:\n{text}");
+        let report: serde_json::Value = text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a JSON report");
+        assert_eq!(report["transport"], expect, "{text}");
+        assert_eq!(report["bytes"], want.len() as u64, "{text}");
+        assert!(std::fs::read(&out).unwrap() == want, "fetch over {t} ({tls:?}) wrote different bytes");
+    }
+    assert!(relay.running(), "the relay keeps serving");
+}
+
+#[test]
+fn fetch_from_a_dead_relay_fails_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let port = testkit::free_port();
+    let o = fastrepl().args(["fetch", "--relay", &format!("127.0.0.1:{port}"), "--out"]).arg(&out).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("connect to relay"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.exists(), "a failed fetch must not leave a file that looks complete");
+}
+
+#[test]
+fn probe_self_quick_writes_a_complete_table_json_and_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = fastrepl().args(["probe", "--self", "--quick", "--secs", "0.05", "--out"]).arg(dir.path()).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("probe.json")).unwrap()).unwrap();
+    let points = j["points"].as_array().unwrap();
+    for t in ["tcp", "shm", "ucx-tcp", "ucx-sm"] {
+        let n = points.iter().filter(|p| p["transport"] == t).count();
+        assert_eq!(n, 4, "{t}: expected 4 sizes in --quick:\n{text}");
+    }
+    for p in points {
+        assert!(p["mib_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["p99_us"].as_f64().unwrap() >= p["p50_us"].as_f64().unwrap(), "{p}");
+        assert!(p["ratio_to_baseline"].as_f64().is_some(), "{p}");
+        assert!(p["relay_cpu_us_per_read"].as_f64().is_some(), "relay CPU is measured with --self: {p}");
+    }
+    assert_eq!(j["baselines"].as_array().unwrap().len(), 8, "memcpy and tcp-stream at 4 sizes");
+    for png in ["throughput.png", "latency.png", "cpu.png"] {
+        let b = std::fs::read(dir.path().join(png)).unwrap();
+        assert!(b.len() > 1000 && b.starts_with(b"\x89PNG"), "{png} is not a PNG");
+    }
+}
