@@ -28,11 +28,31 @@ pub struct DemoArgs {
     /// Write the raw results as JSON here.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Transport for the cold joins: auto, tcp, shm, ucx, ucx-tcp or ucx-sm (ucx restricted to
+    /// UCX's tcp or shared-memory transports).
+    #[arg(long, default_value = "auto")]
+    transport: String,
+    /// With --warm-join: one warm round per transport listed (default: the cold one's).
+    #[arg(long, value_delimiter = ',')]
+    warm_transports: Vec<String>,
+}
+
+/// `--transport` and `UCX_TLS` for a demo transport name.
+fn transport_args(name: &str) -> Result<(&'static str, Option<&'static str>)> {
+    Ok(match name {
+        "auto" => ("auto", None),
+        "tcp" => ("tcp", None),
+        "shm" => ("shm", None),
+        "ucx" => ("ucx", None),
+        "ucx-tcp" => ("ucx", Some("tcp")),
+        "ucx-sm" => ("ucx", Some("sm")),
+        other => bail!("unknown transport {other:?} (auto, tcp, shm, ucx, ucx-tcp, ucx-sm)"),
+    })
 }
 
 #[derive(serde::Serialize)]
 struct Mode {
-    name: &'static str,
+    name: String,
     secs: f64,
     per_replica: Vec<f64>,
     forks: i64,
@@ -79,7 +99,14 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     println!("master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)", master.addr(), t.elapsed().as_secs_f64());
 
     let native = run_native(&master, flavor, n)?;
-    let fast = run_fastrepl(&master, flavor, n, a.warm_join)?;
+    let warm: Vec<String> = if !a.warm_join {
+        Vec::new()
+    } else if a.warm_transports.is_empty() {
+        vec![a.transport.clone()]
+    } else {
+        a.warm_transports.clone()
+    };
+    let fast = run_fastrepl(&master, flavor, n, &a.transport, &warm)?;
     let mut modes = vec![native];
     modes.extend(fast);
 
@@ -126,7 +153,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     }
 }
 
-fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, warm: bool) -> Result<Vec<Mode>> {
+fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm: &[String]) -> Result<Vec<Mode>> {
     let exe = std::env::current_exe().context("locate the fastrepl binary")?;
     let mut token = [0u8; 24];
     getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
@@ -143,16 +170,16 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, warm: bool) -> Result
     cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token);
     let _relay = Proc::spawn("relay", cmd);
     testkit::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
-    let mut cold = joins(&exe, &token, &relay_addr, &replicas, t0, "fastrepl cold (tcp)")?;
+    let mut cold = joins(&exe, &token, &relay_addr, &replicas, t0, "fastrepl cold", transport)?;
     cold.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     cold.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     cold.verified = verify_all(master, &replicas)?;
     let mut modes = vec![cold];
-    if warm {
-        println!("\n-- fastrepl: {n} more agents against the warm relay");
+    for t in warm {
+        println!("\n-- fastrepl: {n} more agents against the warm relay, transport {t}");
         let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
         let (forks0, cpu0) = (stat(&mut mc, "stats", "total_forks")?, cpu_secs(master.pid()));
-        let mut m = joins(&exe, &token, &relay_addr, &replicas, Instant::now(), "fastrepl warm (tcp)")?;
+        let mut m = joins(&exe, &token, &relay_addr, &replicas, Instant::now(), "fastrepl warm", t)?;
         m.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
         m.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
         m.verified = verify_all(master, &replicas)?;
@@ -162,14 +189,18 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, warm: bool) -> Result
 }
 
 /// Join `replicas` through the relay at once; times from `t0`.
-fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &'static str) -> Result<Mode> {
+fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &str, transport: &str) -> Result<Mode> {
     let n = replicas.len();
+    let (targ, tls) = transport_args(transport)?;
     let mut joins: Vec<Proc> = replicas
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let mut cmd = Command::new(exe);
-            cmd.args(["join", "--relay", relay_addr, "--replica", &r.addr(), "--json"]).env("FASTREPL_TOKEN", token).env("FASTREPL_LOG", "warn");
+            cmd.args(["join", "--relay", relay_addr, "--replica", &r.addr(), "--json", "--transport", targ]).env("FASTREPL_TOKEN", token).env("FASTREPL_LOG", "warn");
+            if let Some(tls) = tls {
+                cmd.env("UCX_TLS", tls);
+            }
             Proc::spawn(&format!("join-{i}"), cmd)
         })
         .collect();
@@ -208,14 +239,16 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
     }
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}", handoffs.join(", "));
+    let used = reports.first().map(|r| r["transport"].as_str().unwrap_or("?").to_string()).unwrap_or_default();
+    let detail_t = reports.first().and_then(|r| r["transport_detail"].as_str()).map(|d| d.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
     Ok(Mode {
-        name,
+        name: if transport == used || transport == "auto" { format!("{name} ({used})") } else { format!("{name} ({transport})") },
         secs,
         per_replica: per,
         forks: 0,
         master_cpu_secs: 0.0,
         verified: false,
-        detail: format!("handoff {}", handoffs.join("/")),
+        detail: format!("handoff {}; {detail_t}", handoffs.join("/")),
         reports,
     })
 }
@@ -258,7 +291,7 @@ fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     let master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     let verified = verify_all(master, &replicas)?;
     // The replicas are stopped when this returns: the master's replica list is clean for the next mode.
-    Ok(Mode { name: "native diskless", secs, per_replica: per, forks, master_cpu_secs, verified, detail: "repl-diskless-sync-delay 0".into(), reports: vec![] })
+    Ok(Mode { name: "native diskless".into(), secs, per_replica: per, forks, master_cpu_secs, verified, detail: "repl-diskless-sync-delay 0".into(), reports: vec![] })
 }
 
 fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
