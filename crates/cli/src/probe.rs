@@ -49,6 +49,9 @@ pub struct ProbeArgs {
     /// pipeline, 1 and 4 concurrent pulls, per transport, next to memcpy and a raw TCP stream.
     #[arg(long, value_parser = parse_bytes)]
     fetch: Option<u64>,
+    /// With --fetch: measure every row this many times (interleaved) and report medians.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Directory for probe.json and the charts.
     #[arg(long, default_value = "probe-results")]
     out: PathBuf,
@@ -303,6 +306,39 @@ fn memcpy_baseline(region: usize, size: usize, secs: f64) -> (f64, Vec<f64>, f64
     ((n * size as u64) as f64 / (1 << 20) as f64 / el, lat, cpu)
 }
 
+/// Seconds to map a filled memfd of `bytes` read-only and copy it all out (single thread).
+fn memcpy_from_fresh_mapping(bytes: usize) -> Result<f64> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: constant NUL-terminated name; memfd_create has no other preconditions.
+    let fd = unsafe { libc::memfd_create(c"probe-ref".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        bail!("memfd_create: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and is owned by nobody else.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let chunk = vec![9u8; 4 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        f.write_all(&chunk[..n])?;
+        left -= n;
+    }
+    let mut dst = vec![1u8; bytes]; // touched: we time the mapping and the copy, not our allocation
+    let t = Instant::now();
+    // SAFETY: a fresh read-only shared mapping of a memfd we own and do not resize; unmapped below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        bail!("mmap: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: `p` maps `bytes` readable bytes for the duration of the copy.
+    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(p as *const u8, bytes) });
+    std::hint::black_box(&dst);
+    let s = t.elapsed().as_secs_f64();
+    // SAFETY: unmapping exactly what mmap returned; nothing borrows it any more.
+    unsafe { libc::munmap(p, bytes) };
+    Ok(s)
+}
+
 /// Raw TCP baseline over loopback: a stream read in `size` pieces (throughput), and request →
 /// `size`-byte response round trips (latency).
 fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
@@ -522,130 +558,173 @@ fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json
 
 /// Whole-snapshot pulls (`--fetch BYTES`): per transport, 1 and 4 concurrent pulls through the
 /// agent's pipeline, with time, MiB/s, reader CPU and relay CPU; next to memcpy and a raw TCP stream
-/// of the same size.
+/// of the same size. Every row is measured `--repeat` times, interleaved (round-robin over the rows,
+/// so a noisy minute on a shared machine hits all of them alike); the table shows medians and the JSON
+/// keeps every run.
 fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<()> {
     let mib = bytes as f64 / (1 << 20) as f64;
-    let mut rows = Vec::new();
-    // Baselines: one memcpy of the whole size (single thread) and one raw TCP stream of it.
-    {
-        let src = vec![3u8; bytes as usize];
-        let mut dst = vec![0u8; bytes as usize];
-        dst.copy_from_slice(&src); // fault the pages in first: we time the copy, not the allocator
-        let t = Instant::now();
-        dst.copy_from_slice(&src);
-        std::hint::black_box(&dst);
-        let s = t.elapsed().as_secs_f64();
-        rows.push(serde_json::json!({"mode": "memcpy (baseline)", "concurrent": 1, "secs": s, "mib_s": mib / s}));
+    let mut modes: Vec<(String, usize)> = vec![("memcpy (baseline)".into(), 1), ("memcpy from a fresh memfd mapping (reference)".into(), 1), ("tcp-stream (baseline)".into(), 1)];
+    for t in &a.transports {
+        modes.push((t.clone(), 1));
+        modes.push((t.clone(), 4));
     }
-    {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        let addr = l.local_addr()?;
-        let total = bytes;
-        let server = std::thread::spawn(move || -> std::io::Result<()> {
-            let (mut s, _) = l.accept()?;
-            let buf = vec![5u8; 4 << 20];
-            let mut left = total;
-            while left > 0 {
-                let n = left.min(buf.len() as u64) as usize;
-                s.write_all(&buf[..n])?;
-                left -= n as u64;
-            }
-            Ok(())
-        });
-        let t = Instant::now();
-        let mut c = TcpStream::connect(addr)?;
-        let mut b = vec![0u8; 4 << 20];
-        let mut got = 0u64;
-        while got < bytes {
-            let n = c.read(&mut b)?;
-            if n == 0 {
-                break;
-            }
-            got += n as u64;
-        }
-        let s = t.elapsed().as_secs_f64();
-        let _ = server.join();
-        rows.push(serde_json::json!({"mode": "tcp-stream (baseline)", "concurrent": 1, "secs": s, "mib_s": mib / s}));
-    }
-    for name in &a.transports {
-        for conc in [1usize, 4] {
-            let cancel = AtomicBool::new(false);
-            let rcpu0 = relay_pid.and_then(proc_cpu_secs);
-            let cpu0 = agent::fetch::process_cpu_secs();
-            let t0 = Instant::now();
-            let results: Vec<Result<(f64, String)>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..conc)
-                    .map(|_| {
-                        let cancel = &cancel;
-                        s.spawn(move || -> Result<(f64, String)> {
-                            let t = open_transport(name, relay, token, offered)?;
-                            let attached = agent::progress::attach(relay, token, Duration::from_secs(60))?;
-                            let t1 = Instant::now();
-                            let mut n = 0u64;
-                            let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                            agent::pipeline::pull(t.as_ref(), &attached.progress, readers, 16, cancel, &mut |b| {
-                                n += b.len() as u64;
-                                Ok(())
-                            })?;
-                            if n != bytes {
-                                bail!("pulled {n} bytes, expected {bytes}");
-                            }
-                            Ok((t1.elapsed().as_secs_f64(), t.detail().unwrap_or_default()))
-                        })
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))).collect()
-            });
-            let wall = t0.elapsed().as_secs_f64();
-            let cpu = agent::fetch::process_cpu_secs() - cpu0;
-            let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0));
-            match results.into_iter().collect::<Result<Vec<_>>>() {
-                Ok(rs) => {
-                    let per: Vec<f64> = rs.iter().map(|r| r.0).collect();
-                    let mean = per.iter().sum::<f64>() / per.len() as f64;
-                    rows.push(serde_json::json!({
-                        "mode": name, "detail": rs[0].1, "concurrent": conc, "secs": wall, "secs_per_pull": per,
-                        "mib_s": mib / mean, "aggregate_mib_s": mib * conc as f64 / wall,
-                        "reader_cpu_secs_per_pull": cpu / conc as f64,
-                        "relay_cpu_secs": rcpu, "relay_cpu_fraction_of_wall": rcpu.map(|c| c / wall),
-                    }));
-                }
+    let mut runs: Vec<Vec<serde_json::Value>> = vec![Vec::new(); modes.len()];
+    for round in 0..a.repeat.max(1) {
+        for (i, (mode, conc)) in modes.iter().enumerate() {
+            let r = match mode.as_str() {
+                "memcpy (baseline)" => memcpy_hot(bytes as usize).map(|s| serde_json::json!({"secs": s})),
+                "memcpy from a fresh memfd mapping (reference)" => memcpy_from_fresh_mapping(bytes as usize).map(|s| serde_json::json!({"secs": s})),
+                "tcp-stream (baseline)" => tcp_stream_once(bytes).map(|s| serde_json::json!({"secs": s})),
+                t => pull_round(a, t, *conc, relay, token, offered, bytes, relay_pid),
+            };
+            match r {
+                Ok(v) => runs[i].push(v),
                 Err(e) => {
-                    eprintln!("probe: fetch over {name} ×{conc} failed: {e:#}");
-                    rows.push(serde_json::json!({"mode": name, "concurrent": conc, "error": format!("{e:#}")}));
+                    eprintln!("probe: {mode} ×{conc} (round {round}) failed: {e:#}");
+                    runs[i].push(serde_json::json!({"error": format!("{e:#}")}));
                 }
             }
         }
+    }
+    let median = |v: &[f64]| -> Option<f64> {
+        let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    let col = |i: usize, k: &str| -> Vec<f64> { runs[i].iter().filter_map(|r| r[k].as_f64()).collect() };
+    let mut rows = Vec::new();
+    for (i, (mode, conc)) in modes.iter().enumerate() {
+        let secs = median(&col(i, "secs_per_pull")).or_else(|| median(&col(i, "secs")));
+        rows.push(serde_json::json!({
+            "mode": mode, "concurrent": conc,
+            "detail": runs[i].iter().find_map(|r| r["detail"].as_str().map(str::to_string)),
+            "median_secs_per_pull": secs,
+            "mib_s": secs.map(|s| mib / s),
+            "median_wall_secs": median(&col(i, "wall_secs")),
+            "median_reader_cpu_secs_per_pull": median(&col(i, "reader_cpu_secs_per_pull")),
+            "median_relay_cpu_fraction_of_wall": median(&col(i, "relay_cpu_fraction_of_wall")),
+            "runs": runs[i],
+        }));
     }
     let base = |m: &str| rows.iter().find(|r| r["mode"] == m).and_then(|r| r["mib_s"].as_f64());
     let (memcpy, tcp) = (base("memcpy (baseline)"), base("tcp-stream (baseline)"));
-    println!("pull of {:.0} MiB: {:<22} {:>4} {:>8} {:>9} {:>7} {:>9} {:>11}", mib, "mode", "conc", "secs", "MiB/s", "×base", "cpu s/pull", "relay cpu %");
+    println!("pull of {mib:.0} MiB, median of {} runs:", a.repeat.max(1));
+    println!("{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}", "mode", "conc", "s/pull", "MiB/s", "×base", "cpu s/pull", "relay cpu %");
     for r in rows.iter_mut() {
         let m = r["mode"].as_str().unwrap_or("").to_string();
-        let b = if m.contains("baseline") { None } else if baseline_of(&m) == "memcpy" { memcpy } else { tcp };
+        let b = if m.contains('(') { None } else if baseline_of(&m) == "memcpy" { memcpy } else { tcp };
         let ratio = b.and_then(|b| r["mib_s"].as_f64().map(|x| x / b));
         if let Some(x) = ratio {
             r["ratio_to_baseline"] = serde_json::json!(x);
+            r["baseline"] = serde_json::json!(baseline_of(&m));
         }
+        let f = |k: &str, scale: f64, prec: usize| r[k].as_f64().map(|x| format!("{:.*}", prec, x * scale)).unwrap_or_default();
         println!(
-            "{:>22} {:<22} {:>4} {:>8.2} {:>9.0} {:>7} {:>9} {:>11}",
-            "",
+            "{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}",
             m,
             r["concurrent"],
-            r["secs"].as_f64().unwrap_or(f64::NAN),
-            r["mib_s"].as_f64().unwrap_or(f64::NAN),
+            f("median_secs_per_pull", 1.0, 2),
+            f("mib_s", 1.0, 0),
             ratio.map(|x| format!("{x:.2}")).unwrap_or_default(),
-            r["reader_cpu_secs_per_pull"].as_f64().map(|x| format!("{x:.2}")).unwrap_or_default(),
-            r["relay_cpu_fraction_of_wall"].as_f64().map(|x| format!("{:.1}", x * 100.0)).unwrap_or_default()
+            f("median_reader_cpu_secs_per_pull", 1.0, 2),
+            f("median_relay_cpu_fraction_of_wall", 100.0, 1)
         );
     }
+    println!("(×base: MiB/s over memcpy for shm and ucx-sm, over the raw TCP stream for tcp and ucx-tcp; relay CPU from /proc, 10 ms resolution)");
     let json = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": crate::demo::machine(),
-        "bytes": bytes, "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()), "rows": rows,
+        "bytes": bytes, "repeat": a.repeat.max(1),
+        "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()),
+        "rows": rows,
     });
     let p = a.out.join("fetch.json");
     std::fs::write(&p, serde_json::to_vec_pretty(&json)?)?;
     println!("raw results: {}", p.display());
     Ok(())
+}
+
+/// Seconds for one single-threaded copy of `bytes` between two buffers already faulted in.
+fn memcpy_hot(bytes: usize) -> Result<f64> {
+    let src = vec![3u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src); // fault the pages in first: we time the copy, not the allocator
+    let t = Instant::now();
+    dst.copy_from_slice(&src);
+    std::hint::black_box(&dst);
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds to receive `bytes` over one loopback TCP connection from a thread writing 4 MiB chunks.
+fn tcp_stream_once(bytes: u64) -> Result<f64> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = l.accept()?;
+        let buf = vec![5u8; 4 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            s.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    let t = Instant::now();
+    let mut c = TcpStream::connect(addr)?;
+    let mut b = vec![0u8; 4 << 20];
+    let mut got = 0u64;
+    while got < bytes {
+        let n = c.read(&mut b)?;
+        if n == 0 {
+            bail!("raw TCP stream ended after {got} of {bytes} bytes");
+        }
+        got += n as u64;
+    }
+    let s = t.elapsed().as_secs_f64();
+    let _ = server.join();
+    Ok(s)
+}
+
+/// `conc` concurrent pulls of the relay's snapshot over transport `name`; one JSON run record.
+#[allow(clippy::too_many_arguments)]
+fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
+    let cancel = AtomicBool::new(false);
+    let rcpu0 = relay_pid.and_then(proc_cpu_secs);
+    let cpu0 = agent::fetch::process_cpu_secs();
+    let t0 = Instant::now();
+    let results: Vec<Result<(f64, String)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..conc)
+            .map(|_| {
+                let cancel = &cancel;
+                s.spawn(move || -> Result<(f64, String)> {
+                    let t = open_transport(name, relay, token, offered)?;
+                    let attached = agent::progress::attach(relay, token, Duration::from_secs(60))?;
+                    let t1 = Instant::now();
+                    let mut n = 0u64;
+                    let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
+                    agent::pipeline::pull(t.as_ref(), &attached.progress, readers, 16, cancel, &mut |b| {
+                        n += b.len() as u64;
+                        Ok(())
+                    })?;
+                    if n != bytes {
+                        bail!("pulled {n} bytes, expected {bytes}");
+                    }
+                    Ok((t1.elapsed().as_secs_f64(), t.detail().unwrap_or_default()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))).collect()
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = agent::fetch::process_cpu_secs() - cpu0;
+    let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0));
+    let rs = results.into_iter().collect::<Result<Vec<_>>>()?;
+    let per: Vec<f64> = rs.iter().map(|r| r.0).collect();
+    Ok(serde_json::json!({
+        "detail": rs[0].1, "wall_secs": wall, "secs_each": per,
+        "secs_per_pull": per.iter().sum::<f64>() / per.len() as f64,
+        "reader_cpu_secs_per_pull": cpu / conc as f64,
+        "relay_cpu_secs": rcpu, "relay_cpu_fraction_of_wall": rcpu.map(|c| c / wall),
+    }))
 }

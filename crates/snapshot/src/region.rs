@@ -68,11 +68,6 @@ impl Region {
         // SAFETY: the memfd is private to this process until its descriptor is handed out, and others
         // only ever read bytes below the published watermark, which this mapping no longer writes.
         // The file is never truncated while mapped.
-        let map = unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }?;
-        // Ask for huge pages where the kernel allows them for shared memory (transparent_hugepage/
-        // shmem_enabled = advise or always): readers that map the region (shm transport, UCX
-        // registration) then set up 512× fewer page-table entries. Harmless where it is off.
-        let _ = map.advise(memmap2::Advice::HugePage);
-        Ok(map)
+        unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }
     }
 }

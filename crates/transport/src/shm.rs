@@ -148,9 +148,6 @@ impl ShmReader {
         if ptr == libc::MAP_FAILED {
             return Err(Error::Io { op: "map the relay's region", source: std::io::Error::last_os_error() });
         }
-        // Huge pages where the kernel allows them for shared memory (see snapshot::Region).
-        // SAFETY: advice on the mapping just created; it does not change its contents.
-        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
         Ok(Mapping { generation, ptr: ptr as *const u8, len })
     }
 }
