@@ -16,6 +16,9 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
 use std::time::Duration;
 
+/// Reads at least this large populate their pages up front.
+const POPULATE_MIN: usize = 256 << 10;
+
 /// `madvise` advice to populate page tables for reading (not in every libc crate version).
 const MADV_POPULATE_READ: libc::c_int = 22;
 
@@ -159,13 +162,17 @@ impl RangeReader for ShmReader {
         if end.is_none() {
             return Err(Error::Protocol(format!("read [{offset}, +{}) beyond the region ({} bytes)", buf.len(), m.len)));
         }
-        // Map the range's pages in one call instead of taking a fault per 4 KiB page during the copy
-        // (MADV_POPULATE_READ, Linux 5.14+; on older kernels this fails and the copy faults as usual).
-        let page = 4096u64;
-        let start = offset / page * page;
-        // SAFETY: [start, offset+len) is inside the mapping (start rounds down within it); the advice
-        // only populates page tables of our read-only mapping.
-        unsafe { libc::madvise(m.ptr.add(start as usize) as *mut libc::c_void, (offset - start) as usize + buf.len(), MADV_POPULATE_READ) };
+        // Large reads: map the range's pages in one call instead of a fault per few pages during the
+        // copy (MADV_POPULATE_READ, Linux 5.14+; elsewhere it fails and the copy faults as usual).
+        // Small reads skip it: the syscall would cost more than the fault it saves, and only the
+        // first touch of a page faults at all.
+        if buf.len() >= POPULATE_MIN {
+            let page = 4096u64;
+            let start = offset / page * page;
+            // SAFETY: [start, offset+len) is inside the mapping (start rounds down within it); the
+            // advice only populates page tables of our read-only mapping.
+            unsafe { libc::madvise(m.ptr.add(start as usize) as *mut libc::c_void, (offset - start) as usize + buf.len(), MADV_POPULATE_READ) };
+        }
         // SAFETY: [offset, offset+len) lies inside the live read-only mapping (checked above), and
         // `buf` is a distinct, writable local buffer. The relay only writes bytes above the published
         // watermark, which the agent does not ask for, and every block's checksum is verified after
