@@ -45,10 +45,11 @@ pub struct ProbeArgs {
     /// Fewer sizes and shorter points (a smoke run).
     #[arg(long)]
     quick: bool,
-    /// Instead of message sizes: pull whole snapshots of this many bytes (e.g. 1g) with `fetch`'s
-    /// pipeline, 1 and 4 concurrent pulls, per transport, next to memcpy and a raw TCP stream.
-    #[arg(long, value_parser = parse_bytes)]
-    fetch: Option<u64>,
+    /// Instead of message sizes: pull whole snapshots of these sizes (e.g. `50m,256m,1g,2g`; with
+    /// --relay, the relay's snapshot, one size) with `fetch`'s pipeline, 1 and 4 concurrent pulls, per
+    /// transport, next to memcpy and a raw TCP stream. One JSON file per size.
+    #[arg(long, value_parser = parse_bytes, value_delimiter = ',')]
+    fetch: Vec<u64>,
     /// With --fetch: measure every row this many times (interleaved) and report medians.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -392,38 +393,52 @@ fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
     Ok(((n * size as u64) as f64 / (1 << 20) as f64 / el, lat, cpu))
 }
 
-pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
-    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
-    let secs = if a.quick { a.secs.min(0.1) } else { a.secs };
-    let sizes = sizes(a.quick);
-    let largest = *sizes.last().expect("sizes") as u64;
-    let region_bytes = match a.fetch {
-        Some(n) => n,
-        None => (largest * 4).max(128 << 20),
-    };
-    let (own, relay, token, relay_pid) = if a.self_ {
+/// The relay to probe: ours (started for `bytes` of synthetic data) or the user's.
+fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr, Token, Option<u32>)> {
+    if a.self_ {
         let mut raw = [0u8; 16];
         getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
         let tok: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        let r = start_own_relay(region_bytes, &tok)?;
+        let r = start_own_relay(bytes, &tok)?;
         let (addr, pid) = (r.addr, r.child.id());
-        (Some(r), addr, Token::new(tok.as_bytes()).map_err(anyhow::Error::msg)?, Some(pid))
+        Ok((Some(r), addr, Token::new(tok.as_bytes()).map_err(anyhow::Error::msg)?, Some(pid)))
     } else {
-        (None, a.relay.expect("clap requires --relay without --self"), crate::secrets::token(a.token_file.as_deref())?, a.relay_pid)
-    };
-    let attached = agent::progress::attach(relay, &token, Duration::from_secs(120)).context("attach to the relay")?;
+        Ok((None, a.relay.context("--relay or --self")?, crate::secrets::token(a.token_file.as_deref())?, a.relay_pid))
+    }
+}
+
+/// Attach and wait for a complete snapshot; returns the attachment and (generation, length).
+fn attach_complete(relay: SocketAddr, token: &Token) -> Result<(agent::progress::Attached, u64, u64)> {
+    let attached = agent::progress::attach(relay, token, Duration::from_secs(120)).context("attach to the relay")?;
     let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
-    let generation = view.desc.generation;
     let region = view.desc.length.context("the relay's snapshot is not complete")?;
-    if a.fetch.is_none() && region < largest {
+    Ok((attached, view.desc.generation, region))
+}
+
+pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
+    if !a.fetch.is_empty() {
+        if !a.self_ && a.fetch.len() > 1 {
+            bail!("with --relay, --fetch takes one size: the relay's snapshot is what it is");
+        }
+        for &bytes in &a.fetch {
+            let (own, relay, token, relay_pid) = relay_for(&a, bytes)?;
+            let (attached, _, region) = attach_complete(relay, &token)?;
+            let name = if a.fetch.len() == 1 { "fetch.json".to_string() } else { format!("fetch-{}.json", charts::human_bytes(bytes as f64)) };
+            fetch_runs(&a, relay, &token, &attached.offered, region, relay_pid, &name)?;
+            drop(own);
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let secs = if a.quick { a.secs.min(0.1) } else { a.secs };
+    let sizes = sizes(a.quick);
+    let largest = *sizes.last().expect("sizes") as u64;
+    let (own, relay, token, relay_pid) = relay_for(&a, (largest * 4).max(128 << 20))?;
+    let (attached, generation, region) = attach_complete(relay, &token)?;
+    if region < largest {
         bail!("the relay's snapshot ({region} bytes) is smaller than the largest message ({largest})");
     }
     let machine = crate::demo::machine();
-    if let Some(bytes) = a.fetch {
-        let r = fetch_runs(&a, relay, &token, &attached.offered, bytes, relay_pid);
-        drop(own);
-        return r.map(|_| std::process::ExitCode::SUCCESS);
-    }
 
     // Baselines first, at every size.
     let mut baselines: Vec<serde_json::Value> = Vec::new();
@@ -561,7 +576,7 @@ fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json
 /// of the same size. Every row is measured `--repeat` times, interleaved (round-robin over the rows,
 /// so a noisy minute on a shared machine hits all of them alike); the table shows medians and the JSON
 /// keeps every run.
-fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<()> {
+fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
     let mib = bytes as f64 / (1 << 20) as f64;
     let mut modes: Vec<(String, usize)> = vec![("memcpy (baseline)".into(), 1), ("memcpy from a fresh memfd mapping (reference)".into(), 1), ("tcp-stream (baseline)".into(), 1)];
     for t in &a.transports {
@@ -638,7 +653,7 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
         "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()),
         "rows": rows,
     });
-    let p = a.out.join("fetch.json");
+    let p = a.out.join(file);
     std::fs::write(&p, serde_json::to_vec_pretty(&json)?)?;
     println!("raw results: {}", p.display());
     Ok(())

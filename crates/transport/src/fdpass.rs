@@ -119,7 +119,7 @@ mod tests {
     #[test]
     fn a_descriptor_travels_with_its_bytes() {
         let (a, b) = UnixStream::pair().unwrap();
-        let mut f = std::fs::File::from(std::os::fd::OwnedFd::from(tempfile_in_memory()));
+        let mut f = std::fs::File::from(tempfile_in_memory());
         f.write_all(b"hello").unwrap();
         send_with_fd(&a, b"0123456789", f.as_raw_fd()).unwrap();
         let mut buf = [0u8; 10];

@@ -164,7 +164,7 @@ impl Context {
             address: addr as *mut c_void,
             length: len,
             // Read-only: the region is mapped PROT_READ, and verbs must not ask for write access to it.
-            prot: (sys::UCP_MEM_MAP_PROT_LOCAL_READ | sys::UCP_MEM_MAP_PROT_REMOTE_READ) as u32,
+            prot: sys::UCP_MEM_MAP_PROT_LOCAL_READ | sys::UCP_MEM_MAP_PROT_REMOTE_READ,
             ..Default::default()
         };
         let mut memh: sys::ucp_mem_h = ptr::null_mut();
@@ -452,8 +452,8 @@ impl<'w> Endpoint<'w> {
 impl Drop for Endpoint<'_> {
     fn drop(&mut self) {
         let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS as u32,
-            flags: sys::UCP_EP_CLOSE_FLAG_FORCE as u32,
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
             ..Default::default()
         };
         // SAFETY: live endpoint, closed once; remote keys borrow the endpoint so are destroyed already.

@@ -96,11 +96,10 @@ impl UcxServer {
         let len = UCX_SEGMENT.min(capacity - start);
         let mut regs = self.regs.lock().unwrap_or_else(|p| p.into_inner());
         regs.retain(|_, r| r.gen.strong_count() > 0);
-        if !regs.contains_key(&gen.id()) {
-            let map = map_read_only(gen)?;
-            regs.insert(gen.id(), GenReg { segments: HashMap::new(), map, gen: Arc::downgrade(gen) });
-        }
-        let reg = regs.get_mut(&gen.id()).expect("inserted above");
+        let reg = match regs.entry(gen.id()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(GenReg { segments: HashMap::new(), map: map_read_only(gen)?, gen: Arc::downgrade(gen) }),
+        };
         if !reg.segments.contains_key(&segment) {
             // SAFETY: [start, start+len) lies inside `reg.map` (len <= capacity - start), which lives
             // in the same GenReg and is dropped after its segments.
