@@ -202,6 +202,19 @@ pub struct Report {
     pub pull_mib_s: f64,
     /// Anything the operator should know.
     pub notes: Vec<String>,
+    /// CPU seconds (user + system) this agent process used so far.
+    pub agent_cpu_secs: f64,
+    /// This agent process's peak resident memory, KiB.
+    pub agent_peak_rss_kib: u64,
+}
+
+/// Peak resident memory of this process so far, in KiB.
+pub fn peak_rss_kib() -> u64 {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF has no other preconditions.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss.max(0) as u64
 }
 
 /// Counters on the master that tell full from partial resyncs.
@@ -333,6 +346,8 @@ pub fn join(cfg: &Config) -> Result<Report, Error> {
         },
         pull_mib_s: stats.bytes as f64 / (1 << 20) as f64 / pull_secs,
         notes,
+        agent_cpu_secs: fetch::process_cpu_secs(),
+        agent_peak_rss_kib: peak_rss_kib(),
     })
 }
 

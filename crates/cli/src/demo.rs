@@ -312,17 +312,5 @@ fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
 
 /// The machine a result was measured on: cores, kernel, memory, CPU model.
 pub fn machine() -> serde_json::Value {
-    let uname = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
-        .unwrap_or_default();
-    serde_json::json!({
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "cpu": cpu,
-        "kernel": uname.trim(),
-        "memory": std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or("").to_string(),
-    })
+    bench::report::machine()
 }

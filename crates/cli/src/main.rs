@@ -1,6 +1,5 @@
 //! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay.
 
-mod charts;
 mod demo;
 mod probe;
 mod secrets;
@@ -33,6 +32,9 @@ enum Cmd {
     /// Transport microbenchmark: throughput, latency and CPU per read for each transport from 32 B to
     /// 32 MiB, next to memcpy and raw TCP baselines; table, JSON and PNG charts.
     Probe(probe::ProbeArgs),
+    /// The original experiments and more: native replication vs fastrepl side by side on namespace
+    /// hosts with shaped links; table, raw JSON, Markdown and PNG charts.
+    Bench(bench::BenchArgs),
     /// The self-contained demonstration: a master with data, a relay, two replicas, native side by side.
     Demo(demo::DemoArgs),
 }
@@ -194,6 +196,7 @@ fn main() -> ExitCode {
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
         Cmd::Probe(a) => probe::run(a),
+        Cmd::Bench(a) => bench::main(a).map(|_| ExitCode::SUCCESS),
         Cmd::Demo(a) => demo::run(a),
     };
     match r {

@@ -7,7 +7,7 @@
 //! memcpy for the shared-memory paths, a plain TCP stream for tcp and ucx-over-tcp. Results: a table
 //! on stdout, `probe.json`, and PNG charts with log axes in `--out`.
 
-use crate::charts::{self, Series};
+use bench::charts::{self, Series};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{Read, Write};

@@ -184,3 +184,14 @@ impl Drop for Writer {
         self.stop.store(true, Ordering::SeqCst);
     }
 }
+
+/// `n` small string values of `size` bytes (the "small keys" benchmark), pipelined in batches.
+pub fn fill_small_values(c: &mut Client, n: usize, size: usize) {
+    for base in (0..n).step_by(1000) {
+        let cmds: Vec<Vec<Vec<u8>>> =
+            (base..(base + 1000).min(n)).map(|i| vec![b"SET".to_vec(), format!("k:{i}").into_bytes(), bytes(i as u64, size)]).collect();
+        for r in c.pipeline(&cmds).expect("SET pipeline") {
+            assert!(!r.is_error(), "SET failed: {r:?}");
+        }
+    }
+}

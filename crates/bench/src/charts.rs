@@ -81,6 +81,31 @@ pub fn log_log(path: &Path, title: &str, x_label: &str, y_label: &str, series: &
     Ok(())
 }
 
+/// Draw a chart with linear axes starting at zero (e.g. seconds against replica count).
+pub fn linear(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(path, (1000, 650)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (_, x1) = bounds(series, false, |p| p.0);
+    let (_, y1) = bounds(series, false, |p| p.1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x1.max(1.0) * 1.02, 0.0..y1.max(1e-3))?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).x_label_formatter(&|v| decimal(*v)).y_label_formatter(&|v| decimal(*v)).draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = ShapeStyle { color, filled: true, stroke_width: 2 };
+        chart.draw_series(LineSeries::new(s.points.clone(), style))?.label(&s.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart.draw_series(s.points.iter().map(|p| Circle::new(*p, 4, style)))?;
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
 /// 32, 1K, 4M style labels for byte sizes.
 pub fn human_bytes(v: f64) -> String {
     let v = v.round();
@@ -96,6 +121,7 @@ pub fn human_bytes(v: f64) -> String {
 /// Compact decimal labels for log axes: 0.01, 5, 100, 10k, 1M.
 pub fn decimal(v: f64) -> String {
     match v {
+        v if v == 0.0 => "0".into(),
         v if v >= 1e9 => format!("{}G", (v / 1e9 * 10.0).round() / 10.0),
         v if v >= 1e6 => format!("{}M", (v / 1e6 * 10.0).round() / 10.0),
         v if v >= 1e3 => format!("{}k", (v / 1e3 * 10.0).round() / 10.0),

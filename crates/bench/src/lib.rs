@@ -1,0 +1,73 @@
+//! `fastrepl bench`: the experiments of BACKGROUND.md and more, native replication and fastrepl side
+//! by side in one run, on hosts made of network namespaces with shaped links.
+//!
+//! - [`scenario`]: what each scenario runs (dataset, links, replica counts, modes).
+//! - [`run`]: one measured run — fresh replicas, one mode, metrics, verification.
+//! - [`report`]: raw JSON, Markdown table and PNG charts, with the machine described.
+//! - [`charts`]: PNG line charts (shared with `fastrepl probe`).
+#![deny(missing_docs)]
+
+pub mod charts;
+pub mod report;
+pub mod run;
+pub mod scenario;
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+/// `fastrepl bench` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// original, fanout, staggered, small-keys, mixed, under-load, or all.
+    #[arg(long, default_value = "original")]
+    pub scenario: String,
+    /// Toy scale: every scenario in a few minutes (what the test suite runs).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for results.json, results.md and the charts.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Run everything on loopback instead of namespace hosts (no root needed; links unshaped).
+    #[arg(long)]
+    pub no_netns: bool,
+    /// Override the scenario's links: 100mbit, 1gbit, 10gbit, unshaped.
+    #[arg(long, value_delimiter = ',')]
+    pub links: Vec<String>,
+    /// Override the scenario's replica counts.
+    #[arg(long, value_delimiter = ',')]
+    pub replicas: Vec<usize>,
+    /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm.
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Vec<String>,
+    /// Server build for master and replicas: redis-7.0, valkey-8.1, redis-6.2.
+    #[arg(long, default_value = "redis-7.0")]
+    pub server: String,
+    /// `repl-diskless-sync-delay` on the master for diskless modes (native, and the relay's capture);
+    /// reported with every figure. 1 s lets replicas that start together share one fork.
+    #[arg(long, default_value_t = 1)]
+    pub diskless_delay: u32,
+}
+
+/// The binary that runs relays and agents (this one).
+fn exe() -> Result<PathBuf> {
+    std::env::current_exe().context("locate the fastrepl binary")
+}
+
+/// Run the benchmark; writes results into `args.out` and prints the table.
+pub fn main(args: BenchArgs) -> Result<()> {
+    let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
+    let flavor = testkit::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
+    if !args.no_netns && !testkit::netns::available() {
+        bail!("namespace hosts need root and `ip` (iproute2): run as root, or pass --no-netns to run on loopback (links unshaped)");
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    let exe = exe()?;
+    let mut all = Vec::new();
+    for name in names {
+        let spec = scenario::Spec::get(name, &args)?;
+        println!("== scenario {name}: {}", spec.describe());
+        let runs = run::scenario(&spec, &args, flavor, &exe)?;
+        all.push(report::ScenarioResult { spec, runs });
+    }
+    report::write(&args, flavor, &all)
+}

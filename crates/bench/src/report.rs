@@ -1,0 +1,172 @@
+//! Results: `results.json` (every run, raw, with the machine and settings), `results.md` (tables),
+//! and PNG charts, all in `--out`; the table is printed too.
+
+use crate::charts::{self, Series};
+use crate::run::RunResult;
+use crate::scenario::{Arrival, Spec};
+use crate::BenchArgs;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// A scenario and its runs.
+#[derive(Debug, Serialize)]
+pub struct ScenarioResult {
+    /// What ran.
+    pub spec: Spec,
+    /// The runs.
+    pub runs: Vec<RunResult>,
+}
+
+/// The machine: cores, CPU, memory, kernel.
+pub fn machine() -> serde_json::Value {
+    let uname = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_default();
+    serde_json::json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu,
+        "kernel": uname.trim(),
+        "memory": std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or("").to_string(),
+    })
+}
+
+fn server_version(flavor: testkit::Flavor) -> String {
+    std::process::Command::new(flavor.binary())
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+fn f2(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into())
+}
+
+/// The Markdown table of one scenario's runs.
+pub fn table(s: &ScenarioResult) -> String {
+    let mut t = String::new();
+    let lat = s.spec.latency_probe;
+    let _ = writeln!(
+        t,
+        "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent (MB) | relay CPU (s) | agents CPU (s) | peak RSS MB master/relay/agent/replica |{}",
+        if lat { " GET/SET ms p50/p99/max |" } else { "" }
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|{}", if lat { "---|" } else { "" });
+    for r in &s.runs {
+        if let Some(e) = &r.error {
+            let _ = writeln!(t, "| {} | {} | {} | FAILED: {} | | | | | | | |{}", r.link, r.replicas, r.mode, e.replace('|', "/").lines().next().unwrap_or(""), if lat { " |" } else { "" });
+            continue;
+        }
+        let per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
+        let mb = |k: &str| r.peak_rss_kib[k].as_u64().map(|v| format!("{:.0}", v as f64 / 1024.0)).unwrap_or_else(|| "–".into());
+        let _ = write!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{}/{} |",
+            r.link,
+            r.replicas,
+            r.mode,
+            f2(r.secs),
+            per.join(", "),
+            r.forks,
+            format_args!("{:.2}", r.master_cpu_secs),
+            r.master_host_tx_bytes.map(|b| format!("{:.0}", b as f64 / 1e6)).unwrap_or_else(|| "–".into()),
+            f2(r.relay_cpu_secs),
+            f2(r.agent_cpu_secs),
+            mb("master"),
+            mb("relay"),
+            mb("agent_max"),
+            mb("replica_max")
+        );
+        if lat {
+            let l = r.latency_ms.clone().unwrap_or_default();
+            let _ = write!(t, " {}/{}/{} |", f2(l["p50"].as_f64()), f2(l["p99"].as_f64()), f2(l["max"].as_f64()));
+        }
+        let _ = writeln!(t);
+    }
+    t
+}
+
+/// Write everything and print the tables.
+pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> Result<()> {
+    let doc = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": machine(),
+        "server": {"flavor": flavor.name(), "version": server_version(flavor)},
+        "settings": {
+            "repl-diskless-sync-delay": a.diskless_delay,
+            "native-disk": "master repl-diskless-sync no; replica repl-diskless-load disabled",
+            "native-diskless": "master repl-diskless-sync yes; replica repl-diskless-load on-empty-db",
+            "fastrepl": "a fresh relay per run (its capture included in the time); agents join with the mode's transport",
+            "links": "every host's egress shaped alike with tc tbf (burst max(512 KiB, 10 ms of traffic), latency 100 ms); unshaped = veth through a bridge",
+            "hosts": if a.no_netns { "loopback, one host" } else { "network namespaces: host 0 master + relay, host i replica i + its agent" },
+            "quick": a.quick,
+        },
+        "scenarios": all,
+    });
+    let json_path = a.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("write {}", json_path.display()))?;
+    let mut md = format!(
+        "# fastrepl bench\n\n`{}`\n\nServer {} ({}); `repl-diskless-sync-delay {}`; machine: {}.\n\n",
+        doc["command"].as_str().unwrap_or(""),
+        flavor.name(),
+        doc["server"]["version"].as_str().unwrap_or(""),
+        a.diskless_delay,
+        doc["machine"]
+    );
+    for s in all {
+        let _ = writeln!(md, "## {}\n\n{}\n", s.spec.name, s.spec.describe());
+        md.push_str(&table(s));
+        md.push('\n');
+        for png in charts_for(a, s)? {
+            let _ = writeln!(md, "![{png}]({png})\n");
+        }
+    }
+    let md_path = a.out.join("results.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("write {}", md_path.display()))?;
+    println!("\n{md}");
+    println!("raw results: {}; table: {}", json_path.display(), md_path.display());
+    let failed = all.iter().flat_map(|s| &s.runs).filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} run(s) failed (see the table)");
+    }
+    Ok(())
+}
+
+/// Charts of one scenario; returns their file names.
+fn charts_for(a: &BenchArgs, s: &ScenarioResult) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    let mut links: Vec<&str> = s.runs.iter().map(|r| r.link.as_str()).collect();
+    links.dedup();
+    for link in links {
+        let runs: Vec<&RunResult> = s.runs.iter().filter(|r| r.link == link && r.secs.is_some()).collect();
+        let mut series = Vec::new();
+        for m in &s.spec.modes {
+            let points: Vec<(f64, f64)> = if s.spec.arrival == Arrival::Staggered {
+                runs.iter().filter(|r| &r.mode == m).flat_map(|r| r.per_replica.iter().enumerate().map(|(i, t)| ((i + 1) as f64, *t))).collect()
+            } else {
+                runs.iter().filter(|r| &r.mode == m).map(|r| (r.replicas as f64, r.secs.unwrap_or(0.0))).collect()
+            };
+            if !points.is_empty() {
+                series.push(Series { name: m.clone(), points, baseline: false });
+            }
+        }
+        let multi = series.iter().any(|s| s.points.len() > 1);
+        if series.is_empty() || !multi {
+            continue; // one point per mode: the table says it all
+        }
+        let name = format!("{}-{}.png", s.spec.name, link);
+        let (x, title) = if s.spec.arrival == Arrival::Staggered {
+            ("replica (joining one after another)", format!("{}: replica in sync at (s), link {link}", s.spec.name))
+        } else {
+            ("replicas", format!("{}: time to all replicas in sync, link {link}", s.spec.name))
+        };
+        charts::linear(&a.out.join(&name), &title, x, "seconds", &series)?;
+        files.push(name);
+    }
+    Ok(files)
+}

@@ -1,0 +1,458 @@
+//! Measured runs. Per link: one lab (master host + replica hosts), one master filled once; then per
+//! replica count and mode one run with fresh replicas (and, for fastrepl, a fresh relay, so every
+//! fastrepl run includes taking the snapshot). Each run is verified; a run that does not verify is
+//! reported as failed and not timed.
+
+use crate::scenario::{Arrival, Dataset, Spec};
+use crate::BenchArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::netns::Lab;
+use testkit::{Flavor, Proc, Server};
+
+/// One run's measurements.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RunResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Egress rate of every host (`unshaped`, `1gbit`, ...).
+    pub link: String,
+    /// Replicas synced.
+    pub replicas: usize,
+    /// Mode.
+    pub mode: String,
+    /// Every replica matched the master afterwards.
+    pub verified: bool,
+    /// Why the run failed, if it did (then it is not timed).
+    pub error: Option<String>,
+    /// Seconds from the start (REPLICAOF, or starting the relay) until every replica was in sync.
+    pub secs: Option<f64>,
+    /// Seconds until each replica was in sync.
+    pub per_replica: Vec<f64>,
+    /// Per replica: phase end times (seconds from the run's start).
+    pub phases: Vec<serde_json::Value>,
+    /// CPU seconds of the master: main process and its fork children (reaped) during the run.
+    pub master_cpu_secs: f64,
+    /// `total_forks` on the master during the run.
+    pub forks: i64,
+    /// Bytes sent by the master host's interface during the run (namespace hosts only).
+    pub master_host_tx_bytes: Option<u64>,
+    /// CPU seconds of the relay (fastrepl modes).
+    pub relay_cpu_secs: Option<f64>,
+    /// CPU seconds of all agents together (fastrepl modes).
+    pub agent_cpu_secs: Option<f64>,
+    /// Peak RSS, KiB: master (during the run), relay, largest agent, largest replica.
+    pub peak_rss_kib: serde_json::Value,
+    /// GET/SET latency on the master during the sync (under-load): p50, p99, max in ms, and count.
+    pub latency_ms: Option<serde_json::Value>,
+    /// Handoffs (fastrepl): partial / full per replica.
+    pub handoffs: Vec<String>,
+}
+
+/// Run every (link, replica count, mode) of a scenario.
+pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Result<Vec<RunResult>> {
+    let mut out = Vec::new();
+    let max_n = *spec.replicas.iter().max().unwrap_or(&1);
+    for link in &spec.links {
+        let link_name = link.clone().unwrap_or_else(|| "unshaped".into());
+        let lab = if spec.netns { Some(Lab::new(max_n + 1, link.as_deref()).map_err(|e| anyhow!("make namespace hosts: {e}"))?) } else { None };
+        let host = |i: usize| -> (Option<String>, String) {
+            match &lab {
+                Some(l) => (Some(l.hosts[i].ns.clone()), l.hosts[i].ip.clone()),
+                None => (None, "127.0.0.1".into()),
+            }
+        };
+        let (mns, mip) = host(0);
+        let master = Server::try_start_in(flavor, mns.as_deref(), &mip, &["--repl-backlog-size", "512mb"]).map_err(|e| anyhow!("start master: {e}"))?;
+        let t = Instant::now();
+        fill(&master, &spec.dataset, flavor)?;
+        println!("-- link {link_name}: master {} filled in {:.1} s ({})", master.addr(), t.elapsed().as_secs_f64(), used_memory(&master));
+        for &n in &spec.replicas {
+            for mode in &spec.modes {
+                let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, n, mode, link: &link_name };
+                let r = match one(&ctx) {
+                    Ok(r) => r,
+                    Err(e) => RunResult {
+                        scenario: spec.name.clone(),
+                        link: link_name.clone(),
+                        replicas: n,
+                        mode: mode.clone(),
+                        error: Some(format!("{e:#}")),
+                        ..Default::default()
+                    },
+                };
+                print_line(&r);
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn print_line(r: &RunResult) {
+    match (&r.error, r.secs) {
+        (None, Some(s)) => println!(
+            "   {:<8} N={} {:<16} {:>7.2} s  forks {}  master CPU {:.2} s{}  verified",
+            r.link,
+            r.replicas,
+            r.mode,
+            s,
+            r.forks,
+            r.master_cpu_secs,
+            r.master_host_tx_bytes.map(|b| format!("  master sent {:.0} MB", b as f64 / 1e6)).unwrap_or_default()
+        ),
+        (e, _) => println!("   {:<8} N={} {:<16} FAILED: {}", r.link, r.replicas, r.mode, e.clone().unwrap_or_default()),
+    }
+}
+
+struct Ctx<'a> {
+    spec: &'a Spec,
+    args: &'a BenchArgs,
+    flavor: Flavor,
+    exe: &'a Path,
+    lab: Option<&'a Lab>,
+    master: &'a Server,
+    n: usize,
+    mode: &'a str,
+    link: &'a str,
+}
+
+impl Ctx<'_> {
+    fn host(&self, i: usize) -> (Option<String>, String) {
+        match self.lab {
+            Some(l) => (Some(l.hosts[i].ns.clone()), l.hosts[i].ip.clone()),
+            None => (None, "127.0.0.1".into()),
+        }
+    }
+    /// A command for our binary, inside host `i`'s namespace.
+    fn fastrepl_on(&self, i: usize) -> Command {
+        match self.host(i).0 {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns]).arg(self.exe);
+                c
+            }
+            None => Command::new(self.exe),
+        }
+    }
+}
+
+fn fill(master: &Server, d: &Dataset, flavor: Flavor) -> Result<()> {
+    let mut c = master.try_client()?;
+    match *d {
+        Dataset::BigValues { count, size } => testkit::data::fill_big_values(&mut c, count, size),
+        Dataset::SmallValues { count, size } => testkit::data::fill_small_values(&mut c, count, size),
+        Dataset::Mixed { small, big_mib } => {
+            testkit::data::fill_big_values(&mut c, big_mib.div_ceil(4), 4 << 20);
+            testkit::data::fill_small_mixed(&mut c, small);
+            testkit::data::fill_every_type(&mut c, 1, flavor.has_functions());
+        }
+    }
+    Ok(())
+}
+
+fn used_memory(s: &Server) -> String {
+    s.try_client().ok().and_then(|mut c| c.info("memory").ok()).and_then(|i| i.get("used_memory_human").map(str::to_string)).unwrap_or_default()
+}
+
+/// CPU seconds of a process and its reaped children (utime + stime + cutime + cstime).
+pub fn proc_cpu_with_children(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    f.get(11..15).map(|v| v.iter().sum::<f64>() / hz).unwrap_or(0.0)
+}
+
+/// Peak RSS (VmHWM) of a process, KiB.
+fn peak_rss(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Reset a process's peak RSS to its current RSS (so a long-lived master's peak is per run).
+fn reset_peak_rss(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
+    c.info(section)?.num(k).with_context(|| format!("INFO {section} has no {k}"))
+}
+
+/// Wait until the master has no RDB child (the previous run's BGSAVE may still be finishing).
+fn master_quiet(m: &mut client::Client) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while stat(m, "persistence", "rdb_bgsave_in_progress")? != 0 {
+        if Instant::now() > deadline {
+            bail!("the master's RDB child did not finish within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50)); // Polling the master's state with a deadline.
+    }
+    Ok(())
+}
+
+/// GET/SET against the master from a thread until stopped; latencies in ms.
+struct LatencyProbe {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl LatencyProbe {
+    fn start(master: &Server) -> Result<LatencyProbe> {
+        let mut c = master.try_client()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = if i % 2 == 0 { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
+                if r.is_err() {
+                    break;
+                }
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                i += 1;
+                std::thread::sleep(Duration::from_millis(1)); // The probe's request rate (~1000/s), not synchronization.
+            }
+            lat
+        });
+        Ok(LatencyProbe { stop, handle })
+    }
+    fn finish(self) -> serde_json::Value {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut v = self.handle.join().unwrap_or_default();
+        v.sort_by(f64::total_cmp);
+        let p = |q: f64| v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize).copied();
+        serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
+    }
+}
+
+/// One run: fresh replicas on hosts 1..=n, the mode, metrics, verification.
+fn one(c: &Ctx) -> Result<RunResult> {
+    let mut r = RunResult { scenario: c.spec.name.clone(), link: c.link.to_string(), replicas: c.n, mode: c.mode.to_string(), ..Default::default() };
+    let mut mc = c.master.try_client()?;
+    master_quiet(&mut mc)?;
+    let native = c.mode.starts_with("native");
+    let disk = c.mode == "native-disk";
+    mc.config_set("repl-diskless-sync", if disk { "no" } else { "yes" })?;
+    mc.config_set("repl-diskless-sync-delay", &c.args.diskless_delay.to_string())?;
+    let replica_args: &[&str] = if disk { &["--repl-diskless-load", "disabled"] } else { &["--repl-diskless-load", "on-empty-db"] };
+    let replicas: Vec<Server> = (1..=c.n)
+        .map(|i| {
+            let (ns, ip) = c.host(i);
+            Server::try_start_in(c.flavor, ns.as_deref(), &ip, replica_args).map_err(|e| anyhow!("start replica {i}: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let writer = if c.spec.arrival == Arrival::Staggered { Some(testkit::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
+    let probe = if c.spec.latency_probe { Some(LatencyProbe::start(c.master)?) } else { None };
+    let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    reset_peak_rss(c.master.pid());
+    let cpu0 = proc_cpu_with_children(c.master.pid());
+    let tx0 = c.lab.map(|l| l.tx_bytes(0)).transpose().map_err(|e| anyhow!(e))?;
+    let t0 = Instant::now();
+    let outcome = if native { run_native(c, &replicas, t0) } else { run_fastrepl(c, &replicas, t0) };
+    let secs = t0.elapsed().as_secs_f64();
+    r.latency_ms = probe.map(LatencyProbe::finish);
+    r.master_cpu_secs = proc_cpu_with_children(c.master.pid()) - cpu0;
+    r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    r.master_host_tx_bytes = match (c.lab, tx0) {
+        (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
+        _ => None,
+    };
+    let master_rss = peak_rss(c.master.pid());
+    let extra = outcome?;
+    if let Some(w) = writer {
+        w.stop();
+    }
+    // Verified after any writer stopped and every replica applied the master's stream.
+    for (i, rep) in replicas.iter().enumerate() {
+        wait_caught_up(c.master, rep).with_context(|| format!("replica {} did not catch up", i + 1))?;
+        let out = verify::compare(&mut mc, &mut rep.try_client()?, &verify::Options::default()).with_context(|| format!("verify replica {}", i + 1))?;
+        if !out.identical() {
+            bail!("replica {} differs from the master: {:?}", i + 1, out.differences.iter().take(3).collect::<Vec<_>>());
+        }
+    }
+    r.verified = true;
+    // Time to all in sync: the last replica's, from the run's start.
+    r.secs = Some(if extra.per_replica.is_empty() { secs } else { extra.per_replica.iter().copied().fold(0.0, f64::max) });
+    r.per_replica = extra.per_replica;
+    r.phases = extra.phases;
+    r.relay_cpu_secs = extra.relay_cpu;
+    r.agent_cpu_secs = extra.agent_cpu;
+    r.handoffs = extra.handoffs;
+    r.peak_rss_kib = serde_json::json!({
+        "master": master_rss,
+        "relay": extra.relay_rss,
+        "agent_max": extra.agent_rss,
+        "replica_max": replicas.iter().filter_map(|s| peak_rss(s.pid())).max(),
+    });
+    Ok(r)
+}
+
+#[derive(Default)]
+struct Extra {
+    per_replica: Vec<f64>,
+    phases: Vec<serde_json::Value>,
+    relay_cpu: Option<f64>,
+    relay_rss: Option<u64>,
+    agent_cpu: Option<f64>,
+    agent_rss: Option<u64>,
+    handoffs: Vec<String>,
+}
+
+fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
+    let mut m = master.try_client()?;
+    let mut c = rep.try_client()?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let mo = stat(&mut m, "replication", "master_repl_offset")?;
+        let ri = c.info("replication")?;
+        if ri.get("master_link_status") == Some("up") && ri.num("slave_repl_offset") == Some(mo) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("replica at {:?}, master at {mo}", ri.num("slave_repl_offset"));
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling replication offsets with a deadline.
+    }
+}
+
+/// Native: `REPLICAOF` (all at once, or one after another), polling each replica's state for the
+/// phases: first RDB byte received, loading started, in sync.
+fn run_native(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
+    let (_, mip) = c.host(0);
+    let port = c.master.port.to_string();
+    let mut clients: Vec<client::Client> = replicas.iter().map(|s| s.try_client()).collect::<Result<_, _>>()?;
+    let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
+    let order: Vec<Vec<usize>> = match c.spec.arrival {
+        Arrival::Together => vec![(0..replicas.len()).collect()],
+        Arrival::Staggered => (0..replicas.len()).map(|i| vec![i]).collect(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(7200);
+    for group in order {
+        for &i in &group {
+            clients[i].cmd(&["REPLICAOF", &mip, &port])?;
+            ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
+        }
+        let mut done = vec![false; replicas.len()];
+        while group.iter().any(|&i| !done[i]) {
+            for &i in &group {
+                if done[i] {
+                    continue;
+                }
+                let rep = clients[i].info("replication")?;
+                let pers = clients[i].info("persistence")?;
+                let now = t0.elapsed().as_secs_f64();
+                let ph = &mut ex.phases[i];
+                if ph.get("first_byte").is_none() && rep.num("master_sync_read_bytes").is_some_and(|b| b > 0) {
+                    ph["first_byte"] = serde_json::json!(now);
+                }
+                if ph.get("loading").is_none() && pers.get("loading") == Some("1") {
+                    ph["loading"] = serde_json::json!(now);
+                }
+                if rep.get("master_link_status") == Some("up") && rep.get("master_sync_in_progress") == Some("0") {
+                    done[i] = true;
+                    ex.per_replica[i] = now;
+                    ph["in_sync"] = serde_json::json!(now);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("native sync did not finish within 2 hours");
+            }
+            std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
+        }
+    }
+    Ok(ex)
+}
+
+/// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
+/// one after another).
+fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
+    let transport = c.mode.trim_start_matches("fastrepl-");
+    let (mns, mip) = c.host(0);
+    let mut token = [0u8; 16];
+    getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
+    let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    let relay_addr = format!("{mip}:{}", testkit::free_port());
+    // UCX between namespaces of one machine would pick shared memory and bypass the shaped link;
+    // keep it on its tcp transport unless told otherwise.
+    let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
+    let mut cmd = c.fastrepl_on(0);
+    cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", "warn");
+    if !ucx_tls.is_empty() {
+        cmd.env("UCX_TLS", &ucx_tls);
+    }
+    let mut relay = Proc::spawn("relay", cmd);
+    let ra = relay_addr.clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ra = ra.clone();
+        let up = match &mns {
+            Some(ns) => testkit::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
+            None => std::net::TcpStream::connect(&ra).is_ok(),
+        };
+        if up {
+            break;
+        }
+        if !relay.running() {
+            bail!("relay exited:\n{}", relay.output());
+        }
+        if Instant::now() > deadline {
+            bail!("relay not listening after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling a port with a deadline.
+    }
+    let join = |i: usize| -> Proc {
+        let mut cmd = c.fastrepl_on(i + 1);
+        cmd.args(["join", "--relay", &relay_addr, "--replica", &replicas[i].addr(), "--json", "--transport", transport])
+            .env("FASTREPL_TOKEN", &token)
+            .env("FASTREPL_LOG", "warn");
+        if !ucx_tls.is_empty() {
+            cmd.env("UCX_TLS", &ucx_tls);
+        }
+        Proc::spawn(&format!("join-{}", i + 1), cmd)
+    };
+    let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
+    let groups: Vec<Vec<usize>> = match c.spec.arrival {
+        Arrival::Together => vec![(0..replicas.len()).collect()],
+        Arrival::Staggered => (0..replicas.len()).map(|i| vec![i]).collect(),
+    };
+    let (mut agent_cpu, mut agent_rss) = (0.0, 0u64);
+    for group in groups {
+        let started = t0.elapsed().as_secs_f64();
+        let mut procs: Vec<(usize, Proc)> = group.iter().map(|&i| (i, join(i))).collect();
+        for (i, p) in procs.iter_mut() {
+            let code = p.wait(Duration::from_secs(7200));
+            let out = p.output();
+            let report: serde_json::Value =
+                out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
+            if code != Some(0) && code != Some(3) {
+                bail!("{} failed (exit {code:?}): {}", p.name, report["error"].as_str().unwrap_or(&out));
+            }
+            let ph = &report["phases"];
+            let at = |k: &str| ph[k].as_f64().map(|s| started + s);
+            ex.per_replica[*i] = at("handed_off").unwrap_or(started);
+            ex.phases[*i] = serde_json::json!({
+                "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
+                "caught_up": at("caught_up"), "in_sync": at("handed_off"),
+                "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
+            });
+            ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
+            agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
+            agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
+        }
+    }
+    ex.relay_cpu = Some(proc_cpu_with_children(relay.pid()));
+    ex.relay_rss = peak_rss(relay.pid());
+    ex.agent_cpu = Some(agent_cpu);
+    ex.agent_rss = Some(agent_rss);
+    relay.kill();
+    Ok(ex)
+}

@@ -1,0 +1,147 @@
+//! The scenarios: what data, which links, how many replicas, which modes, and how they join.
+
+use crate::BenchArgs;
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+/// Every scenario, in the order `all` runs them.
+pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load"];
+
+/// The master's data.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Dataset {
+    /// `count` values of `size` bytes (the original experiment: 256 × 3.66 MB).
+    BigValues {
+        /// Values.
+        count: usize,
+        /// Bytes each.
+        size: usize,
+    },
+    /// `count` string values of `size` bytes.
+    SmallValues {
+        /// Values.
+        count: usize,
+        /// Bytes each.
+        size: usize,
+    },
+    /// Every type and encoding, plus `small` small keys of mixed types and `big_mib` MiB of big values.
+    Mixed {
+        /// Small keys.
+        small: usize,
+        /// MiB in big values.
+        big_mib: usize,
+    },
+}
+
+/// How replicas join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrival {
+    /// All at once.
+    Together,
+    /// One after another, each once the previous is in sync, while a client writes to the master.
+    Staggered,
+}
+
+/// One scenario, resolved against the command line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spec {
+    /// Its name.
+    pub name: String,
+    /// The data.
+    pub dataset: Dataset,
+    /// Egress rate of every host; None = unshaped.
+    pub links: Vec<Option<String>>,
+    /// Replica counts to run.
+    pub replicas: Vec<usize>,
+    /// Modes, side by side.
+    pub modes: Vec<String>,
+    /// How replicas arrive.
+    pub arrival: Arrival,
+    /// Measure GET/SET latency on the master during each sync.
+    pub latency_probe: bool,
+    /// Namespace hosts (false: loopback).
+    pub netns: bool,
+}
+
+/// Every mode there is.
+pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm"];
+
+impl Spec {
+    /// The scenario `name` at full or `--quick` scale, with the command line's overrides.
+    pub fn get(name: &str, a: &BenchArgs) -> Result<Spec> {
+        let q = a.quick;
+        let big = |count_full: usize, count_quick: usize, size_full: usize, size_quick: usize| Dataset::BigValues {
+            count: if q { count_quick } else { count_full },
+            size: if q { size_quick } else { size_full },
+        };
+        let links = |full: &[&str], quick: &[&str]| -> Vec<Option<String>> {
+            (if q { quick } else { full }).iter().map(|l| (*l != "unshaped").then(|| l.to_string())).collect()
+        };
+        let (dataset, links, replicas, arrival, latency_probe) = match name {
+            "original" => (big(256, 16, 3_660_000, 1_000_000), links(&["100mbit", "1gbit", "unshaped"], &["1gbit", "unshaped"]), if q { vec![1, 2] } else { vec![1, 2, 3] }, Arrival::Together, false),
+            "fanout" => (big(256, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![1, 3] } else { vec![1, 2, 4, 8] }, Arrival::Together, false),
+            "staggered" => (Dataset::Mixed { small: if q { 5_000 } else { 200_000 }, big_mib: if q { 8 } else { 256 } }, links(&["1gbit"], &["unshaped"]), vec![if q { 3 } else { 4 }], Arrival::Staggered, false),
+            "small-keys" => (Dataset::SmallValues { count: if q { 20_000 } else { 3_000_000 }, size: 100 }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
+            "mixed" => (Dataset::Mixed { small: if q { 5_000 } else { 500_000 }, big_mib: if q { 4 } else { 128 } }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
+            "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
+            other => bail!("unknown scenario {other:?} ({} or all)", ALL.join(", ")),
+        };
+        let netns = !a.no_netns;
+        let mut spec = Spec {
+            name: name.to_string(),
+            dataset,
+            links: if netns { links } else { vec![None] },
+            replicas,
+            modes: Vec::new(),
+            arrival,
+            latency_probe,
+            netns,
+        };
+        if !a.links.is_empty() {
+            if !netns {
+                bail!("--links needs namespace hosts (drop --no-netns)");
+            }
+            spec.links = a.links.iter().map(|l| (l != "unshaped").then(|| l.clone())).collect();
+        }
+        if !a.replicas.is_empty() {
+            spec.replicas = a.replicas.clone();
+        }
+        if spec.replicas.iter().any(|n| !(1..=16).contains(n)) {
+            bail!("replica counts must be 1..16");
+        }
+        spec.modes = if a.modes.is_empty() {
+            // shm only where relay and replica share a host; ucx wherever UCX runs (over its tcp here).
+            let mut m = vec!["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx"];
+            if !netns {
+                m.push("fastrepl-shm");
+            }
+            m.into_iter().map(str::to_string).collect()
+        } else {
+            a.modes.clone()
+        };
+        for m in &spec.modes {
+            if !MODES.contains(&m.as_str()) {
+                bail!("unknown mode {m:?} ({})", MODES.join(", "));
+            }
+            if m == "fastrepl-shm" && netns {
+                bail!("fastrepl-shm needs relay and replica on one host: add --no-netns");
+            }
+        }
+        Ok(spec)
+    }
+
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        let links: Vec<String> = self.links.iter().map(|l| l.clone().unwrap_or_else(|| "unshaped".into())).collect();
+        format!(
+            "{:?}; links {}; replicas {:?}; modes {}; {}",
+            self.dataset,
+            links.join(", "),
+            self.replicas,
+            self.modes.join(", "),
+            if self.netns { "namespace hosts" } else { "loopback" }
+        )
+    }
+}
