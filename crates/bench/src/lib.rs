@@ -57,14 +57,16 @@ fn exe() -> Result<PathBuf> {
 pub fn main(args: BenchArgs) -> Result<()> {
     let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
     let flavor = testkit::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
+    // Check every scenario's settings before anything runs.
+    let specs: Vec<scenario::Spec> = names.iter().map(|n| scenario::Spec::get(n, &args)).collect::<Result<_>>()?;
     if !args.no_netns && !testkit::netns::available() {
         bail!("namespace hosts need root and `ip` (iproute2): run as root, or pass --no-netns to run on loopback (links unshaped)");
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
     let exe = exe()?;
     let mut all = Vec::new();
-    for name in names {
-        let spec = scenario::Spec::get(name, &args)?;
+    for spec in specs {
+        let name = spec.name.clone();
         println!("== scenario {name}: {}", spec.describe());
         let runs = run::scenario(&spec, &args, flavor, &exe)?;
         all.push(report::ScenarioResult { spec, runs });

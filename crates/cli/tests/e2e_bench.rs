@@ -1,0 +1,91 @@
+//! `fastrepl bench --quick`: every scenario at toy scale, on namespace hosts with shaped links, so the
+//! benchmark cannot rot. Checks the outputs are complete and every run verified (timings are not
+//! asserted: they belong to the benchmark, not the tests).
+
+mod common;
+use common::*;
+
+fn run_bench(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
+    let o = fastrepl().args(["bench", "--quick", "--out"]).arg(dir).args(args).output().expect("run bench");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "bench failed:\n{text}");
+    assert!(std::fs::read_to_string(dir.join("results.md")).unwrap().contains("| link | N | mode |"), "results.md has the table");
+    serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap()
+}
+
+fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
+    assert!(doc["machine"]["cores"].as_u64().unwrap() > 0);
+    assert!(doc["server"]["version"].as_str().unwrap().contains("v="), "{}", doc["server"]);
+    assert!(doc["settings"]["repl-diskless-sync-delay"].is_number());
+    let got: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["spec"]["name"].as_str().unwrap()).collect();
+    assert_eq!(got, scenarios);
+    for s in doc["scenarios"].as_array().unwrap() {
+        let spec = &s["spec"];
+        let expected = spec["links"].as_array().unwrap().len() * spec["replicas"].as_array().unwrap().len() * spec["modes"].as_array().unwrap().len();
+        let runs = s["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), expected, "{}: one run per link × N × mode", spec["name"]);
+        for r in runs {
+            assert!(r["error"].is_null(), "{}: {}", spec["name"], r["error"]);
+            assert_eq!(r["verified"], true, "{r}");
+            let n = r["replicas"].as_u64().unwrap() as usize;
+            assert!(r["secs"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["per_replica"].as_array().unwrap().len(), n, "{r}");
+            assert!(r["forks"].as_i64().unwrap() >= 0, "{r}");
+            assert!(r["peak_rss_kib"]["master"].as_u64().is_some(), "{r}");
+            if r["mode"].as_str().unwrap().starts_with("fastrepl") {
+                assert!(r["relay_cpu_secs"].as_f64().is_some() && r["agent_cpu_secs"].as_f64().is_some(), "{r}");
+                assert!(r["handoffs"].as_array().unwrap().iter().all(|h| h == "partial"), "{r}");
+            }
+            if spec["latency_probe"] == true {
+                assert!(r["latency_ms"]["count"].as_u64().unwrap() > 0, "{r}");
+            }
+        }
+        if spec["arrival"] == "staggered" {
+            // Natively, each late replica forces a new fork; through the relay, one fork serves all.
+            for r in runs.iter().filter(|r| r["mode"].as_str().unwrap().starts_with("fastrepl")) {
+                assert_eq!(r["forks"], 1, "{r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bench_quick_runs_every_scenario_on_namespace_hosts() {
+    if !testkit::netns::available() {
+        eprintln!("SKIPPED: bench on namespace hosts needs root and iproute2");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let doc = run_bench(&["--scenario", "all"], dir.path());
+    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load"]);
+    for png in ["original-1gbit.png", "original-unshaped.png", "fanout-1gbit.png", "staggered-unshaped.png"] {
+        let b = std::fs::read(dir.path().join(png)).unwrap_or_else(|e| panic!("{png}: {e}"));
+        assert!(b.starts_with(b"\x89PNG"), "{png}");
+    }
+    // Namespace hosts: bytes leaving the master's host are counted.
+    let r = &doc["scenarios"][0]["runs"][0];
+    assert!(r["master_host_tx_bytes"].as_u64().unwrap() > 1_000_000, "{r}");
+}
+
+#[test]
+fn bench_quick_on_loopback_includes_shm() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = run_bench(&["--scenario", "mixed", "--no-netns"], dir.path());
+    check_complete(&doc, &["mixed"]);
+    let modes: Vec<&str> = doc["scenarios"][0]["runs"].as_array().unwrap().iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert!(modes.contains(&"fastrepl-shm"), "{modes:?}");
+}
+
+#[test]
+fn bench_refuses_shm_across_hosts_and_unknown_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, msg) in [
+        (vec!["--scenario", "mixed", "--modes", "fastrepl-shm"], "needs relay and replica on one host"),
+        (vec!["--scenario", "mixed", "--no-netns", "--modes", "fastrepl-carrier-pigeon"], "unknown mode"),
+        (vec!["--scenario", "nope", "--no-netns"], "unknown scenario"),
+    ] {
+        let o = fastrepl().args(["bench", "--quick", "--out"]).arg(dir.path()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(msg), "{args:?}: {err}");
+    }
+}
