@@ -208,13 +208,14 @@ pub struct Report {
     pub agent_peak_rss_kib: u64,
 }
 
-/// Peak resident memory of this process so far, in KiB.
+/// Peak resident memory of this process image so far, in KiB (`VmHWM`). Not `getrusage`'s
+/// `ru_maxrss`: that survives `execve` and so includes whatever process forked us (a benchmark
+/// harness, `ip netns exec`'s parent) before we were exec'd.
 pub fn peak_rss_kib() -> u64 {
-    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF has no other preconditions.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_maxrss.max(0) as u64
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// Counters on the master that tell full from partial resyncs.

@@ -64,6 +64,10 @@ pub fn main(args: BenchArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
     let exe = exe()?;
+    // Interrupted (Ctrl-C, SIGTERM): destructors will not run, so remove the namespaces here, and let
+    // every server, relay and agent die with us.
+    testkit::children_die_with_parent(true);
+    on_signal_remove_labs();
     let mut all = Vec::new();
     for spec in specs {
         let name = spec.name.clone();
@@ -72,4 +76,27 @@ pub fn main(args: BenchArgs) -> Result<()> {
         all.push(report::ScenarioResult { spec, runs });
     }
     report::write(&args, flavor, &all)
+}
+
+/// On SIGINT/SIGTERM: remove every namespace host this process made, then exit with 130.
+fn on_signal_remove_labs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn handler(_: libc::c_int) {
+        // Only an atomic store: async-signal-safe.
+        SIGNALLED.store(true, Ordering::SeqCst);
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `handler` only performs an atomic store (async-signal-safe); installing it has no
+        // other preconditions.
+        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
+    }
+    std::thread::spawn(|| loop {
+        if SIGNALLED.load(Ordering::SeqCst) {
+            eprintln!("bench: interrupted; removing namespace hosts");
+            testkit::netns::remove_all_labs();
+            std::process::exit(130); // children die with us (PR_SET_PDEATHSIG)
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50)); // Relays the signal flag; not synchronization.
+    });
 }

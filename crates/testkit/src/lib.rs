@@ -105,6 +105,30 @@ fn tail(path: &Path, lines: usize) -> String {
     v[v.len().saturating_sub(lines)..].join("\n")
 }
 
+/// When set, every process spawned by [`Server`] and [`Proc`] from now on dies with its parent thread
+/// (`PR_SET_PDEATHSIG`): for long-running tools (bench) that spawn from their main thread and may be
+/// interrupted; tests leave it off, since their helpers may spawn from short-lived threads.
+static DIE_WITH_PARENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// See [`DIE_WITH_PARENT`].
+pub fn children_die_with_parent(on: bool) {
+    DIE_WITH_PARENT.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn apply_die_with_parent(cmd: &mut Command) {
+    if DIE_WITH_PARENT.load(std::sync::atomic::Ordering::SeqCst) {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl, which is
+        // async-signal-safe; it allocates nothing and touches no locks.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+    }
+}
+
 /// A running `redis-server` / `valkey-server`.
 pub struct Server {
     /// Which build.
@@ -166,6 +190,7 @@ impl Server {
         }
         cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let password = extra.windows(2).find(|w| w[0] == "--requirepass").map(|w| w[1].to_string());
+        apply_die_with_parent(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         let mut s = Server { flavor, port, host: host.to_string(), ns: ns.map(str::to_string), child, dir, password };
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -248,6 +273,7 @@ pub struct Proc {
 impl Proc {
     /// Spawn `cmd` with stdout and stderr captured.
     pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        apply_die_with_parent(&mut cmd);
         let out = tempfile::NamedTempFile::new().expect("temp file");
         let f = out.reopen().expect("reopen temp file");
         let f2 = f.try_clone().expect("clone file");

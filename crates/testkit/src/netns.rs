@@ -84,6 +84,27 @@ pub fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'stati
     .map_err(|_| "namespace thread panicked".to_string())?
 }
 
+/// Namespaces of every live [`Lab`] in this process, so a signal handler can remove them
+/// ([`remove_all_labs`]) when the process is told to stop and destructors will not run.
+static LIVE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn track(ns: &str, live: bool) {
+    let mut v = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if live {
+        v.push(ns.to_string());
+    } else {
+        v.retain(|n| n != ns);
+    }
+}
+
+/// Remove every live lab's namespaces (for a SIGINT/SIGTERM handler that then exits).
+pub fn remove_all_labs() {
+    let names = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|p| p.into_inner()));
+    for ns in names {
+        let _ = ip(&["netns", "del", &ns]);
+    }
+}
+
 /// A small network of hosts: one namespace per host, each joined by a veth pair to a bridge in a
 /// switch namespace, every host's egress shaped alike (`tc tbf`), as ../shared/tools/netlab.sh does.
 /// Host 0 is the master's host. Everything is removed on drop, also when the run failed.
@@ -134,6 +155,7 @@ impl Lab {
         let sw = lab.switch.clone();
         let _ = ip(&["netns", "del", &sw]);
         ip(&["netns", "add", &sw])?;
+        track(&sw, true);
         ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &sw, "link", "set", "br0", "up"])?;
         for i in 0..n {
@@ -143,6 +165,7 @@ impl Lab {
             let host = Host { ns: ns.clone(), ip: format!("10.77.0.{}", i + 1), dev: dev.clone() };
             let _ = ip(&["netns", "del", &ns]);
             ip(&["netns", "add", &ns])?;
+            track(&ns, true);
             lab.hosts.push(host.clone()); // from here on, drop removes it
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
             ip(&["link", "add", &dev, "type", "veth", "peer", "name", &peer])?;
@@ -182,7 +205,9 @@ impl Drop for Lab {
     fn drop(&mut self) {
         for h in &self.hosts {
             let _ = ip(&["netns", "del", &h.ns]);
+            track(&h.ns, false);
         }
         let _ = ip(&["netns", "del", &self.switch]);
+        track(&self.switch, false);
     }
 }
