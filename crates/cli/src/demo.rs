@@ -66,13 +66,7 @@ struct Mode {
 
 /// CPU seconds (user + system) of a process and its waited-for children, from /proc.
 fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
-    // utime, stime, cutime, cstime are fields 14–17 of stat, i.e. 11–14 after the state field.
-    let ticks = 100.0; // sysconf(_SC_CLK_TCK) on Linux
-    f.get(11..15).map(|v| v.iter().sum::<f64>() / ticks).unwrap_or(0.0)
+    bench::run::proc_cpu_with_children(pid)
 }
 
 fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {

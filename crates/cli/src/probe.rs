@@ -95,15 +95,9 @@ struct Point {
     relay_cpu_us_per_read: Option<f64>,
 }
 
-/// CPU seconds of a process from /proc/<pid>/stat (utime + stime).
+/// CPU seconds of a process (and any children it reaped) from /proc.
 fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
+    std::path::Path::new(&format!("/proc/{pid}/stat")).exists().then(|| bench::run::proc_cpu_with_children(pid))
 }
 
 /// A relay we started for `--self`, killed on drop.
