@@ -220,22 +220,26 @@ impl Relay {
             ucx,
         });
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
-        let capture = if let Some(path) = shared.config.file.clone() {
+        let mut threads = Vec::new();
+        // A served file is loaded once, before anyone connects; a master is captured by a thread.
+        if let Some(path) = shared.config.file.clone() {
             file::load(&shared, &path)?;
-            std::thread::spawn(|| {})
         } else {
             let s1 = shared.clone();
-            std::thread::Builder::new()
-                .name("capture".into())
-                .spawn(move || capture::supervise(s1, announce))
-                .map_err(|e| Error::Config(format!("spawn capture thread: {e}")))?
-        };
+            threads.push(
+                std::thread::Builder::new()
+                    .name("capture".into())
+                    .spawn(move || capture::supervise(s1, announce))
+                    .map_err(|e| Error::Config(format!("spawn capture thread: {e}")))?,
+            );
+        }
         let s2 = shared.clone();
-        let server = std::thread::Builder::new()
-            .name("accept".into())
-            .spawn(move || serve::accept_loop(s2, listener))
-            .map_err(|e| Error::Config(format!("spawn accept thread: {e}")))?;
-        let mut threads = vec![capture, server];
+        threads.push(
+            std::thread::Builder::new()
+                .name("accept".into())
+                .spawn(move || serve::accept_loop(s2, listener))
+                .map_err(|e| Error::Config(format!("spawn accept thread: {e}")))?,
+        );
         if let Some((_, unix)) = shm {
             let s3 = shared.clone();
             threads.push(

@@ -41,74 +41,48 @@ impl DataStream for UnixStream {
     }
 }
 
-/// Serve the shm transport's unix socket: data connections only.
-pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
-    for conn in listener.incoming() {
-        if shared.stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let mut s = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept on the shm socket failed");
-                continue;
-            }
-        };
-        if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
-            tracing::warn!(max = shared.config.connections_max, "too many connections; closing");
-            continue;
-        }
-        shared.connections.fetch_add(1, Ordering::SeqCst);
-        let sh = shared.clone();
-        let spawned = std::thread::Builder::new().name("agent-shm".into()).spawn(move || {
-            let span = tracing::info_span!("agent", peer = "shm");
-            let _g = span.enter();
-            let r = (|| {
-                s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
-                s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
-                match auth::server(&mut s, &sh.config.token)? {
-                    Kind::Data => {
-                        s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
-                        serve_data(&sh, s)
-                    }
-                    Kind::Control => Err(Error::Protocol("control connections go over TCP, not the shm socket".into())),
-                }
-            })();
-            if let Err(e) = r {
-                tracing::info!(error = %e, "shm connection ended");
-            }
-            sh.connections.fetch_sub(1, Ordering::SeqCst);
-        });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "spawn connection thread");
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
+/// Serve the agents' TCP port: control and data connections.
+pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let peer = |s: &TcpStream| s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    accept_each(&shared, listener.incoming(), peer, "agent-conn", serve_connection);
 }
 
-pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    for conn in listener.incoming() {
+/// Serve the shm transport's unix socket: data connections only.
+pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
+    accept_each(&shared, listener.incoming(), |_| "shm".to_string(), "agent-shm", serve_shm_connection);
+}
+
+/// Accept until the relay stops, serving each connection on its own thread, at most
+/// `connections_max` at once.
+fn accept_each<S: Send + 'static>(
+    shared: &Arc<Shared>,
+    conns: impl Iterator<Item = std::io::Result<S>>,
+    peer_of: impl Fn(&S) -> String,
+    thread: &str,
+    serve: fn(&Shared, S) -> Result<(), Error>,
+) {
+    for conn in conns {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
         let s = match conn {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                tracing::warn!(error = %e, thread, "accept failed");
                 continue;
             }
         };
-        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let peer = peer_of(&s);
         if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
             tracing::warn!(%peer, max = shared.config.connections_max, "too many connections; closing");
             continue;
         }
         shared.connections.fetch_add(1, Ordering::SeqCst);
         let sh = shared.clone();
-        let spawned = std::thread::Builder::new().name("agent-conn".into()).spawn(move || {
+        let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
             let span = tracing::info_span!("agent", %peer);
             let _g = span.enter();
-            if let Err(e) = serve_connection(&sh, s) {
+            if let Err(e) = serve(&sh, s) {
                 match e {
                     Error::Auth(_) | Error::Protocol(_) => tracing::warn!(error = %e, "closed connection"),
                     // A port probe (connect, then close) is not worth more than a debug line.
@@ -122,6 +96,18 @@ pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             tracing::error!(error = %e, "spawn connection thread");
             shared.connections.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error> {
+    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
+    s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
+    match auth::server(&mut s, &shared.config.token)? {
+        Kind::Data => {
+            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+            serve_data(shared, s)
+        }
+        Kind::Control => Err(Error::Protocol("control connections go over TCP, not the shm socket".into())),
     }
 }
 
