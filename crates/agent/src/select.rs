@@ -63,16 +63,13 @@ pub fn select(choice: Choice, relay: SocketAddr, token: &Token, offered: &Offere
             if let Some(t) = shm()? {
                 return Ok((Box::new(t), "auto: the relay is on this host".into()));
             }
-            if offers("ucx") {
-                let remote_rdma = offered.ucx_transports.iter().any(|t| ucx::is_rdma_transport(t));
-                match ucx::Context::local_transports() {
-                    Ok(local) if remote_rdma && local.iter().any(|t| ucx::is_rdma_transport(t)) => {
-                        match ucx::transport::UcxTransport::connect(relay, token.clone()) {
-                            Ok(t) => return Ok((Box::new(t), "auto: UCX found an RDMA device on both ends".into())),
-                            Err(e) => tracing::warn!(error = %e, "ucx over RDMA failed to connect; falling back to tcp"),
-                        }
+            if offers("ucx") && offered.ucx_transports.iter().any(|t| ucx::is_rdma_transport(t)) {
+                // One UCX context serves both the check and, if it passes, the reads.
+                match ucx::transport::UcxTransport::connect(relay, token.clone()) {
+                    Ok(t) if t.local_transports().iter().any(|l| ucx::is_rdma_transport(l)) => {
+                        return Ok((Box::new(t), "auto: UCX found an RDMA device on both ends".into()));
                     }
-                    Ok(_) => tracing::debug!("no RDMA device on both ends; not using ucx"),
+                    Ok(_) => tracing::debug!("no RDMA device here; not using ucx"),
                     Err(e) => tracing::debug!(error = %e, "UCX unavailable here"),
                 }
             }

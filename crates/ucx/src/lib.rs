@@ -43,10 +43,6 @@ impl Error {
         let message = unsafe { CStr::from_ptr(sys::ucs_status_string(status)) }.to_string_lossy().into_owned();
         Error { op, status: status as i32, message }
     }
-    /// Did the request time out on our deadline (not a UCX-reported failure)?
-    pub fn is_timeout(&self) -> bool {
-        self.status == sys::UCS_ERR_TIMED_OUT as i32
-    }
 }
 
 fn check(op: &'static str, status: sys::ucs_status_t) -> Result<(), Error> {
@@ -332,11 +328,6 @@ const SPIN_BEFORE_WAIT: u32 = 256;
 const CLEANUP_MAX: Duration = Duration::from_secs(10);
 
 impl<'w> Endpoint<'w> {
-    /// The worker this endpoint belongs to.
-    pub fn worker(&self) -> &'w Worker {
-        self.worker
-    }
-
     /// The peer failed (UCX reported an error on this endpoint).
     pub fn failure(&self) -> Option<Error> {
         match self.failed.load(std::sync::atomic::Ordering::SeqCst) {

@@ -17,6 +17,12 @@ struct ReadMap {
     len: usize,
 }
 
+// SAFETY: the pointer is a read-only mapping owned by this value; it is never written through, only
+// registered with UCX (which reads it on a peer's behalf), and unmapped once, on drop.
+unsafe impl Send for ReadMap {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for ReadMap {}
+
 impl Drop for ReadMap {
     fn drop(&mut self) {
         // SAFETY: exactly the mapping mmap returned; registrations over it are dropped first (field
@@ -42,11 +48,6 @@ pub struct UcxServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-// SAFETY: `ReadMap` pointers are only dereferenced by UCX through registrations; the map is behind a
-// mutex and immutable once created. Everything else is Send + Sync already.
-unsafe impl Send for UcxServer {}
-// SAFETY: as above.
-unsafe impl Sync for UcxServer {}
 
 impl UcxServer {
     /// Initialise UCX and start the progress thread.
@@ -55,8 +56,11 @@ impl UcxServer {
         let transports = ctx.transports();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
-        let (c, s) = (ctx.clone(), stop.clone());
+        let regs: Arc<Mutex<HashMap<u64, GenReg>>> = Arc::default();
+        let (c, s, r) = (ctx.clone(), stop.clone(), regs.clone());
         // The worker is created, progressed and destroyed on its own thread: nothing else touches it.
+        // The same thread drops registrations of generations the relay has let go of: their read
+        // mapping would otherwise keep the whole snapshot's memory alive until the next ucx attach.
         let thread = std::thread::Builder::new()
             .name("ucx-progress".into())
             .spawn(move || {
@@ -68,7 +72,12 @@ impl UcxServer {
                     }
                 };
                 let _ = tx.send(w.address().map_err(|e| e.to_string()));
+                let mut last_purge = std::time::Instant::now();
                 while !s.load(Ordering::SeqCst) {
+                    if last_purge.elapsed() >= PURGE_EVERY {
+                        purge(&r);
+                        last_purge = std::time::Instant::now();
+                    }
                     if !w.progress() {
                         if let Err(e) = w.wait(Duration::from_millis(100)) {
                             tracing::error!(error = %e, "UCX progress thread stops");
@@ -79,7 +88,7 @@ impl UcxServer {
             })
             .map_err(|e| format!("spawn UCX progress thread: {e}"))?;
         let address = rx.recv().map_err(|_| "UCX progress thread died".to_string())??;
-        Ok(UcxServer { ctx, address, transports, regs: Arc::default(), stop, thread: Some(thread) })
+        Ok(UcxServer { ctx, address, transports, regs, stop, thread: Some(thread) })
     }
 
     /// The transports/devices UCX found here.
@@ -94,8 +103,8 @@ impl UcxServer {
         let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or_else(|| format!("segment {segment} is beyond the region"))?;
         gen.check_readable(start, 1).map_err(|e| format!("segment {segment}: {e}"))?;
         let len = UCX_SEGMENT.min(capacity - start);
+        purge(&self.regs);
         let mut regs = self.regs.lock().unwrap_or_else(|p| p.into_inner());
-        regs.retain(|_, r| r.gen.strong_count() > 0);
         let reg = match regs.entry(gen.id()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(GenReg { segments: HashMap::new(), map: map_read_only(gen)?, gen: Arc::downgrade(gen) }),
@@ -111,6 +120,14 @@ impl UcxServer {
         let rkey = mr.pack_rkey().map_err(|e| e.to_string())?;
         Ok(UcxKey { worker: self.address.clone(), base: mr.addr(), len: mr.len() as u64, rkey }.encode())
     }
+}
+
+/// How often the progress thread looks for registrations of dropped generations.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
+/// Unregister and unmap generations nobody holds any more.
+fn purge(regs: &Mutex<HashMap<u64, GenReg>>) {
+    regs.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, r| r.gen.strong_count() > 0);
 }
 
 fn map_read_only(gen: &Generation) -> Result<ReadMap, String> {

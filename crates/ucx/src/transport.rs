@@ -37,6 +37,11 @@ impl UcxTransport {
     pub fn with_tls(relay: SocketAddr, token: Token, tls: Option<&str>) -> Result<UcxTransport, crate::Error> {
         Ok(UcxTransport { relay, token, ctx: Context::with_tls(tls)?, lane: Arc::default() })
     }
+
+    /// The UCX transports/devices this side found (for `auto`: is there an RDMA one?).
+    pub fn local_transports(&self) -> Vec<String> {
+        self.ctx.transports()
+    }
 }
 
 impl Transport for UcxTransport {
@@ -105,6 +110,12 @@ impl UcxReader {
                 // removes the endpoint before the worker, and the box is never replaced.
                 let worker: &'static Worker = unsafe { &*(self.worker.as_ref() as *const Worker) };
                 let ep = worker.connect(&key.worker).map_err(|e| Error::Rma(e.to_string()))?;
+                // Which UCX transport carries GETs is fixed when the endpoint is made: record it once.
+                let mut lane = self.lane.lock().unwrap_or_else(|p| p.into_inner());
+                if lane.is_none() {
+                    *lane = ep.rma_transport();
+                }
+                drop(lane);
                 self.ep = Some((key.worker.clone(), ep));
             }
             let (_, ep) = self.ep.as_ref().expect("set above");
@@ -136,10 +147,6 @@ impl RangeReader for UcxReader {
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
             ep.get_into(&mut ops, &seg.rkey, deadline).map_err(|e| Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")))?;
-            let mut lane = self.lane.lock().unwrap_or_else(|p| p.into_inner());
-            if lane.is_none() {
-                *lane = ep.rma_transport();
-            }
             done += n;
         }
         Ok(())
