@@ -7,7 +7,6 @@
 
 mod common;
 use common::*;
-use std::time::Duration;
 
 /// UCX transports for these tests: relay and agent share a host here, and UCX would prefer shared
 /// memory between them, so restrict it to verbs (override with FASTREPL_TEST_RDMA_TLS).
@@ -31,17 +30,11 @@ fn join_over_ucx_reads_with_rdma() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_every_type(&mut master.client(), 8, true);
     let replica = Server::start(Flavor::Redis70, &[]);
-    let addr = format!("127.0.0.1:{}", testkit::free_port());
-    let mut cmd = fastrepl();
-    cmd.args(["relay", "--master", &master.addr(), "--listen", &addr, "--transport", "ucx"]).env("UCX_TLS", tls());
-    let mut relay = Proc::spawn("relay", cmd);
-    wait_until("the relay to listen", Duration::from_secs(20), || {
-        assert!(relay.running(), "{}", relay.output());
-        std::net::TcpStream::connect(&addr).ok()
-    });
-    let mut cmd = fastrepl();
-    cmd.args(["join", "--relay", &addr, "--replica", &replica.addr(), "--json", "--transport", "ucx"]).env("UCX_TLS", tls());
-    let j = finish_join(Proc::spawn("join", cmd));
+    let ucx = |c: &mut std::process::Command| {
+        c.args(["--transport", "ucx"]).env("UCX_TLS", tls());
+    };
+    let relay = spawn_relay(&master.addr(), ucx);
+    let j = finish_join(spawn_join(&relay.addr, &replica.addr(), ucx));
     assert_eq!(j.code, Some(0), "{}", j.output);
     let detail = j.report["transport_detail"].as_str().unwrap_or_default();
     assert!(ucx::is_rdma_transport(detail.split([' ', ';']).next().unwrap_or("")), "GETs did not use a verbs transport: {detail}");

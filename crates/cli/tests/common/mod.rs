@@ -70,20 +70,27 @@ impl Transport {
     }
 }
 
-/// A relay process for `master`, listening on a free loopback port.
+/// A relay process and the address agents reach it at.
 pub struct Relay {
     pub proc: Proc,
     pub addr: String,
 }
 
+/// A relay process for `master`, listening on a free loopback port, over the suite's transport.
 pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
+    spawn_relay(master, |cmd| {
+        Transport::from_env().apply(cmd);
+        cmd.args(extra).envs(env.iter().copied());
+    })
+}
+
+/// A relay process for `master` on a free loopback port; `configure` adds its arguments and
+/// environment (for tests that choose the transport themselves).
+pub fn spawn_relay(master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let mut cmd = fastrepl();
-    cmd.args(["relay", "--master", master, "--listen", &addr]).args(extra);
-    Transport::from_env().apply(&mut cmd);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd.args(["relay", "--master", master, "--listen", &addr]);
+    configure(&mut cmd);
     let mut proc = Proc::spawn("relay", cmd);
     wait_until("the relay to listen", Duration::from_secs(20), || {
         assert!(proc.running(), "relay exited:\n{}", proc.output());
@@ -100,12 +107,17 @@ pub struct Joined {
 }
 
 pub fn start_join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+    spawn_join(relay, replica, |cmd| {
+        Transport::from_env().apply(cmd);
+        cmd.args(extra).envs(env.iter().copied());
+    })
+}
+
+/// `fastrepl join --json` of `replica` through `relay`; `configure` adds arguments and environment.
+pub fn spawn_join(relay: &str, replica: &str, configure: impl FnOnce(&mut Command)) -> Proc {
     let mut cmd = fastrepl();
-    cmd.args(["join", "--relay", relay, "--replica", replica, "--json"]).args(extra);
-    Transport::from_env().apply(&mut cmd);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd.args(["join", "--relay", relay, "--replica", replica, "--json"]);
+    configure(&mut cmd);
     Proc::spawn(&format!("join {replica}"), cmd)
 }
 
