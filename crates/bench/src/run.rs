@@ -181,7 +181,8 @@ fn reset_peak_rss(pid: u32) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
 }
 
-fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
+/// An integer field of `INFO <section>`, or an error naming it.
+pub fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
     c.info(section)?.num(k).with_context(|| format!("INFO {section} has no {k}"))
 }
 

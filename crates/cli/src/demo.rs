@@ -64,14 +64,7 @@ struct Mode {
     reports: Vec<serde_json::Value>,
 }
 
-/// CPU seconds (user + system) of a process and its waited-for children, from /proc.
-fn cpu_secs(pid: u32) -> f64 {
-    bench::run::proc_cpu_with_children(pid)
-}
-
-fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
-    c.info(section)?.num(k).with_context(|| format!("INFO {section} has no {k}"))
-}
+use bench::run::{proc_cpu_with_children as cpu_secs, stat};
 
 pub fn run(a: DemoArgs) -> Result<ExitCode> {
     let flavor = Flavor::parse(&a.server).with_context(|| format!("unknown server {:?}", a.server))?;
