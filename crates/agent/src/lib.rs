@@ -430,7 +430,7 @@ fn sync_and_handoff(
     let need_ack = matches!(framing, Framing::Eof(_));
     wait_for(&cfg.cancel, "the replica to load the snapshot", cfg.load_timeout, || {
         link.check_open()?;
-        pipeline_check(&progress.get())?;
+        progress.with(pipeline_check)?;
         if need_ack && !link.ack_seen.load(Ordering::SeqCst) {
             return Ok(None);
         }

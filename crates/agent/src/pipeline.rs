@@ -81,7 +81,7 @@ pub fn pull(
         sched: Mutex::new(Sched { next_claim: 0, next_write: 0, ready: BTreeMap::new(), pool: Vec::new(), failed: None, finished: false, reread: 0, in_flight: 0, in_flight_max: 0 }),
         cond: Condvar::new(),
     };
-    let generation = progress.get().desc.generation;
+    let generation = progress.with(|v| v.desc.generation);
     let window = window.max(readers as u64);
     std::thread::scope(|scope| {
         for r in 0..readers.max(1) {
@@ -136,22 +136,33 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
             i
         };
         // Wait until the relay has published it (or we learn there is no such block).
-        let v = loop {
-            let v = progress.wait_until(POLL, |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some());
-            check_view(&v)?;
-            if v.blocks_total().is_some_and(|t| i >= t) {
-                return Ok(());
-            }
-            if v.blocks_readable() > i {
-                break v;
-            }
-            let s = shared.lock();
-            if s.finished || s.failed.is_some() {
-                return Ok(());
+        let (offset, len, want) = loop {
+            let next = progress.wait_with(
+                POLL,
+                |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some(),
+                |v| -> Result<Option<Option<(u64, u64, u32)>>, Error> {
+                    check_view(v)?;
+                    if v.blocks_total().is_some_and(|t| i >= t) {
+                        return Ok(Some(None)); // no such block: the pull is complete
+                    }
+                    if v.blocks_readable() > i {
+                        let (offset, len) = v.block_range(i);
+                        return Ok(Some(Some((offset, len, v.desc.checksums[i as usize]))));
+                    }
+                    Ok(None) // not yet published
+                },
+            )?;
+            match next {
+                Some(Some(block)) => break block,
+                Some(None) => return Ok(()),
+                None => {
+                    let s = shared.lock();
+                    if s.finished || s.failed.is_some() {
+                        return Ok(());
+                    }
+                }
             }
         };
-        let (offset, len) = v.block_range(i);
-        let want = v.desc.checksums[i as usize];
         let mut buf = {
             let mut s = shared.lock();
             s.in_flight += 1;
@@ -189,10 +200,9 @@ fn write_loop(
     let mut stats = Stats::default();
     loop {
         crate::check_cancel(cancel)?;
-        let v = progress.get();
-        check_view(&v)?;
+        let total = progress.with(|v| check_view(v).map(|_| v.blocks_total()))?;
         let next = shared.lock().next_write;
-        if v.blocks_total().is_some_and(|t| next >= t) {
+        if total.is_some_and(|t| next >= t) {
             return Ok(stats);
         }
         let buf = {
@@ -218,7 +228,7 @@ fn write_loop(
         sink(&buf)?;
         if stats.first_byte.is_none() {
             stats.first_byte = Some(Instant::now());
-            stats.streamed_while_capturing = progress.get().desc.state == State::Capturing;
+            stats.streamed_while_capturing = progress.with(|v| v.desc.state == State::Capturing);
         }
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;

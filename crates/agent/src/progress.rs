@@ -53,6 +53,19 @@ impl Progress {
         self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Look at the current view without copying it (it holds every block's checksum: copying it per
+    /// block would make a pull quadratic in the number of blocks).
+    pub fn with<T>(&self, f: impl FnOnce(&View) -> T) -> T {
+        f(&self.view.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Wait until `pred` holds for the view, the link is lost, or `timeout` passes; then apply `f`.
+    pub fn wait_with<T>(&self, timeout: Duration, pred: impl Fn(&View) -> bool, f: impl FnOnce(&View) -> T) -> T {
+        let g = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self.changed.wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none()).unwrap_or_else(|p| p.into_inner());
+        f(&g)
+    }
+
     /// Wait until `pred` holds for the view or `timeout` passes; returns the view then.
     pub fn wait_until(&self, timeout: Duration, pred: impl Fn(&View) -> bool) -> View {
         let g = self.view.lock().unwrap_or_else(|p| p.into_inner());
