@@ -46,6 +46,23 @@ fn a_transport_the_relay_does_not_offer_is_refused_before_the_replica_is_touched
 }
 
 #[test]
+fn a_relay_not_offering_tcp_refuses_tcp_block_reads() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 200);
+    let relay = relay_offering(&master.addr(), "shm");
+    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let addr = relay.addr.parse().unwrap();
+    let attached = agent::progress::attach(addr, &token, Duration::from_secs(30)).unwrap();
+    let v = attached.progress.wait_until(Duration::from_secs(30), |v| v.desc.length.is_some());
+    let mut reader = transport::Transport::open(&transport::tcp::TcpTransport::new(addr, token)).unwrap();
+    let mut buf = vec![0u8; 16];
+    match reader.read(v.desc.generation, 0, &mut buf) {
+        Err(transport::Error::Refused { message, .. }) => assert!(message.contains("does not offer tcp"), "{message}"),
+        other => panic!("a tcp block read from a shm-only relay must be refused, got {other:?}"),
+    }
+}
+
+#[test]
 fn the_shm_socket_demands_the_token_and_hands_out_nothing_without_it() {
     let master = Server::start(Flavor::Redis70, &[]);
     let mut relay = relay_offering(&master.addr(), "auto");

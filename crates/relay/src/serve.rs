@@ -25,17 +25,21 @@ const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
 
 /// A connection agents read over: TCP, or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write + AsRawFd {
+    /// Range reads over this stream are the tcp transport (so only served when tcp is offered).
+    const IS_TCP: bool;
     /// Answer a shm attach: only possible over a unix socket.
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error>;
 }
 
 impl DataStream for TcpStream {
+    const IS_TCP: bool = true;
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
         tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
 }
 
 impl DataStream for UnixStream {
+    const IS_TCP: bool = false;
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error> {
         transport::shm::send_region(self, gen.region())
     }
@@ -200,6 +204,11 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             continue;
         };
         match req {
+            // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
+            // ucx attaches still use the TCP data connection.)
+            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => {
+                tcp::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
+            }
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
                 Ok(()) => tcp::send_range(&mut s, gen.region().file(), offset, len)?,
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
