@@ -334,6 +334,18 @@ fn memcpy_from_fresh_mapping(bytes: usize) -> Result<f64> {
     Ok(s)
 }
 
+/// The raw TCP baselines' sender: `limit` bytes in 4 MiB writes, or until `stop` is set.
+fn write_stream(s: &mut TcpStream, limit: u64, stop: Option<&AtomicBool>) -> std::io::Result<()> {
+    let buf = vec![5u8; 4 << 20];
+    let mut left = limit;
+    while left > 0 && !stop.is_some_and(|x| x.load(Ordering::Relaxed)) {
+        let n = left.min(buf.len() as u64) as usize;
+        s.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 /// Raw TCP baseline over loopback: a stream read in `size` pieces (throughput), and request →
 /// `size`-byte response round trips (latency).
 fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
@@ -344,12 +356,7 @@ fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
     let server = std::thread::spawn(move || -> std::io::Result<()> {
         // Connection 1: stream; connection 2: request/response.
         let (mut s, _) = l.accept()?;
-        let buf = vec![5u8; 4 << 20];
-        while !st.load(Ordering::Relaxed) {
-            if s.write_all(&buf).is_err() {
-                break;
-            }
-        }
+        let _ = write_stream(&mut s, u64::MAX, Some(&st)); // ends when the reader hangs up
         drop(s);
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
@@ -668,17 +675,7 @@ fn memcpy_hot(bytes: usize) -> Result<f64> {
 fn tcp_stream_once(bytes: u64) -> Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    let server = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut s, _) = l.accept()?;
-        let buf = vec![5u8; 4 << 20];
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(buf.len() as u64) as usize;
-            s.write_all(&buf[..n])?;
-            left -= n as u64;
-        }
-        Ok(())
-    });
+    let server = std::thread::spawn(move || -> std::io::Result<()> { write_stream(&mut l.accept()?.0, bytes, None) });
     let t = Instant::now();
     let mut c = TcpStream::connect(addr)?;
     let mut b = vec![0u8; 4 << 20];
