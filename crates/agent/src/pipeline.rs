@@ -116,6 +116,15 @@ fn check_view(v: &View) -> Result<(), Error> {
     Ok(())
 }
 
+/// Where block `i` stands at the relay.
+enum Published {
+    /// Readable: its range and checksum.
+    Ready { offset: u64, len: u64, checksum: u32 },
+    /// The snapshot has fewer blocks.
+    NoSuchBlock,
+    NotYet,
+}
+
 fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, generation: u64, window: u64) -> Result<(), Error> {
     let mut reader = transport.open().map_err(Error::Relay)?;
     loop {
@@ -140,22 +149,22 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
             let next = progress.wait_with(
                 POLL,
                 |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some(),
-                |v| -> Result<Option<Option<(u64, u64, u32)>>, Error> {
+                |v| -> Result<Published, Error> {
                     check_view(v)?;
                     if v.blocks_total().is_some_and(|t| i >= t) {
-                        return Ok(Some(None)); // no such block: the pull is complete
+                        return Ok(Published::NoSuchBlock);
                     }
                     if v.blocks_readable() > i {
                         let (offset, len) = v.block_range(i);
-                        return Ok(Some(Some((offset, len, v.desc.checksums[i as usize]))));
+                        return Ok(Published::Ready { offset, len, checksum: v.desc.checksums[i as usize] });
                     }
-                    Ok(None) // not yet published
+                    Ok(Published::NotYet)
                 },
             )?;
             match next {
-                Some(Some(block)) => break block,
-                Some(None) => return Ok(()),
-                None => {
+                Published::Ready { offset, len, checksum } => break (offset, len, checksum),
+                Published::NoSuchBlock => return Ok(()), // the pull is complete
+                Published::NotYet => {
                     let s = shared.lock();
                     if s.finished || s.failed.is_some() {
                         return Ok(());

@@ -121,7 +121,7 @@ pub fn human_bytes(v: f64) -> String {
 /// Compact decimal labels for log axes: 0.01, 5, 100, 10k, 1M.
 pub fn decimal(v: f64) -> String {
     match v {
-        v if v == 0.0 => "0".into(),
+        0.0 => "0".into(),
         v if v >= 1e9 => format!("{}G", (v / 1e9 * 10.0).round() / 10.0),
         v if v >= 1e6 => format!("{}M", (v / 1e6 * 10.0).round() / 10.0),
         v if v >= 1e3 => format!("{}k", (v / 1e3 * 10.0).round() / 10.0),

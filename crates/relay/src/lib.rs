@@ -220,34 +220,22 @@ impl Relay {
             ucx,
         });
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::Config(format!("spawn {name} thread: {e}")))
+        };
         let mut threads = Vec::new();
         // A served file is loaded once, before anyone connects; a master is captured by a thread.
         if let Some(path) = shared.config.file.clone() {
             file::load(&shared, &path)?;
         } else {
             let s1 = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("capture".into())
-                    .spawn(move || capture::supervise(s1, announce))
-                    .map_err(|e| Error::Config(format!("spawn capture thread: {e}")))?,
-            );
+            threads.push(spawn("capture", Box::new(move || capture::supervise(s1, announce)))?);
         }
         let s2 = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("accept".into())
-                .spawn(move || serve::accept_loop(s2, listener))
-                .map_err(|e| Error::Config(format!("spawn accept thread: {e}")))?,
-        );
+        threads.push(spawn("accept", Box::new(move || serve::accept_loop(s2, listener)))?);
         if let Some((_, unix)) = shm {
             let s3 = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("accept-shm".into())
-                    .spawn(move || serve::accept_unix_loop(s3, unix))
-                    .map_err(|e| Error::Config(format!("spawn shm accept thread: {e}")))?,
-            );
+            threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
         tracing::info!(listen = %local_addr, master = %shared.config.master, transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
         Ok(Relay { shared, local_addr, threads })
