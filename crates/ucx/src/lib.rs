@@ -324,6 +324,11 @@ pub struct Endpoint<'w> {
 /// Idle progress polls before a waiting GET sleeps on the worker's event descriptor.
 const SPIN_BEFORE_WAIT: u32 = 256;
 
+/// Longest sleep on the worker's event descriptor. The descriptor wakes us when anything arrives, so
+/// this only bounds how late a deadline is noticed. It was 1 ms: each expiry was followed by another
+/// round of idle spinning, and agents waiting on a slow link burnt a quarter of a core each doing it.
+const WAIT_MAX: Duration = Duration::from_millis(50);
+
 /// How long closing an endpoint, or cancelling a request, may take before we give up on it.
 const CLEANUP_MAX: Duration = Duration::from_secs(10);
 
@@ -405,7 +410,7 @@ impl<'w> Endpoint<'w> {
                 idle += 1;
                 if idle >= SPIN_BEFORE_WAIT {
                     idle = 0;
-                    if let Err(e) = self.worker.wait(Duration::from_millis(1)) {
+                    if let Err(e) = self.worker.wait(WAIT_MAX) {
                         result = Err(e); // never `?` here: pending requests must be completed below
                     }
                 }
