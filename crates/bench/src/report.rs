@@ -91,6 +91,42 @@ pub fn table(s: &ScenarioResult) -> String {
     t
 }
 
+/// Where each run's time went: the master's RDB (its fork child, whatever it wrote to) and the
+/// slowest replica's milestones, in seconds from the run's start. Milestones rather than durations,
+/// because in streaming modes the phases overlap (a diskless replica loads while it receives; an
+/// agent pulls while the master still writes the RDB).
+pub fn phase_table(s: &ScenarioResult) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "| link | N | mode | master RDB (s) | first byte | transfer done | loaded | in sync |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|");
+    for r in s.runs.iter().filter(|r| r.error.is_none()) {
+        let rdb: Vec<String> = r.master_rdb.iter().map(|[a, b]| format!("{a:.2}–{}", if b.is_nan() { "?".into() } else { format!("{b:.2}") })).collect();
+        let slowest = r.per_replica.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap_or(0);
+        let ph = r.phases.get(slowest).cloned().unwrap_or_default();
+        let at = |k: &str| f2(ph[k].as_f64());
+        // native-disk: the replica starts loading once the file is complete; native-diskless loads
+        // as it receives (no separate transfer or load end); fastrepl: the agent's own milestones.
+        let (transfer, loaded) = match r.mode.as_str() {
+            "native-disk" => (at("loading"), "–".to_string()),
+            m if m.starts_with("native") => ("–".to_string(), "–".to_string()),
+            _ => (at("pulled"), at("loaded")),
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.link,
+            r.replicas,
+            r.mode,
+            if rdb.is_empty() { "–".into() } else { rdb.join(", ") },
+            at("first_byte"),
+            transfer,
+            loaded,
+            at("in_sync")
+        );
+    }
+    t
+}
+
 /// Write everything and print the tables.
 pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> Result<()> {
     let doc = serde_json::json!({
@@ -122,6 +158,15 @@ pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> 
         let _ = writeln!(md, "## {}\n\n{}\n", s.spec.name, s.spec.describe());
         md.push_str(&table(s));
         md.push('\n');
+        if s.spec.arrival != Arrival::Staggered {
+            let _ = writeln!(
+                md,
+                "Where the time goes (seconds from the run's start; the master's fork child, then the slowest replica's \
+                 milestones: first RDB byte received, transfer complete, loaded, in sync):\n"
+            );
+            md.push_str(&phase_table(s));
+            md.push('\n');
+        }
         for png in charts_for(a, s)? {
             let _ = writeln!(md, "![{png}]({png})\n");
         }

@@ -36,6 +36,10 @@ pub struct RunResult {
     pub per_replica: Vec<f64>,
     /// Per replica: phase end times (seconds from the run's start).
     pub phases: Vec<serde_json::Value>,
+    /// The master's fork children (RDB to disk, to replicas' sockets, or to the relay): start and end,
+    /// seconds from the run's start, as seen by polling `INFO persistence` every 20 ms (an end of
+    /// `null`: still running 30 s after the replicas were in sync).
+    pub master_rdb: Vec<[f64; 2]>,
     /// CPU seconds of the master: main process and its fork children (reaped) during the run.
     pub master_cpu_secs: f64,
     /// `total_forks` on the master during the run.
@@ -198,6 +202,59 @@ fn master_quiet(m: &mut client::Client) -> Result<()> {
     Ok(())
 }
 
+/// Watches the master's `rdb_bgsave_in_progress` from a thread until stopped: when each fork child
+/// (the RDB writer, whatever it writes to) started and ended, relative to `t0`. This is the
+/// "snapshot" phase of every mode, measured the same way for all of them.
+struct RdbWatch {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<[f64; 2]>>,
+}
+
+impl RdbWatch {
+    fn start(master: &Server, t0: Instant) -> Result<RdbWatch> {
+        let mut c = master.try_client()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut spans: Vec<[f64; 2]> = Vec::new();
+            let mut open: Option<f64> = None;
+            let mut stop_seen: Option<Instant> = None;
+            loop {
+                let stopping = s.load(Ordering::Relaxed);
+                if stopping && stop_seen.is_none() {
+                    stop_seen = Some(Instant::now());
+                }
+                let Ok(busy) = stat(&mut c, "persistence", "rdb_bgsave_in_progress") else { break };
+                let now = t0.elapsed().as_secs_f64();
+                match (open, busy == 1) {
+                    (None, true) => open = Some(now),
+                    (Some(start), false) => {
+                        spans.push([start, now]);
+                        open = None;
+                    }
+                    _ => {}
+                }
+                // A replica can be in sync before the master has reaped the child (serverCron notices
+                // it within 1/hz s): keep watching for a while, so the span ends and the child's CPU is
+                // counted by the caller.
+                if stop_seen.is_some_and(|t| open.is_none() || t.elapsed() > Duration::from_secs(30)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20)); // The sampling period, not synchronization.
+            }
+            if let Some(start) = open {
+                spans.push([start, f64::NAN]); // still running when the run ended
+            }
+            spans
+        });
+        Ok(RdbWatch { stop, handle })
+    }
+    fn finish(self) -> Vec<[f64; 2]> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
 /// GET/SET against the master from a thread until stopped; latencies in ms.
 struct LatencyProbe {
     stop: Arc<AtomicBool>,
@@ -258,8 +315,11 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let cpu0 = proc_cpu_with_children(c.master.pid());
     let tx0 = c.lab.map(|l| l.tx_bytes(0)).transpose().map_err(|e| anyhow!(e))?;
     let t0 = Instant::now();
+    let rdb_watch = RdbWatch::start(c.master, t0)?;
     let outcome = if native { run_native(c, &replicas, t0) } else { run_fastrepl(c, &replicas, t0) };
     let secs = t0.elapsed().as_secs_f64();
+    // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
+    r.master_rdb = rdb_watch.finish();
     r.latency_ms = probe.map(LatencyProbe::finish);
     r.master_cpu_secs = proc_cpu_with_children(c.master.pid()) - cpu0;
     r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;

@@ -9,7 +9,9 @@ fn run_bench(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
     let o = fastrepl().args(["bench", "--quick", "--out"]).arg(dir).args(args).output().expect("run bench");
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "bench failed:\n{text}");
-    assert!(std::fs::read_to_string(dir.join("results.md")).unwrap().contains("| link | N | mode |"), "results.md has the table");
+    let md = std::fs::read_to_string(dir.join("results.md")).unwrap();
+    assert!(md.contains("| link | N | mode | all in sync"), "results.md has the table");
+    assert!(md.contains("| link | N | mode | master RDB (s) |"), "results.md has the phase table");
     serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap()
 }
 
@@ -17,6 +19,10 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
     assert!(doc["machine"]["cores"].as_u64().unwrap() > 0);
     assert!(doc["server"]["version"].as_str().unwrap().contains("v="), "{}", doc["server"]);
     assert!(doc["settings"]["repl-diskless-sync-delay"].is_number());
+    // The master's fork child is sampled every 20 ms: a toy RDB may come and go between samples, but
+    // not in every run of a whole bench.
+    let spans = doc["scenarios"].as_array().unwrap().iter().flat_map(|s| s["runs"].as_array().unwrap()).filter(|r| !r["master_rdb"].as_array().unwrap().is_empty()).count();
+    assert!(spans > 0, "no run saw the master's RDB child");
     let got: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["spec"]["name"].as_str().unwrap()).collect();
     assert_eq!(got, scenarios);
     for s in doc["scenarios"].as_array().unwrap() {
@@ -39,6 +45,12 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
             }
             if spec["latency_probe"] == true {
                 assert!(r["latency_ms"]["count"].as_u64().unwrap() > 0, "{r}");
+            }
+        }
+        for r in runs {
+            for span in r["master_rdb"].as_array().unwrap() {
+                let (a, b) = (span[0].as_f64().unwrap(), span[1].as_f64().unwrap());
+                assert!(0.0 <= a && a <= b, "master RDB span {span} in {r}");
             }
         }
         if spec["arrival"] == "staggered" {
