@@ -94,7 +94,14 @@ pub fn linear(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..x1.max(1.0) * 1.02, 0.0..y1.max(1e-3))?;
-    chart.configure_mesh().x_desc(x_label).y_desc(y_label).x_label_formatter(&|v| decimal(*v)).y_label_formatter(&|v| decimal(*v)).draw()?;
+    // Replica counts and indices are whole numbers: label only those (one tick per whole number).
+    let whole = series.iter().flat_map(|s| &s.points).all(|p| p.0.fract() == 0.0);
+    let x_fmt = |v: &f64| if !whole { decimal(*v) } else if v.fract() == 0.0 { format!("{v:.0}") } else { String::new() };
+    let mut mesh = chart.configure_mesh();
+    if whole {
+        mesh.x_labels(x1.max(1.0) as usize + 1);
+    }
+    mesh.x_desc(x_label).y_desc(y_label).x_label_formatter(&x_fmt).y_label_formatter(&|v| decimal(*v)).draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let style = ShapeStyle { color, filled: true, stroke_width: 2 };

@@ -97,8 +97,8 @@ pub fn table(s: &ScenarioResult) -> String {
 /// agent pulls while the master still writes the RDB).
 pub fn phase_table(s: &ScenarioResult) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| link | N | mode | master RDB (s) | first byte | transfer done | loaded | in sync |");
-    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(t, "| link | N | mode | master RDB (s) | first byte | transfer done | loaded | in sync | in sync − RDB end |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
     for r in s.runs.iter().filter(|r| r.error.is_none()) {
         let rdb: Vec<String> = r.master_rdb.iter().map(|[a, b]| format!("{a:.2}–{}", if b.is_nan() { "?".into() } else { format!("{b:.2}") })).collect();
         let slowest = r.per_replica.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap_or(0);
@@ -106,22 +106,26 @@ pub fn phase_table(s: &ScenarioResult) -> String {
         let at = |k: &str| f2(ph[k].as_f64());
         // native-disk: the replica starts loading once the file is complete; native-diskless loads
         // as it receives (no separate transfer or load end); fastrepl: the agent's own milestones.
-        let (transfer, loaded) = match r.mode.as_str() {
-            "native-disk" => (at("loading"), "–".to_string()),
-            m if m.starts_with("native") => ("–".to_string(), "–".to_string()),
-            _ => (at("pulled"), at("loaded")),
+        // A replica loading from the socket does not count `master_sync_read_bytes`; its loading
+        // starts with the first bytes, so that is its first byte.
+        let (first, transfer, loaded) = match r.mode.as_str() {
+            "native-disk" => (at("first_byte"), at("loading"), "–".to_string()),
+            m if m.starts_with("native") => (at("loading"), "–".to_string(), "–".to_string()),
+            _ => (at("first_byte"), at("pulled"), at("loaded")),
         };
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.link,
             r.replicas,
             r.mode,
             if rdb.is_empty() { "–".into() } else { rdb.join(", ") },
-            at("first_byte"),
+            first,
             transfer,
             loaded,
-            at("in_sync")
+            at("in_sync"),
+            // What the sync itself adds once the master has produced its RDB.
+            f2(r.master_rdb.iter().map(|s| s[1]).filter(|e| !e.is_nan()).reduce(f64::max).zip(ph["in_sync"].as_f64()).map(|(e, s)| s - e))
         );
     }
     t
