@@ -33,7 +33,14 @@ def load(dirs):
     return runs, specs
 
 
+def median_run(rs):
+    """The run with the median time (the lower middle one for an even count)."""
+    rs = sorted(rs, key=lambda r: r["secs"])
+    return rs[(len(rs) - 1) // 2]
+
+
 def times(runs, modes):
+    """Time to all in sync per (link, N) and mode; with repeated runs, the median and the range."""
     keys = []
     for r in runs:
         k = (r["link"], r["replicas"])
@@ -43,11 +50,15 @@ def times(runs, modes):
     keys.sort(key=lambda k: (order.get(k[0], 9), k[1]))
     out = ["| link | N | " + " | ".join(modes) + " | fastrepl-tcp ÷ native-diskless |", "|---|---|" + "---|" * len(modes) + "---|"]
     for link, n in keys:
-        cell = {}
-        for r in runs:
-            if r["link"] == link and r["replicas"] == n:
-                cell[r["mode"]] = "FAILED" if r["error"] else f(r["secs"])
-        sec = {r["mode"]: r["secs"] for r in runs if r["link"] == link and r["replicas"] == n and not r["error"]}
+        cell, sec = {}, {}
+        for m in modes:
+            rs = [r for r in runs if r["link"] == link and r["replicas"] == n and r["mode"] == m]
+            ok = [r for r in rs if not r["error"]]
+            if rs:
+                sec[m] = median_run(ok)["secs"] if ok else None
+                cell[m] = f(sec[m]) if ok else "FAILED"
+                if len(rs) > 1:
+                    cell[m] += f" ({len(ok)}/{len(rs)} runs, {f(min(r['secs'] for r in ok))}–{f(max(r['secs'] for r in ok))})" if ok else ""
         ratio = f(sec["fastrepl-tcp"] / sec["native-diskless"]) if sec.get("fastrepl-tcp") and sec.get("native-diskless") else "–"
         out.append(f"| {link} | {n} | " + " | ".join(cell.get(m, "–") for m in modes) + f" | {ratio} |")
     return "\n".join(out)
@@ -59,9 +70,14 @@ def phases(runs):
         "| link | mode | in sync | master RDB child | RDB (s) | first byte | transfer done | loaded | in sync − RDB end |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    picked = []
     for r in runs:
         if r["replicas"] != 1 or r["error"]:
             continue
+        same = [x for x in runs if x["replicas"] == 1 and not x["error"] and x["link"] == r["link"] and x["mode"] == r["mode"]]
+        if median_run(same) is r:  # with repeated runs: the median one
+            picked.append(r)
+    for r in picked:
         ph = r["phases"][0] if r["phases"] else {}
         spans = r.get("master_rdb") or []
         span = " ".join(f"{f(a)}–{f(b)}" for a, b in spans) or "–"

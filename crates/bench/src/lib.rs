@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// reported with every figure. 1 s lets replicas that start together share one fork.
     #[arg(long, default_value_t = 1)]
     pub diskless_delay: u32,
+    /// Runs per (link, replica count, mode), interleaved across modes so that drift on a shared
+    /// machine hits all modes alike; tables and charts show the median, results.json every run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
 }
 
 /// The binary that runs relays and agents (this one).

@@ -91,6 +91,45 @@ pub fn table(s: &ScenarioResult) -> String {
     t
 }
 
+/// The median time to all in sync over the verified runs of one (link, N, mode); `None` if none verified.
+pub fn median_secs<'a>(runs: impl Iterator<Item = &'a RunResult>) -> Option<f64> {
+    let mut v: Vec<f64> = runs.filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// With `--repeat`: per (link, N, mode), the median, fastest and slowest time to all in sync.
+pub fn median_table(s: &ScenarioResult) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "| link | N | mode | runs verified | median all in sync (s) | min | max |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
+    let mut keys: Vec<(&str, usize, &str)> = Vec::new();
+    for r in &s.runs {
+        let k = (r.link.as_str(), r.replicas, r.mode.as_str());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (link, n, mode) in keys {
+        let cell = || s.runs.iter().filter(move |r| r.link == link && r.replicas == n && r.mode == mode);
+        let ok: Vec<f64> = cell().filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect();
+        let _ = writeln!(
+            t,
+            "| {link} | {n} | {mode} | {}/{} | {} | {} | {} |",
+            ok.len(),
+            cell().count(),
+            f2(median_secs(cell())),
+            f2(ok.iter().copied().reduce(f64::min)),
+            f2(ok.iter().copied().reduce(f64::max))
+        );
+    }
+    t
+}
+
 /// Where each run's time went: the master's RDB (its fork child, whatever it wrote to) and the
 /// slowest replica's milestones, in seconds from the run's start. Milestones rather than durations,
 /// because in streaming modes the phases overlap (a diskless replica loads while it receives; an
@@ -145,6 +184,7 @@ pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> 
             "links": "every host's egress shaped alike with tc tbf (burst max(512 KiB, 10 ms of traffic), latency 100 ms); unshaped = veth through a bridge",
             "hosts": if a.no_netns { "loopback, one host" } else { "network namespaces: host 0 master + relay, host i replica i + its agent" },
             "quick": a.quick,
+            "repeat": a.repeat,
         },
         "scenarios": all,
     });
@@ -160,6 +200,11 @@ pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> 
     );
     for s in all {
         let _ = writeln!(md, "## {}\n\n{}\n", s.spec.name, s.spec.describe());
+        if a.repeat > 1 {
+            let _ = writeln!(md, "Medians of {} runs per cell (every run below):\n", a.repeat);
+            md.push_str(&median_table(s));
+            md.push('\n');
+        }
         md.push_str(&table(s));
         md.push('\n');
         if s.spec.arrival != Arrival::Staggered {
@@ -198,7 +243,9 @@ fn charts_for(a: &BenchArgs, s: &ScenarioResult) -> Result<Vec<String>> {
             let points: Vec<(f64, f64)> = if s.spec.arrival == Arrival::Staggered {
                 runs.iter().filter(|r| &r.mode == m).flat_map(|r| r.per_replica.iter().enumerate().map(|(i, t)| ((i + 1) as f64, *t))).collect()
             } else {
-                runs.iter().filter(|r| &r.mode == m).map(|r| (r.replicas as f64, r.secs.unwrap_or(0.0))).collect()
+                let mut ns: Vec<usize> = runs.iter().filter(|r| &r.mode == m).map(|r| r.replicas).collect();
+                ns.dedup();
+                ns.iter().filter_map(|&n| median_secs(runs.iter().copied().filter(|r| &r.mode == m && r.replicas == n)).map(|t| (n as f64, t))).collect()
             };
             if !points.is_empty() {
                 series.push(Series { name: m.clone(), points, baseline: false });

@@ -26,6 +26,8 @@ pub struct RunResult {
     pub replicas: usize,
     /// Mode.
     pub mode: String,
+    /// Which of the `--repeat` runs of this (link, N, mode) this is, from 0.
+    pub repeat: u32,
     /// Every replica matched the master afterwards.
     pub verified: bool,
     /// Why the run failed, if it did (then it is not timed).
@@ -77,21 +79,24 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
         fill(&master, &spec.dataset, flavor)?;
         println!("-- link {link_name}: master {} filled in {:.1} s ({})", master.addr(), t.elapsed().as_secs_f64(), used_memory(&master));
         for &n in &spec.replicas {
-            for mode in &spec.modes {
-                let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, n, mode, link: &link_name };
-                let r = match one(&ctx) {
-                    Ok(r) => r,
-                    Err(e) => RunResult {
-                        scenario: spec.name.clone(),
-                        link: link_name.clone(),
-                        replicas: n,
-                        mode: mode.clone(),
-                        error: Some(format!("{e:#}")),
-                        ..Default::default()
-                    },
-                };
-                print_line(&r);
-                out.push(r);
+            for repeat in 0..args.repeat {
+                for mode in &spec.modes {
+                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, n, mode, link: &link_name };
+                    let mut r = match one(&ctx) {
+                        Ok(r) => r,
+                        Err(e) => RunResult {
+                            scenario: spec.name.clone(),
+                            link: link_name.clone(),
+                            replicas: n,
+                            mode: mode.clone(),
+                            error: Some(format!("{e:#}")),
+                            ..Default::default()
+                        },
+                    };
+                    r.repeat = repeat;
+                    print_line(&r);
+                    out.push(r);
+                }
             }
         }
     }

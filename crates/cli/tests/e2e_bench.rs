@@ -27,9 +27,10 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
     assert_eq!(got, scenarios);
     for s in doc["scenarios"].as_array().unwrap() {
         let spec = &s["spec"];
-        let expected = spec["links"].as_array().unwrap().len() * spec["replicas"].as_array().unwrap().len() * spec["modes"].as_array().unwrap().len();
+        let repeat = doc["settings"]["repeat"].as_u64().unwrap() as usize;
+        let expected = spec["links"].as_array().unwrap().len() * spec["replicas"].as_array().unwrap().len() * spec["modes"].as_array().unwrap().len() * repeat;
         let runs = s["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), expected, "{}: one run per link × N × mode", spec["name"]);
+        assert_eq!(runs.len(), expected, "{}: one run per link × N × mode × repeat", spec["name"]);
         for r in runs {
             assert!(r["error"].is_null(), "{}: {}", spec["name"], r["error"]);
             assert_eq!(r["verified"], true, "{r}");
@@ -81,12 +82,20 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
 }
 
 #[test]
-fn bench_quick_on_loopback_includes_shm() {
+fn bench_quick_on_loopback_includes_shm_and_repeats() {
     let dir = tempfile::tempdir().unwrap();
-    let doc = run_bench(&["--scenario", "mixed", "--no-netns"], dir.path());
+    let doc = run_bench(&["--scenario", "mixed", "--no-netns", "--repeat", "2"], dir.path());
     check_complete(&doc, &["mixed"]);
-    let modes: Vec<&str> = doc["scenarios"][0]["runs"].as_array().unwrap().iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    let runs = doc["scenarios"][0]["runs"].as_array().unwrap();
+    let modes: Vec<&str> = runs.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert!(modes.contains(&"fastrepl-shm"), "{modes:?}");
+    // Repeats are interleaved across modes: the first round of every mode, then the second.
+    let rounds: Vec<u64> = runs.iter().map(|r| r["repeat"].as_u64().unwrap()).collect();
+    let half = runs.len() / 2;
+    assert!(rounds[..half].iter().all(|&k| k == 0) && rounds[half..].iter().all(|&k| k == 1), "{rounds:?}");
+    let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
+    assert!(md.contains("| link | N | mode | runs verified | median all in sync (s) |"), "{md}");
+    assert!(md.contains("| 2/2 |"), "{md}");
 }
 
 #[test]
