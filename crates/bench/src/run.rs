@@ -207,94 +207,87 @@ fn master_quiet(m: &mut client::Client) -> Result<()> {
     Ok(())
 }
 
-/// Watches the master's `rdb_bgsave_in_progress` from a thread until stopped: when each fork child
-/// (the RDB writer, whatever it writes to) started and ended, relative to `t0`. This is the
-/// "snapshot" phase of every mode, measured the same way for all of them.
-struct RdbWatch {
+/// A sampling thread that runs until told to stop and then hands back what it collected.
+struct Sampler<T> {
     stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Vec<[f64; 2]>>,
+    handle: std::thread::JoinHandle<T>,
 }
 
-impl RdbWatch {
-    fn start(master: &Server, t0: Instant) -> Result<RdbWatch> {
-        let mut c = master.try_client()?;
+impl<T: Send + Default + 'static> Sampler<T> {
+    fn spawn(f: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Sampler<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut spans: Vec<[f64; 2]> = Vec::new();
-            let mut open: Option<f64> = None;
-            let mut stop_seen: Option<Instant> = None;
-            loop {
-                let stopping = s.load(Ordering::Relaxed);
-                if stopping && stop_seen.is_none() {
-                    stop_seen = Some(Instant::now());
-                }
-                let Ok(busy) = stat(&mut c, "persistence", "rdb_bgsave_in_progress") else { break };
-                let now = t0.elapsed().as_secs_f64();
-                match (open, busy == 1) {
-                    (None, true) => open = Some(now),
-                    (Some(start), false) => {
-                        spans.push([start, now]);
-                        open = None;
-                    }
-                    _ => {}
-                }
-                // A replica can be in sync before the master has reaped the child (serverCron notices
-                // it within 1/hz s): keep watching for a while, so the span ends and the child's CPU is
-                // counted by the caller.
-                if stop_seen.is_some_and(|t| open.is_none() || t.elapsed() > Duration::from_secs(30)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20)); // The sampling period, not synchronization.
-            }
-            if let Some(start) = open {
-                spans.push([start, f64::NAN]); // still running when the run ended
-            }
-            spans
-        });
-        Ok(RdbWatch { stop, handle })
+        Sampler { stop, handle: std::thread::spawn(move || f(&s)) }
     }
-    fn finish(self) -> Vec<[f64; 2]> {
+    fn finish(self) -> T {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
 }
 
-/// GET/SET against the master from a thread until stopped; latencies in ms.
-struct LatencyProbe {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Vec<f64>>,
+/// Watches the master's `rdb_bgsave_in_progress`: when each fork child (the RDB writer, whatever it
+/// writes to) started and ended, relative to `t0`. This is the "snapshot" phase of every mode,
+/// measured the same way for all of them.
+fn watch_rdb(master: &Server, t0: Instant) -> Result<Sampler<Vec<[f64; 2]>>> {
+    let mut c = master.try_client()?;
+    Ok(Sampler::spawn(move |stop| {
+        let mut spans: Vec<[f64; 2]> = Vec::new();
+        let mut open: Option<f64> = None;
+        let mut stop_seen: Option<Instant> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) && stop_seen.is_none() {
+                stop_seen = Some(Instant::now());
+            }
+            let Ok(busy) = stat(&mut c, "persistence", "rdb_bgsave_in_progress") else { break };
+            let now = t0.elapsed().as_secs_f64();
+            match (open, busy == 1) {
+                (None, true) => open = Some(now),
+                (Some(start), false) => {
+                    spans.push([start, now]);
+                    open = None;
+                }
+                _ => {}
+            }
+            // A replica can be in sync before the master has reaped the child (serverCron notices it
+            // within 1/hz s): keep watching for a while, so the span ends and the child's CPU is
+            // counted by the caller.
+            if stop_seen.is_some_and(|t| open.is_none() || t.elapsed() > Duration::from_secs(30)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20)); // The sampling period, not synchronization.
+        }
+        if let Some(start) = open {
+            spans.push([start, f64::NAN]); // still running when the run ended
+        }
+        spans
+    }))
 }
 
-impl LatencyProbe {
-    fn start(master: &Server) -> Result<LatencyProbe> {
-        let mut c = master.try_client()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut lat = Vec::new();
-            let mut i = 0u64;
-            while !s.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let r = if i % 2 == 0 { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
-                if r.is_err() {
-                    break;
-                }
-                lat.push(t.elapsed().as_secs_f64() * 1e3);
-                i += 1;
-                std::thread::sleep(Duration::from_millis(1)); // The probe's request rate (~1000/s), not synchronization.
+/// GET/SET against the master until stopped; latencies in ms.
+fn probe_latency(master: &Server) -> Result<Sampler<Vec<f64>>> {
+    let mut c = master.try_client()?;
+    Ok(Sampler::spawn(move |stop| {
+        let mut lat = Vec::new();
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let r = if i % 2 == 0 { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
+            if r.is_err() {
+                break;
             }
-            lat
-        });
-        Ok(LatencyProbe { stop, handle })
-    }
-    fn finish(self) -> serde_json::Value {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut v = self.handle.join().unwrap_or_default();
-        v.sort_by(f64::total_cmp);
-        let p = |q: f64| v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize).copied();
-        serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
-    }
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            i += 1;
+            std::thread::sleep(Duration::from_millis(1)); // The probe's request rate (~1000/s), not synchronization.
+        }
+        lat
+    }))
+}
+
+/// p50, p99 and max of latencies in ms, and their count.
+fn latency_summary(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let p = |q: f64| v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize).copied();
+    serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
 }
 
 /// One run: fresh replicas on hosts 1..=n, the mode, metrics, verification.
@@ -314,18 +307,18 @@ fn one(c: &Ctx) -> Result<RunResult> {
         })
         .collect::<Result<_>>()?;
     let writer = if c.spec.arrival == Arrival::Staggered { Some(testkit::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
-    let probe = if c.spec.latency_probe { Some(LatencyProbe::start(c.master)?) } else { None };
+    let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     reset_peak_rss(c.master.pid());
     let cpu0 = proc_cpu_with_children(c.master.pid());
     let tx0 = c.lab.map(|l| l.tx_bytes(0)).transpose().map_err(|e| anyhow!(e))?;
     let t0 = Instant::now();
-    let rdb_watch = RdbWatch::start(c.master, t0)?;
+    let rdb_watch = watch_rdb(c.master, t0)?;
     let outcome = if native { run_native(c, &replicas, t0) } else { run_fastrepl(c, &replicas, t0) };
     let secs = t0.elapsed().as_secs_f64();
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
-    r.latency_ms = probe.map(LatencyProbe::finish);
+    r.latency_ms = probe.map(|p| latency_summary(p.finish()));
     r.master_cpu_secs = proc_cpu_with_children(c.master.pid()) - cpu0;
     r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     r.master_host_tx_bytes = match (c.lab, tx0) {
