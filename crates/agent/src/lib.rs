@@ -19,6 +19,8 @@ pub mod pipeline;
 pub mod progress;
 pub mod replica_link;
 pub mod select;
+#[cfg(feature = "ucx")]
+pub mod ucx_reader;
 
 use client::Client;
 use replication::framing::Framing;

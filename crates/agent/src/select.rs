@@ -54,18 +54,23 @@ pub fn select(choice: Choice, relay: SocketAddr, token: &Token, offered: &Offere
             )),
             None => Err(not_offered("shm")),
         },
+        #[cfg(feature = "ucx")]
         Choice::Ucx if offers("ucx") => {
-            let t = ucx::transport::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::Local(format!("ucx transport: {e}")))?;
+            let t = crate::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::Local(format!("ucx transport: {e}")))?;
             Ok((Box::new(t), "asked for".into()))
         }
+        #[cfg(not(feature = "ucx"))]
+        Choice::Ucx => Err(Error::Incompatible("this fastrepl was built without ucx (cargo feature `ucx`); use --transport tcp or shm".into())),
+        #[cfg(feature = "ucx")]
         Choice::Ucx => Err(not_offered("ucx")),
         Choice::Auto => {
             if let Some(t) = shm()? {
                 return Ok((Box::new(t), "auto: the relay is on this host".into()));
             }
+            #[cfg(feature = "ucx")]
             if offers("ucx") && offered.ucx_transports.iter().any(|t| ucx::is_rdma_transport(t)) {
                 // One UCX context serves both the check and, if it passes, the reads.
-                match ucx::transport::UcxTransport::connect(relay, token.clone()) {
+                match crate::ucx_reader::UcxTransport::connect(relay, token.clone()) {
                     Ok(t) if t.local_transports().iter().any(|l| ucx::is_rdma_transport(l)) => {
                         return Ok((Box::new(t), "auto: UCX found an RDMA device on both ends".into()));
                     }

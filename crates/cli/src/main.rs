@@ -1,8 +1,6 @@
-//! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay.
+//! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay. The product only:
+//! the demo, benchmarks and probes are in `fastrepl-lab` (crates/lab).
 
-mod demo;
-mod probe;
-mod secrets;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -29,14 +27,6 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
-    /// Transport microbenchmark: throughput, latency and CPU per read for each transport from 32 B to
-    /// 32 MiB, next to memcpy and raw TCP baselines; table, JSON and PNG charts.
-    Probe(probe::ProbeArgs),
-    /// The original experiments and more: native replication vs fastrepl side by side on namespace
-    /// hosts with shaped links; table, raw JSON, Markdown and PNG charts.
-    Bench(bench::BenchArgs),
-    /// The self-contained demonstration: a master with data, a relay, two replicas, native side by side.
-    Demo(demo::DemoArgs),
 }
 
 #[derive(clap::Args)]
@@ -187,6 +177,7 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     // Before any thread exists: UCX reads these from the environment.
+    #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
     init_logging();
@@ -195,9 +186,6 @@ fn main() -> ExitCode {
         Cmd::Join(a) => join(a),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
-        Cmd::Probe(a) => probe::run(a),
-        Cmd::Bench(a) => bench::main(a).map(|_| ExitCode::SUCCESS),
-        Cmd::Demo(a) => demo::run(a),
     };
     match r {
         Ok(code) => code,
@@ -212,9 +200,9 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     let cfg = relay::Config {
         master: a.master.clone().unwrap_or_else(|| format!("file:{}", a.file.as_ref().map(|f| f.display().to_string()).unwrap_or_default())),
         file: a.file,
-        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
-        token: secrets::token(a.token_file.as_deref())?,
+        token: transport::secrets::token(a.token_file.as_deref())?,
         announce_port: a.announce_port,
         snapshot: snapshot::Config {
             block_size: a.block_size,
@@ -233,7 +221,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
-    let token = secrets::token(a.token_file.as_deref())?;
+    let token = transport::secrets::token(a.token_file.as_deref())?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone());
     let to_stdout = a.out.as_os_str() == "-";
@@ -288,14 +276,14 @@ fn offer(t: &str) -> relay::Offer {
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
-    let token = secrets::token(a.token_file.as_deref())?;
+    let token = transport::secrets::token(a.token_file.as_deref())?;
     let cfg = agent::Config {
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,
-        replica_auth: secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
+        replica_auth: transport::secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
         master: a.master,
-        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.listen,
         readers: a.readers.min(64),
@@ -415,7 +403,7 @@ fn print_report(r: &agent::Report) {
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
-    let auth = secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
+    let auth = transport::secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
     let t = Duration::from_secs(60);
     let mut ca = client::Client::connect(&a.a, auth.as_ref(), t).with_context(|| format!("connect to {}", a.a))?;
     let mut cb = client::Client::connect(&a.b, auth.as_ref(), t).with_context(|| format!("connect to {}", a.b))?;

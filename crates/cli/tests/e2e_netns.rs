@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::process::Command;
 use std::time::Duration;
-use testkit::netns;
+use fixtures::netns;
 
 fn in_ns(ns: &str) -> Command {
     let mut c = Command::new("ip");

@@ -109,7 +109,7 @@ fn fetch_pulls_a_served_file_byte_for_byte_over_every_transport() {
     let dir = tempfile::tempdir().unwrap();
     // Not a multiple of the block size, and larger than one UCX chunk.
     let file = random_file(dir.path(), 5 * 1024 * 1024 + 12345);
-    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let addr = format!("127.0.0.1:{}", fixtures::free_port());
     let mut cmd = fastrepl();
     cmd.args(["relay", "--file"]).arg(&file).args(["--listen", &addr, "--block-size", "262144"]);
     let mut relay = Proc::spawn("relay", cmd);
@@ -140,34 +140,9 @@ fn fetch_pulls_a_served_file_byte_for_byte_over_every_transport() {
 fn fetch_from_a_dead_relay_fails_and_leaves_no_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let port = testkit::free_port();
+    let port = fixtures::free_port();
     let o = fastrepl().args(["fetch", "--relay", &format!("127.0.0.1:{port}"), "--out"]).arg(&out).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("connect to relay"), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.exists(), "a failed fetch must not leave a file that looks complete");
-}
-
-#[test]
-fn probe_self_quick_writes_a_complete_table_json_and_charts() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = fastrepl().args(["probe", "--self", "--quick", "--secs", "0.05", "--out"]).arg(dir.path()).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{text}");
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("probe.json")).unwrap()).unwrap();
-    let points = j["points"].as_array().unwrap();
-    for t in ["tcp", "shm", "ucx-tcp", "ucx-sm"] {
-        let n = points.iter().filter(|p| p["transport"] == t).count();
-        assert_eq!(n, 4, "{t}: expected 4 sizes in --quick:\n{text}");
-    }
-    for p in points {
-        assert!(p["mib_s"].as_f64().unwrap() > 0.0, "{p}");
-        assert!(p["p99_us"].as_f64().unwrap() >= p["p50_us"].as_f64().unwrap(), "{p}");
-        assert!(p["ratio_to_baseline"].as_f64().is_some(), "{p}");
-        assert!(p["relay_cpu_us_per_read"].as_f64().is_some(), "relay CPU is measured with --self: {p}");
-    }
-    assert_eq!(j["baselines"].as_array().unwrap().len(), 8, "memcpy and tcp-stream at 4 sizes");
-    for png in ["throughput.png", "latency.png", "cpu.png"] {
-        let b = std::fs::read(dir.path().join(png)).unwrap();
-        assert!(b.len() > 1000 && b.starts_with(b"\x89PNG"), "{png} is not a PNG");
-    }
 }

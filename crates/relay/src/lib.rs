@@ -14,6 +14,8 @@
 pub mod capture;
 mod file;
 pub mod serve;
+#[cfg(feature = "ucx")]
+mod ucx_serve;
 
 
 use replication::replica::Auth;
@@ -111,7 +113,8 @@ pub(crate) struct Shared {
     /// The abstract unix socket of the shm transport, when offered.
     shm_socket: Option<String>,
     /// The UCX side, when offered and UCX initialised.
-    ucx: Option<ucx::serve::UcxServer>,
+    #[cfg(feature = "ucx")]
+    ucx: Option<ucx_serve::UcxServer>,
 }
 
 impl Shared {
@@ -134,6 +137,7 @@ impl Shared {
         if self.shm_socket.is_some() {
             v.push("shm".to_string());
         }
+        #[cfg(feature = "ucx")]
         if self.ucx.is_some() {
             v.push("ucx".to_string());
         }
@@ -144,15 +148,21 @@ impl Shared {
     }
 
     fn ucx_transports(&self) -> Vec<String> {
-        self.ucx.as_ref().map(|u| u.transports()).unwrap_or_default()
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &self.ucx {
+            return u.transports();
+        }
+        Vec::new()
     }
 
     /// The UCX remote key of one segment of `gen`, serialized for the agent.
     fn ucx_key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, String> {
-        match &self.ucx {
-            Some(u) => u.key(gen, segment),
-            None => Err("this relay does not offer ucx".into()),
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &self.ucx {
+            return u.key(gen, segment);
         }
+        let _ = (gen, segment);
+        Err("this relay does not offer ucx".into())
     }
 
     /// Generation `id` if anyone still holds it.
@@ -197,8 +207,13 @@ impl Relay {
         let listener = TcpListener::bind(config.listen).map_err(|source| Error::Listen { addr: config.listen, source })?;
         let local_addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
         let shm = if config.offer.shm { Some(bind_shm_socket(local_addr)?) } else { None };
+        #[cfg(not(feature = "ucx"))]
+        if config.offer.ucx && !config.offer.tcp && !config.offer.shm {
+            return Err(Error::Config("this fastrepl was built without ucx (cargo feature `ucx`)".into()));
+        }
+        #[cfg(feature = "ucx")]
         let ucx = if config.offer.ucx {
-            match ucx::serve::UcxServer::start() {
+            match ucx_serve::UcxServer::start() {
                 Ok(u) => Some(u),
                 Err(e) => {
                     tracing::warn!(error = %e, "UCX unavailable; not offering ucx");
@@ -217,6 +232,7 @@ impl Relay {
             stop: AtomicBool::new(false),
             connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
+            #[cfg(feature = "ucx")]
             ucx,
         });
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());

@@ -12,7 +12,7 @@ mod log;
 mod region;
 
 pub use log::StreamLog;
-pub use region::Region;
+pub use region::{map_sealed_read_only, Region};
 
 use replication::ReplId;
 use serde::{Deserialize, Serialize};

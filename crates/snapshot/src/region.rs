@@ -71,3 +71,23 @@ impl Region {
         unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }
     }
 }
+
+/// Map the first `len` bytes of a region's descriptor read-only and shared: how agents (shm) and the
+/// relay's UCX registrations see a generation. Refuses a descriptor that is not sealed against
+/// shrinking, or shorter than `len`: a truncation under a mapping turns reads into SIGBUS.
+pub fn map_sealed_read_only(file: &File, len: u64) -> io::Result<memmap2::Mmap> {
+    // SAFETY: fcntl on a descriptor the caller owns, with a constant command.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the region is not sealed against shrinking"));
+    }
+    if file.metadata()?.len() < len {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the region holds fewer than {len} bytes")));
+    }
+    let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large to map"))?;
+    // SAFETY: a read-only shared mapping of a memfd that cannot shrink (sealed, checked above), so every
+    // byte below `len` stays mapped. Its bytes below the published watermark never change again; bytes
+    // above it may be written by the relay's single writer, which readers do not ask for (and every
+    // block is checksummed after the copy).
+    unsafe { memmap2::MmapOptions::new().len(len).map(file) }
+}

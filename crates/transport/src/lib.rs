@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod fdpass;
 pub mod shm;
+pub mod secrets;
 pub mod tcp;
 pub mod wire;
 

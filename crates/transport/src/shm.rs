@@ -77,16 +77,7 @@ impl Transport for ShmTransport {
 /// A read-only mapping of one generation's region.
 struct Mapping {
     generation: u64,
-    ptr: *const u8,
-    len: usize,
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned and nothing borrows from the mapping
-        // beyond a `read` call (which holds `&mut ShmReader`).
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
+    map: memmap2::Mmap,
 }
 
 /// One agent reader: a mapping of the current generation plus the socket for log reads.
@@ -94,10 +85,6 @@ pub struct ShmReader {
     conn: StreamReader<UnixStream>,
     map: Option<Mapping>,
 }
-
-// SAFETY: the mapping is read-only memory owned by this reader alone; moving the reader to another
-// thread moves sole access with it.
-unsafe impl Send for ShmReader {}
 
 impl ShmReader {
     fn mapping(&mut self, generation: u64) -> Result<&Mapping, Error> {
@@ -130,38 +117,21 @@ impl ShmReader {
         if capacity == 0 || capacity > REGION_MAX {
             return Err(Error::Protocol(format!("region of {capacity} bytes is out of bounds")));
         }
-        // The relay seals the region against shrinking; without that seal a truncation would turn our
-        // reads into SIGBUS, so refuse a region that lacks it.
-        // SAFETY: fcntl on a descriptor we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(Error::Protocol("the region is not sealed against shrinking".into()));
-        }
-        let size = std::fs::File::from(fd.try_clone().map_err(Error::io("duplicate region descriptor"))?)
-            .metadata()
-            .map_err(Error::io("stat region"))?
-            .len();
-        if size < capacity {
-            return Err(Error::Protocol(format!("region holds {size} bytes, relay announced {capacity}")));
-        }
-        let len = usize::try_from(capacity).map_err(|_| Error::Protocol("region too large to map".into()))?;
-        // SAFETY: mapping a descriptor we own, read-only and shared; the kernel picks the address. The
-        // region cannot shrink (sealed, checked above), so every byte below `len` stays mapped.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::Io { op: "map the relay's region", source: std::io::Error::last_os_error() });
-        }
-        Ok(Mapping { generation, ptr: ptr as *const u8, len })
+        // The relay seals the region against shrinking; the mapping refuses one that is not.
+        let map = snapshot::map_sealed_read_only(&std::fs::File::from(fd), capacity).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => Error::Protocol(format!("the relay's region: {e}")),
+            _ => Error::Io { op: "map the relay's region", source: e },
+        })?;
+        Ok(Mapping { generation, map })
     }
 }
 
 impl RangeReader for ShmReader {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let m = self.mapping(generation)?;
-        let end = offset.checked_add(buf.len() as u64).filter(|e| *e <= m.len as u64);
-        if end.is_none() {
-            return Err(Error::Protocol(format!("read [{offset}, +{}) beyond the region ({} bytes)", buf.len(), m.len)));
-        }
+        let m = &self.mapping(generation)?.map;
+        let Some(end) = offset.checked_add(buf.len() as u64).filter(|e| *e <= m.len() as u64) else {
+            return Err(Error::Protocol(format!("read [{offset}, +{}) beyond the region ({} bytes)", buf.len(), m.len())));
+        };
         // Large reads: map the range's pages in one call instead of a fault per few pages during the
         // copy (MADV_POPULATE_READ, Linux 5.14+; elsewhere it fails and the copy faults as usual).
         // Small reads skip it: the syscall would cost more than the fault it saves, and only the
@@ -171,13 +141,12 @@ impl RangeReader for ShmReader {
             let start = offset / page * page;
             // SAFETY: [start, offset+len) is inside the mapping (start rounds down within it); the
             // advice only populates page tables of our read-only mapping.
-            unsafe { libc::madvise(m.ptr.add(start as usize) as *mut libc::c_void, (offset - start) as usize + buf.len(), MADV_POPULATE_READ) };
+            unsafe { libc::madvise(m.as_ptr().add(start as usize) as *mut libc::c_void, (offset - start) as usize + buf.len(), MADV_POPULATE_READ) };
         }
-        // SAFETY: [offset, offset+len) lies inside the live read-only mapping (checked above), and
-        // `buf` is a distinct, writable local buffer. The relay only writes bytes above the published
-        // watermark, which the agent does not ask for, and every block's checksum is verified after
-        // the copy, so a racing writer could at worst cause a re-read, never unchecked data.
-        unsafe { std::ptr::copy_nonoverlapping(m.ptr.add(offset as usize), buf.as_mut_ptr(), buf.len()) };
+        // The relay only writes bytes above the published watermark, which the agent does not ask
+        // for, and every block's checksum is verified after the copy, so a racing writer could at
+        // worst cause a re-read, never unchecked data.
+        buf.copy_from_slice(&m[offset as usize..end as usize]);
         Ok(())
     }
 

@@ -1,10 +1,17 @@
 //! Safe wrappers over UCX's UCP API: one RAII type per handle.
 //!
 //! - [`Context`]: `ucp_context_h` (RMA + wakeup features; shared by the workers of several threads).
-//! - [`Worker`]: `ucp_worker_h`; progressed by whoever owns it (`Send`, not `Sync`).
-//! - [`Endpoint`]: `ucp_ep_h` to a remote worker, borrowing its worker; closed on drop.
+//! - [`Worker`]: `ucp_worker_h`; progressed by whoever owns it.
+//! - [`Endpoint`]: `ucp_ep_h` to a remote worker; holds an `Arc` of its worker, closed on drop.
 //! - [`MemRegion`]: `ucp_mem_h` from `ucp_mem_map` of memory we own elsewhere; packs remote keys.
-//! - [`RemoteKey`]: `ucp_rkey_h` unpacked on an endpoint, borrowing it (destroyed before it closes).
+//! - [`RemoteKey`]: `ucp_rkey_h` unpacked on an endpoint; holds an `Arc` of it, so the endpoint (and
+//!   its worker) cannot close while a key exists.
+//!
+//! Ownership follows rust-ibverbs: every child holds an `Arc` of its parent's inner handle, so drop
+//! order is whatever the caller likes and no lifetime has to be erased. UCX workers here are
+//! single-threaded: a worker and every handle made from it are `!Send` and `!Sync` (they share the
+//! worker through `Rc`-like `Arc`s of a `!Sync` type). A caller that must move a whole set to another
+//! thread wraps the set in one owner and vouches for it there (see the agent's UCX reader).
 //! - [`Get`]: one `ucp_get_nbx` in flight that **owns** its destination buffer until UCX is done
 //!   with it: dropping an in-flight `Get` cancels the request and waits for its completion; only if
 //!   UCX never completes it is the buffer leaked rather than freed under UCX's feet.
@@ -14,9 +21,6 @@
 //! Lessons from async-ucx (STYLE.md): no panics on UCX errors (everything is a `Result`), no request
 //! pointer used after `ucp_request_free`, and no buffer released while a request may still write it.
 #![deny(missing_docs)]
-
-pub mod serve;
-pub mod transport;
 
 use std::ffi::CStr;
 use std::os::raw::c_void;
@@ -210,62 +214,27 @@ fn parse_resources(text: &str) -> Vec<String> {
     v
 }
 
-/// A worker: the progress engine. Owned by one thread at a time.
-pub struct Worker {
+/// The worker handle itself, shared (by `Arc`) between the [`Worker`] and its endpoints and requests;
+/// destroyed when the last of them goes.
+struct WorkerInner {
     h: sys::ucp_worker_h,
     _ctx: Arc<Context>,
 }
 
-// SAFETY: a worker may move between threads as long as one thread uses it at a time, which `&mut`/
-// non-`Sync` ownership guarantees; workers created with [`Worker::new_shared`] are thread-safe in UCX.
-unsafe impl Send for Worker {}
-
-impl Worker {
-    /// A worker for one thread.
-    pub fn new(ctx: &Arc<Context>) -> Result<Worker, Error> {
-        Self::with_mode(ctx, sys::UCS_THREAD_MODE_SINGLE)
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        // SAFETY: the last Arc is gone, so every endpoint, key and request of this worker is gone.
+        unsafe { sys::ucp_worker_destroy(self.h) };
     }
+}
 
-    /// A worker UCX itself makes safe to call from several threads (the relay's: set up from one
-    /// thread, progressed from another).
-    pub fn new_shared(ctx: &Arc<Context>) -> Result<Worker, Error> {
-        Self::with_mode(ctx, sys::UCS_THREAD_MODE_MULTI)
-    }
-
-    fn with_mode(ctx: &Arc<Context>, mode: sys::ucs_thread_mode_t) -> Result<Worker, Error> {
-        let params = sys::ucp_worker_params_t {
-            field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
-            thread_mode: mode,
-            ..Default::default()
-        };
-        let mut h: sys::ucp_worker_h = ptr::null_mut();
-        // SAFETY: live context, valid params, writable handle.
-        check("ucp_worker_create", unsafe { sys::ucp_worker_create(ctx.h, &params, &mut h) })?;
-        Ok(Worker { h, _ctx: ctx.clone() })
-    }
-
-    /// This worker's address, for a peer's `ucp_ep_create`.
-    pub fn address(&self) -> Result<Vec<u8>, Error> {
-        let mut addr: *mut sys::ucp_address_t = ptr::null_mut();
-        let mut len: usize = 0;
-        // SAFETY: live worker; both out-pointers writable.
-        check("ucp_worker_get_address", unsafe { sys::ucp_worker_get_address(self.h, &mut addr, &mut len) })?;
-        // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
-        let v = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
-        // SAFETY: releasing the address we were given, once.
-        unsafe { sys::ucp_worker_release_address(self.h, addr) };
-        Ok(v)
-    }
-
-    /// Make progress on outstanding operations; returns whether anything happened.
-    pub fn progress(&self) -> bool {
-        // SAFETY: live worker, used by one thread at a time (or thread-safe by mode).
+impl WorkerInner {
+    fn progress(&self) -> bool {
+        // SAFETY: live worker, used from the one thread that holds its handles (they are !Send).
         unsafe { sys::ucp_worker_progress(self.h) != 0 }
     }
 
-    /// Sleep until the worker has something to do or `timeout` passes (UCX's wakeup: arm, then poll
-    /// the worker's event descriptor). Returns early, without sleeping, if events are pending.
-    pub fn wait(&self, timeout: Duration) -> Result<(), Error> {
+    fn wait(&self, timeout: Duration) -> Result<(), Error> {
         let mut fd: libc::c_int = -1;
         // SAFETY: live worker created in a context with the WAKEUP feature; `fd` writable.
         check("ucp_worker_get_efd", unsafe { sys::ucp_worker_get_efd(self.h, &mut fd) })?;
@@ -280,10 +249,58 @@ impl Worker {
         unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
         Ok(())
     }
+}
+
+/// A worker: the progress engine. It and everything made from it stay on one thread (`!Send`).
+pub struct Worker {
+    inner: Arc<WorkerInner>,
+}
+
+impl Worker {
+    /// A worker for one thread.
+    pub fn new(ctx: &Arc<Context>) -> Result<Worker, Error> {
+        Self::with_mode(ctx, sys::UCS_THREAD_MODE_SINGLE)
+    }
+
+    fn with_mode(ctx: &Arc<Context>, mode: sys::ucs_thread_mode_t) -> Result<Worker, Error> {
+        let params = sys::ucp_worker_params_t {
+            field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
+            thread_mode: mode,
+            ..Default::default()
+        };
+        let mut h: sys::ucp_worker_h = ptr::null_mut();
+        // SAFETY: live context, valid params, writable handle.
+        check("ucp_worker_create", unsafe { sys::ucp_worker_create(ctx.h, &params, &mut h) })?;
+        Ok(Worker { inner: Arc::new(WorkerInner { h, _ctx: ctx.clone() }) })
+    }
+
+    /// This worker's address, for a peer's `ucp_ep_create`.
+    pub fn address(&self) -> Result<Vec<u8>, Error> {
+        let mut addr: *mut sys::ucp_address_t = ptr::null_mut();
+        let mut len: usize = 0;
+        // SAFETY: live worker; both out-pointers writable.
+        check("ucp_worker_get_address", unsafe { sys::ucp_worker_get_address(self.inner.h, &mut addr, &mut len) })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
+        let v = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
+        // SAFETY: releasing the address we were given, once.
+        unsafe { sys::ucp_worker_release_address(self.inner.h, addr) };
+        Ok(v)
+    }
+
+    /// Make progress on outstanding operations; returns whether anything happened.
+    pub fn progress(&self) -> bool {
+        self.inner.progress()
+    }
+
+    /// Sleep until the worker has something to do or `timeout` passes (UCX's wakeup: arm, then poll
+    /// the worker's event descriptor). Returns early, without sleeping, if events are pending.
+    pub fn wait(&self, timeout: Duration) -> Result<(), Error> {
+        self.inner.wait(timeout)
+    }
 
     /// Connect to the worker whose [`Worker::address`] is `remote`, with peer failure detection (a
     /// dead peer fails our requests instead of hanging them).
-    pub fn connect(&self, remote: &[u8]) -> Result<Endpoint<'_>, Error> {
+    pub fn connect(&self, remote: &[u8]) -> Result<Endpoint, Error> {
         let failed = Box::new(std::sync::atomic::AtomicI32::new(0));
         let params = sys::ucp_ep_params_t {
             field_mask: (sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
@@ -295,15 +312,8 @@ impl Worker {
         let mut h: sys::ucp_ep_h = ptr::null_mut();
         // SAFETY: live worker; `remote` outlives the call (UCX copies the address); the error handler
         // argument points into a Box the Endpoint keeps until after the endpoint is closed.
-        check("ucp_ep_create", unsafe { sys::ucp_ep_create(self.h, &params, &mut h) })?;
-        Ok(Endpoint { h, worker: self, failed })
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // SAFETY: endpoints borrow the worker, so all are closed by now.
-        unsafe { sys::ucp_worker_destroy(self.h) };
+        check("ucp_ep_create", unsafe { sys::ucp_ep_create(self.inner.h, &params, &mut h) })?;
+        Ok(Endpoint { inner: Arc::new(EndpointInner { h, worker: self.inner.clone(), failed }) })
     }
 }
 
@@ -314,11 +324,17 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: s
     failed.store(status as i32, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// A connection to a remote worker.
-pub struct Endpoint<'w> {
+/// The endpoint handle, shared by the [`Endpoint`] and the remote keys unpacked on it; closed when
+/// the last of them goes (and before its worker: it holds the worker's `Arc`).
+struct EndpointInner {
     h: sys::ucp_ep_h,
-    worker: &'w Worker,
+    worker: Arc<WorkerInner>,
     failed: Box<std::sync::atomic::AtomicI32>,
+}
+
+/// A connection to a remote worker.
+pub struct Endpoint {
+    inner: Arc<EndpointInner>,
 }
 
 /// Idle progress polls before a waiting GET sleeps on the worker's event descriptor.
@@ -332,27 +348,27 @@ const WAIT_MAX: Duration = Duration::from_millis(50);
 /// How long closing an endpoint, or cancelling a request, may take before we give up on it.
 const CLEANUP_MAX: Duration = Duration::from_secs(10);
 
-impl<'w> Endpoint<'w> {
+impl Endpoint {
     /// The peer failed (UCX reported an error on this endpoint).
     pub fn failure(&self) -> Option<Error> {
-        match self.failed.load(std::sync::atomic::Ordering::SeqCst) {
+        match self.inner.failed.load(std::sync::atomic::Ordering::SeqCst) {
             0 => None,
             s => Some(Error::from_status("endpoint failed", s as sys::ucs_status_t)),
         }
     }
 
     /// Unpack a remote key the peer packed with [`MemRegion::pack_rkey`].
-    pub fn unpack_rkey(&self, packed: &[u8]) -> Result<RemoteKey<'_>, Error> {
+    pub fn unpack_rkey(&self, packed: &[u8]) -> Result<RemoteKey, Error> {
         let mut h: sys::ucp_rkey_h = ptr::null_mut();
         // SAFETY: live endpoint; `packed` is readable for the call (UCX copies what it needs).
-        check("ucp_ep_rkey_unpack", unsafe { sys::ucp_ep_rkey_unpack(self.h, packed.as_ptr().cast(), &mut h) })?;
-        Ok(RemoteKey { h, _ep: std::marker::PhantomData })
+        check("ucp_ep_rkey_unpack", unsafe { sys::ucp_ep_rkey_unpack(self.inner.h, packed.as_ptr().cast(), &mut h) })?;
+        Ok(RemoteKey { h, ep: self.inner.clone() })
     }
 
     /// What UCX chose for this endpoint: its lanes, as `ucp_ep_print_info` describes them.
     pub fn describe(&self) -> String {
         // SAFETY: live endpoint; the callback only writes to the stream.
-        print_to_string(|f| unsafe { sys::ucp_ep_print_info(self.h, f) })
+        print_to_string(|f| unsafe { sys::ucp_ep_print_info(self.inner.h, f) })
     }
 
     /// The transport/device carrying RMA (GET) on this endpoint, e.g. `tcp/lo` or `rc_mlx5/mlx5_0:1`.
@@ -362,21 +378,24 @@ impl<'w> Endpoint<'w> {
 
     /// Start one GET of `buf.len()` bytes from `remote_addr` under `rkey` into `buf`, which the
     /// returned [`Get`] owns until the read is complete.
-    pub fn get(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey<'_>) -> Result<Get<'w>, Error> {
+    pub fn get(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Get, Error> {
         let mut buf = buf;
         let req = self.start_get(buf.as_mut_ptr(), buf.len(), remote_addr, rkey)?;
-        Ok(Get { req, buf: Some(buf), worker: self.worker })
+        Ok(Get { req, buf: Some(buf), worker: self.inner.worker.clone() })
     }
 
-    fn start_get(&self, dst: *mut u8, len: usize, remote_addr: u64, rkey: &RemoteKey<'_>) -> Result<*mut c_void, Error> {
+    fn start_get(&self, dst: *mut u8, len: usize, remote_addr: u64, rkey: &RemoteKey) -> Result<*mut c_void, Error> {
+        if !Arc::ptr_eq(&rkey.ep, &self.inner) {
+            return Err(Error { op: "ucp_get_nbx", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "remote key unpacked on another endpoint".into() });
+        }
         if let Some(e) = self.failure() {
             return Err(e);
         }
         let param = sys::ucp_request_param_t::default();
-        // SAFETY: live endpoint and rkey (the rkey borrows this endpoint); `dst` is writable for `len`
+        // SAFETY: live endpoint and rkey (unpacked on this endpoint, checked above); `dst` is writable for `len`
         // bytes and the caller keeps it alive until the request completes (Get owns it; get_into
         // blocks until completion). No callback: completion is polled with ucp_request_check_status.
-        let p = unsafe { sys::ucp_get_nbx(self.h, dst.cast(), len, remote_addr, rkey.h, &param) };
+        let p = unsafe { sys::ucp_get_nbx(self.inner.h, dst.cast(), len, remote_addr, rkey.h, &param) };
         if sys::ucs_ptr_is_err(p) {
             return Err(Error::from_status("ucp_get_nbx", sys::ucs_ptr_status(p)));
         }
@@ -386,7 +405,8 @@ impl<'w> Endpoint<'w> {
     /// Read every `(destination, remote address)` pair under `rkey`, all in flight together, and
     /// return when all are complete. On error or when `deadline` passes, the rest are cancelled and
     /// completed before this returns, so the borrowed slices are never written afterwards.
-    pub fn get_into(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey<'_>, deadline: Instant) -> Result<(), Error> {
+    pub fn get_into(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey, deadline: Instant) -> Result<(), Error> {
+        let worker = &self.inner.worker;
         let mut pending: Vec<*mut c_void> = Vec::with_capacity(ops.len());
         let mut result = Ok(());
         for (dst, addr) in ops.iter_mut() {
@@ -404,13 +424,13 @@ impl<'w> Endpoint<'w> {
             // Spin while UCX makes progress (lowest latency); after a run of idle polls, sleep on the
             // worker's event descriptor instead, so readers waiting on a busy relay do not take the
             // CPU it needs (GET over tcp and shared memory is served by the relay's progress thread).
-            if self.worker.progress() {
+            if worker.progress() {
                 idle = 0;
             } else {
                 idle += 1;
                 if idle >= SPIN_BEFORE_WAIT {
                     idle = 0;
-                    if let Err(e) = self.worker.wait(WAIT_MAX) {
+                    if let Err(e) = worker.wait(WAIT_MAX) {
                         result = Err(e); // never `?` here: pending requests must be completed below
                     }
                 }
@@ -435,7 +455,7 @@ impl<'w> Endpoint<'w> {
         }
         // Whatever is left must finish before the borrows end.
         for p in pending {
-            if !cancel_and_complete(self.worker, p) {
+            if !cancel_and_complete(worker, p) {
                 // UCX never released the request: the destination may still be written. We cannot
                 // return while that is possible; this is a UCX bug, so fail loudly.
                 std::process::abort();
@@ -445,14 +465,14 @@ impl<'w> Endpoint<'w> {
     }
 }
 
-impl Drop for Endpoint<'_> {
+impl Drop for EndpointInner {
     fn drop(&mut self) {
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
             ..Default::default()
         };
-        // SAFETY: live endpoint, closed once; remote keys borrow the endpoint so are destroyed already.
+        // SAFETY: live endpoint, closed once; remote keys hold this inner's Arc, so all are destroyed.
         let p = unsafe { sys::ucp_ep_close_nbx(self.h, &param) };
         if sys::ucs_ptr_is_ptr(p) {
             let deadline = Instant::now() + CLEANUP_MAX;
@@ -476,7 +496,7 @@ impl Drop for Endpoint<'_> {
 }
 
 /// Cancel a request and progress until UCX completes it; false if it never did within CLEANUP_MAX.
-fn cancel_and_complete(worker: &Worker, p: *mut c_void) -> bool {
+fn cancel_and_complete(worker: &WorkerInner, p: *mut c_void) -> bool {
     // SAFETY: live worker and request.
     unsafe { sys::ucp_request_cancel(worker.h, p) };
     let deadline = Instant::now() + CLEANUP_MAX;
@@ -526,15 +546,15 @@ fn rma_lane(info: &str) -> Option<String> {
     lanes.iter().find(|(.., rest)| rest.contains(" am")).map(|(_, tl, _)| format!("{tl} (GET emulated by active messages)"))
 }
 
-/// A remote key, usable on the endpoint it was unpacked on.
-pub struct RemoteKey<'e> {
+/// A remote key, usable on the endpoint it was unpacked on (which it keeps open).
+pub struct RemoteKey {
     h: sys::ucp_rkey_h,
-    _ep: std::marker::PhantomData<&'e Endpoint<'e>>,
+    ep: Arc<EndpointInner>,
 }
 
-impl Drop for RemoteKey<'_> {
+impl Drop for RemoteKey {
     fn drop(&mut self) {
-        // SAFETY: live rkey destroyed once, before its endpoint (it borrows it).
+        // SAFETY: live rkey destroyed once, before its endpoint (it holds the endpoint's Arc).
         unsafe { sys::ucp_rkey_destroy(self.h) };
     }
 }
@@ -586,14 +606,14 @@ impl Drop for MemRegion {
     }
 }
 
-/// One GET in flight, owning its destination buffer.
-pub struct Get<'w> {
+/// One GET in flight, owning its destination buffer (and keeping its worker alive).
+pub struct Get {
     req: *mut c_void,
     buf: Option<Vec<u8>>,
-    worker: &'w Worker,
+    worker: Arc<WorkerInner>,
 }
 
-impl Get<'_> {
+impl Get {
     /// Has the read finished (successfully or not)? Does not progress the worker.
     pub fn is_done(&self) -> bool {
         // SAFETY: a non-null `req` is a live request until we free it.
@@ -623,12 +643,12 @@ impl Get<'_> {
     }
 }
 
-impl Drop for Get<'_> {
+impl Drop for Get {
     fn drop(&mut self) {
         if self.req.is_null() {
             return;
         }
-        if !cancel_and_complete(self.worker, self.req) {
+        if !cancel_and_complete(&self.worker, self.req) {
             // UCX may still write into the buffer: leak it rather than free memory under it.
             tracing::error!("a cancelled UCX GET never completed; leaking its buffer");
             std::mem::forget(self.buf.take());

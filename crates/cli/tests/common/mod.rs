@@ -1,10 +1,10 @@
-//! Shared helpers for the end-to-end tests: real servers (testkit), the real `fastrepl` binary as
+//! Shared helpers for the end-to-end tests: real servers (fixtures), the real `fastrepl` binary as
 //! relay and agent processes, over real sockets.
 #![allow(dead_code)]
 
 use std::process::Command;
 use std::time::Duration;
-pub use testkit::{data, wait_until, Flavor, Proc, Server};
+pub use fixtures::{data, wait_until, Flavor, Proc, Server};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
 
@@ -87,7 +87,7 @@ pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
 /// A relay process for `master` on a free loopback port; `configure` adds its arguments and
 /// environment (for tests that choose the transport themselves).
 pub fn spawn_relay(master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
-    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let addr = format!("127.0.0.1:{}", fixtures::free_port());
     let mut cmd = fastrepl();
     cmd.args(["relay", "--master", master, "--listen", &addr]);
     configure(&mut cmd);

@@ -5,7 +5,7 @@
 //! the region) and for stream-log reads. Block reads are `ucp_get_nbx` — on InfiniBand/RoCE a true
 //! RDMA READ with the relay's CPU idle — split into chunks that are all in flight at once.
 
-use crate::{Context, Endpoint, RemoteKey, Worker};
+use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -29,12 +29,12 @@ pub struct UcxTransport {
 
 impl UcxTransport {
     /// Initialise UCX for reading from the relay at `relay` (no connection is made yet).
-    pub fn connect(relay: SocketAddr, token: Token) -> Result<UcxTransport, crate::Error> {
+    pub fn connect(relay: SocketAddr, token: Token) -> Result<UcxTransport, ucx::Error> {
         Self::with_tls(relay, token, None)
     }
 
     /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
-    pub fn with_tls(relay: SocketAddr, token: Token, tls: Option<&str>) -> Result<UcxTransport, crate::Error> {
+    pub fn with_tls(relay: SocketAddr, token: Token, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
         Ok(UcxTransport { relay, token, ctx: Context::with_tls(tls)?, lane: Arc::default() })
     }
 
@@ -56,41 +56,33 @@ impl Transport for UcxTransport {
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = transport::tcp::connect(self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
-        let worker = Box::new(Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?);
+        let worker = Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?;
         Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader { s }, lane: self.lane.clone() }))
     }
 }
 
 /// One segment's remote key and where it lies.
 struct Segment {
-    rkey: RemoteKey<'static>,
+    rkey: RemoteKey,
     base: u64,
     len: u64,
 }
 
-/// One reader: its own worker and endpoint.
-///
-/// The endpoint and keys borrow the worker; they are stored with the lifetime erased, and the
-/// worker is boxed (its address never changes) and dropped last — see `Drop`.
+/// One reader: its own worker and endpoint. Keys hold their endpoint and the endpoint its worker
+/// (`Arc`s inside the ucx crate), so no drop order has to be kept here.
 pub struct UcxReader {
     keys: HashMap<(u64, u64), Segment>,
-    ep: Option<(Vec<u8>, Endpoint<'static>)>,
-    worker: Box<Worker>,
+    ep: Option<(Vec<u8>, Endpoint)>,
+    worker: Worker,
     conn: StreamReader<TcpStream>,
     lane: Arc<Mutex<Option<String>>>,
 }
 
-// SAFETY: the worker (single-threaded mode), its endpoint and keys move together as one unit and are
-// only ever used by the thread that owns the reader.
+// SAFETY: UCX handles are !Send because a single-threaded worker must be used by one thread at a
+// time. This reader owns its worker and every handle made from it (endpoint, keys; no request
+// outlives a `read`), none is shared outside it, so moving the reader moves the whole set at once
+// and only the thread that owns it ever calls into UCX for this worker.
 unsafe impl Send for UcxReader {}
-
-impl Drop for UcxReader {
-    fn drop(&mut self) {
-        // Keys before the endpoint they were unpacked on, the endpoint before its worker.
-        self.keys.clear();
-        self.ep = None;
-    }
-}
 
 impl UcxReader {
     fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
@@ -106,10 +98,7 @@ impl UcxReader {
                 // A new relay worker (first attach, or the relay restarted its UCX side).
                 self.keys.clear();
                 self.ep = None;
-                // SAFETY: the worker is boxed and outlives the endpoint: Drop (and the line above)
-                // removes the endpoint before the worker, and the box is never replaced.
-                let worker: &'static Worker = unsafe { &*(self.worker.as_ref() as *const Worker) };
-                let ep = worker.connect(&key.worker).map_err(|e| Error::Rma(e.to_string()))?;
+                let ep = self.worker.connect(&key.worker).map_err(|e| Error::Rma(e.to_string()))?;
                 // Which UCX transport carries GETs is fixed when the endpoint is made: record it once.
                 let mut lane = self.lane.lock().unwrap_or_else(|p| p.into_inner());
                 if lane.is_none() {
@@ -120,9 +109,6 @@ impl UcxReader {
             }
             let (_, ep) = self.ep.as_ref().expect("set above");
             let rkey = ep.unpack_rkey(&key.rkey).map_err(|e| Error::Rma(e.to_string()))?;
-            // SAFETY: the key borrows the endpoint, which Drop and the reconnect path above remove
-            // only after clearing every key.
-            let rkey: RemoteKey<'static> = unsafe { std::mem::transmute::<RemoteKey<'_>, RemoteKey<'static>>(rkey) };
             self.keys.insert((generation, segment), Segment { rkey, base: key.base, len: key.len });
         }
         Ok(&self.keys[&(generation, segment)])

@@ -7,7 +7,7 @@
 //! memcpy for the shared-memory paths, a plain TCP stream for tcp and ucx-over-tcp. Results: a table
 //! on stdout, `probe.json`, and PNG charts with log axes in `--out`.
 
-use bench::charts::{self, Series};
+use crate::charts::{self, Series};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use transport::{RangeReader, Token, Transport};
 
 #[derive(clap::Args)]
+/// `fastrepl-lab probe` arguments.
 pub struct ProbeArgs {
     /// Probe this relay (its snapshot must be at least as large as the largest message).
     #[arg(long, required_unless_present = "self_")]
@@ -97,7 +98,7 @@ struct Point {
 
 /// CPU seconds of a process (and any children it reaped) from /proc.
 fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    std::path::Path::new(&format!("/proc/{pid}/stat")).exists().then(|| bench::run::proc_cpu_with_children(pid))
+    std::path::Path::new(&format!("/proc/{pid}/stat")).exists().then(|| crate::bench::run::proc_cpu_with_children(pid))
 }
 
 /// A relay we started for `--self`, killed on drop.
@@ -137,7 +138,7 @@ fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
     }
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let child = std::process::Command::new(std::env::current_exe()?)
+    let child = std::process::Command::new(crate::fastrepl_bin()?)
         .args(["relay", "--file"])
         .arg(&file)
         .args(["--listen", &addr.to_string(), "--snapshot-max-bytes", &(bytes + (1 << 20)).to_string()])
@@ -168,9 +169,12 @@ fn open_transport(name: &str, relay: SocketAddr, token: &Token, offered: &agent:
             let sock = offered.shm_socket.clone().context("the relay does not offer shm")?;
             Box::new(transport::shm::ShmTransport::new(sock, token.clone()))
         }
-        "ucx" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), None)?),
-        "ucx-tcp" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), Some("tcp"))?),
-        "ucx-sm" => Box::new(ucx::transport::UcxTransport::with_tls(relay, token.clone(), Some("sm"))?),
+        #[cfg(feature = "ucx")]
+        "ucx" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), None)?),
+        #[cfg(feature = "ucx")]
+        "ucx-tcp" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), Some("tcp"))?),
+        #[cfg(feature = "ucx")]
+        "ucx-sm" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), Some("sm"))?),
         other => bail!("unknown transport {other:?} (tcp, shm, ucx, ucx-tcp, ucx-sm)"),
     })
 }
@@ -260,11 +264,8 @@ fn latency(t: &dyn Transport, generation: u64, region: u64, size: usize, secs: f
     Ok(lat)
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+fn pct(sorted: &[f64], q: f64) -> f64 {
+    crate::stats::quantile(sorted, q).unwrap_or(f64::NAN)
 }
 
 /// memcpy baseline: single-threaded copies of `size` bytes out of a `region`-sized buffer. Throughput
@@ -404,7 +405,7 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
         let (addr, pid) = (r.addr, r.child.id());
         Ok((Some(r), addr, Token::new(tok.as_bytes()).map_err(anyhow::Error::msg)?, Some(pid)))
     } else {
-        Ok((None, a.relay.context("--relay or --self")?, crate::secrets::token(a.token_file.as_deref())?, a.relay_pid))
+        Ok((None, a.relay.context("--relay or --self")?, transport::secrets::token(a.token_file.as_deref())?, a.relay_pid))
     }
 }
 
@@ -416,6 +417,7 @@ fn attach_complete(relay: SocketAddr, token: &Token) -> Result<(agent::progress:
     Ok((attached, view.desc.generation, region))
 }
 
+/// Run the probe; writes probe.json and the charts into `--out`.
 pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
     if !a.fetch.is_empty() {
@@ -602,11 +604,7 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
             }
         }
     }
-    let median = |v: &[f64]| -> Option<f64> {
-        let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
-    };
+    let median = |v: &[f64]| -> Option<f64> { crate::stats::median(&v.iter().copied().filter(|x| x.is_finite()).collect::<Vec<_>>()) };
     let col = |i: usize, k: &str| -> Vec<f64> { runs[i].iter().filter_map(|r| r[k].as_f64()).collect() };
     let mut rows = Vec::new();
     for (i, (mode, conc)) in modes.iter().enumerate() {

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 
 fn run_bench(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
-    let o = fastrepl().args(["bench", "--quick", "--out"]).arg(dir).args(args).output().expect("run bench");
+    let o = lab().args(["bench", "--quick", "--out"]).arg(dir).args(args).output().expect("run bench");
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "bench failed:\n{text}");
     let md = std::fs::read_to_string(dir.join("results.md")).unwrap();
@@ -65,7 +65,7 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
 
 #[test]
 fn bench_quick_runs_every_scenario_on_namespace_hosts() {
-    if !testkit::netns::available() {
+    if !fixtures::netns::available() {
         eprintln!("SKIPPED: bench on namespace hosts needs root and iproute2");
         return;
     }
@@ -106,7 +106,7 @@ fn bench_refuses_shm_across_hosts_and_unknown_modes() {
         (vec!["--scenario", "mixed", "--no-netns", "--modes", "fastrepl-carrier-pigeon"], "unknown mode"),
         (vec!["--scenario", "nope", "--no-netns"], "unknown scenario"),
     ] {
-        let o = fastrepl().args(["bench", "--quick", "--out"]).arg(dir.path()).args(&args).output().unwrap();
+        let o = lab().args(["bench", "--quick", "--out"]).arg(dir.path()).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(msg), "{args:?}: {err}");
     }

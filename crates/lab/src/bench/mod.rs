@@ -1,13 +1,10 @@
-//! `fastrepl bench`: the experiments of BACKGROUND.md and more, native replication and fastrepl side
-//! by side in one run, on hosts made of network namespaces with shaped links.
+//! `fastrepl-lab bench`: the original experiment (RDMA-accelerated Redis replication: native sync of
+//! ~1 GB to 1..N replicas over 100 Mb/s and 1 Gb/s links) and more, native replication and fastrepl
+//! side by side in one run, on hosts made of network namespaces with shaped links.
 //!
 //! - [`scenario`]: what each scenario runs (dataset, links, replica counts, modes).
 //! - [`run`]: one measured run — fresh replicas, one mode, metrics, verification.
 //! - [`report`]: raw JSON, Markdown table and PNG charts, with the machine described.
-//! - [`charts`]: PNG line charts (shared with `fastrepl probe`).
-#![deny(missing_docs)]
-
-pub mod charts;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -15,7 +12,7 @@ pub mod scenario;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-/// `fastrepl bench` arguments.
+/// `fastrepl-lab bench` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// original, fanout, staggered, small-keys, mixed, under-load, or all.
@@ -52,25 +49,20 @@ pub struct BenchArgs {
     pub repeat: u32,
 }
 
-/// The binary that runs relays and agents (this one).
-fn exe() -> Result<PathBuf> {
-    std::env::current_exe().context("locate the fastrepl binary")
-}
-
 /// Run the benchmark; writes results into `args.out` and prints the table.
 pub fn main(args: BenchArgs) -> Result<()> {
     let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
-    let flavor = testkit::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
+    let flavor = fixtures::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
     // Check every scenario's settings before anything runs.
     let specs: Vec<scenario::Spec> = names.iter().map(|n| scenario::Spec::get(n, &args)).collect::<Result<_>>()?;
-    if !args.no_netns && !testkit::netns::available() {
+    if !args.no_netns && !fixtures::netns::available() {
         bail!("namespace hosts need root and `ip` (iproute2): run as root, or pass --no-netns to run on loopback (links unshaped)");
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
-    let exe = exe()?;
+    let exe = crate::fastrepl_bin()?;
     // Interrupted (Ctrl-C, SIGTERM): destructors will not run, so remove the namespaces here, and let
     // every server, relay and agent die with us.
-    testkit::children_die_with_parent(true);
+    fixtures::children_die_with_parent(true);
     on_signal_remove_labs();
     let mut all = Vec::new();
     for spec in specs {
@@ -98,7 +90,7 @@ fn on_signal_remove_labs() {
     std::thread::spawn(|| loop {
         if SIGNALLED.load(Ordering::SeqCst) {
             eprintln!("bench: interrupted; removing namespace hosts");
-            testkit::netns::remove_all_labs();
+            fixtures::netns::remove_all_labs();
             std::process::exit(130); // children die with us (PR_SET_PDEATHSIG)
         }
         std::thread::sleep(std::time::Duration::from_millis(50)); // Relays the signal flag; not synchronization.

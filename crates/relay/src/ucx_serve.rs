@@ -3,7 +3,7 @@
 //! for connection set-up and keep-alives), and registrations of generations' regions, one per
 //! segment, made when an agent first asks for that segment's key.
 
-use crate::{Context, MemRegion, Worker};
+use ucx::{Context, MemRegion, Worker};
 use snapshot::Generation;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,30 +11,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use transport::wire::{UcxKey, UCX_SEGMENT};
 
-/// A read-only mapping of a generation's memfd, for registration.
-struct ReadMap {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: the pointer is a read-only mapping owned by this value; it is never written through, only
-// registered with UCX (which reads it on a peer's behalf), and unmapped once, on drop.
-unsafe impl Send for ReadMap {}
-// SAFETY: as above: shared access is read-only.
-unsafe impl Sync for ReadMap {}
-
-impl Drop for ReadMap {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping mmap returned; registrations over it are dropped first (field
-        // order in `GenReg`).
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
-
-/// One generation's registrations. Field order matters: segments unregister before the map goes.
+/// One generation's registrations over a read-only mapping of its memfd. Field order matters:
+/// segments unregister before the mapping goes.
 struct GenReg {
     segments: HashMap<u64, MemRegion>,
-    map: ReadMap,
+    map: memmap2::Mmap,
     gen: Weak<Generation>,
 }
 
@@ -112,7 +93,7 @@ impl UcxServer {
         if !reg.segments.contains_key(&segment) {
             // SAFETY: [start, start+len) lies inside `reg.map` (len <= capacity - start), which lives
             // in the same GenReg and is dropped after its segments.
-            let mr = unsafe { self.ctx.mem_map(reg.map.ptr.add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
+            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
             tracing::debug!(generation = gen.id(), segment, bytes = len, "registered segment for ucx");
             reg.segments.insert(segment, mr);
         }
@@ -130,16 +111,8 @@ fn purge(regs: &Mutex<HashMap<u64, GenReg>>) {
     regs.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, r| r.gen.strong_count() > 0);
 }
 
-fn map_read_only(gen: &Generation) -> Result<ReadMap, String> {
-    use std::os::fd::AsRawFd;
-    let len = usize::try_from(gen.region().capacity()).map_err(|_| "region too large".to_string())?;
-    // SAFETY: a read-only shared mapping of the generation's memfd, whose size is sealed (it cannot
-    // shrink under the mapping); the kernel chooses the address.
-    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, gen.region().file().as_raw_fd(), 0) };
-    if ptr == libc::MAP_FAILED {
-        return Err(format!("map region for ucx: {}", std::io::Error::last_os_error()));
-    }
-    Ok(ReadMap { ptr: ptr as *const u8, len })
+fn map_read_only(gen: &Generation) -> Result<memmap2::Mmap, String> {
+    snapshot::map_sealed_read_only(gen.region().file(), gen.region().capacity()).map_err(|e| format!("map region for ucx: {e}"))
 }
 
 impl Drop for UcxServer {

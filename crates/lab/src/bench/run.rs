@@ -3,8 +3,8 @@
 //! fastrepl run includes taking the snapshot). Each run is verified; a run that does not verify is
 //! reported as failed and not timed.
 
-use crate::scenario::{Arrival, Dataset, Spec};
-use crate::BenchArgs;
+use crate::bench::scenario::{Arrival, Dataset, Spec};
+use crate::bench::BenchArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testkit::netns::Lab;
-use testkit::{Flavor, Proc, Server};
+use fixtures::netns::Lab;
+use fixtures::{Flavor, Proc, Server};
 
 /// One run's measurements.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -154,12 +154,12 @@ impl Ctx<'_> {
 fn fill(master: &Server, d: &Dataset, flavor: Flavor) -> Result<()> {
     let mut c = master.try_client()?;
     match *d {
-        Dataset::BigValues { count, size } => testkit::data::fill_big_values(&mut c, count, size),
-        Dataset::SmallValues { count, size } => testkit::data::fill_small_values(&mut c, count, size),
+        Dataset::BigValues { count, size } => fixtures::data::fill_big_values(&mut c, count, size),
+        Dataset::SmallValues { count, size } => fixtures::data::fill_small_values(&mut c, count, size),
         Dataset::Mixed { small, big_mib } => {
-            testkit::data::fill_big_values(&mut c, big_mib.div_ceil(4), 4 << 20);
-            testkit::data::fill_small_mixed(&mut c, small);
-            testkit::data::fill_every_type(&mut c, 1, flavor.has_functions());
+            fixtures::data::fill_big_values(&mut c, big_mib.div_ceil(4), 4 << 20);
+            fixtures::data::fill_small_mixed(&mut c, small);
+            fixtures::data::fill_every_type(&mut c, 1, flavor.has_functions());
         }
     }
     Ok(())
@@ -286,7 +286,7 @@ fn probe_latency(master: &Server) -> Result<Sampler<Vec<f64>>> {
 /// p50, p99 and max of latencies in ms, and their count.
 fn latency_summary(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
-    let p = |q: f64| v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize).copied();
+    let p = |q: f64| crate::stats::quantile(&v, q);
     serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
 }
 
@@ -306,7 +306,7 @@ fn one(c: &Ctx) -> Result<RunResult> {
             Server::try_start_in(c.flavor, ns.as_deref(), &ip, replica_args).map_err(|e| anyhow!("start replica {i}: {e}"))
         })
         .collect::<Result<_>>()?;
-    let writer = if c.spec.arrival == Arrival::Staggered { Some(testkit::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
+    let writer = if c.spec.arrival == Arrival::Staggered { Some(fixtures::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
     let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     reset_peak_rss(c.master.pid());
@@ -439,7 +439,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
     let mut token = [0u8; 16];
     getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
     let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let relay_addr = format!("{mip}:{}", testkit::free_port());
+    let relay_addr = format!("{mip}:{}", fixtures::free_port());
     // UCX between namespaces of one machine would pick shared memory and bypass the shaped link;
     // keep it on its tcp transport unless told otherwise.
     let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
@@ -454,7 +454,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
     loop {
         let ra = ra.clone();
         let up = match &mns {
-            Some(ns) => testkit::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
+            Some(ns) => fixtures::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
             None => std::net::TcpStream::connect(&ra).is_ok(),
         };
         if up {

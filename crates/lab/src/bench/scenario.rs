@@ -1,6 +1,6 @@
 //! The scenarios: what data, which links, how many replicas, which modes, and how they join.
 
-use crate::BenchArgs;
+use crate::bench::BenchArgs;
 use anyhow::{bail, Result};
 use serde::Serialize;
 

@@ -5,9 +5,10 @@
 use anyhow::{bail, Context, Result};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
-use testkit::{data, Flavor, Proc, Server};
+use fixtures::{data, Flavor, Proc, Server};
 
 #[derive(clap::Args)]
+/// `fastrepl-lab demo` arguments.
 pub struct DemoArgs {
     /// Server build: redis-7.0, valkey-8.1 or redis-6.2.
     #[arg(long, default_value = "redis-7.0")]
@@ -64,8 +65,9 @@ struct Mode {
     reports: Vec<serde_json::Value>,
 }
 
-use bench::run::{proc_cpu_with_children as cpu_secs, stat};
+use crate::bench::run::{proc_cpu_with_children as cpu_secs, stat};
 
+/// Run the demo; the exit status says whether every replica verified.
 pub fn run(a: DemoArgs) -> Result<ExitCode> {
     let flavor = Flavor::parse(&a.server).with_context(|| format!("unknown server {:?}", a.server))?;
     let n = a.replicas.clamp(1, 8);
@@ -141,7 +143,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
 }
 
 fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm: &[String]) -> Result<Vec<Mode>> {
-    let exe = std::env::current_exe().context("locate the fastrepl binary")?;
+    let exe = crate::fastrepl_bin()?;
     let mut token = [0u8; 24];
     getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
     let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
@@ -149,14 +151,14 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     let cpu0 = cpu_secs(master.pid());
-    let relay_port = testkit::free_port();
+    let relay_port = fixtures::free_port();
     let relay_addr = format!("127.0.0.1:{relay_port}");
     println!("\n-- fastrepl: relay on {relay_addr}, {n} agents joining at once");
     let t0 = Instant::now();
     let mut cmd = Command::new(&exe);
     cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token);
     let _relay = Proc::spawn("relay", cmd);
-    testkit::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
+    fixtures::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
     let mut cold = joins(&exe, &token, &relay_addr, &replicas, t0, "fastrepl cold", transport)?;
     cold.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     cold.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
@@ -299,5 +301,5 @@ fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
 
 /// The machine a result was measured on: cores, kernel, memory, CPU model.
 pub fn machine() -> serde_json::Value {
-    bench::report::machine()
+    crate::bench::report::machine()
 }

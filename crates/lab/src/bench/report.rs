@@ -2,9 +2,9 @@
 //! and PNG charts, all in `--out`; the table is printed too.
 
 use crate::charts::{self, Series};
-use crate::run::RunResult;
-use crate::scenario::{Arrival, Spec};
-use crate::BenchArgs;
+use crate::bench::run::RunResult;
+use crate::bench::scenario::{Arrival, Spec};
+use crate::bench::BenchArgs;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -35,7 +35,7 @@ pub fn machine() -> serde_json::Value {
     })
 }
 
-fn server_version(flavor: testkit::Flavor) -> String {
+fn server_version(flavor: fixtures::Flavor) -> String {
     std::process::Command::new(flavor.binary())
         .arg("--version")
         .output()
@@ -93,13 +93,7 @@ pub fn table(s: &ScenarioResult) -> String {
 
 /// The median time to all in sync over the verified runs of one (link, N, mode); `None` if none verified.
 pub fn median_secs<'a>(runs: impl Iterator<Item = &'a RunResult>) -> Option<f64> {
-    let mut v: Vec<f64> = runs.filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
+    crate::stats::median(&runs.filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect::<Vec<_>>())
 }
 
 /// With `--repeat`: per (link, N, mode), the median, fastest and slowest time to all in sync.
@@ -171,7 +165,7 @@ pub fn phase_table(s: &ScenarioResult) -> String {
 }
 
 /// Write everything and print the tables.
-pub fn write(a: &BenchArgs, flavor: testkit::Flavor, all: &[ScenarioResult]) -> Result<()> {
+pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) -> Result<()> {
     let doc = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": machine(),

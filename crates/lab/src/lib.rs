@@ -1,0 +1,34 @@
+//! The lab that ships beside `fastrepl`: everything that measures or demonstrates it, nothing an
+//! operator needs to run it. It drives the real `fastrepl` binary as relay and agent processes (found
+//! beside its own executable, or at `$FASTREPL_BIN`), and real servers through [`fixtures`].
+//!
+//! - [`demo`]: the main job on an embedded default (a master with data, a relay, replicas, verified,
+//!   native replication side by side).
+//! - [`bench`]: native replication vs fastrepl on namespace hosts with shaped links.
+//! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
+//! - [`charts`]: PNG line charts.
+//! - [`stats`]: the median and percentiles every table uses.
+#![deny(missing_docs)]
+
+pub mod bench;
+pub mod charts;
+pub mod demo;
+pub mod probe;
+pub mod stats;
+
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+/// The product binary the lab runs as relay and agent: `$FASTREPL_BIN` if set, else `fastrepl` beside
+/// this executable (where `cargo build` and a package install both put it).
+pub fn fastrepl_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FASTREPL_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe()?;
+    let bin = me.with_file_name("fastrepl");
+    if !bin.is_file() {
+        bail!("{} not found: build it (cargo build --release) or set FASTREPL_BIN", bin.display());
+    }
+    Ok(bin)
+}

@@ -1,0 +1,79 @@
+//! Secrets come from files or the environment, never from the command line (argv is visible to
+//! every user of the host) and never into logs.
+
+use crate::Token;
+use replication::replica::Auth;
+use std::path::{Path, PathBuf};
+
+/// Why a secret could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read.
+    #[error("read secret file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file holds nothing.
+    #[error("secret file {0} is empty")]
+    Empty(PathBuf),
+    /// A user name without a password.
+    #[error("a user was given but no password: use the password file option or ${0}")]
+    UserWithoutPassword(&'static str),
+    /// The relay token is unusable.
+    #[error("relay token: {0}")]
+    Token(String),
+}
+
+/// Read a secret from `file` if given, else from the environment variable `env`.
+pub fn read(file: Option<&Path>, env: &str) -> Result<Option<String>, SecretError> {
+    if let Some(f) = file {
+        let s = std::fs::read_to_string(f).map_err(|source| SecretError::Read { path: f.to_path_buf(), source })?;
+        let s = s.trim_end_matches(['\r', '\n']).to_string();
+        if s.is_empty() {
+            return Err(SecretError::Empty(f.to_path_buf()));
+        }
+        return Ok(Some(s));
+    }
+    Ok(std::env::var(env).ok().filter(|s| !s.is_empty()))
+}
+
+/// Credentials for a server: a user (not secret) and a password from a file or the environment.
+pub fn auth(user: Option<&str>, password_file: Option<&Path>, env: &'static str) -> Result<Option<Auth>, SecretError> {
+    match read(password_file, env)? {
+        Some(password) => Ok(Some(Auth { user: user.map(str::to_string), password })),
+        None if user.is_some() => Err(SecretError::UserWithoutPassword(env)),
+        None => Ok(None),
+    }
+}
+
+/// The relay token, from `file` or `$FASTREPL_TOKEN`; empty when neither is set (loopback relays).
+pub fn token(file: Option<&Path>) -> Result<Token, SecretError> {
+    match read(file, "FASTREPL_TOKEN")? {
+        Some(t) => Token::new(t.as_bytes()).map_err(SecretError::Token),
+        None => Ok(Token::empty()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_wins_and_is_trimmed_empty_refused() {
+        let dir = std::env::temp_dir().join(format!("fastrepl-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("pw");
+        std::fs::write(&f, "s3cret\n").unwrap();
+        assert_eq!(read(Some(&f), "FASTREPL_SECRETS_TEST_UNSET").unwrap().as_deref(), Some("s3cret"));
+        std::fs::write(&f, "\n").unwrap();
+        assert!(matches!(read(Some(&f), "X"), Err(SecretError::Empty(_))));
+        assert!(matches!(auth(Some("u"), None, "FASTREPL_SECRETS_TEST_UNSET"), Err(SecretError::UserWithoutPassword(_))));
+        std::fs::write(&f, "short").unwrap();
+        assert!(matches!(token(Some(&f)), Err(SecretError::Token(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
