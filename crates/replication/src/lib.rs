@@ -2,6 +2,8 @@
 //! bytes. Nothing here opens a socket or reads a clock: the relay and the agent do the I/O and feed
 //! bytes in, which keeps every step testable with byte strings.
 //!
+//! - [`capture`]: one whole full synchronization from the replica's side, as a state machine (what
+//!   the relay runs against the master).
 //! - [`replica`]: what a replica says to its master and how it reads the answers (used by the relay,
 //!   which poses as a replica of the real master).
 //! - [`framing`]: the RDB payload framings (`$<len>` and `$EOF:<mark>`), keep-alive newlines.
@@ -11,6 +13,7 @@
 //! - [`rdb`]: the little the agent must know about an RDB: its version, and which servers load it.
 #![deny(missing_docs)]
 
+pub mod capture;
 pub mod framing;
 pub mod master;
 pub mod rdb;
