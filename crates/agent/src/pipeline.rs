@@ -1,14 +1,12 @@
-//! Pull blocks out of order with several readers in flight, hand them on in order.
+//! Pull blocks out of order with several readers in flight, hand them on in order: the threads that
+//! drive the [`Scheduler`], which makes every decision (which block, from where, the window, rereads).
 //!
-//! Readers claim block numbers in order but finish in any order; a bounded window (`window` blocks
-//! between the next block to write and the furthest claimed) caps memory and keeps readers from running
-//! far ahead of a slow replica. Every block's CRC32C is checked against the relay's published
-//! checksum before it is passed on; a mismatch is re-read once, then the pull fails.
+//! Every block's CRC32C is checked against the relay's published checksum before it is passed on.
 
-use crate::progress::{Progress, View};
+use crate::progress::Progress;
+use crate::scheduler::{Claim, Mismatch, Scheduler, Source};
 use crate::Error;
 use snapshot::State;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::Transport;
@@ -30,26 +28,25 @@ pub struct Stats {
     pub streamed_while_capturing: bool,
 }
 
-struct Sched {
-    next_claim: u64,
-    next_write: u64,
-    ready: BTreeMap<u64, Vec<u8>>,
-    pool: Vec<Vec<u8>>,
-    failed: Option<Error>,
-    finished: bool,
-    reread: u64,
-    in_flight: u64,
-    in_flight_max: u64,
-}
-
+/// The scheduler and what the threads share around it.
 struct Shared {
-    sched: Mutex<Sched>,
+    state: Mutex<PullState>,
     cond: Condvar,
 }
 
+struct PullState {
+    sched: Scheduler<Vec<u8>>,
+    /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
+    /// costs a page fault per 4 KiB. Bounded by `pool_max`.
+    pool: Vec<Vec<u8>>,
+    pool_max: usize,
+    failed: Option<Error>,
+    finished: bool,
+}
+
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Sched> {
-        self.sched.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, PullState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
     fn fail(&self, e: Error) {
         let mut s = self.lock();
@@ -60,10 +57,6 @@ impl Shared {
         self.cond.notify_all();
     }
 }
-
-/// Block buffers kept for reuse. Enough for the whole window, so steady state allocates nothing:
-/// a freed multi-MiB buffer goes back to the kernel, and a new one costs a page fault per 4 KiB.
-const POOL_MAX: usize = 64;
 
 /// Longest wait for the relay to publish the next block before re-checking its state.
 const POLL: Duration = Duration::from_millis(200);
@@ -77,19 +70,19 @@ pub fn pull(
     cancel: &std::sync::atomic::AtomicBool,
     sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<Stats, Error> {
-    let shared = Shared {
-        sched: Mutex::new(Sched { next_claim: 0, next_write: 0, ready: BTreeMap::new(), pool: Vec::new(), failed: None, finished: false, reread: 0, in_flight: 0, in_flight_max: 0 }),
-        cond: Condvar::new(),
-    };
-    let generation = progress.with(|v| v.desc.generation);
+    let readers = readers.max(1);
     let window = window.max(readers as u64);
+    // Enough buffers for the window and one in each reader's hands: steady state allocates nothing.
+    let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(readers);
+    let shared = Shared { state: Mutex::new(PullState { sched: Scheduler::new(window), pool: Vec::new(), pool_max, failed: None, finished: false }), cond: Condvar::new() };
+    let generation = progress.with(|v| v.desc.generation);
     std::thread::scope(|scope| {
-        for r in 0..readers.max(1) {
+        for r in 0..readers {
             let shared = &shared;
             std::thread::Builder::new()
                 .name(format!("reader-{r}"))
                 .spawn_scoped(scope, move || {
-                    if let Err(e) = read_loop(transport, progress, shared, generation, window) {
+                    if let Err(e) = read_loop(transport, progress, shared, generation) {
                         shared.fail(e);
                     }
                 })
@@ -100,20 +93,10 @@ pub fn pull(
         shared.cond.notify_all();
         let mut stats = result?;
         let s = shared.lock();
-        stats.reread = s.reread;
-        stats.reads_in_flight_max = s.in_flight_max;
+        stats.reread = s.sched.rereads();
+        stats.reads_in_flight_max = s.sched.in_flight_max();
         Ok(stats)
     })
-}
-
-fn check_view(v: &View) -> Result<(), Error> {
-    if let Some(l) = &v.lost {
-        return Err(Error::RelayProtocol(l.clone()));
-    }
-    if v.desc.state == State::Failed {
-        return Err(Error::RelayProtocol(format!("the relay's snapshot failed: {}", v.desc.error.clone().unwrap_or_default())));
-    }
-    Ok(())
 }
 
 /// Where block `i` stands at the relay.
@@ -125,57 +108,62 @@ enum Published {
     NotYet,
 }
 
-fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, generation: u64, window: u64) -> Result<(), Error> {
-    let mut reader = transport.open().map_err(Error::Relay)?;
+/// Claim the next block, waiting while the window is full; `None` when the pull is over.
+fn claim(shared: &Shared, progress: &Progress) -> Option<(u64, Source)> {
+    let mut s = shared.lock();
     loop {
-        // Claim the next block, within the window.
-        let i = {
-            let mut s = shared.lock();
-            loop {
+        if s.finished || s.failed.is_some() {
+            return None;
+        }
+        if let Some(t) = progress.with(|v| v.blocks_total()) {
+            s.sched.set_total(t);
+        }
+        match s.sched.claim() {
+            Claim::Block { index, source } => return Some((index, source)),
+            Claim::Done => return None,
+            Claim::Wait => s = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner()).0,
+        }
+    }
+}
+
+/// Wait until the relay has published block `i`; `None` if there is no such block or the pull is over.
+fn wait_published(shared: &Shared, progress: &Progress, i: u64) -> Result<Option<(u64, u64, u32)>, Error> {
+    loop {
+        let next = progress.wait_with(
+            POLL,
+            |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some(),
+            |v| -> Result<Published, Error> {
+                v.check()?;
+                if v.blocks_total().is_some_and(|t| i >= t) {
+                    return Ok(Published::NoSuchBlock);
+                }
+                if v.blocks_readable() > i {
+                    let (offset, len) = v.block_range(i);
+                    return Ok(Published::Ready { offset, len, checksum: v.desc.checksums[i as usize] });
+                }
+                Ok(Published::NotYet)
+            },
+        )?;
+        match next {
+            Published::Ready { offset, len, checksum } => return Ok(Some((offset, len, checksum))),
+            Published::NoSuchBlock => return Ok(None),
+            Published::NotYet => {
+                let s = shared.lock();
                 if s.finished || s.failed.is_some() {
-                    return Ok(());
-                }
-                if s.next_claim < s.next_write + window {
-                    break;
-                }
-                s = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner()).0;
-            }
-            let i = s.next_claim;
-            s.next_claim += 1;
-            i
-        };
-        // Wait until the relay has published it (or we learn there is no such block).
-        let (offset, len, want) = loop {
-            let next = progress.wait_with(
-                POLL,
-                |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some(),
-                |v| -> Result<Published, Error> {
-                    check_view(v)?;
-                    if v.blocks_total().is_some_and(|t| i >= t) {
-                        return Ok(Published::NoSuchBlock);
-                    }
-                    if v.blocks_readable() > i {
-                        let (offset, len) = v.block_range(i);
-                        return Ok(Published::Ready { offset, len, checksum: v.desc.checksums[i as usize] });
-                    }
-                    Ok(Published::NotYet)
-                },
-            )?;
-            match next {
-                Published::Ready { offset, len, checksum } => break (offset, len, checksum),
-                Published::NoSuchBlock => return Ok(()), // the pull is complete
-                Published::NotYet => {
-                    let s = shared.lock();
-                    if s.finished || s.failed.is_some() {
-                        return Ok(());
-                    }
+                    return Ok(None);
                 }
             }
-        };
+        }
+    }
+}
+
+fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, generation: u64) -> Result<(), Error> {
+    let mut reader = transport.open().map_err(Error::Relay)?;
+    while let Some((i, Source::Relay)) = claim(shared, progress) {
+        let Some((offset, len, want)) = wait_published(shared, progress, i)? else { return Ok(()) };
         let mut buf = {
             let mut s = shared.lock();
-            s.in_flight += 1;
-            s.in_flight_max = s.in_flight_max.max(s.in_flight);
+            s.sched.started();
             s.pool.pop().unwrap_or_default()
         };
         buf.resize(len as usize, 0);
@@ -186,18 +174,15 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
                 break;
             }
             attempt += 1;
-            tracing::warn!(block = i, attempt, "block checksum mismatch; re-reading");
-            if attempt > 1 {
+            tracing::warn!(block = i, attempt, "block checksum mismatch");
+            if shared.lock().sched.mismatch(attempt) == Mismatch::Fail {
                 return Err(Error::Checksum { block: i, offset });
             }
-            shared.lock().reread += 1;
         }
-        let mut s = shared.lock();
-        s.in_flight -= 1;
-        s.ready.insert(i, buf);
-        drop(s);
+        shared.lock().sched.completed(i, buf);
         shared.cond.notify_all();
     }
+    Ok(())
 }
 
 fn write_loop(
@@ -209,20 +194,20 @@ fn write_loop(
     let mut stats = Stats::default();
     loop {
         crate::check_cancel(cancel)?;
-        let total = progress.with(|v| check_view(v).map(|_| v.blocks_total()))?;
-        let next = shared.lock().next_write;
-        if total.is_some_and(|t| next >= t) {
-            return Ok(stats);
-        }
+        let total = progress.with(|v| v.check().map(|_| v.blocks_total()))?;
         let buf = {
             let mut s = shared.lock();
+            if let Some(t) = total {
+                s.sched.set_total(t);
+            }
+            if s.sched.finished() {
+                return Ok(stats);
+            }
             loop {
                 if let Some(e) = s.failed.take() {
                     return Err(e);
                 }
-                let next = s.next_write;
-                if let Some(b) = s.ready.remove(&next) {
-                    s.next_write += 1;
+                if let Some(b) = s.sched.next_ready() {
                     break Some(b);
                 }
                 let (g, t) = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner());
@@ -242,7 +227,7 @@ fn write_loop(
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;
         let mut s = shared.lock();
-        if s.pool.len() < POOL_MAX {
+        if s.pool.len() < s.pool_max {
             s.pool.push(buf);
         }
     }

@@ -22,6 +22,16 @@ pub struct View {
 }
 
 impl View {
+    /// Fail if the relay's control link is lost or its snapshot failed.
+    pub fn check(&self) -> Result<(), crate::Error> {
+        if let Some(l) = &self.lost {
+            return Err(crate::Error::RelayProtocol(l.clone()));
+        }
+        if self.desc.state == snapshot::State::Failed {
+            return Err(crate::Error::RelayProtocol(format!("the relay's snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
+        }
+        Ok(())
+    }
     /// Blocks that can be read now.
     pub fn blocks_readable(&self) -> u64 {
         self.desc.checksums.len() as u64

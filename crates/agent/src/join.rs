@@ -1,0 +1,371 @@
+//! The join's driver: the checks before the replica is touched, then a loop that does what the
+//! [`machine`](crate::machine) says and tells it what happened. All decisions (which framing, when
+//! the replica is loaded, caught up, ready to hand over, whether the handoff was partial, whether to
+//! reset the replica after a failure) are the machine's.
+
+use crate::local::{self, Local, ReplState};
+use crate::machine::{Action, Counters, Input, Join, MasterRepl, Outcome, Snapshot, Timeouts};
+use crate::replica_link::{self, ReplicaLink};
+use crate::{check_cancel, pipeline, progress, readers, select, Config, Error, Phases, Report};
+use client::{Client, Info};
+use replication::framing::Framing;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use transport::Transport;
+
+/// How long the relay may take to describe a generation (a capture may be starting: the master's
+/// `repl-diskless-sync-delay` and its fork come first).
+const RELAY_WAIT_MAX: Duration = Duration::from_secs(600);
+/// How long the replica may take to connect to the agent after `REPLICAOF`.
+const REPLICA_CONNECT_MAX: Duration = Duration::from_secs(30);
+/// Interval between polls of a server's state (each wait has its deadline in the machine).
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// What the checks established; nothing has been changed yet.
+struct Checked {
+    local: Local,
+    progress: Arc<progress::Progress>,
+    transport: Box<dyn Transport>,
+    why: String,
+    master: Client,
+    master_addr: String,
+    master_server: String,
+    desc: snapshot::Descriptor,
+    connected: Instant,
+}
+
+/// Run a join: checks, then sync and handoff. A failure before the handoff resets the replica.
+pub fn join(cfg: &Config) -> Result<Report, Error> {
+    let t0 = Instant::now();
+    let c = check(cfg)?;
+    let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
+    let _g = span.enter();
+    tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
+    let (host, port) = split_host_port(&c.master_addr)?;
+    let snapshot = Snapshot { generation: c.desc.generation, replid: c.desc.replid.clone(), offset: c.desc.offset };
+    let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
+    let mut d = Driver { cfg, c, host, port, link: None, stats: None, log_reader: None, loading: false };
+    let outcome = d.run(&mut machine)?;
+    let mut notes = outcome.notes.clone();
+    if let Some(v) = &d.c.local.diskless_load_before {
+        if let Err(e) = d.c.local.client.config_set("repl-diskless-load", v) {
+            notes.push(format!("could not restore repl-diskless-load {v}: {e}"));
+        }
+    }
+    Ok(d.report(&outcome, notes))
+}
+
+/// Connect to everything and check it, changing nothing: the local server (reachable, empty or
+/// `--force`), the relay's generation and transport, the master, and that the replica loads the
+/// master's RDB version and the master still has the snapshot's history.
+fn check(cfg: &Config) -> Result<Checked, Error> {
+    let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.force)?;
+    let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
+    let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
+    tracing::info!(transport = transport.name(), reason = %why, "transport selected");
+    let master_addr = cfg.master.clone().unwrap_or(attached.master.clone());
+    let mut master = Client::connect(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+    let master_server = master
+        .info("server")
+        .ok()
+        .and_then(|i| replication::rdb::Server::from_info(&info_text(&i)))
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
+    v.check()?;
+    let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
+    if rdb_version > local.server.rdb_version_max() {
+        return Err(Error::Incompatible(format!(
+            "the master ({master_server}) writes RDB version {rdb_version}; the replica ({}) loads at most version {}. \
+             Native replication cannot pair them either; nothing was changed",
+            local.server,
+            local.server.rdb_version_max()
+        )));
+    }
+    let desc = v.desc.clone();
+    let m = master_repl(&master.info("replication").map_err(Error::Master)?);
+    if !m.knows(&desc.replid) {
+        return Err(Error::RelayProtocol(format!(
+            "the master's replication ID is no longer the snapshot's ({}): it restarted or failed over. The relay takes a new snapshot for the next join; retry",
+            desc.replid
+        )));
+    }
+    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, connected: Instant::now() })
+}
+
+struct Driver<'a> {
+    cfg: &'a Config,
+    c: Checked,
+    host: String,
+    port: String,
+    /// The replica's link to us, until the handoff.
+    link: Option<ReplicaLink>,
+    stats: Option<pipeline::Stats>,
+    /// The reader for the stream log, opened at the first log read and kept for the rest.
+    log_reader: Option<Box<dyn transport::RangeReader>>,
+    /// Between the snapshot's end and the log: the relay's state still matters to the replica's load.
+    loading: bool,
+}
+
+impl Driver<'_> {
+    /// Do what the machine says until it is done or failed.
+    fn run(&mut self, m: &mut Join) -> Result<Outcome, Error> {
+        let mut action = match self.prepare_replica() {
+            Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
+            Err(e) => m.on(Instant::now(), Input::Failed(e)),
+        };
+        loop {
+            action = match action {
+                Action::WaitLength => match self.wait_length() {
+                    Ok(len) => m.on(Instant::now(), Input::Length(len)),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::SendSnapshot { eof, length } => match self.send_snapshot(eof, length) {
+                    Ok(s) => m.on(Instant::now(), Input::Pulled { first_byte: s.first_byte, rdb_bytes: s.bytes }),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::PollReplica => match self.poll_replica() {
+                    Ok((state, ack_seen)) => m.on(Instant::now(), Input::Replica { state: &state, ack_seen }),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::ReadLog { from, max } => match self.stream_log(from, max) {
+                    Ok(got) => m.on(Instant::now(), Input::LogRead { got, asked: max }),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::CheckMaster => {
+                    self.cfg.live.set_phase("handing off");
+                    match self.c.master.info("replication") {
+                        Ok(i) => m.on(Instant::now(), Input::Master(&master_repl(&i))),
+                        Err(e) => m.on(Instant::now(), Input::Failed(Error::Master(e))),
+                    }
+                }
+                Action::HandOff => match self.hand_off() {
+                    Ok(before) => m.on(Instant::now(), Input::Counters(before)),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::ReadOutcome => match counters(&mut self.c.master, &mut self.c.local.client) {
+                    Ok(after) => m.on(Instant::now(), Input::Counters(after)),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
+                Action::Done(o) => {
+                    self.cfg.live.set_phase("done");
+                    tracing::info!(handoff = ?o.handoff, offset = o.offset, "handed off");
+                    return Ok(o);
+                }
+                Action::Fail { error, reset_replica } => {
+                    if reset_replica {
+                        self.reset_replica();
+                    }
+                    return Err(error);
+                }
+            };
+        }
+    }
+
+    /// Settings for the sync, `REPLICAOF` the agent, accept the replica's handshake; returns whether
+    /// it offered `capa eof`.
+    fn prepare_replica(&mut self) -> Result<bool, Error> {
+        let cfg = self.cfg;
+        let c = &mut self.c.local.client;
+        if self.c.local.diskless_load_before.is_some() {
+            c.config_set("repl-diskless-load", "on-empty-db").map_err(Error::Replica)?;
+        }
+        if let Some(a) = &cfg.master_auth {
+            if let Some(u) = &a.user {
+                c.config_set("masteruser", u).map_err(Error::Replica)?;
+            }
+            c.config_set("masterauth", &a.password).map_err(Error::Replica)?;
+        }
+        let (listener, at) = replica_link::listen(cfg.listen)?;
+        c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]).map_err(Error::Replica)?;
+        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX)?;
+        let capa_eof = link.capa_eof;
+        self.link = Some(link);
+        Ok(capa_eof)
+    }
+
+    fn link(&mut self) -> Result<&mut ReplicaLink, Error> {
+        self.link.as_mut().ok_or_else(|| Error::Local("internal: no replica link".into()))
+    }
+
+    fn wait_length(&self) -> Result<u64, Error> {
+        let v = self.c.progress.wait_until(self.cfg.load_timeout, |v| v.desc.length.is_some());
+        v.check()?;
+        v.desc.length.ok_or_else(|| Error::Timeout("the RDB length".into()))
+    }
+
+    /// `+FULLRESYNC`, the header, every block in order while pulling out of order, the EOF mark.
+    fn send_snapshot(&mut self, eof: bool, length: Option<u64>) -> Result<pipeline::Stats, Error> {
+        let framing = match (eof, length) {
+            (true, _) => replica_link::eof_framing()?,
+            (false, Some(n)) => Framing::Length(n),
+            (false, None) => return Err(Error::Local("internal: length framing without a length".into())),
+        };
+        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::RelayProtocol(e.to_string()))?;
+        let offset = self.c.desc.offset;
+        let (cfg, progress, transport) = (self.cfg, self.c.progress.clone(), &self.c.transport);
+        let link = self.link.as_mut().ok_or_else(|| Error::Local("internal: no replica link".into()))?;
+        link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
+        link.send(&framing.header(), "RDB header")?;
+        let t = Instant::now();
+        cfg.live.set_phase("pulling");
+        let stats = pipeline::pull(transport.as_ref(), &progress, readers(cfg.readers, transport.as_ref()), cfg.window_blocks, &cfg.cancel, &mut |b| {
+            link.send(b, "RDB block")?;
+            cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            if let Some(l) = progress.get_length() {
+                cfg.live.rdb_bytes_total.store(l, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
+        })?;
+        if let Framing::Eof(mark) = &framing {
+            link.send(mark, "EOF mark")?;
+        }
+        tracing::info!(bytes = stats.bytes, secs = t.elapsed().as_secs_f64(), "snapshot sent; replica loading");
+        cfg.live.set_phase("loading");
+        self.loading = true;
+        self.stats = Some(stats.clone());
+        Ok(stats)
+    }
+
+    /// The replica's state, after the poll interval; fails when the replica left our link or (while
+    /// it loads) the relay lost the snapshot.
+    fn poll_replica(&mut self) -> Result<(ReplState, bool), Error> {
+        std::thread::sleep(POLL_EVERY); // Polling a server's state; the machine holds the deadline.
+        check_cancel(&self.cfg.cancel)?;
+        let mut ack_seen = false;
+        if let Some(link) = &self.link {
+            link.check_open()?;
+            ack_seen = link.ack_seen.load(std::sync::atomic::Ordering::SeqCst);
+        }
+        if self.loading {
+            self.c.progress.with(progress::View::check)?;
+        }
+        let st = local::repl_state(&mut self.c.local.client).map_err(Error::Replica)?;
+        Ok((st, ack_seen))
+    }
+
+    /// Read up to `max` log bytes from `from` and send them to the replica; returns how many.
+    fn stream_log(&mut self, from: u64, max: u64) -> Result<u64, Error> {
+        check_cancel(&self.cfg.cancel)?;
+        if self.loading {
+            self.loading = false;
+            self.cfg.live.set_phase("streaming log");
+        }
+        let max32 = u32::try_from(max).map_err(|_| Error::Local("internal: log read too large".into()))?;
+        let generation = self.c.desc.generation;
+        if self.log_reader.is_none() {
+            self.log_reader = Some(self.c.transport.open().map_err(Error::Relay)?);
+        }
+        let reader = self.log_reader.as_mut().expect("opened above");
+        let chunk = reader.read_log(generation, from, max32).map_err(Error::Relay)?;
+        let link = self.link()?;
+        link.check_open()?;
+        if !chunk.is_empty() {
+            link.send(&chunk, "stream")?;
+        }
+        Ok(chunk.len() as u64)
+    }
+
+    /// Counters, then `REPLICAOF <master>` (from here the replica is the master's), then close our link.
+    fn hand_off(&mut self) -> Result<Counters, Error> {
+        let before = counters(&mut self.c.master, &mut self.c.local.client)?;
+        self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::Replica)?;
+        if let Some(link) = self.link.take() {
+            let _ = link.s.shutdown(std::net::Shutdown::Both);
+        }
+        Ok(before)
+    }
+
+    /// After a failure before the handoff: make the replica what it was before (standalone, empty),
+    /// so nothing looks in sync that is not. Best effort: the server may be the thing that failed.
+    fn reset_replica(&mut self) {
+        let cfg = self.cfg;
+        self.link = None;
+        let mut c = match Client::connect(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying");
+                return;
+            }
+        };
+        let _ = c.cmd(&["REPLICAOF", "NO", "ONE"]);
+        let _ = c.cmd(&["FLUSHALL"]);
+        if let Some(v) = &self.c.local.diskless_load_before {
+            let _ = c.config_set("repl-diskless-load", v);
+        }
+        tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server");
+    }
+
+    fn report(&self, o: &Outcome, notes: Vec<String>) -> Report {
+        let (cfg, c) = (self.cfg, &self.c);
+        let stats = self.stats.clone().unwrap_or_default();
+        let tl = &o.timeline;
+        let secs = |t: Option<Instant>| t.map(|t| t.duration_since(tl.started).as_secs_f64()).unwrap_or(0.0);
+        let pull_secs = (secs(tl.pulled) - secs(tl.first_byte)).max(1e-9);
+        Report {
+            handoff: o.handoff,
+            transport: c.transport.name().into(),
+            transport_detail: match c.transport.detail() {
+                Some(d) => format!("{d}; {}", c.why),
+                None => c.why.clone(),
+            },
+            relay: cfg.relay.to_string(),
+            replica: cfg.replica.clone(),
+            master: c.master_addr.clone(),
+            replica_server: c.local.server.to_string(),
+            master_server: c.master_server.clone(),
+            generation: c.desc.generation,
+            replid: c.desc.replid.clone(),
+            snapshot_offset: c.desc.offset,
+            handoff_offset: o.offset,
+            rdb_bytes: stats.bytes,
+            log_bytes: o.log_bytes,
+            blocks: stats.blocks,
+            blocks_reread: stats.reread,
+            readers: readers(cfg.readers, c.transport.as_ref()),
+            reads_in_flight_max: stats.reads_in_flight_max,
+            streamed_while_capturing: stats.streamed_while_capturing,
+            phases: Phases {
+                connect: secs(Some(tl.connected)),
+                first_byte: secs(tl.first_byte),
+                pulled: secs(tl.pulled),
+                loaded: secs(tl.loaded),
+                caught_up: secs(tl.caught_up),
+                handed_off: secs(tl.handed_off),
+            },
+            pull_mib_s: stats.bytes as f64 / (1 << 20) as f64 / pull_secs,
+            notes,
+            agent_cpu_secs: crate::fetch::process_cpu_secs(),
+            agent_peak_rss_kib: crate::peak_rss_kib(),
+        }
+    }
+}
+
+/// The master's `sync_full`/`sync_partial_ok` and the replica's input bytes.
+fn counters(master: &mut Client, replica: &mut Client) -> Result<Counters, Error> {
+    let s = master.info("stats").map_err(Error::Master)?;
+    let replica_input_bytes = replica.info("stats").ok().and_then(|s| s.num("total_net_repl_input_bytes"));
+    Ok(Counters { full: s.num("sync_full").unwrap_or(0), partial_ok: s.num("sync_partial_ok").unwrap_or(0), replica_input_bytes })
+}
+
+/// The master's `INFO replication`, as the handoff decision needs it.
+fn master_repl(i: &Info) -> MasterRepl {
+    let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
+    MasterRepl {
+        role: i.get("role").unwrap_or_default().to_string(),
+        replid: i.get("master_replid").unwrap_or_default().to_string(),
+        replid2: i.get("master_replid2").unwrap_or_default().to_string(),
+        backlog_active: i.get("repl_backlog_active") == Some("1"),
+        backlog_first: num("repl_backlog_first_byte_offset"),
+        offset: num("master_repl_offset"),
+    }
+}
+
+fn info_text(i: &Info) -> String {
+    i.0.iter().map(|(k, v)| format!("{k}:{v}\n")).collect()
+}
+
+fn split_host_port(addr: &str) -> Result<(String, String), Error> {
+    let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Local(format!("master address {addr:?} is not host:port")))?;
+    Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
+}

@@ -1,0 +1,707 @@
+//! The join after its checks, as a state machine: no socket, no clock. The driver ([`crate::join`])
+//! feeds it what it observed, with the time, and does the [`Action`] it returns.
+//!
+//! ```text
+//! Preparing ─replica sent PSYNC─► [WaitingLength] ─► Pulling ─all blocks sent─► Loading ─loaded─► StreamingLog
+//!     ─short read─► CatchingUp ─ready─► CheckingMaster ─plan─► HandingOff ─link up─► Classifying ─► Done(partial|full)
+//!  any phase before HandingOff ─failure─► Fail { reset_replica: true }
+//!  HandingOff, Classifying      ─failure─► Fail { reset_replica: false }  (the replica is the master's now)
+//! ```
+//!
+//! The handoff preconditions, and why each exists:
+//! - **loaded** (`master_sync_in_progress:0`): a replica still loading has no offset to offer;
+//! - **link up** to the agent: the replica caches its master's state only for a live link, and a
+//!   `REPLICAOF` issued earlier makes it drop the cached master, after which the real master refuses the
+//!   partial resync;
+//! - **replid** equals the snapshot's: the replica will offer `PSYNC <replid> <offset+1>`, and only the
+//!   snapshot's history is one the master can continue;
+//! - **offset** equals what was streamed: what the replica applied is exactly what it will ask the
+//!   master to continue from — a byte more or less and the data would silently diverge;
+//! - the master's **backlog covers** offset+1 (and its history is still the snapshot's): otherwise the
+//!   master must send a full sync. Then the handoff still happens, as a native full sync the agent
+//!   reports as such (exit 3), never as success.
+
+use crate::local::ReplState;
+use crate::{Error, Handoff};
+use std::time::{Duration, Instant};
+
+/// How long the replica may take to apply the log we sent before the handoff.
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most log bytes read and sent at once.
+pub const LOG_CHUNK: u64 = 4 << 20;
+
+/// The snapshot being joined, as the relay described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Its generation at the relay.
+    pub generation: u64,
+    /// The master's replication ID at the snapshot.
+    pub replid: String,
+    /// The snapshot's replication offset.
+    pub offset: u64,
+}
+
+/// Deadlines of the waits that depend on the dataset (from `--load-timeout-secs`,
+/// `--handoff-timeout-secs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// For the replica to load the snapshot.
+    pub load: Duration,
+    /// For the replica's link to the master after the handoff.
+    pub handoff: Duration,
+}
+
+/// The master's replication state (from `INFO replication`), what the handoff decision needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MasterRepl {
+    /// `role`.
+    pub role: String,
+    /// `master_replid`.
+    pub replid: String,
+    /// `master_replid2` (the history before its last promotion).
+    pub replid2: String,
+    /// `repl_backlog_active:1`.
+    pub backlog_active: bool,
+    /// `repl_backlog_first_byte_offset`.
+    pub backlog_first: Option<u64>,
+    /// `master_repl_offset`.
+    pub offset: Option<u64>,
+}
+
+impl MasterRepl {
+    /// Does the master's history include `replid` (current or previous ID)?
+    pub fn knows(&self, replid: &str) -> bool {
+        self.replid == replid || self.replid2 == replid
+    }
+}
+
+/// Counters that tell a partial resync from a full one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// The master's `sync_full`.
+    pub full: i64,
+    /// The master's `sync_partial_ok`.
+    pub partial_ok: i64,
+    /// The replica's `total_net_repl_input_bytes`, where the server reports it.
+    pub replica_input_bytes: Option<i64>,
+}
+
+/// What the handoff is expected to be, from the master's state before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The master can continue from the replica's offset.
+    Partial,
+    /// It cannot; the master will send a full sync, for this reason.
+    Full(String),
+}
+
+/// When each phase ended (the report gives them in seconds since the join started).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// The join started.
+    pub started: Instant,
+    /// Checks passed: relay attached, replica and master checked.
+    pub connected: Instant,
+    /// First RDB byte sent to the replica.
+    pub first_byte: Option<Instant>,
+    /// Every block pulled and sent.
+    pub pulled: Option<Instant>,
+    /// The replica finished loading.
+    pub loaded: Option<Instant>,
+    /// The replica applied the log up to the handoff offset.
+    pub caught_up: Option<Instant>,
+    /// The replica's link to the master is up.
+    pub handed_off: Option<Instant>,
+}
+
+/// How the join ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Partial or full.
+    pub handoff: Handoff,
+    /// The offset at which the replica was handed over.
+    pub offset: u64,
+    /// Log bytes streamed after the snapshot.
+    pub log_bytes: u64,
+    /// When each phase ended.
+    pub timeline: Timeline,
+    /// What the operator should know.
+    pub notes: Vec<String>,
+}
+
+/// What the driver observed.
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// The replica connected to the agent and sent `PSYNC`; it offered `capa eof` or not.
+    ReplicaConnected {
+        /// `capa eof`.
+        capa_eof: bool,
+        /// The RDB length, if the relay knows it already.
+        length: Option<u64>,
+    },
+    /// The relay now knows the RDB length.
+    Length(u64),
+    /// Every block was pulled and sent; the first byte went out at `first_byte`.
+    Pulled {
+        /// When the first RDB byte was sent.
+        first_byte: Option<Instant>,
+        /// RDB bytes sent.
+        rdb_bytes: u64,
+    },
+    /// The replica's replication state, and whether it has acknowledged anything on our link.
+    Replica {
+        /// From `INFO replication`.
+        state: &'a ReplState,
+        /// Any `REPLCONF ACK` seen on the link.
+        ack_seen: bool,
+    },
+    /// A log read returned `got` bytes of the `asked` (all sent to the replica).
+    LogRead {
+        /// Bytes returned and sent.
+        got: u64,
+        /// Bytes asked for.
+        asked: u64,
+    },
+    /// The master's replication state, just before the handoff.
+    Master(&'a MasterRepl),
+    /// The counters: first as read right before `REPLICAOF` (reported once `REPLICAOF` succeeded),
+    /// then once the replica's link to the master is up.
+    Counters(Counters),
+    /// Something failed, or the join was interrupted.
+    Failed(Error),
+}
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum Action {
+    /// Wait until the relay knows the RDB length (the replica cannot take the EOF framing).
+    WaitLength,
+    /// Send `+FULLRESYNC <replid> <offset>`, the RDB header (EOF framing, or `$<length>`), then pull
+    /// and send every block, then the EOF mark if any.
+    SendSnapshot {
+        /// The EOF framing, else `$<length>`.
+        eof: bool,
+        /// The length for `$<length>`.
+        length: Option<u64>,
+    },
+    /// Read the replica's state (after the poll interval).
+    PollReplica,
+    /// Read the log from offset `from`, at most `max` bytes, and send it to the replica.
+    ReadLog {
+        /// Absolute replication offset of the first byte.
+        from: u64,
+        /// Most bytes.
+        max: u64,
+    },
+    /// Read the master's replication state.
+    CheckMaster,
+    /// Read the counters, issue `REPLICAOF <master>`, close the agent's link, then report the
+    /// counters.
+    HandOff,
+    /// Read the counters now that the replica's link to the master is up.
+    ReadOutcome,
+    /// The join is over.
+    Done(Outcome),
+    /// The join failed; reset the replica (empty, standalone) when `reset_replica`.
+    Fail {
+        /// Why.
+        error: Error,
+        /// False once `REPLICAOF <master>` was issued: the replica is the master's then.
+        reset_replica: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Preparing,
+    WaitingLength,
+    Pulling { eof: bool },
+    Loading { eof: bool, deadline: Instant },
+    StreamingLog,
+    CatchingUp { deadline: Instant },
+    CheckingMaster,
+    HandingOff { deadline: Instant },
+    Classifying,
+    Over,
+}
+
+/// The join from the replica's preparation to the end of the handoff.
+#[derive(Debug)]
+pub struct Join {
+    snapshot: Snapshot,
+    master: String,
+    timeouts: Timeouts,
+    phase: Phase,
+    streamed: u64,
+    plan: Option<Plan>,
+    before: Option<Counters>,
+    rdb_length: Option<u64>,
+    timeline: Timeline,
+    notes: Vec<String>,
+}
+
+impl Join {
+    /// Checks passed at `now`; the join started at `started`. `master` is `host:port` as the replica
+    /// will report it (`master_host:master_port`).
+    pub fn new(snapshot: Snapshot, master: String, timeouts: Timeouts, started: Instant, now: Instant) -> Join {
+        let streamed = snapshot.offset;
+        Join {
+            snapshot,
+            master,
+            timeouts,
+            phase: Phase::Preparing,
+            streamed,
+            plan: None,
+            before: None,
+            rdb_length: None,
+            timeline: Timeline { started, connected: now, first_byte: None, pulled: None, loaded: None, caught_up: None, handed_off: None },
+            notes: Vec::new(),
+        }
+    }
+
+    /// The offset of the last byte sent to the replica (the snapshot's until the log starts).
+    pub fn streamed(&self) -> u64 {
+        self.streamed
+    }
+
+    /// Has `REPLICAOF <master>` been issued (the replica is no longer ours to reset)? The driver
+    /// reports the counters read before it only once it succeeded.
+    pub fn handed_over(&self) -> bool {
+        self.before.is_some()
+    }
+
+    fn fail(&mut self, error: Error) -> Action {
+        let reset_replica = !self.handed_over();
+        self.phase = Phase::Over;
+        Action::Fail { error, reset_replica }
+    }
+
+    fn unexpected(&mut self, what: &str) -> Action {
+        let phase = self.phase;
+        self.fail(Error::Local(format!("internal: {what} while {phase:?}")))
+    }
+
+    /// Take one observation at `now`; returns what to do next.
+    pub fn on(&mut self, now: Instant, input: Input<'_>) -> Action {
+        if let Input::Failed(e) = input {
+            return self.fail(e);
+        }
+        match (self.phase, input) {
+            (Phase::Preparing, Input::ReplicaConnected { capa_eof: true, .. }) => {
+                self.phase = Phase::Pulling { eof: true };
+                Action::SendSnapshot { eof: true, length: None }
+            }
+            (Phase::Preparing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) | (Phase::WaitingLength, Input::Length(len)) => {
+                self.rdb_length = Some(len);
+                self.phase = Phase::Pulling { eof: false };
+                Action::SendSnapshot { eof: false, length: Some(len) }
+            }
+            (Phase::Preparing, Input::ReplicaConnected { capa_eof: false, length: None }) => {
+                self.phase = Phase::WaitingLength;
+                Action::WaitLength
+            }
+            (Phase::Pulling { eof }, Input::Pulled { first_byte, rdb_bytes }) => {
+                self.rdb_length = Some(rdb_bytes);
+                self.timeline.first_byte = Some(first_byte.unwrap_or(now));
+                self.timeline.pulled = Some(now);
+                self.phase = Phase::Loading { eof, deadline: now + self.timeouts.load };
+                Action::PollReplica
+            }
+            (Phase::Loading { eof, deadline }, Input::Replica { state, ack_seen }) => {
+                if loaded(state, &self.snapshot.replid, ack_seen || !eof) {
+                    self.timeline.loaded = Some(now);
+                    self.phase = Phase::StreamingLog;
+                    return self.read_log();
+                }
+                if now > deadline {
+                    return self.fail(Error::Timeout(format!("the replica to load the snapshot (after {:?})", self.timeouts.load)));
+                }
+                Action::PollReplica
+            }
+            (Phase::StreamingLog, Input::LogRead { got, asked }) => {
+                if got > asked {
+                    return self.fail(Error::RelayProtocol(format!("a log read returned {got} bytes for {asked} asked")));
+                }
+                self.streamed += got;
+                // A short read: we have everything the relay had when we asked.
+                if got < asked {
+                    self.phase = Phase::CatchingUp { deadline: now + APPLY_TIMEOUT };
+                    return Action::PollReplica;
+                }
+                self.read_log()
+            }
+            (Phase::CatchingUp { deadline }, Input::Replica { state, .. }) => {
+                if not_ready_for_handoff(state, &self.snapshot.replid, self.streamed).is_none() {
+                    self.timeline.caught_up = Some(now);
+                    self.phase = Phase::CheckingMaster;
+                    return Action::CheckMaster;
+                }
+                if now > deadline {
+                    let why = not_ready_for_handoff(state, &self.snapshot.replid, self.streamed).unwrap_or_default();
+                    return self.fail(Error::Timeout(format!("the replica to apply the stream up to offset {} ({why}; after {APPLY_TIMEOUT:?})", self.streamed)));
+                }
+                Action::PollReplica
+            }
+            (Phase::CheckingMaster, Input::Master(m)) => match plan_handoff(m, &self.snapshot.replid, self.streamed + 1) {
+                Err(e) => self.fail(e),
+                Ok(plan) => {
+                    if let Plan::Full(why) = &plan {
+                        self.notes.push(why.clone());
+                    }
+                    self.plan = Some(plan);
+                    self.phase = Phase::HandingOff { deadline: now + self.timeouts.handoff };
+                    Action::HandOff
+                }
+            },
+            (Phase::HandingOff { .. }, Input::Counters(c)) if self.before.is_none() => {
+                self.before = Some(c);
+                Action::PollReplica
+            }
+            (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => {
+                if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
+                    self.timeline.handed_off = Some(now);
+                    self.phase = Phase::Classifying;
+                    return Action::ReadOutcome;
+                }
+                if now > deadline {
+                    return self.fail(Error::Timeout(format!("the replica's link to the master (after {:?})", self.timeouts.handoff)));
+                }
+                Action::PollReplica
+            }
+            (Phase::Classifying, Input::Counters(after)) => {
+                let before = self.before.expect("counters are read before the handoff");
+                let handoff = classify(&before, &after, self.rdb_length);
+                if handoff == Handoff::Full {
+                    self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
+                }
+                self.phase = Phase::Over;
+                Action::Done(Outcome {
+                    handoff,
+                    offset: self.streamed,
+                    log_bytes: self.streamed - self.snapshot.offset,
+                    timeline: self.timeline,
+                    notes: std::mem::take(&mut self.notes),
+                })
+            }
+            (_, input) => {
+                let what = format!("{input:?}");
+                self.unexpected(&what)
+            }
+        }
+    }
+
+    fn read_log(&self) -> Action {
+        Action::ReadLog { from: self.streamed + 1, max: LOG_CHUNK }
+    }
+}
+
+/// The replica finished loading our snapshot: its link to us is up, it is not syncing, it follows the
+/// snapshot's replid, and (with the EOF framing) it sent its first ACK — a diskless-loading replica
+/// acknowledges only once it has read the whole payload.
+pub fn loaded(st: &ReplState, replid: &str, acked: bool) -> bool {
+    st.link_up && !st.syncing && st.replid == replid && acked
+}
+
+/// Why the replica may not be handed over yet; `None` when every precondition holds (see the module
+/// comment for why each exists).
+pub fn not_ready_for_handoff(st: &ReplState, replid: &str, streamed: u64) -> Option<String> {
+    if st.syncing {
+        return Some("it is still loading".into());
+    }
+    if !st.link_up {
+        return Some("its link to the agent is down".into());
+    }
+    if st.replid != replid {
+        return Some(format!("it follows replid {} instead of the snapshot's {replid}", st.replid));
+    }
+    if st.offset != Some(streamed) {
+        return Some(format!("it applied up to {:?}, not {streamed}", st.offset));
+    }
+    None
+}
+
+/// Can the master continue from `next` (the replica's next offset)? An error when handing over would
+/// be wrong (the address is no longer a master); `Plan::Full` with the reason when the master will
+/// have to send a full sync.
+pub fn plan_handoff(m: &MasterRepl, replid: &str, next: u64) -> Result<Plan, Error> {
+    if m.role != "master" {
+        return Err(Error::Handoff(format!(
+            "the master's address now answers as a {} (a failover?): not handing the replica to it. Point --master at the current master and retry",
+            if m.role.is_empty() { "server of unknown role" } else { m.role.as_str() }
+        )));
+    }
+    if !m.knows(replid) {
+        return Ok(Plan::Full(format!(
+            "the master's replication ID ({}) no longer includes the snapshot's ({replid}): it restarted or failed over since; the master will send a full sync",
+            m.replid
+        )));
+    }
+    let (first, end) = (m.backlog_first.unwrap_or(u64::MAX), m.offset.unwrap_or(0));
+    if !m.backlog_active || first > next || next > end + 1 {
+        return Ok(Plan::Full(format!(
+            "the master's backlog (offsets {first}..={end}) no longer covers the replica's next offset {next}: a partial resync is impossible, \
+             the master will send a full sync. Raise repl-backlog-size on the master (it must hold the writes made during a join)"
+        )));
+    }
+    Ok(Plan::Partial)
+}
+
+/// Was the handoff a partial resync? From the master's counters; when other replicas resynced at the
+/// same moment and both counters moved, from the bytes this replica took from the master (a backlog
+/// tail, not a whole RDB). In doubt: full — never a false success.
+pub fn classify(before: &Counters, after: &Counters, rdb_length: Option<u64>) -> Handoff {
+    let partial = after.partial_ok > before.partial_ok;
+    let full = after.full > before.full;
+    match (partial, full) {
+        (true, false) => Handoff::Partial,
+        (false, true) | (false, false) => Handoff::Full,
+        (true, true) => match (before.replica_input_bytes, after.replica_input_bytes, rdb_length) {
+            (Some(a), Some(b), Some(len)) if b >= a && ((b - a) as u64) < len / 2 => Handoff::Partial,
+            _ => Handoff::Full,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "6c879f910fada50e6bee517c0d0ea8a0b46c6e0b";
+    const OTHER: &str = "0000000000000000000000000000000000000000";
+
+    fn snapshot() -> Snapshot {
+        Snapshot { generation: 1, replid: ID.into(), offset: 1000 }
+    }
+
+    fn timeouts() -> Timeouts {
+        Timeouts { load: Duration::from_secs(30), handoff: Duration::from_secs(30) }
+    }
+
+    fn replica(link_up: bool, syncing: bool, replid: &str, offset: Option<u64>) -> ReplState {
+        ReplState { role: "slave".into(), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
+    }
+
+    fn master_ok() -> MasterRepl {
+        MasterRepl { role: "master".into(), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
+    }
+
+    /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
+    fn caught_up_join(t: Instant) -> Join {
+        let mut j = Join::new(snapshot(), "10.0.0.1:6379".into(), timeouts(), t, t);
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
+        assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
+        let st = replica(true, false, ID, Some(1000));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::ReadLog { from: 1001, max: LOG_CHUNK }));
+        assert!(matches!(j.on(t, Input::LogRead { got: 300, asked: LOG_CHUNK }), Action::PollReplica));
+        assert_eq!(j.streamed(), 1300);
+        j
+    }
+
+    #[test]
+    fn framing_follows_the_replicas_capa_and_the_known_length() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(77) }), Action::SendSnapshot { eof: false, length: Some(77) }));
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: None }), Action::WaitLength));
+        assert!(matches!(j.on(t, Input::Length(9)), Action::SendSnapshot { eof: false, length: Some(9) }));
+    }
+
+    #[test]
+    fn loading_needs_link_done_replid_and_the_first_ack_with_eof_framing() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        let ok = replica(true, false, ID, Some(1000));
+        for (st, ack) in [(replica(true, true, ID, None), true), (replica(false, false, ID, None), true), (replica(true, false, OTHER, None), true), (ok.clone(), false)] {
+            assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: ack }), Action::PollReplica), "{st:?} ack {ack} is not loaded");
+        }
+        assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: true }), Action::ReadLog { .. }));
+        // With `$<len>` framing no ACK is needed to call it loaded.
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(5) });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: false }), Action::ReadLog { .. }));
+    }
+
+    #[test]
+    fn log_is_read_until_a_short_read() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
+        assert!(matches!(j.on(t, Input::LogRead { got: LOG_CHUNK, asked: LOG_CHUNK }), Action::ReadLog { from, .. } if from == 1001 + LOG_CHUNK));
+        assert!(matches!(j.on(t, Input::LogRead { got: 0, asked: LOG_CHUNK }), Action::PollReplica));
+        assert_eq!(j.streamed(), 1000 + LOG_CHUNK);
+        assert!(matches!(j.on(t, Input::LogRead { got: 1, asked: 1 }), Action::Fail { reset_replica: true, .. }), "a log read after the short one is out of order");
+    }
+
+    #[test]
+    fn each_handoff_precondition_holds_the_handoff_back() {
+        let t = Instant::now();
+        let cases = [
+            ("still loading", replica(true, true, ID, Some(1300))),
+            ("link down", replica(false, false, ID, Some(1300))),
+            ("other replid", replica(true, false, OTHER, Some(1300))),
+            ("offset short", replica(true, false, ID, Some(1299))),
+            ("offset beyond", replica(true, false, ID, Some(1301))),
+            ("offset unknown", replica(true, false, ID, None)),
+        ];
+        for (name, st) in cases {
+            let mut j = caught_up_join(t);
+            assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::PollReplica), "{name}: must not hand off");
+            let late = t + APPLY_TIMEOUT + Duration::from_millis(1);
+            match j.on(late, Input::Replica { state: &st, ack_seen: true }) {
+                Action::Fail { error, reset_replica: true } => assert!(error.to_string().contains("apply the stream"), "{name}: {error}"),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let mut j = caught_up_join(t);
+        assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
+    }
+
+    #[test]
+    fn handoff_plan_each_fallback() {
+        let next = 1301;
+        assert_eq!(plan_handoff(&master_ok(), ID, next).unwrap(), Plan::Partial);
+        let mut m = master_ok();
+        m.replid = OTHER.into();
+        m.replid2 = ID.into();
+        assert_eq!(plan_handoff(&m, ID, next).unwrap(), Plan::Partial, "the snapshot's history as replid2 (after a promotion) is continuable");
+        let mut m = master_ok();
+        m.replid = OTHER.into();
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("replication ID")));
+        let mut m = master_ok();
+        m.backlog_active = false;
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("backlog")));
+        let mut m = master_ok();
+        m.backlog_first = Some(next + 1);
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("repl-backlog-size")));
+        let mut m = master_ok();
+        m.offset = Some(next - 2);
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(_)), "a master behind the replica cannot continue it");
+        let mut m = master_ok();
+        m.offset = Some(next - 1);
+        assert_eq!(plan_handoff(&m, ID, next).unwrap(), Plan::Partial, "caught up exactly: nothing to send yet");
+        let mut m = master_ok();
+        m.role = "slave".into();
+        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Handoff(_))));
+    }
+
+    #[test]
+    fn a_refused_plan_fails_before_replicaof_and_resets() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        let mut m = master_ok();
+        m.role = "slave".into();
+        assert!(matches!(j.on(t, Input::Master(&m)), Action::Fail { reset_replica: true, .. }));
+    }
+
+    #[test]
+    fn full_plan_still_hands_off_and_is_reported_full_with_the_reason() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        let mut m = master_ok();
+        m.backlog_first = Some(5000);
+        assert!(matches!(j.on(t, Input::Master(&m)), Action::HandOff));
+        let before = Counters { full: 1, partial_ok: 0, replica_input_bytes: Some(10) };
+        assert!(matches!(j.on(t, Input::Counters(before)), Action::PollReplica));
+        assert!(j.handed_over());
+        let mut on_master = replica(true, false, OTHER, Some(9000));
+        on_master.master = Some("10.0.0.1:6379".into());
+        assert!(matches!(j.on(t, Input::Replica { state: &on_master, ack_seen: false }), Action::ReadOutcome));
+        match j.on(t, Input::Counters(Counters { full: 2, partial_ok: 0, replica_input_bytes: Some(10 << 20) })) {
+            Action::Done(o) => {
+                assert_eq!(o.handoff, Handoff::Full);
+                assert!(o.notes.iter().any(|n| n.contains("backlog")), "{:?}", o.notes);
+                assert_eq!((o.offset, o.log_bytes), (1300, 300));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn partial_handoff_waits_for_the_link_to_the_right_master() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
+        j.on(t, Input::Counters(Counters::default()));
+        let mut st = replica(true, false, ID, Some(1300));
+        st.master = Some("127.0.0.1:4444".into()); // still the agent's listener
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
+        st.master = Some("10.0.0.1:6379".into());
+        st.link_up = false;
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
+        let late = t + timeouts().handoff + Duration::from_millis(1);
+        assert!(matches!(j.on(late, Input::Replica { state: &st, ack_seen: false }), Action::Fail { reset_replica: false, .. }), "after REPLICAOF the replica is never reset");
+    }
+
+    #[test]
+    fn partial_outcome_with_timeline() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t + Duration::from_secs(1), Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        j.on(t, Input::Master(&master_ok()));
+        j.on(t, Input::Counters(Counters { full: 3, partial_ok: 7, replica_input_bytes: None }));
+        let mut st = replica(true, false, ID, Some(1300));
+        st.master = Some("10.0.0.1:6379".into());
+        j.on(t + Duration::from_secs(2), Input::Replica { state: &st, ack_seen: false });
+        match j.on(t, Input::Counters(Counters { full: 3, partial_ok: 8, replica_input_bytes: None })) {
+            Action::Done(o) => {
+                assert_eq!(o.handoff, Handoff::Partial);
+                assert!(o.notes.is_empty());
+                assert_eq!(o.timeline.caught_up, Some(t + Duration::from_secs(1)));
+                assert_eq!(o.timeline.handed_off, Some(t + Duration::from_secs(2)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn failures_reset_the_replica_only_before_replicaof() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: true, .. }));
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        j.on(t, Input::Master(&master_ok()));
+        j.on(t, Input::Counters(Counters::default()));
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: false, .. }));
+    }
+
+    #[test]
+    fn load_timeout_fails_and_resets() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        let loading = replica(true, true, ID, None);
+        let late = t + timeouts().load + Duration::from_millis(1);
+        assert!(matches!(j.on(late, Input::Replica { state: &loading, ack_seen: false }), Action::Fail { reset_replica: true, error: Error::Timeout(_) }));
+    }
+
+    #[test]
+    fn classify_in_doubt_is_full() {
+        let b = Counters { full: 1, partial_ok: 1, replica_input_bytes: Some(100) };
+        assert_eq!(classify(&b, &Counters { partial_ok: 2, ..b }, Some(1000)), Handoff::Partial);
+        assert_eq!(classify(&b, &Counters { full: 2, ..b }, Some(1000)), Handoff::Full);
+        let both = Counters { full: 2, partial_ok: 2, replica_input_bytes: Some(150) };
+        assert_eq!(classify(&b, &both, Some(1000)), Handoff::Partial, "a backlog tail, not an RDB");
+        assert_eq!(classify(&b, &Counters { replica_input_bytes: Some(900), ..both }, Some(1000)), Handoff::Full);
+        assert_eq!(classify(&b, &Counters { replica_input_bytes: None, ..both }, Some(1000)), Handoff::Full);
+        assert_eq!(classify(&b, &both, None), Handoff::Full, "unknown RDB length: in doubt");
+        assert_eq!(classify(&b, &b, Some(1000)), Handoff::Full, "nothing moved: in doubt");
+    }
+
+    #[test]
+    fn out_of_order_input_is_an_internal_error_not_a_panic() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Local(_) }));
+    }
+}
