@@ -403,7 +403,7 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
         let tok: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         let r = start_own_relay(bytes, &tok)?;
         let (addr, pid) = (r.addr, r.child.id());
-        Ok((Some(r), addr, Token::new(tok.as_bytes()).map_err(anyhow::Error::msg)?, Some(pid)))
+        Ok((Some(r), addr, Token::new(tok.as_bytes())?, Some(pid)))
     } else {
         Ok((None, a.relay.context("--relay or --self")?, transport::secrets::token(a.token_file.as_deref())?, a.relay_pid))
     }

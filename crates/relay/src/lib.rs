@@ -41,6 +41,13 @@ pub enum Error {
     /// The configuration is unsafe or inconsistent.
     #[error("{0}")]
     Config(String),
+    /// An agent asked for a transport this relay does not offer.
+    #[error("this relay does not offer {0}")]
+    NotOffered(&'static str),
+    /// The UCX side failed.
+    #[cfg(feature = "ucx")]
+    #[error("ucx: {0}")]
+    Ucx(#[source] ucx_serve::UcxServeError),
 }
 
 /// The relay's configuration.
@@ -156,13 +163,13 @@ impl Shared {
     }
 
     /// The UCX remote key of one segment of `gen`, serialized for the agent.
-    fn ucx_key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, String> {
+    fn ucx_key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, Error> {
         #[cfg(feature = "ucx")]
         if let Some(u) = &self.ucx {
-            return u.key(gen, segment);
+            return u.key(gen, segment).map_err(Error::Ucx);
         }
         let _ = (gen, segment);
-        Err("this relay does not offer ucx".into())
+        Err(Error::NotOffered("ucx"))
     }
 
     /// Generation `id` if anyone still holds it.

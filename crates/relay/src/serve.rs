@@ -215,12 +215,12 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             },
             Request::Log { from, max, .. } => match gen.read_log(from, max as usize) {
                 Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
-                Err(e) => tcp::send_error(&mut s, &e)?,
+                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
             Request::Attach { transport: wire::ATTACH_SHM, .. } => s.attach_shm(gen)?,
             Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
                 Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
-                Err(e) => tcp::send_error(&mut s, &e)?,
+                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
         }
     }

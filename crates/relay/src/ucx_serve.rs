@@ -19,6 +19,35 @@ struct GenReg {
     gen: Weak<Generation>,
 }
 
+/// Why the relay's UCX side failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UcxServeError {
+    /// A UCX call failed.
+    #[error(transparent)]
+    Ucx(#[from] ucx::Error),
+    /// The progress thread could not start or died before it said its address.
+    #[error("UCX progress thread: {0}")]
+    Thread(String),
+    /// An agent asked for a segment that is not (yet) readable.
+    #[error("segment {segment}: {source}")]
+    Segment {
+        /// The segment.
+        segment: u64,
+        /// Why.
+        #[source]
+        source: snapshot::Error,
+    },
+    /// An agent asked for a segment past the region's end.
+    #[error("segment {segment} is beyond the region")]
+    BeyondRegion {
+        /// The segment.
+        segment: u64,
+    },
+    /// Mapping the generation for registration failed.
+    #[error("map region for ucx: {0}")]
+    Map(#[from] snapshot::MapError),
+}
+
 /// The relay's UCX context, progress thread and registrations.
 pub struct UcxServer {
     ctx: Arc<Context>,
@@ -32,8 +61,8 @@ pub struct UcxServer {
 
 impl UcxServer {
     /// Initialise UCX and start the progress thread.
-    pub fn start() -> Result<UcxServer, String> {
-        let ctx = Context::new().map_err(|e| e.to_string())?;
+    pub fn start() -> Result<UcxServer, UcxServeError> {
+        let ctx = Context::new()?;
         let transports = ctx.transports();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -48,11 +77,11 @@ impl UcxServer {
                 let w = match Worker::new(&c) {
                     Ok(w) => w,
                     Err(e) => {
-                        let _ = tx.send(Err(e.to_string()));
+                        let _ = tx.send(Err(e));
                         return;
                     }
                 };
-                let _ = tx.send(w.address().map_err(|e| e.to_string()));
+                let _ = tx.send(w.address());
                 let mut last_purge = std::time::Instant::now();
                 while !s.load(Ordering::SeqCst) {
                     if last_purge.elapsed() >= PURGE_EVERY {
@@ -67,8 +96,8 @@ impl UcxServer {
                     }
                 }
             })
-            .map_err(|e| format!("spawn UCX progress thread: {e}"))?;
-        let address = rx.recv().map_err(|_| "UCX progress thread died".to_string())??;
+            .map_err(|e| UcxServeError::Thread(format!("spawn: {e}")))?;
+        let address = rx.recv().map_err(|_| UcxServeError::Thread("died before it started".into()))??;
         Ok(UcxServer { ctx, address, transports, regs, stop, thread: Some(thread) })
     }
 
@@ -79,10 +108,10 @@ impl UcxServer {
 
     /// The key an agent needs to read `segment` of `gen`, serialized. Registers the segment on first
     /// use; forgets registrations of generations nobody holds any more.
-    pub fn key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, String> {
+    pub fn key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, UcxServeError> {
         let capacity = gen.region().capacity();
-        let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or_else(|| format!("segment {segment} is beyond the region"))?;
-        gen.check_readable(start, 1).map_err(|e| format!("segment {segment}: {e}"))?;
+        let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or(UcxServeError::BeyondRegion { segment })?;
+        gen.check_readable(start, 1).map_err(|source| UcxServeError::Segment { segment, source })?;
         let len = UCX_SEGMENT.min(capacity - start);
         purge(&self.regs);
         let mut regs = self.regs.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,12 +122,12 @@ impl UcxServer {
         if !reg.segments.contains_key(&segment) {
             // SAFETY: [start, start+len) lies inside `reg.map` (len <= capacity - start), which lives
             // in the same GenReg and is dropped after its segments.
-            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
+            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }?;
             tracing::debug!(generation = gen.id(), segment, bytes = len, "registered segment for ucx");
             reg.segments.insert(segment, mr);
         }
         let mr = &reg.segments[&segment];
-        let rkey = mr.pack_rkey().map_err(|e| e.to_string())?;
+        let rkey = mr.pack_rkey()?;
         Ok(UcxKey { worker: self.address.clone(), base: mr.addr(), len: mr.len() as u64, rkey }.encode())
     }
 }
@@ -111,8 +140,8 @@ fn purge(regs: &Mutex<HashMap<u64, GenReg>>) {
     regs.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, r| r.gen.strong_count() > 0);
 }
 
-fn map_read_only(gen: &Generation) -> Result<memmap2::Mmap, String> {
-    snapshot::map_sealed_read_only(gen.region().file(), gen.region().capacity()).map_err(|e| format!("map region for ucx: {e}"))
+fn map_read_only(gen: &Generation) -> Result<memmap2::Mmap, UcxServeError> {
+    Ok(snapshot::map_sealed_read_only(gen.region().file(), gen.region().capacity())?)
 }
 
 impl Drop for UcxServer {

@@ -12,7 +12,7 @@ mod log;
 mod region;
 
 pub use log::StreamLog;
-pub use region::{map_sealed_read_only, Region};
+pub use region::{map_sealed_read_only, MapError, Region};
 
 use replication::ReplId;
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,19 @@ pub enum Error {
         /// Bytes published.
         published: u64,
     },
+    /// A log read outside what the log holds.
+    #[error("log offset {from} outside {first}..={end}")]
+    LogRange {
+        /// Requested offset.
+        from: u64,
+        /// First offset held.
+        first: u64,
+        /// One past the last complete command.
+        end: u64,
+    },
+    /// Mapping a region failed.
+    #[error("map the snapshot region: {0}")]
+    Map(#[from] region::MapError),
     /// The capture of this generation failed.
     #[error("snapshot generation {generation} failed: {reason}")]
     Failed {
@@ -257,7 +270,7 @@ impl Generation {
 
     /// Copy log bytes from absolute offset `from` (the first byte is `offset + 1`), at most `max`,
     /// ending at a command boundary. Empty when nothing is there yet.
-    pub fn read_log(&self, from: u64, max: usize) -> Result<Vec<u8>, String> {
+    pub fn read_log(&self, from: u64, max: usize) -> Result<Vec<u8>, Error> {
         self.lock().log.read(from, max)
     }
 

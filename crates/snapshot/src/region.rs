@@ -75,19 +75,39 @@ impl Region {
 /// Map the first `len` bytes of a region's descriptor read-only and shared: how agents (shm) and the
 /// relay's UCX registrations see a generation. Refuses a descriptor that is not sealed against
 /// shrinking, or shorter than `len`: a truncation under a mapping turns reads into SIGBUS.
-pub fn map_sealed_read_only(file: &File, len: u64) -> io::Result<memmap2::Mmap> {
+pub fn map_sealed_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
     // SAFETY: fcntl on a descriptor the caller owns, with a constant command.
     let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "the region is not sealed against shrinking"));
+        return Err(MapError::NotSealed);
     }
-    if file.metadata()?.len() < len {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the region holds fewer than {len} bytes")));
+    let have = file.metadata().map_err(MapError::Io)?.len();
+    if have < len {
+        return Err(MapError::TooShort { have, want: len });
     }
-    let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large to map"))?;
+    let len = usize::try_from(len).map_err(|_| MapError::TooShort { have: usize::MAX as u64, want: len })?;
     // SAFETY: a read-only shared mapping of a memfd that cannot shrink (sealed, checked above), so every
     // byte below `len` stays mapped. Its bytes below the published watermark never change again; bytes
     // above it may be written by the relay's single writer, which readers do not ask for (and every
     // block is checksummed after the copy).
-    unsafe { memmap2::MmapOptions::new().len(len).map(file) }
+    unsafe { memmap2::MmapOptions::new().len(len).map(file) }.map_err(MapError::Io)
+}
+
+/// Why a region could not be mapped read-only.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    /// Not sealed against shrinking: a truncation would turn reads into SIGBUS.
+    #[error("the region is not sealed against shrinking")]
+    NotSealed,
+    /// Smaller than announced.
+    #[error("the region holds {have} bytes, {want} announced")]
+    TooShort {
+        /// Its size.
+        have: u64,
+        /// The size announced.
+        want: u64,
+    },
+    /// The system refused.
+    #[error("{0}")]
+    Io(#[source] io::Error),
 }

@@ -25,12 +25,20 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// Shortest token accepted: 16 bytes (128 bits if random) keep the HMAC key out of brute-force reach.
+pub const TOKEN_LEN_MIN: usize = 16;
+
+/// A token shorter than [`TOKEN_LEN_MIN`].
+#[derive(Debug, thiserror::Error)]
+#[error("the token must be at least {TOKEN_LEN_MIN} bytes long")]
+pub struct TokenTooShort;
+
 impl Token {
     /// A token from bytes; surrounding whitespace (a file's trailing newline) is trimmed.
-    pub fn new(bytes: &[u8]) -> Result<Token, String> {
+    pub fn new(bytes: &[u8]) -> Result<Token, TokenTooShort> {
         let t = bytes.trim_ascii();
-        if t.len() < 16 {
-            return Err("the token must be at least 16 bytes long".into());
+        if t.len() < TOKEN_LEN_MIN {
+            return Err(TokenTooShort);
         }
         Ok(Token(t.to_vec()))
     }

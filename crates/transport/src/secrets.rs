@@ -25,7 +25,7 @@ pub enum SecretError {
     UserWithoutPassword(&'static str),
     /// The relay token is unusable.
     #[error("relay token: {0}")]
-    Token(String),
+    Token(#[from] crate::auth::TokenTooShort),
 }
 
 /// Read a secret from `file` if given, else from the environment variable `env`.

@@ -118,9 +118,9 @@ impl ShmReader {
             return Err(Error::Protocol(format!("region of {capacity} bytes is out of bounds")));
         }
         // The relay seals the region against shrinking; the mapping refuses one that is not.
-        let map = snapshot::map_sealed_read_only(&std::fs::File::from(fd), capacity).map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => Error::Protocol(format!("the relay's region: {e}")),
-            _ => Error::Io { op: "map the relay's region", source: e },
+        let map = snapshot::map_sealed_read_only(&std::fs::File::from(fd), capacity).map_err(|e| match e {
+            snapshot::MapError::Io(source) => Error::Io { op: "map the relay's region", source },
+            other => Error::Protocol(format!("the relay's region: {other}")),
         })?;
         Ok(Mapping { generation, map })
     }
