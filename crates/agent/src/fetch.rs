@@ -5,7 +5,7 @@ use crate::select::{self, Choice};
 use crate::{pipeline, progress, Error};
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::Token;
 
 /// What a fetch did.
@@ -53,7 +53,7 @@ pub fn fetch(
 ) -> Result<FetchReport, Error> {
     let t0 = Instant::now();
     let cpu0 = process_cpu_secs();
-    let attached = progress::attach(relay, token, Duration::from_secs(600))?;
+    let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;
     let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
     let stats = pipeline::pull(transport.as_ref(), &attached.progress, crate::readers(readers, transport.as_ref()), window, cancel, sink)?;

@@ -10,16 +10,10 @@ use crate::{check_cancel, pipeline, progress, readers, select, Config, Error, Ph
 use client::{Client, Info};
 use replication::framing::Framing;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::Transport;
 
-/// How long the relay may take to describe a generation (a capture may be starting: the master's
-/// `repl-diskless-sync-delay` and its fork come first).
-const RELAY_WAIT_MAX: Duration = Duration::from_secs(600);
-/// How long the replica may take to connect to the agent after `REPLICAOF`.
-const REPLICA_CONNECT_MAX: Duration = Duration::from_secs(30);
-/// Interval between polls of a server's state (each wait has its deadline in the machine).
-const POLL_EVERY: Duration = Duration::from_millis(10);
+use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
 /// What the checks established; nothing has been changed yet.
 struct Checked {

@@ -8,7 +8,7 @@ use replication::replica::Auth;
 use std::time::Duration;
 
 /// Timeout for commands to local and master servers.
-pub const CMD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CMD_TIMEOUT: Duration = limits::COMMAND_TIMEOUT;
 
 /// A connection to the local replica with what we learned about it.
 pub struct Local {

@@ -25,10 +25,7 @@ use crate::local::ReplState;
 use crate::{Error, Handoff};
 use std::time::{Duration, Instant};
 
-/// How long the replica may take to apply the log we sent before the handoff.
-pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most log bytes read and sent at once.
-pub const LOG_CHUNK: u64 = 4 << 20;
+pub use limits::{APPLY_TIMEOUT, LOG_CHUNK_BYTES as LOG_CHUNK};
 
 /// The snapshot being joined, as the relay described it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -59,7 +59,7 @@ impl Shared {
 }
 
 /// Longest wait for the relay to publish the next block before re-checking its state.
-const POLL: Duration = Duration::from_millis(200);
+const POLL: Duration = limits::BLOCK_WAIT_MAX;
 
 /// Pull the whole generation described by `progress` and pass its bytes, in order, to `sink`.
 pub fn pull(

@@ -10,7 +10,7 @@ use transport::Token;
 
 /// Longest silence on the control connection before the relay is declared gone (it heartbeats every
 /// second).
-pub const RELAY_SILENCE_MAX: Duration = Duration::from_secs(10);
+pub const RELAY_SILENCE_MAX: Duration = limits::RELAY_SILENCE_MAX;
 
 /// The generation as last described, with all checksums so far.
 #[derive(Debug, Clone)]

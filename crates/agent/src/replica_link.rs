@@ -51,9 +51,9 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
         }
     };
     s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
+    s.set_read_timeout(Some(limits::IO_TIMEOUT)).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
     let mut hs = Handshake::default();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     let capa_eof = 'outer: loop {
         let n = s.read(&mut buf).map_err(|e| Error::ReplicaLink(format!("read the replica's handshake: {e}")))?;
         if n == 0 {
@@ -77,7 +77,7 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
         .name("replica-acks".into())
         .spawn(move || {
             let mut r = AckReader::default();
-            let mut buf = [0u8; 4096];
+            let mut buf = [0u8; limits::READ_CHUNK_BYTES];
             let why = loop {
                 match rs.read(&mut buf) {
                     Ok(0) => break "the replica closed its link to the agent".to_string(),

@@ -5,32 +5,7 @@ use crate::Error;
 use std::net::SocketAddr;
 use transport::{Token, Transport};
 
-/// What the user asked for (`--transport`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Choice {
-    /// shm on the relay's host, ucx where UCX has an RDMA device, tcp otherwise.
-    #[default]
-    Auto,
-    /// Range reads over TCP.
-    Tcp,
-    /// The relay's memfd, mapped (same host and network namespace).
-    Shm,
-    /// UCX RMA reads.
-    Ucx,
-}
-
-impl std::str::FromStr for Choice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Choice::Auto),
-            "tcp" => Ok(Choice::Tcp),
-            "shm" => Ok(Choice::Shm),
-            "ucx" => Ok(Choice::Ucx),
-            other => Err(format!("unknown transport {other:?} (auto, ucx, shm, tcp)")),
-        }
-    }
-}
+pub use transport::Choice;
 
 /// Open the transport `choice` names, or for `auto` the best one that works; the second value says
 /// why (for the log and the report's notes).

@@ -16,7 +16,7 @@ use transport::wire::{Request, UcxKey, ATTACH_UCX, UCX_BLOB_MAX, UCX_SEGMENT};
 use transport::{Error, RangeReader, Token, Transport};
 
 /// Size of the GETs a block read is split into (all in flight together).
-pub const CHUNK: usize = 1 << 20;
+pub const CHUNK: usize = limits::UCX_GET_BYTES;
 
 /// The ucx transport to one relay.
 pub struct UcxTransport {

@@ -50,13 +50,13 @@ struct RelayArgs {
     #[arg(long)]
     master_password_file: Option<PathBuf>,
     /// Snapshot block size in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
+    #[arg(long, default_value_t = limits::BLOCK_BYTES_DEFAULT)]
     block_size: u64,
     /// Largest snapshot accepted, in bytes.
-    #[arg(long, default_value_t = 64 << 30)]
+    #[arg(long, default_value_t = limits::SNAPSHOT_BYTES_DEFAULT)]
     snapshot_max_bytes: u64,
     /// Largest stream log kept after the snapshot before the generation is sealed, in bytes.
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = limits::LOG_BYTES_DEFAULT)]
     log_max_bytes: u64,
     /// Oldest the stream log may grow before the generation is sealed, in seconds.
     #[arg(long, default_value_t = 3600)]
@@ -65,11 +65,11 @@ struct RelayArgs {
     #[arg(long)]
     announce_port: Option<u16>,
     /// Most agent connections at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT)]
     connections_max: usize,
     /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
-    transport: String,
+    #[arg(long, value_enum, default_value_t)]
+    transport: transport::Choice,
 }
 
 #[derive(clap::Args)]
@@ -103,16 +103,16 @@ struct JoinArgs {
     force: bool,
     /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
     /// device, tcp otherwise, and says which.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
-    transport: String,
+    #[arg(long, value_enum, default_value_t)]
+    transport: transport::Choice,
     /// Where the agent listens for its replica.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0)]
-    readers: usize,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64))]
+    readers: u64,
     /// Blocks buffered ahead of the replica at most.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX))]
     window_blocks: u64,
     /// Seconds to wait for the replica to load the snapshot.
     #[arg(long, default_value_t = 3600)]
@@ -137,13 +137,13 @@ struct FetchArgs {
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// Transport: auto, ucx, shm or tcp.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ucx", "shm", "tcp"])]
-    transport: String,
+    #[arg(long, value_enum, default_value_t)]
+    transport: transport::Choice,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0)]
-    readers: usize,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64))]
+    readers: u64,
     /// Blocks buffered ahead of the writer at most.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX))]
     window_blocks: u64,
     /// Print the report as JSON (on stderr when the bytes go to stdout).
     #[arg(long)]
@@ -211,7 +211,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
             log_age_max: Duration::from_secs(a.log_max_age_secs),
         },
         connections_max: a.connections_max,
-        offer: offer(&a.transport),
+        offer: a.transport.into(),
     };
     let r = relay::Relay::start(cfg).context("start relay")?;
     eprintln!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
@@ -230,8 +230,8 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let choice = a.transport.parse().map_err(anyhow::Error::msg)?;
-    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers.min(64), a.window_blocks.clamp(1, 1024), &cancel, &mut |b| {
+    let choice = a.transport;
+    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers as usize, a.window_blocks, &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Local(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Local(format!("flush output: {e}"))));
@@ -265,16 +265,6 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `--transport` on the relay offers.
-fn offer(t: &str) -> relay::Offer {
-    match t {
-        "tcp" => relay::Offer { tcp: true, shm: false, ucx: false },
-        "shm" => relay::Offer { tcp: false, shm: true, ucx: false },
-        "ucx" => relay::Offer { tcp: false, shm: false, ucx: true },
-        _ => relay::Offer::ALL,
-    }
-}
-
 fn join(a: JoinArgs) -> Result<ExitCode> {
     let token = transport::secrets::token(a.token_file.as_deref())?;
     let cfg = agent::Config {
@@ -286,13 +276,13 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.listen,
-        readers: a.readers.min(64),
-        window_blocks: a.window_blocks.clamp(1, 1024),
+        readers: a.readers as usize,
+        window_blocks: a.window_blocks,
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
         cancel: Default::default(),
-        transport: a.transport.parse().map_err(anyhow::Error::msg)?,
+        transport: a.transport,
     };
     on_interrupt(cfg.cancel.clone());
     let bar = progress_bar(cfg.live.clone());

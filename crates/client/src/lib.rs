@@ -179,7 +179,7 @@ impl Client {
                 Err(resp::Error::Incomplete) => {}
                 Err(source) => return Err(Error::Resp { addr: self.addr.clone(), source }),
             }
-            let mut chunk = [0u8; 64 * 1024];
+            let mut chunk = [0u8; limits::READ_CHUNK_BYTES];
             let n = self.s.read(&mut chunk).map_err(|source| Error::Io { op: "read from", addr: self.addr.clone(), source })?;
             if n == 0 {
                 return Err(Error::Io { op: "read from", addr: self.addr.clone(), source: std::io::ErrorKind::UnexpectedEof.into() });

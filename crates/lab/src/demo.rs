@@ -31,25 +31,14 @@ pub struct DemoArgs {
     out: Option<std::path::PathBuf>,
     /// Transport for the cold joins: auto, tcp, shm, ucx, ucx-tcp or ucx-sm (ucx restricted to
     /// UCX's tcp or shared-memory transports).
-    #[arg(long, default_value = "auto")]
-    transport: String,
+    #[arg(long, value_enum, default_value = "auto")]
+    transport: LabTransport,
     /// With --warm-join: one warm round per transport listed (default: the cold one's).
-    #[arg(long, value_delimiter = ',')]
-    warm_transports: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    warm_transports: Vec<LabTransport>,
 }
 
-/// `--transport` and `UCX_TLS` for a demo transport name.
-fn transport_args(name: &str) -> Result<(&'static str, Option<&'static str>)> {
-    Ok(match name {
-        "auto" => ("auto", None),
-        "tcp" => ("tcp", None),
-        "shm" => ("shm", None),
-        "ucx" => ("ucx", None),
-        "ucx-tcp" => ("ucx", Some("tcp")),
-        "ucx-sm" => ("ucx", Some("sm")),
-        other => bail!("unknown transport {other:?} (auto, tcp, shm, ucx, ucx-tcp, ucx-sm)"),
-    })
-}
+use crate::transport::LabTransport;
 
 #[derive(serde::Serialize)]
 struct Mode {
@@ -88,14 +77,14 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     println!("master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)", master.addr(), t.elapsed().as_secs_f64());
 
     let native = run_native(&master, flavor, n)?;
-    let warm: Vec<String> = if !a.warm_join {
+    let warm: Vec<LabTransport> = if !a.warm_join {
         Vec::new()
     } else if a.warm_transports.is_empty() {
-        vec![a.transport.clone()]
+        vec![a.transport]
     } else {
         a.warm_transports.clone()
     };
-    let fast = run_fastrepl(&master, flavor, n, &a.transport, &warm)?;
+    let fast = run_fastrepl(&master, flavor, n, a.transport, &warm)?;
     let mut modes = vec![native];
     modes.extend(fast);
 
@@ -142,7 +131,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     }
 }
 
-fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm: &[String]) -> Result<Vec<Mode>> {
+fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: LabTransport, warm: &[LabTransport]) -> Result<Vec<Mode>> {
     let exe = crate::fastrepl_bin()?;
     let mut token = [0u8; 24];
     getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
@@ -164,8 +153,8 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm
     cold.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     cold.verified = verify_all(master, &replicas)?;
     let mut modes = vec![cold];
-    for t in warm {
-        println!("\n-- fastrepl: {n} more agents against the warm relay, transport {t}");
+    for &t in warm {
+        println!("\n-- fastrepl: {n} more agents against the warm relay, transport {}", t.name());
         let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
         let (forks0, cpu0) = (stat(&mut mc, "stats", "total_forks")?, cpu_secs(master.pid()));
         let mut m = joins(&exe, &token, &relay_addr, &replicas, Instant::now(), "fastrepl warm", t)?;
@@ -178,9 +167,9 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: &str, warm
 }
 
 /// Join `replicas` through the relay at once; times from `t0`.
-fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &str, transport: &str) -> Result<Mode> {
+fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &str, transport: LabTransport) -> Result<Mode> {
     let n = replicas.len();
-    let (targ, tls) = transport_args(transport)?;
+    let (targ, tls) = (transport.choice().name(), transport.ucx_tls());
     let mut joins: Vec<Proc> = replicas
         .iter()
         .enumerate()
@@ -231,7 +220,7 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
     let used = reports.first().map(|r| r["transport"].as_str().unwrap_or("?").to_string()).unwrap_or_default();
     let detail_t = reports.first().and_then(|r| r["transport_detail"].as_str()).map(|d| d.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
     Ok(Mode {
-        name: if transport == used || transport == "auto" { format!("{name} ({used})") } else { format!("{name} ({transport})") },
+        name: if transport.name() == used || transport == LabTransport::Auto { format!("{name} ({used})") } else { format!("{name} ({})", transport.name()) },
         secs,
         per_replica: per,
         forks: 0,

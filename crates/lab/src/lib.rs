@@ -7,7 +7,8 @@
 //! - [`bench`]: native replication vs fastrepl on namespace hosts with shaped links.
 //! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
 //! - [`charts`]: PNG line charts.
-//! - [`stats`]: the median and percentiles every table uses.
+//! - [`stats`]: the median and quantiles every table uses.
+//! - [`transport`]: the lab's transport names (the product's plus `ucx-tcp`, `ucx-sm`).
 #![deny(missing_docs)]
 
 pub mod bench;
@@ -15,6 +16,7 @@ pub mod charts;
 pub mod demo;
 pub mod probe;
 pub mod stats;
+pub mod transport;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

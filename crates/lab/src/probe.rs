@@ -8,6 +8,7 @@
 //! on stdout, `probe.json`, and PNG charts with log axes in `--out`.
 
 use crate::charts::{self, Series};
+use crate::transport::LabTransport;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -163,28 +164,22 @@ fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
 
 /// A transport to probe, by name.
 fn open_transport(name: &str, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered) -> Result<Box<dyn Transport>> {
-    Ok(match name {
-        "tcp" => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
-        "shm" => {
+    let t = <LabTransport as clap::ValueEnum>::from_str(name, false).map_err(|e| anyhow::anyhow!("transport {name:?}: {e}"))?;
+    Ok(match t {
+        LabTransport::Tcp => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
+        LabTransport::Shm => {
             let sock = offered.shm_socket.clone().context("the relay does not offer shm")?;
             Box::new(transport::shm::ShmTransport::new(sock, token.clone()))
         }
         #[cfg(feature = "ucx")]
-        "ucx" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), None)?),
-        #[cfg(feature = "ucx")]
-        "ucx-tcp" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), Some("tcp"))?),
-        #[cfg(feature = "ucx")]
-        "ucx-sm" => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), Some("sm"))?),
-        other => bail!("unknown transport {other:?} (tcp, shm, ucx, ucx-tcp, ucx-sm)"),
+        LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), t.ucx_tls())?),
+        other => bail!("the probe cannot open {:?} here (tcp, shm, ucx, ucx-tcp, ucx-sm; ucx needs the ucx feature)", other.name()),
     })
 }
 
 /// Which baseline a transport is compared with.
 fn baseline_of(t: &str) -> &'static str {
-    match t {
-        "shm" | "ucx-sm" => "memcpy",
-        _ => "tcp-stream",
-    }
+    <LabTransport as clap::ValueEnum>::from_str(t, false).map(LabTransport::baseline).unwrap_or("tcp-stream")
 }
 
 struct Measured {

@@ -12,15 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Read timeout on the master link: the granularity of ACK ticks (the machine acknowledges every
-/// 100 ms until the stream flows, so ticks must be at least that frequent).
-const TICK: Duration = Duration::from_millis(50);
-/// Most bytes read from the master at once outside the RDB (handshake replies, the stream).
-const READ_CHUNK: usize = 64 * 1024;
-/// Most RDB bytes read into the region at once.
-const RDB_READ_MAX: u64 = 4 << 20;
-/// Connecting to the master.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+use limits::{CAPTURE_TICK as TICK, CONNECT_TIMEOUT, RDB_READ_BYTES_MAX as RDB_READ_MAX, READ_CHUNK_BYTES as READ_CHUNK};
 
 /// Why a capture ended.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +49,7 @@ pub enum Error {
 /// for a fresh generation. Failures are retried with backoff while agents are waiting.
 pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
     let mut id = 0;
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = limits::CAPTURE_BACKOFF_MIN;
     while !shared.stop.load(Ordering::SeqCst) {
         // Wait for demand.
         {
@@ -76,7 +68,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
         let started = Instant::now();
         match capture_generation(&shared, id, announce_port) {
             Ok(()) => {
-                backoff = Duration::from_millis(500);
+                backoff = limits::CAPTURE_BACKOFF_MIN;
                 tracing::info!(secs = started.elapsed().as_secs_f64(), "generation sealed; next capture on demand");
             }
             Err(Error::Stopped) => break,
@@ -84,7 +76,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 tracing::error!(error = %e, "capture failed; retrying in {:?}", backoff);
                 shared.changed.notify_all();
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
                 // The first generation is wanted even without agents: the relay's job is to be ready.
                 if id == 1 || shared.lock_current().is_none() {
                     shared.demand.store(true, Ordering::SeqCst);

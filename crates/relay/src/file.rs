@@ -21,7 +21,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
     let t0 = std::time::Instant::now();
     let mut done = 0u64;
     while done < len {
-        let spare = writer.spare((len - done).min(4 << 20));
+        let spare = writer.spare((len - done).min(limits::RDB_READ_BYTES_MAX));
         let n = f.read(spare).map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
         if n == 0 {
             gen.fail("the file shrank while being read");

@@ -90,6 +90,18 @@ impl Offer {
     pub const ALL: Offer = Offer { tcp: true, shm: true, ucx: true };
 }
 
+impl From<transport::Choice> for Offer {
+    /// `--transport` on the relay: `auto` offers everything that works here, a name only that.
+    fn from(c: transport::Choice) -> Offer {
+        match c {
+            transport::Choice::Auto => Offer::ALL,
+            transport::Choice::Tcp => Offer { tcp: true, shm: false, ucx: false },
+            transport::Choice::Shm => Offer { tcp: false, shm: true, ucx: false },
+            transport::Choice::Ucx => Offer { tcp: false, shm: false, ucx: true },
+        }
+    }
+}
+
 impl Config {
     /// Refuse configurations that would expose the dataset.
     pub fn validate(&self) -> Result<(), Error> {
@@ -99,8 +111,8 @@ impl Config {
                 self.listen
             )));
         }
-        if self.snapshot.block_size < 4096 || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
-            return Err(Error::Config(format!("block size must be between 4 KiB and {} bytes", transport::wire::READ_MAX)));
+        if self.snapshot.block_size < limits::BLOCK_BYTES_MIN || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
+            return Err(Error::Config(format!("block size must be between {} and {} bytes", limits::BLOCK_BYTES_MIN, transport::wire::READ_MAX)));
         }
         Ok(())
     }

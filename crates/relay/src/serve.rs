@@ -14,14 +14,7 @@ use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request, REQUEST_LEN};
 use transport::{tcp, Error};
 
-/// How long a peer has to authenticate.
-const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
-/// Heartbeat period on control connections.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How long an agent may wait for a fresh generation.
-const GENERATION_WAIT: Duration = Duration::from_secs(600);
-/// Data connections idle this long are closed.
-const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
+use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP, or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write + AsRawFd {
@@ -105,7 +98,7 @@ fn accept_each<S: Send + 'static>(
 
 fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
     match auth::server(&mut s, &shared.config.token)? {
         Kind::Data => {
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
@@ -117,7 +110,7 @@ fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error>
 
 fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    s.set_write_timeout(Some(Duration::from_secs(30))).map_err(Error::io("configure socket"))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_nodelay(true).map_err(Error::io("configure socket"))?;
     let kind = auth::server(&mut s, &shared.config.token)?;
     match kind {

@@ -22,17 +22,10 @@ use crate::replica::{self, Auth, PsyncReply, Step};
 use crate::stream::Scanner;
 use crate::{Error, ReplId};
 use resp::Limits;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long the master may stay silent before we give up on it (its own `repl-timeout` default).
-pub const SILENCE_MAX: Duration = Duration::from_secs(60);
-/// How often a replica acknowledges its offset once the stream flows.
-pub const ACK_EVERY: Duration = Duration::from_secs(1);
-/// How often we acknowledge until the stream starts (see the module comment).
-pub const ACK_EVERY_UNTIL_STREAM: Duration = Duration::from_millis(100);
-/// Bounds on the master's replies before the stream: short status lines, nothing nested. Any reply
-/// to the handshake or to `PSYNC` is a single line.
-pub const HANDSHAKE_LIMITS: Limits = Limits { bulk_len_max: 4096, array_len_max: 16, depth_max: 1, line_len_max: 4096 };
+pub use limits::{ACK_EVERY, ACK_EVERY_UNTIL_STREAM, MASTER_SILENCE_MAX as SILENCE_MAX};
+pub use crate::HANDSHAKE_LIMITS;
 
 /// Where the capture stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,6 +303,7 @@ pub const TAIL_LEN: usize = EOF_MARK_LEN;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const ID: &str = "6c879f910fada50e6bee517c0d0ea8a0b46c6e0b";
 

@@ -1,7 +1,6 @@
 //! The master's side of a replica's handshake: what the agent answers to its local replica.
 
 use crate::{parse_u64, Error};
-use resp::Limits;
 
 /// What the replica asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +17,7 @@ pub enum Event {
 }
 
 /// Commands a replica sends before PSYNC never carry large arguments.
-const HANDSHAKE_LIMITS: Limits = Limits { bulk_len_max: 4096, array_len_max: 64, depth_max: 1, line_len_max: 4096 };
+use crate::HANDSHAKE_LIMITS;
 
 /// State of a replica's handshake with us.
 #[derive(Debug, Default)]
@@ -41,7 +40,7 @@ impl Handshake {
             return Ok(vec![]);
         }
         self.buf.extend_from_slice(data);
-        if self.buf.len() > 64 * 1024 {
+        if self.buf.len() > limits::HANDSHAKE_BUFFER_BYTES_MAX {
             return Err(Error::Protocol("replica handshake exceeds 64 KiB".into()));
         }
         let mut events = Vec::new();
@@ -117,7 +116,7 @@ impl AckReader {
             }
         }
         self.buf.drain(..pos);
-        if self.buf.len() > 64 * 1024 {
+        if self.buf.len() > limits::HANDSHAKE_BUFFER_BYTES_MAX {
             return Err(Error::Protocol("replica sent over 64 KiB without a complete command".into()));
         }
         Ok(last)

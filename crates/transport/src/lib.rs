@@ -19,6 +19,34 @@ pub mod wire;
 
 pub use auth::Token;
 
+/// A transport as users name it (`--transport` of `relay`, `join` and `fetch`): what to use, or on
+/// the relay what to offer. The one mapping between names and transports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Choice {
+    /// Join: shm on the relay's host, ucx where UCX has an RDMA device on both ends, tcp otherwise.
+    /// Relay: offer everything that works here.
+    #[default]
+    Auto,
+    /// UCX one-sided reads (RDMA READ on InfiniBand/RoCE).
+    Ucx,
+    /// The relay's memfd, mapped (same host and network namespace).
+    Shm,
+    /// Range reads over TCP.
+    Tcp,
+}
+
+impl Choice {
+    /// The name users type and reports show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::Auto => "auto",
+            Choice::Ucx => "ucx",
+            Choice::Shm => "shm",
+            Choice::Tcp => "tcp",
+        }
+    }
+}
+
 /// Errors of a transport.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -17,7 +17,7 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
 use std::time::Duration;
 
 /// Reads at least this large populate their pages up front.
-const POPULATE_MIN: usize = 256 << 10;
+const POPULATE_MIN: usize = limits::POPULATE_BYTES_MIN;
 
 /// `madvise` advice to populate page tables for reading (not in every libc crate version).
 const MADV_POPULATE_READ: libc::c_int = 22;
@@ -25,7 +25,7 @@ const MADV_POPULATE_READ: libc::c_int = 22;
 /// How long socket operations may wait on the relay.
 const IO_TIMEOUT: Duration = crate::tcp::IO_TIMEOUT;
 /// Largest region an agent maps (a bound on what a relay can make us reserve).
-pub const REGION_MAX: u64 = 1 << 40;
+pub const REGION_MAX: u64 = limits::REGION_BYTES_MAX;
 
 /// Connect to a relay's abstract unix socket `name` and authenticate as `kind`.
 pub fn connect(name: &str, token: &Token, kind: Kind) -> Result<UnixStream, Error> {
@@ -103,7 +103,7 @@ impl ShmReader {
         let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io("receive the region's descriptor"))?;
         let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));
         if h[0] != 0 {
-            let mut msg = vec![0u8; len.min(4096) as usize];
+            let mut msg = vec![0u8; (len as usize).min(limits::ERROR_MESSAGE_BYTES_MAX)];
             std::io::Read::read_exact(&mut self.conn.s, &mut msg).map_err(Error::io("read error message"))?;
             return Err(Error::Refused { op: "shm attach", message: String::from_utf8_lossy(&msg).into_owned() });
         }

@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// How long a read may wait on the relay before the agent gives up on it.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind`.
 pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<TcpStream, Error> {
@@ -65,7 +65,7 @@ impl<S: Read + Write> StreamReader<S> {
             return Err(Error::Protocol(format!("response of {len} bytes exceeds {READ_MAX}")));
         }
         if h[0] != 0 {
-            let mut msg = vec![0u8; len.min(4096) as usize];
+            let mut msg = vec![0u8; (len as usize).min(limits::ERROR_MESSAGE_BYTES_MAX)];
             self.s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
             return Err(Error::Refused { op, message: String::from_utf8_lossy(&msg).into_owned() });
         }
@@ -128,7 +128,7 @@ pub fn send_bytes<S: Write>(s: &mut S, bytes: &[u8]) -> Result<(), Error> {
 
 /// Relay side: refuse a request with a message.
 pub fn send_error<S: Write>(s: &mut S, message: &str) -> Result<(), Error> {
-    let m = &message.as_bytes()[..message.len().min(4096)];
+    let m = &message.as_bytes()[..message.len().min(limits::ERROR_MESSAGE_BYTES_MAX)];
     let mut out = response_header(false, m.len() as u32).to_vec();
     out.extend_from_slice(m);
     s.write_all(&out).map_err(Error::io("send error"))

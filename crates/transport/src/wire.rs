@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 /// Largest control message accepted.
-pub const CONTROL_MESSAGE_MAX: u32 = 16 << 20;
+pub const CONTROL_MESSAGE_MAX: u32 = limits::CONTROL_MESSAGE_BYTES_MAX;
 /// Largest single range read.
-pub const READ_MAX: u32 = 64 << 20;
+pub const READ_MAX: u32 = limits::READ_BYTES_MAX;
 
 /// What the relay pushes on a control connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,9 +97,9 @@ pub enum Request {
 
 /// UCX registrations cover the region in segments of this size, so a relay never registers (on verbs:
 /// pins) the sparse, mostly unwritten capacity of an EOF-framed snapshot all at once.
-pub const UCX_SEGMENT: u64 = 256 << 20;
+pub const UCX_SEGMENT: u64 = limits::UCX_SEGMENT_BYTES;
 /// Bound on a UCX worker address or packed remote key from the relay.
-pub const UCX_BLOB_MAX: usize = 64 << 10;
+pub const UCX_BLOB_MAX: usize = limits::UCX_BLOB_BYTES_MAX;
 
 /// What a relay answers to a ucx attach: how to reach its worker and read one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]

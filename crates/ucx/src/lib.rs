@@ -343,10 +343,10 @@ const SPIN_BEFORE_WAIT: u32 = 256;
 /// Longest sleep on the worker's event descriptor. The descriptor wakes us when anything arrives, so
 /// this only bounds how late a deadline is noticed. It was 1 ms: each expiry was followed by another
 /// round of idle spinning, and agents waiting on a slow link burnt a quarter of a core each doing it.
-const WAIT_MAX: Duration = Duration::from_millis(50);
+const WAIT_MAX: Duration = limits::UCX_WAIT_MAX;
 
 /// How long closing an endpoint, or cancelling a request, may take before we give up on it.
-const CLEANUP_MAX: Duration = Duration::from_secs(10);
+const CLEANUP_MAX: Duration = limits::UCX_CLEANUP_MAX;
 
 impl Endpoint {
     /// The peer failed (UCX reported an error on this endpoint).

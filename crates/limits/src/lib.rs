@@ -1,0 +1,135 @@
+//! Every bound, timeout and buffer size of fastrepl, in one place. Units are last in the names
+//! (`_bytes`, `_max`, durations as [`Duration`]). A bound on what a peer sends is what keeps a
+//! malformed or hostile peer from making us allocate or wait without end; where two values depend on
+//! each other, a `const` assertion at the bottom of this file checks it at compile time, so changing
+//! one without the other does not build.
+#![deny(missing_docs)]
+#![no_std]
+
+use core::time::Duration;
+
+// ---- Bytes ---------------------------------------------------------------------------------------
+
+/// Largest single range read over any transport (a block is one read).
+pub const READ_BYTES_MAX: u32 = 64 << 20;
+/// Largest control message (a descriptor with a generation's checksums).
+pub const CONTROL_MESSAGE_BYTES_MAX: u32 = 16 << 20;
+/// Smallest snapshot block (`--block-size`).
+pub const BLOCK_BYTES_MIN: u64 = 4096;
+/// Default snapshot block.
+pub const BLOCK_BYTES_DEFAULT: u64 = 4 << 20;
+/// Largest region an agent maps (the shm transport), and the default `--snapshot-max-bytes` is below it.
+pub const REGION_BYTES_MAX: u64 = 1 << 40;
+/// Default `--snapshot-max-bytes`: the sparse capacity of an EOF-framed snapshot's memfd.
+pub const SNAPSHOT_BYTES_DEFAULT: u64 = 64 << 30;
+/// Default `--log-max-bytes`.
+pub const LOG_BYTES_DEFAULT: u64 = 256 << 20;
+/// Segment of a region registered with UCX at once (an EOF-framed snapshot is mostly unwritten:
+/// registering it whole would pin its whole capacity under verbs).
+pub const UCX_SEGMENT_BYTES: u64 = 256 << 20;
+/// Largest UCX blob (worker address, packed remote key) accepted from the relay.
+pub const UCX_BLOB_BYTES_MAX: usize = 64 << 10;
+/// A block read over UCX is split into GETs of this size, all in flight together.
+pub const UCX_GET_BYTES: usize = 1 << 20;
+/// Most log bytes an agent reads and sends to its replica at once.
+pub const LOG_CHUNK_BYTES: u64 = 4 << 20;
+/// Most RDB bytes the relay reads from the master into the region at once.
+pub const RDB_READ_BYTES_MAX: u64 = 4 << 20;
+/// Socket reads outside the RDB (handshake replies, the stream, ACKs).
+pub const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Most bytes of an error message accepted from (or sent to) a peer.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
+/// Most bytes of a replica's handshake buffered before it must have made sense.
+pub const HANDSHAKE_BUFFER_BYTES_MAX: usize = 64 << 10;
+/// Longest line (status, error, length header) in a handshake with a master or a replica.
+pub const HANDSHAKE_LINE_BYTES_MAX: usize = 4096;
+/// Most arguments of one handshake command (`REPLCONF capa ... capa ...`).
+pub const HANDSHAKE_ARGS_MAX: usize = 64;
+/// Reads of at least this size populate their page tables in one call (shm transport).
+pub const POPULATE_BYTES_MIN: usize = 256 << 10;
+
+// ---- Counts --------------------------------------------------------------------------------------
+
+/// Most readers (connections, each with reads in flight) a join or fetch uses (`--readers`).
+pub const READERS_MAX: usize = 64;
+/// Most blocks a join buffers ahead of its replica (`--window-blocks`).
+pub const WINDOW_BLOCKS_MAX: u64 = 1024;
+/// Default `--window-blocks`.
+pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
+/// Default `--connections-max` of a relay.
+pub const CONNECTIONS_DEFAULT: usize = 256;
+
+// ---- Time ----------------------------------------------------------------------------------------
+
+/// A master silent this long is given up on (its own `repl-timeout` default).
+pub const MASTER_SILENCE_MAX: Duration = Duration::from_secs(60);
+/// Connecting to a master or a relay.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A command to a Redis/Valkey server (the agent's local server and master).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Reads and writes on a relay↔agent data connection, and writes to an agent.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// A peer must finish authenticating within this.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The relay pushes something on every control connection at least this often.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// An agent declares its relay gone after this much silence on the control connection.
+pub const RELAY_SILENCE_MAX: Duration = Duration::from_secs(10);
+/// A data connection idle this long is closed by the relay.
+pub const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
+/// How long an agent (and the relay on its behalf) waits for a generation to be described: a capture
+/// may be starting (the master's `repl-diskless-sync-delay` and fork come first).
+pub const GENERATION_WAIT_MAX: Duration = Duration::from_secs(600);
+/// The local server must connect to the agent this soon after `REPLICAOF`.
+pub const REPLICA_CONNECT_MAX: Duration = Duration::from_secs(30);
+/// The replica must apply the log the agent sent within this, before the handoff.
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// A replica acknowledges its offset this often once the stream flows.
+pub const ACK_EVERY: Duration = Duration::from_secs(1);
+/// ... and this often until the stream flows (a master may have missed the first ACK).
+pub const ACK_EVERY_UNTIL_STREAM: Duration = Duration::from_millis(100);
+/// Read timeout on the relay's master link: the granularity of its ACK ticks.
+pub const CAPTURE_TICK: Duration = Duration::from_millis(50);
+/// Interval between polls of a server's state (each wait has its own deadline).
+pub const SERVER_POLL_EVERY: Duration = Duration::from_millis(10);
+/// Longest wait for the relay to publish a block before re-checking its state.
+pub const BLOCK_WAIT_MAX: Duration = Duration::from_millis(200);
+/// First backoff after a failed capture; it doubles up to [`CAPTURE_BACKOFF_MAX`].
+pub const CAPTURE_BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest backoff between captures.
+pub const CAPTURE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Closing a UCX endpoint or cancelling a request may take this long before we give up on it.
+pub const UCX_CLEANUP_MAX: Duration = Duration::from_secs(10);
+/// Longest sleep of a waiting UCX reader on its worker's event descriptor (it wakes on any event;
+/// this only bounds how late a deadline is noticed).
+pub const UCX_WAIT_MAX: Duration = Duration::from_millis(50);
+
+// ---- Relationships, checked when this crate builds -----------------------------------------------
+
+const fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+// A block is one read: the largest block must fit one read.
+const _: () = assert!(BLOCK_BYTES_MIN <= BLOCK_BYTES_DEFAULT && BLOCK_BYTES_DEFAULT <= READ_BYTES_MAX as u64);
+// A log chunk is one read too.
+const _: () = assert!(LOG_CHUNK_BYTES <= READ_BYTES_MAX as u64);
+// UCX registers whole segments; a block read may span two, never more.
+const _: () = assert!(UCX_SEGMENT_BYTES >= READ_BYTES_MAX as u64);
+const _: () = assert!(UCX_GET_BYTES as u64 <= BLOCK_BYTES_DEFAULT);
+// The default snapshot capacity must be mappable by agents.
+const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
+// The pipeline's window must be able to hold one block per reader.
+const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX);
+// Several heartbeats fit in the silence that declares a relay gone.
+const _: () = assert!(3 * ms(HEARTBEAT) <= ms(RELAY_SILENCE_MAX));
+// The capture ticks at least as often as it must acknowledge, and acknowledges well within the
+// master's patience.
+const _: () = assert!(ms(CAPTURE_TICK) <= ms(ACK_EVERY_UNTIL_STREAM) && ms(ACK_EVERY_UNTIL_STREAM) < ms(ACK_EVERY));
+const _: () = assert!(10 * ms(ACK_EVERY) <= ms(MASTER_SILENCE_MAX));
+// Polls are much shorter than the waits they serve.
+const _: () = assert!(10 * ms(SERVER_POLL_EVERY) <= ms(COMMAND_TIMEOUT) && ms(BLOCK_WAIT_MAX) < ms(RELAY_SILENCE_MAX));
+// Backoff grows from its minimum to its maximum.
+const _: () = assert!(ms(CAPTURE_BACKOFF_MIN) < ms(CAPTURE_BACKOFF_MAX));
+// Error messages and handshake lines fit the buffers that read them.
+const _: () = assert!(ERROR_MESSAGE_BYTES_MAX <= READ_CHUNK_BYTES && HANDSHAKE_LINE_BYTES_MAX <= HANDSHAKE_BUFFER_BYTES_MAX);
