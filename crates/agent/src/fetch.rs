@@ -31,15 +31,7 @@ pub struct FetchReport {
     pub reads_in_flight_max: u64,
 }
 
-/// CPU time of this process so far (user + system), in seconds.
-pub fn process_cpu_secs() -> f64 {
-    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF has no other preconditions.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
-}
+pub use crate::procstat::own_cpu_secs as process_cpu_secs;
 
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
 pub fn fetch(

@@ -329,8 +329,8 @@ impl Driver<'_> {
             },
             pull_mib_s: stats.bytes as f64 / (1 << 20) as f64 / pull_secs,
             notes,
-            agent_cpu_secs: crate::fetch::process_cpu_secs(),
-            agent_peak_rss_kib: crate::peak_rss_kib(),
+            agent_cpu_secs: crate::procstat::own_cpu_secs(),
+            agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
         }
     }
 }

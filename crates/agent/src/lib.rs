@@ -18,6 +18,7 @@ mod join;
 pub mod local;
 pub mod machine;
 pub mod pipeline;
+pub mod procstat;
 pub mod progress;
 pub mod replica_link;
 pub mod scheduler;
@@ -213,16 +214,6 @@ pub struct Report {
     pub agent_cpu_secs: f64,
     /// This agent process's peak resident memory, KiB.
     pub agent_peak_rss_kib: u64,
-}
-
-/// Peak resident memory of this process image so far, in KiB (`VmHWM`). Not `getrusage`'s
-/// `ru_maxrss`: that survives `execve` and so includes whatever process forked us (a benchmark
-/// harness, `ip netns exec`'s parent) before we were exec'd.
-pub fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
 }
 
 /// Readers to use: as asked, or the transport's default when `asked` is 0.

@@ -223,7 +223,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
     let token = transport::secrets::token(a.token_file.as_deref())?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    on_interrupt(cancel.clone());
+    on_interrupt(cancel.clone())?;
     let to_stdout = a.out.as_os_str() == "-";
     let mut out: Box<dyn Write> = if to_stdout {
         Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock()))
@@ -284,7 +284,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         cancel: Default::default(),
         transport: a.transport,
     };
-    on_interrupt(cfg.cancel.clone());
+    on_interrupt(cfg.cancel.clone())?;
     let bar = progress_bar(cfg.live.clone());
     let result = agent::join(&cfg);
     if let Some((stop, h)) = bar {
@@ -318,51 +318,35 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
 
 /// SIGINT and SIGTERM set `cancel` (a join then resets the replica before exiting), instead of
 /// killing the process and leaving the replica pointed at a listener that is gone.
-fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static SIGNALLED: AtomicBool = AtomicBool::new(false);
-    extern "C" fn handler(_: libc::c_int) {
-        // Only an atomic store: async-signal-safe.
-        SIGNALLED.store(true, Ordering::SeqCst);
+fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, cancel.clone()).context("install signal handler")?;
     }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `handler` is an `extern "C" fn(c_int)` that only performs an atomic store, which is
-        // async-signal-safe; installing it has no other preconditions.
-        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
-    }
-    std::thread::spawn(move || loop {
-        if SIGNALLED.load(Ordering::SeqCst) {
-            cancel.store(true, Ordering::SeqCst);
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50)); // Relays the signal flag; not synchronization.
-    });
+    Ok(())
 }
 
-/// A one-line progress display on stderr, only when stderr is a terminal.
+/// A progress bar on stderr, only when stderr is a terminal: RDB bytes sent, rate, phase.
 fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
-    use std::io::{IsTerminal, Write};
+    use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
     if !std::io::stderr().is_terminal() {
         return None;
     }
+    let style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {bytes_per_sec}  {msg}").ok()?.progress_chars("#>.");
+    let bar = indicatif::ProgressBar::new(0).with_style(style);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let h = std::thread::spawn(move || {
-        let t0 = std::time::Instant::now();
         while !s.load(Ordering::SeqCst) {
-            let sent = live.rdb_bytes_sent.load(Ordering::Relaxed) as f64 / 1048576.0;
-            let total = live.rdb_bytes_total.load(Ordering::Relaxed) as f64 / 1048576.0;
-            let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
-            let width = 30;
-            let filled = if total > 0.0 { ((sent / total) * width as f64) as usize } else { 0 };
-            let bar: String = (0..width).map(|i| if i < filled { '#' } else { '.' }).collect();
-            let total_s = if total > 0.0 { format!("{total:.0}") } else { "?".into() };
-            eprint!("\r[{bar}] {sent:.0}/{total_s} MiB  {:.0} MiB/s  {phase:<14}", sent / t0.elapsed().as_secs_f64().max(1e-3));
-            let _ = std::io::stderr().flush();
+            let total = live.rdb_bytes_total.load(Ordering::Relaxed);
+            if total > 0 {
+                bar.set_length(total);
+            }
+            bar.set_position(live.rdb_bytes_sent.load(Ordering::Relaxed));
+            bar.set_message(*live.phase.lock().unwrap_or_else(|e| e.into_inner()));
             std::thread::sleep(Duration::from_millis(200)); // Display refresh period.
         }
-        eprintln!();
+        bar.finish_and_clear();
     });
     Some((stop, h))
 }

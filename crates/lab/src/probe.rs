@@ -99,7 +99,7 @@ struct Point {
 
 /// CPU seconds of a process (and any children it reaped) from /proc.
 fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    std::path::Path::new(&format!("/proc/{pid}/stat")).exists().then(|| crate::bench::run::proc_cpu_with_children(pid))
+    agent::procstat::cpu_secs_with_children(pid as i32)
 }
 
 /// A relay we started for `--self`, killed on drop.

@@ -179,14 +179,3 @@ mod tests {
         assert_eq!(p.received(6, b""), Progress::Done(10));
     }
 }
-
-/// Fuzz entry point: header parsing never panics and never accepts an over-long length.
-pub fn fuzz_one(data: &[u8]) {
-    if let Ok(Some((Framing::Length(n), used))) = parse_header(data, 1 << 20) {
-        assert!(n <= 1 << 20 && used <= data.len());
-    }
-    let _ = crate::replica::parse_psync_reply(data, &resp::Limits::default());
-    let mut s = crate::stream::Scanner::new(0, resp::Limits { bulk_len_max: 1 << 20, ..Default::default() });
-    let _ = s.feed(data);
-    let _ = crate::master::Handshake::default().on_bytes(data);
-}

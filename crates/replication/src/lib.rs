@@ -15,6 +15,9 @@
 
 pub mod capture;
 pub mod framing;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod master;
 pub mod rdb;
 pub mod replica;
@@ -114,7 +117,8 @@ mod fuzz_smoke {
                     _ => d.truncate(pos),
                 }
             }
-            crate::framing::fuzz_one(&d);
+            crate::fuzz::parsers(&d);
+            crate::fuzz::capture(&d);
         }
     }
 }

@@ -358,6 +358,8 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame) {
 
 /// Fuzz entry point shared by `fuzz/` and the test suite: decoding arbitrary bytes never panics,
 /// and whatever parses re-encodes to bytes that parse to the same frame.
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
     let limits = Limits { bulk_len_max: 1 << 20, array_len_max: 1 << 12, depth_max: 8, line_len_max: 1024 };
     if let Ok((frame, used)) = parse(data, &limits) {

@@ -210,6 +210,8 @@ pub fn response_header(ok: bool, len: u32) -> [u8; 5] {
 }
 
 /// Fuzz entry point: decoding arbitrary control and data messages never panics.
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
     let _ = recv_control(&mut &data[..]);
     if let Ok(k) = UcxKey::decode(data) {

@@ -63,7 +63,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
     // Interrupted (Ctrl-C, SIGTERM): destructors will not run, so remove the namespaces here, and let
     // every server, relay and agent die with us.
     fixtures::children_die_with_parent(true);
-    on_signal_remove_labs();
+    on_signal_remove_labs()?;
     let mut all = Vec::new();
     for spec in specs {
         let name = spec.name.clone();
@@ -75,24 +75,14 @@ pub fn main(args: BenchArgs) -> Result<()> {
 }
 
 /// On SIGINT/SIGTERM: remove every namespace host this process made, then exit with 130.
-fn on_signal_remove_labs() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static SIGNALLED: AtomicBool = AtomicBool::new(false);
-    extern "C" fn handler(_: libc::c_int) {
-        // Only an atomic store: async-signal-safe.
-        SIGNALLED.store(true, Ordering::SeqCst);
-    }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `handler` only performs an atomic store (async-signal-safe); installing it has no
-        // other preconditions.
-        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
-    }
-    std::thread::spawn(|| loop {
-        if SIGNALLED.load(Ordering::SeqCst) {
+fn on_signal_remove_labs() -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("install signal handler")?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
             eprintln!("bench: interrupted; removing namespace hosts");
             fixtures::netns::remove_all_labs();
             std::process::exit(130); // children die with us (PR_SET_PDEATHSIG)
         }
-        std::thread::sleep(std::time::Duration::from_millis(50)); // Relays the signal flag; not synchronization.
     });
+    Ok(())
 }

@@ -171,18 +171,12 @@ fn used_memory(s: &Server) -> String {
 
 /// CPU seconds of a process and its reaped children (utime + stime + cutime + cstime).
 pub fn proc_cpu_with_children(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    f.get(11..15).map(|v| v.iter().sum::<f64>() / hz).unwrap_or(0.0)
+    agent::procstat::cpu_secs_with_children(pid as i32).unwrap_or(0.0)
 }
 
 /// Peak RSS (VmHWM) of a process, KiB.
 fn peak_rss(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+    agent::procstat::peak_rss_kib(pid as i32)
 }
 
 /// Reset a process's peak RSS to its current RSS (so a long-lived master's peak is per run).

@@ -1,0 +1,50 @@
+//! CPU time and peak memory of a process, from `/proc` (through `procfs`): what the agent reports
+//! about itself, and what the lab reads of servers and relays.
+
+use procfs::process::Process;
+
+/// CPU seconds (user + system) of process `pid`, plus those of children it has reaped (a server's
+/// fork children are counted once they exit and are waited for). `None` if it is gone.
+pub fn cpu_secs_with_children(pid: i32) -> Option<f64> {
+    let st = Process::new(pid).ok()?.stat().ok()?;
+    let ticks = st.utime + st.stime + st.cutime.max(0) as u64 + st.cstime.max(0) as u64;
+    Some(ticks as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// CPU seconds (user + system) this process has used so far, to the microsecond (`getrusage`; /proc
+/// counts in clock ticks of 10 ms, too coarse for the probe's per-read figures).
+pub fn own_cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF has no other preconditions, and an
+    // all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `ru` is writable and outlives the call.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// Peak resident memory (`VmHWM`) of process `pid` in KiB. Not `getrusage`'s `ru_maxrss`: that
+/// survives `execve` and so includes whatever process forked us before we were exec'd.
+pub fn peak_rss_kib(pid: i32) -> Option<u64> {
+    Process::new(pid).ok()?.status().ok()?.vmhwm
+}
+
+/// This process's peak resident memory in KiB (0 if `/proc` cannot say).
+pub fn own_peak_rss_kib() -> u64 {
+    Process::myself().ok().and_then(|p| p.status().ok()).and_then(|s| s.vmhwm).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let v: Vec<u8> = vec![1; 8 << 20];
+        assert!(own_peak_rss_kib() >= 8 << 10, "peak RSS covers an 8 MiB buffer");
+        assert_eq!(v.iter().map(|&b| b as u64).sum::<u64>(), 8 << 20);
+        assert!(own_cpu_secs() >= 0.0);
+        assert!(cpu_secs_with_children(std::process::id() as i32).is_some());
+        assert!(peak_rss_kib(std::process::id() as i32).is_some());
+    }
+}
