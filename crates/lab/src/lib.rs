@@ -6,6 +6,7 @@
 //!   native replication side by side).
 //! - [`bench`]: native replication vs fastrepl on namespace hosts with shaped links.
 //! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
+//! - [`report`]: results.md, charts and the docs' tables re-rendered from raw `results.json` files.
 //! - [`charts`]: PNG line charts.
 //! - [`stats`]: the median and quantiles every table uses.
 //! - [`transport`]: the lab's transport names (the product's plus `ucx-tcp`, `ucx-sm`).
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod charts;
 pub mod demo;
 pub mod probe;
+pub mod report;
 pub mod stats;
 pub mod transport;
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{bench, demo, probe};
+use lab::{bench, demo, probe, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -23,6 +23,8 @@ enum Cmd {
     /// Transport microbenchmark: throughput, latency and CPU per read for each transport from 32 B to
     /// 32 MiB, next to memcpy and raw TCP baselines; table, JSON and PNG charts.
     Probe(probe::ProbeArgs),
+    /// Re-render results.md and charts from bench results.json files, and the docs' summary tables.
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::main(a).map(|_| ExitCode::SUCCESS),
         Cmd::Probe(a) => probe::run(a),
+        Cmd::Report(a) => report::run(a).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

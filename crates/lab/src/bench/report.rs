@@ -6,11 +6,12 @@ use crate::bench::run::RunResult;
 use crate::bench::scenario::{Arrival, Spec};
 use crate::bench::BenchArgs;
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
 use std::fmt::Write as _;
 
 /// A scenario and its runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ScenarioResult {
     /// What ran.
     pub spec: Spec,
@@ -184,18 +185,32 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
     });
     let json_path = a.out.join("results.json");
     std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("write {}", json_path.display()))?;
+    let md = render(&a.out, &doc, all)?;
+    println!("\n{md}");
+    println!("raw results: {}; table: {}", json_path.display(), a.out.join("results.md").display());
+    let failed = all.iter().flat_map(|s| &s.runs).filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} run(s) failed (see the table)");
+    }
+    Ok(())
+}
+
+/// `results.md` and the charts in `dir`, from a results document (as `write` made it, or as read back
+/// from `results.json`); returns the Markdown.
+pub fn render(dir: &Path, doc: &serde_json::Value, all: &[ScenarioResult]) -> Result<String> {
+    let repeat = doc["settings"]["repeat"].as_u64().unwrap_or(1);
     let mut md = format!(
         "# fastrepl bench\n\n`{}`\n\nServer {} ({}); `repl-diskless-sync-delay {}`; machine: {}.\n\n",
         doc["command"].as_str().unwrap_or(""),
-        flavor.name(),
+        doc["server"]["flavor"].as_str().unwrap_or("?"),
         doc["server"]["version"].as_str().unwrap_or(""),
-        a.diskless_delay,
+        doc["settings"]["repl-diskless-sync-delay"],
         doc["machine"]
     );
     for s in all {
         let _ = writeln!(md, "## {}\n\n{}\n", s.spec.name, s.spec.describe());
-        if a.repeat > 1 {
-            let _ = writeln!(md, "Medians of {} runs per cell (every run below):\n", a.repeat);
+        if repeat > 1 {
+            let _ = writeln!(md, "Medians of {repeat} runs per cell (every run below):\n");
             md.push_str(&median_table(s));
             md.push('\n');
         }
@@ -210,23 +225,49 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
             md.push_str(&phase_table(s));
             md.push('\n');
         }
-        for png in charts_for(a, s)? {
+        for png in charts_for(dir, s)? {
             let _ = writeln!(md, "![{png}]({png})\n");
         }
     }
-    let md_path = a.out.join("results.md");
+    let md_path = dir.join("results.md");
     std::fs::write(&md_path, &md).with_context(|| format!("write {}", md_path.display()))?;
-    println!("\n{md}");
-    println!("raw results: {}; table: {}", json_path.display(), md_path.display());
-    let failed = all.iter().flat_map(|s| &s.runs).filter(|r| r.error.is_some()).count();
-    if failed > 0 {
-        anyhow::bail!("{failed} run(s) failed (see the table)");
+    Ok(md)
+}
+
+/// Per (link, N): the median time to all in sync of each mode side by side, and fastrepl-tcp over
+/// native-diskless (the ratio the project tracks). The front table of docs/benchmarks.md.
+pub fn summary_table(s: &ScenarioResult) -> String {
+    let mut keys: Vec<(&str, usize)> = Vec::new();
+    for r in &s.runs {
+        if !keys.contains(&(r.link.as_str(), r.replicas)) {
+            keys.push((r.link.as_str(), r.replicas));
+        }
     }
-    Ok(())
+    let order = |l: &str| ["100mbit", "1gbit", "10gbit", "unshaped"].iter().position(|x| *x == l).unwrap_or(9);
+    keys.sort_by_key(|(l, n)| (order(l), *n));
+    let modes = &s.spec.modes;
+    let mut t = String::new();
+    let _ = writeln!(t, "| link | N | {} | fastrepl-tcp ÷ native-diskless |", modes.join(" | "));
+    let _ = writeln!(t, "|---|---|{}---|", "---|".repeat(modes.len()));
+    for (link, n) in keys {
+        let med = |m: &str| median_secs(s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == m));
+        let cell = |m: &str| {
+            let runs = s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == m).count();
+            match (runs, med(m)) {
+                (0, _) => "–".to_string(),
+                (_, None) => "FAILED".to_string(),
+                (1, Some(v)) => format!("{v:.2}"),
+                (k, Some(v)) => format!("{v:.2} (median of {k})"),
+            }
+        };
+        let ratio = med("fastrepl-tcp").zip(med("native-diskless")).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "–".into());
+        let _ = writeln!(t, "| {link} | {n} | {} | {ratio} |", modes.iter().map(|m| cell(m)).collect::<Vec<_>>().join(" | "));
+    }
+    t
 }
 
 /// Charts of one scenario; returns their file names.
-fn charts_for(a: &BenchArgs, s: &ScenarioResult) -> Result<Vec<String>> {
+fn charts_for(dir: &Path, s: &ScenarioResult) -> Result<Vec<String>> {
     let mut files = Vec::new();
     let mut links: Vec<&str> = s.runs.iter().map(|r| r.link.as_str()).collect();
     links.dedup();
@@ -255,7 +296,7 @@ fn charts_for(a: &BenchArgs, s: &ScenarioResult) -> Result<Vec<String>> {
         } else {
             ("replicas", format!("{}: time to all replicas in sync, link {link}", s.spec.name))
         };
-        charts::linear(&a.out.join(&name), &title, x, "seconds", &series)?;
+        charts::linear(&dir.join(&name), &title, x, "seconds", &series)?;
         files.push(name);
     }
     Ok(files)

@@ -6,7 +6,7 @@
 use crate::bench::scenario::{Arrival, Dataset, Spec};
 use crate::bench::BenchArgs;
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use fixtures::netns::Lab;
 use fixtures::{Flavor, Proc, Server};
 
-/// One run's measurements.
-#[derive(Debug, Clone, Serialize, Default)]
+/// One run's measurements. Fields added after a results file was written read as their defaults.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct RunResult {
     /// Scenario name.
     pub scenario: String,
@@ -41,6 +42,7 @@ pub struct RunResult {
     /// The master's fork children (RDB to disk, to replicas' sockets, or to the relay): start and end,
     /// seconds from the run's start, as seen by polling `INFO persistence` every 20 ms (an end of
     /// `null`: still running 30 s after the replicas were in sync).
+    #[serde(deserialize_with = "spans")]
     pub master_rdb: Vec<[f64; 2]>,
     /// CPU seconds of the master: main process and its fork children (reaped) during the run.
     pub master_cpu_secs: f64,
@@ -58,6 +60,12 @@ pub struct RunResult {
     pub latency_ms: Option<serde_json::Value>,
     /// Handoffs (fastrepl): partial / full per replica.
     pub handoffs: Vec<String>,
+}
+
+/// `master_rdb` as written: an end still unknown is `null` in JSON (NaN in memory).
+fn spans<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<[f64; 2]>, D::Error> {
+    let raw: Vec<[Option<f64>; 2]> = Deserialize::deserialize(d)?;
+    Ok(raw.into_iter().map(|[a, b]| [a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)]).collect())
 }
 
 /// Run every (link, replica count, mode) of a scenario.

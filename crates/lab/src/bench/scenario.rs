@@ -2,13 +2,13 @@
 
 use crate::bench::BenchArgs;
 use anyhow::{bail, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Every scenario, in the order `all` runs them.
 pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load"];
 
 /// The master's data.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Dataset {
     /// `count` values of `size` bytes (the original experiment: 256 × 3.66 MB).
@@ -35,7 +35,7 @@ pub enum Dataset {
 }
 
 /// How replicas join.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrival {
     /// All at once.
@@ -45,7 +45,7 @@ pub enum Arrival {
 }
 
 /// One scenario, resolved against the command line.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spec {
     /// Its name.
     pub name: String,
