@@ -1,5 +1,5 @@
 //! `fastrepl probe`: the transport microbenchmark (after the throughput / latency / CPU figures of the
-//! paper in BACKGROUND.md), and whole-file pulls (the remote-read benchmark).
+//! "End of Slow Networks" paper, Binnig et al., VLDB 2016), and whole-file pulls (the remote-read benchmark).
 //!
 //! For each transport and message size: throughput with several reads in flight, latency (p50, p99)
 //! with one, and CPU time per read on the reader (this process) and on the relay (its /proc entry,

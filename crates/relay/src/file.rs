@@ -1,6 +1,6 @@
 //! Serving a file as a snapshot (`fastrepl relay --file PATH`): no master, one generation holding the
 //! file's bytes, read once into the region and then served like any RDB. This makes the data path
-//! measurable on its own (`fastrepl fetch`, the remote-read benchmark of BACKGROUND.md).
+//! measurable on its own (`fastrepl fetch`, the remote-read benchmark, after the Alluxio-over-RDMA experiments).
 
 use crate::{Error, Shared};
 use replication::ReplId;
