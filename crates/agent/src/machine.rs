@@ -279,6 +279,9 @@ impl Join {
     }
 
     /// Take one observation at `now`; returns what to do next.
+    ///
+    /// Longer than our usual limit on purpose: one arm per transition, so the whole transition table
+    /// reads in one place, in the order the phases run; each arm is a few lines.
     pub fn on(&mut self, now: Instant, input: Input<'_>) -> Action {
         if let Input::Failed(e) = input {
             return self.fail(e);

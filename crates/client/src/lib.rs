@@ -193,3 +193,24 @@ impl Client {
 pub fn command<A: AsRef<[u8]>>(args: &[A]) -> Vec<Vec<u8>> {
     args.iter().map(|a| a.as_ref().to_vec()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_skips_sections_and_keeps_values_with_colons() {
+        let i = Info::parse("# Replication\r\nrole:slave\r\nmaster_host:::1\r\nmaster_repl_offset:42\r\n\r\nslave0:ip=1.2.3.4,port=5\r\n");
+        assert_eq!(i.get("role"), Some("slave"));
+        assert_eq!(i.get("master_host"), Some("::1"), "only the first colon separates");
+        assert_eq!(i.num("master_repl_offset"), Some(42));
+        assert_eq!(i.num("role"), None);
+        assert_eq!(i.get("# Replication"), None);
+        assert_eq!(i.get("missing"), None);
+    }
+
+    #[test]
+    fn command_splits_arguments() {
+        assert_eq!(command(&["SET", "k", "v"]), vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]);
+    }
+}

@@ -313,3 +313,49 @@ fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::Uni
     let l = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Config(format!("bind shm socket @{name}: {e}")))?;
     Ok((name, l))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(listen: &str, token: Token) -> Config {
+        Config {
+            master: "127.0.0.1:6379".into(),
+            master_auth: None,
+            listen: listen.parse().unwrap(),
+            token,
+            announce_port: None,
+            snapshot: snapshot::Config::default(),
+            connections_max: 4,
+            offer: Offer::ALL,
+            file: None,
+        }
+    }
+
+    #[test]
+    fn refuses_to_expose_the_dataset_without_a_token() {
+        assert!(config("127.0.0.1:0", Token::empty()).validate().is_ok(), "loopback may go without");
+        let e = config("0.0.0.0:7400", Token::empty()).validate().unwrap_err();
+        assert!(e.to_string().contains("without a token"), "{e}");
+        assert!(config("0.0.0.0:7400", Token::new(b"0123456789abcdef").unwrap()).validate().is_ok());
+    }
+
+    #[test]
+    fn block_size_within_one_read() {
+        let mut c = config("127.0.0.1:0", Token::empty());
+        c.snapshot.block_size = limits::BLOCK_BYTES_MIN - 1;
+        assert!(c.validate().is_err());
+        c.snapshot.block_size = u64::from(transport::wire::READ_MAX) + 1;
+        assert!(c.validate().is_err());
+        c.snapshot.block_size = limits::BLOCK_BYTES_DEFAULT;
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn transport_choice_maps_to_what_is_offered() {
+        assert_eq!(Offer::from(transport::Choice::Auto), Offer::ALL);
+        assert_eq!(Offer::from(transport::Choice::Tcp), Offer { tcp: true, shm: false, ucx: false });
+        assert_eq!(Offer::from(transport::Choice::Shm), Offer { tcp: false, shm: true, ucx: false });
+        assert_eq!(Offer::from(transport::Choice::Ucx), Offer { tcp: false, shm: false, ucx: true });
+    }
+}

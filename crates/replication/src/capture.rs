@@ -173,80 +173,77 @@ impl Capture {
         }
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        loop {
-            let before = self.phase;
-            match self.phase {
-                Phase::Handshake(i) => {
-                    let reply = match resp::parse(&self.buf, &HANDSHAKE_LIMITS) {
-                        Ok((f, used)) => {
-                            self.buf.drain(..used);
-                            f
-                        }
-                        Err(resp::Error::Incomplete) => break,
-                        Err(e) => return Err((self.proto())(e.into())),
-                    };
-                    replica::check_reply(&self.steps[i], &reply).map_err(self.proto())?;
-                    if let Some(next) = self.steps.get(i + 1) {
-                        out.push(Event::Send(next.command.clone(), "send handshake"));
-                        self.phase = Phase::Handshake(i + 1);
-                    } else {
-                        out.push(Event::Send(replica::psync_full(), "send PSYNC"));
-                        self.phase = Phase::AwaitPsync;
-                    }
-                }
-                Phase::AwaitPsync => {
-                    let Some((reply, used)) = replica::parse_psync_reply(&self.buf, &HANDSHAKE_LIMITS).map_err(self.proto())? else { break };
-                    self.buf.drain(..used);
-                    match reply {
-                        PsyncReply::FullResync { replid, offset } => {
-                            self.offset = offset;
-                            out.push(Event::FullResync { replid, offset });
-                            self.phase = Phase::AwaitRdbHeader;
-                        }
-                        PsyncReply::Continue(_) => return Err((self.proto())(Error::Protocol("master answered PSYNC ? -1 with +CONTINUE".into()))),
-                    }
-                }
-                Phase::AwaitRdbHeader => {
-                    let Some((f, used)) = framing::parse_header(&self.buf, self.snapshot_bytes_max).map_err(self.proto())? else { break };
-                    self.buf.drain(..used);
-                    let length = match f {
-                        Framing::Length(n) => Some(n),
-                        Framing::Eof(_) => None,
-                    };
-                    out.push(Event::RdbStart { length });
-                    let payload = Payload::new(f);
-                    let empty = payload.next_read_max() == 0;
-                    self.payload = Some(payload);
-                    self.phase = Phase::Rdb;
-                    if empty {
-                        // `$0`: nothing to read; the payload is already complete.
-                        out.extend(self.finish_rdb(0));
-                    }
-                    // Whatever else is buffered is payload: the driver takes it with take_buffered_rdb.
-                    break;
-                }
-                Phase::Rdb => break,
-                Phase::Streaming => {
-                    if self.buf.is_empty() {
-                        break;
-                    }
-                    self.streaming = true;
-                    let bytes = std::mem::take(&mut self.buf);
-                    let scanner = self.scanner.as_mut().expect("a scanner while streaming");
-                    let scanned = scanner.feed(&bytes).map_err(|source| CaptureError::Protocol { phase: "replication stream", source })?;
-                    out.push(Event::Log { bytes, complete_offset: scanned.complete_offset });
-                    if scanned.getack {
-                        out.push(Event::Send(replica::ack(scanned.complete_offset), "answer GETACK"));
-                        self.last_ack = now;
-                    }
-                }
-            }
-            if self.phase == before && self.buf.is_empty() {
-                break;
-            }
-        }
+        while self.step(now, &mut out)? {}
         out.extend(self.on_tick(now)?);
         Ok(out)
+    }
+
+    /// Consume what the current phase can from the buffer; true if it moved on (call again).
+    fn step(&mut self, now: Instant, out: &mut Vec<Event>) -> Result<bool, CaptureError> {
+        match self.phase {
+            Phase::Handshake(i) => {
+                let reply = match resp::parse(&self.buf, &HANDSHAKE_LIMITS) {
+                    Ok((f, used)) => {
+                        self.buf.drain(..used);
+                        f
+                    }
+                    Err(resp::Error::Incomplete) => return Ok(false),
+                    Err(e) => return Err((self.proto())(e.into())),
+                };
+                replica::check_reply(&self.steps[i], &reply).map_err(self.proto())?;
+                if let Some(next) = self.steps.get(i + 1) {
+                    out.push(Event::Send(next.command.clone(), "send handshake"));
+                    self.phase = Phase::Handshake(i + 1);
+                } else {
+                    out.push(Event::Send(replica::psync_full(), "send PSYNC"));
+                    self.phase = Phase::AwaitPsync;
+                }
+                Ok(true)
+            }
+            Phase::AwaitPsync => {
+                let Some((reply, used)) = replica::parse_psync_reply(&self.buf, &HANDSHAKE_LIMITS).map_err(self.proto())? else { return Ok(false) };
+                self.buf.drain(..used);
+                match reply {
+                    PsyncReply::FullResync { replid, offset } => {
+                        self.offset = offset;
+                        out.push(Event::FullResync { replid, offset });
+                        self.phase = Phase::AwaitRdbHeader;
+                        Ok(true)
+                    }
+                    PsyncReply::Continue(_) => Err((self.proto())(Error::Protocol("master answered PSYNC ? -1 with +CONTINUE".into()))),
+                }
+            }
+            Phase::AwaitRdbHeader => {
+                let Some((f, used)) = framing::parse_header(&self.buf, self.snapshot_bytes_max).map_err(self.proto())? else { return Ok(false) };
+                self.buf.drain(..used);
+                out.push(Event::RdbStart { length: if let Framing::Length(n) = f { Some(n) } else { None } });
+                let payload = Payload::new(f);
+                let empty = payload.next_read_max() == 0;
+                self.payload = Some(payload);
+                self.phase = Phase::Rdb;
+                if empty {
+                    // `$0`: nothing to read; the payload is already complete.
+                    out.extend(self.finish_rdb(0));
+                    return Ok(true);
+                }
+                // Whatever else is buffered is payload: the driver takes it with take_buffered_rdb.
+                Ok(false)
+            }
+            Phase::Rdb => Ok(false),
+            Phase::Streaming if self.buf.is_empty() => Ok(false),
+            Phase::Streaming => {
+                self.streaming = true;
+                let bytes = std::mem::take(&mut self.buf);
+                let scanner = self.scanner.as_mut().expect("a scanner while streaming");
+                let scanned = scanner.feed(&bytes).map_err(|source| CaptureError::Protocol { phase: "replication stream", source })?;
+                out.push(Event::Log { bytes, complete_offset: scanned.complete_offset });
+                if scanned.getack {
+                    out.push(Event::Send(replica::ack(scanned.complete_offset), "answer GETACK"));
+                    self.last_ack = now;
+                }
+                Ok(false)
+            }
+        }
     }
 
     /// `n` payload bytes were written into the region, whose last bytes (at least the EOF mark's

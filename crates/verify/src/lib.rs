@@ -316,3 +316,38 @@ fn compare_functions(a: &mut Client, b: &mut Client, opts: &Options, out: &mut O
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(v: &[(&str, &str)]) -> Vec<(String, Frame)> {
+        v.iter().map(|(k, f)| (k.to_string(), Frame::Bulk(f.as_bytes().to_vec()))).collect()
+    }
+
+    #[test]
+    fn logical_comparison_tolerates_only_version_dependent_fields() {
+        let a = parts(&[("length", "3"), ("entries-added", "3")]);
+        let b = parts(&[("length", "3")]);
+        assert!(same_logical(&a, &b), "a field only newer servers report is left out");
+        let c = parts(&[("length", "4")]);
+        assert!(!same_logical(&b, &c));
+        let d = parts(&[("length", "3"), ("last-id", "1-1")]);
+        assert!(!same_logical(&b, &d), "any other missing field is a difference");
+        let e = parts(&[("length", "3"), ("entries-added", "4")]);
+        assert!(!same_logical(&a, &e), "reported by both: compared");
+    }
+
+    #[test]
+    fn differences_are_counted_all_but_listed_up_to_the_bound() {
+        let mut o = Outcome::default();
+        for i in 0..5 {
+            o.differ(2, format!("d{i}"));
+        }
+        assert_eq!(o.difference_count, 5);
+        assert_eq!(o.differences, vec!["d0", "d1"]);
+        assert!(!o.identical());
+        assert_eq!(printable(b"a\x00b"), "a\\x00b");
+        assert!(printable(&[b'x'; 100]).ends_with('…'));
+    }
+}
