@@ -28,7 +28,7 @@ pub mod ucx_reader;
 
 pub use join::join;
 use replication::replica::Auth;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -137,7 +137,7 @@ impl Live {
 }
 
 /// How the replica was handed to its master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Handoff {
     /// `PSYNC` accepted: the replica continued from our offset.
@@ -147,7 +147,7 @@ pub enum Handoff {
 }
 
 /// Seconds since the join started at which each phase ended.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Phases {
     /// Relay attached, local server and master checked.
     pub connect: f64,
@@ -163,8 +163,8 @@ pub struct Phases {
     pub handed_off: f64,
 }
 
-/// What happened, for people (summary) and programs (`--json`).
-#[derive(Debug, Clone, Serialize)]
+/// What happened, for people (summary) and programs (`--json`, which the lab reads back).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// How the handoff went.
     pub handoff: Handoff,

@@ -51,7 +51,7 @@ struct Mode {
     verified: bool,
     detail: String,
     /// Per-replica join reports (fastrepl modes).
-    reports: Vec<serde_json::Value>,
+    reports: Vec<agent::Report>,
 }
 
 use crate::bench::run::{proc_cpu_with_children as cpu_secs, stat};
@@ -190,35 +190,30 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
     for j in &mut joins {
         let code = j.wait(Duration::from_secs(3600));
         let out = j.output();
-        let report: serde_json::Value = out
+        if code != Some(0) && code != Some(3) {
+            bail!("{} failed (exit {code:?}):\n{out}", j.name);
+        }
+        let report: agent::Report = out
             .lines()
             .rev()
             .find_map(|l| serde_json::from_str(l).ok())
             .with_context(|| format!("{} printed no report:\n{out}", j.name))?;
-        if code != Some(0) && code != Some(3) {
-            bail!("{} failed (exit {code:?}):\n{out}", j.name);
-        }
-        let p = &report["phases"];
+        let p = &report.phases;
         // Join phases count from the join's start; the mode's clock may have started earlier (relay).
-        per.push(since + p["handed_off"].as_f64().unwrap_or(0.0));
-        handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
+        per.push(since + p.handed_off);
+        handoffs.push(format!("{:?}", report.handoff).to_lowercase());
         if phases.is_empty() {
             phases = format!(
                 "first byte {:.2}, pulled {:.2}, loaded {:.2}, caught up {:.2}, handed off {:.2} s; {:.0} MiB/s",
-                p["first_byte"].as_f64().unwrap_or(0.0),
-                p["pulled"].as_f64().unwrap_or(0.0),
-                p["loaded"].as_f64().unwrap_or(0.0),
-                p["caught_up"].as_f64().unwrap_or(0.0),
-                p["handed_off"].as_f64().unwrap_or(0.0),
-                report["pull_mib_s"].as_f64().unwrap_or(0.0)
+                p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off, report.pull_mib_s
             );
         }
         reports.push(report);
     }
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}", handoffs.join(", "));
-    let used = reports.first().map(|r| r["transport"].as_str().unwrap_or("?").to_string()).unwrap_or_default();
-    let detail_t = reports.first().and_then(|r| r["transport_detail"].as_str()).map(|d| d.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
+    let used = reports.first().map(|r| r.transport.clone()).unwrap_or_default();
+    let detail_t = reports.first().map(|r| r.transport_detail.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
     Ok(Mode {
         name: if transport.name() == used || transport == LabTransport::Auto { format!("{name} ({used})") } else { format!("{name} ({})", transport.name()) },
         secs,
@@ -244,25 +239,10 @@ fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
         r.client().cmd(&["REPLICAOF", &host, &port])?;
     }
     let mut per = vec![0.0; n];
-    let mut done = vec![false; n];
+    let mut phases = vec![serde_json::json!({}); n];
     let mut clients: Vec<client::Client> = replicas.iter().map(Server::client).collect();
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    while done.iter().any(|d| !d) {
-        for (i, c) in clients.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            let r = c.info("replication")?;
-            if r.get("master_link_status") == Some("up") && r.get("master_sync_in_progress") == Some("0") {
-                done[i] = true;
-                per[i] = t0.elapsed().as_secs_f64();
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("native sync did not finish within an hour");
-        }
-        std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
-    }
+    let all: Vec<usize> = (0..n).collect();
+    crate::bench::run::wait_native_in_sync(&mut clients, &all, t0, Instant::now() + Duration::from_secs(3600), &mut phases, &mut per)?;
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas in sync natively in {secs:.2} s");
     let forks = stat(&mut mc, "stats", "total_forks")? - forks0;

@@ -402,35 +402,50 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
             ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
         }
-        let mut done = vec![false; replicas.len()];
-        while group.iter().any(|&i| !done[i]) {
-            for &i in &group {
-                if done[i] {
-                    continue;
-                }
-                let rep = clients[i].info("replication")?;
-                let pers = clients[i].info("persistence")?;
-                let now = t0.elapsed().as_secs_f64();
-                let ph = &mut ex.phases[i];
-                if ph.get("first_byte").is_none() && rep.num("master_sync_read_bytes").is_some_and(|b| b > 0) {
-                    ph["first_byte"] = serde_json::json!(now);
-                }
-                if ph.get("loading").is_none() && pers.get("loading") == Some("1") {
-                    ph["loading"] = serde_json::json!(now);
-                }
-                if rep.get("master_link_status") == Some("up") && rep.get("master_sync_in_progress") == Some("0") {
-                    done[i] = true;
-                    ex.per_replica[i] = now;
-                    ph["in_sync"] = serde_json::json!(now);
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("native sync did not finish within 2 hours");
-            }
-            std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
-        }
+        wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
     }
     Ok(ex)
+}
+
+/// Wait until replicas `group` (natively syncing) are in sync, recording into `phases[i]` when each
+/// received its first byte, started loading and came in sync, and into `per_replica[i]` the last
+/// (seconds since `t0`). Shared by `bench` and `demo`.
+pub fn wait_native_in_sync(
+    clients: &mut [client::Client],
+    group: &[usize],
+    t0: Instant,
+    deadline: Instant,
+    phases: &mut [serde_json::Value],
+    per_replica: &mut [f64],
+) -> Result<()> {
+    let mut done = vec![false; clients.len()];
+    while group.iter().any(|&i| !done[i]) {
+        for &i in group {
+            if done[i] {
+                continue;
+            }
+            let rep = clients[i].info("replication")?;
+            let pers = clients[i].info("persistence")?;
+            let now = t0.elapsed().as_secs_f64();
+            let ph = &mut phases[i];
+            if ph.get("first_byte").is_none() && rep.num("master_sync_read_bytes").is_some_and(|b| b > 0) {
+                ph["first_byte"] = serde_json::json!(now);
+            }
+            if ph.get("loading").is_none() && pers.get("loading") == Some("1") {
+                ph["loading"] = serde_json::json!(now);
+            }
+            if rep.get("master_link_status") == Some("up") && rep.get("master_sync_in_progress") == Some("0") {
+                done[i] = true;
+                per_replica[i] = now;
+                ph["in_sync"] = serde_json::json!(now);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("native sync did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
+    }
+    Ok(())
 }
 
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
