@@ -5,7 +5,7 @@ use crate::Shared;
 use snapshot::Generation;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use transport::{tcp, Error};
 use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP, or the shm transport's unix socket.
-pub(crate) trait DataStream: std::io::Read + std::io::Write + AsRawFd {
+pub(crate) trait DataStream: std::io::Read + std::io::Write + AsFd {
     /// Range reads over this stream are the tcp transport (so only served when tcp is offered).
     const IS_TCP: bool;
     /// Answer a shm attach: only possible over a unix socket.

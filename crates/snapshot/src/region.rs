@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 /// An anonymous in-memory file of fixed capacity.
@@ -15,21 +15,12 @@ pub struct Region {
 impl Region {
     /// Create a memfd of `capacity` bytes (sparse).
     pub fn create(name: &str, capacity: u64) -> io::Result<Region> {
-        let cname = std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        // SAFETY: `cname` is a valid NUL-terminated string that outlives the call; the flags are constants.
-        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by memfd_create, is valid and owned by nobody else.
-        let file = unsafe { File::from_raw_fd(fd) };
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let file = File::from(rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
         file.set_len(capacity)?;
         // Fix the size for good: agents map the region (shm transport), and a shrink would turn their
         // reads into SIGBUS. F_SEAL_SEAL keeps anyone holding the descriptor from undoing this.
-        // SAFETY: fcntl on a descriptor we own, with constant flags.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         Ok(Region { file, capacity })
     }
 
@@ -76,9 +67,8 @@ impl Region {
 /// relay's UCX registrations see a generation. Refuses a descriptor that is not sealed against
 /// shrinking, or shorter than `len`: a truncation under a mapping turns reads into SIGBUS.
 pub fn map_sealed_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
-    // SAFETY: fcntl on a descriptor the caller owns, with a constant command.
-    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+    let sealed = rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
+    if !sealed {
         return Err(MapError::NotSealed);
     }
     let have = file.metadata().map_err(MapError::Io)?.len();

@@ -11,16 +11,13 @@ use crate::auth::{self, Kind, Token};
 use crate::tcp::StreamReader;
 use crate::wire::{Request, ATTACH_SHM};
 use crate::{fdpass, Error, RangeReader, Transport};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
 use std::time::Duration;
 
 /// Reads at least this large populate their pages up front.
 const POPULATE_MIN: usize = limits::POPULATE_BYTES_MIN;
-
-/// `madvise` advice to populate page tables for reading (not in every libc crate version).
-const MADV_POPULATE_READ: libc::c_int = 22;
 
 /// How long socket operations may wait on the relay.
 const IO_TIMEOUT: Duration = crate::tcp::IO_TIMEOUT;
@@ -141,7 +138,7 @@ impl RangeReader for ShmReader {
             let start = offset / page * page;
             // SAFETY: [start, offset+len) is inside the mapping (start rounds down within it); the
             // advice only populates page tables of our read-only mapping.
-            unsafe { libc::madvise(m.as_ptr().add(start as usize) as *mut libc::c_void, (offset - start) as usize + buf.len(), MADV_POPULATE_READ) };
+            let _ = unsafe { rustix::mm::madvise(m.as_ptr().add(start as usize) as *mut _, (offset - start) as usize + buf.len(), rustix::mm::Advice::LinuxPopulateRead) };
         }
         // The relay only writes bytes above the published watermark, which the agent does not ask
         // for, and every block's checksum is verified after the copy, so a racing writer could at
@@ -161,5 +158,5 @@ pub fn send_region(s: &UnixStream, region: &snapshot::Region) -> Result<(), Erro
     let ro = region.reopen_read_only().map_err(Error::io("reopen region read-only"))?;
     let mut msg = crate::wire::response_header(true, 8).to_vec();
     msg.extend_from_slice(&region.capacity().to_be_bytes());
-    fdpass::send_with_fd(s, &msg, ro.as_raw_fd()).map_err(Error::io("send the region's descriptor"))
+    fdpass::send_with_fd(s, &msg, std::os::fd::AsFd::as_fd(&ro)).map_err(Error::io("send the region's descriptor"))
 }

@@ -7,7 +7,6 @@ use crate::wire::{response_header, Request, READ_MAX};
 use crate::{Error, RangeReader, Transport};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// How long a read may wait on the relay before the agent gives up on it.
@@ -96,21 +95,16 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
 
 /// Relay side: answer a range read with a header and `len` bytes of `file` from `offset`, with
 /// `sendfile`.
-pub fn send_range<S: Write + AsRawFd>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+pub fn send_range<S: Write + std::os::fd::AsFd>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
     s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
-    let mut off = offset as libc::off_t;
+    let mut off = offset;
     let mut left = len as usize;
     while left > 0 {
-        // SAFETY: both descriptors are open for the duration of the call (borrowed from live owners),
-        // and `off` is a valid pointer to a local the kernel updates.
-        let n = unsafe { libc::sendfile(s.as_raw_fd(), file.as_raw_fd(), &mut off, left) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Error::Io { op: "sendfile block", source: e });
-        }
+        let n = match rustix::fs::sendfile(&*s, file, Some(&mut off), left) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::Io { op: "sendfile block", source: e.into() }),
+        };
         if n == 0 {
             return Err(Error::Protocol("sendfile made no progress (region shorter than published?)".into()));
         }
