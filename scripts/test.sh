@@ -2,7 +2,8 @@
 # The test command: set-up (idempotent), the whole test suite (real servers, relays and agents over
 # real sockets) over tcp, the core end-to-end suites again over each other transport (shm, UCX over
 # its tcp, UCX over its shared memory: one suite, parameterized by FASTREPL_TEST_TRANSPORT), a
-# valgrind leak check of UCX pulls, a short run of every fuzz target where a nightly toolchain
+# check that the product binary holds no lab code and builds without UCX, a valgrind leak check of
+# UCX pulls, a short run of every fuzz target where a nightly toolchain
 # exists, and a one-line summary of the counts.
 #   FASTREPL_TEST_RDMA=1  also run the tests that need an RDMA device (e2e_rdma, ignored otherwise).
 #   FUZZ_SECONDS=N        seconds per fuzz target (default 15).
@@ -23,11 +24,13 @@ if [[ -n ${FASTREPL_TEST_RDMA:-} ]]; then
   echo "=== RDMA tests"
   cargo test --release -p cli --test e2e_rdma -- --ignored 2>&1 | tee -a "$log" || status=1
 fi
+product=$(scripts/product_check.sh 2>&1) || status=1
+echo "$product"
 leak=$(scripts/leakcheck.sh 2>&1) || status=1
 echo "$leak"
 scripts/fuzz.sh "${FUZZ_SECONDS:-15}" || status=1
 sum() { grep -E '^test result:' "$log" | grep -oE "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
-leak_ok=$(grep -c ' ok$' <<<"$leak" || true)
-leak_failed=$(grep -c 'FAILED' <<<"$leak" || true)
+leak_ok=$(grep -c ' ok$' <<<"$leak"$'\n'"$product" || true)
+leak_failed=$(grep -c 'FAILED' <<<"$leak"$'\n'"$product" || true)
 echo "summary: $(( $(sum passed) + leak_ok )) passed, $(( $(sum failed) + leak_failed )) failed, $(sum ignored) skipped"
 exit $status
