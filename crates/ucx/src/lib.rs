@@ -7,11 +7,12 @@
 //! - [`RemoteKey`]: `ucp_rkey_h` unpacked on an endpoint; holds an `Arc` of it, so the endpoint (and
 //!   its worker) cannot close while a key exists.
 //!
-//! Ownership follows rust-ibverbs: every child holds an `Arc` of its parent's inner handle, so drop
-//! order is whatever the caller likes and no lifetime has to be erased. UCX workers here are
-//! single-threaded: a worker and every handle made from it are `!Send` and `!Sync` (they share the
-//! worker through `Rc`-like `Arc`s of a `!Sync` type). A caller that must move a whole set to another
-//! thread wraps the set in one owner and vouches for it there (see the agent's UCX reader).
+//! Ownership follows rust-ibverbs: every child holds a counted reference to its parent's inner handle
+//! (the context by `Arc`, being thread-safe; a worker and its endpoints by `Rc`), so drop order is
+//! whatever the caller likes and no lifetime has to be erased. UCX workers here are single-threaded:
+//! `Rc` makes a worker and every handle made from it `!Send` and `!Sync` by construction. A caller
+//! that must move a whole set to another thread wraps the set in one owner and vouches for it there
+//! (see the agent's UCX reader).
 //! - [`Get`]: one `ucp_get_nbx` in flight that **owns** its destination buffer until UCX is done
 //!   with it: dropping an in-flight `Get` cancels the request and waits for its completion; only if
 //!   UCX never completes it is the buffer leaked rather than freed under UCX's feet.
@@ -25,6 +26,7 @@
 use std::ffi::CStr;
 use std::os::raw::c_void;
 use std::ptr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ucx_sys as sys;
@@ -214,7 +216,7 @@ fn parse_resources(text: &str) -> Vec<String> {
     v
 }
 
-/// The worker handle itself, shared (by `Arc`) between the [`Worker`] and its endpoints and requests;
+/// The worker handle itself, shared (by `Rc`) between the [`Worker`] and its endpoints and requests;
 /// destroyed when the last of them goes.
 struct WorkerInner {
     h: sys::ucp_worker_h,
@@ -223,7 +225,7 @@ struct WorkerInner {
 
 impl Drop for WorkerInner {
     fn drop(&mut self) {
-        // SAFETY: the last Arc is gone, so every endpoint, key and request of this worker is gone.
+        // SAFETY: the last reference is gone, so every endpoint, key and request of this worker is gone.
         unsafe { sys::ucp_worker_destroy(self.h) };
     }
 }
@@ -253,7 +255,7 @@ impl WorkerInner {
 
 /// A worker: the progress engine. It and everything made from it stay on one thread (`!Send`).
 pub struct Worker {
-    inner: Arc<WorkerInner>,
+    inner: Rc<WorkerInner>,
 }
 
 impl Worker {
@@ -271,7 +273,7 @@ impl Worker {
         let mut h: sys::ucp_worker_h = ptr::null_mut();
         // SAFETY: live context, valid params, writable handle.
         check("ucp_worker_create", unsafe { sys::ucp_worker_create(ctx.h, &params, &mut h) })?;
-        Ok(Worker { inner: Arc::new(WorkerInner { h, _ctx: ctx.clone() }) })
+        Ok(Worker { inner: Rc::new(WorkerInner { h, _ctx: ctx.clone() }) })
     }
 
     /// This worker's address, for a peer's `ucp_ep_create`.
@@ -313,7 +315,7 @@ impl Worker {
         // SAFETY: live worker; `remote` outlives the call (UCX copies the address); the error handler
         // argument points into a Box the Endpoint keeps until after the endpoint is closed.
         check("ucp_ep_create", unsafe { sys::ucp_ep_create(self.inner.h, &params, &mut h) })?;
-        Ok(Endpoint { inner: Arc::new(EndpointInner { h, worker: self.inner.clone(), failed }) })
+        Ok(Endpoint { inner: Rc::new(EndpointInner { h, worker: self.inner.clone(), failed }) })
     }
 }
 
@@ -325,16 +327,16 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: s
 }
 
 /// The endpoint handle, shared by the [`Endpoint`] and the remote keys unpacked on it; closed when
-/// the last of them goes (and before its worker: it holds the worker's `Arc`).
+/// the last of them goes (and before its worker, which it holds).
 struct EndpointInner {
     h: sys::ucp_ep_h,
-    worker: Arc<WorkerInner>,
+    worker: Rc<WorkerInner>,
     failed: Box<std::sync::atomic::AtomicI32>,
 }
 
 /// A connection to a remote worker.
 pub struct Endpoint {
-    inner: Arc<EndpointInner>,
+    inner: Rc<EndpointInner>,
 }
 
 /// Idle progress polls before a waiting GET sleeps on the worker's event descriptor.
@@ -385,7 +387,7 @@ impl Endpoint {
     }
 
     fn start_get(&self, dst: *mut u8, len: usize, remote_addr: u64, rkey: &RemoteKey) -> Result<*mut c_void, Error> {
-        if !Arc::ptr_eq(&rkey.ep, &self.inner) {
+        if !Rc::ptr_eq(&rkey.ep, &self.inner) {
             return Err(Error { op: "ucp_get_nbx", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "remote key unpacked on another endpoint".into() });
         }
         if let Some(e) = self.failure() {
@@ -472,7 +474,7 @@ impl Drop for EndpointInner {
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
             ..Default::default()
         };
-        // SAFETY: live endpoint, closed once; remote keys hold this inner's Arc, so all are destroyed.
+        // SAFETY: live endpoint, closed once; remote keys hold a reference to this inner, so all are destroyed.
         let p = unsafe { sys::ucp_ep_close_nbx(self.h, &param) };
         if sys::ucs_ptr_is_ptr(p) {
             let deadline = Instant::now() + CLEANUP_MAX;
@@ -549,12 +551,12 @@ fn rma_lane(info: &str) -> Option<String> {
 /// A remote key, usable on the endpoint it was unpacked on (which it keeps open).
 pub struct RemoteKey {
     h: sys::ucp_rkey_h,
-    ep: Arc<EndpointInner>,
+    ep: Rc<EndpointInner>,
 }
 
 impl Drop for RemoteKey {
     fn drop(&mut self) {
-        // SAFETY: live rkey destroyed once, before its endpoint (it holds the endpoint's Arc).
+        // SAFETY: live rkey destroyed once, before its endpoint (it holds a reference to it).
         unsafe { sys::ucp_rkey_destroy(self.h) };
     }
 }
@@ -610,7 +612,7 @@ impl Drop for MemRegion {
 pub struct Get {
     req: *mut c_void,
     buf: Option<Vec<u8>>,
-    worker: Arc<WorkerInner>,
+    worker: Rc<WorkerInner>,
 }
 
 impl Get {
