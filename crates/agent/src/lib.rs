@@ -23,6 +23,7 @@ pub mod progress;
 pub mod replica_link;
 pub mod scheduler;
 pub mod select;
+pub mod swarm;
 #[cfg(feature = "ucx")]
 pub mod ucx_reader;
 

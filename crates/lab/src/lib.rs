@@ -7,6 +7,8 @@
 //! - [`bench`]: native replication vs fastrepl on namespace hosts with shaped links.
 //! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
 //! - [`report`]: results.md, charts and the docs' tables re-rendered from raw `results.json` files.
+//! - [`simulate`]: the agents' swarm (the product's own tracker and chooser) on modelled fleets of up
+//!   to 10 000 agents.
 //! - [`charts`]: PNG line charts.
 //! - [`stats`]: the median and quantiles every table uses.
 //! - [`transport`]: the lab's transport names (the product's plus `ucx-tcp`, `ucx-sm`).
@@ -17,6 +19,7 @@ pub mod charts;
 pub mod demo;
 pub mod probe;
 pub mod report;
+pub mod simulate;
 pub mod stats;
 pub mod transport;
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{bench, demo, probe, report};
+use lab::{bench, demo, probe, report, simulate};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -25,6 +25,8 @@ enum Cmd {
     Probe(probe::ProbeArgs),
     /// Re-render results.md and charts from bench results.json files, and the docs' summary tables.
     Report(report::ReportArgs),
+    /// The agents' swarm on modelled fleets (1 to 10 000 agents): T(N)/T(1), relay copies, slowest agent.
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::main(a).map(|_| ExitCode::SUCCESS),
         Cmd::Probe(a) => probe::run(a),
         Cmd::Report(a) => report::run(a).map(|_| ExitCode::SUCCESS),
+        Cmd::Simulate(a) => simulate::run(a).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

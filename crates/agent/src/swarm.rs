@@ -1,0 +1,487 @@
+//! Flat fan-out, decided without I/O: where each block comes from once agents serve each other.
+//!
+//! The design is a swarm with a tracker, the shape of Uber's Kraken: the relay is the **seed** (it has
+//! every block) and the **tracker** (it knows which agents of a generation hold which blocks); agents
+//! fetch each block from a peer that holds it whenever one does, and from the relay only when none
+//! does. The tracker hands each block to the relay's link once — the first agent to ask *claims* it and
+//! everyone else waits for a peer copy — the way a BitTorrent super-seed gives out each piece once. So
+//! the relay's link carries about one copy whatever the number of agents, and every agent's uplink
+//! carries a share of the rest.
+//!
+//! Why a swarm rather than a pipelined chain or tree: a chain reaches m/B + (N−1)·block/B and a tree
+//! pays its fan-out on each uplink, but both put a slow or dead host *in front of* everyone below it.
+//! In a swarm a slow peer is one source among many (agents move away from it: it is marked slow once its
+//! rate falls well below the others'), a dead one costs the blocks in flight from it (fetched again
+//! elsewhere), and a late joiner simply pulls from whoever holds blocks. The in-order feed of the
+//! local replica bounds how far ahead an agent looks ([`Chooser`]'s window), which also keeps the agents
+//! of one generation working on nearby blocks, so that new blocks spread while they are wanted.
+//!
+//! Both halves are pure (no sockets, no clock: `now` is an argument) so that they are unit-tested alone
+//! and drive the lab's simulator of fleets no machine here can host.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// An agent of one generation, as the tracker numbers them.
+pub type AgentId = u32;
+
+/// Where to fetch a block from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The relay (the seed).
+    Relay,
+    /// Another agent that holds the block.
+    Peer(AgentId),
+}
+
+/// The tracker's answer to "where do I get block b?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// No peer holds it and nobody is fetching it from the relay: fetch it from the relay (the claim
+    /// is yours).
+    Relay,
+    /// These peers hold it (a few of them, a different few for different askers).
+    Peers(Vec<AgentId>),
+    /// Another agent is fetching it from the relay right now: ask again soon.
+    Wait,
+}
+
+/// Most holders named in one answer.
+pub const PEERS_PER_ANSWER: usize = 4;
+/// Most blocks the relay sends at once. Few, so that each new block leaves the relay fast and starts
+/// spreading among agents: with one relay flow per agent, a thousand agents would each get a
+/// thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
+pub const RELAY_FLOWS_MAX: usize = 4;
+/// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
+/// or dead): the repair that keeps one slow host from holding a block back from everyone.
+pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The relay's view of a generation's agents and what they hold.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// Per block: the agents that hold it, verified.
+    holders: Vec<Vec<AgentId>>,
+    /// Per block: the agent fetching it from the relay, and since when.
+    claims: HashMap<u64, (AgentId, Instant)>,
+    /// Agents present.
+    alive: HashMap<AgentId, ()>,
+    relay_grants: u64,
+    /// Turns with every answer, so that an asker that was refused sees other holders next time.
+    rotor: u64,
+}
+
+impl Tracker {
+    /// A tracker for a snapshot of `blocks` blocks (it may grow while the relay captures).
+    pub fn new(blocks: u64) -> Tracker {
+        Tracker { holders: vec![Vec::new(); blocks as usize], ..Default::default() }
+    }
+
+    /// The relay published more blocks.
+    pub fn published(&mut self, blocks: u64) {
+        if blocks as usize > self.holders.len() {
+            self.holders.resize(blocks as usize, Vec::new());
+        }
+    }
+
+    /// An agent joined.
+    pub fn join(&mut self, a: AgentId) {
+        self.alive.insert(a, ());
+    }
+
+    /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
+    pub fn leave(&mut self, a: AgentId) {
+        self.alive.remove(&a);
+        for h in &mut self.holders {
+            h.retain(|x| *x != a);
+        }
+        self.claims.retain(|_, (c, _)| *c != a);
+    }
+
+    /// Agent `a` holds block `b`, verified.
+    pub fn have(&mut self, a: AgentId, b: u64) {
+        if !self.alive.contains_key(&a) {
+            return;
+        }
+        if let Some(h) = self.holders.get_mut(b as usize) {
+            if !h.contains(&a) {
+                h.push(a);
+            }
+        }
+        if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
+            self.claims.remove(&b);
+        }
+    }
+
+    /// Agent `a` could not get `b` from peer `p` (refused, corrupt, gone): the tracker forgets that `p`
+    /// holds it, so that nobody else is sent there for it.
+    pub fn not_at(&mut self, p: AgentId, b: u64) {
+        if let Some(h) = self.holders.get_mut(b as usize) {
+            h.retain(|x| *x != p);
+        }
+    }
+
+    /// Where `a` should fetch block `b`. With `may_claim` false (the agent's relay slot is busy) the
+    /// relay is not offered: the answer is then peers or `Wait`.
+    pub fn locate(&mut self, a: AgentId, b: u64, may_claim: bool, now: Instant) -> Answer {
+        let Some(h) = self.holders.get(b as usize) else { return Answer::Wait };
+        if h.iter().any(|x| *x != a) {
+            // A different window of holders for each asker, so that load spreads over all of them
+            // (and the answer costs O(PEERS_PER_ANSWER), not O(holders), for large fleets).
+            self.rotor = self.rotor.wrapping_add(1);
+            let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let start = (mix >> 16) as usize % h.len();
+            let named: Vec<AgentId> = (0..h.len()).map(|i| h[(start + i) % h.len()]).filter(|x| *x != a).take(PEERS_PER_ANSWER).collect();
+            return Answer::Peers(named);
+        }
+        // Claims that went stale (slow or dead claimer) free their block and their relay flow.
+        let alive = &self.alive;
+        self.claims.retain(|_, (c, since)| alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT);
+        match self.claims.get(&b) {
+            _ if !may_claim => Answer::Wait,
+            Some((c, _)) if *c != a => Answer::Wait,
+            None if self.claims.len() >= RELAY_FLOWS_MAX => Answer::Wait,
+            _ => {
+                self.claims.insert(b, (a, now));
+                self.relay_grants += 1;
+                Answer::Relay
+            }
+        }
+    }
+
+    /// How many agents hold block `b`: agents fetch the rarest blocks of their window first, so that
+    /// different agents work on different blocks and every block spreads.
+    pub fn holders(&self, b: u64) -> usize {
+        self.holders.get(b as usize).map_or(0, Vec::len)
+    }
+
+    /// Blocks the relay was asked to serve so far (copies of the snapshot = this / blocks).
+    pub fn relay_grants(&self) -> u64 {
+        self.relay_grants
+    }
+}
+
+/// A peer's measured rate, for telling slow sources from fast ones.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    bytes_per_sec: f64,
+    samples: u32,
+}
+
+/// One agent's side: which block to fetch next, and from which of the sources the tracker named.
+#[derive(Debug)]
+pub struct Chooser {
+    window: u64,
+    peer_fetches_max: usize,
+    next_write: u64,
+    published: u64,
+    have: Vec<bool>,
+    in_flight: HashMap<u64, Origin>,
+    rates: HashMap<AgentId, Rate>,
+    /// Sum of the rates of peers with at least two samples, and how many: their mean is the yardstick
+    /// for "slow" (kept incrementally: a choice must not cost a sort of every peer's rate).
+    rate_sum: f64,
+    rated: u32,
+    avoid: HashMap<AgentId, ()>,
+}
+
+/// Blocks an agent looks ahead of the next one its replica needs. Agents of one generation then work
+/// on nearby blocks, so every block is wanted by many while it spreads.
+pub const WINDOW_BLOCKS: u64 = 32;
+/// Fetches from peers at once (besides the one from the relay), and uploads an agent serves at once
+/// (it refuses more: the asker goes to another holder). Equal, so that the swarm's download slots
+/// match its upload slots; small, so that each flow gets a large share of its links. Chosen with the
+/// simulator: with 2 and 2, 1 000 agents take 1.11× the time of one; with 3 and 2, or 4 and 4, 1.3–1.6×.
+pub const PEER_FETCHES_MAX: usize = 2;
+/// See [`PEER_FETCHES_MAX`].
+pub const UPLOADS_MAX: usize = 2;
+
+/// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
+pub const SLOW_FRACTION: f64 = 0.25;
+
+impl Chooser {
+    /// An agent that looks at most `window` blocks ahead of what it has handed on, with at most
+    /// `peer_fetches_max` fetches from peers at once and one from the relay.
+    ///
+    /// Why one relay fetch per agent, and few in all: links share their rate among their flows (TCP is
+    /// fair per flow), so an agent with many flows gives its relay flow a small share of its downlink,
+    /// and the relay's uplink — the one resource that carries the only copy of new blocks — idles. One
+    /// relay flow per agent keeps the relay's uplink busy whenever any block is unclaimed, while the
+    /// peer flows fill the rest of each downlink.
+    pub fn new(window: u64, peer_fetches_max: usize) -> Chooser {
+        Chooser {
+            window: window.max(1),
+            peer_fetches_max: peer_fetches_max.max(1),
+            next_write: 0,
+            published: 0,
+            have: Vec::new(),
+            in_flight: HashMap::new(),
+            rates: HashMap::new(),
+            rate_sum: 0.0,
+            rated: 0,
+            avoid: HashMap::new(),
+        }
+    }
+
+    /// The relay published `blocks` blocks.
+    pub fn published(&mut self, blocks: u64) {
+        self.published = self.published.max(blocks);
+        if self.have.len() < blocks as usize {
+            self.have.resize(blocks as usize, false);
+        }
+    }
+
+    /// Blocks this agent holds, verified.
+    pub fn held(&self) -> u64 {
+        self.have.iter().filter(|h| **h).count() as u64
+    }
+
+    /// Blocks `0..n` held without a gap: what the replica can be fed.
+    pub fn held_prefix(&self) -> u64 {
+        let mut w = self.next_write;
+        while self.have.get(w as usize).copied().unwrap_or(false) {
+            w += 1;
+        }
+        w
+    }
+
+    /// Every published block is held.
+    pub fn complete(&self) -> bool {
+        self.published > 0 && self.held() == self.published
+    }
+
+    /// Blocks `0..n` were handed on to the replica: the window moves.
+    pub fn written(&mut self, n: u64) {
+        self.next_write = self.next_write.max(n);
+    }
+
+    /// Fetches in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn relay_busy(&self) -> bool {
+        self.in_flight.values().any(|f| *f == Origin::Relay)
+    }
+
+    fn peer_fetches(&self) -> usize {
+        self.in_flight.values().filter(|f| **f != Origin::Relay).count()
+    }
+
+    /// Whether this agent may take a block from the relay now (its one relay fetch is free): what to
+    /// tell the tracker when locating.
+    pub fn may_claim(&self) -> bool {
+        !self.relay_busy()
+    }
+
+    /// Whether any fetch slot is free.
+    pub fn has_free_slot(&self) -> bool {
+        !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max
+    }
+
+    /// The next blocks to locate: not held, not in flight, inside the window, in order. Empty when
+    /// every fetch slot is busy.
+    pub fn wanted(&self) -> Vec<u64> {
+        if !self.has_free_slot() {
+            return Vec::new();
+        }
+        let end = (self.next_write + self.window).min(self.published);
+        (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect()
+    }
+
+    /// Choose a source for `b` from the tracker's answer; `None` to skip it for now. Among peers: not
+    /// avoided, not slow (unless all are), fewest of our own fetches on it.
+    pub fn choose(&mut self, b: u64, answer: &Answer) -> Option<Origin> {
+        let from = match answer {
+            Answer::Wait => return None,
+            Answer::Relay if self.relay_busy() => return None,
+            Answer::Relay => Origin::Relay,
+            Answer::Peers(_) if self.peer_fetches() >= self.peer_fetches_max => return None,
+            Answer::Peers(ps) => {
+                let mean = (self.rated >= 2).then(|| self.rate_sum / f64::from(self.rated));
+                let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && mean.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
+                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p)).collect();
+                let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
+                let pool = if fast.is_empty() { usable } else { fast };
+                let load = |p: &AgentId| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count();
+                Origin::Peer(*pool.iter().min_by_key(|p| load(p))?)
+            }
+        };
+        self.in_flight.insert(b, from);
+        Some(from)
+    }
+
+    /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
+    pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
+        if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
+            let r = self.rates.entry(p).or_default();
+            let sample = bytes as f64 / secs.max(1e-6);
+            if r.samples >= 2 {
+                self.rate_sum -= r.bytes_per_sec;
+            }
+            // A moving average: a peer that became slow is noticed within a few blocks.
+            r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
+            r.samples += 1;
+            if r.samples >= 2 {
+                self.rate_sum += r.bytes_per_sec;
+                if r.samples == 2 {
+                    self.rated += 1;
+                }
+            }
+        }
+        if let Some(h) = self.have.get_mut(b as usize) {
+            *h = true;
+        }
+    }
+
+    /// Fetching `b` failed: refused or gone peer (try elsewhere), or a corrupt block (`bad`: never ask
+    /// that peer again). Returns the source it was asked from.
+    pub fn failed(&mut self, b: u64, bad: bool) -> Option<Origin> {
+        let from = self.in_flight.remove(&b)?;
+        if let (Origin::Peer(p), true) = (from, bad) {
+            self.avoid.insert(p, ());
+        }
+        Some(from)
+    }
+
+    /// A peer is gone: every fetch from it failed.
+    pub fn peer_gone(&mut self, p: AgentId) -> Vec<u64> {
+        let lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
+        for b in &lost {
+            self.in_flight.remove(b);
+        }
+        self.avoid.insert(p, ());
+        lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl Tracker {
+        fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
+            self.locate(a, b, true, now)
+        }
+    }
+
+    #[test]
+    fn no_claim_while_the_relay_slot_is_busy() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0);
+        assert_eq!(tr.locate(0, 0, false, t), Answer::Wait);
+        assert_eq!(tr.relay_grants(), 0, "nothing was claimed");
+        let mut c = Chooser::new(4, 1);
+        c.published(4);
+        assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
+        assert!(!c.may_claim());
+        assert_eq!(c.choose(1, &Answer::Relay), None, "one relay fetch at a time");
+        assert_eq!(c.choose(1, &Answer::Peers(vec![3])), Some(Origin::Peer(3)));
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "peer slots full");
+        assert!(!c.has_free_slot());
+    }
+
+    #[test]
+    fn the_relay_serves_each_block_once_and_peers_serve_the_rest() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(2);
+        for a in 0..3 {
+            tr.join(a);
+        }
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
+        assert_eq!(tr.locate_t(1, 1, t), Answer::Relay, "a different block: agent 1 claims it");
+        tr.have(0, 0);
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]));
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]));
+        assert_eq!(tr.relay_grants(), 2);
+    }
+
+    #[test]
+    fn a_stale_or_dead_claim_is_handed_on() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0);
+        tr.join(1);
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Wait);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "the claimer is too slow: repair from the relay");
+        let mut tr = Tracker::new(1);
+        tr.join(0);
+        tr.join(1);
+        tr.locate_t(0, 0, t);
+        tr.leave(0);
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
+    }
+
+    #[test]
+    fn a_departed_or_bad_holder_is_not_named() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..3 {
+            tr.join(a);
+        }
+        tr.have(0, 0);
+        tr.have(1, 0);
+        tr.leave(0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![1]));
+        tr.not_at(1, 0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
+        tr.have(7, 0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
+    }
+
+    #[test]
+    fn holders_are_spread_over_askers() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..40 {
+            tr.join(a);
+        }
+        for a in 0..20 {
+            tr.have(a, 0);
+        }
+        let mut named = std::collections::HashSet::new();
+        for a in 20..40 {
+            if let Answer::Peers(p) = tr.locate_t(a, 0, t) {
+                assert!(p.len() <= PEERS_PER_ANSWER && !p.contains(&a));
+                named.extend(p);
+            }
+        }
+        assert!(named.len() > PEERS_PER_ANSWER * 2, "answers name many different holders: {named:?}");
+    }
+
+    #[test]
+    fn chooser_stays_in_its_window_and_within_its_slots() {
+        let mut c = Chooser::new(3, 1);
+        c.published(10);
+        assert_eq!(c.wanted(), vec![0, 1, 2]);
+        assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.choose(1, &Answer::Wait), None);
+        assert_eq!(c.wanted(), vec![1, 2]);
+        assert_eq!(c.choose(2, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
+        assert!(c.wanted().is_empty(), "both slots busy");
+        c.done(0, 100, 1.0);
+        c.written(1);
+        assert_eq!(c.wanted(), vec![1, 3]);
+        assert_eq!(c.held(), 1);
+    }
+
+    #[test]
+    fn chooser_prefers_the_least_loaded_fast_peer_and_drops_bad_ones() {
+        let mut c = Chooser::new(100, 100);
+        c.published(100);
+        // Peer 1 fast, peer 2 slow, peer 3 fast: two samples each.
+        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 20.0), (2, 3, 1.0), (3, 1, 1.0), (4, 2, 20.0), (5, 3, 1.0)] {
+            c.choose(b, &Answer::Peers(vec![p]));
+            c.done(b, 1000, secs);
+        }
+        assert_eq!(c.choose(10, &Answer::Peers(vec![2, 1])), Some(Origin::Peer(1)), "slow peer 2 avoided");
+        assert_eq!(c.choose(11, &Answer::Peers(vec![1, 3])), Some(Origin::Peer(3)), "least loaded of the fast");
+        assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
+        assert_eq!(c.failed(12, true), Some(Origin::Peer(2)));
+        assert_eq!(c.choose(13, &Answer::Peers(vec![2])), None, "a peer that sent a bad block is never asked again");
+        assert_eq!(c.peer_gone(1), vec![10]);
+        assert_eq!(c.choose(14, &Answer::Peers(vec![1])), None);
+    }
+}

@@ -1,0 +1,450 @@
+//! `fastrepl-lab simulate`: the agents' swarm on fleets no machine here can host. The decisions are
+//! the product's own ([`agent::swarm`]: the relay's tracker, each agent's chooser); only the network is
+//! modelled: every host has an uplink and a downlink of the link rate (a slow host, a fraction of
+//! it), and the transfers through a link share it equally, advanced in small time steps (a fluid
+//! model: no packets, no latency, no CPU — the bounds the namespace measurements add).
+//!
+//! For each fleet size N it prints T(N)/T(1) (time until every surviving agent holds the snapshot,
+//! over the time of one agent alone), the copies the relay's link carried, the most any agent's uplink
+//! carried, and the slowest agent. `SIM_DEBUG=1` prints the relay's and all flows' rates and every
+//! agent's progress every 40 steps (for small fleets).
+
+use agent::swarm::{AgentId, Answer, Chooser, Origin, Tracker};
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// `fastrepl-lab simulate` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Fleet sizes to simulate.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,64,256,1000")]
+    pub agents: Vec<usize>,
+    /// Link rate of every host, each way: 100mbit, 1gbit, 10gbit, or bits per second.
+    #[arg(long, default_value = "1gbit")]
+    pub link: String,
+    /// Snapshot size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub mib: u64,
+    /// Block size in MiB.
+    #[arg(long, default_value_t = 4)]
+    pub block_mib: u64,
+    /// Fraction of agents on a slow link.
+    #[arg(long, default_value_t = 0.0)]
+    pub slow_fraction: f64,
+    /// How many times slower a slow host's link is.
+    #[arg(long, default_value_t = 5.0)]
+    pub slow_factor: f64,
+    /// Fraction of agents that die at a random moment of their pull.
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_fraction: f64,
+    /// Agents start at random moments within this many seconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub join_spread: f64,
+    /// Blocks an agent looks ahead of what it has handed on to its replica.
+    #[arg(long, default_value_t = agent::swarm::WINDOW_BLOCKS)]
+    pub window: u64,
+    /// Fetches from peers in flight per agent (plus one from the relay).
+    #[arg(long, default_value_t = agent::swarm::PEER_FETCHES_MAX)]
+    pub downloads: usize,
+    /// Uploads an agent serves at once; more requests are refused (the asker goes elsewhere).
+    #[arg(long, default_value_t = agent::swarm::UPLOADS_MAX)]
+    pub uploads: usize,
+    /// Seed of the fleet's randomness (which hosts are slow, fail, join late).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write every row as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One fleet size's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Agents.
+    pub agents: usize,
+    /// The longest pull of an agent on a full-rate link, from its own start to its last block (with
+    /// all agents starting together: the time until every one of them holds the snapshot).
+    pub secs: f64,
+    /// That over one agent alone.
+    pub t_over_t1: f64,
+    /// Slow hosts: the longest pull over what their own link allows at best (1.0 = as fast as their
+    /// link permits); `None` without slow hosts.
+    pub slow_over_own_bound: Option<f64>,
+    /// Copies of the snapshot the relay's uplink carried.
+    pub relay_copies: f64,
+    /// Most copies any agent's uplink carried.
+    pub agent_upload_copies_max: f64,
+    /// The slowest surviving agent: seconds from its start to its last block, and whether it was slow.
+    pub slowest_secs: f64,
+    /// Whether the slowest agent is one of the slow hosts.
+    pub slowest_is_slow_host: bool,
+    /// Agents that died.
+    pub failed: usize,
+    /// Agents that did not finish within the simulated time limit.
+    pub unfinished: usize,
+}
+
+/// Bits per second from `100mbit`, `1gbit`, `10gbit` or a number.
+fn link_bps(s: &str) -> Result<f64> {
+    let l = s.to_ascii_lowercase();
+    let (num, mul) = if let Some(n) = l.strip_suffix("gbit") {
+        (n, 1e9)
+    } else if let Some(n) = l.strip_suffix("mbit") {
+        (n, 1e6)
+    } else {
+        (l.as_str(), 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| anyhow::anyhow!("link rate {s:?}: expected e.g. 100mbit, 1gbit or bits per second"))?;
+    if v <= 0.0 {
+        bail!("link rate {s:?} must be positive");
+    }
+    Ok(v * mul)
+}
+
+/// A small deterministic generator (xorshift64*), so that a seed names a fleet.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+struct Host {
+    up: f64,
+    down: f64,
+    sent: f64,
+}
+
+struct Agent {
+    id: AgentId,
+    host: usize,
+    start: f64,
+    fail_at: Option<f64>,
+    slow: bool,
+    chooser: Chooser,
+    alive: bool,
+    started: bool,
+    finished: Option<f64>,
+    uploads: usize,
+}
+
+struct Transfer {
+    src: usize,
+    from: Origin,
+    dst: usize,
+    block: u64,
+    left: f64,
+    since: f64,
+}
+
+/// Agents with a free slot ask again every this many steps (an eighth of a block's time at full rate
+/// each): a real agent asks again as soon as a fetch ends or a short wait passes.
+const SCHEDULE_EVERY_STEPS: u64 = 1;
+
+/// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
+/// pessimistic, and only with many distinct bottleneck levels).
+const FILL_ROUNDS_MAX: usize = 12;
+
+/// Max-min fair rates (progressive filling): every flow grows at the same pace until a link it crosses
+/// is full; a flow bottlenecked at one end leaves the rest of the other end to the other flows.
+fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Vec<f64> {
+    let mut rate = vec![0.0; transfers.len()];
+    let mut frozen = vec![false; transfers.len()];
+    let mut up: Vec<f64> = hosts.iter().map(|h| h.up).collect();
+    let mut down: Vec<f64> = hosts.iter().map(|h| h.down).collect();
+    for _ in 0..FILL_ROUNDS_MAX {
+        let mut nu = vec![0u32; hosts.len()];
+        let mut nd = vec![0u32; hosts.len()];
+        for (x, f) in transfers.iter().zip(&frozen) {
+            if !f {
+                nu[x.src] += 1;
+                nd[x.dst] += 1;
+            }
+        }
+        let inc = (0..hosts.len())
+            .flat_map(|h| [(nu[h] > 0).then(|| up[h] / f64::from(nu[h])), (nd[h] > 0).then(|| down[h] / f64::from(nd[h]))])
+            .flatten()
+            .fold(f64::INFINITY, f64::min);
+        if !inc.is_finite() {
+            break;
+        }
+        for (i, x) in transfers.iter().enumerate() {
+            if !frozen[i] {
+                rate[i] += inc;
+                up[x.src] -= inc;
+                down[x.dst] -= inc;
+            }
+        }
+        let full = |c: f64, cap: f64| c <= cap * 1e-9;
+        for (i, x) in transfers.iter().enumerate() {
+            if !frozen[i] && (full(up[x.src], hosts[x.src].up) || full(down[x.dst], hosts[x.dst].down)) {
+                frozen[i] = true;
+            }
+        }
+    }
+    rate
+}
+
+/// Simulate one fleet of `n` agents.
+pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
+    let bps = link_bps(&a.link)? / 8.0;
+    let block = (a.block_mib << 20) as f64;
+    let blocks = a.mib.div_ceil(a.block_mib);
+    let snapshot = (a.mib << 20) as f64;
+    let t_one = snapshot / bps;
+    let dt = block / bps / 8.0;
+    let limit = t_one * 50.0 + a.join_spread;
+    let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let t0 = Instant::now();
+    let at = |t: f64| t0 + Duration::from_secs_f64(t);
+
+    let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
+    let mut tracker = Tracker::new(blocks);
+    let mut agents: Vec<Agent> = (0..n)
+        .map(|i| {
+            let slow = rng.next() < a.slow_fraction;
+            let rate = if slow { bps / a.slow_factor } else { bps };
+            hosts.push(Host { up: rate, down: rate, sent: 0.0 });
+            let start = rng.next() * a.join_spread;
+            let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
+            let mut chooser = Chooser::new(a.window, a.downloads);
+            chooser.published(blocks);
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0 }
+        })
+        .collect();
+    let mut transfers: Vec<Transfer> = Vec::new();
+    let mut t = 0.0;
+    let mut step: u64 = 0;
+    while agents.iter().any(|g| g.alive && g.finished.is_none()) {
+        if t > limit {
+            break;
+        }
+        // Joins and failures.
+        for g in agents.iter_mut() {
+            if !g.started && g.alive && t >= g.start {
+                g.started = true;
+                tracker.join(g.id);
+            }
+            if g.alive && g.fail_at.is_some_and(|f| t >= f) && g.finished.is_none() {
+                g.alive = false;
+                tracker.leave(g.id);
+            }
+        }
+        // Transfers touching a dead agent end: its downloads are lost, its uploads fail over.
+        let mut lost = Vec::new();
+        transfers.retain(|x| {
+            let dead_src = x.src > 0 && !agents[x.src - 1].alive;
+            let dead_dst = !agents[x.dst - 1].alive;
+            if dead_src || dead_dst {
+                lost.push((x.src, x.dst, x.block, dead_src));
+                false
+            } else {
+                true
+            }
+        });
+        for (src, dst, b, dead_src) in lost {
+            if src > 0 {
+                agents[src - 1].uploads -= 1;
+            }
+            if dead_src && agents[dst - 1].alive {
+                agents[dst - 1].chooser.failed(b, false);
+                tracker.not_at(agents[src - 1].id, b);
+            }
+        }
+        // Choose: agents with free slots ask the tracker about the blocks they want (every few steps,
+        // as a real agent asks again after a short wait).
+        if step % SCHEDULE_EVERY_STEPS == 0 {
+            // Agents act in a different order every step: no agent is first to the relay or to a
+            // holder by its number (real agents' requests interleave the same way).
+            let mut order: Vec<usize> = (0..agents.len()).collect();
+            for k in (1..order.len()).rev() {
+                order.swap(k, (rng.next() * (k + 1) as f64) as usize % (k + 1));
+            }
+            for i in order {
+                if !agents[i].started || !agents[i].alive || agents[i].finished.is_some() {
+                    continue;
+                }
+                let mut wanted = agents[i].chooser.wanted();
+                // Rarest first (stable: in order among equals).
+                wanted.sort_by_key(|b| tracker.holders(*b));
+                for b in wanted {
+                    let answer = tracker.locate(agents[i].id, b, agents[i].chooser.may_claim(), at(t));
+                    // A peer serving its maximum refuses: try the others it named, else skip for now.
+                    let answer = match answer {
+                        Answer::Peers(ps) => {
+                            let free: Vec<AgentId> = ps.into_iter().filter(|p| agents[*p as usize].uploads < a.uploads).collect();
+                            if free.is_empty() {
+                                continue;
+                            }
+                            Answer::Peers(free)
+                        }
+                        other => other,
+                    };
+                    let Some(from) = agents[i].chooser.choose(b, &answer) else { continue };
+                    let src = match from {
+                        Origin::Relay => 0,
+                        Origin::Peer(p) => {
+                            agents[p as usize].uploads += 1;
+                            agents[p as usize].host
+                        }
+                    };
+                    transfers.push(Transfer { src, from, dst: agents[i].host, block: b, left: block, since: t });
+                    if !agents[i].chooser.has_free_slot() {
+                        break;
+                    }
+                }
+            }
+        }
+        // Move bytes: links shared max-min fairly among their transfers (what TCP approximates).
+        let mut rates = max_min_rates(&hosts, &transfers);
+        if std::env::var_os("SIM_DEBUG").is_some() && step % 40 == 0 {
+            let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
+            let total: f64 = rates.iter().sum();
+            let nrelay = transfers.iter().filter(|x| x.src == 0).count();
+            let prefix: Vec<u64> = agents.iter().map(|g| g.chooser.held_prefix()).collect();
+            let held: Vec<u64> = agents.iter().map(|g| g.chooser.held()).collect();
+            eprintln!("t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}", relay / bps * 100.0, transfers.len(), total / (bps * n as f64) * 100.0);
+        }
+        t += dt;
+        step += 1;
+        let mut i = 0;
+        while i < transfers.len() {
+            let x = &mut transfers[i];
+            let moved = (rates[i] * dt).min(x.left);
+            x.left -= moved;
+            hosts[x.src].sent += moved;
+            if x.left > 0.5 {
+                i += 1;
+                continue;
+            }
+            let x = transfers.swap_remove(i);
+            rates.swap_remove(i);
+            if let Origin::Peer(p) = x.from {
+                agents[p as usize].uploads -= 1;
+            }
+            let g = &mut agents[x.dst - 1];
+            g.chooser.done(x.block, block as u64, t - x.since);
+            tracker.have(g.id, x.block);
+            // The replica takes blocks in order as soon as the next one is there.
+            let mut w = g.chooser.held_prefix();
+            if w > blocks {
+                w = blocks;
+            }
+            g.chooser.written(w);
+            if g.chooser.complete() {
+                g.finished = Some(t);
+            }
+        }
+    }
+    let survivors: Vec<&Agent> = agents.iter().filter(|g| g.alive).collect();
+    let end = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| f - g.start)).fold(0.0, f64::max);
+    let slow_bound = t_one * a.slow_factor;
+    let slow_over_own_bound = survivors.iter().filter(|g| g.slow).filter_map(|g| g.finished.map(|f| (f - g.start) / slow_bound)).reduce(f64::max);
+    let slowest = survivors.iter().filter(|g| g.finished.is_some()).max_by(|x, y| (x.finished.unwrap() - x.start).total_cmp(&(y.finished.unwrap() - y.start)));
+    Ok(Row {
+        agents: n,
+        secs: end,
+        t_over_t1: end / t_one,
+        slow_over_own_bound,
+        relay_copies: hosts[0].sent / snapshot,
+        agent_upload_copies_max: hosts[1..].iter().map(|h| h.sent).fold(0.0, f64::max) / snapshot,
+        slowest_secs: slowest.map(|g| g.finished.unwrap_or(0.0) - g.start).unwrap_or(0.0),
+        slowest_is_slow_host: slowest.is_some_and(|g| g.slow),
+        failed: agents.iter().filter(|g| !g.alive).count(),
+        unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
+    })
+}
+
+/// Run every fleet size and print the table.
+pub fn run(a: SimulateArgs) -> Result<()> {
+    println!(
+        "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks, 1 relay + {} peer fetches and {} uploads per agent; \
+         slow hosts {:.0} % (×{} slower), failures {:.0} %, joins spread over {} s",
+        a.mib,
+        a.block_mib,
+        a.link,
+        a.window,
+        a.downloads,
+        a.uploads,
+        a.slow_fraction * 100.0,
+        a.slow_factor,
+        a.fail_fraction * 100.0,
+        a.join_spread
+    );
+    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
+    for &n in &a.agents {
+        let r = run_one(&a, n.max(1))?;
+        println!(
+            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} |",
+            r.agents,
+            r.secs,
+            r.t_over_t1,
+            r.slow_over_own_bound.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into()),
+            r.relay_copies,
+            r.agent_upload_copies_max,
+            r.slowest_secs,
+            if r.slowest_is_slow_host { "yes" } else { "no" },
+            r.failed,
+            r.unfinished
+        );
+        rows.push(r);
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&serde_json::json!({"settings": format!("{a:?}"), "rows": rows}))?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: SimulateArgs,
+    }
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let mut v = vec!["sim", "--mib", "64", "--block-mib", "4"];
+        v.extend_from_slice(extra);
+        Cli::parse_from(v).a
+    }
+
+    #[test]
+    fn one_agent_takes_the_time_of_one_copy() {
+        let r = run_one(&args(&[]), 1).unwrap();
+        assert!((r.t_over_t1 - 1.0).abs() < 0.1, "{r:?}");
+        assert!((r.relay_copies - 1.0).abs() < 0.01, "{r:?}");
+    }
+
+    #[test]
+    fn the_relay_sends_about_one_copy_for_many_agents() {
+        let r = run_one(&args(&[]), 16).unwrap();
+        assert_eq!(r.unfinished, 0, "{r:?}");
+        assert!(r.relay_copies < 1.5, "the relay's link carries about one copy: {r:?}");
+    }
+
+    #[test]
+    fn failures_leave_no_survivor_unfinished() {
+        let r = run_one(&args(&["--fail-fraction", "0.2", "--seed", "7"]), 20).unwrap();
+        assert!(r.failed > 0, "{r:?}");
+        assert_eq!(r.unfinished, 0, "{r:?}");
+    }
+
+    #[test]
+    fn link_rates_parse() {
+        assert_eq!(link_bps("1gbit").unwrap(), 1e9);
+        assert_eq!(link_bps("100mbit").unwrap(), 1e8);
+        assert!(link_bps("fast").is_err());
+    }
+}
