@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use transport::Transport;
 
+/// The agent's memory is sampled every this many blocks while it pulls (reading smaps_rollup costs
+/// well under a block's transfer).
+const PSS_SAMPLE_EVERY_BLOCKS: u64 = 8;
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
 /// What the checks established; nothing has been changed yet.
@@ -38,7 +41,7 @@ pub fn join(cfg: &Config) -> Result<Report, Error> {
     let (host, port) = split_host_port(&c.master_addr)?;
     let snapshot = Snapshot { generation: c.desc.generation, replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, c, host, port, link: None, stats: None, log_reader: None, loading: false };
+    let mut d = Driver { cfg, c, host, port, link: None, stats: None, peak_pss_kib: 0, log_reader: None, loading: false };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -95,6 +98,8 @@ struct Driver<'a> {
     /// The replica's link to us, until the handoff.
     link: Option<ReplicaLink>,
     stats: Option<pipeline::Stats>,
+    /// Largest PSS seen while pulling (sampled every few blocks).
+    peak_pss_kib: u64,
     /// The reader for the stream log, opened at the first log read and kept for the rest.
     log_reader: Option<Box<dyn transport::RangeReader>>,
     /// Between the snapshot's end and the log: the relay's state still matters to the replica's load.
@@ -203,8 +208,13 @@ impl Driver<'_> {
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
         cfg.live.set_phase("pulling");
+        let (mut blocks, mut peak_pss) = (0u64, crate::procstat::own_pss_kib());
         let stats = pipeline::pull(transport.as_ref(), &progress, readers(cfg.readers, transport.as_ref()), cfg.window_blocks, &cfg.cancel, &mut |b| {
             link.send(b, "RDB block")?;
+            blocks += 1;
+            if blocks % PSS_SAMPLE_EVERY_BLOCKS == 0 {
+                peak_pss = peak_pss.max(crate::procstat::own_pss_kib());
+            }
             cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
             if let Some(l) = progress.get_length() {
                 cfg.live.rdb_bytes_total.store(l, std::sync::atomic::Ordering::Relaxed);
@@ -214,6 +224,7 @@ impl Driver<'_> {
         if let Framing::Eof(mark) = &framing {
             link.send(mark, "EOF mark")?;
         }
+        self.peak_pss_kib = peak_pss.max(crate::procstat::own_pss_kib());
         tracing::info!(bytes = stats.bytes, secs = t.elapsed().as_secs_f64(), "snapshot sent; replica loading");
         cfg.live.set_phase("loading");
         self.loading = true;
@@ -331,6 +342,7 @@ impl Driver<'_> {
             notes,
             agent_cpu_secs: crate::procstat::own_cpu_secs(),
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
+            agent_peak_pss_kib: self.peak_pss_kib.max(crate::procstat::own_pss_kib()),
         }
     }
 }

@@ -213,8 +213,13 @@ pub struct Report {
     pub notes: Vec<String>,
     /// CPU seconds (user + system) this agent process used so far.
     pub agent_cpu_secs: f64,
-    /// This agent process's peak resident memory, KiB.
+    /// This agent process's peak resident memory, KiB (`VmHWM`: counts mapped shared memory, e.g. the
+    /// relay's snapshot over shm, in full).
     pub agent_peak_rss_kib: u64,
+    /// This agent's largest proportional set size seen while it pulled, KiB: the memory it really
+    /// uses (shared pages counted by share).
+    #[serde(default)]
+    pub agent_peak_pss_kib: u64,
 }
 
 /// Readers to use: as asked, or the transport's default when `asked` is 0.

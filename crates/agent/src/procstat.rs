@@ -34,6 +34,20 @@ pub fn own_peak_rss_kib() -> u64 {
     Process::myself().ok().and_then(|p| p.status().ok()).and_then(|s| s.vmhwm).unwrap_or(0)
 }
 
+/// Proportional set size of process `pid` in KiB (`Pss:` of `/proc/PID/smaps_rollup`): its private
+/// pages plus its share of every page it shares. Unlike RSS it does not count a mapping of another
+/// process's memory (an agent's view of the relay's snapshot over shm, the relay's second mapping of
+/// its own region for UCX) as this process's own.
+pub fn pss_kib(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
+}
+
+/// This process's proportional set size in KiB (0 if `/proc` cannot say).
+pub fn own_pss_kib() -> u64 {
+    pss_kib(std::process::id() as i32).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +60,7 @@ mod tests {
         assert!(own_cpu_secs() >= 0.0);
         assert!(cpu_secs_with_children(std::process::id() as i32).is_some());
         assert!(peak_rss_kib(std::process::id() as i32).is_some());
+        let pss = own_pss_kib();
+        assert!(pss >= 8 << 10, "the buffer is private memory, counted whole in PSS: {pss} KiB");
     }
 }

@@ -43,6 +43,9 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
             if r["mode"].as_str().unwrap().starts_with("fastrepl") {
                 assert!(r["relay_cpu_secs"].as_f64().is_some() && r["agent_cpu_secs"].as_f64().is_some(), "{r}");
                 assert!(r["handoffs"].as_array().unwrap().iter().all(|h| h == "partial"), "{r}");
+                // Memory really used (PSS), sampled for the relay and reported by each agent.
+                assert!(r["peak_rss_kib"]["relay_pss"].as_u64().is_some_and(|v| v > 0), "{r}");
+                assert!(r["peak_rss_kib"]["agent_pss_max"].as_u64().is_some_and(|v| v > 0), "{r}");
             }
             if spec["latency_probe"] == true {
                 assert!(r["latency_ms"]["count"].as_u64().unwrap() > 0, "{r}");

@@ -54,7 +54,7 @@ pub fn table(s: &ScenarioResult) -> String {
     let lat = s.spec.latency_probe;
     let _ = writeln!(
         t,
-        "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent (MB) | relay CPU (s) | agents CPU (s) | peak RSS MB master/relay/agent/replica |{}",
+        "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent (MB) | relay CPU (s) | agents CPU (s) | peak MB master/relay/agent/replica (relay, agent: PSS; † RSS) |{}",
         if lat { " GET/SET ms p50/p99/max |" } else { "" }
     );
     let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|{}", if lat { "---|" } else { "" });
@@ -65,6 +65,13 @@ pub fn table(s: &ScenarioResult) -> String {
         }
         let per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
         let mb = |k: &str| r.peak_rss_kib[k].as_u64().map(|v| format!("{:.0}", v as f64 / 1024.0)).unwrap_or_else(|| "–".into());
+        // Relay and agents in PSS where the run measured it (RSS counts a shared mapping in full: an
+        // agent's view of the relay's snapshot over shm); older runs have RSS only, marked †.
+        let used = |pss: &str, rss: &str| match r.peak_rss_kib[pss].as_u64() {
+            Some(v) if v > 0 => format!("{:.0}", v as f64 / 1024.0),
+            _ if r.peak_rss_kib[rss].is_u64() => format!("{}†", mb(rss)),
+            _ => "–".into(),
+        };
         let _ = write!(
             t,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{}/{} |",
@@ -79,8 +86,8 @@ pub fn table(s: &ScenarioResult) -> String {
             f2(r.relay_cpu_secs),
             f2(r.agent_cpu_secs),
             mb("master"),
-            mb("relay"),
-            mb("agent_max"),
+            used("relay_pss", "relay"),
+            used("agent_pss_max", "agent_max"),
             mb("replica_max")
         );
         if lat {

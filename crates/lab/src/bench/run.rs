@@ -54,7 +54,8 @@ pub struct RunResult {
     pub relay_cpu_secs: Option<f64>,
     /// CPU seconds of all agents together (fastrepl modes).
     pub agent_cpu_secs: Option<f64>,
-    /// Peak RSS, KiB: master (during the run), relay, largest agent, largest replica.
+    /// Peak memory, KiB: RSS of the master (during the run), relay, largest agent, largest replica;
+    /// and PSS (sampled peaks) of the relay and the largest agent, which count shared mappings by share.
     pub peak_rss_kib: serde_json::Value,
     /// GET/SET latency on the master during the sync (under-load): p50, p99, max in ms, and count.
     pub latency_ms: Option<serde_json::Value>,
@@ -353,6 +354,8 @@ fn one(c: &Ctx) -> Result<RunResult> {
         "relay": extra.relay_rss,
         "agent_max": extra.agent_rss,
         "replica_max": replicas.iter().filter_map(|s| peak_rss(s.pid())).max(),
+        "relay_pss": extra.relay_pss,
+        "agent_pss_max": extra.agent_pss,
     });
     Ok(r)
 }
@@ -365,6 +368,8 @@ struct Extra {
     relay_rss: Option<u64>,
     agent_cpu: Option<f64>,
     agent_rss: Option<u64>,
+    relay_pss: Option<u64>,
+    agent_pss: Option<u64>,
     handoffs: Vec<String>,
 }
 
@@ -466,6 +471,17 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
         cmd.env("UCX_TLS", &ucx_tls);
     }
     let mut relay = Proc::spawn("relay", cmd);
+    // The relay's memory as it really uses it (PSS): its region is mapped twice when it serves UCX,
+    // and RSS counts both mappings.
+    let relay_pid = relay.pid() as i32;
+    let relay_pss = Sampler::spawn(move |stop| {
+        let mut peak = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            peak = peak.max(agent::procstat::pss_kib(relay_pid).unwrap_or(0));
+            std::thread::sleep(Duration::from_millis(200)); // Sampling period, not synchronization.
+        }
+        peak.max(agent::procstat::pss_kib(relay_pid).unwrap_or(0))
+    });
     let ra = relay_addr.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -500,7 +516,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
         Arrival::Together => vec![(0..replicas.len()).collect()],
         Arrival::Staggered => (0..replicas.len()).map(|i| vec![i]).collect(),
     };
-    let (mut agent_cpu, mut agent_rss) = (0.0, 0u64);
+    let (mut agent_cpu, mut agent_rss, mut agent_pss) = (0.0, 0u64, 0u64);
     for group in groups {
         let started = t0.elapsed().as_secs_f64();
         let mut procs: Vec<(usize, Proc)> = group.iter().map(|&i| (i, join(i))).collect();
@@ -523,12 +539,15 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
             agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
             agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
+            agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
         }
     }
     ex.relay_cpu = Some(proc_cpu_with_children(relay.pid()));
     ex.relay_rss = peak_rss(relay.pid());
+    ex.relay_pss = Some(relay_pss.finish());
     ex.agent_cpu = Some(agent_cpu);
     ex.agent_rss = Some(agent_rss);
+    ex.agent_pss = Some(agent_pss);
     relay.kill();
     Ok(ex)
 }
