@@ -183,7 +183,7 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
             "native-disk": "master repl-diskless-sync no; replica repl-diskless-load disabled",
             "native-diskless": "master repl-diskless-sync yes; replica repl-diskless-load on-empty-db",
             "fastrepl": "a fresh relay per run (its capture included in the time); agents join with the mode's transport",
-            "links": "every host's egress shaped alike with tc tbf (burst max(512 KiB, 10 ms of traffic), latency 100 ms); unshaped = veth through a bridge",
+            "links": "every host's link shaped alike in both directions with tc tbf on both ends of its veth (burst max(512 KiB, 10 ms of traffic), latency 100 ms); unshaped = veth through a bridge",
             "hosts": if a.no_netns { "loopback, one host" } else { "network namespaces: host 0 master + relay, host i replica i + its agent" },
             "quick": a.quick,
             "repeat": a.repeat,
