@@ -74,7 +74,9 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let doc = run_bench(&["--scenario", "all"], dir.path());
-    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load"]);
+    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host"]);
+    let slow = doc["scenarios"].as_array().unwrap().iter().find(|s| s["spec"]["name"] == "slow-host").unwrap();
+    assert_eq!(slow["spec"]["slow_hosts"], 1, "{}", slow["spec"]);
     for png in ["original-1gbit.png", "original-unshaped.png", "fanout-1gbit.png", "staggered-unshaped.png"] {
         let b = std::fs::read(dir.path().join(png)).unwrap_or_else(|e| panic!("{png}: {e}"));
         assert!(b.starts_with(b"\x89PNG"), "{png}");

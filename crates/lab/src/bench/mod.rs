@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// `fastrepl-lab bench` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// original, fanout, staggered, small-keys, mixed, under-load, or all.
+    /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, or all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).
@@ -39,6 +39,13 @@ pub struct BenchArgs {
     /// Server build for master and replicas: redis-7.0, valkey-8.1, redis-6.2.
     #[arg(long, default_value = "redis-7.0")]
     pub server: String,
+    /// Put the first K replica hosts on a link `--slow-factor` times slower (default: the scenario's;
+    /// `slow-host` has one).
+    #[arg(long)]
+    pub slow_hosts: Option<usize>,
+    /// How much slower the slow hosts' link is.
+    #[arg(long, default_value_t = 5)]
+    pub slow_factor: u32,
     /// `repl-diskless-sync-delay` on the master for diskless modes (native, and the relay's capture);
     /// reported with every figure. 1 s lets replicas that start together share one fork.
     #[arg(long, default_value_t = 1)]

@@ -75,7 +75,20 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
     let max_n = *spec.replicas.iter().max().unwrap_or(&1);
     for link in &spec.links {
         let link_name = link.clone().unwrap_or_else(|| "unshaped".into());
-        let lab = if spec.netns { Some(Lab::new(max_n + 1, link.as_deref()).map_err(|e| anyhow!("make namespace hosts: {e}"))?) } else { None };
+        let lab = if spec.netns {
+            // Host 0 (master, relay) and the replica hosts at the link's rate, but the first
+            // `slow_hosts` replica hosts slower.
+            let rates: Vec<Option<String>> = (0..=max_n)
+                .map(|i| match link {
+                    Some(l) if (1..=spec.slow_hosts).contains(&i) => fixtures::netns::scale_rate(l, spec.slow_factor).map(Some),
+                    other => Ok(other.clone()),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| anyhow!(e))?;
+            Some(Lab::with_rates(&rates).map_err(|e| anyhow!("make namespace hosts: {e}"))?)
+        } else {
+            None
+        };
         let host = |i: usize| -> (Option<String>, String) {
             match &lab {
                 Some(l) => (Some(l.hosts[i].ns.clone()), l.hosts[i].ip.clone()),

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load"];
+pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host"];
 
 /// The master's data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,6 +63,12 @@ pub struct Spec {
     pub latency_probe: bool,
     /// Namespace hosts (false: loopback).
     pub netns: bool,
+    /// The first this many replica hosts are on a link `slow_factor` times slower than the others.
+    #[serde(default)]
+    pub slow_hosts: usize,
+    /// How much slower their link is.
+    #[serde(default)]
+    pub slow_factor: u32,
 }
 
 /// Every mode there is.
@@ -86,6 +92,8 @@ impl Spec {
             "small-keys" => (Dataset::SmallValues { count: if q { 20_000 } else { 3_000_000 }, size: 100 }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
             "mixed" => (Dataset::Mixed { small: if q { 5_000 } else { 500_000 }, big_mib: if q { 4 } else { 128 } }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
             "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
+            // One replica host on a link 5× slower: do the others wait for it?
+            "slow-host" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
             other => bail!("unknown scenario {other:?} ({} or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
@@ -98,7 +106,18 @@ impl Spec {
             arrival,
             latency_probe,
             netns,
+            slow_hosts: if name == "slow-host" { 1 } else { 0 },
+            slow_factor: a.slow_factor,
         };
+        if let Some(k) = a.slow_hosts {
+            spec.slow_hosts = k;
+        }
+        if spec.slow_hosts > 0 && (!netns || spec.links.iter().any(Option::is_none)) {
+            bail!("slow hosts need shaped links on namespace hosts (a --links rate, not unshaped or --no-netns)");
+        }
+        if a.slow_factor < 2 {
+            bail!("--slow-factor must be at least 2");
+        }
         if !a.links.is_empty() {
             if !netns {
                 bail!("--links needs namespace hosts (drop --no-netns)");
@@ -135,8 +154,9 @@ impl Spec {
     /// One line for people.
     pub fn describe(&self) -> String {
         let links: Vec<String> = self.links.iter().map(|l| l.clone().unwrap_or_else(|| "unshaped".into())).collect();
+        let slow = if self.slow_hosts > 0 { format!("; replica host(s) 1..={} on a link {}× slower", self.slow_hosts, self.slow_factor) } else { String::new() };
         format!(
-            "{:?}; links {}; replicas {:?}; modes {}; {}",
+            "{:?}; links {}{slow}; replicas {:?}; modes {}; {}",
             self.dataset,
             links.join(", "),
             self.replicas,
