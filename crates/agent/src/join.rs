@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use transport::Transport;
 
-/// The agent's memory is sampled every this many blocks while it pulls (reading smaps_rollup costs
-/// well under a block's transfer).
-const PSS_SAMPLE_EVERY_BLOCKS: u64 = 8;
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
+
+/// The agent's memory is sampled this often while it pulls, by a thread of its own.
+const PSS_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What the checks established; nothing has been changed yet.
 struct Checked {
@@ -39,9 +39,9 @@ pub fn join(cfg: &Config) -> Result<Report, Error> {
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
     let (host, port) = split_host_port(&c.master_addr)?;
-    let snapshot = Snapshot { generation: c.desc.generation, replid: c.desc.replid.clone(), offset: c.desc.offset };
+    let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, c, host, port, link: None, stats: None, peak_pss_kib: 0, log_reader: None, loading: false };
+    let mut d = Driver { cfg, c, host, port, link: None, stats: None, peak_pss_kib: 0, log_reader: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -65,7 +65,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let master_server = master
         .info("server")
         .ok()
-        .and_then(|i| replication::rdb::Server::from_info(&info_text(&i)))
+        .and_then(|i| replication::rdb::Server::from_info(&local::info_text(&i)))
         .map(|s| s.to_string())
         .unwrap_or_else(|| "unknown".into());
     let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
@@ -102,8 +102,6 @@ struct Driver<'a> {
     peak_pss_kib: u64,
     /// The reader for the stream log, opened at the first log read and kept for the rest.
     log_reader: Option<Box<dyn transport::RangeReader>>,
-    /// Between the snapshot's end and the log: the relay's state still matters to the replica's load.
-    loading: bool,
 }
 
 impl Driver<'_> {
@@ -114,6 +112,7 @@ impl Driver<'_> {
             Err(e) => m.on(Instant::now(), Input::Failed(e)),
         };
         loop {
+            self.cfg.live.set_phase(m.phase_name());
             action = match action {
                 Action::WaitLength => match self.wait_length() {
                     Ok(len) => m.on(Instant::now(), Input::Length(len)),
@@ -123,7 +122,7 @@ impl Driver<'_> {
                     Ok(s) => m.on(Instant::now(), Input::Pulled { first_byte: s.first_byte, rdb_bytes: s.bytes }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::PollReplica => match self.poll_replica() {
+                Action::PollReplica => match self.poll_replica(m.snapshot_in_use()) {
                     Ok((state, ack_seen)) => m.on(Instant::now(), Input::Replica { state: &state, ack_seen }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
@@ -131,13 +130,10 @@ impl Driver<'_> {
                     Ok(got) => m.on(Instant::now(), Input::LogRead { got, asked: max }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::CheckMaster => {
-                    self.cfg.live.set_phase("handing off");
-                    match self.c.master.info("replication") {
-                        Ok(i) => m.on(Instant::now(), Input::Master(&master_repl(&i))),
-                        Err(e) => m.on(Instant::now(), Input::Failed(Error::Master(e))),
-                    }
-                }
+                Action::CheckMaster => match self.c.master.info("replication") {
+                    Ok(i) => m.on(Instant::now(), Input::Master(&master_repl(&i))),
+                    Err(e) => m.on(Instant::now(), Input::Failed(Error::Master(e))),
+                },
                 Action::HandOff => match self.hand_off() {
                     Ok(before) => m.on(Instant::now(), Input::Counters(before)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
@@ -147,7 +143,6 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::Done(o) => {
-                    self.cfg.live.set_phase("done");
                     tracing::info!(handoff = ?o.handoff, offset = o.offset, "handed off");
                     return Ok(o);
                 }
@@ -207,34 +202,29 @@ impl Driver<'_> {
         link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
-        cfg.live.set_phase("pulling");
-        let (mut blocks, mut peak_pss) = (0u64, crate::procstat::own_pss_kib());
-        let stats = pipeline::pull(transport.as_ref(), &progress, readers(cfg.readers, transport.as_ref()), cfg.window_blocks, &cfg.cancel, &mut |b| {
-            link.send(b, "RDB block")?;
-            blocks += 1;
-            if blocks % PSS_SAMPLE_EVERY_BLOCKS == 0 {
-                peak_pss = peak_pss.max(crate::procstat::own_pss_kib());
-            }
-            cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            if let Some(l) = progress.get_length() {
-                cfg.live.rdb_bytes_total.store(l, std::sync::atomic::Ordering::Relaxed);
-            }
-            Ok(())
-        })?;
+        let (stats, peak_pss) = crate::procstat::with_peak_pss(PSS_SAMPLE_EVERY, || {
+            pipeline::pull(transport.as_ref(), &progress, readers(cfg.readers, transport.as_ref()), cfg.window_blocks, &cfg.cancel, &mut |b| {
+                link.send(b, "RDB block")?;
+                cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                if let Some(l) = progress.get_length() {
+                    cfg.live.rdb_bytes_total.store(l, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        });
+        let stats = stats?;
         if let Framing::Eof(mark) = &framing {
             link.send(mark, "EOF mark")?;
         }
-        self.peak_pss_kib = peak_pss.max(crate::procstat::own_pss_kib());
+        self.peak_pss_kib = peak_pss;
         tracing::info!(bytes = stats.bytes, secs = t.elapsed().as_secs_f64(), "snapshot sent; replica loading");
-        cfg.live.set_phase("loading");
-        self.loading = true;
         self.stats = Some(stats.clone());
         Ok(stats)
     }
 
     /// The replica's state, after the poll interval; fails when the replica left our link or (while
-    /// it loads) the relay lost the snapshot.
-    fn poll_replica(&mut self) -> Result<(ReplState, bool), Error> {
+    /// it still depends on the snapshot) the relay lost it.
+    fn poll_replica(&mut self, snapshot_in_use: bool) -> Result<(ReplState, bool), Error> {
         std::thread::sleep(POLL_EVERY); // Polling a server's state; the machine holds the deadline.
         check_cancel(&self.cfg.cancel)?;
         let mut ack_seen = false;
@@ -242,7 +232,7 @@ impl Driver<'_> {
             link.check_open()?;
             ack_seen = link.ack_seen.load(std::sync::atomic::Ordering::SeqCst);
         }
-        if self.loading {
+        if snapshot_in_use {
             self.c.progress.with(progress::View::check)?;
         }
         let st = local::repl_state(&mut self.c.local.client).map_err(Error::Replica)?;
@@ -252,10 +242,6 @@ impl Driver<'_> {
     /// Read up to `max` log bytes from `from` and send them to the replica; returns how many.
     fn stream_log(&mut self, from: u64, max: u64) -> Result<u64, Error> {
         check_cancel(&self.cfg.cancel)?;
-        if self.loading {
-            self.loading = false;
-            self.cfg.live.set_phase("streaming log");
-        }
         let max32 = u32::try_from(max).map_err(|_| Error::Local("internal: log read too large".into()))?;
         let generation = self.c.desc.generation;
         if self.log_reader.is_none() {
@@ -365,10 +351,6 @@ fn master_repl(i: &Info) -> MasterRepl {
         backlog_first: num("repl_backlog_first_byte_offset"),
         offset: num("master_repl_offset"),
     }
-}
-
-fn info_text(i: &Info) -> String {
-    i.0.iter().map(|(k, v)| format!("{k}:{v}\n")).collect()
 }
 
 fn split_host_port(addr: &str) -> Result<(String, String), Error> {

@@ -45,7 +45,8 @@ pub fn check(addr: &str, auth: Option<&Auth>, force: bool) -> Result<Local, Erro
     Ok(Local { client, server, diskless_load_before })
 }
 
-fn info_text(i: &Info) -> String {
+/// `INFO` fields back as text, for parsers that take the reply's text.
+pub(crate) fn info_text(i: &Info) -> String {
     i.0.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect()
 }
 

@@ -30,8 +30,6 @@ pub use limits::{APPLY_TIMEOUT, LOG_CHUNK_BYTES as LOG_CHUNK};
 /// The snapshot being joined, as the relay described it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Its generation at the relay.
-    pub generation: u64,
     /// The master's replication ID at the snapshot.
     pub replid: String,
     /// The snapshot's replication offset.
@@ -261,6 +259,24 @@ impl Join {
         self.streamed
     }
 
+    /// The phase, for a person watching (the progress display).
+    pub fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Preparing | Phase::WaitingLength => "preparing",
+            Phase::Pulling { .. } => "pulling",
+            Phase::Loading { .. } => "loading",
+            Phase::StreamingLog | Phase::CatchingUp { .. } => "streaming log",
+            Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => "handing off",
+            Phase::Over => "done",
+        }
+    }
+
+    /// Does the replica still depend on the relay's snapshot (being sent or being loaded)? Then a
+    /// snapshot the relay lost or failed must stop the join.
+    pub fn snapshot_in_use(&self) -> bool {
+        matches!(self.phase, Phase::Pulling { .. } | Phase::Loading { .. })
+    }
+
     /// Has `REPLICAOF <master>` been issued (the replica is no longer ours to reset)? The driver
     /// reports the counters read before it only once it succeeded.
     pub fn handed_over(&self) -> bool {
@@ -470,7 +486,7 @@ mod tests {
     const OTHER: &str = "0000000000000000000000000000000000000000";
 
     fn snapshot() -> Snapshot {
-        Snapshot { generation: 1, replid: ID.into(), offset: 1000 }
+        Snapshot { replid: ID.into(), offset: 1000 }
     }
 
     fn timeouts() -> Timeouts {
@@ -523,6 +539,19 @@ mod tests {
         j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(5) });
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: false }), Action::ReadLog { .. }));
+    }
+
+    #[test]
+    fn the_snapshot_matters_until_the_replica_has_loaded_it() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        assert!(!j.snapshot_in_use() && j.phase_name() == "preparing");
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(j.snapshot_in_use() && j.phase_name() == "pulling");
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        assert!(j.snapshot_in_use() && j.phase_name() == "loading");
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
+        assert!(!j.snapshot_in_use() && j.phase_name() == "streaming log", "loaded: a relay that drops the snapshot now no longer matters");
     }
 
     #[test]

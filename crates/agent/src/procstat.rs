@@ -48,6 +48,26 @@ pub fn own_pss_kib() -> u64 {
     pss_kib(std::process::id() as i32).unwrap_or(0)
 }
 
+/// Run `f` while another thread samples this process's PSS every `every` (off `f`'s path: reading
+/// smaps_rollup walks every mapping); returns `f`'s result and the largest PSS seen, in KiB.
+pub fn with_peak_pss<T>(every: std::time::Duration, f: impl FnOnce() -> T) -> (T, u64) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = own_pss_kib();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::park_timeout(every); // Sampling period; woken early when `f` is done.
+                peak = peak.max(own_pss_kib());
+            }
+            peak
+        });
+        let out = f();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        sampler.thread().unpark();
+        (out, sampler.join().unwrap_or(0))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,10 +77,22 @@ mod tests {
         let v: Vec<u8> = vec![1; 8 << 20];
         assert!(own_peak_rss_kib() >= 8 << 10, "peak RSS covers an 8 MiB buffer");
         assert_eq!(v.iter().map(|&b| b as u64).sum::<u64>(), 8 << 20);
-        assert!(own_cpu_secs() >= 0.0);
+        let cpu0 = own_cpu_secs();
+        let spin = std::time::Instant::now();
+        while std::time::Instant::now() < spin + std::time::Duration::from_millis(30) {
+            std::hint::black_box(0u64);
+        }
+        assert!(own_cpu_secs() > cpu0, "30 ms of spinning shows in this process's CPU time");
         assert!(cpu_secs_with_children(std::process::id() as i32).is_some());
         assert!(peak_rss_kib(std::process::id() as i32).is_some());
         let pss = own_pss_kib();
         assert!(pss >= 8 << 10, "the buffer is private memory, counted whole in PSS: {pss} KiB");
+        let (got, peak) = with_peak_pss(std::time::Duration::from_millis(5), || {
+            let big: Vec<u8> = vec![2; 32 << 20];
+            std::thread::sleep(std::time::Duration::from_millis(30)); // Let the sampler see it; not synchronization.
+            big.iter().map(|&b| b as u64).sum::<u64>()
+        });
+        assert_eq!(got, 64 << 20);
+        assert!(peak >= pss + (24 << 10), "the sampler saw the 32 MiB buffer: {peak} KiB, {pss} before");
     }
 }
