@@ -254,11 +254,6 @@ impl Chooser {
         self.next_write = self.next_write.max(n);
     }
 
-    /// Fetches in flight.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
-    }
-
     fn relay_busy(&self) -> bool {
         self.in_flight.values().any(|f| *f == Origin::Relay)
     }
@@ -278,14 +273,17 @@ impl Chooser {
         !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max
     }
 
-    /// The next blocks to locate: not held, not in flight, inside the window, in order. Empty when
-    /// every fetch slot is busy.
-    pub fn wanted(&self) -> Vec<u64> {
+    /// The next blocks to locate: not held, not in flight, inside the window — rarest first (by
+    /// `holders`, the tracker's count), in order among equals, so that different agents work on
+    /// different blocks and every block spreads. Empty when every fetch slot is busy.
+    pub fn wanted(&self, holders: impl Fn(u64) -> usize) -> Vec<u64> {
         if !self.has_free_slot() {
             return Vec::new();
         }
         let end = (self.next_write + self.window).min(self.published);
-        (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect()
+        let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
+        v.sort_by_key(|b| holders(*b));
+        v
     }
 
     /// Choose a source for `b` from the tracker's answer; `None` to skip it for now. Among peers: not
@@ -398,6 +396,16 @@ mod tests {
     }
 
     #[test]
+    fn blocks_published_later_can_be_claimed() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0);
+        assert_eq!(tr.locate_t(0, 3, t), Answer::Wait, "not published yet");
+        tr.published(4);
+        assert_eq!(tr.locate_t(0, 3, t), Answer::Relay);
+    }
+
+    #[test]
     fn a_stale_or_dead_claim_is_handed_on() {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
@@ -455,15 +463,16 @@ mod tests {
     fn chooser_stays_in_its_window_and_within_its_slots() {
         let mut c = Chooser::new(3, 1);
         c.published(10);
-        assert_eq!(c.wanted(), vec![0, 1, 2]);
+        assert_eq!(c.wanted(|_| 0), vec![0, 1, 2]);
         assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
         assert_eq!(c.choose(1, &Answer::Wait), None);
-        assert_eq!(c.wanted(), vec![1, 2]);
+        assert_eq!(c.wanted(|_| 0), vec![1, 2]);
         assert_eq!(c.choose(2, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert!(c.wanted().is_empty(), "both slots busy");
+        assert!(c.wanted(|_| 0).is_empty(), "both slots busy");
         c.done(0, 100, 1.0);
         c.written(1);
-        assert_eq!(c.wanted(), vec![1, 3]);
+        assert_eq!(c.wanted(|_| 0), vec![1, 3]);
+        assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
         assert_eq!(c.held(), 1);
     }
 

@@ -1,7 +1,7 @@
 //! `fastrepl-lab simulate`: the agents' swarm on fleets no machine here can host. The decisions are
 //! the product's own ([`agent::swarm`]: the relay's tracker, each agent's chooser); only the network is
 //! modelled: every host has an uplink and a downlink of the link rate (a slow host, a fraction of
-//! it), and the transfers through a link share it equally, advanced in small time steps (a fluid
+//! it), and the transfers through a link share it max-min fairly, advanced in small time steps (a fluid
 //! model: no packets, no latency, no CPU — the bounds the namespace measurements add).
 //!
 //! For each fleet size N it prints T(N)/T(1) (time until every surviving agent holds the snapshot,
@@ -143,10 +143,6 @@ struct Transfer {
     since: f64,
 }
 
-/// Agents with a free slot ask again every this many steps (an eighth of a block's time at full rate
-/// each): a real agent asks again as soon as a fetch ends or a short wait passes.
-const SCHEDULE_EVERY_STEPS: u64 = 1;
-
 /// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
 /// pessimistic, and only with many distinct bottleneck levels).
 const FILL_ROUNDS_MAX: usize = 12;
@@ -236,68 +232,62 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 tracker.leave(g.id);
             }
         }
-        // Transfers touching a dead agent end: its downloads are lost, its uploads fail over.
-        let mut lost = Vec::new();
+        // Transfers touching a dead agent end: its downloads are lost; whoever fetched from it
+        // learns it is gone (the tracker already forgot it) and goes elsewhere.
+        let mut gone: Vec<(usize, AgentId)> = Vec::new();
         transfers.retain(|x| {
             let dead_src = x.src > 0 && !agents[x.src - 1].alive;
-            let dead_dst = !agents[x.dst - 1].alive;
-            if dead_src || dead_dst {
-                lost.push((x.src, x.dst, x.block, dead_src));
-                false
-            } else {
-                true
+            if !dead_src && agents[x.dst - 1].alive {
+                return true;
             }
-        });
-        for (src, dst, b, dead_src) in lost {
-            if src > 0 {
-                agents[src - 1].uploads -= 1;
-            }
-            if dead_src && agents[dst - 1].alive {
-                agents[dst - 1].chooser.failed(b, false);
-                tracker.not_at(agents[src - 1].id, b);
-            }
-        }
-        // Choose: agents with free slots ask the tracker about the blocks they want (every few steps,
-        // as a real agent asks again after a short wait).
-        if step % SCHEDULE_EVERY_STEPS == 0 {
-            // Agents act in a different order every step: no agent is first to the relay or to a
-            // holder by its number (real agents' requests interleave the same way).
-            let mut order: Vec<usize> = (0..agents.len()).collect();
-            for k in (1..order.len()).rev() {
-                order.swap(k, (rng.next() * (k + 1) as f64) as usize % (k + 1));
-            }
-            for i in order {
-                if !agents[i].started || !agents[i].alive || agents[i].finished.is_some() {
-                    continue;
+            if let Origin::Peer(p) = x.from {
+                agents[p as usize].uploads -= 1;
+                if dead_src && agents[x.dst - 1].alive {
+                    gone.push((x.dst - 1, p));
                 }
-                let mut wanted = agents[i].chooser.wanted();
-                // Rarest first (stable: in order among equals).
-                wanted.sort_by_key(|b| tracker.holders(*b));
-                for b in wanted {
-                    let answer = tracker.locate(agents[i].id, b, agents[i].chooser.may_claim(), at(t));
-                    // A peer serving its maximum refuses: try the others it named, else skip for now.
-                    let answer = match answer {
-                        Answer::Peers(ps) => {
-                            let free: Vec<AgentId> = ps.into_iter().filter(|p| agents[*p as usize].uploads < a.uploads).collect();
-                            if free.is_empty() {
-                                continue;
-                            }
-                            Answer::Peers(free)
+            }
+            false
+        });
+        gone.dedup();
+        for (g, p) in gone {
+            agents[g].chooser.peer_gone(p);
+        }
+        // Agents with free slots ask the tracker about the blocks they want, in a different order
+        // every step: no agent is first to the relay or to a holder by its number (real agents'
+        // requests interleave the same way; a fixed order let four agents starve the other four).
+        let mut order: Vec<usize> = (0..agents.len()).collect();
+        for k in (1..order.len()).rev() {
+            order.swap(k, (rng.next() * (k + 1) as f64) as usize % (k + 1));
+        }
+        for i in order {
+            if !agents[i].started || !agents[i].alive || agents[i].finished.is_some() {
+                continue;
+            }
+            let wanted = agents[i].chooser.wanted(|b| tracker.holders(b));
+            for b in wanted {
+                let answer = tracker.locate(agents[i].id, b, agents[i].chooser.may_claim(), at(t));
+                // A peer serving its maximum refuses: try the others it named, else skip for now.
+                let answer = match answer {
+                    Answer::Peers(ps) => {
+                        let free: Vec<AgentId> = ps.into_iter().filter(|p| agents[*p as usize].uploads < a.uploads).collect();
+                        if free.is_empty() {
+                            continue;
                         }
-                        other => other,
-                    };
-                    let Some(from) = agents[i].chooser.choose(b, &answer) else { continue };
-                    let src = match from {
-                        Origin::Relay => 0,
-                        Origin::Peer(p) => {
-                            agents[p as usize].uploads += 1;
-                            agents[p as usize].host
-                        }
-                    };
-                    transfers.push(Transfer { src, from, dst: agents[i].host, block: b, left: block, since: t });
-                    if !agents[i].chooser.has_free_slot() {
-                        break;
+                        Answer::Peers(free)
                     }
+                    other => other,
+                };
+                let Some(from) = agents[i].chooser.choose(b, &answer) else { continue };
+                let src = match from {
+                    Origin::Relay => 0,
+                    Origin::Peer(p) => {
+                        agents[p as usize].uploads += 1;
+                        agents[p as usize].host
+                    }
+                };
+                transfers.push(Transfer { src, from, dst: agents[i].host, block: b, left: block, since: t });
+                if !agents[i].chooser.has_free_slot() {
+                    break;
                 }
             }
         }
@@ -332,11 +322,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             g.chooser.done(x.block, block as u64, t - x.since);
             tracker.have(g.id, x.block);
             // The replica takes blocks in order as soon as the next one is there.
-            let mut w = g.chooser.held_prefix();
-            if w > blocks {
-                w = blocks;
-            }
-            g.chooser.written(w);
+            g.chooser.written(g.chooser.held_prefix());
             if g.chooser.complete() {
                 g.finished = Some(t);
             }
