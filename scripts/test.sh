@@ -5,7 +5,8 @@
 # check that the product binary holds no lab code and builds without UCX, a valgrind leak check of
 # UCX pulls, a short run of every fuzz target where a nightly toolchain
 # exists, and a one-line summary of the counts.
-#   FASTREPL_TEST_RDMA=1  also run the tests that need an RDMA device (e2e_rdma, ignored otherwise).
+#   FASTREPL_TEST_RDMA=1  also run the tests that need an RDMA device (e2e_rdma and the lab's RDMA
+#                         probe, ignored otherwise).
 #   FUZZ_SECONDS=N        seconds per fuzz target (default 15).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +24,7 @@ done
 if [[ -n ${FASTREPL_TEST_RDMA:-} ]]; then
   echo "=== RDMA tests"
   cargo test --release -p cli --test e2e_rdma -- --ignored 2>&1 | tee -a "$log" || status=1
+  cargo test --release -p fastrepl-lab --test e2e_probe -- --ignored 2>&1 | tee -a "$log" || status=1
 fi
 product=$(scripts/product_check.sh 2>&1) || status=1
 echo "$product"

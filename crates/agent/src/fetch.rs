@@ -31,8 +31,6 @@ pub struct FetchReport {
     pub reads_in_flight_max: u64,
 }
 
-pub use crate::procstat::own_cpu_secs as process_cpu_secs;
-
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
 pub fn fetch(
     relay: SocketAddr,
@@ -44,7 +42,7 @@ pub fn fetch(
     sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<FetchReport, Error> {
     let t0 = Instant::now();
-    let cpu0 = process_cpu_secs();
+    let cpu0 = crate::procstat::own_cpu_secs();
     let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;
     let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
@@ -59,7 +57,7 @@ pub fn fetch(
         secs: end.duration_since(t0).as_secs_f64(),
         transfer_secs: transfer,
         mib_s: stats.bytes as f64 / (1 << 20) as f64 / transfer,
-        cpu_secs: process_cpu_secs() - cpu0,
+        cpu_secs: crate::procstat::own_cpu_secs() - cpu0,
         reads_in_flight_max: stats.reads_in_flight_max,
     })
 }

@@ -5,8 +5,8 @@ use procfs::process::Process;
 
 /// CPU seconds (user + system) of process `pid`, plus those of children it has reaped (a server's
 /// fork children are counted once they exit and are waited for). `None` if it is gone.
-pub fn cpu_secs_with_children(pid: i32) -> Option<f64> {
-    let st = Process::new(pid).ok()?.stat().ok()?;
+pub fn cpu_secs_with_children(pid: u32) -> Option<f64> {
+    let st = Process::new(pid as i32).ok()?.stat().ok()?;
     let ticks = st.utime + st.stime + st.cutime.max(0) as u64 + st.cstime.max(0) as u64;
     Some(ticks as f64 / procfs::ticks_per_second() as f64)
 }
@@ -25,8 +25,8 @@ pub fn own_cpu_secs() -> f64 {
 
 /// Peak resident memory (`VmHWM`) of process `pid` in KiB. Not `getrusage`'s `ru_maxrss`: that
 /// survives `execve` and so includes whatever process forked us before we were exec'd.
-pub fn peak_rss_kib(pid: i32) -> Option<u64> {
-    Process::new(pid).ok()?.status().ok()?.vmhwm
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    Process::new(pid as i32).ok()?.status().ok()?.vmhwm
 }
 
 /// This process's peak resident memory in KiB (0 if `/proc` cannot say).
@@ -38,14 +38,14 @@ pub fn own_peak_rss_kib() -> u64 {
 /// pages plus its share of every page it shares. Unlike RSS it does not count a mapping of another
 /// process's memory (an agent's view of the relay's snapshot over shm, the relay's second mapping of
 /// its own region for UCX) as this process's own.
-pub fn pss_kib(pid: i32) -> Option<u64> {
+pub fn pss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
 }
 
 /// This process's proportional set size in KiB (0 if `/proc` cannot say).
 pub fn own_pss_kib() -> u64 {
-    pss_kib(std::process::id() as i32).unwrap_or(0)
+    pss_kib(std::process::id()).unwrap_or(0)
 }
 
 /// Run `f` while another thread samples this process's PSS every `every` (off `f`'s path: reading
@@ -83,8 +83,8 @@ mod tests {
             std::hint::black_box(0u64);
         }
         assert!(own_cpu_secs() > cpu0, "30 ms of spinning shows in this process's CPU time");
-        assert!(cpu_secs_with_children(std::process::id() as i32).is_some());
-        assert!(peak_rss_kib(std::process::id() as i32).is_some());
+        assert!(cpu_secs_with_children(std::process::id()).is_some());
+        assert!(peak_rss_kib(std::process::id()).is_some());
         let pss = own_pss_kib();
         assert!(pss >= 8 << 10, "the buffer is private memory, counted whole in PSS: {pss} KiB");
         let (got, peak) = with_peak_pss(std::time::Duration::from_millis(5), || {

@@ -54,7 +54,12 @@ struct Mode {
     reports: Vec<agent::Report>,
 }
 
-use crate::bench::run::{proc_cpu_with_children as cpu_secs, stat};
+use crate::bench::run::stat;
+
+/// CPU seconds of the master and its reaped fork children.
+fn cpu_secs(pid: u32) -> f64 {
+    agent::procstat::cpu_secs_with_children(pid).unwrap_or(0.0)
+}
 
 /// Run the demo; the exit status says whether every replica verified.
 pub fn run(a: DemoArgs) -> Result<ExitCode> {
@@ -112,7 +117,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     if let Some(out) = &a.out {
         let doc = serde_json::json!({
             "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": machine(),
+            "machine": crate::bench::report::machine(),
             "server": mc.info("server")?.get("redis_version").unwrap_or("?"),
             "flavor": flavor.name(),
             "dataset": a.dataset,
@@ -266,9 +271,4 @@ fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
         }
     }
     Ok(all)
-}
-
-/// The machine a result was measured on: cores, kernel, memory, CPU model.
-pub fn machine() -> serde_json::Value {
-    crate::bench::report::machine()
 }

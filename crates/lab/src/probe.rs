@@ -97,11 +97,6 @@ struct Point {
     relay_cpu_us_per_read: Option<f64>,
 }
 
-/// CPU seconds of a process (and any children it reaped) from /proc.
-fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    agent::procstat::cpu_secs_with_children(pid as i32)
-}
-
 /// A relay we started for `--self`, killed on drop.
 struct OwnRelay {
     child: std::process::Child,
@@ -200,8 +195,8 @@ fn throughput(t: &dyn Transport, generation: u64, region: u64, size: usize, read
         r.read(generation, 0, &mut b)?;
     }
     let span = region.saturating_sub(size as u64).max(1);
-    let cpu0 = agent::fetch::process_cpu_secs();
-    let rcpu0 = relay_pid.and_then(proc_cpu_secs);
+    let cpu0 = agent::procstat::own_cpu_secs();
+    let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
     let t0 = Instant::now();
     let errors: Vec<Option<transport::Error>> = std::thread::scope(|s| {
         let hs: Vec<_> = rs
@@ -235,8 +230,8 @@ fn throughput(t: &dyn Transport, generation: u64, region: u64, size: usize, read
     Ok(Measured {
         mib_s: (n * size as u64) as f64 / (1 << 20) as f64 / elapsed,
         reads: n,
-        cpu_secs: agent::fetch::process_cpu_secs() - cpu0,
-        relay_cpu_secs: rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0)),
+        cpu_secs: agent::procstat::own_cpu_secs() - cpu0,
+        relay_cpu_secs: rcpu0.and_then(|c0| relay_pid.and_then(agent::procstat::cpu_secs_with_children).map(|c1| c1 - c0)),
     })
 }
 
@@ -270,7 +265,7 @@ fn memcpy_baseline(region: usize, size: usize, secs: f64) -> (f64, Vec<f64>, f64
     let mut dst = vec![0u8; size];
     let span = (region.saturating_sub(size)).max(1);
     let (mut off, mut n) = (0usize, 0u64);
-    let cpu0 = agent::fetch::process_cpu_secs();
+    let cpu0 = agent::procstat::own_cpu_secs();
     let t0 = Instant::now();
     while t0.elapsed().as_secs_f64() < secs / 2.0 {
         for _ in 0..64 {
@@ -282,7 +277,7 @@ fn memcpy_baseline(region: usize, size: usize, secs: f64) -> (f64, Vec<f64>, f64
         n += 64;
     }
     let el = t0.elapsed().as_secs_f64();
-    let cpu = (agent::fetch::process_cpu_secs() - cpu0) / n as f64;
+    let cpu = (agent::procstat::own_cpu_secs() - cpu0) / n as f64;
     let mut lat = Vec::new();
     let t1 = Instant::now();
     while t1.elapsed().as_secs_f64() < secs / 2.0 || lat.len() < 5 {
@@ -365,13 +360,13 @@ fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
     });
     let mut c = TcpStream::connect(addr)?;
     let mut b = vec![0u8; size];
-    let (mut n, cpu0, t0) = (0u64, agent::fetch::process_cpu_secs(), Instant::now());
+    let (mut n, cpu0, t0) = (0u64, agent::procstat::own_cpu_secs(), Instant::now());
     while t0.elapsed().as_secs_f64() < secs || n < 5 {
         c.read_exact(&mut b)?;
         n += 1;
     }
     let el = t0.elapsed().as_secs_f64();
-    let cpu = (agent::fetch::process_cpu_secs() - cpu0) / n as f64;
+    let cpu = (agent::procstat::own_cpu_secs() - cpu0) / n as f64;
     stop.store(true, Ordering::Relaxed);
     drop(c);
     let mut c = TcpStream::connect(addr)?;
@@ -436,7 +431,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
     if region < largest {
         bail!("the relay's snapshot ({region} bytes) is smaller than the largest message ({largest})");
     }
-    let machine = crate::demo::machine();
+    let machine = crate::bench::report::machine();
 
     // Baselines first, at every size.
     let mut baselines: Vec<serde_json::Value> = Vec::new();
@@ -642,7 +637,7 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
     println!("(×base: MiB/s over memcpy for shm and ucx-sm, over the raw TCP stream for tcp and ucx-tcp; relay CPU from /proc, 10 ms resolution)");
     let json = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "machine": crate::demo::machine(),
+        "machine": crate::bench::report::machine(),
         "bytes": bytes, "repeat": a.repeat.max(1),
         "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()),
         "rows": rows,
@@ -689,8 +684,8 @@ fn tcp_stream_once(bytes: u64) -> Result<f64> {
 #[allow(clippy::too_many_arguments)]
 fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
     let cancel = AtomicBool::new(false);
-    let rcpu0 = relay_pid.and_then(proc_cpu_secs);
-    let cpu0 = agent::fetch::process_cpu_secs();
+    let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
+    let cpu0 = agent::procstat::own_cpu_secs();
     let t0 = Instant::now();
     let results: Vec<Result<(f64, String)>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..conc)
@@ -716,8 +711,8 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))).collect()
     });
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = agent::fetch::process_cpu_secs() - cpu0;
-    let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(proc_cpu_secs).map(|c1| c1 - c0));
+    let cpu = agent::procstat::own_cpu_secs() - cpu0;
+    let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(agent::procstat::cpu_secs_with_children).map(|c1| c1 - c0));
     let rs = results.into_iter().collect::<Result<Vec<_>>>()?;
     let per: Vec<f64> = rs.iter().map(|r| r.0).collect();
     Ok(serde_json::json!({

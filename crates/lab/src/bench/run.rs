@@ -191,16 +191,6 @@ fn used_memory(s: &Server) -> String {
     s.try_client().ok().and_then(|mut c| c.info("memory").ok()).and_then(|i| i.get("used_memory_human").map(str::to_string)).unwrap_or_default()
 }
 
-/// CPU seconds of a process and its reaped children (utime + stime + cutime + cstime).
-pub fn proc_cpu_with_children(pid: u32) -> f64 {
-    agent::procstat::cpu_secs_with_children(pid as i32).unwrap_or(0.0)
-}
-
-/// Peak RSS (VmHWM) of a process, KiB.
-fn peak_rss(pid: u32) -> Option<u64> {
-    agent::procstat::peak_rss_kib(pid as i32)
-}
-
 /// Reset a process's peak RSS to its current RSS (so a long-lived master's peak is per run).
 fn reset_peak_rss(pid: u32) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
@@ -326,7 +316,7 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     reset_peak_rss(c.master.pid());
-    let cpu0 = proc_cpu_with_children(c.master.pid());
+    let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
     let tx0 = c.lab.map(|l| l.tx_bytes(0)).transpose().map_err(|e| anyhow!(e))?;
     let t0 = Instant::now();
     let rdb_watch = watch_rdb(c.master, t0)?;
@@ -335,13 +325,13 @@ fn one(c: &Ctx) -> Result<RunResult> {
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
     r.latency_ms = probe.map(|p| latency_summary(p.finish()));
-    r.master_cpu_secs = proc_cpu_with_children(c.master.pid()) - cpu0;
+    r.master_cpu_secs = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0) - cpu0;
     r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     r.master_host_tx_bytes = match (c.lab, tx0) {
         (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
         _ => None,
     };
-    let master_rss = peak_rss(c.master.pid());
+    let master_rss = agent::procstat::peak_rss_kib(c.master.pid());
     let extra = outcome?;
     if let Some(w) = writer {
         w.stop();
@@ -366,7 +356,7 @@ fn one(c: &Ctx) -> Result<RunResult> {
         "master": master_rss,
         "relay": extra.relay_rss,
         "agent_max": extra.agent_rss,
-        "replica_max": replicas.iter().filter_map(|s| peak_rss(s.pid())).max(),
+        "replica_max": replicas.iter().filter_map(|s| agent::procstat::peak_rss_kib(s.pid())).max(),
         "relay_pss": extra.relay_pss,
         "agent_pss_max": extra.agent_pss,
     });
@@ -486,7 +476,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
     let mut relay = Proc::spawn("relay", cmd);
     // The relay's memory as it really uses it (PSS): its region is mapped twice when it serves UCX,
     // and RSS counts both mappings.
-    let relay_pid = relay.pid() as i32;
+    let relay_pid = relay.pid();
     let relay_pss = Sampler::spawn(move |stop| {
         let mut peak = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -555,8 +545,8 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
             agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
         }
     }
-    ex.relay_cpu = Some(proc_cpu_with_children(relay.pid()));
-    ex.relay_rss = peak_rss(relay.pid());
+    ex.relay_cpu = Some(agent::procstat::cpu_secs_with_children(relay.pid()).unwrap_or(0.0));
+    ex.relay_rss = agent::procstat::peak_rss_kib(relay.pid());
     ex.relay_pss = Some(relay_pss.finish());
     ex.agent_cpu = Some(agent_cpu);
     ex.agent_rss = Some(agent_rss);
