@@ -59,3 +59,16 @@ impl LabTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LabTransport;
+    use clap::ValueEnum;
+
+    #[test]
+    fn names_are_the_ones_clap_parses() {
+        for t in LabTransport::value_variants() {
+            assert_eq!(LabTransport::from_str(t.name(), false), Ok(*t), "{t:?}");
+        }
+    }
+}

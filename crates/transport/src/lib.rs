@@ -111,3 +111,16 @@ pub trait Transport: Send + Sync {
     /// Open one more reader.
     fn open(&self) -> Result<Box<dyn RangeReader>, Error>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Choice;
+    use clap::ValueEnum;
+
+    #[test]
+    fn choice_names_are_the_ones_clap_parses() {
+        for c in Choice::value_variants() {
+            assert_eq!(Choice::from_str(c.name(), false), Ok(*c), "{c:?}");
+        }
+    }
+}
