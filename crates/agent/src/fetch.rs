@@ -46,7 +46,16 @@ pub fn fetch(
     let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;
     let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
-    let stats = pipeline::pull(transport.as_ref(), &attached.progress, crate::readers(readers, transport.as_ref()), window, cancel, sink)?;
+    let pull = pipeline::Pull {
+        transport: transport.as_ref(),
+        progress: &attached.progress,
+        readers: crate::readers(readers, transport.as_ref()),
+        window,
+        cancel,
+        peering: None,
+        counters: None,
+    };
+    let stats = pipeline::pull(&pull, sink)?;
     let end = Instant::now();
     let transfer = stats.first_byte.map(|f| end.duration_since(f).as_secs_f64()).unwrap_or(0.0).max(1e-9);
     Ok(FetchReport {

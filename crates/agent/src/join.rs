@@ -29,10 +29,13 @@ struct Checked {
     master_server: String,
     desc: snapshot::Descriptor,
     connected: Instant,
+    /// The swarm membership (`None`: every block from the relay), and what to report about it.
+    peering: Option<crate::peer::Peering>,
+    swarm: String,
 }
 
 /// Run a join: checks, then sync and handoff. A failure before the handoff resets the replica.
-pub fn join(cfg: &Config) -> Result<Report, Error> {
+pub fn join(cfg: &Config) -> Result<crate::Joined, Error> {
     let t0 = Instant::now();
     let c = check(cfg)?;
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
@@ -49,7 +52,8 @@ pub fn join(cfg: &Config) -> Result<Report, Error> {
             notes.push(format!("could not restore repl-diskless-load {v}: {e}"));
         }
     }
-    Ok(d.report(&outcome, notes))
+    let report = d.report(&outcome, notes);
+    Ok(crate::Joined { report, peering: d.c.peering.take() })
 }
 
 /// Connect to everything and check it, changing nothing: the local server (reachable, empty or
@@ -87,7 +91,28 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
             desc.replid
         )));
     }
-    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, connected: Instant::now() })
+    let (peering, swarm) = join_swarm(cfg, &desc, transport.name() == "shm");
+    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, connected: Instant::now(), peering, swarm })
+}
+
+/// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
+/// failure here is reported, not fatal: every block then comes from the relay.
+fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<crate::peer::Peering>, String) {
+    match crate::peer::Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
+        Ok(p) if p.serves() => {
+            let at = cfg.peers.advertise.clone().unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
+            let s = format!("agent {} of generation {}, serving peers on {at}", p.id(), desc.generation);
+            (Some(p), s)
+        }
+        Ok(p) => {
+            let s = format!("agent {} of generation {}, not serving (--no-serve)", p.id(), desc.generation);
+            (Some(p), s)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "not in a swarm; every block comes from the relay");
+            (None, format!("not in a swarm: {e}"))
+        }
+    }
 }
 
 struct Driver<'a> {
@@ -197,13 +222,22 @@ impl Driver<'_> {
         };
         let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::RelayProtocol(e.to_string()))?;
         let offset = self.c.desc.offset;
-        let (cfg, progress, transport) = (self.cfg, self.c.progress.clone(), &self.c.transport);
+        let (cfg, progress, transport, peering) = (self.cfg, self.c.progress.clone(), &self.c.transport, self.c.peering.as_ref());
         let link = self.link.as_mut().ok_or_else(|| Error::Local("internal: no replica link".into()))?;
         link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
         let (stats, peak_pss) = crate::procstat::with_peak_pss(PSS_SAMPLE_EVERY, || {
-            pipeline::pull(transport.as_ref(), &progress, readers(cfg.readers, transport.as_ref()), cfg.window_blocks, &cfg.cancel, &mut |b| {
+            let pull = pipeline::Pull {
+                transport: transport.as_ref(),
+                progress: &progress,
+                readers: readers(cfg.readers, transport.as_ref()),
+                window: cfg.window_blocks,
+                cancel: &cfg.cancel,
+                peering,
+                counters: Some(&cfg.live.sources),
+            };
+            pipeline::pull(&pull, &mut |b| {
                 link.send(b, "RDB block")?;
                 cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 if let Some(l) = progress.get_length() {
@@ -217,7 +251,13 @@ impl Driver<'_> {
             link.send(mark, "EOF mark")?;
         }
         self.peak_pss_kib = peak_pss;
-        tracing::info!(bytes = stats.bytes, secs = t.elapsed().as_secs_f64(), "snapshot sent; replica loading");
+        tracing::info!(
+            bytes = stats.bytes,
+            from_relay = stats.relay_bytes(),
+            from_peers = stats.peer_bytes(),
+            secs = t.elapsed().as_secs_f64(),
+            "snapshot sent; replica loading"
+        );
         self.stats = Some(stats.clone());
         Ok(stats)
     }
@@ -287,7 +327,10 @@ impl Driver<'_> {
         tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server");
     }
 
-    fn report(&self, o: &Outcome, notes: Vec<String>) -> Report {
+    fn report(&self, o: &Outcome, mut notes: Vec<String>) -> Report {
+        if let Some(lost) = self.stats.as_ref().and_then(|s| s.swarm_lost.clone()) {
+            notes.push(format!("the relay's tracker failed during the pull ({lost}); the rest came from the relay alone"));
+        }
         let (cfg, c) = (self.cfg, &self.c);
         let stats = self.stats.clone().unwrap_or_default();
         let tl = &o.timeline;
@@ -329,6 +372,13 @@ impl Driver<'_> {
             agent_cpu_secs: crate::procstat::own_cpu_secs(),
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
             agent_peak_pss_kib: self.peak_pss_kib.max(crate::procstat::own_pss_kib()),
+            swarm: c.swarm.clone(),
+            bytes_from_relay: stats.relay_bytes(),
+            bytes_from_peers: stats.peer_bytes(),
+            sources: stats.sources.clone(),
+            peer_bad_blocks: stats.peer_bad_blocks,
+            peer_failures: stats.peer_failures,
+            bytes_served_to_peers: c.peering.as_ref().map_or(0, |p| p.served_bytes()),
         }
     }
 }

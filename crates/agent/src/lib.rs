@@ -17,13 +17,13 @@ pub mod fetch;
 mod join;
 pub mod local;
 pub mod machine;
+pub mod peer;
 pub mod pipeline;
 pub mod procstat;
 pub mod progress;
 pub mod replica_link;
 pub mod scheduler;
 pub mod select;
-pub mod swarm;
 #[cfg(feature = "ucx")]
 pub mod ucx_reader;
 
@@ -118,6 +118,8 @@ pub struct Config {
     pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The transport for the snapshot (`--transport`).
     pub transport: select::Choice,
+    /// How this agent takes part in its generation's swarm.
+    pub peers: peer::PeerConfig,
 }
 
 /// Progress that a display can poll while a join runs.
@@ -129,6 +131,8 @@ pub struct Live {
     pub rdb_bytes_total: std::sync::atomic::AtomicU64,
     /// Current phase, as text.
     pub phase: std::sync::Mutex<&'static str>,
+    /// RDB bytes received from the relay and from peers.
+    pub sources: pipeline::Counters,
 }
 
 impl Live {
@@ -220,6 +224,47 @@ pub struct Report {
     /// uses (shared pages counted by share).
     #[serde(default)]
     pub agent_peak_pss_kib: u64,
+    /// This agent in its generation's swarm: its number and where it serves, or why it is not in one.
+    #[serde(default)]
+    pub swarm: String,
+    /// RDB bytes from the relay.
+    #[serde(default)]
+    pub bytes_from_relay: u64,
+    /// RDB bytes from other agents.
+    #[serde(default)]
+    pub bytes_from_peers: u64,
+    /// Where the RDB bytes came from: the relay, then each peer by address.
+    #[serde(default)]
+    pub sources: Vec<pipeline::SourceBytes>,
+    /// Blocks from peers that failed their checksum (thrown away, fetched elsewhere).
+    #[serde(default)]
+    pub peer_bad_blocks: u64,
+    /// Fetches from peers that failed or were refused and went elsewhere.
+    #[serde(default)]
+    pub peer_failures: u64,
+    /// Bytes this agent served to other agents up to its handoff (it may serve more while it lingers).
+    #[serde(default)]
+    pub bytes_served_to_peers: u64,
+}
+
+/// A join that succeeded, with its swarm membership: the caller reports, then lets the agent serve
+/// the peers that still pull ([`Joined::linger`]) before exiting.
+pub struct Joined {
+    /// What happened.
+    pub report: Report,
+    /// The swarm membership, when the agent is in one.
+    pub peering: Option<peer::Peering>,
+}
+
+impl Joined {
+    /// Serve peers that still need blocks for at most `max` (or until `cancel`); returns the seconds
+    /// lingered and the bytes served in all.
+    pub fn linger(&self, max: Duration, cancel: &std::sync::atomic::AtomicBool) -> (f64, u64) {
+        match &self.peering {
+            Some(p) => (p.linger(max, cancel).as_secs_f64(), p.served_bytes()),
+            None => (0.0, 0),
+        }
+    }
 }
 
 /// Readers to use: as asked, or the transport's default when `asked` is 0.

@@ -1,15 +1,40 @@
-//! Pull blocks out of order with several readers in flight, hand them on in order: the threads that
-//! drive the [`Scheduler`], which makes every decision (which block, from where, the window, rereads).
+//! Pull blocks out of order — from the relay, and from peers when the agent is in a swarm — and hand
+//! them on in order. This module is only threads: the swarm's [`Chooser`] decides which blocks to fetch
+//! next and from where (asking the relay's tracker through [`Peering`]), the [`Scheduler`] keeps the
+//! in-order hand-on and the rereads.
 //!
-//! Every block's CRC32C is checked against the relay's published checksum before it is passed on.
+//! Threads: a *planner* asks the tracker about the blocks the chooser wants and queues fetches; relay
+//! readers (`readers` of them, each with its own connection or endpoint) and, in a swarm, peer fetchers
+//! (one per peer-fetch slot) take them; the caller's thread writes blocks in order to the sink.
+//!
+//! Every block's CRC32C is checked against the relay's published checksum before it is used, kept or
+//! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
+//! block is fetched elsewhere.
 
+use crate::peer::Peering;
 use crate::progress::Progress;
-use crate::scheduler::{Claim, Mismatch, Scheduler, Source};
+use crate::scheduler::{Mismatch, Scheduler};
 use crate::Error;
+use serde::{Deserialize, Serialize};
 use snapshot::State;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use transport::Transport;
+use swarm::{Answer, Chooser, Origin};
+use transport::tracker::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
+use transport::{RangeReader, Transport};
+
+/// Bytes that came from one source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceBytes {
+    /// `relay`, or the peer's address.
+    pub source: String,
+    /// Bytes of verified blocks.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: u64,
+}
 
 /// How a pull went.
 #[derive(Debug, Clone, Default)]
@@ -26,22 +51,83 @@ pub struct Stats {
     pub reads_in_flight_max: u64,
     /// The first block was passed on while the relay was still receiving the RDB from the master.
     pub streamed_while_capturing: bool,
+    /// Where the bytes came from: the relay first, then each peer.
+    pub sources: Vec<SourceBytes>,
+    /// Blocks from peers that failed their checksum (thrown away, fetched elsewhere).
+    pub peer_bad_blocks: u64,
+    /// Fetches from peers that failed (refused, timed out, connection lost) and went elsewhere.
+    pub peer_failures: u64,
+    /// The tracker link failed during the pull: the rest came from the relay alone.
+    pub swarm_lost: Option<String>,
 }
 
-/// The scheduler and what the threads share around it.
+impl Stats {
+    /// Bytes from the relay.
+    pub fn relay_bytes(&self) -> u64 {
+        self.sources.iter().filter(|s| s.source == RELAY).map(|s| s.bytes).sum()
+    }
+    /// Bytes from peers.
+    pub fn peer_bytes(&self) -> u64 {
+        self.sources.iter().filter(|s| s.source != RELAY).map(|s| s.bytes).sum()
+    }
+}
+
+/// The source name of the relay in [`SourceBytes`].
+pub const RELAY: &str = "relay";
+
+/// Counters a display reads while the pull runs.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Verified bytes from the relay.
+    pub from_relay: AtomicU64,
+    /// Verified bytes from peers.
+    pub from_peers: AtomicU64,
+}
+
+/// What to pull and how.
+pub struct Pull<'a> {
+    /// The transport to the relay.
+    pub transport: &'a dyn Transport,
+    /// The generation, as the relay describes it.
+    pub progress: &'a Arc<Progress>,
+    /// Relay readers.
+    pub readers: usize,
+    /// Blocks fetched ahead of the one the sink needs next, at most.
+    pub window: u64,
+    /// Set from outside to stop.
+    pub cancel: &'a AtomicBool,
+    /// The swarm, when the agent is in one; `None`: every block from the relay.
+    pub peering: Option<&'a Peering>,
+    /// Live counters for a display.
+    pub counters: Option<&'a Counters>,
+}
+
+/// The decisions' state and what the threads share around it.
 struct Shared {
     state: Mutex<PullState>,
     cond: Condvar,
 }
 
 struct PullState {
-    sched: Scheduler<Vec<u8>>,
+    chooser: Chooser,
+    sched: Scheduler<Arc<Vec<u8>>>,
+    relay_jobs: VecDeque<u64>,
+    peer_jobs: VecDeque<(u64, u32)>,
+    peer_addrs: HashMap<u32, String>,
     /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
     /// costs a page fault per 4 KiB. Bounded by `pool_max`.
     pool: Vec<Vec<u8>>,
     pool_max: usize,
     failed: Option<Error>,
     finished: bool,
+    /// Every block is fetched or being fetched: fetch threads exit once their queue is empty.
+    planned_all: bool,
+    /// No tracker (none, or its link failed): every block from the relay.
+    solo: bool,
+    swarm_lost: Option<String>,
+    sources: BTreeMap<String, (u64, u64)>,
+    peer_bad_blocks: u64,
+    peer_failures: u64,
 }
 
 impl Shared {
@@ -61,42 +147,195 @@ impl Shared {
 /// Longest wait for the relay to publish the next block before re-checking its state.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
 
-/// Pull the whole generation described by `progress` and pass its bytes, in order, to `sink`.
-pub fn pull(
-    transport: &dyn Transport,
-    progress: &Arc<Progress>,
-    readers: usize,
-    window: u64,
-    cancel: &std::sync::atomic::AtomicBool,
-    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-) -> Result<Stats, Error> {
-    let readers = readers.max(1);
-    let window = window.max(readers as u64);
-    // Enough buffers for the window and one in each reader's hands: steady state allocates nothing.
-    let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(readers);
-    let shared = Shared { state: Mutex::new(PullState { sched: Scheduler::new(window), pool: Vec::new(), pool_max, failed: None, finished: false }), cond: Condvar::new() };
-    let generation = progress.with(|v| v.desc.generation);
+/// Pull the whole generation and pass its bytes, in order, to `sink`.
+pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
+    let readers = p.readers.max(1);
+    let window = p.window.max(readers as u64);
+    let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
+    // Enough buffers for the window and one in each fetcher's hands: steady state allocates nothing.
+    let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(readers + peer_fetchers);
+    let shared = Shared {
+        state: Mutex::new(PullState {
+            chooser: Chooser::new(window, swarm::PEER_FETCHES_MAX).with_relay_fetches(readers),
+            sched: Scheduler::new(),
+            relay_jobs: VecDeque::new(),
+            peer_jobs: VecDeque::new(),
+            peer_addrs: HashMap::new(),
+            pool: Vec::new(),
+            pool_max,
+            failed: None,
+            finished: false,
+            planned_all: false,
+            solo: p.peering.is_none(),
+            swarm_lost: None,
+            sources: BTreeMap::new(),
+            peer_bad_blocks: 0,
+            peer_failures: 0,
+        }),
+        cond: Condvar::new(),
+    };
+    let generation = p.progress.with(|v| v.desc.generation);
     std::thread::scope(|scope| {
+        let shared = &shared;
+        spawn_in(scope, shared, "planner".into(), move || plan_loop(p, shared))?;
         for r in 0..readers {
-            let shared = &shared;
-            std::thread::Builder::new()
-                .name(format!("reader-{r}"))
-                .spawn_scoped(scope, move || {
-                    if let Err(e) = read_loop(transport, progress, shared, generation) {
-                        shared.fail(e);
-                    }
-                })
-                .map_err(|e| Error::Local(format!("spawn reader thread: {e}")))?;
+            spawn_in(scope, shared, format!("reader-{r}"), move || relay_loop(p, shared, generation))?;
         }
-        let result = write_loop(progress, &shared, cancel, sink);
+        if let Some(peering) = p.peering {
+            for f in 0..peer_fetchers {
+                spawn_in(scope, shared, format!("peer-fetch-{f}"), move || peer_loop(p, shared, peering, generation))?;
+            }
+        }
+        let result = write_loop(p, shared, sink);
         shared.lock().finished = true;
         shared.cond.notify_all();
         let mut stats = result?;
         let s = shared.lock();
         stats.reread = s.sched.rereads();
         stats.reads_in_flight_max = s.sched.in_flight_max();
+        stats.peer_bad_blocks = s.peer_bad_blocks;
+        stats.peer_failures = s.peer_failures;
+        stats.swarm_lost = s.swarm_lost.clone();
+        let mut sources: Vec<SourceBytes> = s.sources.iter().map(|(k, (bytes, blocks))| SourceBytes { source: k.clone(), bytes: *bytes, blocks: *blocks }).collect();
+        sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
+        stats.sources = sources;
         Ok(stats)
     })
+}
+
+/// Run `f` on a thread of the pull; its error fails the pull.
+fn spawn_in<'scope, 'env: 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    shared: &'env Shared,
+    name: String,
+    f: impl FnOnce() -> Result<(), Error> + Send + 'scope,
+) -> Result<(), Error> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn_scoped(scope, move || {
+            if let Err(e) = f() {
+                shared.fail(e);
+            }
+        })
+        .map(drop)
+        .map_err(|e| Error::Local(format!("spawn pull thread: {e}")))
+}
+
+/// Ask where the blocks the chooser wants are and queue fetches, until every block is fetched or
+/// being fetched.
+fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
+    loop {
+        let (readable, total) = p.progress.with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
+        if let (Some(peering), Some(l)) = (p.peering, p.progress.get_length()) {
+            peering.held.set_length(l);
+        }
+        let (ask, solo) = {
+            let mut s = shared.lock();
+            if s.finished || s.failed.is_some() {
+                return Ok(());
+            }
+            s.chooser.published(readable);
+            if let Some(t) = total {
+                s.sched.set_total(t);
+                if s.chooser.held() >= t {
+                    s.planned_all = true;
+                    drop(s);
+                    shared.cond.notify_all();
+                    return Ok(());
+                }
+            }
+            let mut wanted = s.chooser.wanted(|_| 0);
+            wanted.truncate(LOCATE_BLOCKS_MAX);
+            if wanted.is_empty() {
+                // Every slot busy, or nothing more published yet: a completion or a write wakes us.
+                let _ = shared.cond.wait_timeout(s, limits::LOCATE_RETRY_EVERY).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let solo = s.solo;
+            let ask = Locate {
+                relay_slots: s.chooser.relay_slots().min(255) as u8,
+                peer_slots: if solo { 0 } else { s.chooser.peer_slots().min(255) as u8 },
+                blocks: wanted,
+            };
+            (ask, solo)
+        };
+        let answers = match (p.peering, solo) {
+            (Some(peering), false) => match peering.tracker().locate(&ask) {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
+                    let mut s = shared.lock();
+                    s.solo = true;
+                    s.swarm_lost = Some(e.to_string());
+                    continue;
+                }
+            },
+            _ => ask.blocks.iter().take(usize::from(ask.relay_slots)).map(|b| Located { block: *b, at: Where::Relay }).collect(),
+        };
+        let mut s = shared.lock();
+        let mut queued = 0;
+        // Blocks whose every named holder this agent avoids: the tracker must stop naming them for
+        // those blocks, or it would never offer the relay for them.
+        let mut shunned: Vec<(u64, u32)> = Vec::new();
+        for a in answers {
+            match a.at {
+                Where::Relay => {
+                    if s.chooser.choose(a.block, &Answer::Relay).is_some() {
+                        s.relay_jobs.push_back(a.block);
+                        queued += 1;
+                    }
+                }
+                Where::Peers(peers) => {
+                    let ids: Vec<u32> = peers.iter().map(|pe| pe.id).collect();
+                    if ids.iter().all(|id| s.chooser.avoids(*id)) {
+                        shunned.extend(ids.iter().map(|id| (a.block, *id)));
+                        continue;
+                    }
+                    for pe in peers {
+                        s.peer_addrs.insert(pe.id, pe.addr);
+                    }
+                    if let Some(Origin::Peer(id)) = s.chooser.choose(a.block, &Answer::Peers(ids)) {
+                        s.peer_jobs.push_back((a.block, id));
+                        queued += 1;
+                    }
+                }
+            }
+        }
+        drop(s);
+        if let (Some(peering), false) = (p.peering, shunned.is_empty()) {
+            let mut t = peering.tracker();
+            for (b, id) in shunned {
+                let _ = t.not_at(id, b);
+            }
+            continue;
+        }
+        let s = shared.lock();
+        if queued > 0 {
+            drop(s);
+            shared.cond.notify_all();
+        } else {
+            // Every wanted block is being fetched by another agent from the relay: ask again soon.
+            let _ = shared.cond.wait_timeout(s, limits::LOCATE_RETRY_EVERY).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The next job from a queue; `None` once the pull is over or everything was planned and the queue is
+/// empty.
+fn next_job<T>(shared: &Shared, take: impl Fn(&mut PullState) -> Option<T>) -> Option<T> {
+    let mut s = shared.lock();
+    loop {
+        if s.finished || s.failed.is_some() {
+            return None;
+        }
+        if let Some(j) = take(&mut s) {
+            return Some(j);
+        }
+        if s.planned_all {
+            return None;
+        }
+        s = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner()).0;
+    }
 }
 
 /// Where block `i` stands at the relay.
@@ -106,24 +345,6 @@ enum Published {
     /// The snapshot has fewer blocks.
     NoSuchBlock,
     NotYet,
-}
-
-/// Claim the next block, waiting while the window is full; `None` when the pull is over.
-fn claim(shared: &Shared, progress: &Progress) -> Option<(u64, Source)> {
-    let mut s = shared.lock();
-    loop {
-        if s.finished || s.failed.is_some() {
-            return None;
-        }
-        if let Some(t) = progress.with(|v| v.blocks_total()) {
-            s.sched.set_total(t);
-        }
-        match s.sched.claim() {
-            Claim::Block { index, source } => return Some((index, source)),
-            Claim::Done => return None,
-            Claim::Wait => s = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner()).0,
-        }
-    }
 }
 
 /// Wait until the relay has published block `i`; `None` if there is no such block or the pull is over.
@@ -157,19 +378,30 @@ fn wait_published(shared: &Shared, progress: &Progress, i: u64) -> Result<Option
     }
 }
 
-fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, generation: u64) -> Result<(), Error> {
-    let mut reader = transport.open().map_err(Error::Relay)?;
-    while let Some((i, Source::Relay)) = claim(shared, progress) {
-        let Some((offset, len, want)) = wait_published(shared, progress, i)? else { return Ok(()) };
-        let mut buf = {
-            let mut s = shared.lock();
-            s.sched.started();
-            s.pool.pop().unwrap_or_default()
-        };
-        buf.resize(len as usize, 0);
+/// A buffer of `len` bytes from the pool, counted as a read in flight.
+fn take_buffer(shared: &Shared, len: u64) -> Vec<u8> {
+    let mut buf = {
+        let mut s = shared.lock();
+        s.sched.started();
+        s.pool.pop().unwrap_or_default()
+    };
+    buf.resize(len as usize, 0);
+    buf
+}
+
+fn relay_loop(p: &Pull<'_>, shared: &Shared, generation: u64) -> Result<(), Error> {
+    let mut reader: Option<Box<dyn RangeReader>> = None;
+    while let Some(i) = next_job(shared, |s| s.relay_jobs.pop_front()) {
+        let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
+        if reader.is_none() {
+            reader = Some(p.transport.open().map_err(Error::Relay)?);
+        }
+        let r = reader.as_mut().expect("opened above");
+        let mut buf = take_buffer(shared, len);
+        let t = Instant::now();
         let mut attempt = 0;
         loop {
-            reader.read(generation, offset, &mut buf).map_err(Error::Relay)?;
+            r.read(generation, offset, &mut buf).map_err(Error::Relay)?;
             if snapshot::block_checksum(&buf) == want {
                 break;
             }
@@ -179,22 +411,131 @@ fn read_loop(transport: &dyn Transport, progress: &Progress, shared: &Shared, ge
                 return Err(Error::Checksum { block: i, offset });
             }
         }
-        shared.lock().sched.completed(i, buf);
-        shared.cond.notify_all();
+        complete(p, shared, i, buf, None, t.elapsed());
     }
     Ok(())
 }
 
-fn write_loop(
-    progress: &Progress,
-    shared: &Shared,
-    cancel: &std::sync::atomic::AtomicBool,
-    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-) -> Result<Stats, Error> {
+fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) -> Result<(), Error> {
+    let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
+    while let Some((i, peer)) = next_job(shared, |s| s.peer_jobs.pop_front()) {
+        let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
+        let addr = shared.lock().peer_addrs.get(&peer).cloned().unwrap_or_default();
+        let mut buf = take_buffer(shared, len);
+        let t = Instant::now();
+        let got = read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf);
+        match got {
+            Ok(()) if snapshot::block_checksum(&buf) == want => {
+                complete(p, shared, i, buf, Some(addr), t.elapsed());
+                continue;
+            }
+            Ok(()) => {
+                // Never fed, kept or served: the peer is dropped, the tracker told, the block fetched
+                // elsewhere.
+                tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
+                conns.remove(&peer);
+                given_up(shared, i, buf, true, true);
+                let _ = peering.tracker().not_at(peer, transport::wire::ALL_BLOCKS);
+            }
+            Err(transport::Error::Refused { message, .. }) => {
+                // Busy, or it dropped the block from its cache: another holder next time.
+                tracing::debug!(peer = %addr, block = i, %message, "peer refused");
+                given_up(shared, i, buf, false, false);
+            }
+            Err(e) => {
+                tracing::warn!(peer = %addr, block = i, error = %e, "peer failed; fetching its blocks elsewhere");
+                conns.remove(&peer);
+                given_up(shared, i, buf, true, false);
+                let _ = peering.tracker().not_at(peer, i);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read one block from a peer over a connection kept per peer (opened on first use).
+fn read_from_peer(
+    conns: &mut HashMap<u32, Box<dyn RangeReader>>,
+    peer: u32,
+    addr: &str,
+    token: &transport::Token,
+    generation: u64,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), transport::Error> {
+    let reader = match conns.entry(peer) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let sa = resolve(addr)?;
+            let s = transport::tcp::connect_with(sa, token, transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, "connect to peer")?;
+            e.insert(Box::new(transport::tcp::StreamReader { s }))
+        }
+    };
+    reader.read(generation, offset, buf)
+}
+
+fn resolve(addr: &str) -> Result<std::net::SocketAddr, transport::Error> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .map_err(transport::Error::io("resolve peer address"))?
+        .next()
+        .ok_or_else(|| transport::Error::Protocol(format!("peer address {addr} resolves to nothing")))
+}
+
+/// A fetch from a peer failed: the block goes back to the wanted ones. `avoid`: never ask that peer
+/// again; `corrupt`: it sent a bad block.
+fn given_up(shared: &Shared, i: u64, buf: Vec<u8>, avoid: bool, corrupt: bool) {
+    let mut s = shared.lock();
+    s.chooser.failed(i, avoid);
+    s.sched.abandoned();
+    s.peer_failures += 1;
+    if corrupt {
+        s.peer_bad_blocks += 1;
+    }
+    if s.pool.len() < s.pool_max {
+        s.pool.push(buf);
+    }
+    drop(s);
+    shared.cond.notify_all();
+}
+
+/// Block `i` arrived verified, from the relay (`from` = None) or a peer: keep it, hand it on in order,
+/// and tell the tracker we hold it.
+fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<String>, took: Duration) {
+    let bytes = buf.len() as u64;
+    let block = Arc::new(buf);
+    {
+        let mut s = shared.lock();
+        if s.chooser.holds(i) {
+            s.sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
+            return;
+        }
+        s.chooser.done(i, bytes, took.as_secs_f64());
+        s.sched.completed(i, block.clone());
+        let e = s.sources.entry(from.clone().unwrap_or_else(|| RELAY.to_string())).or_default();
+        e.0 += bytes;
+        e.1 += 1;
+    }
+    shared.cond.notify_all();
+    if let Some(c) = p.counters {
+        let counter = if from.is_some() { &c.from_peers } else { &c.from_relay };
+        counter.fetch_add(bytes, Ordering::Relaxed);
+    }
+    if let Some(peering) = p.peering {
+        peering.held.insert(i, block);
+        if !shared.lock().solo {
+            if let Err(e) = peering.tracker().have(i) {
+                tracing::debug!(error = %e, "could not tell the tracker");
+            }
+        }
+    }
+}
+
+fn write_loop(p: &Pull<'_>, shared: &Shared, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
     let mut stats = Stats::default();
     loop {
-        crate::check_cancel(cancel)?;
-        let total = progress.with(|v| v.check().map(|_| v.blocks_total()))?;
+        crate::check_cancel(p.cancel)?;
+        let total = p.progress.with(|v| v.check().map(|_| v.blocks_total()))?;
         let buf = {
             let mut s = shared.lock();
             if let Some(t) = total {
@@ -208,6 +549,8 @@ fn write_loop(
                     return Err(e);
                 }
                 if let Some(b) = s.sched.next_ready() {
+                    let n = s.sched.written();
+                    s.chooser.written(n);
                     break Some(b);
                 }
                 let (g, t) = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner());
@@ -222,13 +565,29 @@ fn write_loop(
         sink(&buf)?;
         if stats.first_byte.is_none() {
             stats.first_byte = Some(Instant::now());
-            stats.streamed_while_capturing = progress.with(|v| v.desc.state == State::Capturing);
+            stats.streamed_while_capturing = p.progress.with(|v| v.desc.state == State::Capturing);
         }
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;
+        let freed: Vec<Arc<Vec<u8>>> = match p.peering {
+            None => vec![buf],
+            Some(peering) => {
+                drop(buf);
+                let fed = shared.lock().sched.written();
+                let dropped = peering.held.fed(fed);
+                if peering.serves() {
+                    for (b, _) in &dropped {
+                        let _ = peering.tracker().not_at(peering.id(), *b);
+                    }
+                }
+                dropped.into_iter().map(|(_, v)| v).collect()
+            }
+        };
         let mut s = shared.lock();
-        if s.pool.len() < s.pool_max {
-            s.pool.push(buf);
+        for v in freed {
+            if let (Ok(v), true) = (Arc::try_unwrap(v), s.pool.len() < s.pool_max) {
+                s.pool.push(v);
+            }
         }
     }
 }

@@ -1,38 +1,12 @@
-//! Which block to pull next, and from where — the pull's decisions with no thread, socket or clock.
-//! The pipeline's reader threads claim blocks and report them; the writer takes them back in order.
-//!
-//! Blocks are claimed in order but complete in any order. A window bounds how far claims may run
-//! ahead of the next block to hand on (memory, and readers racing ahead of a slow replica). A block
-//! whose checksum does not match is read again once, then the pull fails. Today every block comes
-//! from the relay; [`Source`] is where "from a peer that holds it" will be decided.
+//! The pull's bookkeeping, with no thread, socket or clock: blocks complete in any order (from the
+//! relay and from peers, as the swarm's [`swarm::Chooser`] decides) and leave in order for the replica;
+//! a block whose checksum does not match is read again once from the same source, then the source is
+//! given up on (a peer) or the pull fails (the relay).
 
 use std::collections::BTreeMap;
 
 /// Times a block is read again after a checksum mismatch before the pull fails.
 pub const REREADS_MAX: u32 = 1;
-
-/// Where a block is read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// The relay's snapshot.
-    Relay,
-}
-
-/// What a reader should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claim {
-    /// Read block `index` from `source`.
-    Block {
-        /// The block number.
-        index: u64,
-        /// Where from.
-        source: Source,
-    },
-    /// The window is full: wait until the writer hands a block on.
-    Wait,
-    /// Every block is claimed.
-    Done,
-}
 
 /// After a checksum mismatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +20,7 @@ pub enum Mismatch {
 /// The pull's bookkeeping; `B` is a block's buffer.
 #[derive(Debug)]
 pub struct Scheduler<B> {
-    window: u64,
     total: Option<u64>,
-    next_claim: u64,
     next_write: u64,
     ready: BTreeMap<u64, B>,
     in_flight: u64,
@@ -56,10 +28,16 @@ pub struct Scheduler<B> {
     reread: u64,
 }
 
+impl<B> Default for Scheduler<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<B> Scheduler<B> {
-    /// A scheduler that lets claims run at most `window` blocks ahead of the writer (at least 1).
-    pub fn new(window: u64) -> Self {
-        Scheduler { window: window.max(1), total: None, next_claim: 0, next_write: 0, ready: BTreeMap::new(), in_flight: 0, in_flight_max: 0, reread: 0 }
+    /// A scheduler for a snapshot whose size is not known yet.
+    pub fn new() -> Self {
+        Scheduler { total: None, next_write: 0, ready: BTreeMap::new(), in_flight: 0, in_flight_max: 0, reread: 0 }
     }
 
     /// The snapshot has `blocks` blocks (known once the relay has the RDB's length).
@@ -67,20 +45,7 @@ impl<B> Scheduler<B> {
         self.total = Some(blocks);
     }
 
-    /// The next block for a reader.
-    pub fn claim(&mut self) -> Claim {
-        if self.total.is_some_and(|t| self.next_claim >= t) {
-            return Claim::Done;
-        }
-        if self.next_claim >= self.next_write + self.window {
-            return Claim::Wait;
-        }
-        let index = self.next_claim;
-        self.next_claim += 1;
-        Claim::Block { index, source: Source::Relay }
-    }
-
-    /// A reader starts reading a claimed block.
+    /// A reader starts reading a block.
     pub fn started(&mut self) {
         self.in_flight += 1;
         self.in_flight_max = self.in_flight_max.max(self.in_flight);
@@ -97,10 +62,19 @@ impl<B> Scheduler<B> {
 
     /// Block `index` was read and checked.
     pub fn completed(&mut self, index: u64, buf: B) {
-        assert!(index < self.next_claim, "block {index} completed but never claimed");
         assert!(index >= self.next_write && !self.ready.contains_key(&index), "block {index} completed twice");
-        self.in_flight -= 1;
+        self.in_flight = self.in_flight.saturating_sub(1);
         self.ready.insert(index, buf);
+    }
+
+    /// A read started with [`Scheduler::started`] ended without a block (its source failed).
+    pub fn abandoned(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    /// Blocks handed on so far (`0..n`).
+    pub fn written(&self) -> u64 {
+        self.next_write
     }
 
     /// The next block in order, if it is ready: the writer hands it on.
@@ -131,11 +105,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn claims_stay_within_the_window_and_blocks_leave_in_order() {
-        let mut s: Scheduler<&str> = Scheduler::new(2);
-        assert_eq!(s.claim(), Claim::Block { index: 0, source: Source::Relay });
-        assert_eq!(s.claim(), Claim::Block { index: 1, source: Source::Relay });
-        assert_eq!(s.claim(), Claim::Wait, "window of 2 blocks ahead of the writer");
+    fn blocks_leave_in_order() {
+        let mut s: Scheduler<&str> = Scheduler::new();
         s.started();
         s.started();
         s.completed(1, "b1");
@@ -143,11 +114,12 @@ mod tests {
         s.completed(0, "b0");
         assert_eq!(s.in_flight_max(), 2);
         assert_eq!(s.next_ready(), Some("b0"));
-        assert_eq!(s.claim(), Claim::Block { index: 2, source: Source::Relay }, "the window moved");
         assert_eq!(s.next_ready(), Some("b1"));
+        assert_eq!(s.written(), 2);
         s.set_total(3);
-        assert_eq!(s.claim(), Claim::Done);
         assert!(!s.finished());
+        s.started();
+        s.abandoned();
         s.started();
         s.completed(2, "b2");
         assert_eq!(s.next_ready(), Some("b2"));
@@ -156,15 +128,14 @@ mod tests {
 
     #[test]
     fn an_empty_snapshot_is_finished_at_once() {
-        let mut s: Scheduler<()> = Scheduler::new(4);
+        let mut s: Scheduler<()> = Scheduler::new();
         s.set_total(0);
-        assert_eq!(s.claim(), Claim::Done);
         assert!(s.finished());
     }
 
     #[test]
     fn one_reread_then_fail() {
-        let mut s: Scheduler<()> = Scheduler::new(4);
+        let mut s: Scheduler<()> = Scheduler::new();
         assert_eq!(s.mismatch(1), Mismatch::Reread);
         assert_eq!(s.mismatch(2), Mismatch::Fail);
         assert_eq!(s.rereads(), 1);
@@ -173,8 +144,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "completed twice")]
     fn a_block_cannot_complete_twice() {
-        let mut s: Scheduler<()> = Scheduler::new(4);
-        s.claim();
+        let mut s: Scheduler<()> = Scheduler::new();
         s.started();
         s.started();
         s.completed(0, ());

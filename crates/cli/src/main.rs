@@ -123,6 +123,24 @@ struct JoinArgs {
     /// Print one JSON object with the report.
     #[arg(long)]
     json: bool,
+    /// Do not serve blocks to other agents of the same snapshot (this agent still fetches from them).
+    #[arg(long)]
+    no_serve: bool,
+    /// Where to listen for other agents (default: the address this host reaches the relay from, on
+    /// any free port).
+    #[arg(long)]
+    peer_listen: Option<SocketAddr>,
+    /// The address other agents should use to reach this one, host:port (NAT, multi-homed hosts);
+    /// default: the address the relay sees this agent at, with the listening port.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// MiB of blocks already fed to the replica that are kept to serve other agents (oldest dropped
+    /// first).
+    #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20)]
+    serve_cache_mib: u64,
+    /// After the handoff, keep serving other agents that still pull for at most this many seconds.
+    #[arg(long, default_value_t = limits::SERVE_LINGER_DEFAULT.as_secs())]
+    serve_linger_secs: u64,
 }
 
 #[derive(clap::Args)]
@@ -283,6 +301,13 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         live: Default::default(),
         cancel: Default::default(),
         transport: a.transport,
+        peers: agent::peer::PeerConfig {
+            serve: !a.no_serve,
+            listen: a.peer_listen,
+            advertise: a.advertise,
+            cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
+            linger: Duration::from_secs(a.serve_linger_secs),
+        },
     };
     on_interrupt(cfg.cancel.clone())?;
     let bar = progress_bar(cfg.live.clone());
@@ -292,11 +317,19 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         let _ = h.join();
     }
     match result {
-        Ok(report) => {
+        Ok(joined) => {
+            let report = &joined.report;
             if a.json {
-                println!("{}", serde_json::to_string(&report)?);
+                println!("{}", serde_json::to_string(report)?);
             } else {
-                print_report(&report);
+                print_report(report);
+            }
+            // The replica is done; other agents of the snapshot may still be pulling from this one.
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let (secs, served) = joined.linger(cfg.peers.linger, &cfg.cancel);
+            if served > 0 || secs >= 1.0 {
+                tracing::info!(served_mib = served as f64 / 1048576.0, lingered_secs = secs, "done serving other agents");
             }
             Ok(match report.handoff {
                 agent::Handoff::Partial => ExitCode::SUCCESS,
@@ -343,7 +376,14 @@ fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std
                 bar.set_length(total);
             }
             bar.set_position(live.rdb_bytes_sent.load(Ordering::Relaxed));
-            bar.set_message(*live.phase.lock().unwrap_or_else(|e| e.into_inner()));
+            let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
+            let peers = live.sources.from_peers.load(Ordering::Relaxed);
+            if peers > 0 {
+                let relay = live.sources.from_relay.load(Ordering::Relaxed);
+                bar.set_message(format!("{phase} (relay {}, peers {})", indicatif::HumanBytes(relay), indicatif::HumanBytes(peers)));
+            } else {
+                bar.set_message(phase);
+            }
             std::thread::sleep(Duration::from_millis(200)); // Display refresh period.
         }
         bar.finish_and_clear();
@@ -367,6 +407,18 @@ fn print_report(r: &agent::Report) {
         "phases (s): connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
         p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
     );
+    let mib = |b: u64| b as f64 / 1048576.0;
+    println!("swarm: {}", r.swarm);
+    if r.bytes_from_peers > 0 || r.bytes_served_to_peers > 0 {
+        let peers: Vec<String> = r.sources.iter().filter(|s| s.source != "relay").map(|s| format!("{} {:.1} MiB", s.source, mib(s.bytes))).collect();
+        println!(
+            "sources: relay {:.1} MiB, peers {:.1} MiB ({}); served {:.1} MiB to peers so far",
+            mib(r.bytes_from_relay),
+            mib(r.bytes_from_peers),
+            peers.join(", "),
+            mib(r.bytes_served_to_peers)
+        );
+    }
     match r.handoff {
         agent::Handoff::Partial => println!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
         agent::Handoff::Full => println!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),

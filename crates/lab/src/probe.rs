@@ -697,7 +697,8 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                    agent::pipeline::pull(t.as_ref(), &attached.progress, readers, 16, cancel, &mut |b| {
+                    let pull = agent::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: 16, cancel, peering: None, counters: None };
+                    agent::pipeline::pull(&pull, &mut |b| {
                         n += b.len() as u64;
                         Ok(())
                     })?;

@@ -1,5 +1,5 @@
 //! `fastrepl-lab simulate`: the agents' swarm on fleets no machine here can host. The decisions are
-//! the product's own ([`agent::swarm`]: the relay's tracker, each agent's chooser); only the network is
+//! the product's own ([`swarm`]: the relay's tracker, each agent's chooser); only the network is
 //! modelled: every host has an uplink and a downlink of the link rate (a slow host, a fraction of
 //! it), and the transfers through a link share it max-min fairly, advanced in small time steps (a fluid
 //! model: no packets, no latency, no CPU — the bounds the namespace measurements add).
@@ -9,7 +9,7 @@
 //! carried, and the slowest agent. `SIM_DEBUG=1` prints the relay's and all flows' rates and every
 //! agent's progress every 40 steps (for small fleets).
 
-use agent::swarm::{AgentId, Answer, Chooser, Origin, Tracker};
+use swarm::{AgentId, Answer, Chooser, Origin, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -43,13 +43,13 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 0.0)]
     pub join_spread: f64,
     /// Blocks an agent looks ahead of what it has handed on to its replica.
-    #[arg(long, default_value_t = agent::swarm::WINDOW_BLOCKS)]
+    #[arg(long, default_value_t = swarm::WINDOW_BLOCKS)]
     pub window: u64,
     /// Fetches from peers in flight per agent (plus one from the relay).
-    #[arg(long, default_value_t = agent::swarm::PEER_FETCHES_MAX)]
+    #[arg(long, default_value_t = swarm::PEER_FETCHES_MAX)]
     pub downloads: usize,
     /// Uploads an agent serves at once; more requests are refused (the asker goes elsewhere).
-    #[arg(long, default_value_t = agent::swarm::UPLOADS_MAX)]
+    #[arg(long, default_value_t = swarm::UPLOADS_MAX)]
     pub uploads: usize,
     /// Seed of the fleet's randomness (which hosts are slow, fail, join late).
     #[arg(long, default_value_t = 1)]
@@ -225,7 +225,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         for g in agents.iter_mut() {
             if !g.started && g.alive && t >= g.start {
                 g.started = true;
-                tracker.join(g.id);
+                tracker.join(g.id, true);
             }
             if g.alive && g.fail_at.is_some_and(|f| t >= f) && g.finished.is_none() {
                 g.alive = false;

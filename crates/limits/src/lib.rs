@@ -45,6 +45,9 @@ pub const HANDSHAKE_BUFFER_BYTES_MAX: usize = 64 << 10;
 pub const HANDSHAKE_LINE_BYTES_MAX: usize = 4096;
 /// Most arguments of one handshake command (`REPLCONF capa ... capa ...`).
 pub const HANDSHAKE_ARGS_MAX: usize = 64;
+/// Default `--serve-cache-mib` of a join: blocks already fed to the replica that an agent keeps to
+/// serve peers (the oldest go first; blocks not yet fed are the window's, bounded by it).
+pub const SERVE_CACHE_BYTES_DEFAULT: u64 = 512 << 20;
 /// Reads of at least this size populate their page tables in one call (shm transport).
 pub const POPULATE_BYTES_MIN: usize = 256 << 10;
 
@@ -56,6 +59,8 @@ pub const READERS_MAX: usize = 64;
 pub const WINDOW_BLOCKS_MAX: u64 = 1024;
 /// Default `--window-blocks`.
 pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
+/// Most peer connections an agent serves at once (each is a thread).
+pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// Default `--connections-max` of a relay.
 pub const CONNECTIONS_DEFAULT: usize = 256;
 
@@ -75,6 +80,18 @@ pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// An agent declares its relay gone after this much silence on the control connection.
 pub const RELAY_SILENCE_MAX: Duration = Duration::from_secs(10);
+/// A block read from a peer must complete within this, or the peer is dropped and the block fetched
+/// elsewhere (a peer stopped or hung must not hold its dependants for long).
+pub const PEER_IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connecting to a peer.
+pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default `--serve-linger-secs`: how long an agent that finished keeps serving peers that still
+/// pull.
+pub const SERVE_LINGER_DEFAULT: Duration = Duration::from_secs(60);
+/// While every wanted block is claimed by another agent, the agent asks the tracker again this often.
+pub const LOCATE_RETRY_EVERY: Duration = Duration::from_millis(10);
+/// A lingering agent asks the tracker whether anyone still needs it this often.
+pub const LINGER_POLL_EVERY: Duration = Duration::from_millis(200);
 /// A data connection idle this long is closed by the relay.
 pub const DATA_IDLE_MAX: Duration = Duration::from_secs(600);
 /// How long an agent (and the relay on its behalf) waits for a generation to be described: a capture
@@ -129,6 +146,9 @@ const _: () = assert!(ms(CAPTURE_TICK) <= ms(ACK_EVERY_UNTIL_STREAM) && ms(ACK_E
 const _: () = assert!(10 * ms(ACK_EVERY) <= ms(MASTER_SILENCE_MAX));
 // Polls are much shorter than the waits they serve.
 const _: () = assert!(10 * ms(SERVER_POLL_EVERY) <= ms(COMMAND_TIMEOUT) && ms(BLOCK_WAIT_MAX) < ms(RELAY_SILENCE_MAX));
+// A peer that stalls is dropped well before the relay would be declared gone, and a connect is
+// shorter than a read.
+const _: () = assert!(ms(PEER_CONNECT_TIMEOUT) < ms(PEER_IO_TIMEOUT) && ms(PEER_IO_TIMEOUT) <= ms(IO_TIMEOUT));
 // Backoff grows from its minimum to its maximum.
 const _: () = assert!(ms(CAPTURE_BACKOFF_MIN) < ms(CAPTURE_BACKOFF_MAX));
 // Error messages and handshake lines fit the buffers that read them.

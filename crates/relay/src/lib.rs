@@ -14,6 +14,7 @@
 pub mod capture;
 mod file;
 pub mod serve;
+mod tracker;
 #[cfg(feature = "ucx")]
 mod ucx_serve;
 
@@ -131,6 +132,8 @@ pub(crate) struct Shared {
     connections: std::sync::atomic::AtomicUsize,
     /// The abstract unix socket of the shm transport, when offered.
     shm_socket: Option<String>,
+    /// Each generation's swarm of agents (who holds which block).
+    swarms: tracker::Swarms,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     ucx: Option<ucx_serve::UcxServer>,
@@ -251,6 +254,7 @@ impl Relay {
             stop: AtomicBool::new(false),
             connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
+            swarms: tracker::Swarms::default(),
             #[cfg(feature = "ucx")]
             ucx,
         });

@@ -1,7 +1,7 @@
 //! Serving agents: every connection authenticates first; control connections get the descriptor and
 //! its changes pushed, data connections get range reads.
 
-use crate::Shared;
+use crate::{tracker, Shared};
 use snapshot::Generation;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -22,6 +22,8 @@ pub(crate) trait DataStream: std::io::Read + std::io::Write + AsFd {
     const IS_TCP: bool;
     /// Answer a shm attach: only possible over a unix socket.
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error>;
+    /// The address the peer is seen at (TCP only).
+    fn peer_ip(&self) -> Option<std::net::IpAddr>;
 }
 
 impl DataStream for TcpStream {
@@ -29,12 +31,18 @@ impl DataStream for TcpStream {
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
         tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
 }
 
 impl DataStream for UnixStream {
     const IS_TCP: bool = false;
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error> {
         transport::shm::send_region(self, gen.region())
+    }
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        None
     }
 }
 
@@ -176,8 +184,23 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     }
 }
 
+/// A data connection's membership of a generation's swarm: it leaves when the connection ends, however
+/// it ends (the agent finished, failed, or was killed).
+struct Membership<'a> {
+    shared: &'a Shared,
+    generation: u64,
+    id: u32,
+}
+
+impl Drop for Membership<'_> {
+    fn drop(&mut self) {
+        self.shared.swarms.leave(self.generation, self.id);
+    }
+}
+
 fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
     let mut cached: Option<Arc<Generation>> = None;
+    let mut member: Option<Membership<'_>> = None;
     loop {
         let mut req = [0u8; REQUEST_LEN];
         match s.read_exact(&mut req) {
@@ -186,9 +209,15 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Err(e) => return Err(Error::Io { op: "read data request", source: e }),
         }
         let req = Request::decode(&req)?;
-        let id = match req {
-            Request::Range { generation, .. } | Request::Log { generation, .. } | Request::Attach { generation, .. } => generation,
+        // Requests with a body: read it whole (bounded by the decode) before anything else.
+        let body_len = match req {
+            Request::Register { advertise_len, .. } => advertise_len,
+            Request::Locate { body_len, .. } => body_len,
+            _ => 0,
         };
+        let mut body = vec![0u8; body_len as usize];
+        s.read_exact(&mut body).map_err(Error::io("read request body"))?;
+        let id = req.generation();
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
         }
@@ -196,6 +225,13 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             tcp::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
             continue;
         };
+        if let Some(reply) = swarm_request(shared, &s, gen, &req, &body, &mut member)? {
+            match reply {
+                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
+                Err(message) => tcp::send_error(&mut s, &message)?,
+            }
+            continue;
+        }
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
@@ -215,6 +251,59 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
+            Request::Register { .. } | Request::Locate { .. } | Request::Have { .. } | Request::NotAt { .. } | Request::Needed { .. } => {
+                unreachable!("swarm requests are answered above")
+            }
         }
     }
+}
+
+/// Answer a swarm request (`None` for any other request): the bytes of a success, or a refusal.
+/// A connection registers once; the other swarm requests need a registration for the same generation.
+fn swarm_request<'a, S: DataStream>(
+    shared: &'a Shared,
+    s: &S,
+    gen: &Generation,
+    req: &Request,
+    body: &[u8],
+    member: &mut Option<Membership<'a>>,
+) -> Result<Option<Result<Vec<u8>, String>>, Error> {
+    let (published, total) = gen.blocks();
+    let me = member.as_ref().filter(|m| m.generation == gen.id()).map(|m| m.id);
+    let reply = match (*req, me) {
+        (Request::Register { .. }, _) if member.is_some() => Err("this connection is already registered".to_string()),
+        (Request::Register { port, serves, local, .. }, None) => {
+            let advertise = if body.is_empty() { None } else { Some(transport::tracker::check_addr(body)?) };
+            let Some(seen_at) = s.peer_ip() else {
+                return Ok(Some(Err("swarm registration goes over TCP".into())));
+            };
+            if serves && port == 0 && advertise.is_none() {
+                return Ok(Some(Err("a serving agent must give its port".into())));
+            }
+            let id = shared.swarms.register(gen.id(), seen_at, tracker::Member { port, serves, local, advertise }, published);
+            tracing::info!(generation = gen.id(), agent = id, serves, local, "agent joined the swarm");
+            *member = Some(Membership { shared, generation: gen.id(), id });
+            Ok(id.to_be_bytes().to_vec())
+        }
+        (Request::Locate { .. }, Some(id)) => {
+            let ask = transport::tracker::Locate::decode(body)?;
+            let answers = shared.swarms.locate(gen.id(), id, &ask, published, total, Instant::now());
+            Ok(transport::tracker::encode_located(&answers))
+        }
+        (Request::Have { block, .. }, Some(id)) if block < published => {
+            shared.swarms.have(gen.id(), id, block);
+            Ok(Vec::new())
+        }
+        (Request::Have { block, .. }, Some(_)) => Err(format!("block {block} is not published")),
+        (Request::NotAt { block, peer, .. }, Some(_)) => {
+            shared.swarms.not_at(gen.id(), peer, block);
+            Ok(Vec::new())
+        }
+        (Request::Needed { .. }, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
+        (Request::Locate { .. } | Request::Have { .. } | Request::NotAt { .. } | Request::Needed { .. }, None) => {
+            Err("register with this generation's swarm first".to_string())
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(reply))
 }

@@ -246,6 +246,12 @@ impl Generation {
         (d, inner.version)
     }
 
+    /// Blocks readable now, and the total once the RDB's length is known.
+    pub fn blocks(&self) -> (u64, Option<u64>) {
+        let inner = self.lock();
+        (inner.checksums.len() as u64, inner.length.map(|l| l.div_ceil(self.config.block_size)))
+    }
+
     /// Wait until something changed after `seen_version`, or the timeout; returns the new version.
     pub fn wait_change(&self, seen_version: u64, timeout: Duration) -> u64 {
         let inner = self.lock();

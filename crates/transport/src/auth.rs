@@ -103,12 +103,12 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
     let mut status = [0u8; 1];
     s.read_exact(&mut status).map_err(Error::io("read authentication result"))?;
     if status[0] != 0 {
-        return Err(Error::Auth("the relay refused our token (check FASTREPL_TOKEN / --token-file)".into()));
+        return Err(Error::Auth("the relay (or peer agent) refused our token (check FASTREPL_TOKEN / --token-file)".into()));
     }
     let mut proof = [0u8; 32];
     s.read_exact(&mut proof).map_err(Error::io("read relay proof"))?;
     if !ct_eq(&proof, &token.mac(b"relay", &client_nonce, server_nonce, kind as u8)) {
-        return Err(Error::Auth("the relay could not prove it knows the token".into()));
+        return Err(Error::Auth("the relay (or peer agent) could not prove it knows the token".into()));
     }
     Ok(())
 }

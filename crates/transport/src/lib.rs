@@ -15,6 +15,7 @@ pub mod fdpass;
 pub mod shm;
 pub mod secrets;
 pub mod tcp;
+pub mod tracker;
 pub mod wire;
 
 pub use auth::Token;
@@ -60,7 +61,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Authentication failed (either side).
-    #[error("authentication with the relay failed: {0}")]
+    #[error("authentication failed: {0}")]
     Auth(String),
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]

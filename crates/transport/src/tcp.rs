@@ -14,10 +14,16 @@ pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind`.
 pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<TcpStream, Error> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(Error::io("connect to relay"))?;
+    connect_with(addr, token, kind, timeout, timeout, "connect to relay")
+}
+
+/// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
+/// later read and write must complete within `io_timeout`. `op` names the connect in errors.
+pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<TcpStream, Error> {
+    let mut s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io("set TCP_NODELAY"))?;
-    s.set_read_timeout(Some(timeout)).map_err(Error::io("set read timeout"))?;
-    s.set_write_timeout(Some(timeout)).map_err(Error::io("set write timeout"))?;
+    s.set_read_timeout(Some(io_timeout)).map_err(Error::io("set read timeout"))?;
+    s.set_write_timeout(Some(io_timeout)).map_err(Error::io("set write timeout"))?;
     auth::client(&mut s, token, kind)?;
     Ok(s)
 }
@@ -57,6 +63,11 @@ impl<S: Read + Write> StreamReader<S> {
     /// relay's refusal as an error.
     pub fn request(&mut self, req: Request, op: &'static str) -> Result<u32, Error> {
         self.s.write_all(&req.encode()).map_err(Error::io("send read request"))?;
+        self.response(op)
+    }
+
+    /// Read a response header: the body length of a success, or the peer's refusal as an error.
+    pub fn response(&mut self, op: &'static str) -> Result<u32, Error> {
         let mut h = [0u8; 5];
         self.s.read_exact(&mut h).map_err(Error::io("read response header"))?;
         let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));

@@ -93,6 +93,51 @@ pub enum Request {
         /// Transport-specific argument (the segment number for ucx).
         arg: u64,
     },
+    /// Join the generation's swarm (see [`crate::tracker`]): followed by `advertise_len` bytes of the
+    /// address peers should use, or none for "the address you see me at, this port".
+    Register {
+        /// Generation.
+        generation: u64,
+        /// The agent's peer port.
+        port: u16,
+        /// It serves the blocks it holds to other agents.
+        serves: bool,
+        /// It reads the relay over shared memory (its reads cost the relay's link nothing).
+        local: bool,
+        /// Bytes of the advertised address that follow.
+        advertise_len: u32,
+    },
+    /// Where to fetch blocks from: followed by `body_len` bytes of a [`crate::tracker::Locate`].
+    Locate {
+        /// Generation.
+        generation: u64,
+        /// Bytes that follow.
+        body_len: u32,
+    },
+    /// The agent holds `block`, verified.
+    Have {
+        /// Generation.
+        generation: u64,
+        /// Block number.
+        block: u64,
+    },
+    /// `peer` does not hold `block` (any more): it failed the asker, or is the asker itself, which
+    /// dropped it from its cache. `block` = [`ALL_BLOCKS`]: `peer` sent a corrupt block; name it for
+    /// nothing.
+    NotAt {
+        /// Generation.
+        generation: u64,
+        /// Block number.
+        block: u64,
+        /// The agent that does not hold it.
+        peer: u32,
+    },
+    /// How many other agents of the generation still miss blocks (an agent that finished serves on
+    /// while some do).
+    Needed {
+        /// Generation.
+        generation: u64,
+    },
 }
 
 /// UCX registrations cover the region in segments of this size, so a relay never registers (on verbs:
@@ -160,6 +205,9 @@ impl UcxKey {
     }
 }
 
+/// [`Request::NotAt`] about every block.
+pub const ALL_BLOCKS: u64 = u64::MAX;
+
 /// [`Request::Attach`] for the shared-memory transport.
 pub const ATTACH_SHM: u32 = 1;
 /// [`Request::Attach`] for the UCX transport.
@@ -175,6 +223,13 @@ impl Request {
             Request::Range { generation, offset, len } => (1u8, generation, offset, len),
             Request::Log { generation, from, max } => (2u8, generation, from, max),
             Request::Attach { generation, transport, arg } => (3u8, generation, arg, transport),
+            Request::Register { generation, port, serves, local, advertise_len } => {
+                (4u8, generation, u64::from(port) | u64::from(serves) << 16 | u64::from(local) << 17, advertise_len)
+            }
+            Request::Locate { generation, body_len } => (5u8, generation, 0, body_len),
+            Request::Have { generation, block } => (6u8, generation, block, 0),
+            Request::NotAt { generation, block, peer } => (7u8, generation, block, peer),
+            Request::Needed { generation } => (8u8, generation, 0, 0),
         };
         let mut b = [0u8; REQUEST_LEN];
         b[0] = op;
@@ -196,7 +251,32 @@ impl Request {
             2 => Ok(Request::Log { generation: g, from: o, max: l }),
             3 if l == ATTACH_SHM || l == ATTACH_UCX => Ok(Request::Attach { generation: g, transport: l, arg: o }),
             3 => Err(Error::Protocol(format!("attach for unknown transport {l}"))),
+            4 if o >> 18 == 0 && l as usize <= crate::tracker::ADVERTISE_MAX => {
+                Ok(Request::Register { generation: g, port: o as u16, serves: o & 1 << 16 != 0, local: o & 1 << 17 != 0, advertise_len: l })
+            }
+            4 => Err(Error::Protocol("malformed swarm registration".into())),
+            5 if l as usize <= crate::tracker::LOCATE_BODY_MAX => Ok(Request::Locate { generation: g, body_len: l }),
+            5 => Err(Error::Protocol(format!("locate request of {l} bytes exceeds {}", crate::tracker::LOCATE_BODY_MAX))),
+            6 => Ok(Request::Have { generation: g, block: o }),
+            7 => Ok(Request::NotAt { generation: g, block: o, peer: l }),
+            8 => Ok(Request::Needed { generation: g }),
             op => Err(Error::Protocol(format!("unknown data request op {op}"))),
+        }
+    }
+}
+
+impl Request {
+    /// The generation a request is about.
+    pub fn generation(&self) -> u64 {
+        match *self {
+            Request::Range { generation, .. }
+            | Request::Log { generation, .. }
+            | Request::Attach { generation, .. }
+            | Request::Register { generation, .. }
+            | Request::Locate { generation, .. }
+            | Request::Have { generation, .. }
+            | Request::NotAt { generation, .. }
+            | Request::Needed { generation } => generation,
         }
     }
 }
@@ -235,6 +315,18 @@ mod tests {
         let mut big = r.encode();
         big[17..21].copy_from_slice(&(READ_MAX + 1).to_be_bytes());
         assert!(Request::decode(&big).is_err());
+        for r in [
+            Request::Register { generation: 1, port: 7401, serves: true, local: false, advertise_len: 12 },
+            Request::Locate { generation: 1, body_len: 40 },
+            Request::Have { generation: 1, block: 9 },
+            Request::NotAt { generation: 1, block: 9, peer: 4 },
+            Request::Needed { generation: 1 },
+        ] {
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+        let mut long = Request::Register { generation: 1, port: 1, serves: true, local: true, advertise_len: 0 }.encode();
+        long[17..21].copy_from_slice(&(crate::tracker::ADVERTISE_MAX as u32 + 1).to_be_bytes());
+        assert!(Request::decode(&long).is_err(), "advertised address too long");
         let mut bad = r.encode();
         bad[0] = 9;
         assert!(Request::decode(&bad).is_err());

@@ -63,8 +63,12 @@ pub struct Tracker {
     holders: Vec<Vec<AgentId>>,
     /// Per block: the agent fetching it from the relay, and since when.
     claims: HashMap<u64, (AgentId, Instant)>,
-    /// Agents present.
-    alive: HashMap<AgentId, ()>,
+    /// Agents present, and whether each serves what it holds (`join --no-serve` does not).
+    alive: HashMap<AgentId, bool>,
+    /// Blocks each present agent has received (served or not): who still needs blocks.
+    received: HashMap<AgentId, u64>,
+    /// Blocks in the snapshot, once the relay knows.
+    total: Option<u64>,
     relay_grants: u64,
     /// Turns with every answer, so that an asker that was refused sees other holders next time.
     rotor: u64,
@@ -83,14 +87,22 @@ impl Tracker {
         }
     }
 
-    /// An agent joined.
-    pub fn join(&mut self, a: AgentId) {
-        self.alive.insert(a, ());
+    /// The snapshot has exactly `blocks` blocks (the relay has the whole RDB).
+    pub fn set_total(&mut self, blocks: u64) {
+        self.published(blocks);
+        self.total = Some(blocks);
+    }
+
+    /// An agent joined; `serves` says whether it serves the blocks it holds to others.
+    pub fn join(&mut self, a: AgentId, serves: bool) {
+        self.alive.insert(a, serves);
+        self.received.insert(a, 0);
     }
 
     /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
     pub fn leave(&mut self, a: AgentId) {
         self.alive.remove(&a);
+        self.received.remove(&a);
         for h in &mut self.holders {
             h.retain(|x| *x != a);
         }
@@ -99,12 +111,13 @@ impl Tracker {
 
     /// Agent `a` holds block `b`, verified.
     pub fn have(&mut self, a: AgentId, b: u64) {
-        if !self.alive.contains_key(&a) {
-            return;
-        }
+        let Some(&serves) = self.alive.get(&a) else { return };
         if let Some(h) = self.holders.get_mut(b as usize) {
             if !h.contains(&a) {
-                h.push(a);
+                if serves {
+                    h.push(a);
+                }
+                *self.received.entry(a).or_default() += 1;
             }
         }
         if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
@@ -116,6 +129,14 @@ impl Tracker {
     /// holds it, so that nobody else is sent there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         if let Some(h) = self.holders.get_mut(b as usize) {
+            h.retain(|x| *x != p);
+        }
+    }
+
+    /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
+    /// and may still fetch). A corrupt block is proof of a broken or hostile peer, not bad luck.
+    pub fn forget(&mut self, p: AgentId) {
+        for h in &mut self.holders {
             h.retain(|x| *x != p);
         }
     }
@@ -154,6 +175,17 @@ impl Tracker {
         self.holders.get(b as usize).map_or(0, Vec::len)
     }
 
+    /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
+    /// agent that finished keeps serving while this is not zero.
+    pub fn needing(&self, a: AgentId) -> usize {
+        self.received.iter().filter(|(x, got)| **x != a && !matches!(self.total, Some(t) if **got >= t)).count()
+    }
+
+    /// Agents present.
+    pub fn agents(&self) -> usize {
+        self.alive.len()
+    }
+
     /// Blocks the relay was asked to serve so far (copies of the snapshot = this / blocks).
     pub fn relay_grants(&self) -> u64 {
         self.relay_grants
@@ -172,6 +204,7 @@ struct Rate {
 pub struct Chooser {
     window: u64,
     peer_fetches_max: usize,
+    relay_fetches_max: usize,
     next_write: u64,
     published: u64,
     have: Vec<bool>,
@@ -211,6 +244,7 @@ impl Chooser {
         Chooser {
             window: window.max(1),
             peer_fetches_max: peer_fetches_max.max(1),
+            relay_fetches_max: 1,
             next_write: 0,
             published: 0,
             have: Vec::new(),
@@ -220,6 +254,13 @@ impl Chooser {
             rated: 0,
             avoid: HashMap::new(),
         }
+    }
+
+    /// Allow `n` fetches from the relay at once (default 1). An agent alone, or one on the relay's host
+    /// (whose reads cost the relay's link nothing), needs several in flight to fill its link.
+    pub fn with_relay_fetches(mut self, n: usize) -> Chooser {
+        self.relay_fetches_max = n.max(1);
+        self
     }
 
     /// The relay published `blocks` blocks.
@@ -233,6 +274,16 @@ impl Chooser {
     /// Blocks this agent holds, verified.
     pub fn held(&self) -> u64 {
         self.have.iter().filter(|h| **h).count() as u64
+    }
+
+    /// This agent will not fetch from `p` any more (it sent a bad block, failed or vanished).
+    pub fn avoids(&self, p: AgentId) -> bool {
+        self.avoid.contains_key(&p)
+    }
+
+    /// Block `b` is held.
+    pub fn holds(&self, b: u64) -> bool {
+        self.have.get(b as usize).copied().unwrap_or(false)
     }
 
     /// Blocks `0..n` held without a gap: what the replica can be fed.
@@ -255,7 +306,17 @@ impl Chooser {
     }
 
     fn relay_busy(&self) -> bool {
-        self.in_flight.values().any(|f| *f == Origin::Relay)
+        self.in_flight.values().filter(|f| **f == Origin::Relay).count() >= self.relay_fetches_max
+    }
+
+    /// Fetches from the relay that may start now.
+    pub fn relay_slots(&self) -> usize {
+        self.relay_fetches_max - self.in_flight.values().filter(|f| **f == Origin::Relay).count().min(self.relay_fetches_max)
+    }
+
+    /// Fetches from peers that may start now.
+    pub fn peer_slots(&self) -> usize {
+        self.peer_fetches_max.saturating_sub(self.peer_fetches())
     }
 
     fn peer_fetches(&self) -> usize {
@@ -366,7 +427,7 @@ mod tests {
     fn no_claim_while_the_relay_slot_is_busy() {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
-        tr.join(0);
+        tr.join(0, true);
         assert_eq!(tr.locate(0, 0, false, t), Answer::Wait);
         assert_eq!(tr.relay_grants(), 0, "nothing was claimed");
         let mut c = Chooser::new(4, 1);
@@ -384,7 +445,7 @@ mod tests {
         let t = Instant::now();
         let mut tr = Tracker::new(2);
         for a in 0..3 {
-            tr.join(a);
+            tr.join(a, true);
         }
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
         assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
@@ -399,7 +460,7 @@ mod tests {
     fn blocks_published_later_can_be_claimed() {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
-        tr.join(0);
+        tr.join(0, true);
         assert_eq!(tr.locate_t(0, 3, t), Answer::Wait, "not published yet");
         tr.published(4);
         assert_eq!(tr.locate_t(0, 3, t), Answer::Relay);
@@ -409,14 +470,14 @@ mod tests {
     fn a_stale_or_dead_claim_is_handed_on() {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
-        tr.join(0);
-        tr.join(1);
+        tr.join(0, true);
+        tr.join(1, true);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Wait);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "the claimer is too slow: repair from the relay");
         let mut tr = Tracker::new(1);
-        tr.join(0);
-        tr.join(1);
+        tr.join(0, true);
+        tr.join(1, true);
         tr.locate_t(0, 0, t);
         tr.leave(0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
@@ -427,7 +488,7 @@ mod tests {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
         for a in 0..3 {
-            tr.join(a);
+            tr.join(a, true);
         }
         tr.have(0, 0);
         tr.have(1, 0);
@@ -437,6 +498,49 @@ mod tests {
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
         tr.have(7, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
+        let mut tr = Tracker::new(2);
+        for a in 0..2 {
+            tr.join(a, true);
+            tr.have(a, 0);
+            tr.have(a, 1);
+        }
+        tr.forget(0);
+        assert_eq!((tr.holders(0), tr.holders(1)), (1, 1), "a peer that sent a corrupt block is named for nothing");
+    }
+
+    #[test]
+    fn a_finished_agent_knows_whether_anyone_still_needs_blocks() {
+        let mut tr = Tracker::new(2);
+        tr.join(0, true);
+        tr.join(1, false);
+        tr.have(0, 0);
+        tr.have(0, 1);
+        assert_eq!(tr.needing(0), 1, "agent 1 has nothing yet");
+        assert_eq!(tr.needing(1), 1, "the snapshot's size is not known yet: agent 0 may need more");
+        tr.set_total(2);
+        assert_eq!(tr.needing(1), 0);
+        tr.have(1, 0);
+        assert_eq!(tr.holders(0), 1, "an agent that does not serve is never named as a holder");
+        tr.have(1, 1);
+        assert_eq!(tr.needing(0), 0);
+        tr.join(2, true);
+        assert_eq!(tr.needing(0), 1, "a late joiner");
+        tr.leave(2);
+        assert_eq!((tr.needing(0), tr.agents()), (0, 2));
+    }
+
+    #[test]
+    fn relay_fetch_slots() {
+        let mut c = Chooser::new(8, 2).with_relay_fetches(3);
+        c.published(8);
+        assert_eq!((c.relay_slots(), c.peer_slots()), (3, 2));
+        for b in 0..3 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
+        }
+        assert_eq!(c.choose(3, &Answer::Relay), None);
+        assert!(!c.may_claim() && c.has_free_slot());
+        c.done(0, 1, 1.0);
+        assert_eq!(c.relay_slots(), 1);
     }
 
     #[test]
@@ -444,7 +548,7 @@ mod tests {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
         for a in 0..40 {
-            tr.join(a);
+            tr.join(a, true);
         }
         for a in 0..20 {
             tr.have(a, 0);

@@ -1,0 +1,392 @@
+//! An agent as a member of its generation's swarm: the blocks it holds ([`Held`]), the server that
+//! gives them to other agents ([`PeerServer`]), and its link to the relay's tracker ([`Peering`]).
+//!
+//! What a peer serves is what this agent verified against the relay's checksum before it kept it; what
+//! it fetches from a peer it verifies the same way before using or serving it. Peers authenticate with
+//! the relay's token, both ways, exactly like relay connections.
+
+use crate::Error;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use transport::auth::{self, Kind};
+use transport::tracker::{Registration, TrackerLink};
+use transport::wire::{response_header, Request, REQUEST_LEN};
+use transport::{tcp, Token};
+
+/// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
+/// a bounded cache of those already fed, kept for peers.
+pub struct Held {
+    generation: u64,
+    block_size: u64,
+    inner: Mutex<HeldInner>,
+}
+
+struct HeldInner {
+    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// Blocks `0..fed` went to the replica: they are the cache, evicted oldest first.
+    fed: u64,
+    cached_bytes: u64,
+    cache_max: u64,
+    /// Total length of the RDB once known (the last block is short).
+    length: Option<u64>,
+}
+
+impl Held {
+    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
+    pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, length: None }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep verified block `b`.
+    pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
+        let mut h = self.lock();
+        if b < h.fed {
+            h.cached_bytes += bytes.len() as u64;
+        }
+        h.blocks.insert(b, bytes);
+    }
+
+    /// Block `b`, if held.
+    pub fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
+        self.lock().blocks.get(&b).cloned()
+    }
+
+    /// The RDB's length is known.
+    pub fn set_length(&self, length: u64) {
+        self.lock().length = Some(length);
+    }
+
+    /// Blocks `0..n` were fed to the replica: they join the cache, and the oldest cached blocks beyond
+    /// its bound are dropped. Returns the dropped blocks (the tracker must stop naming us for them)
+    /// and their buffers (for reuse).
+    pub fn fed(&self, n: u64) -> Vec<(u64, Arc<Vec<u8>>)> {
+        let mut h = self.lock();
+        let h = &mut *h;
+        let newly: u64 = h.blocks.range(h.fed..n).map(|(_, v)| v.len() as u64).sum();
+        h.cached_bytes += newly;
+        h.fed = h.fed.max(n);
+        let mut dropped = Vec::new();
+        while h.cached_bytes > h.cache_max {
+            let Some((&b, _)) = h.blocks.range(..h.fed).next() else { break };
+            let v = h.blocks.remove(&b).expect("present");
+            h.cached_bytes -= v.len() as u64;
+            dropped.push((b, v));
+        }
+        dropped
+    }
+
+    /// Bytes held now (window and cache).
+    pub fn bytes(&self) -> u64 {
+        self.lock().blocks.values().map(|v| v.len() as u64).sum()
+    }
+
+    /// The block a request names, if the request is exactly one whole block of ours.
+    fn block_of(&self, offset: u64, len: u32) -> Option<u64> {
+        if offset % self.block_size != 0 {
+            return None;
+        }
+        let b = offset / self.block_size;
+        let want = match self.lock().length {
+            Some(l) => self.block_size.min(l.checked_sub(offset)?),
+            None => self.block_size,
+        };
+        (u64::from(len) == want).then_some(b)
+    }
+}
+
+/// Serves held blocks to other agents over TCP: the same authentication and range requests as the
+/// relay's data connections, for whole blocks only.
+pub struct PeerServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Bytes served to peers so far.
+    pub served: Arc<AtomicU64>,
+}
+
+struct ServeShared {
+    held: Arc<Held>,
+    token: Token,
+    uploads: AtomicUsize,
+    uploads_max: usize,
+    connections: AtomicUsize,
+    served: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PeerServer {
+    /// Listen on `listen` and serve `held` to peers that know `token`, at most `uploads_max` blocks at
+    /// once (more are refused: the asker goes to another holder).
+    pub fn start(listen: SocketAddr, token: Token, held: Arc<Held>, uploads_max: usize) -> Result<PeerServer, Error> {
+        let l = TcpListener::bind(listen).map_err(|e| Error::Local(format!("listen for peers on {listen}: {e}")))?;
+        let addr = l.local_addr().map_err(|e| Error::Local(format!("peer listener address: {e}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicU64::new(0));
+        let sh = Arc::new(ServeShared {
+            held,
+            token,
+            uploads: AtomicUsize::new(0),
+            uploads_max: uploads_max.max(1),
+            connections: AtomicUsize::new(0),
+            served: served.clone(),
+            stop: stop.clone(),
+        });
+        let thread = std::thread::Builder::new()
+            .name("peer-accept".into())
+            .spawn(move || accept_loop(l, sh))
+            .map_err(|e| Error::Local(format!("spawn peer server: {e}")))?;
+        Ok(PeerServer { addr, stop, thread: Some(thread), served })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for PeerServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop; connections notice the flag at their next request (or idle timeout).
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
+    for conn in l.incoming() {
+        if sh.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(s) = conn else { continue };
+        if sh.connections.load(Ordering::SeqCst) >= limits::PEER_CONNECTIONS_MAX {
+            tracing::warn!(max = limits::PEER_CONNECTIONS_MAX, "too many peer connections; closing one");
+            continue;
+        }
+        sh.connections.fetch_add(1, Ordering::SeqCst);
+        let sh2 = sh.clone();
+        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let spawned = std::thread::Builder::new().name("peer-conn".into()).spawn(move || {
+            if let Err(e) = serve_peer(&sh2, s) {
+                tracing::debug!(%peer, error = %e, "peer connection ended");
+            }
+            sh2.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn serve_peer(sh: &ServeShared, mut s: TcpStream) -> Result<(), transport::Error> {
+    use transport::Error as E;
+    s.set_read_timeout(Some(limits::AUTH_TIMEOUT)).map_err(E::io("configure peer socket"))?;
+    s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io("configure peer socket"))?;
+    s.set_nodelay(true).map_err(E::io("configure peer socket"))?;
+    if auth::server(&mut s, &sh.token)? != Kind::Data {
+        return Err(E::Protocol("peers open data connections only".into()));
+    }
+    s.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
+    loop {
+        let mut req = [0u8; REQUEST_LEN];
+        match s.read_exact(&mut req) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(E::Io { op: "read peer request", source: e }),
+        }
+        if sh.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (offset, len) = match Request::decode(&req)? {
+            Request::Range { generation, offset, len } if generation == sh.held.generation => (offset, len),
+            Request::Range { generation, .. } => {
+                tcp::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
+                continue;
+            }
+            _ => return Err(E::Protocol("peers answer block reads only".into())),
+        };
+        let Some(block) = sh.held.block_of(offset, len).and_then(|b| sh.held.get(b)) else {
+            tcp::send_error(&mut s, "block not held")?;
+            continue;
+        };
+        if sh.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
+            sh.uploads.fetch_sub(1, Ordering::SeqCst);
+            tcp::send_error(&mut s, "busy")?;
+            continue;
+        }
+        let sent = s.write_all(&response_header(true, len)).and_then(|()| s.write_all(&block));
+        sh.uploads.fetch_sub(1, Ordering::SeqCst);
+        sent.map_err(E::io("send block to peer"))?;
+        sh.served.fetch_add(u64::from(len), Ordering::Relaxed);
+    }
+}
+
+/// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,
+/// `--serve-cache-mib`).
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// Serve held blocks to other agents.
+    pub serve: bool,
+    /// Where to listen for peers (default: the address this agent reaches the relay from, any port).
+    pub listen: Option<SocketAddr>,
+    /// The address to give peers, when they cannot reach the listen address (NAT).
+    pub advertise: Option<String>,
+    /// Bytes of blocks already fed to the replica kept for peers.
+    pub cache_bytes: u64,
+    /// Longest an agent keeps serving after its own handoff while others still pull.
+    pub linger: Duration,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig { serve: true, listen: None, advertise: None, cache_bytes: limits::SERVE_CACHE_BYTES_DEFAULT, linger: limits::SERVE_LINGER_DEFAULT }
+    }
+}
+
+/// An agent's membership of its generation's swarm: the tracker link, the held blocks, the server.
+pub struct Peering {
+    /// The tracker link (used by the pipeline's planner and readers).
+    pub(crate) tracker: Mutex<TrackerLink>,
+    /// Verified blocks.
+    pub(crate) held: Arc<Held>,
+    /// The relay's token, for peer connections.
+    pub(crate) token: Token,
+    server: Option<PeerServer>,
+    id: u32,
+}
+
+impl Peering {
+    /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
+    /// shared memory.
+    pub fn join(relay: SocketAddr, token: &Token, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
+        let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::Relay)?;
+        let cache = if cfg.serve { cfg.cache_bytes } else { 0 };
+        let held = Arc::new(Held::new(generation, block_size, cache));
+        let server = if cfg.serve {
+            let listen = match cfg.listen {
+                Some(l) => l,
+                None => SocketAddr::new(link.local_ip().map_err(Error::Relay)?, 0),
+            };
+            Some(PeerServer::start(listen, token.clone(), held.clone(), swarm::UPLOADS_MAX)?)
+        } else {
+            None
+        };
+        let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: cfg.serve, local, advertise: cfg.advertise.clone() };
+        let id = link.register(generation, &reg).map_err(Error::Relay)?;
+        if let Some(s) = &server {
+            tracing::info!(agent = id, listen = %s.local_addr(), advertise = ?cfg.advertise, "joined the swarm; serving peers");
+        }
+        Ok(Peering { tracker: Mutex::new(link), held, token: token.clone(), server, id })
+    }
+
+    /// Our number in the swarm.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Where this agent serves peers.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(PeerServer::local_addr)
+    }
+
+    /// This agent serves what it holds.
+    pub fn serves(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Bytes served to peers so far.
+    pub fn served_bytes(&self) -> u64 {
+        self.server.as_ref().map_or(0, |s| s.served.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, TrackerLink> {
+        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After our own handoff: keep serving while the tracker says other agents still miss blocks, for
+    /// at most `max`, or until `cancel`. Returns how long it lingered.
+    pub fn linger(&self, max: Duration, cancel: &AtomicBool) -> Duration {
+        let t0 = Instant::now();
+        if self.server.is_none() {
+            return Duration::ZERO;
+        }
+        let mut said = false;
+        loop {
+            let needed = match self.tracker().needed() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::info!(error = %e, "tracker link lost; no longer serving peers");
+                    break;
+                }
+            };
+            if needed == 0 || t0.elapsed() >= max || cancel.load(Ordering::SeqCst) {
+                break;
+            }
+            if !said {
+                tracing::info!(agents = needed, linger_max_secs = max.as_secs(), "serving peers that still pull");
+                said = true;
+            }
+            std::thread::sleep(limits::LINGER_POLL_EVERY); // Polling the tracker, bounded by `max`.
+        }
+        t0.elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_keeps_a_bounded_cache_of_fed_blocks_oldest_out_first() {
+        let h = Held::new(1, 4, 8);
+        for b in 0..4 {
+            h.insert(b, Arc::new(vec![b as u8; 4]));
+        }
+        assert!(h.fed(1).is_empty(), "4 bytes cached, bound 8");
+        let dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
+        assert_eq!(dropped, vec![0, 1], "16 bytes fed, 8 kept: the oldest go");
+        assert!(h.get(0).is_none() && h.get(3).is_some());
+        h.insert(4, Arc::new(vec![4; 2]));
+        assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
+        assert_eq!(h.bytes(), 10);
+    }
+
+    #[test]
+    fn only_whole_blocks_are_served() {
+        let h = Held::new(1, 4, 0);
+        assert_eq!(h.block_of(8, 4), Some(2));
+        assert_eq!(h.block_of(6, 4), None, "unaligned");
+        assert_eq!(h.block_of(8, 3), None, "partial");
+        h.set_length(10);
+        assert_eq!(h.block_of(8, 2), Some(2), "the short last block");
+        assert_eq!(h.block_of(12, 4), None, "past the end");
+    }
+
+    #[test]
+    fn a_server_serves_held_blocks_to_the_token_holder_only() {
+        let token = Token::new(b"0123456789abcdef").unwrap();
+        let held = Arc::new(Held::new(7, 4, 0));
+        held.insert(1, Arc::new(b"abcd".to_vec()));
+        let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
+        let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
+        let mut r = transport::Transport::open(&t).unwrap();
+        let mut buf = [0u8; 4];
+        r.read(7, 4, &mut buf).unwrap();
+        assert_eq!(&buf, b"abcd");
+        assert!(matches!(r.read(7, 0, &mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
+        assert!(matches!(r.read(8, 4, &mut buf), Err(transport::Error::Refused { .. })), "another generation");
+        assert_eq!(srv.served.load(Ordering::Relaxed), 4);
+        let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), Token::new(b"fedcba9876543210").unwrap());
+        assert!(matches!(transport::Transport::open(&wrong), Err(transport::Error::Auth(_))));
+    }
+}

@@ -1,0 +1,120 @@
+//! Flat fan-out: agents of one snapshot serve each other. On namespace hosts with shaped links, the
+//! relay's host sends about one copy however many agents pull; an agent killed mid-pull costs the
+//! others a re-route; a peer that sends corrupt blocks is dropped and nothing it sent is used.
+//!
+//! These tests choose their transport themselves (tcp between hosts), whatever the suite runs over.
+
+mod common;
+use common::*;
+use fixtures::netns;
+use std::process::Command;
+use std::time::Duration;
+
+/// `fastrepl` in namespace `ns`.
+fn in_ns(ns: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_fastrepl")]);
+    c.env("FASTREPL_TOKEN", TOKEN).env("FASTREPL_LOG", "info");
+    c
+}
+
+/// A master on host 0 with `mib` MiB in 1 MiB values, a relay beside it (1 MiB blocks, so that the
+/// snapshot has many), and a replica on each other host.
+struct Fleet {
+    lab: netns::Lab,
+    master: Server,
+    replicas: Vec<Server>,
+    relay: Proc,
+    relay_addr: String,
+}
+
+fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
+    if !netns::available() {
+        // Namespaces need root (CI runs as root); say so rather than pass quietly.
+        eprintln!("SKIPPED: creating network namespaces needs root and iproute2");
+        return None;
+    }
+    let lab = netns::Lab::new(hosts, Some(rate)).expect("make hosts");
+    let master = Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[0].ns), &lab.hosts[0].ip, &[]).unwrap();
+    data::fill_big_values(&mut master.client(), mib, 1 << 20);
+    let replicas: Vec<Server> =
+        (1..hosts).map(|i| Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[i].ns), "127.0.0.1", &[]).unwrap()).collect();
+    let relay_addr = format!("{}:7400", lab.hosts[0].ip);
+    let mut cmd = in_ns(&lab.hosts[0].ns);
+    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--block-size", "1048576", "--transport", "tcp"]);
+    let relay = Proc::spawn("relay", cmd);
+    let (ns, ra) = (lab.hosts[0].ns.clone(), relay_addr.clone());
+    wait_until("the relay to listen", Duration::from_secs(20), || {
+        let ra = ra.clone();
+        netns::within(&ns, move || std::net::TcpStream::connect(&ra).ok()).ok().flatten()
+    });
+    // The snapshot is complete before anyone joins: what we count is the agents' traffic.
+    wait_relay_acked(&master);
+    Some(Fleet { lab, master, replicas, relay, relay_addr })
+}
+
+impl Fleet {
+    fn join(&self, i: usize, extra: &[&str]) -> Proc {
+        let mut cmd = in_ns(&self.lab.hosts[i + 1].ns);
+        cmd.args(["join", "--relay", &self.relay_addr, "--replica", &self.replicas[i].addr(), "--json", "--transport", "tcp"]);
+        cmd.args(extra);
+        Proc::spawn(&format!("join-{}", i + 1), cmd)
+    }
+}
+
+/// Compare every key (the servers live in namespaces: the test's own clients reach them there).
+fn assert_same(master: &Server, replica: &Server) {
+    let out = verify::compare(&mut master.client(), &mut replica.client(), &verify::Options::default()).unwrap();
+    assert!(out.identical(), "{:?}", out.differences);
+}
+
+fn rdb_bytes(j: &Joined) -> u64 {
+    j.report["rdb_bytes"].as_u64().unwrap_or_else(|| panic!("no report:\n{}", j.output))
+}
+
+#[test]
+fn four_agents_and_the_relay_host_sends_about_one_copy() {
+    let Some(f) = fleet(5, "100mbit", 24) else { return };
+    let tx0 = f.lab.tx_bytes(0).unwrap();
+    let procs: Vec<Proc> = (0..4).map(|i| f.join(i, &[])).collect();
+    let joined: Vec<Joined> = procs.into_iter().map(finish_join).collect();
+    let relay_sent = f.lab.tx_bytes(0).unwrap() - tx0;
+    let rdb = rdb_bytes(&joined[0]);
+    let mut from_peers = 0;
+    for (i, j) in joined.iter().enumerate() {
+        assert_eq!(j.code, Some(0), "join {} failed:\n{}", i + 1, j.output);
+        assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+        let sources: u64 = j.report["sources"].as_array().unwrap().iter().map(|s| s["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(sources, rdb, "every byte is accounted to a source: {}", j.output);
+        assert_eq!(j.report["bytes_from_relay"].as_u64().unwrap() + j.report["bytes_from_peers"].as_u64().unwrap(), rdb);
+        assert_eq!(j.report["peer_bad_blocks"], 0);
+        from_peers += j.report["bytes_from_peers"].as_u64().unwrap();
+        assert_same(&f.master, &f.replicas[i]);
+    }
+    let copies = relay_sent as f64 / rdb as f64;
+    eprintln!("relay host sent {relay_sent} bytes = {copies:.2} copies of a {rdb}-byte snapshot; agents got {from_peers} bytes from peers");
+    // Four copies without the swarm; the bound leaves room for headers, the stream and re-routes.
+    assert!(copies < 1.6, "the relay's host sent {copies:.2} copies for 4 agents");
+    assert!(from_peers as f64 >= 2.0 * rdb as f64, "agents got only {from_peers} bytes from each other");
+}
+
+#[test]
+fn an_agent_killed_mid_pull_costs_the_others_a_reroute() {
+    let Some(f) = fleet(4, "100mbit", 32) else { return };
+    let tx0 = f.lab.tx_bytes(0).unwrap();
+    let mut victim = f.join(0, &[]);
+    let survivors: Vec<Proc> = (1..3).map(|i| f.join(i, &[])).collect();
+    // Kill it once the swarm is well under way (a third of a copy has left the relay's host), while
+    // it serves the others.
+    let snapshot = 32u64 << 20;
+    wait_until("the pull to be under way", Duration::from_secs(60), || (f.lab.tx_bytes(0).ok()? - tx0 > snapshot / 3).then_some(()));
+    assert!(victim.running(), "the victim finished too early to test anything:\n{}", victim.output());
+    victim.kill();
+    for (k, p) in survivors.into_iter().enumerate() {
+        let j = finish_join(p);
+        assert_eq!(j.code, Some(0), "join {} failed after a peer died:\n{}", k + 2, j.output);
+        assert_eq!(j.report["handoff"], "partial", "no full resync, no new fork: {}", j.output);
+        assert_same(&f.master, &f.replicas[k + 1]);
+    }
+    assert_eq!(info_num(&f.master, "stats", "sync_full"), 1, "the relay's capture is the master's only full sync");
+}

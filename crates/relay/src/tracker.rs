@@ -1,0 +1,211 @@
+//! The relay as the swarm's tracker: one [`swarm::Tracker`] per generation with agents, plus what the
+//! wire needs around it (each member's address, who reads over shared memory). No sockets here: the
+//! data connections in [`crate::serve`] call in with what an agent said and `now`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+use transport::tracker::{Locate, Located, Peer, Where};
+
+/// Candidates named beyond the agent's free peer slots: some may turn out busy or bad.
+const SPARE_PEER_ANSWERS: usize = 2;
+
+/// One generation's swarm.
+#[derive(Default)]
+struct Swarm {
+    tracker: swarm::Tracker,
+    addrs: HashMap<u32, String>,
+    /// Members that read the relay over shared memory: their relay reads cost no link, so they take
+    /// every block from the relay and never hold a claim that others wait on.
+    local: HashMap<u32, ()>,
+    next_id: u32,
+    /// Members ever, for the summary logged when the last one leaves.
+    members_ever: u32,
+    local_reads: u64,
+}
+
+/// Every generation's swarm.
+#[derive(Default)]
+pub(crate) struct Swarms {
+    by_generation: Mutex<HashMap<u64, Swarm>>,
+}
+
+/// What an agent asked to register as.
+pub(crate) struct Member {
+    pub port: u16,
+    pub serves: bool,
+    pub local: bool,
+    /// Its advertised address, checked; else the address the relay sees it at with `port`.
+    pub advertise: Option<String>,
+}
+
+impl Swarms {
+    fn with<T>(&self, generation: u64, f: impl FnOnce(&mut Swarm) -> T) -> Option<T> {
+        let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());
+        all.get_mut(&generation).map(f)
+    }
+
+    /// A new member of `generation`'s swarm; returns its id.
+    pub fn register(&self, generation: u64, seen_at: IpAddr, m: Member, published_blocks: u64) -> u32 {
+        let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());
+        let s = all.entry(generation).or_default();
+        let id = s.next_id;
+        s.next_id = s.next_id.wrapping_add(1);
+        s.members_ever += 1;
+        s.tracker.published(published_blocks);
+        s.tracker.join(id, m.serves);
+        if m.serves {
+            let addr = m.advertise.unwrap_or_else(|| std::net::SocketAddr::new(seen_at, m.port).to_string());
+            s.addrs.insert(id, addr);
+        }
+        if m.local {
+            s.local.insert(id, ());
+        }
+        id
+    }
+
+    /// The member left (its tracker link closed): it serves nothing any more.
+    pub fn leave(&self, generation: u64, id: u32) {
+        let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = all.get_mut(&generation) else { return };
+        s.tracker.leave(id);
+        s.addrs.remove(&id);
+        s.local.remove(&id);
+        if s.tracker.agents() == 0 {
+            tracing::info!(
+                generation,
+                agents = s.members_ever,
+                relay_blocks_over_the_network = s.tracker.relay_grants(),
+                relay_blocks_over_shm = s.local_reads,
+                "swarm done: the relay's link carried the blocks counted here; agents carried the rest"
+            );
+            all.remove(&generation);
+        }
+    }
+
+    /// Where member `id` should fetch the blocks it asks about.
+    pub fn locate(&self, generation: u64, id: u32, ask: &Locate, published: u64, total: Option<u64>, now: Instant) -> Vec<Located> {
+        self.with(generation, |s| {
+            s.tracker.published(published);
+            if let Some(t) = total {
+                s.tracker.set_total(t);
+            }
+            let mut blocks: Vec<u64> = ask.blocks.iter().copied().filter(|b| *b < published).collect();
+            blocks.dedup();
+            // Rarest first (stable: the agent's order among equals), so that the members of a swarm
+            // work on different blocks and every block spreads.
+            blocks.sort_by_key(|b| s.tracker.holders(*b));
+            let mut relay_left = usize::from(ask.relay_slots);
+            let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
+            let local = s.local.contains_key(&id);
+            let mut out = Vec::new();
+            for b in blocks {
+                if relay_left == 0 && (peers_left == 0 || local) {
+                    break;
+                }
+                if local {
+                    out.push(Located { block: b, at: Where::Relay });
+                    relay_left -= 1;
+                    s.local_reads += 1;
+                    continue;
+                }
+                match s.tracker.locate(id, b, relay_left > 0, now) {
+                    swarm::Answer::Relay => {
+                        out.push(Located { block: b, at: Where::Relay });
+                        relay_left -= 1;
+                    }
+                    swarm::Answer::Peers(ids) if peers_left > 0 => {
+                        let peers: Vec<Peer> = ids.iter().filter_map(|p| s.addrs.get(p).map(|a| Peer { id: *p, addr: a.clone() })).collect();
+                        if !peers.is_empty() {
+                            out.push(Located { block: b, at: Where::Peers(peers) });
+                            peers_left -= 1;
+                        }
+                    }
+                    swarm::Answer::Peers(_) | swarm::Answer::Wait => {}
+                }
+            }
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// Member `id` holds `block`.
+    pub fn have(&self, generation: u64, id: u32, block: u64) {
+        self.with(generation, |s| s.tracker.have(id, block));
+    }
+
+    /// `peer` does not hold `block`.
+    pub fn not_at(&self, generation: u64, peer: u32, block: u64) {
+        self.with(generation, |s| {
+            if block == transport::wire::ALL_BLOCKS {
+                tracing::warn!(generation, agent = peer, "an agent reported a corrupt block from this agent; no longer naming it as a source");
+                s.tracker.forget(peer);
+            } else {
+                s.tracker.not_at(peer, block);
+            }
+        });
+    }
+
+    /// Members other than `id` still missing blocks.
+    pub fn needing(&self, generation: u64, id: u32, total: Option<u64>) -> usize {
+        self.with(generation, |s| {
+            if let Some(t) = total {
+                s.tracker.set_total(t);
+            }
+            s.tracker.needing(id)
+        })
+        .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(port: u16, local: bool) -> Member {
+        Member { port, serves: true, local, advertise: None }
+    }
+
+    #[test]
+    fn members_are_named_by_the_address_the_relay_sees_and_leave_with_their_link() {
+        let sw = Swarms::default();
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        let a = sw.register(1, ip, member(7401, false), 4);
+        let b = sw.register(1, "10.0.0.3".parse().unwrap(), Member { advertise: Some("peer.example:9".into()), ..member(1, false) }, 4);
+        let now = Instant::now();
+        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3] };
+        let got = sw.locate(1, a, &ask(1), 4, Some(4), now);
+        assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
+        sw.have(1, a, 0);
+        let got = sw.locate(1, b, &ask(1), 4, Some(4), now);
+        assert_eq!(got[0], Located { block: 1, at: Where::Relay }, "rarest first: block 0 has a holder");
+        assert!(got.contains(&Located { block: 0, at: Where::Peers(vec![Peer { id: a, addr: "10.0.0.2:7401".into() }]) }), "{got:?}");
+        assert_eq!(sw.needing(1, a, Some(4)), 1);
+        sw.leave(1, b);
+        assert_eq!(sw.needing(1, a, Some(4)), 0);
+        sw.leave(1, a);
+        assert!(sw.locate(1, a, &ask(1), 4, Some(4), now).is_empty(), "the swarm is gone with its last member");
+    }
+
+    #[test]
+    fn a_member_on_the_relays_host_reads_everything_from_the_relay_without_claims() {
+        let sw = Swarms::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let local = sw.register(3, ip, member(1, true), 8);
+        let remote = sw.register(3, "10.0.0.9".parse().unwrap(), member(2, false), 8);
+        let now = Instant::now();
+        let got = sw.locate(3, local, &Locate { relay_slots: 4, peer_slots: 2, blocks: (0..8).collect() }, 8, None, now);
+        assert_eq!(got.len(), 4);
+        assert!(got.iter().all(|l| l.at == Where::Relay));
+        let got = sw.locate(3, remote, &Locate { relay_slots: 1, peer_slots: 0, blocks: vec![0] }, 8, None, now);
+        assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "the local member's reads claimed nothing");
+    }
+
+    #[test]
+    fn unpublished_blocks_are_not_answered() {
+        let sw = Swarms::default();
+        let a = sw.register(1, "10.0.0.2".parse().unwrap(), member(1, false), 0);
+        assert!(sw.locate(1, a, &Locate { relay_slots: 4, peer_slots: 2, blocks: vec![0, 1] }, 0, None, Instant::now()).is_empty());
+    }
+}
