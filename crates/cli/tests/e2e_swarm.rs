@@ -118,3 +118,67 @@ fn an_agent_killed_mid_pull_costs_the_others_a_reroute() {
     }
     assert_eq!(info_num(&f.master, "stats", "sync_full"), 1, "the relay's capture is the master's only full sync");
 }
+
+/// A fake agent that registers with the relay's swarm, claims to hold every block, and serves garbage
+/// of the right length; returns how many blocks it was asked for.
+fn corrupt_peer(relay: &str, token: &transport::Token) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let relay: std::net::SocketAddr = relay.parse().unwrap();
+    let attached = agent::progress::attach(relay, token, Duration::from_secs(30)).unwrap();
+    let v = attached.progress.wait_until(Duration::from_secs(30), |v| v.blocks_total().is_some_and(|t| v.blocks_readable() >= t));
+    let (generation, total) = (v.desc.generation, v.blocks_total().expect("the snapshot is complete"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(AtomicU64::new(0));
+    let (t, a) = (token.clone(), asked.clone());
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let (t, a) = (t.clone(), a.clone());
+            std::thread::spawn(move || -> Option<()> {
+                let mut s = s.ok()?;
+                transport::auth::server(&mut s, &t).ok()?;
+                loop {
+                    let mut req = [0u8; transport::wire::REQUEST_LEN];
+                    s.read_exact(&mut req).ok()?;
+                    let transport::wire::Request::Range { len, .. } = transport::wire::Request::decode(&req).ok()? else { return None };
+                    a.fetch_add(1, Ordering::SeqCst);
+                    s.write_all(&transport::wire::response_header(true, len)).ok()?;
+                    s.write_all(&vec![0xAB; len as usize]).ok()?;
+                }
+            });
+        }
+    });
+    let mut link = transport::tracker::TrackerLink::connect(relay, token, Duration::from_secs(10)).unwrap();
+    let reg = transport::tracker::Registration { port, serves: true, local: false, advertise: None };
+    link.register(generation, &reg).unwrap();
+    for b in 0..total {
+        link.have(b).unwrap();
+    }
+    (link, asked)
+}
+
+#[test]
+fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 8, 1 << 20);
+    data::fill_every_type(&mut master.client(), 1, true);
+    let relay = spawn_relay(&master.addr(), |c| {
+        c.args(["--transport", "tcp", "--block-size", "1048576"]);
+    });
+    wait_relay_acked(&master);
+    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let (_fake, asked) = corrupt_peer(&relay.addr, &token);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
+        c.args(["--transport", "tcp"]);
+    }));
+    assert_eq!(j.code, Some(0), "{}", j.output);
+    assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+    assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the fake peer was never asked: the test tests nothing");
+    assert!(j.report["peer_bad_blocks"].as_u64().unwrap() >= 1, "{}", j.output);
+    assert_eq!(j.report["bytes_from_peers"], 0, "nothing from the corrupt peer was used: {}", j.output);
+    assert_eq!(j.report["bytes_from_relay"], j.report["rdb_bytes"]);
+    assert!(j.output.contains("fails its checksum"), "the log names the bad peer: {}", j.output);
+    assert_identical(&master, &replica);
+}

@@ -36,13 +36,20 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
             assert_eq!(r["verified"], true, "{r}");
             let n = r["replicas"].as_u64().unwrap() as usize;
             assert!(r["secs"].as_f64().unwrap() > 0.0, "{r}");
-            assert_eq!(r["per_replica"].as_array().unwrap().len(), n, "{r}");
+            // A killed replica is neither verified nor timed.
+            let killed = usize::from(spec["kill_one"] == true);
+            assert_eq!(r["killed"].is_null(), killed == 0, "{r}");
+            assert_eq!(r["per_replica"].as_array().unwrap().len(), n - killed, "{r}");
+            // On namespace hosts, what each replica host sent (with fastrepl: what its agent served).
+            let hosts = if r["master_host_tx_bytes"].is_null() { 0 } else { n };
+            assert_eq!(r["replica_hosts_tx_bytes"].as_array().unwrap().len(), hosts, "{r}");
             // Every run needs a snapshot: the master forks at least once in every mode.
             assert!(r["forks"].as_i64().unwrap() >= 1, "{r}");
             assert!(r["peak_rss_kib"]["master"].as_u64().is_some(), "{r}");
             if r["mode"].as_str().unwrap().starts_with("fastrepl") {
                 assert!(r["relay_cpu_secs"].as_f64().is_some() && r["agent_cpu_secs"].as_f64().is_some(), "{r}");
                 assert!(r["handoffs"].as_array().unwrap().iter().all(|h| h == "partial"), "{r}");
+                assert!(r["rdb_bytes"].as_u64().is_some_and(|b| b > 0) && r["bytes_from_peers"].is_u64(), "{r}");
                 // Memory really used (PSS), sampled for the relay and reported by each agent.
                 assert!(r["peak_rss_kib"]["relay_pss"].as_u64().is_some_and(|v| v > 0), "{r}");
                 assert!(r["peak_rss_kib"]["agent_pss_max"].as_u64().is_some_and(|v| v > 0), "{r}");
@@ -74,7 +81,7 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let doc = run_bench(&["--scenario", "all"], dir.path());
-    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host"]);
+    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner"]);
     let slow = doc["scenarios"].as_array().unwrap().iter().find(|s| s["spec"]["name"] == "slow-host").unwrap();
     assert_eq!(slow["spec"]["slow_hosts"], 1, "{}", slow["spec"]);
     for png in ["original-1gbit.png", "original-unshaped.png", "fanout-1gbit.png", "staggered-unshaped.png"] {

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 /// `fastrepl-lab bench` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, or all.
+    /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, agent-killed,
+    /// late-joiner, or all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).
@@ -33,6 +34,10 @@ pub struct BenchArgs {
     /// Override the scenario's replica counts.
     #[arg(long, value_delimiter = ',')]
     pub replicas: Vec<usize>,
+    /// Override the number of big values (scenarios whose data is big values): e.g. `--values 64`
+    /// for 256 MiB of 4 MiB values.
+    #[arg(long)]
+    pub values: Option<usize>,
     /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm.
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,

@@ -54,27 +54,41 @@ pub fn table(s: &ScenarioResult) -> String {
     let lat = s.spec.latency_probe;
     let _ = writeln!(
         t,
-        "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent (MB) | relay CPU (s) | agents CPU (s) | peak MB master/relay/agent/replica (relay, agent: PSS; † RSS) |{}",
+        "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent MB (copies) | busiest replica host sent MB | agents got from peers MB | relay CPU (s) | agents CPU (s) | peak MB master/relay/agent/replica (relay, agent: PSS; † RSS) |{}",
         if lat { " GET/SET ms p50/p99/max |" } else { "" }
     );
-    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|{}", if lat { "---|" } else { "" });
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|---|---|{}", if lat { "---|" } else { "" });
+    // Copies are counted against the snapshot's size as the agents reported it for the same link
+    // (native runs send the same RDB, give or take the fork's moment).
+    let rdb_of = |link: &str| s.runs.iter().filter(|r| r.link == link).find_map(|r| r.rdb_bytes);
+    let mb = |b: u64| format!("{:.0}", b as f64 / 1e6);
     for r in &s.runs {
         if let Some(e) = &r.error {
-            let _ = writeln!(t, "| {} | {} | {} | FAILED: {} | | | | | | | |{}", r.link, r.replicas, r.mode, e.replace('|', "/").lines().next().unwrap_or(""), if lat { " |" } else { "" });
+            let _ = writeln!(t, "| {} | {} | {} | FAILED: {} | | | | | | | | | |{}", r.link, r.replicas, r.mode, e.replace('|', "/").lines().next().unwrap_or(""), if lat { " |" } else { "" });
             continue;
         }
-        let per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
-        let mb = |k: &str| r.peak_rss_kib[k].as_u64().map(|v| format!("{:.0}", v as f64 / 1024.0)).unwrap_or_else(|| "–".into());
+        let mut per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
+        if r.killed.is_some() {
+            per.insert(0, "killed".into());
+        }
+        let sent = match (r.master_host_tx_bytes, rdb_of(&r.link)) {
+            (Some(b), Some(rdb)) if rdb > 0 => format!("{} ({:.2})", mb(b), b as f64 / rdb as f64),
+            (Some(b), _) => mb(b),
+            _ => "–".into(),
+        };
+        let busiest = r.replica_hosts_tx_bytes.iter().max().map(|b| mb(*b)).unwrap_or_else(|| "–".into());
+        let peers = r.bytes_from_peers.map(mb).unwrap_or_else(|| "–".into());
+        let kib = |k: &str| r.peak_rss_kib[k].as_u64().map(|v| format!("{:.0}", v as f64 / 1024.0)).unwrap_or_else(|| "–".into());
         // Relay and agents in PSS where the run measured it (RSS counts a shared mapping in full: an
         // agent's view of the relay's snapshot over shm); older runs have RSS only, marked †.
         let used = |pss: &str, rss: &str| match r.peak_rss_kib[pss].as_u64() {
             Some(v) if v > 0 => format!("{:.0}", v as f64 / 1024.0),
-            _ if r.peak_rss_kib[rss].is_u64() => format!("{}†", mb(rss)),
+            _ if r.peak_rss_kib[rss].is_u64() => format!("{}†", kib(rss)),
             _ => "–".into(),
         };
         let _ = write!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{}/{}/{} |",
             r.link,
             r.replicas,
             r.mode,
@@ -82,13 +96,15 @@ pub fn table(s: &ScenarioResult) -> String {
             per.join(", "),
             r.forks,
             format_args!("{:.2}", r.master_cpu_secs),
-            r.master_host_tx_bytes.map(|b| format!("{:.0}", b as f64 / 1e6)).unwrap_or_else(|| "–".into()),
+            sent,
+            busiest,
+            peers,
             f2(r.relay_cpu_secs),
             f2(r.agent_cpu_secs),
-            mb("master"),
+            kib("master"),
             used("relay_pss", "relay"),
             used("agent_pss_max", "agent_max"),
-            mb("replica_max")
+            kib("replica_max")
         );
         if lat {
             let l = r.latency_ms.clone().unwrap_or_default();

@@ -61,6 +61,15 @@ pub struct RunResult {
     pub latency_ms: Option<serde_json::Value>,
     /// Handoffs (fastrepl): partial / full per replica.
     pub handoffs: Vec<String>,
+    /// Bytes sent by each replica host's interface during the run (namespace hosts only): with
+    /// fastrepl, what each agent served its peers.
+    pub replica_hosts_tx_bytes: Vec<u64>,
+    /// The snapshot's RDB bytes (fastrepl: from the agents' reports).
+    pub rdb_bytes: Option<u64>,
+    /// RDB bytes the agents got from each other rather than from the relay (fastrepl).
+    pub bytes_from_peers: Option<u64>,
+    /// The replica (0-based) killed mid-sync (`agent-killed`): not verified, not timed.
+    pub killed: Option<usize>,
 }
 
 /// `master_rdb` as written: an end still unknown is `null` in JSON (NaN in memory).
@@ -317,10 +326,11 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     reset_peak_rss(c.master.pid());
     let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
-    let tx0 = c.lab.map(|l| l.tx_bytes(0)).transpose().map_err(|e| anyhow!(e))?;
+    let txs0: Option<Vec<u64>> = c.lab.map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>()).transpose().map_err(|e| anyhow!(e))?;
+    let tx0 = txs0.as_ref().map(|v| v[0]);
     let t0 = Instant::now();
     let rdb_watch = watch_rdb(c.master, t0)?;
-    let outcome = if native { run_native(c, &replicas, t0) } else { run_fastrepl(c, &replicas, t0) };
+    let outcome = if native { run_native(c, &replicas, t0, tx0) } else { run_fastrepl(c, &replicas, t0, tx0) };
     let secs = t0.elapsed().as_secs_f64();
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
@@ -331,6 +341,9 @@ fn one(c: &Ctx) -> Result<RunResult> {
         (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
         _ => None,
     };
+    if let (Some(l), Some(t0s)) = (c.lab, &txs0) {
+        r.replica_hosts_tx_bytes = (1..=c.n).map(|h| l.tx_bytes(h).map(|b| b - t0s[h])).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
+    }
     let master_rss = agent::procstat::peak_rss_kib(c.master.pid());
     let extra = outcome?;
     if let Some(w) = writer {
@@ -338,6 +351,9 @@ fn one(c: &Ctx) -> Result<RunResult> {
     }
     // Verified after any writer stopped and every replica applied the master's stream.
     for (i, rep) in replicas.iter().enumerate() {
+        if extra.killed == Some(i) {
+            continue;
+        }
         wait_caught_up(c.master, rep).with_context(|| format!("replica {} did not catch up", i + 1))?;
         let out = verify::compare(&mut mc, &mut rep.try_client()?, &verify::Options::default()).with_context(|| format!("verify replica {}", i + 1))?;
         if !out.identical() {
@@ -345,6 +361,9 @@ fn one(c: &Ctx) -> Result<RunResult> {
         }
     }
     r.verified = true;
+    r.killed = extra.killed;
+    r.rdb_bytes = extra.rdb_bytes;
+    r.bytes_from_peers = extra.bytes_from_peers;
     // Time to all in sync: the last replica's, from the run's start.
     r.secs = Some(if extra.per_replica.is_empty() { secs } else { extra.per_replica.iter().copied().fold(0.0, f64::max) });
     r.per_replica = extra.per_replica;
@@ -374,6 +393,28 @@ struct Extra {
     relay_pss: Option<u64>,
     agent_pss: Option<u64>,
     handoffs: Vec<String>,
+    killed: Option<usize>,
+    rdb_bytes: Option<u64>,
+    bytes_from_peers: Option<u64>,
+}
+
+/// Bytes the master's host must have sent since the run started before the scenario's event (a
+/// replica killed, or the late one joining).
+fn event_bytes(c: &Ctx) -> u64 {
+    c.spec.dataset.approx_bytes() / if c.spec.kill_one { 3 } else { 2 }
+}
+
+/// Wait until the master's host has sent `bytes` since `tx0`.
+fn wait_master_sent(c: &Ctx, tx0: Option<u64>, bytes: u64) -> Result<()> {
+    let (Some(lab), Some(tx0)) = (c.lab, tx0) else { bail!("this scenario needs namespace hosts") };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while lab.tx_bytes(0).map_err(|e| anyhow!(e))? - tx0 < bytes {
+        if Instant::now() > deadline {
+            bail!("the master's host did not send {bytes} bytes in 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(20)); // Polling a byte counter with a deadline.
+    }
+    Ok(())
 }
 
 fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
@@ -395,16 +436,42 @@ fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
 
 /// Native: `REPLICAOF` (all at once, or one after another), polling each replica's state for the
 /// phases: first RDB byte received, loading started, in sync.
-fn run_native(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
+fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
     let (_, mip) = c.host(0);
     let port = c.master.port.to_string();
     let mut clients: Vec<client::Client> = replicas.iter().map(|s| s.try_client()).collect::<Result<_, _>>()?;
     let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
-    let order: Vec<Vec<usize>> = match c.spec.arrival {
-        Arrival::Together => vec![(0..replicas.len()).collect()],
-        Arrival::Staggered => (0..replicas.len()).map(|i| vec![i]).collect(),
-    };
     let deadline = Instant::now() + Duration::from_secs(7200);
+    let n = replicas.len();
+    if c.spec.kill_one || c.spec.arrival == Arrival::Late {
+        let first: Vec<usize> = if c.spec.arrival == Arrival::Late { (0..n - 1).collect() } else { (0..n).collect() };
+        for &i in &first {
+            clients[i].cmd(&["REPLICAOF", &mip, &port])?;
+            ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
+        }
+        wait_master_sent(c, tx0, event_bytes(c))?;
+        let wait: Vec<usize> = if c.spec.kill_one {
+            // A replica dies mid-sync: the master drops its link; the others carry on.
+            // SAFETY: kill(2) on the pid of a server process this run started; no memory involved.
+            unsafe { libc::kill(replicas[0].pid() as i32, libc::SIGKILL) };
+            ex.killed = Some(0);
+            (1..n).collect()
+        } else {
+            clients[n - 1].cmd(&["REPLICAOF", &mip, &port])?;
+            ex.phases[n - 1]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
+            (0..n).collect()
+        };
+        wait_native_in_sync(&mut clients, &wait, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
+        if c.spec.kill_one {
+            ex.per_replica.remove(0);
+            ex.phases.remove(0);
+        }
+        return Ok(ex);
+    }
+    let order: Vec<Vec<usize>> = match c.spec.arrival {
+        Arrival::Staggered => (0..n).map(|i| vec![i]).collect(),
+        Arrival::Together | Arrival::Late => vec![(0..n).collect()],
+    };
     for group in order {
         for &i in &group {
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
@@ -458,7 +525,7 @@ pub fn wait_native_in_sync(
 
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
 /// one after another).
-fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
+fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
     let transport = c.mode.trim_start_matches("fastrepl-");
     let (mns, mip) = c.host(0);
     let mut token = [0u8; 16];
@@ -515,15 +582,29 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
         Proc::spawn(&format!("join-{}", i + 1), cmd)
     };
     let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
+    let n = replicas.len();
     let groups: Vec<Vec<usize>> = match c.spec.arrival {
-        Arrival::Together => vec![(0..replicas.len()).collect()],
-        Arrival::Staggered => (0..replicas.len()).map(|i| vec![i]).collect(),
+        Arrival::Together => vec![(0..n).collect()],
+        Arrival::Staggered => (0..n).map(|i| vec![i]).collect(),
+        Arrival::Late => vec![(0..n - 1).collect()],
     };
-    let (mut agent_cpu, mut agent_rss, mut agent_pss) = (0.0, 0u64, 0u64);
-    for group in groups {
+    let (mut agent_cpu, mut agent_rss, mut agent_pss, mut from_peers) = (0.0, 0u64, 0u64, 0u64);
+    for (g, group) in groups.iter().enumerate() {
         let started = t0.elapsed().as_secs_f64();
-        let mut procs: Vec<(usize, Proc)> = group.iter().map(|&i| (i, join(i))).collect();
-        for (i, p) in procs.iter_mut() {
+        let mut procs: Vec<(usize, f64, Proc)> = group.iter().map(|&i| (i, started, join(i))).collect();
+        if g == 0 && (c.spec.kill_one || c.spec.arrival == Arrival::Late) {
+            wait_master_sent(c, tx0, event_bytes(c))?;
+            if c.spec.kill_one {
+                // SIGKILL mid-pull: its peers must fetch what it served from someone else.
+                procs[0].2.kill();
+                ex.killed = Some(procs[0].0);
+                procs.remove(0);
+            } else {
+                procs.push((n - 1, t0.elapsed().as_secs_f64(), join(n - 1)));
+            }
+        }
+        for (i, started, p) in procs.iter_mut() {
+            let (i, started) = (*i, *started);
             let code = p.wait(Duration::from_secs(7200));
             let out = p.output();
             let report: serde_json::Value =
@@ -533,18 +614,26 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant) -> Result<Extra> {
             }
             let ph = &report["phases"];
             let at = |k: &str| ph[k].as_f64().map(|s| started + s);
-            ex.per_replica[*i] = at("handed_off").unwrap_or(started);
-            ex.phases[*i] = serde_json::json!({
+            ex.per_replica[i] = at("handed_off").unwrap_or(started);
+            ex.phases[i] = serde_json::json!({
                 "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
                 "caught_up": at("caught_up"), "in_sync": at("handed_off"),
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
+                "bytes_from_relay": report["bytes_from_relay"], "bytes_from_peers": report["bytes_from_peers"],
             });
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
+            ex.rdb_bytes = report["rdb_bytes"].as_u64().or(ex.rdb_bytes);
+            from_peers += report["bytes_from_peers"].as_u64().unwrap_or(0);
             agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
             agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
             agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
         }
     }
+    if let Some(k) = ex.killed {
+        ex.per_replica.remove(k);
+        ex.phases.remove(k);
+    }
+    ex.bytes_from_peers = Some(from_peers);
     ex.relay_cpu = Some(agent::procstat::cpu_secs_with_children(relay.pid()).unwrap_or(0.0));
     ex.relay_rss = agent::procstat::peak_rss_kib(relay.pid());
     ex.relay_pss = Some(relay_pss.finish());

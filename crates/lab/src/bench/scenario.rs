@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host"];
+pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner"];
 
 /// The master's data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,6 +42,9 @@ pub enum Arrival {
     Together,
     /// One after another, each once the previous is in sync, while a client writes to the master.
     Staggered,
+    /// All but the last at once; the last once the master's host has sent half the dataset's bytes
+    /// (the others are mid-pull: it joins a swarm under way).
+    Late,
 }
 
 /// One scenario, resolved against the command line.
@@ -69,6 +72,20 @@ pub struct Spec {
     /// How much slower their link is.
     #[serde(default)]
     pub slow_factor: u32,
+    /// Kill replica 1's agent (fastrepl) or replica server (native) once the master's host has sent a
+    /// third of the dataset's bytes; the others must still sync, and are timed.
+    #[serde(default)]
+    pub kill_one: bool,
+}
+
+impl Dataset {
+    /// Roughly the bytes of its RDB (for triggers; big values dominate).
+    pub fn approx_bytes(&self) -> u64 {
+        match *self {
+            Dataset::BigValues { count, size } | Dataset::SmallValues { count, size } => (count * size) as u64,
+            Dataset::Mixed { small, big_mib } => (big_mib << 20) as u64 + small as u64 * 64,
+        }
+    }
 }
 
 /// Every mode there is.
@@ -94,6 +111,10 @@ impl Spec {
             "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
             // One replica host on a link 5× slower: do the others wait for it?
             "slow-host" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
+            // An agent (or a native replica) dies mid-pull: do the others notice?
+            "agent-killed" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
+            // One replica arrives while the others are mid-pull.
+            "late-joiner" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Late, false),
             other => bail!("unknown scenario {other:?} ({} or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
@@ -108,7 +129,14 @@ impl Spec {
             netns,
             slow_hosts: if name == "slow-host" { 1 } else { 0 },
             slow_factor: a.slow_factor,
+            kill_one: name == "agent-killed",
         };
+        if let (Some(v), Dataset::BigValues { count, .. }) = (a.values, &mut spec.dataset) {
+            *count = v;
+        }
+        if (spec.kill_one || spec.arrival == Arrival::Late) && !netns {
+            bail!("{name} times its event by the master host's traffic: it needs namespace hosts (drop --no-netns)");
+        }
         if let Some(k) = a.slow_hosts {
             spec.slow_hosts = k;
         }
@@ -154,9 +182,14 @@ impl Spec {
     /// One line for people.
     pub fn describe(&self) -> String {
         let links: Vec<String> = self.links.iter().map(|l| l.clone().unwrap_or_else(|| "unshaped".into())).collect();
+        let event = match (self.kill_one, self.arrival) {
+            (true, _) => "; replica 1's agent (or server) killed after a third of the data left the master's host",
+            (_, Arrival::Late) => "; the last replica joins after half the data left the master's host",
+            _ => "",
+        };
         let slow = if self.slow_hosts > 0 { format!("; replica host(s) 1..={} on a link {}× slower", self.slow_hosts, self.slow_factor) } else { String::new() };
         format!(
-            "{:?}; links {}{slow}; replicas {:?}; modes {}; {}",
+            "{:?}; links {}{slow}{event}; replicas {:?}; modes {}; {}",
             self.dataset,
             links.join(", "),
             self.replicas,
