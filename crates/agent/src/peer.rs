@@ -31,6 +31,9 @@ struct HeldInner {
     fed: u64,
     cached_bytes: u64,
     cache_max: u64,
+    /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
+    /// memory stays the window's), and starts keeping again as soon as someone joins.
+    others_need: bool,
     /// Total length of the RDB once known (the last block is short).
     length: Option<u64>,
 }
@@ -38,7 +41,7 @@ struct HeldInner {
 impl Held {
     /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
     pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, length: None }) }
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
@@ -59,6 +62,11 @@ impl Held {
         self.lock().blocks.get(&b).cloned()
     }
 
+    /// Whether other agents still miss blocks (from the tracker): an agent alone caches nothing.
+    pub fn set_others_need(&self, need: bool) {
+        self.lock().others_need = need;
+    }
+
     /// The RDB's length is known.
     pub fn set_length(&self, length: u64) {
         self.lock().length = Some(length);
@@ -74,7 +82,8 @@ impl Held {
         h.cached_bytes += newly;
         h.fed = h.fed.max(n);
         let mut dropped = Vec::new();
-        while h.cached_bytes > h.cache_max {
+        let bound = if h.others_need { h.cache_max } else { 0 };
+        while h.cached_bytes > bound {
             let Some((&b, _)) = h.blocks.range(..h.fed).next() else { break };
             let v = h.blocks.remove(&b).expect("present");
             h.cached_bytes -= v.len() as u64;
@@ -359,6 +368,9 @@ mod tests {
         h.insert(4, Arc::new(vec![4; 2]));
         assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
         assert_eq!(h.bytes(), 10);
+        h.set_others_need(false);
+        let dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
+        assert_eq!(dropped, vec![2, 3, 4], "alone, an agent keeps nothing it has fed");
     }
 
     #[test]

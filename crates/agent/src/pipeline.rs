@@ -146,6 +146,8 @@ impl Shared {
 
 /// Longest wait for the relay to publish the next block before re-checking its state.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
+/// How often a pulling agent asks whether other agents still need blocks (to keep its cache or not).
+const NEEDED_EVERY: Duration = Duration::from_secs(1);
 
 /// Pull the whole generation and pass its bytes, in order, to `sink`.
 pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
@@ -224,7 +226,17 @@ fn spawn_in<'scope, 'env: 'scope>(
 /// Ask where the blocks the chooser wants are and queue fetches, until every block is fetched or
 /// being fetched.
 fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
+    let mut asked_needed: Option<Instant> = None;
     loop {
+        // Whether anyone else still needs blocks decides whether fed blocks are kept for them.
+        if let (Some(peering), false) = (p.peering, shared.lock().solo) {
+            if !matches!(asked_needed, Some(t) if t.elapsed() < NEEDED_EVERY) {
+                asked_needed = Some(Instant::now());
+                if let Ok(n) = peering.tracker().needed() {
+                    peering.held.set_others_need(n > 0);
+                }
+            }
+        }
         let (readable, total) = p.progress.with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
         if let (Some(peering), Some(l)) = (p.peering, p.progress.get_length()) {
             peering.held.set_length(l);
