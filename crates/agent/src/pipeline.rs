@@ -112,7 +112,8 @@ struct PullState {
     chooser: Chooser,
     sched: Scheduler<Arc<Vec<u8>>>,
     relay_jobs: VecDeque<u64>,
-    peer_jobs: VecDeque<(u64, u32)>,
+    /// Block, the peer chosen, and the other holders named (tried in turn when a peer refuses).
+    peer_jobs: VecDeque<(u64, u32, Vec<u32>)>,
     peer_addrs: HashMap<u32, String>,
     /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
     /// costs a page fault per 4 KiB. Bounded by `pool_max`.
@@ -306,8 +307,9 @@ fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
                     for pe in peers {
                         s.peer_addrs.insert(pe.id, pe.addr);
                     }
-                    if let Some(Origin::Peer(id)) = s.chooser.choose(a.block, &Answer::Peers(ids)) {
-                        s.peer_jobs.push_back((a.block, id));
+                    if let Some(Origin::Peer(id)) = s.chooser.choose(a.block, &Answer::Peers(ids.clone())) {
+                        let others: Vec<u32> = ids.into_iter().filter(|x| *x != id && !s.chooser.avoids(*x)).collect();
+                        s.peer_jobs.push_back((a.block, id, others));
                         queued += 1;
                     }
                 }
@@ -430,35 +432,46 @@ fn relay_loop(p: &Pull<'_>, shared: &Shared, generation: u64) -> Result<(), Erro
 
 fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) -> Result<(), Error> {
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
-    while let Some((i, peer)) = next_job(shared, |s| s.peer_jobs.pop_front()) {
+    while let Some((i, first, others)) = next_job(shared, |s| s.peer_jobs.pop_front()) {
         let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
-        let addr = shared.lock().peer_addrs.get(&peer).cloned().unwrap_or_default();
         let mut buf = take_buffer(shared, len);
-        let t = Instant::now();
-        let got = read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf);
-        match got {
-            Ok(()) if snapshot::block_checksum(&buf) == want => {
-                complete(p, shared, i, buf, Some(addr), t.elapsed());
-                continue;
-            }
-            Ok(()) => {
-                // Never fed, kept or served: the peer is dropped, the tracker told, the block fetched
-                // elsewhere.
-                tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
-                conns.remove(&peer);
-                given_up(shared, i, buf, true, true);
-                let _ = peering.tracker().not_at(peer, transport::wire::ALL_BLOCKS);
-            }
-            Err(transport::Error::Refused { message, .. }) => {
-                // Busy, or it dropped the block from its cache: another holder next time.
-                tracing::debug!(peer = %addr, block = i, %message, "peer refused");
-                given_up(shared, i, buf, false, false);
-            }
-            Err(e) => {
-                tracing::warn!(peer = %addr, block = i, error = %e, "peer failed; fetching its blocks elsewhere");
-                conns.remove(&peer);
-                given_up(shared, i, buf, true, false);
-                let _ = peering.tracker().not_at(peer, i);
+        let mut candidates = std::iter::once(first).chain(others).peekable();
+        while let Some(peer) = candidates.next() {
+            let addr = shared.lock().peer_addrs.get(&peer).cloned().unwrap_or_default();
+            let t = Instant::now();
+            match read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf) {
+                Ok(()) if snapshot::block_checksum(&buf) == want => {
+                    complete(p, shared, i, buf, Some(addr), t.elapsed());
+                    break;
+                }
+                Ok(()) => {
+                    // Never fed, kept or served: the peer is dropped, the tracker told, the block
+                    // fetched elsewhere.
+                    tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
+                    conns.remove(&peer);
+                    given_up(shared, i, buf, true, true);
+                    let _ = peering.tracker().not_at(peer, transport::wire::ALL_BLOCKS);
+                    break;
+                }
+                Err(transport::Error::Refused { message, .. }) => {
+                    // Busy, or it dropped the block from its cache: the next holder named, at once.
+                    tracing::debug!(peer = %addr, block = i, %message, "peer refused");
+                    shared.lock().peer_failures += 1;
+                    match candidates.peek() {
+                        Some(next) => shared.lock().chooser.retarget(i, *next),
+                        None => {
+                            given_up(shared, i, buf, false, false);
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %addr, block = i, error = %e, "peer failed; fetching its blocks elsewhere");
+                    conns.remove(&peer);
+                    given_up(shared, i, buf, true, false);
+                    let _ = peering.tracker().not_at(peer, i);
+                    break;
+                }
             }
         }
     }
@@ -500,7 +513,9 @@ fn given_up(shared: &Shared, i: u64, buf: Vec<u8>, avoid: bool, corrupt: bool) {
     let mut s = shared.lock();
     s.chooser.failed(i, avoid);
     s.sched.abandoned();
-    s.peer_failures += 1;
+    if avoid {
+        s.peer_failures += 1;
+    }
     if corrupt {
         s.peer_bad_blocks += 1;
     }
@@ -515,6 +530,7 @@ fn given_up(shared: &Shared, i: u64, buf: Vec<u8>, avoid: bool, corrupt: bool) {
 /// and tell the tracker we hold it.
 fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<String>, took: Duration) {
     let bytes = buf.len() as u64;
+    tracing::debug!(block = i, from = from.as_deref().unwrap_or(RELAY), secs = took.as_secs_f64(), "block verified");
     let block = Arc::new(buf);
     {
         let mut s = shared.lock();

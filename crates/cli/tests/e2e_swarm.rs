@@ -24,11 +24,18 @@ struct Fleet {
     lab: netns::Lab,
     master: Server,
     replicas: Vec<Server>,
-    relay: Proc,
+    _relay: Proc,
     relay_addr: String,
+    /// The host of each replica.
+    on: Vec<usize>,
 }
 
 fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
+    fleet_on(hosts, rate, mib, &(1..hosts).collect::<Vec<_>>())
+}
+
+/// As [`fleet`], with replica `i` on host `on[i]` (several replicas may share a host).
+fn fleet_on(hosts: usize, rate: &str, mib: usize, on: &[usize]) -> Option<Fleet> {
     if !netns::available() {
         // Namespaces need root (CI runs as root); say so rather than pass quietly.
         eprintln!("SKIPPED: creating network namespaces needs root and iproute2");
@@ -37,8 +44,7 @@ fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
     let lab = netns::Lab::new(hosts, Some(rate)).expect("make hosts");
     let master = Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[0].ns), &lab.hosts[0].ip, &[]).unwrap();
     data::fill_big_values(&mut master.client(), mib, 1 << 20);
-    let replicas: Vec<Server> =
-        (1..hosts).map(|i| Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[i].ns), "127.0.0.1", &[]).unwrap()).collect();
+    let replicas: Vec<Server> = on.iter().map(|&h| Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[h].ns), "127.0.0.1", &[]).unwrap()).collect();
     let relay_addr = format!("{}:7400", lab.hosts[0].ip);
     let mut cmd = in_ns(&lab.hosts[0].ns);
     cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--block-size", "1048576", "--transport", "tcp"]);
@@ -50,12 +56,12 @@ fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
     });
     // The snapshot is complete before anyone joins: what we count is the agents' traffic.
     wait_relay_acked(&master);
-    Some(Fleet { lab, master, replicas, relay, relay_addr })
+    Some(Fleet { lab, master, replicas, _relay: relay, relay_addr, on: on.to_vec() })
 }
 
 impl Fleet {
     fn join(&self, i: usize, extra: &[&str]) -> Proc {
-        let mut cmd = in_ns(&self.lab.hosts[i + 1].ns);
+        let mut cmd = in_ns(&self.lab.hosts[self.on[i]].ns);
         cmd.args(["join", "--relay", &self.relay_addr, "--replica", &self.replicas[i].addr(), "--json", "--transport", "tcp"]);
         cmd.args(extra);
         Proc::spawn(&format!("join-{}", i + 1), cmd)
@@ -96,6 +102,26 @@ fn four_agents_and_the_relay_host_sends_about_one_copy() {
     // Four copies without the swarm; the bound leaves room for headers, the stream and re-routes.
     assert!(copies < 1.6, "the relay's host sent {copies:.2} copies for 4 agents");
     assert!(from_peers as f64 >= 2.0 * rdb as f64, "agents got only {from_peers} bytes from each other");
+}
+
+#[test]
+fn two_agents_on_one_host_and_one_across() {
+    // Replicas 1 and 2 share host 1 (containers on one machine); replica 3 is on host 2.
+    let Some(f) = fleet_on(3, "100mbit", 16, &[1, 1, 2]) else { return };
+    let tx0 = f.lab.tx_bytes(0).unwrap();
+    let joined: Vec<Joined> = (0..3).map(|i| f.join(i, &[])).collect::<Vec<_>>().into_iter().map(finish_join).collect();
+    let rdb = rdb_bytes(&joined[0]);
+    for (i, j) in joined.iter().enumerate() {
+        assert_eq!(j.code, Some(0), "join {} failed:\n{}", i + 1, j.output);
+        assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+        assert_same(&f.master, &f.replicas[i]);
+    }
+    // Each agent serves on its own port of the shared host's address.
+    let at: Vec<String> = joined.iter().map(|j| j.report["swarm"].as_str().unwrap().rsplit(' ').next().unwrap().to_string()).collect();
+    assert!(at[0].starts_with(&format!("{}:", f.lab.hosts[1].ip)) && at[1].starts_with(&format!("{}:", f.lab.hosts[1].ip)), "{at:?}");
+    assert_ne!(at[0], at[1]);
+    let copies = (f.lab.tx_bytes(0).unwrap() - tx0) as f64 / rdb as f64;
+    assert!(copies < 1.6, "the relay's host sent {copies:.2} copies for 3 agents");
 }
 
 #[test]

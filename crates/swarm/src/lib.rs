@@ -69,6 +69,8 @@ pub struct Tracker {
     received: HashMap<AgentId, u64>,
     /// Blocks in the snapshot, once the relay knows.
     total: Option<u64>,
+    /// Present agents that have received every block (kept as a count: `locate` needs it per call).
+    complete: usize,
     relay_grants: u64,
     /// Turns with every answer, so that an asker that was refused sees other holders next time.
     rotor: u64,
@@ -90,7 +92,14 @@ impl Tracker {
     /// The snapshot has exactly `blocks` blocks (the relay has the whole RDB).
     pub fn set_total(&mut self, blocks: u64) {
         self.published(blocks);
-        self.total = Some(blocks);
+        if self.total != Some(blocks) {
+            self.total = Some(blocks);
+            self.complete = self.received.values().filter(|got| **got >= blocks).count();
+        }
+    }
+
+    fn is_complete(&self, received: u64) -> bool {
+        self.total.is_some_and(|t| received >= t)
     }
 
     /// An agent joined; `serves` says whether it serves the blocks it holds to others.
@@ -102,7 +111,11 @@ impl Tracker {
     /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
     pub fn leave(&mut self, a: AgentId) {
         self.alive.remove(&a);
-        self.received.remove(&a);
+        if let Some(got) = self.received.remove(&a) {
+            if self.is_complete(got) {
+                self.complete -= 1;
+            }
+        }
         for h in &mut self.holders {
             h.retain(|x| *x != a);
         }
@@ -117,7 +130,12 @@ impl Tracker {
                 if serves {
                     h.push(a);
                 }
-                *self.received.entry(a).or_default() += 1;
+                let got = self.received.entry(a).or_default();
+                *got += 1;
+                let got = *got;
+                if self.total == Some(got) {
+                    self.complete += 1;
+                }
             }
         }
         if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
@@ -157,10 +175,16 @@ impl Tracker {
         // Claims that went stale (slow or dead claimer) free their block and their relay flow.
         let alive = &self.alive;
         self.claims.retain(|_, (c, since)| alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT);
+        // The relay's flows are shared out among the agents still pulling: with one flow each, every
+        // agent gets new blocks from the relay at once and forwards them, instead of one agent taking
+        // all the fresh blocks while the others wait for it to finish each one.
+        let pulling = self.alive.len().saturating_sub(self.complete).max(1);
+        let per_agent = (RELAY_FLOWS_MAX / pulling).max(1);
+        let mine = self.claims.values().filter(|(c, _)| *c == a).count();
         match self.claims.get(&b) {
             _ if !may_claim => Answer::Wait,
             Some((c, _)) if *c != a => Answer::Wait,
-            None if self.claims.len() >= RELAY_FLOWS_MAX => Answer::Wait,
+            None if self.claims.len() >= RELAY_FLOWS_MAX || mine >= per_agent => Answer::Wait,
             _ => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
@@ -369,6 +393,15 @@ impl Chooser {
         Some(from)
     }
 
+    /// The peer fetching `b` refused (busy): the agent asks `p`, another holder the tracker named,
+    /// instead — at once, as the simulator's agents do, rather than after another round with the
+    /// tracker.
+    pub fn retarget(&mut self, b: u64, p: AgentId) {
+        if let Some(o @ Origin::Peer(_)) = self.in_flight.get_mut(&b) {
+            *o = Origin::Peer(p);
+        }
+    }
+
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
     pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
         if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
@@ -464,6 +497,33 @@ mod tests {
         assert_eq!(tr.locate_t(0, 3, t), Answer::Wait, "not published yet");
         tr.published(4);
         assert_eq!(tr.locate_t(0, 3, t), Answer::Relay);
+    }
+
+    #[test]
+    fn the_relays_flows_are_shared_among_the_agents_still_pulling() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(8);
+        tr.join(0, true);
+        let alone: Vec<Answer> = (0..5).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), RELAY_FLOWS_MAX, "an agent alone may use every relay flow");
+        let mut tr = Tracker::new(8);
+        tr.set_total(8);
+        for a in 0..2 {
+            tr.join(a, true);
+        }
+        let first: Vec<Answer> = (0..4).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(first.iter().filter(|a| **a == Answer::Relay).count(), RELAY_FLOWS_MAX / 2, "two agents pulling: half each");
+        assert_eq!(tr.locate_t(1, 4, t), Answer::Relay, "the other agent's share is free");
+        for b in 0..8 {
+            tr.have(1, b);
+        }
+        assert_eq!(tr.needing(0), 0);
+        assert_eq!(tr.locate_t(0, 5, t), Answer::Peers(vec![1]));
+        tr.join(2, true);
+        tr.leave(1);
+        assert_eq!(tr.locate_t(0, 5, t), Answer::Wait, "agents 0 and 2 pull: agent 0 holds its 2 claims");
+        tr.have(0, 0);
+        assert_eq!(tr.locate_t(0, 5, t), Answer::Relay, "a claim completed frees a flow");
     }
 
     #[test]
@@ -594,7 +654,10 @@ mod tests {
         assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
         assert_eq!(c.failed(12, true), Some(Origin::Peer(2)));
         assert_eq!(c.choose(13, &Answer::Peers(vec![2])), None, "a peer that sent a bad block is never asked again");
-        assert_eq!(c.peer_gone(1), vec![10]);
+        c.retarget(11, 1);
+        let mut gone = c.peer_gone(1);
+        gone.sort();
+        assert_eq!(gone, vec![10, 11], "block 11 went to peer 1 after peer 3 refused it");
         assert_eq!(c.choose(14, &Answer::Peers(vec![1])), None);
     }
 }

@@ -203,6 +203,7 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
             "hosts": if a.no_netns { "loopback, one host" } else { "network namespaces: host 0 master + relay, host i replica i + its agent" },
             "quick": a.quick,
             "repeat": a.repeat,
+            "join_extra_args": crate::bench::run::join_extra_args(),
         },
         "scenarios": all,
     });

@@ -398,6 +398,11 @@ struct Extra {
     bytes_from_peers: Option<u64>,
 }
 
+/// `FASTREPL_BENCH_JOIN_ARGS`, split on whitespace: extra flags for every `join` of a run.
+pub fn join_extra_args() -> Vec<String> {
+    std::env::var("FASTREPL_BENCH_JOIN_ARGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
 /// Bytes the master's host must have sent since the run started before the scenario's event (a
 /// replica killed, or the late one joining).
 fn event_bytes(c: &Ctx) -> u64 {
@@ -575,10 +580,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         let mut cmd = c.fastrepl_on(i + 1);
         cmd.args(["join", "--relay", &relay_addr, "--replica", &replicas[i].addr(), "--json", "--transport", transport])
             .env("FASTREPL_TOKEN", &token)
-            .env("FASTREPL_LOG", "warn");
+            .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_JOIN_LOG").unwrap_or_else(|_| "warn".into()));
         if !ucx_tls.is_empty() {
             cmd.env("UCX_TLS", &ucx_tls);
         }
+        // Extra `join` flags for experiments (e.g. `--window-blocks 32`), recorded with the results.
+        cmd.args(join_extra_args());
         Proc::spawn(&format!("join-{}", i + 1), cmd)
     };
     let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
@@ -607,6 +614,11 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let (i, started) = (*i, *started);
             let code = p.wait(Duration::from_secs(7200));
             let out = p.output();
+            if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
+                // For investigating a run: every join's log, named by its cell.
+                let name = format!("{}-{}-n{}-{}-{}.log", c.spec.name, c.link, c.n, c.mode, p.name);
+                let _ = std::fs::write(Path::new(&dir).join(name), &out);
+            }
             let report: serde_json::Value =
                 out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
             if code != Some(0) && code != Some(3) {
@@ -620,6 +632,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
                 "caught_up": at("caught_up"), "in_sync": at("handed_off"),
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
                 "bytes_from_relay": report["bytes_from_relay"], "bytes_from_peers": report["bytes_from_peers"],
+                "peer_failures": report["peer_failures"], "peer_bad_blocks": report["peer_bad_blocks"],
             });
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
             ex.rdb_bytes = report["rdb_bytes"].as_u64().or(ex.rdb_bytes);
