@@ -307,8 +307,9 @@ fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
                     for pe in peers {
                         s.peer_addrs.insert(pe.id, pe.addr);
                     }
-                    if let Some(Origin::Peer(id)) = s.chooser.choose(a.block, &Answer::Peers(ids.clone())) {
-                        let others: Vec<u32> = ids.into_iter().filter(|x| *x != id && !s.chooser.avoids(*x)).collect();
+                    let now = Instant::now();
+                    if let Some(Origin::Peer(id)) = s.chooser.choose_at(a.block, &Answer::Peers(ids.clone()), now) {
+                        let others: Vec<u32> = ids.into_iter().filter(|x| *x != id && !s.chooser.avoids(*x) && !s.chooser.is_busy(*x, now)).collect();
                         s.peer_jobs.push_back((a.block, id, others));
                         queued += 1;
                     }
@@ -456,9 +457,13 @@ fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) 
                 Err(transport::Error::Refused { message, .. }) => {
                     // Busy, or it dropped the block from its cache: the next holder named, at once.
                     tracing::debug!(peer = %addr, block = i, %message, "peer refused");
-                    shared.lock().peer_failures += 1;
-                    match candidates.peek() {
-                        Some(next) => shared.lock().chooser.retarget(i, *next),
+                    let mut s = shared.lock();
+                    s.peer_failures += 1;
+                    s.chooser.refused(peer, Instant::now());
+                    let next = candidates.peek().copied();
+                    drop(s);
+                    match next {
+                        Some(next) => shared.lock().chooser.retarget(i, next),
                         None => {
                             given_up(shared, i, buf, false, false);
                             break;

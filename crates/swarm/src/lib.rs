@@ -239,6 +239,8 @@ pub struct Chooser {
     rate_sum: f64,
     rated: u32,
     avoid: HashMap<AgentId, ()>,
+    /// Peers that refused a fetch (busy), until when they are passed over.
+    busy: HashMap<AgentId, Instant>,
 }
 
 /// Blocks an agent looks ahead of the next one its replica needs. Agents of one generation then work
@@ -251,6 +253,10 @@ pub const WINDOW_BLOCKS: u64 = 32;
 pub const PEER_FETCHES_MAX: usize = 2;
 /// See [`PEER_FETCHES_MAX`].
 pub const UPLOADS_MAX: usize = 2;
+
+/// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
+/// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
+pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
 pub const SLOW_FRACTION: f64 = 0.25;
@@ -277,6 +283,7 @@ impl Chooser {
             rate_sum: 0.0,
             rated: 0,
             avoid: HashMap::new(),
+            busy: HashMap::new(),
         }
     }
 
@@ -374,6 +381,28 @@ impl Chooser {
     /// Choose a source for `b` from the tracker's answer; `None` to skip it for now. Among peers: not
     /// avoided, not slow (unless all are), fewest of our own fetches on it.
     pub fn choose(&mut self, b: u64, answer: &Answer) -> Option<Origin> {
+        self.choose_among(b, answer, None)
+    }
+
+    /// [`Chooser::choose`], also passing over holders that refused this agent less than
+    /// [`BUSY_BACKOFF`] before `now` (see [`Chooser::refused`]).
+    pub fn choose_at(&mut self, b: u64, answer: &Answer, now: Instant) -> Option<Origin> {
+        self.choose_among(b, answer, Some(now))
+    }
+
+    /// Peer `p` refused a fetch (it serves its maximum): pass over it until `now + BUSY_BACKOFF`.
+    /// Without this an agent asks the one busy holder of a rare block again and again while blocks
+    /// that free holders could give it wait; the simulator's agents never ask a full holder at all.
+    pub fn refused(&mut self, p: AgentId, now: Instant) {
+        self.busy.insert(p, now + BUSY_BACKOFF);
+    }
+
+    /// Peer `p` refused this agent less than [`BUSY_BACKOFF`] before `now`.
+    pub fn is_busy(&self, p: AgentId, now: Instant) -> bool {
+        self.busy.get(&p).is_some_and(|until| *until > now)
+    }
+
+    fn choose_among(&mut self, b: u64, answer: &Answer, now: Option<Instant>) -> Option<Origin> {
         let from = match answer {
             Answer::Wait => return None,
             Answer::Relay if self.relay_busy() => return None,
@@ -382,7 +411,8 @@ impl Chooser {
             Answer::Peers(ps) => {
                 let mean = (self.rated >= 2).then(|| self.rate_sum / f64::from(self.rated));
                 let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && mean.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
-                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p)).collect();
+                let busy = |p: &AgentId| now.is_some_and(|n| self.is_busy(*p, n));
+                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p)).collect();
                 let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
                 let pool = if fast.is_empty() { usable } else { fast };
                 let load = |p: &AgentId| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count();
@@ -638,6 +668,17 @@ mod tests {
         assert_eq!(c.wanted(|_| 0), vec![1, 3]);
         assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
         assert_eq!(c.held(), 1);
+    }
+
+    #[test]
+    fn a_holder_that_refused_is_passed_over_for_a_while() {
+        let t = Instant::now();
+        let mut c = Chooser::new(10, 2);
+        c.published(10);
+        c.refused(4, t);
+        assert_eq!(c.choose_at(0, &Answer::Peers(vec![4, 5]), t), Some(Origin::Peer(5)));
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t), None, "its only holder is busy: another block takes the slot");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t + BUSY_BACKOFF), Some(Origin::Peer(4)));
     }
 
     #[test]
