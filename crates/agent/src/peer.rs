@@ -230,7 +230,7 @@ fn serve_peer(sh: &ServeShared, mut s: TcpStream) -> Result<(), transport::Error
         };
         if sh.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
             sh.uploads.fetch_sub(1, Ordering::SeqCst);
-            tcp::send_error(&mut s, "busy")?;
+            tcp::send_busy(&mut s)?;
             continue;
         }
         let sent = s.write_all(&response_header(true, len)).and_then(|()| s.write_all(&block));

@@ -454,15 +454,30 @@ fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) 
                     let _ = peering.tracker().not_at(peer, transport::wire::ALL_BLOCKS);
                     break;
                 }
-                Err(transport::Error::Refused { message, .. }) => {
-                    // Busy, or it dropped the block from its cache: the next holder named, at once.
-                    tracing::debug!(peer = %addr, block = i, %message, "peer refused");
+                Err(transport::Error::Busy(_)) => {
+                    // It serves its maximum: the next holder named, at once; this one is passed
+                    // over for a moment.
+                    tracing::debug!(peer = %addr, block = i, "peer busy");
                     let mut s = shared.lock();
                     s.peer_failures += 1;
                     s.chooser.refused(peer, Instant::now());
                     let next = candidates.peek().copied();
                     drop(s);
                     match next {
+                        Some(next) => shared.lock().chooser.retarget(i, next),
+                        None => {
+                            given_up(shared, i, buf, false, false);
+                            break;
+                        }
+                    }
+                }
+                Err(transport::Error::Refused { message, .. }) => {
+                    // It does not hold the block (dropped from its cache): the tracker must stop
+                    // naming it for this block, or it would never offer another source.
+                    tracing::debug!(peer = %addr, block = i, %message, "peer refused");
+                    let _ = peering.tracker().not_at(peer, i);
+                    shared.lock().peer_failures += 1;
+                    match candidates.peek().copied() {
                         Some(next) => shared.lock().chooser.retarget(i, next),
                         None => {
                             given_up(shared, i, buf, false, false);
@@ -537,10 +552,25 @@ fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<St
     let bytes = buf.len() as u64;
     tracing::debug!(block = i, from = from.as_deref().unwrap_or(RELAY), secs = took.as_secs_f64(), "block verified");
     let block = Arc::new(buf);
+    if shared.lock().chooser.holds(i) {
+        shared.lock().sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
+        return;
+    }
+    // Kept and announced before the writer can see it: the writer may drop it from the cache at
+    // once (and tell the tracker), and a `Have` sent after that `NotAt` would name us for a block we
+    // no longer hold.
+    if let Some(peering) = p.peering {
+        peering.held.insert(i, block.clone());
+        if !shared.lock().solo {
+            if let Err(e) = peering.tracker().have(i) {
+                tracing::debug!(error = %e, "could not tell the tracker");
+            }
+        }
+    }
     {
         let mut s = shared.lock();
         if s.chooser.holds(i) {
-            s.sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
+            s.sched.abandoned();
             return;
         }
         s.chooser.done(i, bytes, took.as_secs_f64());
@@ -553,14 +583,6 @@ fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<St
     if let Some(c) = p.counters {
         let counter = if from.is_some() { &c.from_peers } else { &c.from_relay };
         counter.fetch_add(bytes, Ordering::Relaxed);
-    }
-    if let Some(peering) = p.peering {
-        peering.held.insert(i, block);
-        if !shared.lock().solo {
-            if let Err(e) = peering.tracker().have(i) {
-                tracing::debug!(error = %e, "could not tell the tracker");
-            }
-        }
     }
 }
 

@@ -145,9 +145,20 @@ fn an_agent_killed_mid_pull_costs_the_others_a_reroute() {
     assert_eq!(info_num(&f.master, "stats", "sync_full"), 1, "the relay's capture is the master's only full sync");
 }
 
-/// A fake agent that registers with the relay's swarm, claims to hold every block, and serves garbage
-/// of the right length; returns how many blocks it was asked for.
-fn corrupt_peer(relay: &str, token: &transport::Token) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+/// How a fake peer answers block reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Fake {
+    /// Garbage of the right length.
+    Corrupt,
+    /// "block not held" (a holder the tracker still names after it dropped the block).
+    NotHeld,
+    /// Always busy.
+    Busy,
+}
+
+/// A fake agent that registers with the relay's swarm and claims to hold every block, answering as
+/// `how` says; returns its tracker link (its membership) and how many blocks it was asked for.
+fn fake_peer(relay: &str, token: &transport::Token, how: Fake) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicU64, Ordering};
     let relay: std::net::SocketAddr = relay.parse().unwrap();
@@ -169,8 +180,14 @@ fn corrupt_peer(relay: &str, token: &transport::Token) -> (transport::tracker::T
                     s.read_exact(&mut req).ok()?;
                     let transport::wire::Request::Range { len, .. } = transport::wire::Request::decode(&req).ok()? else { return None };
                     a.fetch_add(1, Ordering::SeqCst);
-                    s.write_all(&transport::wire::response_header(true, len)).ok()?;
-                    s.write_all(&vec![0xAB; len as usize]).ok()?;
+                    match how {
+                        Fake::Corrupt => {
+                            s.write_all(&transport::wire::response_header(true, len)).ok()?;
+                            s.write_all(&vec![0xAB; len as usize]).ok()?;
+                        }
+                        Fake::NotHeld => transport::tcp::send_error(&mut s, "block not held").ok()?,
+                        Fake::Busy => transport::tcp::send_busy(&mut s).ok()?,
+                    }
                 }
             });
         }
@@ -194,7 +211,7 @@ fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
     });
     wait_relay_acked(&master);
     let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
-    let (_fake, asked) = corrupt_peer(&relay.addr, &token);
+    let (_fake, asked) = fake_peer(&relay.addr, &token, Fake::Corrupt);
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
         c.args(["--transport", "tcp"]);
@@ -207,4 +224,36 @@ fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
     assert_eq!(j.report["bytes_from_relay"], j.report["rdb_bytes"]);
     assert!(j.output.contains("fails its checksum"), "the log names the bad peer: {}", j.output);
     assert_identical(&master, &replica);
+}
+
+/// A holder the tracker names that refuses every read, as "not held" or as "busy" for ever: the agent
+/// must get those blocks elsewhere (here: the relay), not ask it for ever.
+fn join_past_a_peer_that_never_serves(how: Fake) {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 6, 1 << 20);
+    let relay = spawn_relay(&master.addr(), |c| {
+        c.args(["--transport", "tcp", "--block-size", "1048576"]);
+    });
+    wait_relay_acked(&master);
+    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let (_fake, asked) = fake_peer(&relay.addr, &token, how);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
+        c.args(["--transport", "tcp"]);
+    }));
+    assert_eq!(j.code, Some(0), "{}", j.output);
+    assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the fake peer was never asked: the test tests nothing");
+    assert!(j.report["peer_failures"].as_u64().unwrap() >= 1, "{}", j.output);
+    assert_eq!(j.report["bytes_from_relay"], j.report["rdb_bytes"], "{}", j.output);
+    assert_identical(&master, &replica);
+}
+
+#[test]
+fn a_holder_that_no_longer_holds_its_blocks_is_passed_over() {
+    join_past_a_peer_that_never_serves(Fake::NotHeld);
+}
+
+#[test]
+fn a_peer_that_is_always_busy_is_given_up_on() {
+    join_past_a_peer_that_never_serves(Fake::Busy);
 }

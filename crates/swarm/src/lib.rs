@@ -241,6 +241,8 @@ pub struct Chooser {
     avoid: HashMap<AgentId, ()>,
     /// Peers that refused a fetch (busy), until when they are passed over.
     busy: HashMap<AgentId, Instant>,
+    /// Peers that have refused since this moment without serving us a block in between.
+    busy_since: HashMap<AgentId, Instant>,
 }
 
 /// Blocks an agent looks ahead of the next one its replica needs. Agents of one generation then work
@@ -257,6 +259,9 @@ pub const UPLOADS_MAX: usize = 2;
 /// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
 /// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
 pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
+/// A peer that answers "busy" for this long without serving a block is avoided (see
+/// [`Chooser::refused`]).
+pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
 
 /// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
 pub const SLOW_FRACTION: f64 = 0.25;
@@ -284,6 +289,7 @@ impl Chooser {
             rated: 0,
             avoid: HashMap::new(),
             busy: HashMap::new(),
+            busy_since: HashMap::new(),
         }
     }
 
@@ -393,8 +399,15 @@ impl Chooser {
     /// Peer `p` refused a fetch (it serves its maximum): pass over it until `now + BUSY_BACKOFF`.
     /// Without this an agent asks the one busy holder of a rare block again and again while blocks
     /// that free holders could give it wait; the simulator's agents never ask a full holder at all.
+    /// A peer that has answered only "busy" for [`BUSY_GIVE_UP`] is avoided for good, as a failed one
+    /// is: a peer that never serves (overloaded, or hostile) must not hold the blocks it alone is
+    /// named for.
     pub fn refused(&mut self, p: AgentId, now: Instant) {
         self.busy.insert(p, now + BUSY_BACKOFF);
+        let since = *self.busy_since.entry(p).or_insert(now);
+        if now.saturating_duration_since(since) >= BUSY_GIVE_UP {
+            self.avoid.insert(p, ());
+        }
     }
 
     /// Peer `p` refused this agent less than [`BUSY_BACKOFF`] before `now`.
@@ -435,6 +448,7 @@ impl Chooser {
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
     pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
         if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
+            self.busy_since.remove(&p);
             let r = self.rates.entry(p).or_default();
             let sample = bytes as f64 / secs.max(1e-6);
             if r.samples >= 2 {
@@ -679,6 +693,11 @@ mod tests {
         assert_eq!(c.choose_at(0, &Answer::Peers(vec![4, 5]), t), Some(Origin::Peer(5)));
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t), None, "its only holder is busy: another block takes the slot");
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t + BUSY_BACKOFF), Some(Origin::Peer(4)));
+        c.done(1, 10, 1.0);
+        c.refused(4, t + BUSY_GIVE_UP);
+        assert!(!c.avoids(4), "it served a block since: the clock restarts");
+        c.refused(4, t + 2 * BUSY_GIVE_UP);
+        assert!(c.avoids(4), "busy for {BUSY_GIVE_UP:?} without serving anything: avoided");
     }
 
     #[test]

@@ -69,8 +69,11 @@ pub enum Error {
     /// A one-sided read (UCX) failed.
     #[error("one-sided read: {0}")]
     Rma(String),
-    /// The relay refused a request.
-    #[error("relay refused {op}: {message}")]
+    /// A peer agent serves its maximum already: the request may go to another holder.
+    #[error("peer busy: {0}")]
+    Busy(String),
+    /// The relay (or a peer) refused a request.
+    #[error("refused {op}: {message}")]
     Refused {
         /// Which request.
         op: &'static str,

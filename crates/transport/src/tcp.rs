@@ -75,9 +75,16 @@ impl<S: Read + Write> StreamReader<S> {
             return Err(Error::Protocol(format!("response of {len} bytes exceeds {READ_MAX}")));
         }
         if h[0] != 0 {
-            let mut msg = vec![0u8; (len as usize).min(limits::ERROR_MESSAGE_BYTES_MAX)];
+            if len as usize > limits::ERROR_MESSAGE_BYTES_MAX {
+                return Err(Error::Protocol(format!("error message of {len} bytes exceeds {}", limits::ERROR_MESSAGE_BYTES_MAX)));
+            }
+            let mut msg = vec![0u8; len as usize];
             self.s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
-            return Err(Error::Refused { op, message: String::from_utf8_lossy(&msg).into_owned() });
+            let message = String::from_utf8_lossy(&msg).into_owned();
+            return Err(match h[0] {
+                crate::wire::STATUS_BUSY => Error::Busy(message),
+                _ => Error::Refused { op, message },
+            });
         }
         Ok(len)
     }
@@ -133,8 +140,17 @@ pub fn send_bytes<S: Write>(s: &mut S, bytes: &[u8]) -> Result<(), Error> {
 
 /// Relay side: refuse a request with a message.
 pub fn send_error<S: Write>(s: &mut S, message: &str) -> Result<(), Error> {
+    send_status(s, 1, message)
+}
+
+/// Peer side: refuse a block read because this agent serves its maximum already.
+pub fn send_busy<S: Write>(s: &mut S) -> Result<(), Error> {
+    send_status(s, crate::wire::STATUS_BUSY, "busy")
+}
+
+fn send_status<S: Write>(s: &mut S, status: u8, message: &str) -> Result<(), Error> {
     let m = &message.as_bytes()[..message.len().min(limits::ERROR_MESSAGE_BYTES_MAX)];
-    let mut out = response_header(false, m.len() as u32).to_vec();
+    let mut out = crate::wire::status_header(status, m.len() as u32).to_vec();
     out.extend_from_slice(m);
     s.write_all(&out).map_err(Error::io("send error"))
 }

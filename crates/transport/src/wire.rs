@@ -283,8 +283,16 @@ impl Request {
 
 /// Response header: status (0 = ok, 1 = error with a message as body) and body length.
 pub fn response_header(ok: bool, len: u32) -> [u8; 5] {
+    status_header(u8::from(!ok), len)
+}
+
+/// Response status of a peer that serves its maximum already: ask another holder (body: a message).
+pub const STATUS_BUSY: u8 = 2;
+
+/// Response header with an explicit status ([`response_header`], or [`STATUS_BUSY`]).
+pub fn status_header(status: u8, len: u32) -> [u8; 5] {
     let mut h = [0u8; 5];
-    h[0] = u8::from(!ok);
+    h[0] = status;
     h[1..].copy_from_slice(&len.to_be_bytes());
     h
 }

@@ -345,6 +345,12 @@ fn one(c: &Ctx) -> Result<RunResult> {
         r.replica_hosts_tx_bytes = (1..=c.n).map(|h| l.tx_bytes(h).map(|b| b - t0s[h])).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
     }
     let master_rss = agent::procstat::peak_rss_kib(c.master.pid());
+    if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
+        for (i, rep) in replicas.iter().enumerate() {
+            let name = format!("{}-{}-n{}-{}-replica-{}.log", c.spec.name, c.link, c.n, c.mode, i + 1);
+            let _ = std::fs::write(Path::new(&dir).join(name), rep.log());
+        }
+    }
     let extra = outcome?;
     if let Some(w) = writer {
         w.stop();
