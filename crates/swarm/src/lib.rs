@@ -241,8 +241,9 @@ pub struct Chooser {
     avoid: HashMap<AgentId, ()>,
     /// Peers that refused a fetch (busy), until when they are passed over.
     busy: HashMap<AgentId, Instant>,
-    /// Peers that have refused since this moment without serving us a block in between.
-    busy_since: HashMap<AgentId, Instant>,
+    /// Peers that have refused in a row since this moment (and last refused at the second), without
+    /// serving us a block in between.
+    busy_since: HashMap<AgentId, (Instant, Instant)>,
 }
 
 /// Blocks an agent looks ahead of the next one its replica needs. Agents of one generation then work
@@ -262,6 +263,8 @@ pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
 /// A peer that answers "busy" for this long without serving a block is avoided (see
 /// [`Chooser::refused`]).
 pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
+/// Refusals further apart than this are not "in a row" for [`BUSY_GIVE_UP`].
+pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
 
 /// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
 pub const SLOW_FRACTION: f64 = 0.25;
@@ -402,10 +405,17 @@ impl Chooser {
     /// A peer that has answered only "busy" for [`BUSY_GIVE_UP`] is avoided for good, as a failed one
     /// is: a peer that never serves (overloaded, or hostile) must not hold the blocks it alone is
     /// named for.
+    ///
+    /// Only refusals in a row count: asked again within a second of its last refusal. A popular peer
+    /// asked now and then is busy at each ask without ever being a dead end.
     pub fn refused(&mut self, p: AgentId, now: Instant) {
         self.busy.insert(p, now + BUSY_BACKOFF);
-        let since = *self.busy_since.entry(p).or_insert(now);
-        if now.saturating_duration_since(since) >= BUSY_GIVE_UP {
+        let (since, last) = self.busy_since.entry(p).or_insert((now, now));
+        if now.saturating_duration_since(*last) > BUSY_STREAK_GAP {
+            *since = now;
+        }
+        *last = now;
+        if now.saturating_duration_since(*since) >= BUSY_GIVE_UP {
             self.avoid.insert(p, ());
         }
     }
@@ -697,7 +707,16 @@ mod tests {
         c.refused(4, t + BUSY_GIVE_UP);
         assert!(!c.avoids(4), "it served a block since: the clock restarts");
         c.refused(4, t + 2 * BUSY_GIVE_UP);
-        assert!(c.avoids(4), "busy for {BUSY_GIVE_UP:?} without serving anything: avoided");
+        assert!(!c.avoids(4), "refusals far apart are not a streak");
+        let start = t + 3 * BUSY_GIVE_UP;
+        let mut at = start;
+        while at < start + BUSY_GIVE_UP {
+            c.refused(4, at);
+            assert!(!c.avoids(4));
+            at += BUSY_BACKOFF;
+        }
+        c.refused(4, at);
+        assert!(c.avoids(4), "busy at every ask for {BUSY_GIVE_UP:?} without serving anything: avoided");
     }
 
     #[test]
