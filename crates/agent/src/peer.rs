@@ -7,14 +7,14 @@
 
 use crate::Error;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::{Registration, TrackerLink};
-use transport::wire::{response_header, Request, REQUEST_LEN};
+use transport::wire::{response_header, Request};
 use transport::{tcp, Token};
 
 /// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
@@ -93,7 +93,8 @@ impl Held {
     }
 
     /// Bytes held now (window and cache).
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
         self.lock().blocks.values().map(|v| v.len() as u64).sum()
     }
 
@@ -207,16 +208,11 @@ fn serve_peer(sh: &ServeShared, mut s: TcpStream) -> Result<(), transport::Error
     }
     s.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
     loop {
-        let mut req = [0u8; REQUEST_LEN];
-        match s.read_exact(&mut req) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(E::Io { op: "read peer request", source: e }),
-        }
+        let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let (offset, len) = match Request::decode(&req)? {
+        let (offset, len) = match req {
             Request::Range { generation, offset, len } if generation == sh.held.generation => (offset, len),
             Request::Range { generation, .. } => {
                 tcp::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;

@@ -126,6 +126,8 @@ struct PullState {
     /// No tracker (none, or its link failed): every block from the relay.
     solo: bool,
     swarm_lost: Option<String>,
+    /// Blocks the writer dropped from the serving cache, for the planner to report to the tracker.
+    dropped: Vec<u64>,
     sources: BTreeMap<String, (u64, u64)>,
     peer_bad_blocks: u64,
     peer_failures: u64,
@@ -147,8 +149,6 @@ impl Shared {
 
 /// Longest wait for the relay to publish the next block before re-checking its state.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
-/// How often a pulling agent asks whether other agents still need blocks (to keep its cache or not).
-const NEEDED_EVERY: Duration = Duration::from_secs(1);
 
 /// Pull the whole generation and pass its bytes, in order, to `sink`.
 pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
@@ -171,6 +171,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
             planned_all: false,
             solo: p.peering.is_none(),
             swarm_lost: None,
+            dropped: Vec::new(),
             sources: BTreeMap::new(),
             peer_bad_blocks: 0,
             peer_failures: 0,
@@ -229,9 +230,18 @@ fn spawn_in<'scope, 'env: 'scope>(
 fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
     let mut asked_needed: Option<Instant> = None;
     loop {
-        // Whether anyone else still needs blocks decides whether fed blocks are kept for them.
-        if let (Some(peering), false) = (p.peering, shared.lock().solo) {
-            if !matches!(asked_needed, Some(t) if t.elapsed() < NEEDED_EVERY) {
+        let (solo, dropped) = {
+            let mut s = shared.lock();
+            (s.solo, std::mem::take(&mut s.dropped))
+        };
+        if let (Some(peering), false) = (p.peering, solo) {
+            // Blocks the writer dropped from the cache: the tracker stops naming us for them (sent
+            // here, not by the writer, so that the replica's feed never waits on the tracker).
+            for b in dropped {
+                let _ = peering.tracker().not_at(peering.id(), b);
+            }
+            // Whether anyone else still needs blocks decides whether fed blocks are kept for them.
+            if !matches!(asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
                 asked_needed = Some(Instant::now());
                 if let Ok(n) = peering.tracker().needed() {
                     peering.held.set_others_need(n > 0);
@@ -431,6 +441,20 @@ fn relay_loop(p: &Pull<'_>, shared: &Shared, generation: u64) -> Result<(), Erro
     Ok(())
 }
 
+/// Why a fetch from a peer gave no block.
+enum PeerMiss {
+    /// It serves its maximum: try the next holder named at once; pass it over for a moment.
+    Busy,
+    /// It does not hold the block (dropped from its cache): the tracker must stop naming it for this
+    /// block, or it would never offer another source; try the next holder named.
+    NotHeld,
+    /// Its block failed the checksum: never fed, kept or served; it is never asked again and the
+    /// tracker names it for nothing any more.
+    Corrupt,
+    /// It failed, stalled or vanished: never asked again; the tracker stops naming it for this block.
+    Failed(transport::Error),
+}
+
 fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) -> Result<(), Error> {
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
     while let Some((i, first, others)) = next_job(shared, |s| s.peer_jobs.pop_front()) {
@@ -440,56 +464,51 @@ fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) 
         while let Some(peer) = candidates.next() {
             let addr = shared.lock().peer_addrs.get(&peer).cloned().unwrap_or_default();
             let t = Instant::now();
-            match read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf) {
+            let miss = match read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf) {
                 Ok(()) if snapshot::block_checksum(&buf) == want => {
                     complete(p, shared, i, buf, Some(addr), t.elapsed());
                     break;
                 }
-                Ok(()) => {
-                    // Never fed, kept or served: the peer is dropped, the tracker told, the block
-                    // fetched elsewhere.
-                    tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
-                    conns.remove(&peer);
-                    given_up(shared, i, buf, true, true);
-                    let _ = peering.tracker().not_at(peer, transport::wire::ALL_BLOCKS);
-                    break;
-                }
-                Err(transport::Error::Busy(_)) => {
-                    // It serves its maximum: the next holder named, at once; this one is passed
-                    // over for a moment.
+                Ok(()) => PeerMiss::Corrupt,
+                Err(transport::Error::Busy(_)) => PeerMiss::Busy,
+                Err(transport::Error::Refused { .. }) => PeerMiss::NotHeld,
+                Err(e) => PeerMiss::Failed(e),
+            };
+            let not_at = match &miss {
+                PeerMiss::Busy => {
                     tracing::debug!(peer = %addr, block = i, "peer busy");
-                    let mut s = shared.lock();
-                    s.peer_failures += 1;
-                    s.chooser.refused(peer, Instant::now());
-                    let next = candidates.peek().copied();
-                    drop(s);
-                    match next {
-                        Some(next) => shared.lock().chooser.retarget(i, next),
-                        None => {
-                            given_up(shared, i, buf, false, false);
-                            break;
-                        }
-                    }
+                    None
                 }
-                Err(transport::Error::Refused { message, .. }) => {
-                    // It does not hold the block (dropped from its cache): the tracker must stop
-                    // naming it for this block, or it would never offer another source.
-                    tracing::debug!(peer = %addr, block = i, %message, "peer refused");
-                    let _ = peering.tracker().not_at(peer, i);
-                    shared.lock().peer_failures += 1;
-                    match candidates.peek().copied() {
-                        Some(next) => shared.lock().chooser.retarget(i, next),
-                        None => {
-                            given_up(shared, i, buf, false, false);
-                            break;
-                        }
-                    }
+                PeerMiss::NotHeld => {
+                    tracing::debug!(peer = %addr, block = i, "peer no longer holds the block");
+                    Some(i)
                 }
-                Err(e) => {
+                PeerMiss::Corrupt => {
+                    tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
+                    Some(transport::wire::ALL_BLOCKS)
+                }
+                PeerMiss::Failed(e) => {
                     tracing::warn!(peer = %addr, block = i, error = %e, "peer failed; fetching its blocks elsewhere");
-                    conns.remove(&peer);
-                    given_up(shared, i, buf, true, false);
-                    let _ = peering.tracker().not_at(peer, i);
+                    Some(i)
+                }
+            };
+            let gone = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
+            if gone {
+                conns.remove(&peer);
+            }
+            if let Some(b) = not_at {
+                let _ = peering.tracker().not_at(peer, b);
+            }
+            let mut s = shared.lock();
+            s.peer_failures += 1;
+            if matches!(miss, PeerMiss::Busy) {
+                s.chooser.refused(peer, Instant::now());
+            }
+            match candidates.peek().copied().filter(|_| !gone) {
+                Some(next) => s.chooser.retarget(i, next),
+                None => {
+                    drop(s);
+                    given_up(shared, i, buf, gone, matches!(miss, PeerMiss::Corrupt));
                     break;
                 }
             }
@@ -533,9 +552,6 @@ fn given_up(shared: &Shared, i: u64, buf: Vec<u8>, avoid: bool, corrupt: bool) {
     let mut s = shared.lock();
     s.chooser.failed(i, avoid);
     s.sched.abandoned();
-    if avoid {
-        s.peer_failures += 1;
-    }
     if corrupt {
         s.peer_bad_blocks += 1;
     }
@@ -552,13 +568,9 @@ fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<St
     let bytes = buf.len() as u64;
     tracing::debug!(block = i, from = from.as_deref().unwrap_or(RELAY), secs = took.as_secs_f64(), "block verified");
     let block = Arc::new(buf);
-    if shared.lock().chooser.holds(i) {
-        shared.lock().sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
-        return;
-    }
     // Kept and announced before the writer can see it: the writer may drop it from the cache at
-    // once (and tell the tracker), and a `Have` sent after that `NotAt` would name us for a block we
-    // no longer hold.
+    // once (and the tracker be told), and a `Have` sent after that `NotAt` would name us for a block
+    // we no longer hold. (A duplicate is kept and announced again, harmlessly, then dropped below.)
     if let Some(peering) = p.peering {
         peering.held.insert(i, block.clone());
         if !shared.lock().solo {
@@ -570,7 +582,7 @@ fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<St
     {
         let mut s = shared.lock();
         if s.chooser.holds(i) {
-            s.sched.abandoned();
+            s.sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
             return;
         }
         s.chooser.done(i, bytes, took.as_secs_f64());
@@ -631,9 +643,7 @@ fn write_loop(p: &Pull<'_>, shared: &Shared, sink: &mut dyn FnMut(&[u8]) -> Resu
                 let fed = shared.lock().sched.written();
                 let dropped = peering.held.fed(fed);
                 if peering.serves() {
-                    for (b, _) in &dropped {
-                        let _ = peering.tracker().not_at(peering.id(), *b);
-                    }
+                    shared.lock().dropped.extend(dropped.iter().map(|(b, _)| *b));
                 }
                 dropped.into_iter().map(|(_, v)| v).collect()
             }

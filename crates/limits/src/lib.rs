@@ -90,6 +90,9 @@ pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const SERVE_LINGER_DEFAULT: Duration = Duration::from_secs(60);
 /// While every wanted block is claimed by another agent, the agent asks the tracker again this often.
 pub const LOCATE_RETRY_EVERY: Duration = Duration::from_millis(10);
+/// A pulling agent asks the tracker this often whether other agents still need blocks (to keep its
+/// serving cache or not).
+pub const NEEDED_POLL_EVERY: Duration = Duration::from_secs(1);
 /// A lingering agent asks the tracker whether anyone still needs it this often.
 pub const LINGER_POLL_EVERY: Duration = Duration::from_millis(200);
 /// A data connection idle this long is closed by the relay.

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
-use transport::wire::{self, Control, Request, REQUEST_LEN};
+use transport::wire::{self, Control, Request};
 use transport::{tcp, Error};
 
 use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
@@ -202,13 +202,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
     let mut cached: Option<Arc<Generation>> = None;
     let mut member: Option<Membership<'_>> = None;
     loop {
-        let mut req = [0u8; REQUEST_LEN];
-        match s.read_exact(&mut req) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(Error::Io { op: "read data request", source: e }),
-        }
-        let req = Request::decode(&req)?;
+        let Some(req) = wire::read_request(&mut s)? else { return Ok(()) };
         // Requests with a body: read it whole (bounded by the decode) before anything else.
         let body_len = match req {
             Request::Register { advertise_len, .. } => advertise_len,

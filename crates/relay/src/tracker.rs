@@ -2,7 +2,7 @@
 //! wire needs around it (each member's address, who reads over shared memory). No sockets here: the
 //! data connections in [`crate::serve`] call in with what an agent said and `now`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -18,7 +18,7 @@ struct Swarm {
     addrs: HashMap<u32, String>,
     /// Members that read the relay over shared memory: their relay reads cost no link, so they take
     /// every block from the relay and never hold a claim that others wait on.
-    local: HashMap<u32, ()>,
+    local: HashSet<u32>,
     next_id: u32,
     /// Members ever, for the summary logged when the last one leaves.
     members_ever: u32,
@@ -60,7 +60,7 @@ impl Swarms {
             s.addrs.insert(id, addr);
         }
         if m.local {
-            s.local.insert(id, ());
+            s.local.insert(id);
         }
         id
     }
@@ -92,13 +92,14 @@ impl Swarms {
                 s.tracker.set_total(t);
             }
             let mut blocks: Vec<u64> = ask.blocks.iter().copied().filter(|b| *b < published).collect();
+            blocks.sort_unstable();
             blocks.dedup();
-            // Rarest first (stable: the agent's order among equals), so that the members of a swarm
+            // Rarest first (stable: in block order among equals), so that the members of a swarm
             // work on different blocks and every block spreads.
             blocks.sort_by_key(|b| s.tracker.holders(*b));
             let mut relay_left = usize::from(ask.relay_slots);
             let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
-            let local = s.local.contains_key(&id);
+            let local = s.local.contains(&id);
             let mut out = Vec::new();
             for b in blocks {
                 if relay_left == 0 && (peers_left == 0 || local) {

@@ -232,6 +232,8 @@ pub struct Chooser {
     next_write: u64,
     published: u64,
     have: Vec<bool>,
+    /// Blocks with `have` set.
+    held: u64,
     in_flight: HashMap<u64, Origin>,
     rates: HashMap<AgentId, Rate>,
     /// Sum of the rates of peers with at least two samples, and how many: their mean is the yardstick
@@ -286,6 +288,7 @@ impl Chooser {
             next_write: 0,
             published: 0,
             have: Vec::new(),
+            held: 0,
             in_flight: HashMap::new(),
             rates: HashMap::new(),
             rate_sum: 0.0,
@@ -313,7 +316,7 @@ impl Chooser {
 
     /// Blocks this agent holds, verified.
     pub fn held(&self) -> u64 {
-        self.have.iter().filter(|h| **h).count() as u64
+        self.held
     }
 
     /// This agent will not fetch from `p` any more (it sent a bad block, failed or vanished).
@@ -475,6 +478,8 @@ impl Chooser {
             }
         }
         if let Some(h) = self.have.get_mut(b as usize) {
+            // Counted as it changes: the pipeline's planner asks `held` every round.
+            self.held += u64::from(!*h);
             *h = true;
         }
     }

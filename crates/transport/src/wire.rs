@@ -281,6 +281,17 @@ impl Request {
     }
 }
 
+/// Read and decode the next request on a data connection (relay or peer side); `None` when the other
+/// side closed the connection between requests.
+pub fn read_request<R: Read>(r: &mut R) -> Result<Option<Request>, Error> {
+    let mut req = [0u8; REQUEST_LEN];
+    match r.read_exact(&mut req) {
+        Ok(()) => Request::decode(&req).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(source) => Err(Error::Io { op: "read data request", source }),
+    }
+}
+
 /// Response header: status (0 = ok, 1 = error with a message as body) and body length.
 pub fn response_header(ok: bool, len: u32) -> [u8; 5] {
     status_header(u8::from(!ok), len)
