@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod fetch;
+pub mod guard;
 mod join;
 pub mod local;
 pub mod machine;
@@ -22,6 +23,7 @@ pub mod pipeline;
 pub mod procstat;
 pub mod progress;
 pub mod replica_link;
+pub mod retry;
 pub mod scheduler;
 pub mod select;
 #[cfg(feature = "ucx")]
@@ -120,6 +122,19 @@ pub struct Config {
     pub transport: select::Choice,
     /// How this agent takes part in its generation's swarm.
     pub peers: peer::PeerConfig,
+    /// How often and how patiently a failed join is tried again.
+    pub retry: retry::Policy,
+}
+
+/// A join that failed for good: the last error and every attempt (the last one included).
+#[derive(Debug)]
+pub struct Failed {
+    /// Why the last attempt failed.
+    pub error: Error,
+    /// Every attempt, in order.
+    pub attempts: Vec<retry::Attempt>,
+    /// The last attempt had handed the replica to the master (it is the master's now, not reset).
+    pub handed_over: bool,
 }
 
 /// Progress that a display can poll while a join runs.
@@ -245,6 +260,9 @@ pub struct Report {
     /// Bytes this agent served to other agents up to its handoff (it may serve more while it lingers).
     #[serde(default)]
     pub bytes_served_to_peers: u64,
+    /// Attempts that failed before this one (each was reset and retried).
+    #[serde(default)]
+    pub attempts: Vec<retry::Attempt>,
 }
 
 /// A join that succeeded, with its swarm membership: the caller reports, then lets the agent serve

@@ -27,6 +27,16 @@ pub struct ReplicaLink {
     pub closed_why: Arc<std::sync::Mutex<Option<String>>>,
 }
 
+/// Dropping the link closes the connection for real: the ACK thread holds a clone of the socket, so
+/// without a shutdown the replica would keep waiting on it — a replica loading from us blocks in
+/// that read (up to its `repl-timeout`) and answers no command, not even the `REPLICAOF NO ONE` that
+/// resets it after a failure. (Found by the fault matrix: relay killed mid-pull.)
+impl Drop for ReplicaLink {
+    fn drop(&mut self) {
+        let _ = self.s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 /// Listen on `bind` (port 0 = any).
 pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     let l = TcpListener::bind(bind).map_err(|e| Error::Local(format!("listen for the replica on {bind}: {e}")))?;

@@ -27,6 +27,9 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
+    /// Started by `join`: resets the replica if the join's process dies before the handoff.
+    #[command(name = "__guard", hide = true)]
+    Guard,
 }
 
 #[derive(clap::Args)]
@@ -141,6 +144,13 @@ struct JoinArgs {
     /// After the handoff, keep serving other agents that still pull for at most this many seconds.
     #[arg(long, default_value_t = limits::SERVE_LINGER_DEFAULT.as_secs())]
     serve_linger_secs: u64,
+    /// Attempts after the first when a join fails before the handoff for a reason time can mend
+    /// (relay, master or link down, snapshot lost or sealed, master failed over); 0 = never retry.
+    #[arg(long, default_value_t = limits::JOIN_RETRIES_DEFAULT, value_parser = clap::value_parser!(u32).range(0..=100))]
+    retries: u32,
+    /// Longest wait between attempts, in seconds (waits start at 1 s and double, jittered).
+    #[arg(long, default_value_t = limits::JOIN_RETRY_MAX.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    retry_max_secs: u64,
 }
 
 #[derive(clap::Args)]
@@ -204,6 +214,7 @@ fn main() -> ExitCode {
         Cmd::Join(a) => join(a),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
+        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
     };
     match r {
         Ok(code) => code,
@@ -308,6 +319,11 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
             linger: Duration::from_secs(a.serve_linger_secs),
         },
+        retry: agent::retry::Policy {
+            retries: a.retries,
+            base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
+            max: Duration::from_secs(a.retry_max_secs),
+        },
     };
     on_interrupt(cfg.cancel.clone())?;
     let bar = progress_bar(cfg.live.clone());
@@ -336,14 +352,20 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 agent::Handoff::Full => ExitCode::from(3),
             })
         }
-        Err(e) => {
-            let retry = format!(
-                "fastrepl join failed: {e}\nThe replica was not handed to the master. Fix the cause above and run the same `fastrepl join` again."
-            );
+        Err(agent::Failed { error: e, attempts, handed_over }) => {
             if a.json {
-                println!("{}", serde_json::json!({"ok": false, "error": e.to_string()}));
+                println!("{}", serde_json::json!({"ok": false, "error": e.to_string(), "attempts": attempts}));
             }
-            eprintln!("{retry}");
+            let tries = match attempts.len() {
+                0 | 1 => String::new(),
+                n => format!(" (after {n} attempts)"),
+            };
+            let state = if handed_over {
+                "The replica had already been handed to the master: it is the master's replica now (check its link with INFO replication)."
+            } else {
+                "The replica was not handed to the master; it was reset to an empty standalone server. Fix the cause above and run the same `fastrepl join` again."
+            };
+            eprintln!("fastrepl join failed{tries}: {e}\n{state}");
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
@@ -422,6 +444,9 @@ fn print_report(r: &agent::Report) {
     match r.handoff {
         agent::Handoff::Partial => println!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
         agent::Handoff::Full => println!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),
+    }
+    for a in &r.attempts {
+        println!("  attempt {} failed after {:.1} s: {} (retried after {:.1} s)", a.attempt, a.secs, a.error, a.waited_secs);
     }
     for n in &r.notes {
         println!("note: {n}");

@@ -85,7 +85,7 @@ fn rdb_cut_off_mid_stream_fails_the_join_cleanly() {
     let relay = relay(&m, &["--block-size", "65536"], &[]);
     relay_reports(&relay, "cut off mid-stream");
     let replica = Server::start(Flavor::Redis70, &[]);
-    let j = join(&relay.addr, &replica.addr(), &[], &[]);
+    let j = join(&relay.addr, &replica.addr(), &["--retries", "0"], &[]);
     assert_ne!(j.code, Some(0), "{}", j.output);
     assert!(j.output.contains("run the same `fastrepl join` again"), "{}", j.output);
     assert_untouched(&replica);
@@ -129,22 +129,45 @@ fn wait_replica_syncing(replica: &Server) {
     });
 }
 
+/// The relay is killed while the replica loads from it and comes back on the same address: the join
+/// resets the replica, waits, and succeeds on its own on the new relay's snapshot (`--retries`).
 #[test]
-fn relay_killed_mid_sync_then_retry_succeeds() {
+fn relay_killed_mid_sync_join_retries_on_the_restarted_relay() {
     let master = slow_master();
     let replica = Server::start(Flavor::Redis70, &[]);
     let mut relay1 = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    let j = start_join(&relay1.addr, &replica.addr(), &[], &[]);
+    let j = start_join(&relay1.addr, &replica.addr(), &["--retries", "8", "--retry-max-secs", "2"], &[]);
+    wait_replica_syncing(&replica);
+    relay1.proc.kill();
+    // Until the new relay listens, every attempt fails at connect; the join keeps waiting.
+    wait_until("the join to report a failed attempt", Duration::from_secs(30), || j.output().contains("join attempt failed").then_some(()));
+    let relay2 = spawn_relay_at(&relay1.addr, &master.addr(), |cmd| {
+        Transport::from_env().apply(cmd);
+        cmd.args(["--block-size", "65536"]);
+    });
+    let j = finish_join(j);
+    assert_partial(&j);
+    assert_identical(&master, &replica);
+    let attempts = j.report["attempts"].as_array().expect("attempts in the report");
+    assert!(!attempts.is_empty(), "{}", j.output);
+    assert!(attempts[0]["error"].as_str().unwrap().contains("relay"), "the first attempt's error names the relay: {}", j.output);
+    assert!(relay2.proc.output().contains("relay started"));
+}
+
+/// Without retries the same fault is a clean failure: exit 1, the relay named, the replica reset.
+#[test]
+fn relay_killed_mid_sync_without_retries_resets_the_replica() {
+    let master = slow_master();
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let mut relay1 = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = start_join(&relay1.addr, &replica.addr(), &["--retries", "0"], &[]);
     wait_replica_syncing(&replica);
     relay1.proc.kill();
     let j = finish_join(j);
     assert_eq!(j.code, Some(1), "{}", j.output);
     assert!(j.output.contains("relay"), "the error should name the relay:\n{}", j.output);
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1), "{}", j.output);
     assert_untouched(&replica);
-    // Retry against a new relay.
-    let relay2 = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    assert_partial(&join(&relay2.addr, &replica.addr(), &[], &[]));
-    assert_identical(&master, &replica);
 }
 
 #[test]
@@ -152,12 +175,15 @@ fn local_server_killed_mid_sync() {
     let master = slow_master();
     let mut replica = Server::start(Flavor::Redis70, &[]);
     let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    let j = start_join(&relay.addr, &replica.addr(), &[], &[]);
+    let j = start_join(&relay.addr, &replica.addr(), &["--retries", "1", "--retry-max-secs", "1"], &[]);
     wait_replica_syncing(&replica);
     replica.kill();
     let j = finish_join(j);
     assert_eq!(j.code, Some(1), "{}", j.output);
-    assert!(j.output.contains("replica"), "{}", j.output);
+    assert!(j.output.contains("local server"), "{}", j.output);
+    // The dead server is retried once (it may be restarted by its supervisor), then given up.
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(2), "{}", j.output);
+    assert!(j.output.contains("after 2 attempts"), "{}", j.output);
     // The relay keeps serving: a new replica joins.
     let replica2 = Server::start(Flavor::Redis70, &[]);
     assert_partial(&join(&relay.addr, &replica2.addr(), &[], &[]));

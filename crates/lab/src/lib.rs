@@ -7,6 +7,7 @@
 //! - [`bench`]: native replication vs fastrepl on namespace hosts with shaped links.
 //! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
 //! - [`report`]: results.md, charts and the docs' tables re-rendered from raw `results.json` files.
+//! - [`faults`]: the fault matrix (faults × phases, one invariant per cell) on namespace hosts.
 //! - [`simulate`]: the agents' swarm (the product's own tracker and chooser) on modelled fleets of up
 //!   to 10 000 agents.
 //! - [`charts`]: PNG line charts.
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod charts;
 pub mod demo;
+pub mod faults;
 pub mod probe;
 pub mod report;
 pub mod simulate;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{bench, demo, probe, report, simulate};
+use lab::{bench, demo, faults, probe, report, simulate};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -25,6 +25,9 @@ enum Cmd {
     Probe(probe::ProbeArgs),
     /// Re-render results.md and charts from bench results.json files, and the docs' summary tables.
     Report(report::ReportArgs),
+    /// The fault matrix: faults × the phase they strike in, with a writer running; every cell judged by
+    /// one invariant; results.json and results.md in --out.
+    Faults(faults::FaultsArgs),
     /// The agents' swarm on modelled fleets (1 to 10 000 agents): T(N)/T(1), relay copies, slowest agent.
     Simulate(simulate::SimulateArgs),
 }
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe::run(a),
         Cmd::Report(a) => report::run(a).map(|_| ExitCode::SUCCESS),
         Cmd::Simulate(a) => simulate::run(a).map(|_| ExitCode::SUCCESS),
+        Cmd::Faults(a) => faults::run(a).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

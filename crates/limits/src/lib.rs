@@ -114,6 +114,15 @@ pub const CAPTURE_TICK: Duration = Duration::from_millis(50);
 pub const SERVER_POLL_EVERY: Duration = Duration::from_millis(10);
 /// Longest wait for the relay to publish a block before re-checking its state.
 pub const BLOCK_WAIT_MAX: Duration = Duration::from_millis(200);
+/// How long a failed join keeps trying to reset its replica: one still loading from the agent
+/// answers `-LOADING` until it has read up to the closed link's end.
+pub const REPLICA_RESET_MAX: Duration = Duration::from_secs(60);
+/// Default `join --retries`: attempts after the first, for faults that time can mend.
+pub const JOIN_RETRIES_DEFAULT: u32 = 5;
+/// A failed join waits this long before its first retry (then twice as long each time, jittered).
+pub const JOIN_RETRY_BASE: Duration = Duration::from_secs(1);
+/// The longest wait between join attempts.
+pub const JOIN_RETRY_MAX: Duration = Duration::from_secs(30);
 /// First backoff after a failed capture; it doubles up to [`CAPTURE_BACKOFF_MAX`].
 pub const CAPTURE_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest backoff between captures.
@@ -154,5 +163,6 @@ const _: () = assert!(10 * ms(SERVER_POLL_EVERY) <= ms(COMMAND_TIMEOUT) && ms(BL
 const _: () = assert!(ms(PEER_CONNECT_TIMEOUT) < ms(PEER_IO_TIMEOUT) && ms(PEER_IO_TIMEOUT) <= ms(IO_TIMEOUT));
 // Backoff grows from its minimum to its maximum.
 const _: () = assert!(ms(CAPTURE_BACKOFF_MIN) < ms(CAPTURE_BACKOFF_MAX));
+const _: () = assert!(ms(JOIN_RETRY_BASE) <= ms(JOIN_RETRY_MAX));
 // Error messages and handshake lines fit the buffers that read them.
 const _: () = assert!(ERROR_MESSAGE_BYTES_MAX <= READ_CHUNK_BYTES && HANDSHAKE_LINE_BYTES_MAX <= HANDSHAKE_BUFFER_BYTES_MAX);

@@ -74,7 +74,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
             Err(Error::Stopped) => break,
             Err(e) => {
                 tracing::error!(error = %e, "capture failed; retrying in {:?}", backoff);
-                shared.changed.notify_all();
+                shared.record_capture_failure(e.to_string());
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
                 // The first generation is wanted even without agents: the relay's job is to be ready.

@@ -134,6 +134,8 @@ pub(crate) struct Shared {
     shm_socket: Option<String>,
     /// Each generation's swarm of agents (who holds which block).
     swarms: tracker::Swarms,
+    /// Captures that failed so far, and the last one's error (agents waiting for a snapshot are told).
+    capture_failed: Mutex<(u64, String)>,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     ucx: Option<ucx_serve::UcxServer>,
@@ -150,6 +152,18 @@ impl Shared {
         all.push(Arc::downgrade(&gen));
         drop(all);
         *self.lock_current() = Some(gen);
+        self.changed.notify_all();
+    }
+
+    /// How many captures failed so far, and why the last one did.
+    fn capture_failures(&self) -> (u64, String) {
+        self.capture_failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn record_capture_failure(&self, why: String) {
+        let mut f = self.capture_failed.lock().unwrap_or_else(|p| p.into_inner());
+        *f = (f.0 + 1, why);
+        drop(f);
         self.changed.notify_all();
     }
 
@@ -255,6 +269,7 @@ impl Relay {
             connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
             swarms: tracker::Swarms::default(),
+            capture_failed: Mutex::new((0, String::new())),
             #[cfg(feature = "ucx")]
             ucx,
         });

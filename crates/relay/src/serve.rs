@@ -143,9 +143,18 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     )?;
     // Wait for a usable generation, heartbeating so the agent knows we are alive.
     let deadline = Instant::now() + GENERATION_WAIT;
+    let failures_before = shared.capture_failures().0;
     let gen: Arc<Generation> = loop {
         if let Some(g) = shared.generation_for_agent(HEARTBEAT) {
             break g;
+        }
+        // A capture tried for this agent failed: say why now rather than after GENERATION_WAIT (a
+        // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
+        let (failures, why) = shared.capture_failures();
+        if failures > failures_before {
+            tracing::warn!(error = %why, "no snapshot for a waiting agent: the capture failed");
+            wire::send_control(&mut s, &Control::Error(format!("the relay's capture from the master failed ({why}); it keeps retrying")))?;
+            return Ok(());
         }
         if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {
             wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;

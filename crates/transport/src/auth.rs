@@ -83,7 +83,13 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// Agent side: prove ourselves, check the relay's proof.
 pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(), Error> {
     let mut hello = [0u8; 8 + 2 + NONCE_LEN];
-    s.read_exact(&mut hello).map_err(Error::io("read relay greeting"))?;
+    s.read_exact(&mut hello).map_err(|e| match e.kind() {
+        // A relay at its --connections-max (or a peer agent at its limit) closes before greeting.
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+            Error::Io { op: "read relay greeting (closed at once: the relay may be at its --connections-max)", source: e }
+        }
+        _ => Error::Io { op: "read relay greeting", source: e },
+    })?;
     if &hello[..8] != MAGIC {
         return Err(Error::Protocol("the peer is not a fastrepl relay (bad greeting)".into()));
     }

@@ -87,7 +87,12 @@ pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
 /// A relay process for `master` on a free loopback port; `configure` adds its arguments and
 /// environment (for tests that choose the transport themselves).
 pub fn spawn_relay(master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
-    let addr = format!("127.0.0.1:{}", fixtures::free_port());
+    spawn_relay_at(&format!("127.0.0.1:{}", fixtures::free_port()), master, configure)
+}
+
+/// Like [`spawn_relay`], on a given address (a relay restarted where agents expect it).
+pub fn spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
+    let addr = addr.to_string();
     let mut cmd = fastrepl();
     cmd.args(["relay", "--master", master, "--listen", &addr]);
     configure(&mut cmd);

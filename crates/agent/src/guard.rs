@@ -1,0 +1,124 @@
+//! A dead man's switch for the replica. From the moment the agent points its replica at itself until
+//! the handoff (or its own reset), the replica follows an address that only this process serves. If
+//! the agent is SIGKILLed (OOM killer, `kill -9`, a crashed host process) it cannot reset anything,
+//! and the replica would keep retrying a dead fake master — holding a half-loaded or stale dataset that
+//! looks like a replica whose link is merely down.
+//!
+//! So the agent first starts a guard: this same binary (`fastrepl __guard`), holding the read end of
+//! a pipe. The agent writes `disarm` before it exits normally; if the pipe ends without it, the agent
+//! died, and the guard resets the replica — but only while it still follows the agent's address, so a
+//! replica already handed to its master is never touched. Credentials go through the environment,
+//! never argv.
+
+use crate::Error;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ENV_REPLICA: &str = "FASTREPL_GUARD_REPLICA";
+const ENV_USER: &str = "FASTREPL_GUARD_REPLICA_USER";
+const ENV_PASSWORD: &str = "FASTREPL_GUARD_REPLICA_PASSWORD";
+const ENV_FOLLOWS: &str = "FASTREPL_GUARD_FOLLOWS";
+const ENV_DISKLESS: &str = "FASTREPL_GUARD_DISKLESS_LOAD";
+const DISARM: &[u8] = b"disarm\n";
+
+/// The hidden subcommand that runs a guard.
+pub const SUBCOMMAND: &str = "__guard";
+
+/// A running guard; disarm it once the replica no longer follows the agent.
+pub struct Guard {
+    child: Child,
+}
+
+/// Start a guard for `cfg.replica`, which is about to follow `follows` (the agent's listener).
+pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::Local(format!("find our own binary for the replica guard: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(SUBCOMMAND)
+        .env(ENV_REPLICA, &cfg.replica)
+        .env(ENV_FOLLOWS, follows.to_string())
+        .env_remove(ENV_USER)
+        .env_remove(ENV_PASSWORD)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+    if let Some(a) = &cfg.replica_auth {
+        if let Some(u) = &a.user {
+            cmd.env(ENV_USER, u);
+        }
+        cmd.env(ENV_PASSWORD, &a.password);
+    }
+    if let Some(v) = diskless_load_before {
+        cmd.env(ENV_DISKLESS, v);
+    }
+    let child = cmd.spawn().map_err(|e| Error::Local(format!("start the replica guard: {e}")))?;
+    Ok(Guard { child })
+}
+
+impl Guard {
+    /// The replica is handed over or reset: the guard exits without touching it.
+    pub fn disarm(mut self) {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(DISARM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Guard {
+    /// Dropped without [`Guard::disarm`] (an error path whose own reset failed): the pipe closes and
+    /// the guard tries again on its own, in the background, if the replica still follows us.
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+    }
+}
+
+/// The guard process: wait for the agent's word or its death; on death, reset the replica if it
+/// still follows the agent. Returns the exit code.
+pub fn run() -> i32 {
+    let (Ok(replica), Ok(follows)) = (std::env::var(ENV_REPLICA), std::env::var(ENV_FOLLOWS)) else {
+        eprintln!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand");
+        return 2;
+    };
+    let auth = std::env::var(ENV_PASSWORD).ok().map(|password| replication::replica::Auth { user: std::env::var(ENV_USER).ok(), password });
+    let mut word = Vec::new();
+    // EOF (the agent died or dropped us) or the word; a read error counts as the agent gone.
+    let _ = std::io::stdin().take(DISARM.len() as u64).read_to_end(&mut word);
+    if word == DISARM {
+        return 0;
+    }
+    let deadline = Instant::now() + limits::REPLICA_RESET_MAX;
+    loop {
+        match reset_if_following(&replica, auth.as_ref(), &follows, std::env::var(ENV_DISKLESS).ok().as_deref()) {
+            Ok(true) => {
+                eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
+                return 0;
+            }
+            Ok(false) => return 0,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100)); // Waiting for a load to end, with a deadline.
+            }
+            Err(e) => {
+                eprintln!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}");
+                return 1;
+            }
+        }
+    }
+}
+
+/// Reset the replica if it follows `follows`; Ok(false) when it follows anyone else (or no one).
+fn reset_if_following(replica: &str, auth: Option<&replication::replica::Auth>, follows: &str, diskless: Option<&str>) -> Result<bool, String> {
+    let mut c = client::Client::connect(replica, auth, crate::local::CMD_TIMEOUT).map_err(|e| e.to_string())?;
+    let i = c.info("replication").map_err(|e| e.to_string())?;
+    let (host, port) = (i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default());
+    let at = follows.rsplit_once(':').map(|(h, p)| (h.trim_matches(['[', ']']), p));
+    if i.get("role") != Some("slave") || at != Some((host, port)) {
+        return Ok(false);
+    }
+    c.cmd(&["REPLICAOF", "NO", "ONE"]).map_err(|e| e.to_string())?;
+    c.cmd(&["FLUSHALL"]).map_err(|e| e.to_string())?;
+    if let Some(v) = diskless {
+        c.config_set("repl-diskless-load", v).map_err(|e| e.to_string())?;
+    }
+    Ok(true)
+}

@@ -1,0 +1,185 @@
+//! When a failed join is tried again, and after how long: a decision with no clock and no randomness
+//! of its own (the driver passes the jitter), so every rule is unit-tested alone.
+//!
+//! The rules:
+//! - only a join that never handed the replica to the master is retried: once `REPLICAOF <master>`
+//!   was issued the replica belongs to the master, and a second sync would fight the master's own;
+//! - faults that time can mend are retried (the relay, its snapshot or tracker, the master, the local
+//!   server's link or a command, a timeout, a corrupt block): a relay restarted, a master back after a
+//!   failover, a link that flapped. The next attempt attaches to the relay's *current* generation, so
+//!   a sealed or lost snapshot is replaced by a fresh one;
+//! - what time cannot mend is not (a precondition such as a replica holding data without `--force`,
+//!   a replica that cannot load the master's RDB version, an interrupt): the operator must act;
+//! - the waits grow exponentially from `base` up to `max`, each drawn uniformly from its upper half
+//!   ("equal jitter"), so agents that failed together do not come back together.
+
+use crate::Error;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How many times, and how patiently, a failed join is tried again (`--retries`, `--retry-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Attempts after the first (0: never retry).
+    pub retries: u32,
+    /// The first wait (before jitter).
+    pub base: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy { retries: limits::JOIN_RETRIES_DEFAULT, base: limits::JOIN_RETRY_BASE, max: limits::JOIN_RETRY_MAX }
+    }
+}
+
+/// One failed attempt, as reported (log and `--json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Why it failed.
+    pub error: String,
+    /// Seconds it ran.
+    pub secs: f64,
+    /// Seconds waited before the next attempt (0: none followed).
+    pub waited_secs: f64,
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Wait this long, then try again.
+    Retry(Duration),
+    /// Stop; the reason is for the operator.
+    GiveUp(&'static str),
+}
+
+/// Can another attempt mend this failure? (Independent of how many attempts are left.)
+pub fn retryable(e: &Error) -> bool {
+    match e {
+        // A token the relay refuses stays refused until an operator fixes it.
+        Error::Relay(transport::Error::Auth(_)) => false,
+        Error::Relay(_) | Error::RelayProtocol(_) | Error::ReplicaLink(_) | Error::Master(_) | Error::Replica(_) => true,
+        Error::Timeout(_) | Error::Checksum { .. } | Error::Handoff(_) => true,
+        Error::Local(_) | Error::Incompatible(_) | Error::Interrupted => false,
+    }
+}
+
+/// The attempts of one join so far.
+#[derive(Debug, Clone)]
+pub struct Retries {
+    policy: Policy,
+    failed: u32,
+}
+
+impl Retries {
+    /// No attempt has failed yet.
+    pub fn new(policy: Policy) -> Retries {
+        Retries { policy, failed: 0 }
+    }
+
+    /// The attempt about to run (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.failed + 1
+    }
+
+    /// The attempt that just ran failed with `e`; `handed_over` says whether the replica had been
+    /// handed to the master. `jitter` is uniform in [0, 1) (the driver draws it).
+    pub fn failed(&mut self, e: &Error, handed_over: bool, jitter: f64) -> Verdict {
+        self.failed += 1;
+        if handed_over {
+            return Verdict::GiveUp("the replica was already handed to the master");
+        }
+        if !retryable(e) {
+            return Verdict::GiveUp("another attempt cannot mend this");
+        }
+        if self.failed > self.policy.retries {
+            return Verdict::GiveUp("no retries left");
+        }
+        Verdict::Retry(self.wait(jitter))
+    }
+
+    /// `min(max, base · 2^(n-1))` for the n-th retry, then a uniform draw from its upper half.
+    fn wait(&self, jitter: f64) -> Duration {
+        let doublings = self.failed.saturating_sub(1).min(30);
+        let ceiling = self.policy.base.saturating_mul(1u32 << doublings).min(self.policy.max);
+        ceiling.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// A uniform draw in [0, 1) from the OS's randomness (falls back to the clock's nanoseconds).
+pub fn jitter() -> f64 {
+    let mut b = [0u8; 8];
+    if getrandom::getrandom(&mut b).is_err() {
+        let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        b[..4].copy_from_slice(&n.to_le_bytes());
+    }
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(retries: u32) -> Policy {
+        Policy { retries, base: Duration::from_secs(1), max: Duration::from_secs(8) }
+    }
+
+    fn relay_gone() -> Error {
+        Error::RelayProtocol("the relay closed the connection".into())
+    }
+
+    #[test]
+    fn waits_double_up_to_the_ceiling_with_the_upper_half_as_jitter() {
+        let mut r = Retries::new(policy(10));
+        let mut lows = Vec::new();
+        let mut highs = Vec::new();
+        for _ in 0..6 {
+            let mut probe = r.clone();
+            match (r.failed(&relay_gone(), false, 0.0), probe.failed(&relay_gone(), false, 0.999_999)) {
+                (Verdict::Retry(lo), Verdict::Retry(hi)) => {
+                    lows.push(lo.as_millis());
+                    highs.push(hi.as_millis());
+                }
+                v => panic!("{v:?}"),
+            }
+        }
+        assert_eq!(lows, [500, 1000, 2000, 4000, 4000, 4000]);
+        assert_eq!(highs, [999, 1999, 3999, 7999, 7999, 7999]);
+    }
+
+    #[test]
+    fn gives_up_when_the_retries_are_spent() {
+        let mut r = Retries::new(policy(2));
+        assert_eq!(r.attempt(), 1);
+        assert!(matches!(r.failed(&relay_gone(), false, 0.5), Verdict::Retry(_)));
+        assert!(matches!(r.failed(&relay_gone(), false, 0.5), Verdict::Retry(_)));
+        assert_eq!(r.attempt(), 3);
+        assert_eq!(r.failed(&relay_gone(), false, 0.5), Verdict::GiveUp("no retries left"));
+        assert_eq!(Retries::new(policy(0)).failed(&relay_gone(), false, 0.5), Verdict::GiveUp("no retries left"));
+    }
+
+    #[test]
+    fn never_after_the_handoff_nor_for_what_time_cannot_mend() {
+        let mut r = Retries::new(policy(5));
+        assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), true, 0.5), Verdict::GiveUp("the replica was already handed to the master"));
+        let wrong_token = Error::Relay(transport::Error::Auth("the relay refused our token".into()));
+        for e in [Error::Local("the replica holds 3 keys; --force".into()), Error::Incompatible("RDB 12 > 11".into()), Error::Interrupted, wrong_token] {
+            assert!(!retryable(&e), "{e}");
+            assert_eq!(Retries::new(policy(5)).failed(&e, false, 0.5), Verdict::GiveUp("another attempt cannot mend this"));
+        }
+        for e in [Error::Handoff("the master's replication ID changed".into()), Error::Checksum { block: 1, offset: 2 }, Error::Timeout("x".into())] {
+            assert!(retryable(&e), "{e}");
+        }
+    }
+
+    #[test]
+    fn jitter_is_in_the_unit_interval() {
+        for _ in 0..1000 {
+            let j = jitter();
+            assert!((0.0..1.0).contains(&j), "{j}");
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! Running one cell of the fault matrix on namespace hosts:
+//!
+//! ```text
+//!   host 0: master (+ a spare replica for the failover)   host 1: relay
+//!   host 2: agent A + its replica (the join under test)   host 3: agent B + its replica (a bystander
+//!                                                          that also serves A)
+//! ```
+//!
+//! A writer runs against the master throughout. The master produces its RDB slowly
+//! (`rdb-key-save-delay`) and the replicas load slowly (`key-load-delay`), so every phase lasts long
+//! enough to be struck; the fault strikes when agent A's log (or the relay's, for the capture) says
+//! the phase began. Then every agent is waited for and judged by [`super::matrix::judge`].
+
+use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, Target, Verdict, CUT_SECS, STOP_SECS};
+use super::writer::Writer;
+use anyhow::{anyhow, bail, Context, Result};
+use fixtures::netns::Lab;
+use fixtures::{Flavor, Proc, Server};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// What every cell shares.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Server build for master and replicas.
+    pub flavor: Flavor,
+    /// Dataset size, MiB (64 KiB values).
+    pub mib: usize,
+    /// The `fastrepl` binary.
+    pub exe: PathBuf,
+    /// Keep each cell's logs here (None: not kept).
+    pub logs: Option<PathBuf>,
+}
+
+/// One cell's outcome, as results.json keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CellResult {
+    /// `kill-relay@pull`.
+    pub cell: String,
+    /// The cell.
+    pub spec: Cell,
+    /// Agent A's phase when the fault struck (from its log), or why it did not strike there.
+    pub struck_in: String,
+    /// Agent A.
+    pub a: Observed,
+    /// Its verdict.
+    pub a_verdict: Verdict,
+    /// Agent B.
+    pub b: Observed,
+    /// Its verdict.
+    pub b_verdict: Verdict,
+    /// For faults on A's side only: B synced as if nothing happened.
+    pub b_unaffected: Option<bool>,
+    /// A's attempts (1 = no retry).
+    pub attempts: usize,
+    /// Seconds from the strike until A was done (exit, or the re-run's exit after a kill).
+    pub recovery_secs: f64,
+    /// Keys that differ on a replica reported in sync (must be 0).
+    pub keys_lost: u64,
+    /// The relay's open fds before the agents came and after they left; its memfds after.
+    pub relay_fds: (u64, u64),
+    /// memfds (snapshot generations) the relay still held after every agent left.
+    pub relay_memfds: u64,
+    /// Leaks found (empty: none).
+    pub leaks: Vec<String>,
+    /// Batches the writer got acknowledged during the cell.
+    pub writes: u64,
+    /// Seconds the cell took.
+    pub secs: f64,
+    /// Why the cell did not run (e.g. netem missing from this kernel).
+    pub skipped: Option<String>,
+}
+
+impl CellResult {
+    /// The invariant held for both agents, B was unaffected where it should be, nothing leaked.
+    pub fn passed(&self) -> bool {
+        self.skipped.is_some()
+            || (self.a_verdict.survived() && self.b_verdict.survived() && self.b_unaffected != Some(false) && self.leaks.is_empty() && self.keys_lost == 0)
+    }
+}
+
+const TOKEN: &str = "fault-matrix-token-0123456789";
+/// How long a cell's joins may take, faults, retries and all.
+const JOIN_DEADLINE: Duration = Duration::from_secs(240);
+/// How long the phase a cell strikes in may take to begin.
+const PHASE_DEADLINE: Duration = Duration::from_secs(90);
+/// A killed agent's replica is given this long to be reset by the agent's guard.
+const GUARD_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The processes of one cell.
+struct World<'a> {
+    setup: &'a Setup,
+    lab: &'a Lab,
+    master: Server,
+    spare: Option<Server>,
+    /// The master the replicas must end up following (the spare after a failover).
+    real_master: String,
+    replicas: [Server; 2],
+    relay: Proc,
+    relay_addr: String,
+    relay_args: Vec<String>,
+    agents: [Option<Proc>; 2],
+    /// When each agent's join exited (or was killed), and its code.
+    exits: [Option<(Instant, Option<i32>)>; 2],
+    outputs: [String; 2],
+}
+
+fn on_host(lab: &Lab, i: usize, exe: &Path) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &lab.hosts[i].ns]).arg(exe);
+    c
+}
+
+fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        if Instant::now() > until {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10)); // Polling a condition with a deadline.
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on the pid of a process this cell started and still owns; no memory involved.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// `role`, whom it follows (`host:port`, empty when standalone) and its keys, all databases.
+fn replica_state(s: &Server) -> (String, String, u64) {
+    let Ok(mut c) = s.try_client() else { return ("unreachable".into(), String::new(), 0) };
+    let (role, following) = match c.info("replication") {
+        Ok(i) => {
+            let role = i.get("role").unwrap_or_default().to_string();
+            let f = if role == "slave" { format!("{}:{}", i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default()) } else { String::new() };
+            (role, f)
+        }
+        Err(_) => ("unreachable".into(), String::new()),
+    };
+    // `db0:keys=3,expires=0,avg_ttl=0` per database.
+    let keys = c
+        .info("keyspace")
+        .map(|i| i.0.values().filter_map(|v| v.strip_prefix("keys=")?.split(',').next()?.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    (role, following, keys)
+}
+
+fn count_fds(pid: u32) -> (u64, u64) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return (0, 0) };
+    let mut fds = 0;
+    let mut memfds = 0;
+    for e in dir.flatten() {
+        fds += 1;
+        if std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:")) {
+            memfds += 1;
+        }
+    }
+    (fds, memfds)
+}
+
+impl World<'_> {
+    fn spawn_relay(&self) -> Proc {
+        let mut cmd = on_host(self.lab, 1, &self.setup.exe);
+        cmd.args(["relay", "--master", &self.master.addr(), "--listen", &self.relay_addr, "--transport", "tcp", "--block-size", "1048576"])
+            .args(&self.relay_args)
+            .env("FASTREPL_TOKEN", TOKEN);
+        Proc::spawn("relay", cmd)
+    }
+
+    fn spawn_join(&self, i: usize) -> Proc {
+        let host = 2 + i;
+        let mut cmd = on_host(self.lab, host, &self.setup.exe);
+        let replica = format!("127.0.0.1:{}", self.replicas[i].port);
+        // B lingers to serve A; A leaves at once. Retries are kept short so a cell ends in minutes.
+        let linger = if i == 0 { "0" } else { "20" };
+        cmd.args(["join", "--relay", &self.relay_addr, "--replica", &replica, "--json", "--transport", "tcp"])
+            .args(["--retries", "3", "--retry-max-secs", "2", "--handoff-timeout-secs", "30", "--load-timeout-secs", "120"])
+            .args(["--serve-linger-secs", linger])
+            .env("FASTREPL_TOKEN", TOKEN);
+        Proc::spawn(if i == 0 { "agent A" } else { "agent B" }, cmd)
+    }
+
+    fn out(&self, i: usize) -> String {
+        match &self.agents[i] {
+            Some(p) => p.output(),
+            None => self.outputs[i].clone(),
+        }
+    }
+
+    /// Record exits; true when both agents are done.
+    fn poll_exits(&mut self) -> bool {
+        for i in 0..2 {
+            if self.exits[i].is_some() {
+                continue;
+            }
+            if let Some(p) = self.agents[i].as_mut() {
+                if !p.running() {
+                    let code = p.wait(Duration::from_secs(1));
+                    self.exits[i] = Some((Instant::now(), code));
+                }
+            }
+        }
+        self.exits.iter().all(Option::is_some)
+    }
+
+    /// The phase agent A last logged.
+    fn a_phase(&self) -> String {
+        let out = self.out(0);
+        let last = out.lines().rev().find_map(|l| l.split("phase: ").nth(1).map(|p| p.trim().to_string()));
+        if out.contains("handed off") {
+            return "handed off".into();
+        }
+        last.unwrap_or_else(|| "attaching".into())
+    }
+
+    /// Wait until the cell's phase begins; returns where A really was, or why it was missed.
+    fn wait_phase(&mut self, phase: Phase) -> Result<String> {
+        let until = Instant::now() + PHASE_DEADLINE;
+        loop {
+            let relay = self.relay.output();
+            let a = self.out(0);
+            let hit = match phase {
+                Phase::Capture => relay.contains("RDB starts") && !relay.contains("snapshot complete"),
+                Phase::Pull => a.contains(phase.agent_marker()) && relay.contains("snapshot complete") && !a.contains("phase: loading"),
+                _ => a.contains(phase.agent_marker()),
+            };
+            if hit {
+                return Ok(if phase == Phase::Capture { format!("capture ({})", self.a_phase()) } else { self.a_phase() });
+            }
+            if self.poll_exits() || (phase == Phase::Capture && relay.contains("snapshot complete")) || Instant::now() > until {
+                return Ok(format!("missed: A reached {}", self.a_phase()));
+            }
+            std::thread::sleep(Duration::from_millis(5)); // Watching logs for a phase, with a deadline.
+        }
+    }
+
+    fn agent_pid(&self, i: usize) -> Option<u32> {
+        self.agents[i].as_ref().map(Proc::pid)
+    }
+
+    fn pair_hosts(p: Pair) -> (usize, usize) {
+        match p {
+            Pair::AgentRelay => (2, 1),
+            Pair::AgentMaster => (2, 0),
+            Pair::RelayMaster => (1, 0),
+        }
+    }
+
+    /// Strike; timed faults are undone before this returns.
+    fn strike(&mut self, fault: Fault, writer: &Writer) -> Result<()> {
+        let hold = |secs: u64| std::thread::sleep(Duration::from_secs(secs)); // The fault's duration.
+        match fault {
+            Fault::Kill(Target::Relay) => {
+                self.relay.kill();
+                // A supervisor (systemd's Restart=) brings it back on its address.
+                self.relay = self.spawn_relay();
+            }
+            Fault::Stop(Target::Relay) => {
+                signal(self.relay.pid(), libc::SIGSTOP);
+                hold(STOP_SECS);
+                signal(self.relay.pid(), libc::SIGCONT);
+            }
+            Fault::Kill(t @ (Target::Agent | Target::Peer)) => {
+                let i = usize::from(t == Target::Peer);
+                if let Some(p) = self.agents[i].as_mut() {
+                    p.kill();
+                }
+                self.exits[i] = Some((Instant::now(), None));
+            }
+            Fault::Stop(t @ (Target::Agent | Target::Peer)) => {
+                let i = usize::from(t == Target::Peer);
+                if let Some(pid) = self.agent_pid(i) {
+                    signal(pid, libc::SIGSTOP);
+                    hold(STOP_SECS);
+                    signal(pid, libc::SIGCONT);
+                }
+            }
+            Fault::Kill(Target::Replica) => {
+                // Killed, then restarted by its supervisor: empty, on the same address.
+                self.replicas[0].restart().map_err(|e| anyhow!("restart replica: {e}"))?;
+            }
+            Fault::Stop(Target::Replica) => {
+                signal(self.replicas[0].pid(), libc::SIGSTOP);
+                hold(STOP_SECS);
+                signal(self.replicas[0].pid(), libc::SIGCONT);
+            }
+            Fault::Kill(Target::Master) => {
+                self.master.restart().map_err(|e| anyhow!("restart master: {e}"))?;
+            }
+            Fault::Stop(Target::Master) => {
+                signal(self.master.pid(), libc::SIGSTOP);
+                hold(STOP_SECS);
+                signal(self.master.pid(), libc::SIGCONT);
+            }
+            Fault::Cut(p) => {
+                let (a, b) = Self::pair_hosts(p);
+                self.lab.cut(a, b).map_err(|e| anyhow!(e))?;
+                hold(CUT_SECS);
+                self.lab.heal(a, b).map_err(|e| anyhow!(e))?;
+            }
+            Fault::CutForGood(p) => {
+                let (a, b) = Self::pair_hosts(p);
+                self.lab.cut(a, b).map_err(|e| anyhow!(e))?;
+            }
+            Fault::LinkDown => {
+                self.lab.set_link(2, false).map_err(|e| anyhow!(e))?;
+                hold(CUT_SECS);
+                self.lab.set_link(2, true).map_err(|e| anyhow!(e))?;
+            }
+            Fault::Netem(i) => {
+                self.lab.netem(2, i.args()).map_err(|e| anyhow!(e))?;
+                hold(CUT_SECS * 2);
+                self.lab.clear_netem(2).map_err(|e| anyhow!(e))?;
+            }
+            Fault::Failover => {
+                let spare = self.spare.as_ref().context("a failover cell has a spare replica")?;
+                spare.try_client()?.cmd(&["REPLICAOF", "NO", "ONE"])?;
+                self.master.try_client()?.cmd(&["REPLICAOF", &spare.host, &spare.port.to_string()])?;
+                self.real_master = spare.addr();
+                let (ns, addr) = (spare.ns.clone(), spare.addr());
+                writer.retarget(Box::new(move || connect_in(ns.as_deref(), &addr)));
+            }
+            // Set up when the relay started; they strike by themselves.
+            Fault::LogOverflow | Fault::SnapshotTooBig | Fault::OutOfConnections => {}
+        }
+        Ok(())
+    }
+
+    /// A killed agent: where its replica is left (given the guard time to reset it), then the join
+    /// run again as a supervisor would.
+    fn after_kill(&mut self, i: usize, obs: &mut Observed) -> Result<()> {
+        let real = self.real_master.clone();
+        let following = wait_for("the killed agent's replica to be reset", GUARD_DEADLINE, || {
+            let (_, f, _) = replica_state(&self.replicas[i]);
+            Ok((f.is_empty() || f == real).then_some(f))
+        })
+        .unwrap_or_else(|_| replica_state(&self.replicas[i]).1);
+        obs.after_kill_following = following;
+        if let Some(p) = self.agents[i].take() {
+            self.outputs[i] = p.output();
+        }
+        let mut p = self.spawn_join(i);
+        let code = wait_for("the re-run join", JOIN_DEADLINE, || Ok((!p.running()).then_some(())));
+        let code = match code {
+            Ok(()) => p.wait(Duration::from_secs(1)),
+            Err(_) => {
+                obs.hung = true;
+                None
+            }
+        };
+        obs.rerun_exit = code;
+        self.outputs[i] = format!("{}\n--- re-run ---\n{}", self.outputs[i], p.output());
+        self.exits[i] = Some((Instant::now(), None));
+        Ok(())
+    }
+}
+
+fn connect_in(ns: Option<&str>, addr: &str) -> Result<client::Client> {
+    let addr2 = addr.to_string();
+    let c = match ns {
+        None => client::Client::connect(&addr2, None, Duration::from_secs(5)),
+        Some(ns) => fixtures::netns::within(ns, move || client::Client::connect(&addr2, None, Duration::from_secs(5))).map_err(|e| anyhow!(e))?,
+    };
+    Ok(c?)
+}
+
+/// The last thing a join said about why it failed.
+fn failure_message(out: &str) -> String {
+    let lines: Vec<&str> = out.lines().collect();
+    match lines.iter().position(|l| l.starts_with("fastrepl join failed")) {
+        Some(i) => lines[i..].iter().take(2).copied().collect::<Vec<_>>().join(" "),
+        None => String::new(),
+    }
+}
+
+/// How many attempts the join made: a success reports the failed ones before it, a failure all.
+fn attempts(out: &str) -> usize {
+    let Some(v) = out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) else { return 1 };
+    let failed = v["attempts"].as_array().map_or(0, Vec::len);
+    if v.get("handoff").is_some() {
+        failed + 1
+    } else {
+        failed.max(1)
+    }
+}
+
+/// Wait until `replica` applied everything `master` has, then compare them.
+fn compare(master: &Server, replica: &Server) -> Option<u64> {
+    let caught_up = wait_for("the replica to catch up", Duration::from_secs(60), || {
+        let (Ok(mut m), Ok(mut r)) = (master.try_client(), replica.try_client()) else { return Ok(None) };
+        let (Ok(mi), Ok(ri)) = (m.info("replication"), r.info("replication")) else { return Ok(None) };
+        Ok((ri.get("master_link_status") == Some("up") && ri.num("slave_repl_offset").is_some() && ri.num("slave_repl_offset") == mi.num("master_repl_offset")).then_some(()))
+    });
+    caught_up.ok()?;
+    let (mut m, mut r) = (master.try_client().ok()?, replica.try_client().ok()?);
+    verify::compare(&mut m, &mut r, &verify::Options::default()).ok().map(|o| o.difference_count)
+}
+
+/// Run one cell.
+pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
+    let t0 = Instant::now();
+    let mut result = CellResult {
+        cell: cell.name(),
+        spec: *cell,
+        struck_in: String::new(),
+        a: Observed::default(),
+        a_verdict: Verdict::Violation("not run".into()),
+        b: Observed::default(),
+        b_verdict: Verdict::Violation("not run".into()),
+        b_unaffected: None,
+        attempts: 0,
+        recovery_secs: 0.0,
+        keys_lost: 0,
+        relay_fds: (0, 0),
+        relay_memfds: 0,
+        leaks: Vec::new(),
+        writes: 0,
+        secs: 0.0,
+        skipped: None,
+    };
+    if let Fault::Netem(_) = cell.fault {
+        if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
+            result.skipped = Some("this kernel has no netem qdisc (sch_netem)".into());
+            result.a_verdict = Verdict::FailedClean;
+            result.b_verdict = Verdict::FailedClean;
+            return Ok(result);
+        }
+    }
+    let lab = Lab::new(4, None).map_err(|e| anyhow!("make namespace hosts: {e}"))?;
+    let keys = (setup.mib * 16).max(64);
+    // The capture takes ~1.5 s and the load ~3 s whatever the size, so each phase can be struck.
+    let save_delay = (1_500_000 / keys).to_string();
+    let load_delay = (3_000_000 / keys).to_string();
+    let h = |i: usize| (Some(lab.hosts[i].ns.as_str()), lab.hosts[i].ip.as_str());
+    let start = |i: usize, extra: &[&str]| Server::try_start_in(setup.flavor, h(i).0, h(i).1, extra).map_err(|e| anyhow!(e));
+    let master = start(0, &["--rdb-key-save-delay", &save_delay])?;
+    fixtures::data::fill_big_values(&mut master.try_client()?, keys, 64 << 10);
+    fixtures::data::fill_every_type(&mut master.try_client()?, 1, setup.flavor.has_functions());
+    let spare = if cell.fault == Fault::Failover {
+        let s = start(0, &[])?;
+        s.try_client()?.cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
+        wait_for("the spare replica to sync", Duration::from_secs(60), || {
+            Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(()))
+        })?;
+        Some(s)
+    } else {
+        None
+    };
+    let replicas = [start(2, &["--key-load-delay", &load_delay])?, start(3, &["--key-load-delay", &load_delay])?];
+    let value_bytes = if cell.fault == Fault::LogOverflow { 8 << 10 } else { 32 };
+    let (mns, maddr) = (master.ns.clone(), master.addr());
+    let writer = Writer::start(Box::new(move || connect_in(mns.as_deref(), &maddr)), value_bytes);
+    let relay_args: Vec<String> = match cell.fault {
+        Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
+        Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
+        Fault::OutOfConnections => vec!["--connections-max".into(), "6".into()],
+        _ => Vec::new(),
+    };
+    let relay_addr = format!("{}:{}", lab.hosts[1].ip, fixtures::free_port());
+    let real_master = master.addr();
+    let mut w = World {
+        setup,
+        lab: &lab,
+        master,
+        spare,
+        real_master,
+        replicas,
+        relay: Proc::spawn("placeholder", Command::new("true")),
+        relay_addr,
+        relay_args,
+        agents: [None, None],
+        exits: [None, None],
+        outputs: [String::new(), String::new()],
+    };
+    w.relay = w.spawn_relay();
+    wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
+    result.relay_fds.0 = count_fds(w.relay.pid()).0;
+    w.agents = [Some(w.spawn_join(0)), Some(w.spawn_join(1))];
+    result.struck_in = w.wait_phase(cell.phase)?;
+    let struck = Instant::now();
+    w.strike(cell.fault, &writer)?;
+    // Wait for both joins (a killed one is handled below).
+    let all_done = wait_for("both joins to end", JOIN_DEADLINE, || Ok(w.poll_exits().then_some(())));
+    for i in 0..2 {
+        if w.exits[i].is_none() {
+            if let Some(p) = w.agents[i].as_mut() {
+                p.kill();
+            }
+            w.exits[i] = Some((Instant::now(), Some(-1)));
+        }
+    }
+    let hung = all_done.is_err();
+    let mut obs = [Observed::default(), Observed::default()];
+    for i in 0..2 {
+        let (_, code) = w.exits[i].expect("recorded above");
+        obs[i].exit = code;
+        if hung && code == Some(-1) {
+            obs[i].hung = true;
+        }
+    }
+    if let Some(t) = cell.fault.kills_agent() {
+        let i = usize::from(t == Target::Peer);
+        let mut o = obs[i].clone();
+        w.after_kill(i, &mut o)?;
+        obs[i] = o;
+    }
+    result.recovery_secs = w.exits[0].map_or(0.0, |(t, _)| t.saturating_duration_since(struck).as_secs_f64());
+    for i in 0..2 {
+        if let Some(p) = w.agents[i].take() {
+            w.outputs[i] = p.output();
+        }
+    }
+    result.writes = writer.stop();
+    // The relay once every agent left: sealed generations must be freed.
+    let relay_pid = w.relay.pid();
+    let memfds = wait_for("the relay to free sealed generations", Duration::from_secs(10), || {
+        let (_, m) = count_fds(relay_pid);
+        Ok((m <= 1).then_some(m))
+    })
+    .unwrap_or_else(|_| count_fds(relay_pid).1);
+    let (fds, _) = count_fds(relay_pid);
+    result.relay_fds.1 = fds;
+    result.relay_memfds = memfds;
+    if memfds > 1 {
+        result.leaks.push(format!("the relay holds {memfds} memfds after every agent left"));
+    }
+    if !w.relay.running() {
+        result.leaks.push("the relay exited".into());
+    }
+    let real_master = w.real_master.clone();
+    let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };
+    for i in 0..2 {
+        let out = w.outputs[i].clone();
+        let o = &mut obs[i];
+        o.message = failure_message(&out);
+        let (role, following, keys) = replica_state(&w.replicas[i]);
+        (o.role, o.following, o.replica_keys) = (role, following, keys);
+        let claims_sync = matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3));
+        if claims_sync {
+            o.differences = compare(master_server, &w.replicas[i]);
+        }
+        if i == 0 {
+            result.attempts = attempts(&out);
+        }
+        if let Some(dir) = &setup.logs {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(dir.join(format!("{}.agent-{}.log", cell.name(), if i == 0 { "a" } else { "b" })), &out);
+        }
+    }
+    if let Some(dir) = &setup.logs {
+        let _ = std::fs::write(dir.join(format!("{}.relay.log", cell.name())), w.relay.output());
+    }
+    let mut masters = vec![real_master.clone()];
+    if real_master != w.master.addr() {
+        // After the failover: the old master, if it now replicates from the new one.
+        let (role, follows, _) = replica_state(&w.master);
+        if role == "slave" && follows == real_master {
+            masters.push(w.master.addr());
+        }
+    }
+    result.a_verdict = judge(&obs[0], &masters);
+    result.b_verdict = judge(&obs[1], &masters);
+    if cell.fault.only_agent_a() {
+        result.b_unaffected = Some(matches!(result.b_verdict, Verdict::Synced | Verdict::Native));
+    }
+    result.keys_lost = obs.iter().filter_map(|o| o.differences).sum();
+    [result.a, result.b] = obs;
+    result.secs = t0.elapsed().as_secs_f64();
+    Ok(result)
+}

@@ -1,0 +1,190 @@
+//! `fastrepl-lab faults`: the fault matrix. Faults (processes killed or hung, paths cut, links down,
+//! a master failover, the relay's bounds) strike a join in each of its phases on namespace hosts while
+//! a writer runs; every cell is judged by one invariant ([`matrix::judge`]): success only with data
+//! identical to the master, failure only with a message and the replica reset, a killed agent's
+//! replica never left in sync with a dead agent, the other agent unaffected where the fault was not
+//! its, nothing leaked. Writes `results.json` (every cell, raw) and `results.md` to `--out`.
+
+pub mod cell;
+pub mod matrix;
+pub mod writer;
+
+use anyhow::{anyhow, bail, Result};
+use fixtures::Flavor;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `fastrepl-lab faults`.
+#[derive(clap::Args, Debug)]
+pub struct FaultsArgs {
+    /// The short matrix (the test suite's): five cells, one per kind of outcome.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only cells whose name contains this (`kill-relay`, `@handoff`).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Where results.json and results.md go.
+    #[arg(long, default_value = "docs/results/faults")]
+    pub out: PathBuf,
+    /// Dataset, MiB (the phases are paced by the servers' delays, not by size).
+    #[arg(long, default_value_t = 16)]
+    pub mib: usize,
+    /// Server build for master and replicas.
+    #[arg(long, default_value = "redis-7.0")]
+    pub flavor: String,
+    /// Keep every cell's relay and agent logs in DIR.
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+}
+
+/// What `results.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    /// The command's settings.
+    pub settings: serde_json::Value,
+    /// Every cell.
+    pub cells: Vec<cell::CellResult>,
+    /// The one-line summary.
+    pub summary: String,
+}
+
+/// Run the matrix (or its `--quick` part), write the results, and fail if any cell broke the
+/// invariant.
+pub fn run(a: FaultsArgs) -> Result<Results> {
+    if !fixtures::netns::available() {
+        bail!("the fault matrix needs network namespaces (root and iproute2; scripts/setup.sh installs them)");
+    }
+    let flavor = Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
+    let setup = cell::Setup { flavor, mib: a.mib, exe: crate::fastrepl_bin()?, logs: a.logs.clone() };
+    let cells: Vec<matrix::Cell> =
+        if a.quick { matrix::quick() } else { matrix::full() }.into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
+    if cells.is_empty() {
+        bail!("no cell matches {:?}", a.only);
+    }
+    fixtures::children_die_with_parent(true);
+    let t0 = Instant::now();
+    let mut results = Vec::new();
+    for (n, c) in cells.iter().enumerate() {
+        eprintln!("[{}/{}] {} ...", n + 1, cells.len(), c.name());
+        let r = cell::run(c, &setup)?;
+        eprintln!("    {}", line(&r));
+        results.push(r);
+    }
+    let summary = summarize(&results);
+    let out = Results {
+        settings: serde_json::json!({
+            "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only,
+            "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
+        }),
+        cells: results,
+        summary: summary.clone(),
+    };
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&out)?)?;
+    std::fs::write(a.out.join("results.md"), markdown(&out))?;
+    println!("{summary}");
+    println!("results: {}", a.out.display());
+    let broken: Vec<&str> = out.cells.iter().filter(|c| !c.passed()).map(|c| c.cell.as_str()).collect();
+    if !broken.is_empty() {
+        bail!("{} cell(s) broke the invariant: {}", broken.len(), broken.join(", "));
+    }
+    Ok(out)
+}
+
+fn verdict(v: &matrix::Verdict) -> String {
+    match v {
+        matrix::Verdict::Violation(why) => format!("VIOLATION: {why}"),
+        other => serde_json::to_value(other).ok().and_then(|j| j["verdict"].as_str().map(str::to_string)).unwrap_or_default(),
+    }
+}
+
+fn exit(o: &matrix::Observed) -> String {
+    match (o.exit, o.rerun_exit) {
+        (None, Some(r)) => format!("killed; re-run {r}"),
+        (None, None) => "killed".into(),
+        (Some(c), _) => c.to_string(),
+    }
+}
+
+fn line(r: &cell::CellResult) -> String {
+    if let Some(why) = &r.skipped {
+        return format!("skipped: {why}");
+    }
+    format!(
+        "struck in {}; A: {} (exit {}, {} attempt(s), {:.1} s); B: {}; keys lost {}; leaks {}",
+        r.struck_in,
+        verdict(&r.a_verdict),
+        exit(&r.a),
+        r.attempts,
+        r.recovery_secs,
+        verdict(&r.b_verdict),
+        r.keys_lost,
+        r.leaks.len()
+    )
+}
+
+/// "N faults at M phases: 0 keys lost, 0 false successes" and the counts behind it.
+pub fn summarize(cells: &[cell::CellResult]) -> String {
+    let ran: Vec<&cell::CellResult> = cells.iter().filter(|c| c.skipped.is_none()).collect();
+    let faults: std::collections::BTreeSet<String> = ran.iter().map(|c| c.spec.fault.name()).collect();
+    let phases: std::collections::BTreeSet<&str> = ran.iter().map(|c| c.spec.phase.name()).collect();
+    let survived = ran.iter().filter(|c| c.passed()).count();
+    let lost: u64 = ran.iter().map(|c| c.keys_lost).sum();
+    let false_successes = ran
+        .iter()
+        .flat_map(|c| [(&c.a, &c.a_verdict), (&c.b, &c.b_verdict)])
+        .filter(|(o, v)| matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_)))
+        .count();
+    let skipped = cells.len() - ran.len();
+    let skipped = if skipped > 0 { format!(" ({skipped} skipped)") } else { String::new() };
+    format!(
+        "{} faults at {} phases, {} cells{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes",
+        faults.len(),
+        phases.len(),
+        ran.len()
+    )
+}
+
+fn markdown(r: &Results) -> String {
+    let mut s = String::from("# Fault matrix\n\n");
+    s.push_str(&format!("**{}**\n\n", r.summary));
+    s.push_str(&format!(
+        "Settings: `{}`. Reproduce: `fastrepl-lab faults{}` (raw results: results.json).\n\n",
+        r.settings,
+        if r.settings["quick"].as_bool() == Some(true) { " --quick" } else { "" }
+    ));
+    s.push_str("Hosts: master (host 0), relay (1), agent A + replica (2), agent B + replica (3); a writer on the master throughout. ");
+    s.push_str("A is the join under test; B joins beside it and serves it blocks. Verdicts: *synced* (exit 0, identical once caught up), ");
+    s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");
+    s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it).\n\n");
+    s.push_str("| cell | struck in | A | A exit | attempts | A done after (s) | B | B unaffected | keys lost | relay fds before/after | relay memfds | leaks |\n");
+    s.push_str("|---|---|---|---|---:|---:|---|---|---:|---|---:|---|\n");
+    for c in &r.cells {
+        if let Some(why) = &c.skipped {
+            s.push_str(&format!("| {} | skipped: {why} | | | | | | | | | | |\n", c.cell));
+            continue;
+        }
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {}/{} | {} | {} |\n",
+            c.cell,
+            c.struck_in,
+            verdict(&c.a_verdict),
+            exit(&c.a),
+            c.attempts,
+            c.recovery_secs,
+            verdict(&c.b_verdict),
+            c.b_unaffected.map_or("—".into(), |b| if b { "yes".to_string() } else { "NO".to_string() }),
+            c.keys_lost,
+            c.relay_fds.0,
+            c.relay_fds.1,
+            c.relay_memfds,
+            if c.leaks.is_empty() { "none".to_string() } else { c.leaks.join("; ") }
+        ));
+    }
+    s.push_str("\nA's last error for the cells where it failed:\n\n");
+    for c in r.cells.iter().filter(|c| !c.a.message.is_empty()) {
+        s.push_str(&format!("- `{}`: {}\n", c.cell, c.a.message.replace('|', "\\|")));
+    }
+    s
+}
