@@ -8,6 +8,7 @@
 //! - [`probe`]: transport microbenchmarks (throughput, latency, CPU per read) and whole-snapshot pulls.
 //! - [`report`]: results.md, charts and the docs' tables re-rendered from raw `results.json` files.
 //! - [`faults`]: the fault matrix (faults × phases, one invariant per cell) on namespace hosts.
+//! - [`soak`]: hundreds of joins against one relay with a writer; the relay's memory, fds and memfds stay flat.
 //! - [`simulate`]: the agents' swarm (the product's own tracker and chooser) on modelled fleets of up
 //!   to 10 000 agents.
 //! - [`charts`]: PNG line charts.
@@ -22,6 +23,7 @@ pub mod faults;
 pub mod probe;
 pub mod report;
 pub mod simulate;
+pub mod soak;
 pub mod stats;
 pub mod transport;
 

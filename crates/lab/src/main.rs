@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{bench, demo, faults, probe, report, simulate};
+use lab::{bench, demo, faults, probe, report, simulate, soak};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -28,6 +28,9 @@ enum Cmd {
     /// The fault matrix: faults × the phase they strike in, with a writer running; every cell judged by
     /// one invariant; results.json and results.md in --out.
     Faults(faults::FaultsArgs),
+    /// Many joins against one relay with a writer running: every join verified, the relay's RSS, fds
+    /// and memfds shown flat.
+    Soak(soak::SoakArgs),
     /// The agents' swarm on modelled fleets (1 to 10 000 agents): T(N)/T(1), relay copies, slowest agent.
     Simulate(simulate::SimulateArgs),
 }
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Cmd::Report(a) => report::run(a).map(|_| ExitCode::SUCCESS),
         Cmd::Simulate(a) => simulate::run(a).map(|_| ExitCode::SUCCESS),
         Cmd::Faults(a) => faults::run(a).map(|_| ExitCode::SUCCESS),
+        Cmd::Soak(a) => soak::run(a).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

@@ -15,6 +15,9 @@ pub fn parsers(data: &[u8]) {
     let mut s = crate::stream::Scanner::new(0, resp::Limits { bulk_len_max: 1 << 20, ..Default::default() });
     let _ = s.feed(data);
     let _ = crate::master::Handshake::default().on_bytes(data);
+    if let Some(v) = crate::rdb::version(data) {
+        assert!(data.starts_with(b"REDIS") || data.starts_with(b"VALKEY"), "a version from a header that is not one: {v}");
+    }
 }
 
 /// The capture machine as a master's bytes drive it, cut at arbitrary points: it never panics, never

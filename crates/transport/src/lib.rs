@@ -12,6 +12,9 @@
 
 pub mod auth;
 pub mod fdpass;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod shm;
 pub mod secrets;
 pub mod tcp;

@@ -150,7 +150,8 @@ fn replica_state(s: &Server) -> (String, String, u64) {
     (role, following, keys)
 }
 
-fn count_fds(pid: u32) -> (u64, u64) {
+/// A process's open fds, and how many of them are memfds (snapshot generations, for the relay).
+pub fn count_fds(pid: u32) -> (u64, u64) {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return (0, 0) };
     let mut fds = 0;
     let mut memfds = 0;
@@ -340,9 +341,15 @@ impl World<'_> {
             Ok((f.is_empty() || f == real).then_some(f))
         })
         .unwrap_or_else(|_| replica_state(&self.replicas[i]).1);
+        let handed_over = !following.is_empty() && following == real;
         obs.after_kill_following = following;
         if let Some(p) = self.agents[i].take() {
             self.outputs[i] = p.output();
+        }
+        if handed_over {
+            // Killed after the handoff: the replica is the master's, and a new join would rightly
+            // refuse to replace its data.
+            return Ok(());
         }
         let mut p = self.spawn_join(i);
         let code = wait_for("the re-run join", JOIN_DEADLINE, || Ok((!p.running()).then_some(())));
@@ -389,8 +396,9 @@ fn attempts(out: &str) -> usize {
     }
 }
 
-/// Wait until `replica` applied everything `master` has, then compare them.
-fn compare(master: &Server, replica: &Server) -> Option<u64> {
+/// Wait until `replica` applied everything `master` has, then compare them; the differences, or
+/// None when it never caught up.
+pub fn compare(master: &Server, replica: &Server) -> Option<u64> {
     let caught_up = wait_for("the replica to catch up", Duration::from_secs(60), || {
         let (Ok(mut m), Ok(mut r)) = (master.try_client(), replica.try_client()) else { return Ok(None) };
         let (Ok(mi), Ok(ri)) = (m.info("replication"), r.info("replication")) else { return Ok(None) };
@@ -540,7 +548,8 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         o.message = failure_message(&out);
         let (role, following, keys) = replica_state(&w.replicas[i]);
         (o.role, o.following, o.replica_keys) = (role, following, keys);
-        let claims_sync = matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3));
+        let killed_after_handoff = o.exit.is_none() && !o.after_kill_following.is_empty();
+        let claims_sync = matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff;
         if claims_sync {
             o.differences = compare(master_server, &w.replicas[i]);
         }

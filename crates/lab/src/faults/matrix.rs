@@ -301,8 +301,12 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
     };
     match o.exit {
         None => {
-            if !o.after_kill_following.is_empty() && !follows_a_master(&o.after_kill_following) {
-                return Verdict::Violation(format!("after the agent died, its replica still follows {} (the dead agent)", o.after_kill_following));
+            if !o.after_kill_following.is_empty() {
+                if !follows_a_master(&o.after_kill_following) {
+                    return Verdict::Violation(format!("after the agent died, its replica still follows {} (the dead agent)", o.after_kill_following));
+                }
+                // Killed after the handoff: the replica is the master's; nothing to re-run.
+                return identical("killed after the handoff").map_or_else(|v| v, |_| Verdict::Synced);
             }
             match o.rerun_exit {
                 Some(0) | Some(3) => identical("re-run join succeeded").map_or_else(|v| v, |_| Verdict::Rerun),
@@ -368,7 +372,9 @@ mod tests {
     fn a_killed_agent_is_judged_by_its_replica_and_the_rerun() {
         let killed = Observed { exit: None, role: "slave".into(), following: M.into(), rerun_exit: Some(0), differences: Some(0), ..Default::default() };
         assert_eq!(judge(&killed, M), Verdict::Rerun);
-        assert_eq!(judge(&Observed { after_kill_following: M.into(), ..killed.clone() }, M), Verdict::Rerun, "killed after the handoff");
+        let handed = Observed { after_kill_following: M.into(), rerun_exit: None, ..killed.clone() };
+        assert_eq!(judge(&handed, M), Verdict::Synced, "killed after the handoff");
+        assert!(!judge(&Observed { differences: Some(2), ..handed }, M).survived());
         assert!(!judge(&Observed { after_kill_following: "127.0.0.1:40000".into(), ..killed.clone() }, M).survived());
         assert!(!judge(&Observed { rerun_exit: Some(1), ..killed.clone() }, M).survived());
     }

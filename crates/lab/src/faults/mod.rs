@@ -36,6 +36,10 @@ pub struct FaultsArgs {
     /// Keep every cell's relay and agent logs in DIR.
     #[arg(long)]
     pub logs: Option<PathBuf>,
+    /// Replace only the cells run in an existing results.json in --out (re-running a few cells of a
+    /// full matrix), keeping the others.
+    #[arg(long)]
+    pub merge: bool,
 }
 
 /// What `results.json` holds.
@@ -71,10 +75,21 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
         eprintln!("    {}", line(&r));
         results.push(r);
     }
+    if a.merge {
+        let old: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
+        let mut merged = old.cells;
+        for r in results {
+            match merged.iter_mut().find(|c| c.cell == r.cell) {
+                Some(slot) => *slot = r,
+                None => merged.push(r),
+            }
+        }
+        results = merged;
+    }
     let summary = summarize(&results);
     let out = Results {
         settings: serde_json::json!({
-            "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only,
+            "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only, "merged": a.merge,
             "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
         }),
         cells: results,

@@ -19,6 +19,9 @@ pub struct Writer {
     /// Errors met (each followed by a reconnect).
     pub errors: Arc<AtomicU64>,
     target: Arc<Mutex<Connect>>,
+    /// Held by the writer for each batch: whoever holds it has the writes paused (the soak's
+    /// verifier compares a still dataset).
+    pub gate: Arc<Mutex<()>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -33,7 +36,8 @@ impl Writer {
         let acked = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
         let target = Arc::new(Mutex::new(connect));
-        let (s, a, e, t) = (stop.clone(), acked.clone(), errors.clone(), target.clone());
+        let gate = Arc::new(Mutex::new(()));
+        let (s, a, e, t, g) = (stop.clone(), acked.clone(), errors.clone(), target.clone(), gate.clone());
         let handle = std::thread::spawn(move || {
             let value = "v".repeat(value_bytes);
             let mut c: Option<Client> = None;
@@ -55,7 +59,9 @@ impl Writer {
                     command(&["RPUSH", "w:list", &i.to_string()]),
                     command(&["SET", &format!("w:ttl:{i}"), "t", "EX", "3600"]),
                 ];
+                let paused = g.lock().unwrap_or_else(|p| p.into_inner());
                 let ok = c.as_mut().map(|c| c.pipeline(&cmds)).is_some_and(|r| r.is_ok_and(|rs| rs.iter().all(|r| !r.is_error())));
+                drop(paused);
                 if ok {
                     a.fetch_add(1, Ordering::Relaxed);
                 } else {
@@ -66,7 +72,7 @@ impl Writer {
                 std::thread::sleep(BATCH_EVERY); // Pacing the load, not synchronization.
             }
         });
-        Writer { stop, acked, errors, target, handle: Some(handle) }
+        Writer { stop, acked, errors, target, gate, handle: Some(handle) }
     }
 
     /// Write to another master from the next batch on (after a failover).
