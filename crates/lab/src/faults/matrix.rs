@@ -254,6 +254,10 @@ pub struct Observed {
     pub after_kill_following: String,
     /// The re-run's exit code (a killed agent is joined again, as a supervisor would).
     pub rerun_exit: Option<i32>,
+    /// The fault destroyed the replica (killed, restarted empty) after the join had handed it over:
+    /// what the join reported can no longer be checked against it.
+    #[serde(default)]
+    pub replica_lost_after_handoff: bool,
 }
 
 /// A cell's outcome for one agent.
@@ -313,6 +317,7 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
                 other => Verdict::Violation(format!("the re-run join after the kill exited {other:?}")),
             }
         }
+        Some(0) if o.replica_lost_after_handoff => Verdict::Synced,
         Some(0) => {
             if !follows_a_master(&o.following) {
                 return Verdict::Violation(format!("exit 0 but the replica follows {:?}, not the master {master}", o.following));

@@ -1,0 +1,53 @@
+//! The fault matrix's short version (`fastrepl-lab faults --quick`) and a short soak, as the suite
+//! runs them: every cell on namespace hosts with a writer, judged by the invariant (success only with
+//! identical data, failure only with a message and the replica reset, the bystander agent unaffected
+//! where the fault was not its, nothing leaked); every soak join verified and the relay flat. The
+//! full matrix and the 200-join soak are lab commands (docs/results/faults, docs/results/soak).
+
+mod common;
+use common::*;
+
+#[test]
+fn quick_fault_matrix_keeps_the_invariant() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = lab().args(["faults", "--quick", "--out"]).arg(dir.path()).output().expect("run the fault matrix");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "a cell broke the invariant:\n{text}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 5, "{text}");
+    for c in cells {
+        for agent in ["a_verdict", "b_verdict"] {
+            assert_ne!(c[agent]["verdict"], "violation", "{}: {}", c["cell"], c[agent]);
+        }
+        assert_eq!(c["keys_lost"], 0, "{}", c["cell"]);
+        assert!(c["leaks"].as_array().unwrap().is_empty(), "{}: {}", c["cell"], c["leaks"]);
+    }
+    let by_name = |n: &str| cells.iter().find(|c| c["cell"] == n).unwrap_or_else(|| panic!("no cell {n}"));
+    // A relay killed mid-pull and restarted: the join retried by itself and synced.
+    let k = by_name("kill-relay@pull");
+    assert_eq!(k["a"]["exit"], 0, "{k}");
+    assert!(k["attempts"].as_u64().unwrap() >= 2, "{k}");
+    // A snapshot over the relay's bound: a clean failure that says so, on both agents.
+    let big = by_name("snapshot-too-big@capture");
+    assert_eq!(big["a_verdict"]["verdict"], "failed-clean", "{big}");
+    assert!(big["a"]["message"].as_str().unwrap().contains("snapshot-max-bytes"), "{big}");
+    let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
+    assert!(md.contains("0 keys lost, 0 false successes"), "{md}");
+}
+
+#[test]
+fn short_soak_is_verified_and_flat() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = lab().args(["soak", "--joins", "24", "--concurrency", "3", "--writes", "--out"]).arg(dir.path()).output().expect("run the soak");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let joins = doc["joins"].as_array().unwrap();
+    assert_eq!(joins.len(), 24);
+    assert!(joins.iter().all(|j| j["exit"] == 0 && j["differences"] == 0), "{text}");
+    assert!(doc["writes"].as_u64().unwrap() > 0, "the writer ran");
+    let [before, after] = [&doc["relay_idle"][0], &doc["relay_idle"][1]];
+    assert!(after[2].as_u64() <= before[2].as_u64().map(|m| m.max(1)), "memfds {before} → {after}");
+    assert!(after[1].as_u64().unwrap() <= before[1].as_u64().unwrap() + 4, "fds {before} → {after}");
+}
