@@ -204,3 +204,23 @@ fn interrupted_join_resets_the_replica() {
     assert!(j.output.contains("interrupted"), "{}", j.output);
     assert_untouched(&replica);
 }
+
+/// The join's process is SIGKILLed mid-sync (it can reset nothing): its guard resets the replica,
+/// which must not keep following the dead agent's address.
+#[test]
+fn killed_join_its_guard_resets_the_replica() {
+    let master = slow_master();
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let mut j = start_join(&relay.addr, &replica.addr(), &[], &[]);
+    wait_replica_syncing(&replica);
+    j.kill();
+    wait_until("the guard to reset the replica", Duration::from_secs(30), || {
+        let r = replica.client().info("replication").ok()?;
+        (r.get("role") == Some("master")).then_some(())
+    });
+    assert_untouched(&replica);
+    // And the same join runs again to success.
+    assert_partial(&join(&relay.addr, &replica.addr(), &[], &[]));
+    assert_identical(&master, &replica);
+}

@@ -86,11 +86,13 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
         }
         results = merged;
     }
+    let leftovers = leftovers(&setup.exe);
     let summary = summarize(&results);
     let out = Results {
         settings: serde_json::json!({
             "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only, "merged": a.merge,
             "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
+            "leftover_processes": leftovers.0, "leftover_namespaces": leftovers.1,
         }),
         cells: results,
         summary: summary.clone(),
@@ -100,11 +102,45 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
     std::fs::write(a.out.join("results.md"), markdown(&out))?;
     println!("{summary}");
     println!("results: {}", a.out.display());
+    if !leftovers.0.is_empty() || !leftovers.1.is_empty() {
+        bail!("the matrix left processes {:?} and namespaces {:?} behind", leftovers.0, leftovers.1);
+    }
     let broken: Vec<&str> = out.cells.iter().filter(|c| !c.passed()).map(|c| c.cell.as_str()).collect();
     if !broken.is_empty() {
         bail!("{} cell(s) broke the invariant: {}", broken.len(), broken.join(", "));
     }
     Ok(out)
+}
+
+/// After every cell: processes still running our binary in a namespace host (agents, relays,
+/// guards — a guard may need a few seconds to finish a reset, so this waits up to a minute for them;
+/// processes in our own network namespace are someone else's) and our namespaces left.
+fn leftovers(exe: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let exe = exe.to_string_lossy().to_string();
+    let our_net = std::fs::read_link("/proc/self/ns/net").ok();
+    let ours = || -> Vec<String> {
+        let me = std::process::id().to_string();
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.flatten()
+            .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) && e.file_name().to_string_lossy() != me.as_str())
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                let in_a_host = std::fs::read_link(e.path().join("ns/net")).ok() != our_net;
+                (cmd.starts_with(&exe) && in_a_host).then(|| format!("{}: {}", e.file_name().to_string_lossy(), cmd.trim()))
+            })
+            .collect()
+    };
+    let until = Instant::now() + std::time::Duration::from_secs(60);
+    let mut procs = ours();
+    while !procs.is_empty() && Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(200)); // Waiting for guards to finish, with a deadline.
+        procs = ours();
+    }
+    let prefix = format!("frl{}x", std::process::id());
+    let ns = std::process::Command::new("ip").args(["netns", "list"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let ns = ns.lines().filter(|l| l.starts_with(&prefix)).map(|l| l.split_whitespace().next().unwrap_or_default().to_string()).collect();
+    (procs, ns)
 }
 
 fn verdict(v: &matrix::Verdict) -> String {
