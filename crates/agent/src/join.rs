@@ -215,15 +215,15 @@ impl Driver<'_> {
                     Ok(got) => m.on(Instant::now(), Input::LogRead { got, asked: max }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::CheckMaster => match self.c.master.info("replication") {
+                Action::CheckMaster => match self.master(|m| m.info("replication")) {
                     Ok(i) => m.on(Instant::now(), Input::Master(&master_repl(&i))),
-                    Err(e) => m.on(Instant::now(), Input::Failed(Error::Master(e))),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {
                     Ok(before) => m.on(Instant::now(), Input::Counters(before)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::ReadOutcome => match counters(&mut self.c.master, &mut self.c.local.client) {
+                Action::ReadOutcome => match self.counters() {
                     Ok(after) => m.on(Instant::now(), Input::Counters(after)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
@@ -365,9 +365,29 @@ impl Driver<'_> {
         Ok(chunk.len() as u64)
     }
 
+    /// A command to the master; a connection that broke (a master restarted or briefly away) is
+    /// opened again once before giving up. After the handoff this matters: the replica is the
+    /// master's then, and the join must see it through to in-sync (natively, if the master restarted)
+    /// rather than fail on a stale client connection.
+    fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
+        match f(&mut self.c.master) {
+            Err(client::Error::Io { .. }) => {
+                self.c.master = Client::connect(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+                f(&mut self.c.master).map_err(Error::Master)
+            }
+            r => r.map_err(Error::Master),
+        }
+    }
+
+    /// The master's and the replica's counters ([`counters`]), through [`Driver::master`].
+    fn counters(&mut self) -> Result<Counters, Error> {
+        let stats = self.master(|m| m.info("stats"))?;
+        counters(&stats, &mut self.c.local.client)
+    }
+
     /// Counters, then `REPLICAOF <master>` (from here the replica is the master's), then close our link.
     fn hand_off(&mut self) -> Result<Counters, Error> {
-        let before = counters(&mut self.c.master, &mut self.c.local.client)?;
+        let before = self.counters()?;
         self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::Replica)?;
         // The replica follows its master now; nothing of ours to reset any more.
         if let Some(g) = self.guard.take() {
@@ -489,9 +509,8 @@ fn try_reset(cfg: &Config, diskless_load_before: Option<&str>) -> Result<(), Res
     }
 }
 
-/// The master's `sync_full`/`sync_partial_ok` and the replica's input bytes.
-fn counters(master: &mut Client, replica: &mut Client) -> Result<Counters, Error> {
-    let s = master.info("stats").map_err(Error::Master)?;
+/// The master's `sync_full`/`sync_partial_ok` (from its `INFO stats`) and the replica's input bytes.
+fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
     let replica_input_bytes = replica.info("stats").ok().and_then(|s| s.num("total_net_repl_input_bytes"));
     Ok(Counters { full: s.num("sync_full").unwrap_or(0), partial_ok: s.num("sync_partial_ok").unwrap_or(0), replica_input_bytes })
 }

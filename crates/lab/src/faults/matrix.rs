@@ -272,6 +272,9 @@ pub enum Verdict {
     FailedClean,
     /// The agent was killed; its replica was not left looking synced, and a re-run synced it.
     Rerun,
+    /// Non-zero after the handoff (the master went away just then): the replica is the real master's,
+    /// not reported in sync, and resyncs natively when the master is back — as a native replica would.
+    HandedOver,
     /// The invariant broke.
     Violation(String),
 }
@@ -329,6 +332,9 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
             if o.message.trim().is_empty() {
                 return Verdict::Violation("failed without a message".into());
             }
+            if o.role == "slave" && follows_a_master(&o.following) && o.message.contains("handed to the master") {
+                return Verdict::HandedOver;
+            }
             if o.role != "master" || o.replica_keys != 0 {
                 return Verdict::Violation(format!("failed but the replica is {} with {} keys (not reset)", o.role, o.replica_keys));
             }
@@ -371,6 +377,9 @@ mod tests {
         assert!(!judge(&Observed { replica_keys: 10, ..failed.clone() }, M).survived(), "half-loaded");
         assert!(!judge(&Observed { role: "slave".into(), following: "127.0.0.1:1".into(), ..failed }, M).survived(), "following a fake master");
         assert!(!judge(&Observed { hung: true, ..ok() }, M).survived());
+        let after = Observed { exit: Some(1), message: "master: timed out. The replica had already been handed to the master".into(), role: "slave".into(), following: M.into(), replica_keys: 9, ..Default::default() };
+        assert_eq!(judge(&after, M), Verdict::HandedOver);
+        assert!(!judge(&Observed { following: "127.0.0.1:40000".into(), ..after }, M).survived(), "handed to a fake master is not handed over");
     }
 
     #[test]

@@ -208,7 +208,8 @@ fn markdown(r: &Results) -> String {
     s.push_str("Hosts: master (host 0), relay (1), agent A + replica (2), agent B + replica (3); a writer on the master throughout. ");
     s.push_str("A is the join under test; B joins beside it and serves it blocks. Verdicts: *synced* (exit 0, identical once caught up), ");
     s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");
-    s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it).\n\n");
+    s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it), ");
+    s.push_str("*handed-over* (the master went away just after the handoff: non-zero exit saying so, the replica the real master's, not reported in sync).\n\n");
     s.push_str("| cell | struck in | A | A exit | attempts | A done after (s) | B | B unaffected | keys lost | relay fds before/after | relay memfds | leaks |\n");
     s.push_str("|---|---|---|---|---:|---:|---|---|---:|---|---:|---|\n");
     for c in &r.cells {
