@@ -56,7 +56,8 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
         let waited = match verdict {
             Verdict::Retry(w) => w,
             Verdict::GiveUp(why) => {
-                if n > 1 || !matches!(why, "another attempt cannot mend this" | "no retries left") {
+                // A first attempt refused outright is said once, by the caller; otherwise say why it stops.
+                if n > 1 || handed_over {
                     tracing::error!(attempt = n, error = %error, "join failed; not retrying: {why}");
                 }
                 attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: 0.0 });
@@ -207,7 +208,7 @@ impl Driver<'_> {
                     Ok(s) => m.on(Instant::now(), Input::Pulled { first_byte: s.first_byte, rdb_bytes: s.bytes }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::PollReplica => match self.poll_replica(m.snapshot_in_use()) {
+                Action::PollReplica => match self.poll_replica(m.snapshot_in_use(), m.handed_over()) {
                     Ok((state, ack_seen)) => m.on(Instant::now(), Input::Replica { state: &state, ack_seen }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
@@ -332,7 +333,11 @@ impl Driver<'_> {
 
     /// The replica's state, after the poll interval; fails when the replica left our link or (while
     /// it still depends on the snapshot) the relay lost it.
-    fn poll_replica(&mut self, snapshot_in_use: bool) -> Result<(ReplState, bool), Error> {
+    ///
+    /// Once the replica is the master's (`handed_over`) a server too busy to answer — it loads the
+    /// master's full sync, and a loading server answers only now and then — is not a failure: it
+    /// reads as "still syncing" and the machine's handoff deadline decides.
+    fn poll_replica(&mut self, snapshot_in_use: bool, handed_over: bool) -> Result<(ReplState, bool), Error> {
         std::thread::sleep(POLL_EVERY); // Polling a server's state; the machine holds the deadline.
         check_cancel(&self.cfg.cancel)?;
         let mut ack_seen = false;
@@ -343,8 +348,18 @@ impl Driver<'_> {
         if snapshot_in_use {
             self.c.progress.with(progress::View::check)?;
         }
-        let st = local::repl_state(&mut self.c.local.client).map_err(Error::Replica)?;
-        Ok((st, ack_seen))
+        match local::repl_state(&mut self.c.local.client) {
+            Ok(st) => Ok((st, ack_seen)),
+            Err(client::Error::Io { source, .. }) if handed_over && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                tracing::info!("the replica does not answer (loading the master's sync?); still waiting");
+                // A timed-out request leaves its reply in flight on that connection: use a new one.
+                if let Ok(c) = Client::connect(&self.cfg.replica, self.cfg.replica_auth.as_ref(), local::CMD_TIMEOUT) {
+                    self.c.local.client = c;
+                }
+                Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
+            }
+            Err(e) => Err(Error::Replica(e)),
+        }
     }
 
     /// Read up to `max` log bytes from `from` and send them to the replica; returns how many.

@@ -374,6 +374,13 @@ impl Join {
                 Action::PollReplica
             }
             (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => {
+                if state.role == "master" {
+                    // It answered, standalone: restarted (a runtime REPLICAOF does not survive that)
+                    // or reconfigured by someone else. It will never link up; waiting is pointless.
+                    return self.fail(Error::Handoff(
+                        "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
+                    ));
+                }
                 if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
                     self.timeline.handed_off = Some(now);
                     self.phase = Phase::Classifying;
@@ -668,6 +675,22 @@ mod tests {
         assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
         let late = t + timeouts().handoff + Duration::from_millis(1);
         assert!(matches!(j.on(late, Input::Replica { state: &st, ack_seen: false }), Action::Fail { reset_replica: false, .. }), "after REPLICAOF the replica is never reset");
+    }
+
+    #[test]
+    fn a_replica_that_turns_standalone_after_replicaof_fails_the_handoff_at_once() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        j.on(t, Input::Master(&master_ok()));
+        j.on(t, Input::Counters(Counters::default()));
+        let busy = ReplState { syncing: true, ..ReplState::default() }; // did not answer: loading
+        assert!(matches!(j.on(t, Input::Replica { state: &busy, ack_seen: false }), Action::PollReplica));
+        let restarted = ReplState { role: "master".into(), ..ReplState::default() };
+        match j.on(t, Input::Replica { state: &restarted, ack_seen: false }) {
+            Action::Fail { reset_replica: false, error: Error::Handoff(why) } => assert!(why.contains("standalone"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -177,10 +177,11 @@ impl World<'_> {
         let host = 2 + i;
         let mut cmd = on_host(self.lab, host, &self.setup.exe);
         let replica = format!("127.0.0.1:{}", self.replicas[i].port);
-        // B lingers to serve A; A leaves at once. Retries are kept short so a cell ends in minutes.
+        // B lingers to serve A; A leaves at once. The default number of retries, with shorter waits
+        // (at most 4 s, 15 s in all: longer than a 5 s cut) so a cell ends in minutes.
         let linger = if i == 0 { "0" } else { "20" };
         cmd.args(["join", "--relay", &self.relay_addr, "--replica", &replica, "--json", "--transport", "tcp"])
-            .args(["--retries", "3", "--retry-max-secs", "2", "--handoff-timeout-secs", "30", "--load-timeout-secs", "120"])
+            .args(["--retries", "5", "--retry-max-secs", "4", "--handoff-timeout-secs", "180", "--load-timeout-secs", "120"])
             .args(["--serve-linger-secs", linger])
             .env("FASTREPL_TOKEN", TOKEN);
         Proc::spawn(if i == 0 { "agent A" } else { "agent B" }, cmd)
