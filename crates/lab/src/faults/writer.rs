@@ -25,12 +25,15 @@ pub struct Writer {
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Distinct keys written (per database and kind).
+const KEYS: u64 = 1024;
+
 /// Paced so two cores keep room for the servers, the relay and the agents.
 const BATCH_EVERY: Duration = Duration::from_millis(5);
 
 impl Writer {
-    /// Start writing batches (SETs in two databases, an INCR, a list push, a key with a TTL; values
-    /// of `value_bytes`) through `connect`.
+    /// Start writing batches (SETs in two databases, an INCR, a list push and trim, a key with a TTL;
+    /// values of `value_bytes`; keys reused after [`KEYS`] batches) through `connect`.
     pub fn start(connect: Connect, value_bytes: usize) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
@@ -52,12 +55,16 @@ impl Writer {
                     }
                 }
                 let db = if i % 2 == 0 { "0" } else { "1" };
+                // Over a bounded key space: the dataset's key count stays put however long a cell
+                // runs (the replicas' key-load-delay is per key).
+                let k = i % KEYS;
                 let cmds = vec![
                     command(&["SELECT", db]),
-                    command(&["SET", &format!("w:{i}"), &value]),
+                    command(&["SET", &format!("w:{k}"), &value]),
                     command(&["INCR", "w:counter"]),
                     command(&["RPUSH", "w:list", &i.to_string()]),
-                    command(&["SET", &format!("w:ttl:{i}"), "t", "EX", "3600"]),
+                    command(&["LTRIM", "w:list", "-1000", "-1"]),
+                    command(&["SET", &format!("w:ttl:{k}"), &i.to_string(), "EX", "3600"]),
                 ];
                 let paused = g.lock().unwrap_or_else(|p| p.into_inner());
                 let ok = c.as_mut().map(|c| c.pipeline(&cmds)).is_some_and(|r| r.is_ok_and(|rs| rs.iter().all(|r| !r.is_error())));
