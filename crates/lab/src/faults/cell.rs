@@ -505,12 +505,10 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     }
     let hung = all_done.is_err();
     let mut obs = [Observed::default(), Observed::default()];
-    for i in 0..2 {
-        let (_, code) = w.exits[i].expect("recorded above");
-        obs[i].exit = code;
-        if hung && code == Some(-1) {
-            obs[i].hung = true;
-        }
+    for (o, exit) in obs.iter_mut().zip(&w.exits) {
+        let (_, code) = exit.expect("recorded above");
+        o.exit = code;
+        o.hung = hung && code == Some(-1);
     }
     if let Some(t) = cell.fault.kills_agent() {
         let i = usize::from(t == Target::Peer);
@@ -543,9 +541,8 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     }
     let real_master = w.real_master.clone();
     let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };
-    for i in 0..2 {
+    for (i, o) in obs.iter_mut().enumerate() {
         let out = w.outputs[i].clone();
-        let o = &mut obs[i];
         o.message = failure_message(&out);
         let (role, following, keys) = replica_state(&w.replicas[i]);
         (o.role, o.following, o.replica_keys) = (role, following, keys);
