@@ -467,7 +467,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let relay_args: Vec<String> = match cell.fault {
         Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
         Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
-        Fault::OutOfConnections => vec!["--connections-max".into(), "8".into()],
+        Fault::OutOfConnections => vec!["--connections-max".into(), "10".into()],
         _ => Vec::new(),
     };
     let relay_addr = format!("{}:{}", lab.hosts[1].ip, fixtures::free_port());

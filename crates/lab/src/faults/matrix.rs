@@ -76,7 +76,7 @@ pub enum Fault {
     LogOverflow,
     /// The snapshot exceeds the relay's `--snapshot-max-bytes`.
     SnapshotTooBig,
-    /// The relay's `--connections-max` (8) holds one agent's connections, not two agents'.
+    /// The relay's `--connections-max` (10) holds one agent's connections (about 8), not two agents'.
     OutOfConnections,
 }
 

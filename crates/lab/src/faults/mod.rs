@@ -75,8 +75,17 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
         eprintln!("    {}", line(&r));
         results.push(r);
     }
+    let mut settings = serde_json::json!({
+        "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only,
+        "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
+    });
     if a.merge {
         let old: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
+        // The run being amended keeps its settings; the cells run again are listed.
+        let mut rerun: Vec<serde_json::Value> = old.settings.get("rerun").and_then(|v| v.as_array().cloned()).unwrap_or_default();
+        rerun.extend(results.iter().map(|r| serde_json::json!({"cell": r.cell, "secs": r.secs})));
+        settings = old.settings;
+        settings["rerun"] = serde_json::Value::Array(rerun);
         let mut merged = old.cells;
         for r in results {
             match merged.iter_mut().find(|c| c.cell == r.cell) {
@@ -88,12 +97,10 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
     }
     let leftovers = leftovers(&setup.exe);
     let summary = summarize(&results);
+    settings["leftover_processes"] = serde_json::json!(leftovers.0);
+    settings["leftover_namespaces"] = serde_json::json!(leftovers.1);
     let out = Results {
-        settings: serde_json::json!({
-            "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only, "merged": a.merge,
-            "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
-            "leftover_processes": leftovers.0, "leftover_namespaces": leftovers.1,
-        }),
+        settings,
         cells: results,
         summary: summary.clone(),
     };
