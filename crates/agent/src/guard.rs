@@ -13,7 +13,7 @@
 use crate::Error;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
 
 const ENV_REPLICA: &str = "FASTREPL_GUARD_REPLICA";
 const ENV_USER: &str = "FASTREPL_GUARD_REPLICA_USER";
@@ -86,39 +86,15 @@ pub fn run() -> i32 {
     if word == DISARM {
         return 0;
     }
-    let deadline = Instant::now() + limits::REPLICA_RESET_MAX;
-    loop {
-        match reset_if_following(&replica, auth.as_ref(), &follows, std::env::var(ENV_DISKLESS).ok().as_deref()) {
-            Ok(true) => {
-                eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
-                return 0;
-            }
-            Ok(false) => return 0,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(100)); // Waiting for a load to end, with a deadline.
-            }
-            Err(e) => {
-                eprintln!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}");
-                return 1;
-            }
+    match crate::local::reset(&replica, auth.as_ref(), std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
+        Ok(crate::local::Reset::Done) => {
+            eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
+            0
+        }
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}");
+            1
         }
     }
-}
-
-/// Reset the replica if it follows `follows`; Ok(false) when it follows anyone else (or no one).
-fn reset_if_following(replica: &str, auth: Option<&replication::replica::Auth>, follows: &str, diskless: Option<&str>) -> Result<bool, String> {
-    let mut c = client::Client::connect(replica, auth, crate::local::CMD_TIMEOUT).map_err(|e| e.to_string())?;
-    let i = c.info("replication").map_err(|e| e.to_string())?;
-    let (host, port) = (i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default());
-    let at = follows.rsplit_once(':').map(|(h, p)| (h.trim_matches(['[', ']']), p));
-    if i.get("role") != Some("slave") || at != Some((host, port)) {
-        return Ok(false);
-    }
-    c.cmd(&["REPLICAOF", "NO", "ONE"]).map_err(|e| e.to_string())?;
-    c.cmd(&["FLUSHALL"]).map_err(|e| e.to_string())?;
-    if let Some(v) = diskless {
-        c.config_set("repl-diskless-load", v).map_err(|e| e.to_string())?;
-    }
-    Ok(true)
 }

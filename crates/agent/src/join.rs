@@ -408,9 +408,7 @@ impl Driver<'_> {
         if let Some(g) = self.guard.take() {
             g.disarm();
         }
-        if let Some(link) = self.link.take() {
-            let _ = link.s.shutdown(std::net::Shutdown::Both);
-        }
+        self.link = None; // ReplicaLink's Drop shuts the connection down.
         Ok(before)
     }
 
@@ -420,27 +418,17 @@ impl Driver<'_> {
     fn reset_replica(&mut self) -> Result<(), String> {
         let cfg = self.cfg;
         // Closes the link: a replica loading from us reads to its end, fails the load, and then
-        // accepts commands again (meanwhile it answers -LOADING, so we retry).
+        // accepts commands again (meanwhile it answers -LOADING; `local::reset` waits that out).
         self.link = None;
-        let deadline = Instant::now() + limits::REPLICA_RESET_MAX;
-        loop {
-            let last = match try_reset(cfg, self.c.local.diskless_load_before.as_deref()) {
-                Ok(()) => {
-                    tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server");
-                    return Ok(());
-                }
-                Err(Reset::Unreachable(e)) => {
-                    tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying");
-                    return Ok(());
-                }
-                Err(Reset::Refused(e)) => e,
-            };
-            if Instant::now() >= deadline {
-                tracing::error!(error = %last, "could not reset the replica; it may still follow this (dead) agent: run REPLICAOF NO ONE and FLUSHALL on it");
-                return Err(last);
+        match local::reset(&cfg.replica, cfg.replica_auth.as_ref(), self.c.local.diskless_load_before.as_deref(), None) {
+            Ok(local::Reset::Unreachable(e)) => tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying"),
+            Ok(_) => tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server"),
+            Err(e) => {
+                tracing::error!(error = %e, "could not reset the replica; it may still follow this (dead) agent: run REPLICAOF NO ONE and FLUSHALL on it");
+                return Err(e);
             }
-            std::thread::sleep(POLL_EVERY * 10); // Waiting for the server to finish a load, with a deadline.
         }
+        Ok(())
     }
 
     fn report(&self, o: &Outcome, mut notes: Vec<String>) -> Report {
@@ -497,30 +485,6 @@ impl Driver<'_> {
             bytes_served_to_peers: c.peering.as_ref().map_or(0, |p| p.served_bytes()),
             attempts: Vec::new(),
         }
-    }
-}
-
-/// Why one reset attempt failed.
-enum Reset {
-    /// The server does not answer (down): nothing follows us there.
-    Unreachable(String),
-    /// It answered but refused (e.g. `-LOADING`), or is still a replica: try again.
-    Refused(String),
-}
-
-/// `REPLICAOF NO ONE`, `FLUSHALL`, the load setting restored; then check the role.
-fn try_reset(cfg: &Config, diskless_load_before: Option<&str>) -> Result<(), Reset> {
-    let mut c = Client::connect(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT).map_err(|e| Reset::Unreachable(e.to_string()))?;
-    let refused = |e: client::Error| Reset::Refused(e.to_string());
-    c.cmd(&["REPLICAOF", "NO", "ONE"]).map_err(refused)?;
-    c.cmd(&["FLUSHALL"]).map_err(refused)?;
-    if let Some(v) = diskless_load_before {
-        c.config_set("repl-diskless-load", v).map_err(refused)?;
-    }
-    let role = c.info("replication").map_err(refused)?;
-    match role.get("role") {
-        Some("master") => Ok(()),
-        other => Err(Reset::Refused(format!("still role {other:?} after REPLICAOF NO ONE"))),
     }
 }
 

@@ -83,3 +83,56 @@ pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
         offset: i.num("slave_repl_offset").or_else(|| i.num("master_repl_offset")).map(|n| n as u64),
     })
 }
+
+/// What [`reset`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reset {
+    /// The replica is standalone and empty, its load setting restored.
+    Done,
+    /// It follows someone other than `only_if_following` (or no one): left alone.
+    NotOurs,
+    /// It does not answer (down): nothing follows anyone there; it restarts standalone.
+    Unreachable(String),
+}
+
+/// Make the replica standalone and empty again (`REPLICAOF NO ONE`, `FLUSHALL`, the load setting
+/// restored, the role checked) — if given, only while it follows `only_if_following` (`host:port`).
+/// A replica still loading from a closed link answers `-LOADING` until it has read to the link's
+/// end, so refusals are retried up to [`limits::REPLICA_RESET_MAX`]; the last refusal is the error.
+/// Shared by the join's own reset and by the guard's.
+pub fn reset(addr: &str, auth: Option<&Auth>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+    let deadline = std::time::Instant::now() + limits::REPLICA_RESET_MAX;
+    loop {
+        let refused = match reset_once(addr, auth, diskless_load_before, only_if_following) {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(refused);
+        }
+        std::thread::sleep(Duration::from_millis(100)); // Waiting for the server to finish a load, with a deadline.
+    }
+}
+
+fn reset_once(addr: &str, auth: Option<&Auth>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+    let mut c = match Client::connect(addr, auth, CMD_TIMEOUT) {
+        Ok(c) => c,
+        Err(e) => return Ok(Reset::Unreachable(e.to_string())),
+    };
+    if let Some(follows) = only_if_following {
+        let st = repl_state(&mut c).map_err(|e| e.to_string())?;
+        let ours = follows.rsplit_once(':').map(|(h, p)| format!("{}:{p}", h.trim_matches(['[', ']'])));
+        if st.role != "slave" || st.master != ours {
+            return Ok(Reset::NotOurs);
+        }
+    }
+    c.cmd(&["REPLICAOF", "NO", "ONE"]).map_err(|e| e.to_string())?;
+    c.cmd(&["FLUSHALL"]).map_err(|e| e.to_string())?;
+    if let Some(v) = diskless_load_before {
+        c.config_set("repl-diskless-load", v).map_err(|e| e.to_string())?;
+    }
+    match repl_state(&mut c).map_err(|e| e.to_string())?.role.as_str() {
+        "master" => Ok(Reset::Done),
+        other => Err(format!("still role {other:?} after REPLICAOF NO ONE")),
+    }
+}

@@ -354,7 +354,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         }
         Err(agent::Failed { error: e, attempts, handed_over }) => {
             if a.json {
-                println!("{}", serde_json::json!({"ok": false, "error": e.to_string(), "attempts": attempts}));
+                println!("{}", serde_json::json!({"ok": false, "error": e.to_string(), "attempts": attempts, "handed_over": handed_over}));
             }
             let tries = match attempts.len() {
                 0 | 1 => String::new(),

@@ -134,12 +134,9 @@ fn signal(pid: u32, sig: i32) {
 /// `role`, whom it follows (`host:port`, empty when standalone) and its keys, all databases.
 fn replica_state(s: &Server) -> (String, String, u64) {
     let Ok(mut c) = s.try_client() else { return ("unreachable".into(), String::new(), 0) };
-    let (role, following) = match c.info("replication") {
-        Ok(i) => {
-            let role = i.get("role").unwrap_or_default().to_string();
-            let f = if role == "slave" { format!("{}:{}", i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default()) } else { String::new() };
-            (role, f)
-        }
+    let (role, following) = match agent::local::repl_state(&mut c) {
+        Ok(st) if st.role == "slave" => (st.role, st.master.unwrap_or_default()),
+        Ok(st) => (st.role, String::new()),
         Err(_) => ("unreachable".into(), String::new()),
     };
     // `db0:keys=3,expires=0,avg_ttl=0` per database.
@@ -377,18 +374,14 @@ fn connect_in(ns: Option<&str>, addr: &str) -> Result<client::Client> {
     Ok(c?)
 }
 
-/// The last thing a join said about why it failed.
-fn failure_message(out: &str) -> String {
-    let lines: Vec<&str> = out.lines().collect();
-    match lines.iter().position(|l| l.starts_with("fastrepl join failed")) {
-        Some(i) => lines[i..].iter().take(2).copied().collect::<Vec<_>>().join(" "),
-        None => String::new(),
-    }
+/// The join's `--json` object (its last JSON line).
+fn last_json(out: &str) -> Option<serde_json::Value> {
+    out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
 }
 
 /// How many attempts the join made: a success reports the failed ones before it, a failure all.
 fn attempts(out: &str) -> usize {
-    let Some(v) = out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) else { return 1 };
+    let Some(v) = last_json(out) else { return 1 };
     let failed = v["attempts"].as_array().map_or(0, Vec::len);
     if v.get("handoff").is_some() {
         failed + 1
@@ -543,7 +536,10 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };
     for (i, o) in obs.iter_mut().enumerate() {
         let out = w.outputs[i].clone();
-        o.message = failure_message(&out);
+        // The join's own account of a failure: `{"ok": false, "error", "attempts", "handed_over"}`.
+        let report = last_json(&out).unwrap_or_default();
+        o.message = report["error"].as_str().unwrap_or_default().to_string();
+        o.handed_over = report["handed_over"] == true;
         let (role, following, keys) = replica_state(&w.replicas[i]);
         (o.role, o.following, o.replica_keys) = (role, following, keys);
         if i == 0 && cell.fault == Fault::Kill(Target::Replica) && cell.phase == Phase::After && o.exit == Some(0) {

@@ -241,6 +241,9 @@ pub struct Observed {
     pub hung: bool,
     /// The join's last error line (what the operator reads).
     pub message: String,
+    /// The join failed after it had handed the replica to the master (its `--json` says so).
+    #[serde(default)]
+    pub handed_over: bool,
     /// The replica's `role` afterwards (`master` = standalone).
     pub role: String,
     /// Whom the replica follows, when it is one (`host:port`).
@@ -332,7 +335,7 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
             if o.message.trim().is_empty() {
                 return Verdict::Violation("failed without a message".into());
             }
-            if o.role == "slave" && follows_a_master(&o.following) && o.message.contains("handed to the master") {
+            if o.handed_over && o.role == "slave" && follows_a_master(&o.following) {
                 return Verdict::HandedOver;
             }
             if o.role != "master" || o.replica_keys != 0 {
@@ -377,9 +380,10 @@ mod tests {
         assert!(!judge(&Observed { replica_keys: 10, ..failed.clone() }, M).survived(), "half-loaded");
         assert!(!judge(&Observed { role: "slave".into(), following: "127.0.0.1:1".into(), ..failed }, M).survived(), "following a fake master");
         assert!(!judge(&Observed { hung: true, ..ok() }, M).survived());
-        let after = Observed { exit: Some(1), message: "master: timed out. The replica had already been handed to the master".into(), role: "slave".into(), following: M.into(), replica_keys: 9, ..Default::default() };
+        let after = Observed { exit: Some(1), message: "master: timed out".into(), handed_over: true, role: "slave".into(), following: M.into(), replica_keys: 9, ..Default::default() };
         assert_eq!(judge(&after, M), Verdict::HandedOver);
-        assert!(!judge(&Observed { following: "127.0.0.1:40000".into(), ..after }, M).survived(), "handed to a fake master is not handed over");
+        assert!(!judge(&Observed { following: "127.0.0.1:40000".into(), ..after.clone() }, M).survived(), "handed to a fake master is not handed over");
+        assert!(!judge(&Observed { handed_over: false, ..after }, M).survived(), "a failure before the handoff must reset");
     }
 
     #[test]

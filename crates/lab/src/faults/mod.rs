@@ -36,6 +36,9 @@ pub struct FaultsArgs {
     /// Keep every cell's relay and agent logs in DIR.
     #[arg(long)]
     pub logs: Option<PathBuf>,
+    /// Only re-render results.md from the results.json in --out (no cell runs).
+    #[arg(long)]
+    pub render: bool,
     /// Replace only the cells run in an existing results.json in --out (re-running a few cells of a
     /// full matrix), keeping the others.
     #[arg(long)]
@@ -56,6 +59,12 @@ pub struct Results {
 /// Run the matrix (or its `--quick` part), write the results, and fail if any cell broke the
 /// invariant.
 pub fn run(a: FaultsArgs) -> Result<Results> {
+    if a.render {
+        let r: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
+        std::fs::write(a.out.join("results.md"), markdown(&r))?;
+        println!("{}", r.summary);
+        return Ok(r);
+    }
     if !fixtures::netns::available() {
         bail!("the fault matrix needs network namespaces (root and iproute2; scripts/setup.sh installs them)");
     }
@@ -204,6 +213,33 @@ pub fn summarize(cells: &[cell::CellResult]) -> String {
     )
 }
 
+/// Verdicts per agent, where the strikes landed, and how fast the join's own retries recovered.
+fn tallies(cells: &[cell::CellResult]) -> String {
+    use std::collections::BTreeMap;
+    let ran: Vec<&cell::CellResult> = cells.iter().filter(|c| c.skipped.is_none()).collect();
+    let count = |f: &dyn Fn(&cell::CellResult) -> String| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for c in &ran {
+            *m.entry(f(c)).or_default() += 1;
+        }
+        m.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
+    };
+    let short = |v: &matrix::Verdict| verdict(v).split(':').next().unwrap_or_default().to_string();
+    let retried: Vec<f64> =
+        ran.iter().filter(|c| c.attempts > 1 && matches!(c.a_verdict, matrix::Verdict::Synced | matrix::Verdict::Native)).map(|c| c.recovery_secs).collect();
+    let a_only = ran.iter().filter(|c| c.b_unaffected.is_some()).count();
+    let unaffected = ran.iter().filter(|c| c.b_unaffected == Some(true)).count();
+    format!(
+        "Agent A: {}. Agent B: {}. Struck in: {}. Recovered by the join's own retries: {} cells (median {:.1} s from the strike). \
+         B unaffected in {unaffected} of the {a_only} cells where the fault was A's alone.\n\n",
+        count(&|c| short(&c.a_verdict)),
+        count(&|c| short(&c.b_verdict)),
+        count(&|c| c.struck_in.split(" (").next().unwrap_or_default().to_string()),
+        retried.len(),
+        crate::stats::median(&retried).unwrap_or(0.0)
+    )
+}
+
 fn markdown(r: &Results) -> String {
     let mut s = String::from("# Fault matrix\n\n");
     s.push_str(&format!("**{}**\n\n", r.summary));
@@ -217,6 +253,7 @@ fn markdown(r: &Results) -> String {
     s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");
     s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it), ");
     s.push_str("*handed-over* (the master went away just after the handoff: non-zero exit saying so, the replica the real master's, not reported in sync).\n\n");
+    s.push_str(&tallies(&r.cells));
     s.push_str("| cell | struck in | A | A exit | attempts | A done after (s) | B | B unaffected | keys lost | relay fds before/after | relay memfds | leaks |\n");
     s.push_str("|---|---|---|---|---:|---:|---|---|---:|---|---:|---|\n");
     for c in &r.cells {
