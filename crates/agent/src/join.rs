@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::Transport;
 
+/// The phase shown between attempts.
+pub const WAITING_TO_RETRY: &str = "waiting to retry";
+
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
 /// The agent's memory is sampled this often while it pulls, by a thread of its own.
@@ -66,7 +69,7 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
         };
         tracing::warn!(attempt = n, error = %error, retry_in_secs = waited.as_secs_f64(), "join attempt failed; the replica was reset; trying again");
         attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: waited.as_secs_f64() });
-        cfg.live.set_phase("waiting to retry");
+        cfg.live.set_phase(WAITING_TO_RETRY);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
             attempts.last_mut().expect("pushed above").waited_secs = 0.0;
             return Err(crate::Failed { error: e, attempts, handed_over: false });

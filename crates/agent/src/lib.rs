@@ -154,6 +154,22 @@ impl Live {
     fn set_phase(&self, p: &'static str) {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
+
+    /// The join's progress as Prometheus text (`join --metrics`): the phase as a state set (one
+    /// sample per phase, 1 for the current), and byte counters to take rates of.
+    pub fn prometheus(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut e = metrics::Exposition::new("fastrepl_join");
+        let now = *self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        for p in machine::PHASE_NAMES.iter().chain(&[join::WAITING_TO_RETRY]) {
+            e.gauge("phase", "The join's phase (1 = current).", &[("phase", p)], if *p == now { 1.0 } else { 0.0 });
+        }
+        e.counter("rdb_sent_bytes_total", "Snapshot bytes sent to the local server.", &[], self.rdb_bytes_sent.load(Relaxed) as f64);
+        e.gauge("rdb_length_bytes", "The snapshot's length (0 until known).", &[], self.rdb_bytes_total.load(Relaxed) as f64);
+        e.counter("received_bytes_total", "Verified snapshot bytes received, by source.", &[("source", "relay")], self.sources.from_relay.load(Relaxed) as f64);
+        e.counter("received_bytes_total", "", &[("source", "peers")], self.sources.from_peers.load(Relaxed) as f64);
+        e.finish()
+    }
 }
 
 /// How the replica was handed to its master.

@@ -220,6 +220,9 @@ enum Phase {
     Over,
 }
 
+/// Every phase name a join reports ([`Join::phase_name`]), in order.
+pub const PHASE_NAMES: &[&str] = &["preparing", "pulling", "loading", "streaming log", "handing off", "done"];
+
 /// The join from the replica's preparation to the end of the handoff.
 #[derive(Debug)]
 pub struct Join {
@@ -259,7 +262,7 @@ impl Join {
         self.streamed
     }
 
-    /// The phase, for a person watching (the progress display).
+    /// The phase, for a person watching (the progress display); one of [`PHASE_NAMES`].
     pub fn phase_name(&self) -> &'static str {
         match self.phase {
             Phase::Preparing | Phase::WaitingLength => "preparing",

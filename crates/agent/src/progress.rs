@@ -132,6 +132,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
             Control::Heartbeat => return Err(crate::Error::RelayProtocol("the relay has no snapshot yet (timed out waiting)".into())),
             Control::Error(e) => return Err(crate::Error::RelayProtocol(format!("relay: {e}"))),
             Control::Hello { .. } => return Err(crate::Error::RelayProtocol("unexpected second hello".into())),
+            Control::Status(_) => return Err(crate::Error::RelayProtocol("unexpected status on a control connection".into())),
         }
     };
     let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
@@ -159,7 +160,7 @@ fn follow(mut s: TcpStream, p: Arc<Progress>) {
             }
             Ok(Control::Heartbeat) => continue,
             Ok(Control::Error(e)) => v.lost = Some(format!("relay: {e}")),
-            Ok(Control::Hello { .. }) => v.lost = Some("relay protocol error: unexpected hello".into()),
+            Ok(Control::Hello { .. } | Control::Status(_)) => v.lost = Some("relay protocol error: unexpected hello or status".into()),
             Err(e) => v.lost = Some(format!("lost the relay's control connection: {e}")),
         }
         let stop = v.lost.is_some();

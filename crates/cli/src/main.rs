@@ -12,8 +12,17 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(name = "fastrepl", version, about = "Fast, master-friendly full sync for Redis and Valkey replicas")]
 struct Cli {
+    /// Log lines as text for people, or as one JSON object per line for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FASTREPL_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -27,6 +36,8 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
+    /// What a running relay holds and serves: generations, capture, agents, bytes, errors.
+    Status(StatusArgs),
     /// Started by `join`: resets the replica if the join's process dies before the handoff.
     #[command(name = "__guard", hide = true)]
     Guard,
@@ -35,146 +46,182 @@ enum Cmd {
 #[derive(clap::Args)]
 struct RelayArgs {
     /// The master, host:port.
-    #[arg(long, required_unless_present = "file")]
+    #[arg(long, required_unless_present = "file", env = "FASTREPL_MASTER")]
     master: Option<String>,
     /// Serve this file as the snapshot instead of capturing from a master (remote-read benchmarks).
-    #[arg(long, conflicts_with = "master")]
+    #[arg(long, conflicts_with = "master", env = "FASTREPL_FILE")]
     file: Option<PathBuf>,
     /// Where agents connect. A non-loopback address requires a token.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    #[arg(long, default_value = "127.0.0.1:7400", env = "FASTREPL_LISTEN")]
     listen: SocketAddr,
     /// File holding the agents' shared secret (else $FASTREPL_TOKEN).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// ACL user for the master.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_MASTER_USER")]
     master_user: Option<String>,
     /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
     master_password_file: Option<PathBuf>,
     /// Snapshot block size in bytes.
-    #[arg(long, default_value_t = limits::BLOCK_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = limits::BLOCK_BYTES_DEFAULT, env = "FASTREPL_BLOCK_SIZE")]
     block_size: u64,
     /// Largest snapshot accepted, in bytes.
-    #[arg(long, default_value_t = limits::SNAPSHOT_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = limits::SNAPSHOT_BYTES_DEFAULT, env = "FASTREPL_SNAPSHOT_MAX_BYTES")]
     snapshot_max_bytes: u64,
     /// Largest stream log kept after the snapshot before the generation is sealed, in bytes.
-    #[arg(long, default_value_t = limits::LOG_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = limits::LOG_BYTES_DEFAULT, env = "FASTREPL_LOG_MAX_BYTES")]
     log_max_bytes: u64,
     /// Oldest the stream log may grow before the generation is sealed, in seconds.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, default_value_t = 3600, env = "FASTREPL_LOG_MAX_AGE_SECS")]
     log_max_age_secs: u64,
     /// Port announced to the master (REPLCONF listening-port); default: the listen port.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_ANNOUNCE_PORT")]
     announce_port: Option<u16>,
     /// Most agent connections at once.
-    #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT)]
+    #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT, env = "FASTREPL_CONNECTIONS_MAX")]
     connections_max: usize,
     /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
     transport: transport::Choice,
+    /// Where snapshots are captured from: `master` (it forks), a replica of the master, host:port
+    /// (the master forks nothing; checked to share the master's replication ID before each capture),
+    /// or `auto` (a healthy replica, the master only when none qualifies).
+    #[arg(long, default_value = "master", env = "FASTREPL_SOURCE")]
+    source: relay::source::Source,
+    /// During a capture from a replica, switch its rdbcompression and rdbchecksum off (restored
+    /// after): a faster cold snapshot, more bytes; fastrepl's block checksums still cover the data.
+    #[arg(long, env = "FASTREPL_SOURCE_RDB_RAW")]
+    source_rdb_raw: bool,
+    /// When to take the first snapshot: on-start (ready for the first agent) or on-demand (when the
+    /// first agent asks; nothing forked or held before).
+    #[arg(long, default_value = "on-start", env = "FASTREPL_CAPTURE")]
+    capture: relay::CapturePolicy,
+    /// Release the current snapshot's memory after this many seconds without any agent connected
+    /// (the next agent triggers a new capture); 0 = keep it.
+    #[arg(long, default_value_t = 0, env = "FASTREPL_IDLE_RELEASE_SECS")]
+    idle_release_secs: u64,
+    /// Serve Prometheus metrics on this address (GET /metrics), e.g. 127.0.0.1:9400.
+    #[arg(long, env = "FASTREPL_METRICS")]
+    metrics: Option<SocketAddr>,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// The relay, host:port (its agents' port).
+    #[arg(long, env = "FASTREPL_RELAY")]
+    relay: SocketAddr,
+    /// File holding the relay token (else $FASTREPL_TOKEN).
+    #[arg(long, env = "FASTREPL_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Print the status as JSON.
+    #[arg(long, env = "FASTREPL_JSON")]
+    json: bool,
 }
 
 #[derive(clap::Args)]
 struct JoinArgs {
     /// The relay, host:port.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_RELAY")]
     relay: SocketAddr,
     /// The local server to make a replica, host:port.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_REPLICA")]
     replica: String,
     /// File holding the relay token (else $FASTREPL_TOKEN).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// The master as the replica reaches it (default: as the relay reaches it).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_MASTER")]
     master: Option<String>,
     /// ACL user for the master (the replica's masteruser).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_MASTER_USER")]
     master_user: Option<String>,
     /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
     master_password_file: Option<PathBuf>,
     /// ACL user for the local server.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_REPLICA_USER")]
     replica_user: Option<String>,
     /// File holding the local server's password (else $FASTREPL_REPLICA_PASSWORD).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_REPLICA_PASSWORD_FILE")]
     replica_password_file: Option<PathBuf>,
     /// Replace the local server's data if it has any.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_FORCE")]
     force: bool,
     /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
     /// device, tcp otherwise, and says which.
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
     transport: transport::Choice,
     /// Where the agent listens for its replica.
-    #[arg(long, default_value = "127.0.0.1:0")]
+    #[arg(long, default_value = "127.0.0.1:0", env = "FASTREPL_LISTEN")]
     listen: SocketAddr,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
     /// Blocks buffered ahead of the replica at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX))]
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
     window_blocks: u64,
     /// Seconds to wait for the replica to load the snapshot.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, default_value_t = 3600, env = "FASTREPL_LOAD_TIMEOUT_SECS")]
     load_timeout_secs: u64,
     /// Seconds to wait for the replica's link to the master after the handoff.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, default_value_t = 3600, env = "FASTREPL_HANDOFF_TIMEOUT_SECS")]
     handoff_timeout_secs: u64,
     /// Print one JSON object with the report.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_JSON")]
     json: bool,
     /// Do not serve blocks to other agents of the same snapshot (this agent still fetches from them).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_NO_SERVE")]
     no_serve: bool,
     /// Where to listen for other agents (default: the address this host reaches the relay from, on
     /// any free port).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_PEER_LISTEN")]
     peer_listen: Option<SocketAddr>,
     /// The address other agents should use to reach this one, host:port (NAT, multi-homed hosts);
     /// default: the address the relay sees this agent at, with the listening port.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_ADVERTISE")]
     advertise: Option<String>,
     /// MiB of blocks already fed to the replica that are kept to serve other agents (oldest dropped
     /// first).
-    #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20)]
+    #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20, env = "FASTREPL_SERVE_CACHE_MIB")]
     serve_cache_mib: u64,
     /// After the handoff, keep serving other agents that still pull for at most this many seconds.
-    #[arg(long, default_value_t = limits::SERVE_LINGER_DEFAULT.as_secs())]
+    #[arg(long, default_value_t = limits::SERVE_LINGER_DEFAULT.as_secs(), env = "FASTREPL_SERVE_LINGER_SECS")]
     serve_linger_secs: u64,
     /// Attempts after the first when a join fails before the handoff for a reason time can mend
     /// (relay, master or link down, snapshot lost or sealed, master failed over); 0 = never retry.
-    #[arg(long, default_value_t = limits::JOIN_RETRIES_DEFAULT, value_parser = clap::value_parser!(u32).range(0..=100))]
+    #[arg(long, default_value_t = limits::JOIN_RETRIES_DEFAULT, value_parser = clap::value_parser!(u32).range(0..=100), env = "FASTREPL_RETRIES")]
     retries: u32,
+    /// Serve the join's progress as Prometheus metrics on this address while it runs.
+    #[arg(long, env = "FASTREPL_METRICS")]
+    metrics: Option<SocketAddr>,
     /// Longest wait between attempts, in seconds (waits start at 1 s and double, jittered).
-    #[arg(long, default_value_t = limits::JOIN_RETRY_MAX.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = limits::JOIN_RETRY_MAX.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600), env = "FASTREPL_RETRY_MAX_SECS")]
     retry_max_secs: u64,
 }
 
 #[derive(clap::Args)]
 struct FetchArgs {
     /// The relay, host:port.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_RELAY")]
     relay: SocketAddr,
     /// Where to write the bytes; `-` for stdout.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_OUT")]
     out: PathBuf,
     /// File holding the relay token (else $FASTREPL_TOKEN).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Transport: auto, ucx, shm or tcp.
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
     transport: transport::Choice,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
     /// Blocks buffered ahead of the writer at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX))]
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
     window_blocks: u64,
     /// Print the report as JSON (on stderr when the bytes go to stdout).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_JSON")]
     json: bool,
 }
 
@@ -185,22 +232,28 @@ struct VerifyArgs {
     /// The server to check, host:port.
     b: String,
     /// ACL user for both.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_USER")]
     user: Option<String>,
     /// File holding the password for both (else $FASTREPL_VERIFY_PASSWORD).
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_PASSWORD_FILE")]
     password_file: Option<PathBuf>,
     /// Largest TTL difference accepted, in ms.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, env = "FASTREPL_TTL_TOLERANCE_MS")]
     ttl_tolerance_ms: i64,
     /// Print the outcome as JSON.
-    #[arg(long)]
+    #[arg(long, env = "FASTREPL_JSON")]
     json: bool,
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        LogFormat::Text => log.init(),
+        // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
+        // pipelines parse without a grok pattern.
+        LogFormat::Json => log.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -208,12 +261,13 @@ fn main() -> ExitCode {
     #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
         Cmd::Join(a) => join(a),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
+        Cmd::Status(a) => status(a),
         Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
     };
     match r {
@@ -241,9 +295,18 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         },
         connections_max: a.connections_max,
         offer: a.transport.into(),
+        source: a.source,
+        source_rdb_raw: a.source_rdb_raw,
+        capture: a.capture,
+        idle_release: (a.idle_release_secs > 0).then(|| Duration::from_secs(a.idle_release_secs)),
     };
-    let r = relay::Relay::start(cfg).context("start relay")?;
+    let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
     eprintln!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
+    if let Some(addr) = a.metrics {
+        let r2 = r.clone();
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || r2.status().prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        eprintln!("fastrepl relay metrics on http://{bound}/metrics");
+    }
     r.wait();
     Ok(ExitCode::SUCCESS)
 }
@@ -326,6 +389,11 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         },
     };
     on_interrupt(cfg.cancel.clone())?;
+    if let Some(addr) = a.metrics {
+        let live = cfg.live.clone();
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        tracing::info!("join metrics on http://{bound}/metrics");
+    }
     let bar = progress_bar(cfg.live.clone());
     let result = agent::join(&cfg);
     if let Some((stop, h)) = bar {
@@ -451,6 +519,71 @@ fn print_report(r: &agent::Report) {
     for n in &r.notes {
         println!("note: {n}");
     }
+}
+
+fn status(a: StatusArgs) -> Result<ExitCode> {
+    let token = transport::secrets::token(a.token_file.as_deref())?;
+    let mut s = std::net::TcpStream::connect_timeout(&a.relay, limits::CONNECT_TIMEOUT).with_context(|| format!("connect to relay {}", a.relay))?;
+    s.set_read_timeout(Some(limits::IO_TIMEOUT)).context("configure socket")?;
+    transport::auth::client(&mut s, &token, transport::auth::Kind::Status).with_context(|| format!("authenticate to relay {}", a.relay))?;
+    let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
+        transport::wire::Control::Status(v) => serde_json::from_value(v).context("decode the relay's status")?,
+        transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
+        other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        print_status(&st);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_status(st: &relay::stats::Status) {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    println!("relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs);
+    println!("master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy);
+    let silent = st.source_silent_secs.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
+    println!(
+        "captures {} ({} failed), sealed {}, released idle {}; source last sent {silent}, {:.1} MiB received",
+        st.captures_total,
+        st.capture_failures_total,
+        st.sealed_total,
+        st.released_idle_total,
+        mib(st.source_bytes_total)
+    );
+    if let Some(e) = &st.last_capture_error {
+        println!("last capture failure: {e}");
+    }
+    println!("generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes));
+    for g in &st.generations {
+        let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+        println!(
+            "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {:.1} MiB, age {:.0} s, {} agents{}",
+            g.id,
+            if g.current { "current" } else { "" },
+            g.state,
+            mib(g.rdb_bytes),
+            g.blocks,
+            total,
+            mib(g.log_bytes),
+            g.age_secs,
+            g.agents,
+            g.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
+        );
+    }
+    println!(
+        "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
+        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.refused_over_limit_total
+    );
+    println!(
+        "served: {:.1} MiB of blocks over tcp, {:.1} MiB of log; one-sided attaches: shm {}, ucx {}",
+        mib(st.tcp_block_bytes_total),
+        mib(st.log_bytes_served_total),
+        st.shm_attaches_total,
+        st.ucx_attaches_total
+    );
+    println!("errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes));
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {

@@ -40,6 +40,12 @@ pub enum Error {
     /// Storing the snapshot failed.
     #[error(transparent)]
     Snapshot(#[from] snapshot::Error),
+    /// No usable source for the capture (`--source`).
+    #[error("capture source: {why}")]
+    Source {
+        /// What was wrong.
+        why: String,
+    },
     /// The relay is stopping.
     #[error("relay stopping")]
     Stopped,
@@ -56,6 +62,11 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
             let mut cur = shared.lock_current();
             while !shared.demand.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
                 cur = shared.changed.wait_timeout(cur, Duration::from_millis(500)).unwrap_or_else(|p| p.into_inner()).0;
+                // A sealed generation stays current (readable) until the next demand; an idle one is
+                // let go of here.
+                drop(cur);
+                shared.release_if_idle();
+                cur = shared.lock_current();
             }
         }
         if shared.stop.load(Ordering::SeqCst) {
@@ -63,6 +74,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
         }
         shared.demand.store(false, Ordering::SeqCst);
         id += 1;
+        crate::stats::Stats::add(&shared.stats.captures, 1);
         let span = tracing::info_span!("capture", generation = id);
         let _g = span.enter();
         let started = Instant::now();
@@ -77,8 +89,9 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 shared.record_capture_failure(e.to_string());
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
-                // The first generation is wanted even without agents: the relay's job is to be ready.
-                if id == 1 || shared.lock_current().is_none() {
+                // With --capture on-start the first generation is wanted even without agents: the
+                // relay's job is to be ready. Otherwise waiting agents renew the demand themselves.
+                if shared.config.capture == crate::CapturePolicy::OnStart && (id == 1 || shared.lock_current().is_none()) {
                     shared.demand.store(true, Ordering::SeqCst);
                 }
             }
@@ -87,13 +100,14 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
 }
 
 /// The master's socket and the machine that speaks to it.
-struct Link {
+struct Link<'a> {
     s: TcpStream,
+    stats: &'a crate::stats::Stats,
     master: String,
     machine: Capture,
 }
 
-impl Link {
+impl Link<'_> {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + '_ {
         move |source| Error::Io { op, master: self.master.clone(), source }
     }
@@ -110,7 +124,10 @@ impl Link {
         let phase = self.machine.phase().name();
         let r = match self.s.read(&mut chunk) {
             Ok(0) => return Err(Error::Io { op: phase, master: self.master.clone(), source: ErrorKind::UnexpectedEof.into() }),
-            Ok(n) => self.machine.on_bytes(Instant::now(), &chunk[..n]),
+            Ok(n) => {
+                self.stats.source_io(n as u64);
+                self.machine.on_bytes(Instant::now(), &chunk[..n])
+            }
             Err(e) if quiet(&e) => self.machine.on_tick(Instant::now()),
             Err(e) => return Err(Error::Io { op: phase, master: self.master.clone(), source: e }),
         };
@@ -132,12 +149,27 @@ struct Run {
     gen: Option<Arc<Generation>>,
     /// Its writer, until the RDB is complete.
     writer: Option<snapshot::Writer>,
+    /// The source's RDB settings to restore once the RDB is complete (`--source-rdb-raw`).
+    raw: Option<crate::source::RawRdb>,
 }
 
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
-    let master = cfg.master.clone();
+    let chosen = crate::source::resolve(&cfg.source, &cfg.master, cfg.master_auth.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
+        .map_err(|why| Error::Source { why })?;
+    tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
+    shared.stats.set_source(&chosen.addr);
+    // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
+    let raw = match (cfg.source_rdb_raw, chosen.replica) {
+        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), CONNECT_TIMEOUT).map_err(|why| Error::Source { why })?),
+        (true, false) => {
+            tracing::warn!("--source-rdb-raw: not switching RDB compression off on the master (only ever on a replica)");
+            None
+        }
+        _ => None,
+    };
+    let master = chosen.addr.clone();
     let addr = master
         .to_socket_addrs()
         .map_err(|source| Error::Io { op: "resolve master", master: master.clone(), source })?
@@ -150,14 +182,15 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .and_then(|_| s.set_nodelay(true))
         .map_err(|source| Error::Io { op: "configure master socket", master: master.clone(), source })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
-    let mut link = Link { s, master, machine };
-    let mut run = Run::default();
+    let mut link = Link { s, stats: &shared.stats, master, machine };
+    let mut run = Run { raw, ..Run::default() };
     let result = drive(shared, id, &mut link, &mut run, first, t0);
     if let (Err(e), Some(gen)) = (&result, &run.gen) {
         if run.writer.is_some() {
             gen.fail(&e.to_string());
         } else {
             gen.seal(&format!("master link lost: {e}"));
+            crate::stats::Stats::add(&shared.stats.sealed, 1);
         }
     }
     shared.changed.notify_all();
@@ -165,7 +198,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
 }
 
 /// Feed the machine and do what it says until the generation is sealed (Ok) or anything fails.
-fn drive(shared: &Shared, id: u64, link: &mut Link, run: &mut Run, first: Event, t0: Instant) -> Result<(), Error> {
+fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Event, t0: Instant) -> Result<(), Error> {
     let mut events = vec![first];
     loop {
         if shared.stop.load(Ordering::SeqCst) {
@@ -173,8 +206,13 @@ fn drive(shared: &Shared, id: u64, link: &mut Link, run: &mut Run, first: Event,
         }
         for ev in events.drain(..) {
             if apply(shared, id, link, run, ev, t0)? == Applied::Sealed {
+                crate::stats::Stats::add(&shared.stats.sealed, 1);
                 return Ok(());
             }
+        }
+        // Released for idleness (--idle-release-secs): the link to the source goes with it.
+        if run.writer.is_none() && (shared.release_if_idle() || run.gen.as_ref().is_some_and(|g| g.state() == snapshot::State::Sealed)) {
+            return Ok(());
         }
         events = match link.machine.phase() {
             Phase::Rdb => receive_rdb(shared, link, run.writer.as_mut().expect("a writer during the RDB"))?,
@@ -189,7 +227,7 @@ enum Applied {
     Sealed,
 }
 
-fn apply(shared: &Shared, id: u64, link: &mut Link, run: &mut Run, ev: Event, t0: Instant) -> Result<Applied, Error> {
+fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event, t0: Instant) -> Result<Applied, Error> {
     match ev {
         Event::Send(bytes, op) => link.send(&bytes, op)?,
         Event::FullResync { replid, offset } => {
@@ -206,6 +244,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link, run: &mut Run, ev: Event, t0
         }
         Event::RdbDone { length } => {
             run.writer.take().expect("a writer until the RDB is done").finish(length);
+            run.raw = None; // restores the source's RDB settings
             tracing::info!(bytes = length, secs = t0.elapsed().as_secs_f64(), "snapshot complete");
         }
         Event::Log { bytes, complete_offset } => {
@@ -221,7 +260,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link, run: &mut Run, ev: Event, t0
 }
 
 /// Move RDB payload into the region: first what came with the header, then straight from the socket.
-fn receive_rdb(shared: &Shared, link: &mut Link, writer: &mut snapshot::Writer) -> Result<Vec<Event>, Error> {
+fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writer) -> Result<Vec<Event>, Error> {
     let too_large = || Error::from(snapshot::Error::TooLarge { max: shared.config.snapshot.snapshot_bytes_max });
     let buffered = link.machine.take_buffered_rdb(RDB_READ_MAX);
     let n = if !buffered.is_empty() {
@@ -238,7 +277,10 @@ fn receive_rdb(shared: &Shared, link: &mut Link, writer: &mut snapshot::Writer) 
         }
         match link.s.read(spare) {
             Ok(0) => return Err(Error::Io { op: "read RDB (cut off mid-stream)", master: link.master.clone(), source: ErrorKind::UnexpectedEof.into() }),
-            Ok(n) => n,
+            Ok(n) => {
+                link.stats.source_io(n as u64);
+                n
+            }
             Err(e) if quiet(&e) => return link.machine.on_tick(Instant::now()).map_err(link.proto()),
             Err(e) => return Err(Error::Io { op: "read RDB", master: link.master.clone(), source: e }),
         }

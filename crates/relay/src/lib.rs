@@ -14,6 +14,8 @@
 pub mod capture;
 mod file;
 pub mod serve;
+pub mod source;
+pub mod stats;
 mod tracker;
 #[cfg(feature = "ucx")]
 mod ucx_serve;
@@ -73,6 +75,45 @@ pub struct Config {
     /// Serve this file as the snapshot instead of capturing from a master (`master` is then only a
     /// label).
     pub file: Option<std::path::PathBuf>,
+    /// Where snapshots are captured from (the master, one of its replicas, or one chosen).
+    pub source: source::Source,
+    /// Switch RDB compression and checksums off on a replica source during its captures.
+    pub source_rdb_raw: bool,
+    /// When the first generation is captured.
+    pub capture: CapturePolicy,
+    /// Release the current generation's memory after this long without any agent connection.
+    pub idle_release: Option<Duration>,
+}
+
+/// When the relay takes its first snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CapturePolicy {
+    /// When the relay starts, so the first agent finds it ready (the master forks even if nobody
+    /// comes).
+    #[default]
+    OnStart,
+    /// When the first agent asks (nothing is forked or held until someone needs it).
+    OnDemand,
+}
+
+impl std::str::FromStr for CapturePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CapturePolicy, String> {
+        match s {
+            "on-start" => Ok(CapturePolicy::OnStart),
+            "on-demand" => Ok(CapturePolicy::OnDemand),
+            s => Err(format!("--capture {s:?}: expected on-start or on-demand")),
+        }
+    }
+}
+
+impl std::fmt::Display for CapturePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CapturePolicy::OnStart => "on-start",
+            CapturePolicy::OnDemand => "on-demand",
+        })
+    }
 }
 
 /// Transports a relay offers. Control connections and log reads always use TCP.
@@ -112,6 +153,9 @@ impl Config {
                 self.listen
             )));
         }
+        if self.source_rdb_raw && self.source == source::Source::Master {
+            return Err(Error::Config("--source-rdb-raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
+        }
         if self.snapshot.block_size < limits::BLOCK_BYTES_MIN || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
             return Err(Error::Config(format!("block size must be between {} and {} bytes", limits::BLOCK_BYTES_MIN, transport::wire::READ_MAX)));
         }
@@ -136,6 +180,10 @@ pub(crate) struct Shared {
     swarms: tracker::Swarms,
     /// Captures that failed so far, and the last one's error (agents waiting for a snapshot are told).
     capture_failed: Mutex<(u64, String)>,
+    /// Counters for status and metrics.
+    stats: stats::Stats,
+    /// When the last agent connection ended or began (for `--idle-release-secs`).
+    last_active: Mutex<std::time::Instant>,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     ucx: Option<ucx_serve::UcxServer>,
@@ -152,6 +200,9 @@ impl Shared {
         all.push(Arc::downgrade(&gen));
         drop(all);
         *self.lock_current() = Some(gen);
+        // Agents that waited for this capture asked for one; the demand is met. Left set, it would
+        // start another capture (another fork on the source) as soon as this one ends.
+        self.demand.store(false, Ordering::SeqCst);
         self.changed.notify_all();
     }
 
@@ -160,7 +211,37 @@ impl Shared {
         self.capture_failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Every generation still held (the current one and sealed ones agents still read).
+    fn held(&self) -> Vec<Arc<Generation>> {
+        let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// An agent connection began or ended.
+    fn touch(&self) {
+        *self.last_active.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
+
+    /// `--idle-release-secs`: when no agent has been connected for that long, seal the current
+    /// generation and stop holding it, so its memory is freed (once any sealed reader is gone). The
+    /// next agent triggers a new capture. Returns whether it released one.
+    fn release_if_idle(&self) -> bool {
+        let Some(idle) = self.config.idle_release else { return false };
+        if self.connections.load(Ordering::SeqCst) > 0 || self.last_active.lock().unwrap_or_else(|p| p.into_inner()).elapsed() < idle {
+            return false;
+        }
+        let mut cur = self.lock_current();
+        let Some(gen) = cur.take() else { return false };
+        drop(cur);
+        gen.seal(&format!("no agent for {} s (--idle-release-secs): memory released", idle.as_secs()));
+        stats::Stats::add(&self.stats.released_idle, 1);
+        tracing::info!(generation = gen.id(), rdb_bytes = gen.descriptor(usize::MAX).0.published, "released an idle generation; the next agent triggers a new capture");
+        self.changed.notify_all();
+        true
+    }
+
     fn record_capture_failure(&self, why: String) {
+        stats::Stats::add(&self.stats.capture_failures, 1);
         let mut f = self.capture_failed.lock().unwrap_or_else(|p| p.into_inner());
         *f = (f.0 + 1, why);
         drop(f);
@@ -233,7 +314,7 @@ impl Shared {
 pub struct Relay {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Relay {
@@ -259,17 +340,20 @@ impl Relay {
         } else {
             None
         };
+        let on_start = config.capture == CapturePolicy::OnStart;
         let shared = Arc::new(Shared {
             config,
             current: Mutex::new(None),
             changed: Condvar::new(),
             all: Mutex::new(Vec::new()),
-            demand: AtomicBool::new(true),
+            demand: AtomicBool::new(on_start),
             stop: AtomicBool::new(false),
             connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
             swarms: tracker::Swarms::default(),
             capture_failed: Mutex::new((0, String::new())),
+            stats: stats::Stats::new(),
+            last_active: Mutex::new(std::time::Instant::now()),
             #[cfg(feature = "ucx")]
             ucx,
         });
@@ -292,7 +376,7 @@ impl Relay {
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
         tracing::info!(listen = %local_addr, master = %shared.config.master, transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
-        Ok(Relay { shared, local_addr, threads })
+        Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
     /// The transports offered, by name.
@@ -305,9 +389,15 @@ impl Relay {
         self.local_addr
     }
 
+    /// What the relay holds and has done, now.
+    pub fn status(&self) -> stats::Status {
+        stats::status(&self.shared, self.local_addr)
+    }
+
     /// Block until the relay stops (it runs until the process ends).
-    pub fn wait(mut self) {
-        for t in self.threads.drain(..) {
+    pub fn wait(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
             let _ = t.join();
         }
     }
@@ -348,6 +438,10 @@ mod tests {
             connections_max: 4,
             offer: Offer::ALL,
             file: None,
+            source: source::Source::Master,
+            source_rdb_raw: false,
+            capture: CapturePolicy::OnStart,
+            idle_release: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Serving agents: every connection authenticates first; control connections get the descriptor and
 //! its changes pushed, data connections get range reads.
 
+use crate::stats::Stats;
 use crate::{tracker, Shared};
 use snapshot::Generation;
 use std::io::Read;
@@ -80,22 +81,36 @@ fn accept_each<S: Send + 'static>(
         let peer = peer_of(&s);
         if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
             tracing::warn!(%peer, max = shared.config.connections_max, "too many connections; closing");
+            Stats::add(&shared.stats.refused_over_limit, 1);
             continue;
         }
         shared.connections.fetch_add(1, Ordering::SeqCst);
+        shared.touch();
         let sh = shared.clone();
         let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
             let span = tracing::info_span!("agent", %peer);
             let _g = span.enter();
             if let Err(e) = serve(&sh, s) {
+                let st = &sh.stats;
                 match e {
-                    Error::Auth(_) | Error::Protocol(_) => tracing::warn!(error = %e, "closed connection"),
+                    Error::Auth(_) => {
+                        Stats::add(&st.errors_auth, 1);
+                        tracing::warn!(error = %e, "closed connection")
+                    }
+                    Error::Protocol(_) => {
+                        Stats::add(&st.errors_protocol, 1);
+                        tracing::warn!(error = %e, "closed connection")
+                    }
                     // A port probe (connect, then close) is not worth more than a debug line.
                     Error::Io { op: "read agent authentication", .. } => tracing::debug!(error = %e, "connection closed before authenticating"),
-                    _ => tracing::info!(error = %e, "connection ended"),
+                    _ => {
+                        Stats::add(&st.errors_io, 1);
+                        tracing::info!(error = %e, "connection ended")
+                    }
                 }
             }
             sh.connections.fetch_sub(1, Ordering::SeqCst);
+            sh.touch();
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "spawn connection thread");
@@ -112,7 +127,7 @@ fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error>
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
             serve_data(shared, s)
         }
-        Kind::Control => Err(Error::Protocol("control connections go over TCP, not the shm socket".into())),
+        Kind::Control | Kind::Status => Err(Error::Protocol("control and status connections go over TCP, not the shm socket".into())),
     }
 }
 
@@ -123,6 +138,12 @@ fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     let kind = auth::server(&mut s, &shared.config.token)?;
     match kind {
         Kind::Control => serve_control(shared, s),
+        Kind::Status => {
+            let local = s.local_addr().map_err(Error::io("local address"))?;
+            let status = crate::stats::status(shared, local);
+            let v = serde_json::to_value(&status).map_err(|e| Error::Protocol(format!("encode status: {e}")))?;
+            wire::send_control(&mut s, &Control::Status(v))
+        }
         Kind::Data => {
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
             serve_data(shared, s)
@@ -163,6 +184,7 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
         wire::send_control(&mut s, &Control::Heartbeat)?;
     };
     tracing::info!(generation = gen.id(), "agent attached");
+    let _attached = Attached::new(&shared.stats);
     let mut sent_checksums = 0;
     let mut sent_version = u64::MAX;
     // Detect the agent leaving: it sends nothing on this connection, so EOF/error means gone.
@@ -190,6 +212,23 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
         // Coalesce bursts of changes (a block every few ms) into one push.
         gen.wait_change(version, HEARTBEAT);
         std::thread::sleep(Duration::from_millis(5)); // Rate limit for pushes, not synchronization.
+    }
+}
+
+/// An agent attached to a generation (its control connection), counted while it lasts.
+struct Attached<'a>(&'a Stats);
+
+impl<'a> Attached<'a> {
+    fn new(stats: &'a Stats) -> Attached<'a> {
+        Stats::add(&stats.agents_attached, 1);
+        Stats::add(&stats.agents_attached_total, 1);
+        Attached(stats)
+    }
+}
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.0.agents_attached.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -242,16 +281,28 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 tcp::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
             }
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
-                Ok(()) => tcp::send_range(&mut s, gen.region().file(), offset, len)?,
+                Ok(()) => {
+                    tcp::send_range(&mut s, gen.region().file(), offset, len)?;
+                    Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
+                }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
             Request::Log { from, max, .. } => match gen.read_log(from, max as usize) {
-                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
+                Ok(bytes) => {
+                    tcp::send_bytes(&mut s, &bytes)?;
+                    Stats::add(&shared.stats.log_bytes_served, bytes.len() as u64);
+                }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
-            Request::Attach { transport: wire::ATTACH_SHM, .. } => s.attach_shm(gen)?,
+            Request::Attach { transport: wire::ATTACH_SHM, .. } => {
+                s.attach_shm(gen)?;
+                Stats::add(&shared.stats.shm_attaches, 1);
+            }
             Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
-                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
+                Ok(bytes) => {
+                    tcp::send_bytes(&mut s, &bytes)?;
+                    Stats::add(&shared.stats.ucx_attaches, 1);
+                }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
             Request::Register { .. } | Request::Locate { .. } | Request::Have { .. } | Request::NotAt { .. } | Request::Needed { .. } => {

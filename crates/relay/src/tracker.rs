@@ -65,6 +65,11 @@ impl Swarms {
         id
     }
 
+    /// Agents in `generation`'s swarm now.
+    pub fn members(&self, generation: u64) -> usize {
+        self.with(generation, |s| s.tracker.agents()).unwrap_or(0)
+    }
+
     /// The member left (its tracker link closed): it serves nothing any more.
     pub fn leave(&self, generation: u64, id: u32) {
         let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());

@@ -313,6 +313,11 @@ impl Generation {
         self.lock().state
     }
 
+    /// Time since the capture of this generation started.
+    pub fn age(&self) -> Duration {
+        self.created.elapsed()
+    }
+
     /// Bytes held in memory by the log.
     pub fn log_len(&self) -> usize {
         self.lock().log.len()

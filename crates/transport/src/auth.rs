@@ -68,6 +68,8 @@ pub enum Kind {
     Control = 1,
     /// Range reads.
     Data = 2,
+    /// One status report (`fastrepl status`), then the relay closes.
+    Status = 3,
 }
 
 fn nonce() -> Result<[u8; NONCE_LEN], Error> {
@@ -135,6 +137,7 @@ pub fn server<S: Read + Write>(s: &mut S, token: &Token) -> Result<Kind, Error> 
     let kind = match msg[10] {
         1 => Kind::Control,
         2 => Kind::Data,
+        3 => Kind::Status,
         k => return Err(Error::Protocol(format!("unknown connection kind {k}"))),
     };
     let client_nonce = &msg[11..11 + NONCE_LEN];

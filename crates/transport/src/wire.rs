@@ -39,6 +39,8 @@ pub enum Control {
     Heartbeat,
     /// The relay cannot serve this agent.
     Error(String),
+    /// The answer on a status connection: what the relay holds and has done (`relay::stats::Status`).
+    Status(serde_json::Value),
 }
 
 /// Write one control message.
