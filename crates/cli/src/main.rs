@@ -247,7 +247,10 @@ struct VerifyArgs {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    // Colours only for a person at a terminal: journald and log files get plain text.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -301,11 +304,11 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         idle_release: (a.idle_release_secs > 0).then(|| Duration::from_secs(a.idle_release_secs)),
     };
     let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
-    eprintln!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
+    tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
         let bound = metrics::serve(addr, std::sync::Arc::new(move || r2.status().prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
-        eprintln!("fastrepl relay metrics on http://{bound}/metrics");
+        tracing::info!("relay metrics on http://{bound}/metrics");
     }
     r.wait();
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,192 @@
+//! Running fastrepl as operators do: snapshots from a replica (the master forks nothing), capture on
+//! demand and idle release, `status` and Prometheus metrics, JSON logs, configuration from the
+//! environment.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// A replica of `master`, caught up (link up, not syncing).
+fn replica_of(master: &Server) -> Server {
+    let r = Server::start(Flavor::Redis70, &["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    wait_until("the source replica to sync", Duration::from_secs(60), || {
+        let i = r.client().info("replication").ok()?;
+        (i.get("master_link_status") == Some("up") && i.num("master_sync_in_progress") == Some(0)).then_some(())
+    });
+    r
+}
+
+fn status_json(relay: &str) -> serde_json::Value {
+    let out = fastrepl().args(["status", "--relay", relay, "--json"]).output().unwrap();
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Scrape `addr` and index the samples by `name{labels}`.
+fn scrape(addr: &str) -> std::collections::HashMap<String, f64> {
+    let text = metrics::scrape(addr, Duration::from_secs(10)).unwrap();
+    let samples = metrics::parse(&text).unwrap_or_else(|e| panic!("exposition does not parse: {e}\n{text}"));
+    samples
+        .into_iter()
+        .map(|s| {
+            let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            (if labels.is_empty() { s.name } else { format!("{}{{{}}}", s.name, labels.join(",")) }, s.value)
+        })
+        .collect()
+}
+
+#[test]
+fn snapshot_from_a_replica_forks_nothing_on_the_master() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_every_type(&mut master.client(), 2, true);
+    let source = replica_of(&master);
+    let target = Server::start(Flavor::Redis70, &[]);
+    let writer = data::Writer::start(master.client(), 1_000_000, Duration::from_secs(120));
+    wait_until("the writer to start", Duration::from_secs(10), || (writer.count() > 10).then_some(()));
+    let forks = info_num(&master, "stats", "total_forks");
+    let source_forks = info_num(&source, "stats", "total_forks");
+    let relay = relay(&master.addr(), &["--source", &source.addr(), "--source-rdb-raw"], &[]);
+    let j = join(&relay.addr, &target.addr(), &[], &[]);
+    writer.stop();
+    assert_partial(&j);
+    assert_eq!(info_num(&master, "stats", "total_forks"), forks, "the master forked");
+    assert_eq!(info_num(&source, "stats", "total_forks"), source_forks + 1, "the source replica forked once");
+    wait_caught_up(&master, &target);
+    assert_identical(&master, &target);
+    // Compression was switched off for the capture and is back on once the RDB is complete.
+    assert!(relay.proc.output().contains("switched_off=[\"rdbcompression\"]"), "{}", relay.proc.output());
+    wait_until("the source's rdbcompression to be restored", Duration::from_secs(10), || {
+        (source.client().config_get("rdbcompression").ok()?.as_deref() == Some("yes")).then_some(())
+    });
+}
+
+#[test]
+fn auto_source_prefers_a_replica_and_a_stranger_is_refused_clearly() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 2000);
+    let source = replica_of(&master);
+    let stranger = Server::start(Flavor::Redis70, &[]); // a master of its own: another history
+    let target = Server::start(Flavor::Redis70, &[]);
+
+    // A source that does not share the master's replication ID: no capture, and the agent is told why.
+    let bad = relay(&master.addr(), &["--source", &stranger.addr()], &[]);
+    let j = join(&bad.addr, &target.addr(), &["--retries", "0"], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("is not a replica") || j.output.contains("does not follow this master"), "{}", j.output);
+    assert_untouched(&target);
+    drop(bad);
+
+    let forks = info_num(&master, "stats", "total_forks");
+    let relay = relay(&master.addr(), &["--source", "auto"], &[]);
+    let j = join(&relay.addr, &target.addr(), &[], &[]);
+    assert_partial(&j);
+    assert_eq!(info_num(&master, "stats", "total_forks"), forks, "auto chose the master over a healthy replica");
+    assert_eq!(status_json(&relay.addr)["source"], source.addr());
+    wait_caught_up(&master, &target);
+    assert_identical(&master, &target);
+}
+
+#[test]
+fn on_demand_capture_idle_release_and_metrics() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    let forks = info_num(&master, "stats", "total_forks");
+    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let relay = relay(&master.addr(), &["--capture", "on-demand", "--idle-release-secs", "1", "--metrics", &maddr], &[]);
+    wait_until("the metrics endpoint", Duration::from_secs(10), || std::net::TcpStream::connect(&maddr).ok());
+    let m = scrape(&maddr);
+    assert_eq!(m["fastrepl_relay_captures_total"], 0.0, "on-demand captured before anyone asked");
+    assert_eq!(m["fastrepl_relay_generations"], 0.0);
+    assert_eq!(info_num(&master, "stats", "total_forks"), forks);
+
+    let target = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&relay.addr, &target.addr(), &[], &[]));
+    assert_eq!(info_num(&master, "stats", "total_forks"), forks + 1);
+    // Once no agent is connected for a second, the generation is let go of.
+    wait_until("the idle generation to be released", Duration::from_secs(30), || {
+        let m = scrape(&maddr);
+        (m["fastrepl_relay_generations_released_idle_total"] == 1.0 && m["fastrepl_relay_generations"] == 0.0).then_some(())
+    });
+    let m = scrape(&maddr);
+    assert_eq!(m["fastrepl_relay_captures_total"], 1.0);
+    assert_eq!(m["fastrepl_relay_agents_attached_total"], 1.0);
+    assert_eq!(m["fastrepl_relay_agents_attached"], 0.0);
+    assert!(m["fastrepl_relay_source_bytes_total"] > 0.0);
+    assert!(m["fastrepl_relay_resident_memory_bytes"] > 0.0);
+    match Transport::from_env() {
+        Transport::Tcp => assert!(m["fastrepl_relay_served_bytes_total{transport=tcp}"] > 0.0, "{m:?}"),
+        Transport::Shm => assert!(m["fastrepl_relay_attaches_total{transport=shm}"] >= 1.0, "{m:?}"),
+        _ => assert!(m["fastrepl_relay_attaches_total{transport=ucx}"] >= 1.0, "{m:?}"),
+    }
+    // A bad token is counted as an auth error, and the status and the metrics agree.
+    let bad = fastrepl().args(["status", "--relay", &relay.addr]).env("FASTREPL_TOKEN", "not-the-token-0000000").output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("authenticate to relay"), "{}", String::from_utf8_lossy(&bad.stderr));
+    wait_until("the auth error to be counted", Duration::from_secs(10), || (scrape(&maddr)["fastrepl_relay_errors_total{kind=auth}"] == 1.0).then_some(()));
+    let st = status_json(&relay.addr);
+    assert_eq!(st["released_idle_total"], 1);
+    assert_eq!(st["errors_auth_total"], 1);
+    assert_eq!(st["capture_policy"], "on-demand");
+
+    // The next agent brings a new capture.
+    let target2 = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&relay.addr, &target2.addr(), &[], &[]));
+    assert_eq!(scrape(&maddr)["fastrepl_relay_captures_total"], 2.0);
+    assert_identical(&master, &target2);
+}
+
+#[test]
+fn a_long_join_serves_its_phase_and_progress() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    // A replica that loads slowly (µs per key) keeps the join in "loading" long enough to scrape.
+    let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1000"]);
+    let relay = relay(&master.addr(), &[], &[]);
+    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let mut p = start_join(&relay.addr, &target.addr(), &["--metrics", &maddr], &[]);
+    let m = wait_until("the join to report loading", Duration::from_secs(60), || {
+        assert!(p.running(), "join exited early:\n{}", p.output());
+        let m = metrics::scrape(&maddr, Duration::from_secs(5)).ok()?;
+        let m = metrics::parse(&m).unwrap();
+        m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(m)
+    });
+    assert_eq!(m.iter().filter(|s| s.name == "fastrepl_join_phase" && s.value == 1.0).count(), 1, "one phase at a time");
+    let sent = m.iter().find(|s| s.name == "fastrepl_join_rdb_sent_bytes_total").unwrap().value;
+    let len = m.iter().find(|s| s.name == "fastrepl_join_rdb_length_bytes").unwrap().value;
+    assert!(sent > 0.0 && sent == len, "loading starts after the whole snapshot was sent: {sent} of {len}");
+    assert_partial(&finish_join(p));
+}
+
+#[test]
+fn json_logs_and_configuration_from_the_environment() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    let addr = format!("127.0.0.1:{}", fixtures::free_port());
+    // Every flag from FASTREPL_*: the relay gets no arguments but its subcommand.
+    let mut cmd = fastrepl();
+    cmd.arg("relay").envs([
+        ("FASTREPL_MASTER", master.addr().as_str()),
+        ("FASTREPL_LISTEN", addr.as_str()),
+        ("FASTREPL_CAPTURE", "on-demand"),
+        ("FASTREPL_LOG_FORMAT", "json"),
+        ("FASTREPL_CONNECTIONS_MAX", "17"),
+    ]);
+    Transport::from_env().apply(&mut cmd);
+    let mut proc = Proc::spawn("relay", cmd);
+    wait_until("the relay to listen", Duration::from_secs(20), || {
+        assert!(proc.running(), "relay exited:\n{}", proc.output());
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    let st = status_json(&addr);
+    assert_eq!((st["capture_policy"].as_str(), st["connections_max"].as_u64(), st["master"].as_str()), (Some("on-demand"), Some(17), Some(master.addr().as_str())));
+    let target = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&addr, &target.addr(), &[], &[]));
+    proc.kill();
+    let out = proc.output();
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 3, "{out}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string() && v["message"].is_string(), "{l}");
+    }
+    assert!(lines.iter().any(|l| l.contains("\"message\":\"snapshot complete\"") && l.contains("\"generation\":1")), "{out}");
+}
