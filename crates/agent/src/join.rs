@@ -120,7 +120,11 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
-    let master_addr = cfg.master.clone().unwrap_or(attached.master.clone());
+    let master_addr = match (&cfg.sentinel, &cfg.master) {
+        (Some(s), _) => s.master(local::CMD_TIMEOUT).map_err(Error::Sentinel)?,
+        (None, Some(m)) => m.clone(),
+        (None, None) => attached.master.clone(),
+    };
     let mut master = Client::connect(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
     let master_server = master
         .info("server")
@@ -219,8 +223,8 @@ impl Driver<'_> {
                     Ok(got) => m.on(Instant::now(), Input::LogRead { got, asked: max }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::CheckMaster => match self.master(|m| m.info("replication")) {
-                    Ok(i) => m.on(Instant::now(), Input::Master(&master_repl(&i))),
+                Action::CheckMaster => match self.follow_sentinel().and_then(|()| self.master(|m| m.info("replication"))) {
+                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: format!("{}:{}", self.host, self.port), ..master_repl(&i) })),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {
@@ -397,6 +401,21 @@ impl Driver<'_> {
         }
     }
 
+    /// With `--sentinel`: hand off to the master Sentinel names now, not the one at the start (a
+    /// failover during the join). A promoted replica keeps the old master's history as its replid2,
+    /// so the handoff can still be partial; the machine's plan checks that.
+    fn follow_sentinel(&mut self) -> Result<(), Error> {
+        let Some(s) = &self.cfg.sentinel else { return Ok(()) };
+        let now = s.master(local::CMD_TIMEOUT).map_err(Error::Sentinel)?;
+        if now != self.c.master_addr {
+            tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
+            self.c.master = Client::connect(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+            (self.host, self.port) = split_host_port(&now)?;
+            self.c.master_addr = now;
+        }
+        Ok(())
+    }
+
     /// The master's and the replica's counters ([`counters`]), through [`Driver::master`].
     fn counters(&mut self) -> Result<Counters, Error> {
         let stats = self.master(|m| m.info("stats"))?;
@@ -501,6 +520,7 @@ fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
 fn master_repl(i: &Info) -> MasterRepl {
     let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
     MasterRepl {
+        addr: String::new(),
         role: i.get("role").unwrap_or_default().to_string(),
         replid: i.get("master_replid").unwrap_or_default().to_string(),
         replid2: i.get("master_replid2").unwrap_or_default().to_string(),

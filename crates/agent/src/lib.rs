@@ -52,6 +52,9 @@ pub enum Error {
     /// The local server's replication link to the agent failed.
     #[error("replica link: {0}")]
     ReplicaLink(String),
+    /// No sentinel could name the master.
+    #[error("sentinel: {0}")]
+    Sentinel(String),
     /// The master refused or failed a command.
     #[error("master: {0}")]
     Master(#[source] client::Error),
@@ -100,6 +103,8 @@ pub struct Config {
     pub replica_auth: Option<Auth>,
     /// The master as the replica must reach it (default: as the relay reaches it).
     pub master: Option<String>,
+    /// Find the master through these sentinels, at the start and again at the handoff.
+    pub sentinel: Option<client::sentinel::Sentinels>,
     /// The master's credentials (for the backlog check and the replica's `masterauth`).
     pub master_auth: Option<Auth>,
     /// Replace a non-empty replica's data.

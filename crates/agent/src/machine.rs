@@ -49,6 +49,9 @@ pub struct Timeouts {
 /// The master's replication state (from `INFO replication`), what the handoff decision needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MasterRepl {
+    /// Where the replica will be told to follow it (`host:port`, as `REPLICAOF` gets it); empty: the
+    /// master the join started with. Differs when Sentinel named another master since.
+    pub addr: String,
     /// `role`.
     pub role: String,
     /// `master_replid`.
@@ -364,6 +367,10 @@ impl Join {
             (Phase::CheckingMaster, Input::Master(m)) => match plan_handoff(m, &self.snapshot.replid, self.streamed + 1) {
                 Err(e) => self.fail(e),
                 Ok(plan) => {
+                    if !m.addr.is_empty() && m.addr != self.master {
+                        self.notes.push(format!("handed to {} (Sentinel's master at handoff time) instead of {}", m.addr, self.master));
+                        self.master = m.addr.clone();
+                    }
                     if let Plan::Full(why) = &plan {
                         self.notes.push(why.clone());
                     }
@@ -508,7 +515,7 @@ mod tests {
     }
 
     fn master_ok() -> MasterRepl {
-        MasterRepl { role: "master".into(), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
+        MasterRepl { addr: String::new(), role: "master".into(), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
     }
 
     /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
@@ -678,6 +685,26 @@ mod tests {
         assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
         let late = t + timeouts().handoff + Duration::from_millis(1);
         assert!(matches!(j.on(late, Input::Replica { state: &st, ack_seen: false }), Action::Fail { reset_replica: false, .. }), "after REPLICAOF the replica is never reset");
+    }
+
+    #[test]
+    fn a_master_named_by_sentinel_at_handoff_time_is_the_one_waited_for() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        // Failed over: the promoted replica knows the snapshot's history as its replid2.
+        let promoted = MasterRepl { addr: "10.0.0.2:6380".into(), replid: OTHER.into(), replid2: ID.into(), ..master_ok() };
+        assert!(matches!(j.on(t, Input::Master(&promoted)), Action::HandOff));
+        j.on(t, Input::Counters(Counters::default()));
+        let mut st = replica(true, false, OTHER, Some(1300));
+        st.master = Some("10.0.0.1:6379".into()); // the old master: not the one handed to
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
+        st.master = Some("10.0.0.2:6380".into());
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::ReadOutcome));
+        match j.on(t, Input::Counters(Counters { full: 0, partial_ok: 1, replica_input_bytes: None })) {
+            Action::Done(o) => assert!(o.notes.iter().any(|n| n.contains("10.0.0.2:6380")), "{:?}", o.notes),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

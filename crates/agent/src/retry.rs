@@ -62,6 +62,8 @@ pub fn retryable(e: &Error) -> bool {
         // A token the relay refuses stays refused until an operator fixes it.
         Error::Relay(transport::Error::Auth(_)) => false,
         Error::Relay(_) | Error::RelayProtocol(_) | Error::ReplicaLink(_) | Error::Master(_) | Error::Replica(_) => true,
+        // Sentinels down or mid-election: they answer again.
+        Error::Sentinel(_) => true,
         Error::Timeout(_) | Error::Checksum { .. } | Error::Handoff(_) => true,
         Error::Local(_) | Error::Incompatible(_) | Error::Interrupted => false,
     }

@@ -46,11 +46,13 @@ enum Cmd {
 #[derive(clap::Args)]
 struct RelayArgs {
     /// The master, host:port.
-    #[arg(long, required_unless_present = "file", env = "FASTREPL_MASTER")]
+    #[arg(long, required_unless_present_any = ["file", "sentinel"], conflicts_with = "sentinel", env = "FASTREPL_MASTER")]
     master: Option<String>,
     /// Serve this file as the snapshot instead of capturing from a master (remote-read benchmarks).
     #[arg(long, conflicts_with = "master", env = "FASTREPL_FILE")]
     file: Option<PathBuf>,
+    #[command(flatten)]
+    sentinel: SentinelArgs,
     /// Where agents connect. A non-loopback address requires a token.
     #[arg(long, default_value = "127.0.0.1:7400", env = "FASTREPL_LISTEN")]
     listen: SocketAddr,
@@ -106,6 +108,32 @@ struct RelayArgs {
     metrics: Option<SocketAddr>,
 }
 
+/// Sentinel, as Redis clients use it: the master of a named group, followed through failovers.
+#[derive(clap::Args)]
+struct SentinelArgs {
+    /// Find the master through these sentinels, host:port[,host:port...] (tried in order), and
+    /// follow its failovers.
+    #[arg(long, requires = "master_name", env = "FASTREPL_SENTINEL")]
+    sentinel: Option<String>,
+    /// The master group's name, as in `sentinel monitor <name> ...`.
+    #[arg(long, requires = "sentinel", env = "FASTREPL_MASTER_NAME")]
+    master_name: Option<String>,
+    /// ACL user for the sentinels.
+    #[arg(long, env = "FASTREPL_SENTINEL_USER")]
+    sentinel_user: Option<String>,
+    /// File holding the sentinels' password (else $FASTREPL_SENTINEL_PASSWORD).
+    #[arg(long, env = "FASTREPL_SENTINEL_PASSWORD_FILE")]
+    sentinel_password_file: Option<PathBuf>,
+}
+
+impl SentinelArgs {
+    fn sentinels(&self) -> Result<Option<client::sentinel::Sentinels>> {
+        let Some(list) = &self.sentinel else { return Ok(None) };
+        let auth = transport::secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
+        Ok(Some(client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?))
+    }
+}
+
 #[derive(clap::Args)]
 struct StatusArgs {
     /// The relay, host:port (its agents' port).
@@ -131,8 +159,10 @@ struct JoinArgs {
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// The master as the replica reaches it (default: as the relay reaches it).
-    #[arg(long, env = "FASTREPL_MASTER")]
+    #[arg(long, conflicts_with = "sentinel", env = "FASTREPL_MASTER")]
     master: Option<String>,
+    #[command(flatten)]
+    sentinel: SentinelArgs,
     /// ACL user for the master (the replica's masteruser).
     #[arg(long, env = "FASTREPL_MASTER_USER")]
     master_user: Option<String>,
@@ -283,8 +313,13 @@ fn main() -> ExitCode {
 }
 
 fn relay(a: RelayArgs) -> Result<ExitCode> {
+    let sentinel = a.sentinel.sentinels()?;
     let cfg = relay::Config {
-        master: a.master.clone().unwrap_or_else(|| format!("file:{}", a.file.as_ref().map(|f| f.display().to_string()).unwrap_or_default())),
+        master: a.master.clone().unwrap_or_else(|| match &a.file {
+            Some(f) => format!("file:{}", f.display()),
+            None => String::new(),
+        }),
+        sentinel,
         file: a.file,
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
@@ -366,6 +401,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,
+        sentinel: a.sentinel.sentinels()?,
         replica_auth: transport::secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
         master: a.master,
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,

@@ -190,3 +190,72 @@ fn json_logs_and_configuration_from_the_environment() {
     }
     assert!(lines.iter().any(|l| l.contains("\"message\":\"snapshot complete\"") && l.contains("\"generation\":1")), "{out}");
 }
+
+/// Wait until `sentinel` knows `replica` as a healthy replica of group `name` (it learns replicas
+/// from the master's INFO): only then can it promote it.
+fn sentinel_knows(sentinel: &fixtures::Sentinel, name: &str, replica: &Server) {
+    wait_until("the sentinel to know the replica", Duration::from_secs(60), || {
+        let f = sentinel.client().raw(&["SENTINEL", "replicas", name]).ok()?;
+        let known = f.as_array()?.iter().any(|r| {
+            let kv: Vec<String> = r.as_array().map(|a| a.iter().filter_map(|x| x.as_text()).collect()).unwrap_or_default();
+            let get = |k: &str| kv.chunks(2).find(|c| c[0] == k).map(|c| c[1].clone());
+            get("port") == Some(replica.port.to_string()) && get("flags").as_deref() == Some("slave") && get("master-link-status").as_deref() == Some("ok")
+        });
+        known.then_some(())
+    });
+}
+
+#[test]
+fn sentinel_failover_during_a_join() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    let standby = replica_of(&master);
+    let sentinel = fixtures::Sentinel::start("grp", &master).unwrap();
+    sentinel_knows(&sentinel, "grp", &standby);
+    // The first sentinel listed is down: resolution moves on to the next.
+    let sentinels = format!("127.0.0.1:{},{}", fixtures::free_port(), sentinel.addr());
+    let relay = spawn_relay_sentinel(&sentinels);
+    assert_eq!(status_json(&relay.addr)["master"], master.addr());
+
+    // A replica that loads slowly: the failover strikes while it loads the snapshot.
+    let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1500"]);
+    let mut p = start_join(&relay.addr, &target.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[]);
+    wait_until("the join to load", Duration::from_secs(60), || {
+        assert!(p.running(), "join exited early:\n{}", p.output());
+        p.output().contains("phase: loading").then_some(())
+    });
+    sentinel.client().cmd(&["SENTINEL", "FAILOVER", "grp"]).unwrap();
+    let j = finish_join(p);
+    assert_partial(&j);
+    assert!(j.output.contains("Sentinel names a new master"), "{}", j.output);
+    assert_eq!(j.report["master"], standby.addr(), "handed to the master Sentinel named at handoff time");
+    let r = target.client().info("replication").unwrap();
+    assert_eq!(r.get("master_port"), Some(standby.port.to_string().as_str()));
+    wait_caught_up(&standby, &target);
+    assert_identical(&standby, &target);
+
+    // The relay followed the switch: its generation of the old master sealed, the next join captures
+    // from the new master.
+    wait_until("the relay to follow the switch", Duration::from_secs(30), || (status_json(&relay.addr)["master"] == standby.addr()).then_some(()));
+    let target2 = Server::start(Flavor::Redis70, &[]);
+    let j2 = join(&relay.addr, &target2.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[]);
+    assert_partial(&j2);
+    let st = status_json(&relay.addr);
+    assert_eq!(st["captures_total"], 2, "{st}");
+    assert!(st["sealed_total"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(j2.report["master"], standby.addr());
+    assert_identical(&standby, &target2);
+}
+
+fn spawn_relay_sentinel(sentinels: &str) -> Relay {
+    let addr = format!("127.0.0.1:{}", fixtures::free_port());
+    let mut cmd = fastrepl();
+    cmd.args(["relay", "--sentinel", sentinels, "--master-name", "grp", "--listen", &addr]);
+    Transport::from_env().apply(&mut cmd);
+    let mut proc = Proc::spawn("relay", cmd);
+    wait_until("the relay to listen", Duration::from_secs(20), || {
+        assert!(proc.running(), "relay exited:\n{}", proc.output());
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    Relay { proc, addr }
+}

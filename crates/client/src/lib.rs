@@ -164,6 +164,20 @@ impl Client {
         self.cmd(&["CONFIG", "SET", name, value]).map(|_| ())
     }
 
+    /// The next frame the server pushes (pub/sub messages after `SUBSCRIBE`), or `None` when nothing
+    /// arrived within `wait`. A partial frame stays buffered for the next call.
+    pub fn next_push(&mut self, wait: Duration) -> Result<Option<Frame>, Error> {
+        let before = self.s.read_timeout().ok().flatten();
+        let _ = self.s.set_read_timeout(Some(wait));
+        let r = self.read_reply();
+        let _ = self.s.set_read_timeout(before);
+        match r {
+            Ok(f) => Ok(Some(f)),
+            Err(Error::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn send(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let addr = self.addr.clone();
         self.s.write_all(bytes).map_err(|source| Error::Io { op: "send to", addr, source })
@@ -188,6 +202,8 @@ impl Client {
         }
     }
 }
+
+pub mod sentinel;
 
 /// Convenience: turn string-ish arguments into an owned command for [`Client::pipeline`].
 pub fn command<A: AsRef<[u8]>>(args: &[A]) -> Vec<Vec<u8>> {

@@ -151,12 +151,15 @@ struct Run {
     writer: Option<snapshot::Writer>,
     /// The source's RDB settings to restore once the RDB is complete (`--source-rdb-raw`).
     raw: Option<crate::source::RawRdb>,
+    /// The master this capture's history belongs to.
+    master: String,
 }
 
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
-    let chosen = crate::source::resolve(&cfg.source, &cfg.master, cfg.master_auth.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
+    let master_now = shared.master();
+    let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
         .map_err(|why| Error::Source { why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
@@ -183,7 +186,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .map_err(|source| Error::Io { op: "configure master socket", master: master.clone(), source })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, master, machine };
-    let mut run = Run { raw, ..Run::default() };
+    let mut run = Run { raw, master: master_now, ..Run::default() };
     let result = drive(shared, id, &mut link, &mut run, first, t0);
     if let (Err(e), Some(gen)) = (&result, &run.gen) {
         if run.writer.is_some() {
@@ -209,6 +212,18 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
                 crate::stats::Stats::add(&shared.stats.sealed, 1);
                 return Ok(());
             }
+        }
+        // Sentinel named another master: this capture's history is the old master's.
+        if shared.master() != run.master {
+            let why = format!("the master changed to {} (Sentinel)", shared.master());
+            if run.writer.is_some() {
+                return Err(Error::Source { why });
+            }
+            if let Some(g) = &run.gen {
+                g.seal(&why);
+                crate::stats::Stats::add(&shared.stats.sealed, 1);
+            }
+            return Ok(());
         }
         // Released for idleness (--idle-release-secs): the link to the source goes with it.
         if run.writer.is_none() && (shared.release_if_idle() || run.gen.as_ref().is_some_and(|g| g.state() == snapshot::State::Sealed)) {
@@ -249,6 +264,9 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         }
         Event::Log { bytes, complete_offset } => {
             let gen = run.gen.as_ref().expect("a generation before the stream");
+            if gen.state() == snapshot::State::Sealed {
+                return Ok(Applied::Sealed); // by a failover or an idle release, not by its bound
+            }
             if gen.append_log(&bytes, complete_offset) {
                 gen.seal("stream log reached its bound");
                 tracing::info!(log_bytes = gen.log_len(), "stream log bound reached: generation sealed");

@@ -56,8 +56,11 @@ pub enum Error {
 /// The relay's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The master, `host:port`.
+    /// The master, `host:port` (with `sentinel`: found through the sentinels, this is ignored when
+    /// empty).
     pub master: String,
+    /// Find the master through these sentinels and follow its failovers.
+    pub sentinel: Option<client::sentinel::Sentinels>,
     /// Credentials for the master.
     pub master_auth: Option<Auth>,
     /// Where agents connect.
@@ -166,6 +169,8 @@ impl Config {
 /// State shared by the capture loop and every connection.
 pub(crate) struct Shared {
     config: Config,
+    /// The master now (changes when Sentinel fails over).
+    master: Mutex<String>,
     current: Mutex<Option<Arc<Generation>>>,
     changed: Condvar,
     /// Every generation an agent may still hold.
@@ -209,6 +214,23 @@ impl Shared {
     /// How many captures failed so far, and why the last one did.
     fn capture_failures(&self) -> (u64, String) {
         self.capture_failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The master agents are handed to now.
+    fn master(&self) -> String {
+        self.master.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sentinel named a new master: later captures read from it (or its replicas), and the current
+    /// generation is sealed by the capture thread (its history is the old master's; agents already on
+    /// it finish from it, and the new master knows it as its replid2).
+    fn set_master(&self, new: &str) {
+        let old = std::mem::replace(&mut *self.master.lock().unwrap_or_else(|p| p.into_inner()), new.to_string());
+        tracing::warn!(%old, %new, "Sentinel switched the master; the current generation is sealed, the next agent triggers a capture from the new master");
+        if let Some(g) = self.lock_current().as_ref() {
+            g.seal(&format!("the master changed from {old} to {new} (Sentinel)"));
+        }
+        self.changed.notify_all();
     }
 
     /// Every generation still held (the current one and sealed ones agents still read).
@@ -341,7 +363,12 @@ impl Relay {
             None
         };
         let on_start = config.capture == CapturePolicy::OnStart;
+        let master = match &config.sentinel {
+            Some(s) => s.master(limits::CONNECT_TIMEOUT).map_err(Error::Config)?,
+            None => config.master.clone(),
+        };
         let shared = Arc::new(Shared {
+            master: Mutex::new(master),
             config,
             current: Mutex::new(None),
             changed: Condvar::new(),
@@ -369,13 +396,23 @@ impl Relay {
             let s1 = shared.clone();
             threads.push(spawn("capture", Box::new(move || capture::supervise(s1, announce)))?);
         }
+        if let Some(sentinels) = shared.config.sentinel.clone() {
+            let s = shared.clone();
+            threads.push(spawn(
+                "sentinel",
+                Box::new(move || {
+                    let stop = || s.stop.load(Ordering::SeqCst);
+                    sentinels.follow(s.master(), &stop, &mut |new| s.set_master(new))
+                }),
+            )?);
+        }
         let s2 = shared.clone();
         threads.push(spawn("accept", Box::new(move || serve::accept_loop(s2, listener)))?);
         if let Some((_, unix)) = shm {
             let s3 = shared.clone();
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
-        tracing::info!(listen = %local_addr, master = %shared.config.master, transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
+        tracing::info!(listen = %local_addr, master = %shared.master(), transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
@@ -439,6 +476,7 @@ mod tests {
             offer: Offer::ALL,
             file: None,
             source: source::Source::Master,
+            sentinel: None,
             source_rdb_raw: false,
             capture: CapturePolicy::OnStart,
             idle_release: None,

@@ -155,7 +155,7 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     wire::send_control(
         &mut s,
         &Control::Hello {
-            master: shared.config.master.clone(),
+            master: shared.master(),
             transports: shared.offered(),
             relay_version: env!("CARGO_PKG_VERSION").into(),
             shm_socket: shared.shm_socket.clone(),

@@ -263,7 +263,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
-        master: shared.config.master.clone(),
+        master: shared.master(),
         source_policy: shared.config.source.to_string(),
         source: s.source(),
         capture_policy: shared.config.capture.to_string(),

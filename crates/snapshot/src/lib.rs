@@ -284,6 +284,11 @@ impl Generation {
     /// Returns true if the log has reached a bound and the generation should be sealed.
     pub fn append_log(&self, bytes: &[u8], complete_end: u64) -> bool {
         let mut inner = self.lock();
+        if matches!(inner.state, State::Sealed | State::Failed) {
+            // Sealed by someone else (a failover, an idle release): readers may already have
+            // taken its end as final.
+            return true;
+        }
         inner.log.append(bytes, complete_end);
         let full = inner.log.len() as u64 >= self.config.log_bytes_max || self.created.elapsed() >= self.config.log_age_max;
         self.bump(&mut inner);

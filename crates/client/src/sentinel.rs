@@ -1,0 +1,171 @@
+//! Redis Sentinel, as clients use it: ask the sentinels which server is the master of a named group
+//! (`SENTINEL get-master-addr-by-name`), trying each in turn, and follow `+switch-master` to learn of
+//! a failover as it happens. Parsing is separate from the sockets ([`parse_addr`], [`parse_switch`]).
+
+use crate::{Client, Error};
+use replication::replica::Auth;
+use resp::Frame;
+use std::time::Duration;
+
+/// The sentinels of one master group.
+#[derive(Debug, Clone)]
+pub struct Sentinels {
+    /// `host:port` of each sentinel, tried in this order.
+    pub addrs: Vec<String>,
+    /// The master group's name (`sentinel monitor <name> …`).
+    pub name: String,
+    /// Credentials for the sentinels (`requirepass`/ACL on the sentinels themselves).
+    pub auth: Option<Auth>,
+}
+
+/// The answer to `SENTINEL get-master-addr-by-name`: `host:port`, `None` for an unknown name.
+pub fn parse_addr(reply: &Frame) -> Result<Option<String>, String> {
+    match reply {
+        Frame::Null => Ok(None),
+        Frame::Array(a) if a.len() == 2 => {
+            let host = a[0].as_text().ok_or("host is not text")?;
+            let port: u16 = a[1].as_text().and_then(|p| p.parse().ok()).ok_or("port is not a number")?;
+            if host.is_empty() || host.len() > 255 {
+                return Err(format!("bad host {host:?}"));
+            }
+            Ok(Some(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }))
+        }
+        Frame::Error(e) => Err(String::from_utf8_lossy(e).into_owned()),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// A `+switch-master` message for group `name`: the new master's `host:port`. Other groups' and
+/// other channels' messages are `None`.
+pub fn parse_switch(push: &Frame, name: &str) -> Option<String> {
+    let a = push.as_array()?;
+    if a.len() != 3 || a[0].as_text()? != "message" || a[1].as_text()? != "+switch-master" {
+        return None;
+    }
+    let text = a[2].as_text()?;
+    let f: Vec<&str> = text.split(' ').collect();
+    if f.len() != 5 || f[0] != name {
+        return None;
+    }
+    let port: u16 = f[4].parse().ok()?;
+    Some(if f[3].contains(':') { format!("[{}]:{port}", f[3]) } else { format!("{}:{port}", f[3]) })
+}
+
+impl Sentinels {
+    /// Parse `--sentinel a:1,b:2`.
+    pub fn new(list: &str, name: &str, auth: Option<Auth>) -> Result<Sentinels, String> {
+        let addrs: Vec<String> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        if addrs.is_empty() {
+            return Err("--sentinel: no address given".into());
+        }
+        if addrs.len() > 64 {
+            return Err("--sentinel: more than 64 sentinels".into());
+        }
+        if name.is_empty() {
+            return Err("--master-name is required with --sentinel".into());
+        }
+        Ok(Sentinels { addrs, name: name.into(), auth })
+    }
+
+    fn connect(&self, addr: &str, timeout: Duration) -> Result<Client, Error> {
+        Client::connect(addr, self.auth.as_ref(), timeout)
+    }
+
+    /// The master now, from the first sentinel that knows the group. Errors name every sentinel tried.
+    pub fn master(&self, timeout: Duration) -> Result<String, String> {
+        let mut why = Vec::new();
+        for a in &self.addrs {
+            let r = self.connect(a, timeout).map_err(|e| e.to_string()).and_then(|mut c| {
+                let reply = c.raw(&["SENTINEL", "get-master-addr-by-name", &self.name]).map_err(|e| e.to_string())?;
+                parse_addr(&reply)
+            });
+            match r {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => why.push(format!("{a}: does not monitor a master named {:?}", self.name)),
+                Err(e) => why.push(format!("{a}: {e}")),
+            }
+        }
+        Err(format!("no sentinel named the master {:?} ({})", self.name, why.join("; ")))
+    }
+
+    /// Follow the group's master until `stop()` says so: call `changed(new)` whenever it differs
+    /// from the last one seen (from a `+switch-master`, or found on reconnecting to a sentinel, since
+    /// a switch may have happened while we were not subscribed). Moves to the next sentinel when one
+    /// fails. Blocks; run it on its own thread.
+    pub fn follow(&self, mut last: String, stop: &dyn Fn() -> bool, changed: &mut dyn FnMut(&str)) {
+        let mut i = 0;
+        let mut backoff = Duration::from_millis(200);
+        while !stop() {
+            let addr = &self.addrs[i % self.addrs.len()];
+            i += 1;
+            let r = (|| -> Result<(), String> {
+                let mut c = self.connect(addr, limits::CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+                c.cmd(&["SUBSCRIBE", "+switch-master"]).map_err(|e| e.to_string())?;
+                // Subscribed: anything from now on arrives as a message. Catch up on what we missed.
+                let now = self.master(limits::CONNECT_TIMEOUT)?;
+                if now != last {
+                    last = now;
+                    changed(&last);
+                }
+                backoff = Duration::from_millis(200);
+                while !stop() {
+                    match c.next_push(Duration::from_millis(500)) {
+                        Ok(Some(push)) => {
+                            if let Some(new) = parse_switch(&push, &self.name) {
+                                if new != last {
+                                    last = new;
+                                    changed(&last);
+                                }
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                tracing::warn!(sentinel = %addr, error = %e, "sentinel connection lost; trying the next");
+                std::thread::sleep(backoff); // Backoff before the next sentinel, not synchronization.
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Frame {
+        Frame::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn reads_the_master_address() {
+        assert_eq!(parse_addr(&Frame::Array(vec![bulk("10.0.0.1"), bulk("6379")])).unwrap(), Some("10.0.0.1:6379".into()));
+        assert_eq!(parse_addr(&Frame::Array(vec![bulk("::1"), bulk("6379")])).unwrap(), Some("[::1]:6379".into()));
+        assert_eq!(parse_addr(&Frame::Null).unwrap(), None);
+        assert!(parse_addr(&Frame::Array(vec![bulk("h"), bulk("port")])).is_err());
+        assert!(parse_addr(&Frame::Array(vec![bulk("h")])).is_err());
+        assert!(parse_addr(&Frame::Error(b"ERR no such".to_vec())).unwrap_err().contains("no such"));
+    }
+
+    #[test]
+    fn reads_switch_master_for_our_group_only() {
+        let msg = |text: &str| Frame::Array(vec![bulk("message"), bulk("+switch-master"), bulk(text)]);
+        assert_eq!(parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"), Some("10.0.0.2:6380".into()));
+        assert_eq!(parse_switch(&msg("other 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"), None);
+        assert_eq!(parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2"), "mymaster"), None);
+        assert_eq!(parse_switch(&msg("mymaster a 1 b port"), "mymaster"), None);
+        let other = Frame::Array(vec![bulk("subscribe"), bulk("+switch-master"), Frame::Integer(1)]);
+        assert_eq!(parse_switch(&other, "mymaster"), None);
+    }
+
+    #[test]
+    fn the_list_is_checked() {
+        assert!(Sentinels::new("", "m", None).is_err());
+        assert!(Sentinels::new("a:1", "", None).is_err());
+        assert_eq!(Sentinels::new("a:1, b:2", "m", None).unwrap().addrs, vec!["a:1", "b:2"]);
+    }
+}
