@@ -9,7 +9,7 @@ cd "$root"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages ------------------------------------------------------------------------------
-pkgs=(redis-server libucx-dev libclang-dev pkg-config iproute2 ca-certificates unzip fonts-dejavu-core valgrind)
+pkgs=(redis-server libucx-dev libclang-dev pkg-config iproute2 ca-certificates unzip fonts-dejavu-core valgrind openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -125,7 +125,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
         (None, Some(m)) => m.clone(),
         (None, None) => attached.master.clone(),
     };
-    let mut master = Client::connect(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::Master)?;
     let master_server = master
         .info("server")
         .ok()
@@ -269,11 +269,18 @@ impl Driver<'_> {
             }
             c.config_set("masterauth", &a.password).map_err(Error::Replica)?;
         }
+        // A replica with tls-replication yes speaks TLS to whatever it follows, us included.
+        let tls_replication = c.config_get("tls-replication").ok().flatten().as_deref() == Some("yes");
+        let serve_tls = match (&cfg.tls, tls_replication) {
+            (_, false) => None,
+            (Some(t), true) if t.can_serve() => Some(t.clone()),
+            _ => return Err(Error::Local("the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into())),
+        };
         let (listener, at) = replica_link::listen(cfg.listen)?;
         self.guard = Some(crate::guard::arm(cfg, at, self.c.local.diskless_load_before.as_deref())?);
         let c = &mut self.c.local.client;
         c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]).map_err(Error::Replica)?;
-        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX)?;
+        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref())?;
         let capa_eof = link.capa_eof;
         self.link = Some(link);
         Ok(capa_eof)
@@ -394,7 +401,7 @@ impl Driver<'_> {
     fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
         match f(&mut self.c.master) {
             Err(client::Error::Io { .. }) => {
-                self.c.master = Client::connect(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+                self.c.master = Client::connect_tls(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::Master)?;
                 f(&mut self.c.master).map_err(Error::Master)
             }
             r => r.map_err(Error::Master),
@@ -409,7 +416,7 @@ impl Driver<'_> {
         let now = s.master(local::CMD_TIMEOUT).map_err(Error::Sentinel)?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
-            self.c.master = Client::connect(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT).map_err(Error::Master)?;
+            self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::Master)?;
             (self.host, self.port) = split_host_port(&now)?;
             self.c.master_addr = now;
         }

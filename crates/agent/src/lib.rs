@@ -103,6 +103,8 @@ pub struct Config {
     pub replica_auth: Option<Auth>,
     /// The master as the replica must reach it (default: as the relay reaches it).
     pub master: Option<String>,
+    /// TLS to the master and the sentinels, and served to a replica with `tls-replication yes`.
+    pub tls: Option<client::tls::Tls>,
     /// Find the master through these sentinels, at the start and again at the handoff.
     pub sentinel: Option<client::sentinel::Sentinels>,
     /// The master's credentials (for the backlog check and the replica's `masterauth`).

@@ -11,10 +11,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Our side of a TLS link: one rustls state machine shared by the writer and the ACK thread, each
+/// holding the lock only for one read or one write.
+type TlsLink = Arc<std::sync::Mutex<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>>;
+
+/// How long the ACK thread waits for readable bytes before letting the writer have the TLS link.
+const TLS_ACK_POLL: Duration = Duration::from_millis(20);
+
 /// The replica's connection to us, after its handshake.
 pub struct ReplicaLink {
-    /// Write side.
+    /// The socket (plain: also the write side).
     pub s: TcpStream,
+    /// TLS over it, when the replica has `tls-replication yes`.
+    tls: Option<TlsLink>,
     /// Whether it offered `capa eof`.
     pub capa_eof: bool,
     /// Highest offset it acknowledged (meaningful once `ack_seen`: 0 is a valid offset).
@@ -44,11 +53,12 @@ pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     Ok((l, a))
 }
 
-/// Accept the replica and run its handshake up to `PSYNC`; `keepalive` is called while we wait.
-pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> {
+/// Accept the replica and run its handshake up to `PSYNC`, over TLS when `tls` is given (a replica
+/// with `tls-replication yes`).
+pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
     l.set_nonblocking(true).map_err(|e| Error::Local(format!("configure listener: {e}")))?;
     let deadline = Instant::now() + timeout;
-    let mut s = loop {
+    let s = loop {
         match l.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -62,57 +72,137 @@ pub fn accept(l: &TcpListener, timeout: Duration) -> Result<ReplicaLink, Error> 
     };
     s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
     s.set_read_timeout(Some(limits::IO_TIMEOUT)).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
+    match tls {
+        None => accept_plain(s),
+        Some(t) => accept_tls(s, t),
+    }
+}
+
+/// The handshake up to `PSYNC` over `io`: whether the replica offered `capa eof`.
+fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
-    let capa_eof = 'outer: loop {
-        let n = s.read(&mut buf).map_err(|e| Error::ReplicaLink(format!("read the replica's handshake: {e}")))?;
+    loop {
+        let n = io.read(&mut buf).map_err(|e| Error::ReplicaLink(format!("read the replica's handshake: {e}")))?;
         if n == 0 {
             return Err(Error::ReplicaLink("the replica closed the link during its handshake".into()));
         }
         for ev in hs.on_bytes(&buf[..n]).map_err(|e| Error::ReplicaLink(format!("replica handshake: {e}")))? {
             match ev {
-                Event::Reply(r) => s.write_all(&r).map_err(|e| Error::ReplicaLink(format!("answer the replica's handshake: {e}")))?,
-                Event::Psync { capa_eof, .. } => break 'outer capa_eof,
+                Event::Reply(r) => io.write_all(&r).map_err(|e| Error::ReplicaLink(format!("answer the replica's handshake: {e}")))?,
+                Event::Psync { capa_eof, .. } => return Ok(capa_eof),
             }
         }
-    };
-    s.set_read_timeout(None).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
-    let acked = Arc::new(AtomicU64::new(0));
-    let ack_seen = Arc::new(AtomicBool::new(false));
-    let closed = Arc::new(AtomicBool::new(false));
-    let closed_why = Arc::new(std::sync::Mutex::new(None));
-    let mut rs = s.try_clone().map_err(|e| Error::ReplicaLink(format!("clone replica socket: {e}")))?;
-    let (a, seen, c, w) = (acked.clone(), ack_seen.clone(), closed.clone(), closed_why.clone());
-    std::thread::Builder::new()
-        .name("replica-acks".into())
-        .spawn(move || {
-            let mut r = AckReader::default();
-            let mut buf = [0u8; limits::READ_CHUNK_BYTES];
-            let why = loop {
-                match rs.read(&mut buf) {
-                    Ok(0) => break "the replica closed its link to the agent".to_string(),
-                    Ok(n) => match r.on_bytes(&buf[..n]) {
-                        Ok(Some(off)) => {
-                            a.store(off, Ordering::SeqCst);
-                            seen.store(true, Ordering::SeqCst);
-                        }
-                        Ok(None) => {}
-                        Err(e) => break format!("the replica sent something unexpected: {e}"),
-                    },
-                    Err(e) => break format!("read from the replica: {e}"),
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// The shared state the ACK thread fills in.
+struct Acks {
+    acked: Arc<AtomicU64>,
+    ack_seen: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+    closed_why: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Acks {
+    fn new() -> Acks {
+        Acks { acked: Arc::new(AtomicU64::new(0)), ack_seen: Arc::new(AtomicBool::new(false)), closed: Arc::new(AtomicBool::new(false)), closed_why: Arc::new(std::sync::Mutex::new(None)) }
+    }
+
+    /// Feed what the replica sent; `Some(why)` when the link is over.
+    fn on_read(&self, r: &mut AckReader, got: std::io::Result<usize>, buf: &[u8]) -> Option<String> {
+        match got {
+            Ok(0) => Some("the replica closed its link to the agent".to_string()),
+            Ok(n) => match r.on_bytes(&buf[..n]) {
+                Ok(Some(off)) => {
+                    self.acked.store(off, Ordering::SeqCst);
+                    self.ack_seen.store(true, Ordering::SeqCst);
+                    None
                 }
-            };
-            *w.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-            c.store(true, Ordering::SeqCst);
-        })
-        .map_err(|e| Error::Local(format!("spawn ack thread: {e}")))?;
-    Ok(ReplicaLink { s, capa_eof, acked, ack_seen, closed, closed_why })
+                Ok(None) => None,
+                Err(e) => Some(format!("the replica sent something unexpected: {e}")),
+            },
+            Err(e) => Some(format!("read from the replica: {e}")),
+        }
+    }
+
+    fn close(&self, why: String) {
+        *self.closed_why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn link(&self, s: TcpStream, tls: Option<TlsLink>, capa_eof: bool) -> ReplicaLink {
+        ReplicaLink { s, tls, capa_eof, acked: self.acked.clone(), ack_seen: self.ack_seen.clone(), closed: self.closed.clone(), closed_why: self.closed_why.clone() }
+    }
+}
+
+fn spawn_acks(f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
+    std::thread::Builder::new().name("replica-acks".into()).spawn(f).map(|_| ()).map_err(|e| Error::Local(format!("spawn ack thread: {e}")))
+}
+
+fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error> {
+    let raw = s.try_clone().map_err(|e| Error::ReplicaLink(format!("clone replica socket: {e}")))?;
+    let mut t = tls.accept(s).map_err(|e| Error::ReplicaLink(format!("TLS with the replica (tls-replication yes): {e}")))?;
+    let capa_eof = handshake(&mut t)?;
+    // Reads time out quickly so the ACK thread never holds the link long; writes are not bounded by it.
+    raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
+    let link: TlsLink = Arc::new(std::sync::Mutex::new(t));
+    let acks = Acks::new();
+    let out = acks.link(raw, Some(link.clone()), capa_eof);
+    spawn_acks(move || {
+        let mut r = AckReader::default();
+        let mut buf = [0u8; limits::READ_CHUNK_BYTES];
+        let why = loop {
+            let got = link.lock().unwrap_or_else(|p| p.into_inner()).read(&mut buf);
+            match got {
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    // Nothing yet: let the writer in before trying again.
+                    std::thread::yield_now();
+                    continue;
+                }
+                got => {
+                    if let Some(why) = acks.on_read(&mut r, got, &buf) {
+                        break why;
+                    }
+                }
+            }
+        };
+        acks.close(why);
+    })?;
+    Ok(out)
+}
+
+fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
+    let capa_eof = handshake(&mut s)?;
+    s.set_read_timeout(None).map_err(|e| Error::ReplicaLink(format!("configure replica socket: {e}")))?;
+    let mut rs = s.try_clone().map_err(|e| Error::ReplicaLink(format!("clone replica socket: {e}")))?;
+    let acks = Acks::new();
+    let out = acks.link(s, None, capa_eof);
+    spawn_acks(move || {
+        let mut r = AckReader::default();
+        let mut buf = [0u8; limits::READ_CHUNK_BYTES];
+        let why = loop {
+            let got = rs.read(&mut buf);
+            if let Some(why) = acks.on_read(&mut r, got, &buf) {
+                break why;
+            }
+        };
+        acks.close(why);
+    })?;
+    Ok(out)
 }
 
 impl ReplicaLink {
     /// Send bytes to the replica.
     pub fn send(&mut self, bytes: &[u8], what: &str) -> Result<(), Error> {
-        self.s.write_all(bytes).map_err(|e| Error::ReplicaLink(format!("send {what} to the replica: {e}{}", self.why_suffix())))
+        let r = match &self.tls {
+            None => self.s.write_all(bytes),
+            Some(t) => t.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes),
+        };
+        r.map_err(|e| Error::ReplicaLink(format!("send {what} to the replica: {e}{}", self.why_suffix())))
     }
 
     /// Why the replica side closed, if it did.

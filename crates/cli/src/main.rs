@@ -52,6 +52,8 @@ struct RelayArgs {
     #[arg(long, conflicts_with = "master", env = "FASTREPL_FILE")]
     file: Option<PathBuf>,
     #[command(flatten)]
+    tls: TlsArgs,
+    #[command(flatten)]
     sentinel: SentinelArgs,
     /// Where agents connect. A non-loopback address requires a token.
     #[arg(long, default_value = "127.0.0.1:7400", env = "FASTREPL_LISTEN")]
@@ -108,6 +110,38 @@ struct RelayArgs {
     metrics: Option<SocketAddr>,
 }
 
+/// TLS to Redis/Valkey servers and sentinels, as redis-cli names it.
+#[derive(clap::Args)]
+struct TlsArgs {
+    /// Speak TLS to the master, its replicas and the sentinels (and, in `join`, to a local replica
+    /// that has tls-replication yes).
+    #[arg(long, env = "FASTREPL_TLS")]
+    tls: bool,
+    /// CA certificate(s) to trust, PEM (default: the system's bundle).
+    #[arg(long, requires = "tls", env = "FASTREPL_CACERT")]
+    cacert: Option<PathBuf>,
+    /// Client certificate, PEM (for servers with tls-auth-clients; `join` also serves it to a
+    /// replica with tls-replication yes).
+    #[arg(long, requires_all = ["tls", "key"], env = "FASTREPL_CERT")]
+    cert: Option<PathBuf>,
+    /// Private key of --cert, PEM.
+    #[arg(long, requires_all = ["tls", "cert"], env = "FASTREPL_KEY")]
+    key: Option<PathBuf>,
+    /// Name to check the servers' certificates against (default: the host connected to).
+    #[arg(long, requires = "tls", env = "FASTREPL_TLS_SERVER_NAME")]
+    tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    fn load(&self) -> Result<Option<client::tls::Tls>> {
+        if !self.tls {
+            return Ok(None);
+        }
+        let o = client::tls::Options { cacert: self.cacert.clone(), cert: self.cert.clone(), key: self.key.clone(), server_name: self.tls_server_name.clone() };
+        Ok(Some(client::tls::Tls::load(&o).map_err(anyhow::Error::msg).context("load TLS certificates")?))
+    }
+}
+
 /// Sentinel, as Redis clients use it: the master of a named group, followed through failovers.
 #[derive(clap::Args)]
 struct SentinelArgs {
@@ -127,10 +161,12 @@ struct SentinelArgs {
 }
 
 impl SentinelArgs {
-    fn sentinels(&self) -> Result<Option<client::sentinel::Sentinels>> {
+    fn sentinels(&self, tls: Option<&client::tls::Tls>) -> Result<Option<client::sentinel::Sentinels>> {
         let Some(list) = &self.sentinel else { return Ok(None) };
         let auth = transport::secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
-        Ok(Some(client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?))
+        let mut s = client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?;
+        s.tls = tls.cloned();
+        Ok(Some(s))
     }
 }
 
@@ -161,6 +197,8 @@ struct JoinArgs {
     /// The master as the replica reaches it (default: as the relay reaches it).
     #[arg(long, conflicts_with = "sentinel", env = "FASTREPL_MASTER")]
     master: Option<String>,
+    #[command(flatten)]
+    tls: TlsArgs,
     #[command(flatten)]
     sentinel: SentinelArgs,
     /// ACL user for the master (the replica's masteruser).
@@ -267,6 +305,8 @@ struct VerifyArgs {
     /// File holding the password for both (else $FASTREPL_VERIFY_PASSWORD).
     #[arg(long, env = "FASTREPL_PASSWORD_FILE")]
     password_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Largest TTL difference accepted, in ms.
     #[arg(long, default_value_t = 2000, env = "FASTREPL_TTL_TOLERANCE_MS")]
     ttl_tolerance_ms: i64,
@@ -313,8 +353,10 @@ fn main() -> ExitCode {
 }
 
 fn relay(a: RelayArgs) -> Result<ExitCode> {
-    let sentinel = a.sentinel.sentinels()?;
+    let tls = a.tls.load()?;
+    let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     let cfg = relay::Config {
+        tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
             Some(f) => format!("file:{}", f.display()),
             None => String::new(),
@@ -397,11 +439,13 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
     let token = transport::secrets::token(a.token_file.as_deref())?;
+    let tls = a.tls.load()?;
     let cfg = agent::Config {
+        sentinel: a.sentinel.sentinels(tls.as_ref())?,
+        tls,
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,
-        sentinel: a.sentinel.sentinels()?,
         replica_auth: transport::secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
         master: a.master,
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
@@ -628,8 +672,9 @@ fn print_status(st: &relay::stats::Status) {
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
     let auth = transport::secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
     let t = Duration::from_secs(60);
-    let mut ca = client::Client::connect(&a.a, auth.as_ref(), t).with_context(|| format!("connect to {}", a.a))?;
-    let mut cb = client::Client::connect(&a.b, auth.as_ref(), t).with_context(|| format!("connect to {}", a.b))?;
+    let tls = a.tls.load()?;
+    let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.a))?;
+    let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.b))?;
     let opts = verify::Options { ttl_tolerance_ms: a.ttl_tolerance_ms, ..Default::default() };
     let out = match verify::compare(&mut ca, &mut cb, &opts) {
         Ok(o) => o,

@@ -259,3 +259,86 @@ fn spawn_relay_sentinel(sentinels: &str) -> Relay {
     });
     Relay { proc, addr }
 }
+
+/// A CA and one certificate it signs (for 127.0.0.1 and localhost), made with the openssl CLI.
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn generate() -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl").args(args).current_dir(d).output().expect("openssl (scripts/setup.sh installs it)");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=fastrepl test CA"]);
+        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=localhost"]);
+        std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+        run(&["x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "ext.cnf"]);
+        Certs { dir }
+    }
+
+    fn path(&self, f: &str) -> String {
+        self.dir.path().join(f).display().to_string()
+    }
+
+    /// Server arguments: TLS configured, tls-auth-clients on (the default).
+    fn server_args(&self) -> Vec<String> {
+        ["--tls-cert-file", &self.path("node.crt"), "--tls-key-file", &self.path("node.key"), "--tls-ca-cert-file", &self.path("ca.crt")].iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Our flags.
+    fn flags(&self) -> Vec<String> {
+        ["--tls", "--cacert", &self.path("ca.crt"), "--cert", &self.path("node.crt"), "--key", &self.path("node.key")].iter().map(|s| s.to_string()).collect()
+    }
+}
+
+#[test]
+fn tls_masters_and_a_replica_with_tls_replication() {
+    let certs = Certs::generate();
+    // The master speaks TLS only; the replica-to-be replicates over TLS (and keeps a plain port on
+    // loopback for the agent's commands).
+    let tls_port = fixtures::free_port().to_string();
+    let mut margs: Vec<String> = certs.server_args();
+    // Client certificates optional on the master, so that a join without one gets as far as the replica.
+    margs.extend(["--tls-port".into(), tls_port.clone(), "--tls-replication".into(), "yes".into(), "--tls-auth-clients".into(), "optional".into()]);
+    let master = Server::start(Flavor::Redis70, &margs.iter().map(String::as_str).collect::<Vec<_>>());
+    data::fill_every_type(&mut master.client(), 1, true);
+    let mut rargs = certs.server_args();
+    let target_tls = fixtures::free_port().to_string();
+    rargs.extend(["--tls-replication".into(), "yes".into(), "--tls-port".into(), target_tls.clone()]);
+    let target = Server::start(Flavor::Redis70, &rargs.iter().map(String::as_str).collect::<Vec<_>>());
+    let master_tls = format!("127.0.0.1:{tls_port}");
+    let flags = certs.flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+
+    // Without --tls the relay cannot capture, and says why.
+    let plain = relay(&master_tls, &[], &[]);
+    let j = join(&plain.addr, &target.addr(), &["--retries", "0"], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert_untouched(&target);
+    drop(plain);
+
+    // Without certificates the join refuses a tls-replication replica before touching it.
+    let relay = relay(&master_tls, &flags, &[]);
+    let j = join(&relay.addr, &target.addr(), &["--retries", "0", "--tls", "--cacert", &certs.path("ca.crt")], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("tls-replication yes"), "{}", j.output);
+    assert_untouched(&target);
+
+    let j = join(&relay.addr, &target.addr(), &flags, &[]);
+    assert_partial(&j);
+    let r = target.client().info("replication").unwrap();
+    assert_eq!((r.get("master_port"), r.get("master_link_status")), (Some(tls_port.as_str()), Some("up")));
+    // verify reaches both over TLS too.
+    let target_tls = format!("127.0.0.1:{target_tls}");
+    let out = fastrepl().args(["verify", &master_tls, &target_tls]).args(&flags).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // A wrong CA is refused as a certificate problem.
+    let other = Certs::generate();
+    let out = fastrepl().args(["verify", &master_tls, &target_tls, "--tls", "--cacert", &other.path("ca.crt")]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -7,7 +7,6 @@ use replication::replica::Auth;
 use resp::{Frame, Limits};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// Errors of the client.
@@ -47,7 +46,7 @@ pub enum Error {
 
 /// A connection to one server.
 pub struct Client {
-    s: TcpStream,
+    s: tls::Stream,
     addr: String,
     buf: Vec<u8>,
     limits: Limits,
@@ -81,19 +80,12 @@ impl Info {
 impl Client {
     /// Connect, and authenticate if `auth` is given.
     pub fn connect(addr: &str, auth: Option<&Auth>, timeout: Duration) -> Result<Client, Error> {
-        let io = |op| {
-            let addr = addr.to_string();
-            move |source| Error::Io { op, addr, source }
-        };
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(io("resolve"))?
-            .next()
-            .ok_or_else(|| Error::Io { op: "resolve", addr: addr.into(), source: std::io::ErrorKind::NotFound.into() })?;
-        let s = TcpStream::connect_timeout(&sa, timeout).map_err(io("connect to"))?;
-        s.set_read_timeout(Some(timeout)).map_err(io("configure"))?;
-        s.set_write_timeout(Some(timeout)).map_err(io("configure"))?;
-        s.set_nodelay(true).map_err(io("configure"))?;
+        Self::connect_tls(addr, auth, timeout, None)
+    }
+
+    /// Connect over TLS when `tls` is given, and authenticate if `auth` is given.
+    pub fn connect_tls(addr: &str, auth: Option<&Auth>, timeout: Duration, tls: Option<&tls::Tls>) -> Result<Client, Error> {
+        let s = tls::connect(addr, tls, timeout).map_err(|(op, source)| Error::Io { op, addr: addr.into(), source })?;
         let mut c = Client { s, addr: addr.to_string(), buf: Vec::new(), limits: Limits { bulk_len_max: 1 << 30, ..Limits::default() } };
         if let Some(a) = auth {
             let r = match &a.user {
@@ -114,7 +106,7 @@ impl Client {
 
     /// Change the read timeout (long-running commands such as `DEBUG RELOAD`).
     pub fn set_timeout(&mut self, t: Duration) {
-        let _ = self.s.set_read_timeout(Some(t));
+        let _ = self.s.tcp().set_read_timeout(Some(t));
     }
 
     /// Send one command and return its reply, error replies included.
@@ -167,10 +159,10 @@ impl Client {
     /// The next frame the server pushes (pub/sub messages after `SUBSCRIBE`), or `None` when nothing
     /// arrived within `wait`. A partial frame stays buffered for the next call.
     pub fn next_push(&mut self, wait: Duration) -> Result<Option<Frame>, Error> {
-        let before = self.s.read_timeout().ok().flatten();
-        let _ = self.s.set_read_timeout(Some(wait));
+        let before = self.s.tcp().read_timeout().ok().flatten();
+        let _ = self.s.tcp().set_read_timeout(Some(wait));
         let r = self.read_reply();
-        let _ = self.s.set_read_timeout(before);
+        let _ = self.s.tcp().set_read_timeout(before);
         match r {
             Ok(f) => Ok(Some(f)),
             Err(Error::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(None),
@@ -204,6 +196,7 @@ impl Client {
 }
 
 pub mod sentinel;
+pub mod tls;
 
 /// Convenience: turn string-ish arguments into an owned command for [`Client::pipeline`].
 pub fn command<A: AsRef<[u8]>>(args: &[A]) -> Vec<Vec<u8>> {

@@ -16,6 +16,8 @@ pub struct Sentinels {
     pub name: String,
     /// Credentials for the sentinels (`requirepass`/ACL on the sentinels themselves).
     pub auth: Option<Auth>,
+    /// TLS to the sentinels (`--tls`: to every server and sentinel, as redis-cli does).
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// The answer to `SENTINEL get-master-addr-by-name`: `host:port`, `None` for an unknown name.
@@ -64,11 +66,11 @@ impl Sentinels {
         if name.is_empty() {
             return Err("--master-name is required with --sentinel".into());
         }
-        Ok(Sentinels { addrs, name: name.into(), auth })
+        Ok(Sentinels { addrs, name: name.into(), auth, tls: None })
     }
 
     fn connect(&self, addr: &str, timeout: Duration) -> Result<Client, Error> {
-        Client::connect(addr, self.auth.as_ref(), timeout)
+        Client::connect_tls(addr, self.auth.as_ref(), timeout, self.tls.as_ref())
     }
 
     /// The master now, from the first sentinel that knows the group. Errors name every sentinel tried.

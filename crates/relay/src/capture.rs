@@ -7,7 +7,6 @@ use crate::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::Generation;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,7 +100,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
 
 /// The master's socket and the machine that speaks to it.
 struct Link<'a> {
-    s: TcpStream,
+    s: client::tls::Stream,
     stats: &'a crate::stats::Stats,
     master: String,
     machine: Capture,
@@ -159,13 +158,13 @@ struct Run {
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
     let master_now = shared.master();
-    let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
+    let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), cfg.tls.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
         .map_err(|why| Error::Source { why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
     // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
     let raw = match (cfg.source_rdb_raw, chosen.replica) {
-        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), CONNECT_TIMEOUT).map_err(|why| Error::Source { why })?),
+        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|why| Error::Source { why })?),
         (true, false) => {
             tracing::warn!("--source-rdb-raw: not switching RDB compression off on the master (only ever on a replica)");
             None
@@ -173,16 +172,11 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         _ => None,
     };
     let master = chosen.addr.clone();
-    let addr = master
-        .to_socket_addrs()
-        .map_err(|source| Error::Io { op: "resolve master", master: master.clone(), source })?
-        .next()
-        .ok_or_else(|| Error::Io { op: "resolve master", master: master.clone(), source: ErrorKind::NotFound.into() })?;
     let t0 = Instant::now();
-    let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| Error::Io { op: "connect to master", master: master.clone(), source })?;
-    s.set_read_timeout(Some(TICK))
-        .and_then(|_| s.set_write_timeout(Some(replication::capture::SILENCE_MAX)))
-        .and_then(|_| s.set_nodelay(true))
+    let s = client::tls::connect(&master, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|(op, source)| Error::Io { op, master: master.clone(), source })?;
+    s.tcp()
+        .set_read_timeout(Some(TICK))
+        .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
         .map_err(|source| Error::Io { op: "configure master socket", master: master.clone(), source })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, master, machine };

@@ -63,6 +63,8 @@ pub struct Config {
     pub sentinel: Option<client::sentinel::Sentinels>,
     /// Credentials for the master.
     pub master_auth: Option<Auth>,
+    /// TLS to the master, its replicas and the sentinels.
+    pub tls: Option<client::tls::Tls>,
     /// Where agents connect.
     pub listen: SocketAddr,
     /// The agents' shared secret.
@@ -477,6 +479,7 @@ mod tests {
             file: None,
             source: source::Source::Master,
             sentinel: None,
+            tls: None,
             source_rdb_raw: false,
             capture: CapturePolicy::OnStart,
             idle_release: None,

@@ -127,12 +127,12 @@ pub fn pick(master: &str, checked: &[(String, Result<u64, String>)]) -> Chosen {
 
 /// Resolve `source` for the next capture: ask the master (and the replicas) over `INFO replication`.
 /// `exclude`: addresses never to use (the relay's own, as the master may list it).
-pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, exclude: &[String], timeout: Duration) -> Result<Chosen, String> {
+pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, exclude: &[String], timeout: Duration) -> Result<Chosen, String> {
     if *source == Source::Master {
         return Ok(Chosen { addr: master.into(), replica: false, why: "the master (--source master)".into() });
     }
     let info = |addr: &str| -> Result<Info, String> {
-        let mut c = client::Client::connect(addr, auth, timeout).map_err(|e| e.to_string())?;
+        let mut c = client::Client::connect_tls(addr, auth, timeout, tls).map_err(|e| e.to_string())?;
         c.info("replication").map_err(|e| e.to_string())
     };
     let m = info(master).map_err(|e| format!("ask the master for its replication ID: {e}"))?;
@@ -168,14 +168,15 @@ pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, exclude: &[St
 pub struct RawRdb {
     addr: String,
     auth: Option<Auth>,
+    tls: Option<client::tls::Tls>,
     saved: Vec<(&'static str, String)>,
 }
 
 impl RawRdb {
     /// Switch `rdbcompression` and `rdbchecksum` off on `addr`, remembering what they were.
-    pub fn switch_off(addr: &str, auth: Option<&Auth>, timeout: Duration) -> Result<RawRdb, String> {
-        let mut c = client::Client::connect(addr, auth, timeout).map_err(|e| format!("connect to the source to switch its RDB compression off: {e}"))?;
-        let mut raw = RawRdb { addr: addr.into(), auth: auth.cloned(), saved: Vec::new() };
+    pub fn switch_off(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, timeout: Duration) -> Result<RawRdb, String> {
+        let mut c = client::Client::connect_tls(addr, auth, timeout, tls).map_err(|e| format!("connect to the source to switch its RDB compression off: {e}"))?;
+        let mut raw = RawRdb { addr: addr.into(), auth: auth.cloned(), tls: tls.cloned(), saved: Vec::new() };
         for name in ["rdbcompression", "rdbchecksum"] {
             let was = c.config_get(name).map_err(|e| format!("CONFIG GET {name} on the source: {e}"))?.unwrap_or_else(|| "yes".into());
             if was == "no" {
@@ -202,7 +203,7 @@ impl Drop for RawRdb {
             return;
         }
         let restore = || -> Result<(), String> {
-            let mut c = client::Client::connect(&self.addr, self.auth.as_ref(), limits::CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+            let mut c = client::Client::connect_tls(&self.addr, self.auth.as_ref(), limits::CONNECT_TIMEOUT, self.tls.as_ref()).map_err(|e| e.to_string())?;
             for (name, was) in &self.saved {
                 c.config_set(name, was).map_err(|e| e.to_string())?;
             }

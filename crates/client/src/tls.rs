@@ -1,0 +1,173 @@
+//! TLS to Redis/Valkey servers, as redis-cli names it: `--tls --cacert --cert --key` and
+//! `--tls-server-name`. A server with `tls-auth-clients yes` (the default) wants a client
+//! certificate, so `--cert`/`--key` are sent when given. The same certificate can serve the other
+//! direction: an agent is its local replica's master, and a replica with `tls-replication yes` speaks
+//! TLS to it ([`Tls::accept`]); Redis checks that certificate against the replica's CA but not its
+//! name, as it does for real masters.
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where the certificates are (the flags).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// CA certificates to trust (PEM); default: the system's bundle.
+    pub cacert: Option<PathBuf>,
+    /// Our certificate chain (PEM), sent to servers that ask for one and served to a replica.
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// The name to check the server's certificate against (SNI too); default: the host we connect to.
+    pub server_name: Option<String>,
+}
+
+/// Loaded TLS settings, cheap to clone.
+#[derive(Clone)]
+pub struct Tls {
+    client: Arc<ClientConfig>,
+    server: Option<Arc<ServerConfig>>,
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("server_name", &self.server_name).field("has_cert", &self.server.is_some()).finish()
+    }
+}
+
+/// The system CA bundle Debian-like systems keep.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut std::io::BufReader::new(f)).collect::<Result<_, _>>().map_err(|e| format!("read certificates from {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    rustls_pemfile::private_key(&mut std::io::BufReader::new(f)).map_err(|e| format!("read the key in {}: {e}", path.display()))?.ok_or_else(|| format!("{} holds no PEM private key", path.display()))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl Tls {
+    /// Load certificates and keys; errors name the file.
+    pub fn load(o: &Options) -> Result<Tls, String> {
+        let mut roots = RootCertStore::empty();
+        let ca = o.cacert.clone().unwrap_or_else(|| PathBuf::from(SYSTEM_CA_BUNDLE));
+        for c in certs(&ca)? {
+            roots.add(c).map_err(|e| format!("CA certificate in {}: {e}", ca.display()))?;
+        }
+        let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?.with_root_certificates(roots);
+        let (client, server) = match (&o.cert, &o.key) {
+            (Some(c), Some(k)) => {
+                let (chain, key) = (certs(c)?, key(k)?);
+                let client = builder.with_client_auth_cert(chain.clone(), key.clone_key()).map_err(|e| format!("client certificate {}: {e}", c.display()))?;
+                let server = ServerConfig::builder_with_provider(provider())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_no_client_auth()
+                    .with_single_cert(chain, key)
+                    .map_err(|e| format!("certificate {}: {e}", c.display()))?;
+                (client, Some(Arc::new(server)))
+            }
+            (None, None) => (builder.with_no_client_auth(), None),
+            _ => return Err("--cert and --key go together".into()),
+        };
+        Ok(Tls { client: Arc::new(client), server, server_name: o.server_name.clone() })
+    }
+
+    /// TLS over `tcp` to `host` (the name checked unless `--tls-server-name` says otherwise); the
+    /// handshake is completed here so that a refused certificate is reported as such.
+    pub fn connect(&self, mut tcp: TcpStream, host: &str) -> Result<Stream, std::io::Error> {
+        let name = self.server_name.as_deref().unwrap_or(host.trim_matches(['[', ']']));
+        let name = ServerName::try_from(name.to_string()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TLS server name {name:?}: {e}")))?;
+        let mut conn = ClientConnection::new(self.client.clone(), name).map_err(std::io::Error::other)?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
+        }
+        Ok(Stream::Tls(Box::new(StreamOwned::new(conn, tcp))))
+    }
+
+    /// Serve TLS on an accepted connection (the agent to its replica), handshake completed.
+    pub fn accept(&self, mut tcp: TcpStream) -> Result<StreamOwned<ServerConnection, TcpStream>, String> {
+        let cfg = self.server.clone().ok_or("serving TLS needs --cert and --key")?;
+        let mut conn = ServerConnection::new(cfg).map_err(|e| e.to_string())?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).map_err(|e| format!("TLS handshake: {e}"))?;
+        }
+        Ok(StreamOwned::new(conn, tcp))
+    }
+
+    /// Whether [`Tls::accept`] can work (a certificate and key were given).
+    pub fn can_serve(&self) -> bool {
+        self.server.is_some()
+    }
+}
+
+/// A connection to a server: plain TCP or TLS over it.
+pub enum Stream {
+    /// Plain.
+    Plain(TcpStream),
+    /// TLS.
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    /// The TCP socket underneath (timeouts, addresses, shutdown).
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Connect to `addr` (`host:port`) within `timeout`, over TLS when `tls` is given.
+pub fn connect(addr: &str, tls: Option<&Tls>, timeout: std::time::Duration) -> Result<Stream, (&'static str, std::io::Error)> {
+    use std::net::ToSocketAddrs;
+    let sa = addr.to_socket_addrs().map_err(|e| ("resolve", e))?.next().ok_or(("resolve", std::io::ErrorKind::NotFound.into()))?;
+    let s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| ("connect to", e))?;
+    s.set_read_timeout(Some(timeout)).and_then(|_| s.set_write_timeout(Some(timeout))).and_then(|_| s.set_nodelay(true)).map_err(|e| ("configure", e))?;
+    match tls {
+        None => Ok(Stream::Plain(s)),
+        Some(t) => {
+            let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+            t.connect(s, host).map_err(|e| ("TLS to", e))
+        }
+    }
+}
