@@ -355,6 +355,8 @@ fn main() -> ExitCode {
 fn relay(a: RelayArgs) -> Result<ExitCode> {
     let tls = a.tls.load()?;
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
+    // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
+    let tokens = transport::secrets::tokens(a.token_file.as_deref())?;
     let cfg = relay::Config {
         tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
@@ -365,7 +367,8 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         file: a.file,
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
-        token: transport::secrets::token(a.token_file.as_deref())?,
+        token: tokens[0].clone(),
+        extra_tokens: tokens[1..].to_vec(),
         announce_port: a.announce_port,
         snapshot: snapshot::Config {
             block_size: a.block_size,
@@ -387,8 +390,38 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         let bound = metrics::serve(addr, std::sync::Arc::new(move || r2.status().prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
+    reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
     r.wait();
     Ok(ExitCode::SUCCESS)
+}
+
+/// `systemctl reload` (SIGHUP): read the token file again, so a token can be rotated without
+/// restarting the relay (and losing its snapshot). Tokens are never logged, only how many.
+fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf>) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let hup = std::sync::Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("install SIGHUP handler")?;
+    std::thread::Builder::new()
+        .name("reload".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(250)); // Polling a signal flag, not synchronization.
+            if !hup.swap(false, Ordering::SeqCst) {
+                continue;
+            }
+            let Some(f) = &file else {
+                tracing::warn!("SIGHUP: the token comes from $FASTREPL_TOKEN, which cannot change under a running process; use --token-file to rotate without a restart");
+                continue;
+            };
+            match transport::secrets::tokens(Some(f)).map_err(|e| e.to_string()).and_then(|t| {
+                let n = t.len();
+                r.set_tokens(t).map(|()| n).map_err(|e| e.to_string())
+            }) {
+                Ok(n) => tracing::info!(file = %f.display(), accepted = n, "SIGHUP: tokens reloaded"),
+                Err(e) => tracing::error!(file = %f.display(), error = %e, "SIGHUP: tokens not reloaded; the previous ones stay in force"),
+            }
+        })
+        .context("spawn reload thread")?;
+    Ok(())
 }
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {

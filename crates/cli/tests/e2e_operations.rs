@@ -342,3 +342,35 @@ fn tls_masters_and_a_replica_with_tls_replication() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn token_rotation_without_a_restart() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let (old, new) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
+    std::fs::write(&file, format!("{old}\n")).unwrap();
+    let file_s = file.display().to_string();
+    let relay = relay(&master.addr(), &["--token-file", &file_s], &[("FASTREPL_TOKEN", "")]);
+    let status_with = |token: &str| fastrepl().args(["status", "--relay", &relay.addr]).env("FASTREPL_TOKEN", token).output().unwrap().status.success();
+    let hup = || assert!(std::process::Command::new("kill").args(["-HUP", &relay.proc.pid().to_string()]).status().unwrap().success());
+    assert!(status_with(old) && !status_with(new));
+    // 1. The new token joins the old one: both are accepted.
+    std::fs::write(&file, format!("{old}\n{new}\n")).unwrap();
+    hup();
+    wait_until("the relay to accept the new token", Duration::from_secs(10), || status_with(new).then_some(()));
+    assert!(status_with(old), "the old token must stay valid while agents move over");
+    // 2. Agents moved: the old one goes. A join with the new token works throughout.
+    let target = Server::start(Flavor::Redis70, &[]);
+    assert_partial(&join(&relay.addr, &target.addr(), &[], &[("FASTREPL_TOKEN", new)]));
+    std::fs::write(&file, format!("{new}\n")).unwrap();
+    hup();
+    wait_until("the relay to refuse the old token", Duration::from_secs(10), || (!status_with(old)).then_some(()));
+    assert!(status_with(new));
+    // A bad file keeps the tokens in force.
+    std::fs::write(&file, "short\n").unwrap();
+    hup();
+    wait_until("the relay to report the bad file", Duration::from_secs(10), || relay.proc.output().contains("tokens not reloaded").then_some(()));
+    assert!(status_with(new));
+    assert!(!relay.proc.output().contains(new) && !relay.proc.output().contains(old), "a token in the log");
+}

@@ -69,6 +69,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The agents' shared secret.
     pub token: Token,
+    /// More tokens accepted besides `token` (a rotation in progress); replaced by [`Relay::set_tokens`].
+    pub extra_tokens: Vec<Token>,
     /// Port announced to the master with `REPLCONF listening-port` (default: the listen port).
     pub announce_port: Option<u16>,
     /// Snapshot tunables.
@@ -171,6 +173,8 @@ impl Config {
 /// State shared by the capture loop and every connection.
 pub(crate) struct Shared {
     config: Config,
+    /// Tokens accepted now (the configured ones, or those a reload set).
+    tokens: std::sync::RwLock<Vec<Token>>,
     /// The master now (changes when Sentinel fails over).
     master: Mutex<String>,
     current: Mutex<Option<Arc<Generation>>>,
@@ -233,6 +237,11 @@ impl Shared {
             g.seal(&format!("the master changed from {old} to {new} (Sentinel)"));
         }
         self.changed.notify_all();
+    }
+
+    /// The tokens accepted now.
+    fn tokens(&self) -> Vec<Token> {
+        self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every generation still held (the current one and sealed ones agents still read).
@@ -369,7 +378,9 @@ impl Relay {
             Some(s) => s.master(limits::CONNECT_TIMEOUT).map_err(Error::Config)?,
             None => config.master.clone(),
         };
+        let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
         let shared = Arc::new(Shared {
+            tokens: std::sync::RwLock::new(tokens),
             master: Mutex::new(master),
             config,
             current: Mutex::new(None),
@@ -428,6 +439,16 @@ impl Relay {
         self.local_addr
     }
 
+    /// Accept these tokens from now on (a reload during a rotation; connections already
+    /// authenticated are not affected). Refused when it would leave a non-loopback relay open.
+    pub fn set_tokens(&self, tokens: Vec<Token>) -> Result<(), Error> {
+        if tokens.is_empty() || (tokens.iter().any(Token::is_empty) && !self.local_addr.ip().is_loopback()) {
+            return Err(Error::Config("refusing an empty token on a non-loopback relay".into()));
+        }
+        *self.shared.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
+        Ok(())
+    }
+
     /// What the relay holds and has done, now.
     pub fn status(&self) -> stats::Status {
         stats::status(&self.shared, self.local_addr)
@@ -477,6 +498,7 @@ mod tests {
             connections_max: 4,
             offer: Offer::ALL,
             file: None,
+            extra_tokens: Vec::new(),
             source: source::Source::Master,
             sentinel: None,
             tls: None,

@@ -122,7 +122,7 @@ fn accept_each<S: Send + 'static>(
 fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    match auth::server(&mut s, &shared.config.token)? {
+    match auth::server_any(&mut s, &shared.tokens())? {
         Kind::Data => {
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
             serve_data(shared, s)
@@ -135,7 +135,7 @@ fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_nodelay(true).map_err(Error::io("configure socket"))?;
-    let kind = auth::server(&mut s, &shared.config.token)?;
+    let kind = auth::server_any(&mut s, &shared.tokens())?;
     match kind {
         Kind::Control => serve_control(shared, s),
         Kind::Status => {

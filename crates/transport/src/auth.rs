@@ -123,6 +123,12 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
 
 /// Relay side: challenge the agent; on success answer with our own proof and return the kind.
 pub fn server<S: Read + Write>(s: &mut S, token: &Token) -> Result<Kind, Error> {
+    server_any(s, std::slice::from_ref(token))
+}
+
+/// Like [`server`], accepting any of `tokens` (a rotation: the old and the new token for a while).
+/// The proof we send back is made with the token the agent used.
+pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, Error> {
     let server_nonce = nonce()?;
     let mut hello = Vec::with_capacity(8 + 2 + NONCE_LEN);
     hello.extend_from_slice(MAGIC);
@@ -142,10 +148,10 @@ pub fn server<S: Read + Write>(s: &mut S, token: &Token) -> Result<Kind, Error> 
     };
     let client_nonce = &msg[11..11 + NONCE_LEN];
     let mac = &msg[11 + NONCE_LEN..];
-    if !ct_eq(mac, &token.mac(b"agent", &server_nonce, client_nonce, kind as u8)) {
+    let Some(token) = tokens.iter().find(|t| ct_eq(mac, &t.mac(b"agent", &server_nonce, client_nonce, kind as u8))) else {
         let _ = s.write_all(&[1]);
         return Err(Error::Auth("agent presented a wrong token".into()));
-    }
+    };
     let mut ok = vec![0u8];
     ok.extend_from_slice(&token.mac(b"relay", client_nonce, &server_nonce, kind as u8));
     s.write_all(&ok).map_err(Error::io("send authentication result"))?;
@@ -156,6 +162,19 @@ pub fn server<S: Read + Write>(s: &mut S, token: &Token) -> Result<Kind, Error> 
 mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn during_a_rotation_either_token_is_accepted() {
+        let (old, new, other) = (Token::new(b"old-token-0123456789").unwrap(), Token::new(b"new-token-0123456789").unwrap(), Token::new(b"neither-0123456789").unwrap());
+        for (agent, ok) in [(old.clone(), true), (new.clone(), true), (other, false)] {
+            let (mut a, mut r) = UnixStream::pair().unwrap();
+            let accepted = [old.clone(), new.clone()];
+            let relay = std::thread::spawn(move || server_any(&mut r, &accepted));
+            let c = client(&mut a, &agent, Kind::Data);
+            assert_eq!(c.is_ok(), ok, "{c:?}");
+            assert_eq!(relay.join().unwrap().is_ok(), ok);
+        }
+    }
 
     fn pair(agent_token: Token, relay_token: Token) -> (Result<(), Error>, Result<Kind, Error>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();

@@ -51,10 +51,21 @@ pub fn auth(user: Option<&str>, password_file: Option<&Path>, env: &'static str)
 }
 
 /// The relay token, from `file` or `$FASTREPL_TOKEN`; empty when neither is set (loopback relays).
+/// A file may hold several tokens, one per line (a rotation): this is the first, the one agents
+/// present.
 pub fn token(file: Option<&Path>) -> Result<Token, SecretError> {
+    Ok(tokens(file)?.swap_remove(0))
+}
+
+/// Every token in `file` (one per line, blank lines ignored) or `$FASTREPL_TOKEN`: what a relay
+/// accepts. Never empty: `[Token::empty()]` when neither is set.
+pub fn tokens(file: Option<&Path>) -> Result<Vec<Token>, SecretError> {
     match read(file, "FASTREPL_TOKEN")? {
-        Some(t) => Token::new(t.as_bytes()).map_err(SecretError::Token),
-        None => Ok(Token::empty()),
+        Some(t) => {
+            let v: Vec<Token> = t.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| Token::new(l.as_bytes())).collect::<Result<_, _>>()?;
+            Ok(if v.is_empty() { vec![Token::empty()] } else { v })
+        }
+        None => Ok(vec![Token::empty()]),
     }
 }
 
