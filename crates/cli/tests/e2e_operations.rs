@@ -374,3 +374,37 @@ fn token_rotation_without_a_restart() {
     assert!(status_with(new));
     assert!(!relay.proc.output().contains(new) && !relay.proc.output().contains(old), "a token in the log");
 }
+
+/// The service units pass `systemd-analyze verify` (where systemd is installed), and every setting
+/// their example environment files name is a real flag of the command they configure.
+#[test]
+fn service_units_and_their_environment_files() {
+    let contrib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/systemd");
+    for (example, cmd) in [("relay.env.example", "relay"), ("join.env.example", "join")] {
+        let help = fastrepl().args([cmd, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        let text = std::fs::read_to_string(contrib.join(example)).unwrap();
+        let names: Vec<&str> = text.lines().map(|l| l.trim_start_matches('#')).filter_map(|l| l.split_once('=')).map(|(k, _)| k).filter(|k| k.starts_with("FASTREPL_")).collect();
+        assert!(names.len() >= 8, "{example}: {names:?}");
+        for n in names {
+            assert!(help.contains(&format!("[env: {n}=")), "{example} names {n}, which `fastrepl {cmd}` does not read");
+        }
+    }
+    let Ok(analyze) = which("systemd-analyze") else {
+        eprintln!("systemd-analyze not installed: units not verified here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_fastrepl");
+    for (unit, as_name) in [("fastrepl-relay.service", "fastrepl-relay.service"), ("fastrepl-join@.service", "fastrepl-join@6380.service")] {
+        let text = std::fs::read_to_string(contrib.join(unit)).unwrap().replace("/usr/local/bin/fastrepl", bin);
+        std::fs::write(dir.path().join(as_name), text).unwrap();
+    }
+    let out = std::process::Command::new(analyze).arg("verify").arg("fastrepl-relay.service").arg("fastrepl-join@6380.service").current_dir(dir.path()).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file())).ok_or(())
+}
