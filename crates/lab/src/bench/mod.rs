@@ -16,7 +16,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, agent-killed,
-    /// late-joiner, or all.
+    /// late-joiner, zero-fork, or all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).
@@ -38,7 +38,7 @@ pub struct BenchArgs {
     /// for 256 MiB of 4 MiB values.
     #[arg(long)]
     pub values: Option<usize>,
-    /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm.
+    /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm, fastrepl-tcp-from-replica (the relay captures from a replica of the master), fastrepl-tcp-from-replica-raw (and switches its RDB compression off for the capture).
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,
     /// Server build for master and replicas: redis-7.0, valkey-8.1, redis-6.2.

@@ -94,8 +94,14 @@ pub fn table(s: &ScenarioResult) -> String {
             r.mode,
             f2(r.secs),
             per.join(", "),
-            r.forks,
-            format_args!("{:.2}", r.master_cpu_secs),
+            match r.source_forks {
+                Some(f) => format!("{} (source {f})", r.forks),
+                None => r.forks.to_string(),
+            },
+            match r.source_cpu_secs {
+                Some(c) => format!("{:.2} (source {c:.2})", r.master_cpu_secs),
+                None => format!("{:.2}", r.master_cpu_secs),
+            },
             sent,
             busiest,
             peers,

@@ -70,6 +70,10 @@ pub struct RunResult {
     pub bytes_from_peers: Option<u64>,
     /// The replica (0-based) killed mid-sync (`agent-killed`): not verified, not timed.
     pub killed: Option<usize>,
+    /// `total_forks` on the capture source replica during the run (from-replica modes).
+    pub source_forks: Option<i64>,
+    /// CPU seconds of the source replica, fork children included (from-replica modes).
+    pub source_cpu_secs: Option<f64>,
 }
 
 /// `master_rdb` as written: an end still unknown is `null` in JSON (NaN in memory).
@@ -109,10 +113,12 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
         let t = Instant::now();
         fill(&master, &spec.dataset, flavor)?;
         println!("-- link {link_name}: master {} filled in {:.1} s ({})", master.addr(), t.elapsed().as_secs_f64(), used_memory(&master));
+        // A standing replica of the master on its host, for the relay to capture from.
+        let source = if spec.modes.iter().any(|m| crate::bench::scenario::from_replica(m)) { Some(source_replica(&master, flavor, mns.as_deref(), &mip)?) } else { None };
         for &n in &spec.replicas {
             for repeat in 0..args.repeat {
                 for mode in &spec.modes {
-                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, n, mode, link: &link_name };
+                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, source: source.as_ref(), n, mode, link: &link_name };
                     let mut r = match one(&ctx) {
                         Ok(r) => r,
                         Err(e) => RunResult {
@@ -137,13 +143,17 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
 fn print_line(r: &RunResult) {
     match (&r.error, r.secs) {
         (None, Some(s)) => println!(
-            "   {:<8} N={} {:<16} {:>7.2} s  forks {}  master CPU {:.2} s{}  verified",
+            "   {:<8} N={} {:<16} {:>7.2} s  forks {}  master CPU {:.2} s{}{}  verified",
             r.link,
             r.replicas,
             r.mode,
             s,
             r.forks,
             r.master_cpu_secs,
+            match (r.source_forks, r.source_cpu_secs) {
+                (Some(f), Some(c)) => format!("  source forks {f}, CPU {c:.2} s"),
+                _ => String::new(),
+            },
             r.master_host_tx_bytes.map(|b| format!("  master sent {:.0} MB", b as f64 / 1e6)).unwrap_or_default()
         ),
         (e, _) => println!("   {:<8} N={} {:<16} FAILED: {}", r.link, r.replicas, r.mode, e.clone().unwrap_or_default()),
@@ -157,6 +167,8 @@ struct Ctx<'a> {
     exe: &'a Path,
     lab: Option<&'a Lab>,
     master: &'a Server,
+    /// A replica of the master to capture from (from-replica modes).
+    source: Option<&'a Server>,
     n: usize,
     mode: &'a str,
     link: &'a str,
@@ -179,6 +191,24 @@ impl Ctx<'_> {
             }
             None => Command::new(self.exe),
         }
+    }
+}
+
+/// Start a replica of `master` on its host and wait until it is in sync.
+fn source_replica(master: &Server, flavor: Flavor, ns: Option<&str>, ip: &str) -> Result<Server> {
+    let port = master.port.to_string();
+    let s = Server::try_start_in(flavor, ns, ip, &["--replicaof", &master.host, &port, "--repl-backlog-size", "512mb"]).map_err(|e| anyhow!("start the source replica: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let i = s.try_client()?.info("replication")?;
+        if i.get("master_link_status") == Some("up") && i.num("master_sync_in_progress") == Some(0) {
+            println!("   source replica {} in sync", s.addr());
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!("the source replica did not sync within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100)); // Polling a condition with a deadline.
     }
 }
 
@@ -324,6 +354,15 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let writer = if c.spec.arrival == Arrival::Staggered { Some(fixtures::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
     let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
+    let source = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode));
+    if let Some(s) = source {
+        // The source answers the relay's PSYNC as the master would: with the same delay.
+        s.try_client()?.config_set("repl-diskless-sync-delay", &c.args.diskless_delay.to_string())?;
+    }
+    let source0 = match source {
+        Some(s) => Some((stat(&mut s.try_client()?, "stats", "total_forks")?, agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0))),
+        None => None,
+    };
     reset_peak_rss(c.master.pid());
     let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
     let txs0: Option<Vec<u64>> = c.lab.map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>()).transpose().map_err(|e| anyhow!(e))?;
@@ -337,6 +376,10 @@ fn one(c: &Ctx) -> Result<RunResult> {
     r.latency_ms = probe.map(|p| latency_summary(p.finish()));
     r.master_cpu_secs = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0) - cpu0;
     r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
+    if let (Some(s), Some((f0, c0))) = (source, source0) {
+        r.source_forks = Some(stat(&mut s.try_client()?, "stats", "total_forks")? - f0);
+        r.source_cpu_secs = Some(agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0) - c0);
+    }
     r.master_host_tx_bytes = match (c.lab, tx0) {
         (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
         _ => None,
@@ -537,7 +580,7 @@ pub fn wait_native_in_sync(
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
 /// one after another).
 fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
-    let transport = c.mode.trim_start_matches("fastrepl-");
+    let transport = if crate::bench::scenario::from_replica(c.mode) { "tcp" } else { c.mode.trim_start_matches("fastrepl-") };
     let (mns, mip) = c.host(0);
     let mut token = [0u8; 16];
     getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
@@ -548,6 +591,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
     let mut cmd = c.fastrepl_on(0);
     cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", "warn");
+    if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
+        cmd.args(["--source", &s.addr()]);
+        if c.mode.ends_with("-raw") {
+            cmd.arg("--source-rdb-raw");
+        }
+    }
     if !ucx_tls.is_empty() {
         cmd.env("UCX_TLS", &ucx_tls);
     }

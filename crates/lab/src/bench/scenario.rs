@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner"];
+pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner", "zero-fork"];
 
 /// The master's data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,7 +89,13 @@ impl Dataset {
 }
 
 /// Every mode there is.
-pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm"];
+pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"];
+
+/// Modes whose relay captures from a standing replica of the master (on the master's host) instead
+/// of the master: `-raw` also switches the replica's RDB compression off for the capture.
+pub fn from_replica(mode: &str) -> bool {
+    mode.starts_with("fastrepl-tcp-from-replica")
+}
 
 impl Spec {
     /// The scenario `name` at full or `--quick` scale, with the command line's overrides.
@@ -115,6 +121,9 @@ impl Spec {
             "agent-killed" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
             // One replica arrives while the others are mid-pull.
             "late-joiner" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Late, false),
+            // The master forks nothing: the relay captures from a replica. Compressible data (mixed
+            // types), so switching the source's compression off shows in CPU and in bytes.
+            "zero-fork" => (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true),
             other => bail!("unknown scenario {other:?} ({} or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
@@ -158,7 +167,9 @@ impl Spec {
         if spec.replicas.iter().any(|n| !(1..=16).contains(n)) {
             bail!("replica counts must be 1..16");
         }
-        spec.modes = if a.modes.is_empty() {
+        spec.modes = if a.modes.is_empty() && name == "zero-fork" {
+            ["native-diskless", "fastrepl-tcp", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"].iter().map(|m| m.to_string()).collect()
+        } else if a.modes.is_empty() {
             // shm only where relay and replica share a host; ucx wherever UCX runs (over its tcp here).
             let mut m = vec!["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx"];
             if !netns {
