@@ -1,7 +1,7 @@
 //! What the relay has told us about our generation, kept current by a control-connection thread.
 
 use snapshot::Descriptor;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::Kind;
@@ -144,7 +144,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
     Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 
-fn follow(mut s: TcpStream, p: Arc<Progress>) {
+fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
     loop {
         let msg = wire::recv_control(&mut s);
         let mut v = p.view.lock().unwrap_or_else(|e| e.into_inner());

@@ -7,7 +7,7 @@
 
 use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use transport::auth::Kind;
@@ -74,7 +74,7 @@ pub struct UcxReader {
     keys: HashMap<(u64, u64), Segment>,
     ep: Option<(Vec<u8>, Endpoint)>,
     worker: Worker,
-    conn: StreamReader<TcpStream>,
+    conn: StreamReader<transport::tls::Conn>,
     lane: Arc<Mutex<Option<String>>>,
 }
 

@@ -108,6 +108,34 @@ struct RelayArgs {
     /// Serve Prometheus metrics on this address (GET /metrics), e.g. 127.0.0.1:9400.
     #[arg(long, env = "FASTREPL_METRICS")]
     metrics: Option<SocketAddr>,
+    /// Agents must connect over TLS: this relay's certificate, PEM (agents check it with
+    /// --relay-cacert). ucx is then not offered (its reads cannot be encrypted).
+    #[arg(long, requires = "agents_tls_key", env = "FASTREPL_AGENTS_TLS_CERT")]
+    agents_tls_cert: Option<PathBuf>,
+    /// Private key of --agents-tls-cert, PEM.
+    #[arg(long, requires = "agents_tls_cert", env = "FASTREPL_AGENTS_TLS_KEY")]
+    agents_tls_key: Option<PathBuf>,
+}
+
+/// TLS to the relay (when it has --agents-tls-cert).
+#[derive(clap::Args)]
+struct RelayTlsArgs {
+    /// Reach the relay over TLS, trusting relay certificates this CA signed, PEM.
+    #[arg(long, env = "FASTREPL_RELAY_CACERT")]
+    relay_cacert: Option<PathBuf>,
+    /// Name to check the relay's certificate against (default: its IP address).
+    #[arg(long, requires = "relay_cacert", env = "FASTREPL_RELAY_SERVER_NAME")]
+    relay_server_name: Option<String>,
+}
+
+impl RelayTlsArgs {
+    /// The token, with TLS to the relay when asked for.
+    fn credentials(&self, token: transport::Token) -> Result<transport::Token> {
+        Ok(match &self.relay_cacert {
+            None => token,
+            Some(ca) => token.with_relay_tls(transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?),
+        })
+    }
 }
 
 /// TLS to Redis/Valkey servers and sentinels, as redis-cli names it.
@@ -172,6 +200,8 @@ impl SentinelArgs {
 
 #[derive(clap::Args)]
 struct StatusArgs {
+    #[command(flatten)]
+    relay_tls: RelayTlsArgs,
     /// The relay, host:port (its agents' port).
     #[arg(long, env = "FASTREPL_RELAY")]
     relay: SocketAddr,
@@ -185,6 +215,8 @@ struct StatusArgs {
 
 #[derive(clap::Args)]
 struct JoinArgs {
+    #[command(flatten)]
+    relay_tls: RelayTlsArgs,
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
     relay: SocketAddr,
@@ -270,6 +302,8 @@ struct JoinArgs {
 
 #[derive(clap::Args)]
 struct FetchArgs {
+    #[command(flatten)]
+    relay_tls: RelayTlsArgs,
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
     relay: SocketAddr,
@@ -382,6 +416,10 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         source_rdb_raw: a.source_rdb_raw,
         capture: a.capture,
         idle_release: (a.idle_release_secs > 0).then(|| Duration::from_secs(a.idle_release_secs)),
+        agents_tls: match (&a.agents_tls_cert, &a.agents_tls_key) {
+            (Some(c), Some(k)) => Some(transport::tls::server_config(c, k).map_err(anyhow::Error::msg).context("load --agents-tls-cert")?),
+            _ => None,
+        },
     };
     let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
@@ -426,7 +464,7 @@ fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
-    let token = transport::secrets::token(a.token_file.as_deref())?;
+    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let to_stdout = a.out.as_os_str() == "-";
@@ -471,7 +509,10 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
-    let token = transport::secrets::token(a.token_file.as_deref())?;
+    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
+    // Peers serve plain TCP: an agent whose relay link is encrypted does not serve the snapshot in
+    // the clear to other agents.
+    let serve = !a.no_serve && a.relay_tls.relay_cacert.is_none();
     let tls = a.tls.load()?;
     let cfg = agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,
@@ -492,7 +533,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         cancel: Default::default(),
         transport: a.transport,
         peers: agent::peer::PeerConfig {
-            serve: !a.no_serve,
+            serve,
             listen: a.peer_listen,
             advertise: a.advertise,
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
@@ -638,10 +679,8 @@ fn print_report(r: &agent::Report) {
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let token = transport::secrets::token(a.token_file.as_deref())?;
-    let mut s = std::net::TcpStream::connect_timeout(&a.relay, limits::CONNECT_TIMEOUT).with_context(|| format!("connect to relay {}", a.relay))?;
-    s.set_read_timeout(Some(limits::IO_TIMEOUT)).context("configure socket")?;
-    transport::auth::client(&mut s, &token, transport::auth::Kind::Status).with_context(|| format!("authenticate to relay {}", a.relay))?;
+    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
+    let mut s = transport::tcp::connect(a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
     let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
         transport::wire::Control::Status(v) => serde_json::from_value(v).context("decode the relay's status")?,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),

@@ -408,3 +408,40 @@ fn service_units_and_their_environment_files() {
 fn which(name: &str) -> Result<std::path::PathBuf, ()> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file())).ok_or(())
 }
+
+#[test]
+fn agents_reach_a_relay_over_tls() {
+    let certs = Certs::generate();
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_every_type(&mut master.client(), 2, true);
+    let relay = relay(&master.addr(), &["--agents-tls-cert", &certs.path("node.crt"), "--agents-tls-key", &certs.path("node.key")], &[]);
+    let ca = certs.path("ca.crt");
+    // Plain clients get nothing (the relay waits for a TLS handshake) and are told why.
+    let plain = fastrepl().args(["status", "--relay", &relay.addr]).output().unwrap();
+    assert!(!plain.status.success());
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("--relay-cacert"), "{}", String::from_utf8_lossy(&plain.stderr));
+    // A relay certificate the agent's CA did not sign is refused.
+    let other = Certs::generate();
+    let wrong = fastrepl().args(["status", "--relay", &relay.addr, "--relay-cacert", &other.path("ca.crt")]).output().unwrap();
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("TLS"), "{}", String::from_utf8_lossy(&wrong.stderr));
+
+    let st: serde_json::Value = {
+        let out = fastrepl().args(["status", "--relay", &relay.addr, "--json", "--relay-cacert", &ca]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(st["ucx_attaches_total"], 0);
+    // Over tcp: every block encrypted. The agent does not serve peers (they would get it in the clear).
+    let target = Server::start(Flavor::Redis70, &[]);
+    let j = finish_join(spawn_join(&relay.addr, &target.addr(), |cmd| {
+        cmd.args(["--relay-cacert", &ca, "--transport", "tcp"]);
+    }));
+    assert_eq!(j.code, Some(0), "{}", j.output);
+    assert_eq!(j.report["transport"], "tcp");
+    assert!(j.report["swarm"].as_str().unwrap_or("").contains("not serving"), "{}", j.report["swarm"]);
+    assert_identical(&master, &target);
+    let out = fastrepl().args(["fetch", "--relay", &relay.addr, "--relay-cacert", &ca, "--transport", "tcp", "--out", "-"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(&out.stdout[..5], b"REDIS", "fetch over TLS yields the RDB");
+}

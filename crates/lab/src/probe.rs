@@ -58,6 +58,10 @@ pub struct ProbeArgs {
     /// Directory for probe.json and the charts.
     #[arg(long, default_value = "probe-results")]
     out: PathBuf,
+    /// With --self: the relay requires TLS of its agents (a throwaway certificate made with
+    /// openssl), so tcp reads are encrypted: run once with and once without to see what TLS costs.
+    #[arg(long, requires = "self_")]
+    relay_tls: bool,
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -102,6 +106,8 @@ struct OwnRelay {
     child: std::process::Child,
     addr: SocketAddr,
     file: PathBuf,
+    /// The throwaway CA and certificate of a TLS relay (`--relay-tls`).
+    certs: Option<tempfile::TempDir>,
 }
 
 impl Drop for OwnRelay {
@@ -112,7 +118,24 @@ impl Drop for OwnRelay {
     }
 }
 
-fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
+/// A CA and a certificate it signs for 127.0.0.1, made with the openssl CLI.
+fn throwaway_certs() -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    let run = |args: &[&str]| -> Result<()> {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output().context("run openssl")?;
+        if !out.status.success() {
+            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=probe CA"])?;
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "relay.key", "-out", "relay.csr", "-subj", "/CN=relay"])?;
+    std::fs::write(dir.path().join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")?;
+    run(&["x509", "-req", "-in", "relay.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "relay.crt", "-days", "1", "-extfile", "ext.cnf"])?;
+    Ok(dir)
+}
+
+fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
     let file = std::env::temp_dir().join(format!("fastrepl-probe-{}.bin", std::process::id()));
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?);
@@ -134,8 +157,15 @@ fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
     }
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let child = std::process::Command::new(crate::fastrepl_bin()?)
-        .args(["relay", "--file"])
+    let certs = if tls { Some(throwaway_certs()?) } else { None };
+    let mut cmd = std::process::Command::new(crate::fastrepl_bin()?);
+    if let Some(d) = &certs {
+        cmd.arg("relay").arg("--agents-tls-cert").arg(d.path().join("relay.crt")).arg("--agents-tls-key").arg(d.path().join("relay.key"));
+    } else {
+        cmd.arg("relay");
+    }
+    let child = cmd
+        .args(["--file"])
         .arg(&file)
         .args(["--listen", &addr.to_string(), "--snapshot-max-bytes", &(bytes + (1 << 20)).to_string()])
         .env("FASTREPL_TOKEN", token)
@@ -143,7 +173,7 @@ fn start_own_relay(bytes: u64, token: &str) -> Result<OwnRelay> {
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("start a relay for the probe")?;
-    let mut r = OwnRelay { child, addr, file };
+    let mut r = OwnRelay { child, addr, file, certs };
     let deadline = Instant::now() + Duration::from_secs(120);
     while TcpStream::connect(addr).is_err() {
         if let Some(st) = r.child.try_wait()? {
@@ -391,9 +421,13 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
         let mut raw = [0u8; 16];
         getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
         let tok: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        let r = start_own_relay(bytes, &tok)?;
+        let r = start_own_relay(bytes, &tok, a.relay_tls)?;
         let (addr, pid) = (r.addr, r.child.id());
-        Ok((Some(r), addr, Token::new(tok.as_bytes())?, Some(pid)))
+        let mut token = Token::new(tok.as_bytes())?;
+        if let Some(d) = &r.certs {
+            token = token.with_relay_tls(transport::tls::RelayTls::load(&d.path().join("ca.crt"), None).map_err(anyhow::Error::msg)?);
+        }
+        Ok((Some(r), addr, token, Some(pid)))
     } else {
         Ok((None, a.relay.context("--relay or --self")?, transport::secrets::token(a.token_file.as_deref())?, a.relay_pid))
     }
@@ -638,7 +672,7 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::
     let json = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": crate::bench::report::machine(),
-        "bytes": bytes, "repeat": a.repeat.max(1),
+        "bytes": bytes, "repeat": a.repeat.max(1), "relay_tls": a.relay_tls,
         "readers_per_pull": a.in_flight.map(|n| n.to_string()).unwrap_or_else(|| "transport default (4; ucx 2)".into()),
         "rows": rows,
     });

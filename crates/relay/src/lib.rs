@@ -82,6 +82,8 @@ pub struct Config {
     /// Serve this file as the snapshot instead of capturing from a master (`master` is then only a
     /// label).
     pub file: Option<std::path::PathBuf>,
+    /// Agents must connect over TLS, to this server configuration (`--agents-tls-cert/-key`).
+    pub agents_tls: Option<Arc<rustls::ServerConfig>>,
     /// Where snapshots are captured from (the master, one of its replicas, or one chosen).
     pub source: source::Source,
     /// Switch RDB compression and checksums off on a replica source during its captures.
@@ -352,8 +354,13 @@ pub struct Relay {
 
 impl Relay {
     /// Bind, start capturing, start serving.
-    pub fn start(config: Config) -> Result<Relay, Error> {
+    pub fn start(mut config: Config) -> Result<Relay, Error> {
         config.validate()?;
+        if config.agents_tls.is_some() && config.offer.ucx {
+            // UCX reads cannot be encrypted: a relay that requires TLS does not offer them.
+            tracing::info!("agents connect over TLS: not offering ucx (its reads cannot be encrypted)");
+            config.offer.ucx = false;
+        }
         let listener = TcpListener::bind(config.listen).map_err(|source| Error::Listen { addr: config.listen, source })?;
         let local_addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
         let shm = if config.offer.shm { Some(bind_shm_socket(local_addr)?) } else { None };
@@ -499,6 +506,7 @@ mod tests {
             offer: Offer::ALL,
             file: None,
             extra_tokens: Vec::new(),
+            agents_tls: None,
             source: source::Source::Master,
             sentinel: None,
             tls: None,

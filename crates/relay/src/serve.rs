@@ -4,9 +4,7 @@
 use crate::stats::Stats;
 use crate::{tracker, Shared};
 use snapshot::Generation;
-use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,14 +15,16 @@ use transport::{tcp, Error};
 
 use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
-/// A connection agents read over: TCP, or the shm transport's unix socket.
-pub(crate) trait DataStream: std::io::Read + std::io::Write + AsFd {
+/// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
+pub(crate) trait DataStream: std::io::Read + std::io::Write {
     /// Range reads over this stream are the tcp transport (so only served when tcp is offered).
     const IS_TCP: bool;
     /// Answer a shm attach: only possible over a unix socket.
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error>;
     /// The address the peer is seen at (TCP only).
     fn peer_ip(&self) -> Option<std::net::IpAddr>;
+    /// Answer a range read from the region.
+    fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error>;
 }
 
 impl DataStream for TcpStream {
@@ -35,6 +35,25 @@ impl DataStream for TcpStream {
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.peer_addr().ok().map(|a| a.ip())
     }
+    fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+        tcp::send_range(self, file, offset, len)
+    }
+}
+
+/// An agent's connection over TLS (`--agents-tls-cert`).
+type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+impl DataStream for TlsStream {
+    const IS_TCP: bool = true;
+    fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
+        tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
+    }
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.get_ref().peer_addr().ok().map(|a| a.ip())
+    }
+    fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+        tcp::send_range_copied(self, file, offset, len)
+    }
 }
 
 impl DataStream for UnixStream {
@@ -44,6 +63,9 @@ impl DataStream for UnixStream {
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         None
+    }
+    fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+        tcp::send_range(self, file, offset, len)
     }
 }
 
@@ -131,27 +153,51 @@ fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error>
     }
 }
 
-fn serve_connection(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
+fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), Error> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_nodelay(true).map_err(Error::io("configure socket"))?;
+    let raw = s.try_clone().map_err(Error::io("clone socket"))?;
+    match &shared.config.agents_tls {
+        None => serve_authenticated(shared, s, raw),
+        // The handshake is bounded by the socket's timeouts set above.
+        Some(cfg) => serve_authenticated(shared, transport::tls::accept(cfg, s).map_err(Error::io("TLS handshake with the agent"))?, raw),
+    }
+}
+
+/// Authenticate, then serve the connection's kind. `raw` is the TCP socket under `s` (timeouts,
+/// addresses, and noticing a control connection's agent leave).
+fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream) -> Result<(), Error> {
     let kind = auth::server_any(&mut s, &shared.tokens())?;
     match kind {
-        Kind::Control => serve_control(shared, s),
+        Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
-            let local = s.local_addr().map_err(Error::io("local address"))?;
+            let local = raw.local_addr().map_err(Error::io("local address"))?;
             let status = crate::stats::status(shared, local);
             let v = serde_json::to_value(&status).map_err(|e| Error::Protocol(format!("encode status: {e}")))?;
             wire::send_control(&mut s, &Control::Status(v))
         }
         Kind::Data => {
-            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+            raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
             serve_data(shared, s)
         }
     }
 }
 
-fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
+/// Has the agent of a control connection left? It sends nothing on it, so bytes waiting or EOF mean
+/// it is gone (over TLS the bytes are its close_notify). Peeks without blocking or consuming.
+fn agent_left(raw: &TcpStream) -> Result<bool, Error> {
+    let mut b = [0u8; 1];
+    match rustix::net::recv(raw, &mut b, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
+        Ok((0, _)) => Ok(true),
+        Ok(_) => Ok(true),
+        Err(rustix::io::Errno::AGAIN) => Ok(false),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(Error::Io { op: "watch the agent's control connection", source: e.into() }),
+    }
+}
+
+fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) -> Result<(), Error> {
     wire::send_control(
         &mut s,
         &Control::Hello {
@@ -187,10 +233,6 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
     let _attached = Attached::new(&shared.stats);
     let mut sent_checksums = 0;
     let mut sent_version = u64::MAX;
-    // Detect the agent leaving: it sends nothing on this connection, so EOF/error means gone.
-    s.set_nonblocking(false).map_err(Error::io("configure socket"))?;
-    let mut probe = s.try_clone().map_err(Error::io("clone socket"))?;
-    probe.set_read_timeout(Some(Duration::from_millis(1))).map_err(Error::io("configure socket"))?;
     loop {
         let (d, version) = gen.descriptor(sent_checksums);
         if version != sent_version {
@@ -200,11 +242,8 @@ fn serve_control(shared: &Shared, mut s: TcpStream) -> Result<(), Error> {
         } else {
             wire::send_control(&mut s, &Control::Heartbeat)?;
         }
-        let mut b = [0u8; 1];
-        match probe.read(&mut b) {
-            Ok(0) => return Ok(()),
-            Ok(_) => return Err(Error::Protocol("agent sent data on a control connection".into())),
-            Err(_) => {}
+        if agent_left(raw)? {
+            return Ok(());
         }
         if shared.stop.load(Ordering::SeqCst) {
             return Ok(());
@@ -282,7 +321,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             }
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
                 Ok(()) => {
-                    tcp::send_range(&mut s, gen.region().file(), offset, len)?;
+                    s.send_range(gen.region().file(), offset, len)?;
                     Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
                 }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,

@@ -15,9 +15,11 @@ pub const VERSION: u16 = 1;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 
-/// The shared secret. Loaded from a file or the environment; never printed.
+/// The shared secret. Loaded from a file or the environment; never printed. On an agent it also
+/// carries how to reach the relay over TLS, when the relay requires it: the two together are the
+/// agent's credentials towards the relay, used by every connection it opens there.
 #[derive(Clone)]
-pub struct Token(Vec<u8>);
+pub struct Token(Vec<u8>, Option<crate::tls::RelayTls>);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -40,11 +42,24 @@ impl Token {
         if t.len() < TOKEN_LEN_MIN {
             return Err(TokenTooShort);
         }
-        Ok(Token(t.to_vec()))
+        Ok(Token(t.to_vec(), None))
     }
     /// The empty token: authentication still runs, with an empty key (loopback-only relays).
     pub fn empty() -> Token {
-        Token(Vec::new())
+        Token(Vec::new(), None)
+    }
+    /// Reach the relay over TLS.
+    pub fn with_relay_tls(mut self, tls: crate::tls::RelayTls) -> Token {
+        self.1 = Some(tls);
+        self
+    }
+    /// The same secret without TLS (peer agents serve plain TCP).
+    pub fn without_tls(&self) -> Token {
+        Token(self.0.clone(), None)
+    }
+    /// How to reach the relay over TLS, if it requires it.
+    pub fn relay_tls(&self) -> Option<&crate::tls::RelayTls> {
+        self.1.as_ref()
     }
     /// True for [`Token::empty`].
     pub fn is_empty(&self) -> bool {
@@ -86,9 +101,15 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(), Error> {
     let mut hello = [0u8; 8 + 2 + NONCE_LEN];
     s.read_exact(&mut hello).map_err(|e| match e.kind() {
-        // A relay at its --connections-max (or a peer agent at its limit) closes before greeting.
-        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
-            Error::Io { op: "read relay greeting (closed at once: the relay may be at its --connections-max)", source: e }
+        // A relay at its --connections-max (or a peer agent at its limit) closes before greeting; a
+        // relay that requires TLS closes a plain client after its authentication timeout.
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Error::Io {
+            op: "read relay greeting (closed without a word: the relay may be at its --connections-max, or require TLS (--agents-tls-cert): then give --relay-cacert)",
+            source: e,
+        },
+        // A relay that requires TLS waits for our handshake and says nothing to a plain client.
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Error::Io { op: "read relay greeting (silence: a relay with --agents-tls-cert waits for TLS; give --relay-cacert)", source: e }
         }
         _ => Error::Io { op: "read relay greeting", source: e },
     })?;

@@ -18,6 +18,7 @@ pub mod fuzz;
 pub mod shm;
 pub mod secrets;
 pub mod tcp;
+pub mod tls;
 pub mod tracker;
 pub mod wire;
 

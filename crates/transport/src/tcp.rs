@@ -4,6 +4,7 @@
 
 use crate::auth::{self, Kind, Token};
 use crate::wire::{response_header, Request, READ_MAX};
+use crate::tls::Conn;
 use crate::{Error, RangeReader, Transport};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -12,18 +13,22 @@ use std::time::Duration;
 /// How long a read may wait on the relay before the agent gives up on it.
 pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
-/// Connect to a relay and authenticate as `kind`.
-pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<TcpStream, Error> {
+/// Connect to a relay and authenticate as `kind` (over TLS when the token says the relay wants it).
+pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
     connect_with(addr, token, kind, timeout, timeout, "connect to relay")
 }
 
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors.
-pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<TcpStream, Error> {
-    let mut s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
+pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
+    let s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io("set TCP_NODELAY"))?;
     s.set_read_timeout(Some(io_timeout)).map_err(Error::io("set read timeout"))?;
     s.set_write_timeout(Some(io_timeout)).map_err(Error::io("set write timeout"))?;
+    let mut s = match token.relay_tls() {
+        None => Conn::Plain(s),
+        Some(t) => t.connect(s, addr.ip()).map_err(Error::io("TLS to relay"))?,
+    };
     auth::client(&mut s, token, kind)?;
     Ok(s)
 }
@@ -109,6 +114,23 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         self.s.read_exact(&mut buf).map_err(Error::io("read log bytes"))?;
         Ok(buf)
     }
+}
+
+/// Relay side, over TLS: the same answer, the bytes read from `file` and encrypted (no `sendfile`:
+/// the bytes must pass through user space to be encrypted).
+pub fn send_range_copied<S: Write>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt;
+    s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
+    let mut buf = vec![0u8; (len as usize).min(limits::READ_CHUNK_BYTES.max(1 << 20))];
+    let (mut off, mut left) = (offset, len as usize);
+    while left > 0 {
+        let n = left.min(buf.len());
+        file.read_exact_at(&mut buf[..n], off).map_err(Error::io("read block from the region"))?;
+        s.write_all(&buf[..n]).map_err(Error::io("send block"))?;
+        off += n as u64;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// Relay side: answer a range read with a header and `len` bytes of `file` from `offset`, with

@@ -15,7 +15,7 @@ use crate::tcp::StreamReader;
 use crate::wire::Request;
 use crate::Error;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Longest address an agent may advertise (`host:port`, a DNS name or an IP literal).
@@ -199,7 +199,7 @@ pub fn decode_located(b: &[u8]) -> Result<Vec<Located>, Error> {
 
 /// An agent's tracker link: a registered data connection to the relay.
 pub struct TrackerLink {
-    conn: StreamReader<TcpStream>,
+    conn: StreamReader<crate::tls::Conn>,
     generation: u64,
     id: Option<u32>,
 }
@@ -226,7 +226,7 @@ impl TrackerLink {
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
     pub fn local_ip(&self) -> Result<std::net::IpAddr, Error> {
-        self.conn.s.local_addr().map(|a| a.ip()).map_err(Error::io("local address of the tracker link"))
+        self.conn.s.tcp().local_addr().map(|a| a.ip()).map_err(Error::io("local address of the tracker link"))
     }
 
     /// Join `generation`'s swarm; returns our number in it.
