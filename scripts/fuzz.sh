@@ -14,7 +14,7 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "[fuzz] installing cargo-fuzz"
   cargo install cargo-fuzz --locked --quiet
 fi
-for t in resp replication capture wire tracker auth data_path; do
+for t in resp replication capture wire tracker auth data_path sentinel metrics; do
   mkdir -p "corpus/$t"
   echo "[fuzz] $t for ${secs}s"
   cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 2>&1 | grep -E '^(stat::number_of_executed_units|Done|==[0-9]+==|SUMMARY)' || true

@@ -210,16 +210,23 @@ fn sentinel_failover_during_a_join() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_small_mixed(&mut master.client(), 3000);
     let standby = replica_of(&master);
-    let sentinel = fixtures::Sentinel::start("grp", &master).unwrap();
+    // Sentinels with a password of their own (FASTREPL_SENTINEL_PASSWORD below).
+    let sentinel = fixtures::Sentinel::start_with("grp", &master, Some("sentinel-secret")).unwrap();
     sentinel_knows(&sentinel, "grp", &standby);
     // The first sentinel listed is down: resolution moves on to the next.
     let sentinels = format!("127.0.0.1:{},{}", fixtures::free_port(), sentinel.addr());
     let relay = spawn_relay_sentinel(&sentinels);
     assert_eq!(status_json(&relay.addr)["master"], master.addr());
+    // Without the sentinels' password no sentinel answers, and the join says so before touching anything.
+    let early = Server::start(Flavor::Redis70, &[]);
+    let j = join(&relay.addr, &early.addr(), &["--sentinel", &sentinels, "--master-name", "grp", "--retries", "0"], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("no sentinel named the master") && j.output.contains("AUTH"), "{}", j.output);
+    assert_untouched(&early);
 
     // A replica that loads slowly: the failover strikes while it loads the snapshot.
     let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1500"]);
-    let mut p = start_join(&relay.addr, &target.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[]);
+    let mut p = start_join(&relay.addr, &target.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[("FASTREPL_SENTINEL_PASSWORD", "sentinel-secret")]);
     wait_until("the join to load", Duration::from_secs(60), || {
         assert!(p.running(), "join exited early:\n{}", p.output());
         p.output().contains("phase: loading").then_some(())
@@ -238,7 +245,7 @@ fn sentinel_failover_during_a_join() {
     // from the new master.
     wait_until("the relay to follow the switch", Duration::from_secs(30), || (status_json(&relay.addr)["master"] == standby.addr()).then_some(()));
     let target2 = Server::start(Flavor::Redis70, &[]);
-    let j2 = join(&relay.addr, &target2.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[]);
+    let j2 = join(&relay.addr, &target2.addr(), &["--sentinel", &sentinels, "--master-name", "grp"], &[("FASTREPL_SENTINEL_PASSWORD", "sentinel-secret")]);
     assert_partial(&j2);
     let st = status_json(&relay.addr);
     assert_eq!(st["captures_total"], 2, "{st}");
@@ -250,7 +257,7 @@ fn sentinel_failover_during_a_join() {
 fn spawn_relay_sentinel(sentinels: &str) -> Relay {
     let addr = format!("127.0.0.1:{}", fixtures::free_port());
     let mut cmd = fastrepl();
-    cmd.args(["relay", "--sentinel", sentinels, "--master-name", "grp", "--listen", &addr]);
+    cmd.args(["relay", "--sentinel", sentinels, "--master-name", "grp", "--listen", &addr]).env("FASTREPL_SENTINEL_PASSWORD", "sentinel-secret");
     Transport::from_env().apply(&mut cmd);
     let mut proc = Proc::spawn("relay", cmd);
     wait_until("the relay to listen", Duration::from_secs(20), || {

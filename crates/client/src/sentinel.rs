@@ -135,6 +135,24 @@ impl Sentinels {
     }
 }
 
+/// Fuzz entry (`fuzz/fuzz_targets/sentinel.rs`): whatever a sentinel sends, parsed as RESP, never
+/// panics the parsers, and an address they accept is `host:port` with a valid port.
+#[cfg(any(test, fuzzing))]
+pub fn fuzz_one(data: &[u8]) {
+    let limits = resp::Limits::default();
+    let mut rest = data;
+    while let Ok((frame, used)) = resp::parse(rest, &limits) {
+        for a in [parse_addr(&frame).ok().flatten(), parse_switch(&frame, "mymaster")].into_iter().flatten() {
+            let (h, p) = a.rsplit_once(':').expect("host:port");
+            assert!(!h.is_empty() && p.parse::<u16>().is_ok(), "{a}");
+        }
+        if used == 0 {
+            break;
+        }
+        rest = &rest[used..];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +180,24 @@ mod tests {
         assert_eq!(parse_switch(&msg("mymaster a 1 b port"), "mymaster"), None);
         let other = Frame::Array(vec![bulk("subscribe"), bulk("+switch-master"), Frame::Integer(1)]);
         assert_eq!(parse_switch(&other, "mymaster"), None);
+    }
+
+    #[test]
+    fn fuzz_smoke() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let alphabet = b"*$+-:\r\n0123456789 mymaster+switch-message10.0.0.1";
+        for len in 0..3000usize {
+            let d: Vec<u8> = (0..len % 120)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    alphabet[(x % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            fuzz_one(&d);
+        }
+        fuzz_one(b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$33\r\nmymaster 10.0.0.1 1 10.0.0.2 65535\r\n");
     }
 
     #[test]

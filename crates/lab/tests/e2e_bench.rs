@@ -43,8 +43,14 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
             // On namespace hosts, what each replica host sent (with fastrepl: what its agent served).
             let hosts = if r["master_host_tx_bytes"].is_null() { 0 } else { n };
             assert_eq!(r["replica_hosts_tx_bytes"].as_array().unwrap().len(), hosts, "{r}");
-            // Every run needs a snapshot: the master forks at least once in every mode.
-            assert!(r["forks"].as_i64().unwrap() >= 1, "{r}");
+            // Every run needs a snapshot: the master forks at least once in every mode, except when
+            // the relay captures from a replica: then the master forks nothing, the replica once.
+            if r["mode"].as_str().unwrap().contains("from-replica") {
+                assert_eq!((r["forks"].as_i64(), r["source_forks"].as_i64()), (Some(0), Some(1)), "{r}");
+                assert!(r["source_cpu_secs"].as_f64().is_some(), "{r}");
+            } else {
+                assert!(r["forks"].as_i64().unwrap() >= 1, "{r}");
+            }
             assert!(r["peak_rss_kib"]["master"].as_u64().is_some(), "{r}");
             if r["mode"].as_str().unwrap().starts_with("fastrepl") {
                 assert!(r["relay_cpu_secs"].as_f64().is_some() && r["agent_cpu_secs"].as_f64().is_some(), "{r}");
@@ -81,7 +87,7 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let doc = run_bench(&["--scenario", "all"], dir.path());
-    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner"]);
+    check_complete(&doc, &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner", "zero-fork"]);
     let slow = doc["scenarios"].as_array().unwrap().iter().find(|s| s["spec"]["name"] == "slow-host").unwrap();
     assert_eq!(slow["spec"]["slow_hosts"], 1, "{}", slow["spec"]);
     for png in ["original-1gbit.png", "original-unshaped.png", "fanout-1gbit.png", "staggered-unshaped.png"] {

@@ -155,16 +155,50 @@ fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) -> std:
             return reply(&mut s, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
         }
     }
+    match route(&head) {
+        Route::Metrics => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &render()),
+        Route::Index => reply(&mut s, "200 OK", "text/html", "<html><body><a href=\"/metrics\">metrics</a></body></html>\n"),
+        Route::NotFound => reply(&mut s, "404 Not Found", "text/plain", "not found: try /metrics\n"),
+        Route::BadMethod => reply(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /`.
+    Index,
+    /// `GET` of anything else.
+    NotFound,
+    /// Not `GET`/`HEAD`.
+    BadMethod,
+}
+
+/// Route a request from its head (the bytes up to the blank line; only the request line counts).
+pub fn route(head: &[u8]) -> Route {
     let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default()).trim().to_string();
     let mut parts = line.split(' ');
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET" | "HEAD", "/metrics") => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &render()),
-        ("GET" | "HEAD", "/") => reply(&mut s, "200 OK", "text/html", "<html><body><a href=\"/metrics\">metrics</a></body></html>\n"),
-        ("GET" | "HEAD", _) => reply(&mut s, "404 Not Found", "text/plain", "not found: try /metrics\n"),
-        _ => reply(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
+        ("GET" | "HEAD", "/metrics") => Route::Metrics,
+        ("GET" | "HEAD", "/") => Route::Index,
+        ("GET" | "HEAD", _) => Route::NotFound,
+        _ => Route::BadMethod,
     }
+}
+
+/// Fuzz entry (`fuzz/fuzz_targets/metrics.rs`): any request head routes without panicking, and the
+/// exposition parser survives any text.
+#[cfg(any(test, fuzzing))]
+pub fn fuzz_one(data: &[u8]) {
+    let r = route(data);
+    if r == Route::Metrics {
+        assert!(data.starts_with(b"GET") || data.starts_with(b"HEAD") || data.iter().take_while(|b| b.is_ascii_whitespace()).count() > 0);
+    }
+    let _ = parse(&String::from_utf8_lossy(data));
 }
 
 fn reply(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
@@ -308,6 +342,25 @@ mod tests {
         assert!(parse("# TYPE x gauge\nx one\n").unwrap_err().contains("bad value"));
         assert!(parse("# TYPE x gauge\nx 1\n# TYPE y gauge\ny 1\nx 2\n").unwrap_err().contains("outside"));
         assert!(parse("# TYPE x gauge\nx 1\n# TYPE x gauge\n").unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn fuzz_smoke() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let alphabet = b"# TYPE HELP gauge counter x_a{l=\"v\\\",} 1.5e3 +Inf NaN\nGET /metrics HTTP/1.1\r";
+        for len in 0..3000usize {
+            let d: Vec<u8> = (0..len % 200)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    alphabet[(x % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            fuzz_one(&d);
+        }
+        assert_eq!(route(b"GET /metrics?x=1 HTTP/1.1\r\n"), Route::Metrics);
+        assert_eq!(route(b"POST /metrics HTTP/1.1\r\n"), Route::BadMethod);
     }
 
     #[test]
