@@ -5,12 +5,12 @@
 //! TLS to it ([`Tls::accept`]); Redis checks that certificate against the replica's CA but not its
 //! name, as it does for real masters.
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
-use std::io::{Read, Write};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection, StreamOwned};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+use transport::tls as pem;
 
 /// Where the certificates are (the flags).
 #[derive(Debug, Clone, Default)]
@@ -42,44 +42,16 @@ impl std::fmt::Debug for Tls {
 /// The system CA bundle Debian-like systems keep.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut std::io::BufReader::new(f)).collect::<Result<_, _>>().map_err(|e| format!("read certificates from {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
-    }
-    Ok(certs)
-}
-
-fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    rustls_pemfile::private_key(&mut std::io::BufReader::new(f)).map_err(|e| format!("read the key in {}: {e}", path.display()))?.ok_or_else(|| format!("{} holds no PEM private key", path.display()))
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 impl Tls {
     /// Load certificates and keys; errors name the file.
     pub fn load(o: &Options) -> Result<Tls, String> {
-        let mut roots = RootCertStore::empty();
         let ca = o.cacert.clone().unwrap_or_else(|| PathBuf::from(SYSTEM_CA_BUNDLE));
-        for c in certs(&ca)? {
-            roots.add(c).map_err(|e| format!("CA certificate in {}: {e}", ca.display()))?;
-        }
-        let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?.with_root_certificates(roots);
+        let roots = pem::roots(&ca)?;
+        let builder = ClientConfig::builder_with_provider(pem::provider()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?.with_root_certificates(roots);
         let (client, server) = match (&o.cert, &o.key) {
             (Some(c), Some(k)) => {
-                let (chain, key) = (certs(c)?, key(k)?);
-                let client = builder.with_client_auth_cert(chain.clone(), key.clone_key()).map_err(|e| format!("client certificate {}: {e}", c.display()))?;
-                let server = ServerConfig::builder_with_provider(provider())
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| e.to_string())?
-                    .with_no_client_auth()
-                    .with_single_cert(chain, key)
-                    .map_err(|e| format!("certificate {}: {e}", c.display()))?;
-                (client, Some(Arc::new(server)))
+                let client = builder.with_client_auth_cert(pem::certs(c)?, pem::key(k)?).map_err(|e| format!("client certificate {}: {e}", c.display()))?;
+                (client, Some(pem::server_config(c, k)?))
             }
             (None, None) => (builder.with_no_client_auth(), None),
             _ => return Err("--cert and --key go together".into()),
@@ -100,13 +72,9 @@ impl Tls {
     }
 
     /// Serve TLS on an accepted connection (the agent to its replica), handshake completed.
-    pub fn accept(&self, mut tcp: TcpStream) -> Result<StreamOwned<ServerConnection, TcpStream>, String> {
-        let cfg = self.server.clone().ok_or("serving TLS needs --cert and --key")?;
-        let mut conn = ServerConnection::new(cfg).map_err(|e| e.to_string())?;
-        while conn.is_handshaking() {
-            conn.complete_io(&mut tcp).map_err(|e| format!("TLS handshake: {e}"))?;
-        }
-        Ok(StreamOwned::new(conn, tcp))
+    pub fn accept(&self, tcp: TcpStream) -> Result<StreamOwned<ServerConnection, TcpStream>, String> {
+        let cfg = self.server.as_ref().ok_or("serving TLS needs --cert and --key")?;
+        pem::accept(cfg, tcp).map_err(|e| format!("TLS handshake: {e}"))
     }
 
     /// Whether [`Tls::accept`] can work (a certificate and key were given).
@@ -115,47 +83,8 @@ impl Tls {
     }
 }
 
-/// A connection to a server: plain TCP or TLS over it.
-pub enum Stream {
-    /// Plain.
-    Plain(TcpStream),
-    /// TLS.
-    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
-}
-
-impl Stream {
-    /// The TCP socket underneath (timeouts, addresses, shutdown).
-    pub fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => s.get_ref(),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
-}
+/// A connection to a server: plain TCP or TLS over it (the same type as a relay connection).
+pub type Stream = transport::tls::Conn;
 
 /// Connect to `addr` (`host:port`) within `timeout`, over TLS when `tls` is given.
 pub fn connect(addr: &str, tls: Option<&Tls>, timeout: std::time::Duration) -> Result<Stream, (&'static str, std::io::Error)> {
