@@ -20,6 +20,11 @@ const ENV_USER: &str = "FASTREPL_GUARD_REPLICA_USER";
 const ENV_PASSWORD: &str = "FASTREPL_GUARD_REPLICA_PASSWORD";
 const ENV_FOLLOWS: &str = "FASTREPL_GUARD_FOLLOWS";
 const ENV_DISKLESS: &str = "FASTREPL_GUARD_DISKLESS_LOAD";
+const ENV_TLS_CACERT: &str = "FASTREPL_GUARD_TLS_CACERT";
+const ENV_TLS_CERT: &str = "FASTREPL_GUARD_TLS_CERT";
+const ENV_TLS_KEY: &str = "FASTREPL_GUARD_TLS_KEY";
+const ENV_TLS_NAME: &str = "FASTREPL_GUARD_TLS_SERVER_NAME";
+const ENV_TLS: &str = "FASTREPL_GUARD_TLS";
 const DISARM: &[u8] = b"disarm\n";
 
 /// The hidden subcommand that runs a guard.
@@ -49,6 +54,22 @@ pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_bef
     }
     if let Some(v) = diskless_load_before {
         cmd.env(ENV_DISKLESS, v);
+    }
+    // A TLS-only local server: the guard needs the same files (paths, not secrets, but not argv either).
+    for k in [ENV_TLS, ENV_TLS_CACERT, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_NAME] {
+        cmd.env_remove(k);
+    }
+    if let Some(t) = cfg.replica_tls() {
+        let o = t.options();
+        cmd.env(ENV_TLS, "1");
+        for (k, v) in [(ENV_TLS_CACERT, &o.cacert), (ENV_TLS_CERT, &o.cert), (ENV_TLS_KEY, &o.key)] {
+            if let Some(p) = v {
+                cmd.env(k, p);
+            }
+        }
+        if let Some(n) = &o.server_name {
+            cmd.env(ENV_TLS_NAME, n);
+        }
     }
     let child = cmd.spawn().map_err(|e| Error::Local(format!("start the replica guard: {e}")))?;
     Ok(Guard { child })
@@ -86,7 +107,21 @@ pub fn run() -> i32 {
     if word == DISARM {
         return 0;
     }
-    match crate::local::reset(&replica, auth.as_ref(), std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
+    let tls = match std::env::var_os(ENV_TLS) {
+        None => None,
+        Some(_) => {
+            let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
+            let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
+            match client::tls::Tls::load(&o) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}");
+                    return 1;
+                }
+            }
+        }
+    };
+    match crate::local::reset(&replica, auth.as_ref(), tls.as_ref(), std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(crate::local::Reset::Done) => {
             eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
             0

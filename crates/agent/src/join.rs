@@ -116,7 +116,7 @@ fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, bool)> {
 /// `--force`), the relay's generation and transport, the master, and that the replica loads the
 /// master's RDB version and the master still has the snapshot's history.
 fn check(cfg: &Config) -> Result<Checked, Error> {
-    let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.force)?;
+    let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), cfg.force)?;
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
@@ -367,7 +367,7 @@ impl Driver<'_> {
             Err(client::Error::Io { source, .. }) if handed_over && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 tracing::info!("the replica does not answer (loading the master's sync?); still waiting");
                 // A timed-out request leaves its reply in flight on that connection: use a new one.
-                if let Ok(c) = Client::connect(&self.cfg.replica, self.cfg.replica_auth.as_ref(), local::CMD_TIMEOUT) {
+                if let Ok(c) = Client::connect_tls(&self.cfg.replica, self.cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.replica_tls()) {
                     self.c.local.client = c;
                 }
                 Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
@@ -449,7 +449,7 @@ impl Driver<'_> {
         // Closes the link: a replica loading from us reads to its end, fails the load, and then
         // accepts commands again (meanwhile it answers -LOADING; `local::reset` waits that out).
         self.link = None;
-        match local::reset(&cfg.replica, cfg.replica_auth.as_ref(), self.c.local.diskless_load_before.as_deref(), None) {
+        match local::reset(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), self.c.local.diskless_load_before.as_deref(), None) {
             Ok(local::Reset::Unreachable(e)) => tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying"),
             Ok(_) => tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server"),
             Err(e) => {

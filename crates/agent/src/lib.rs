@@ -105,6 +105,8 @@ pub struct Config {
     pub master: Option<String>,
     /// TLS to the master and the sentinels, and served to a replica with `tls-replication yes`.
     pub tls: Option<client::tls::Tls>,
+    /// Speak TLS (with `tls`) to the local server too (`--replica-tls`: a TLS-only local server).
+    pub replica_tls: bool,
     /// Find the master through these sentinels, at the start and again at the handoff.
     pub sentinel: Option<client::sentinel::Sentinels>,
     /// The master's credentials (for the backlog check and the replica's `masterauth`).
@@ -131,6 +133,13 @@ pub struct Config {
     pub peers: peer::PeerConfig,
     /// How often and how patiently a failed join is tried again.
     pub retry: retry::Policy,
+}
+
+impl Config {
+    /// TLS for the agent's own connections to its local server, when asked for.
+    pub fn replica_tls(&self) -> Option<&client::tls::Tls> {
+        self.tls.as_ref().filter(|_| self.replica_tls)
+    }
 }
 
 /// A join that failed for good: the last error and every attempt (the last one included).

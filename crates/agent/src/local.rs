@@ -21,8 +21,8 @@ pub struct Local {
 }
 
 /// Connect and check: reachable, version known, empty (or `force`).
-pub fn check(addr: &str, auth: Option<&Auth>, force: bool) -> Result<Local, Error> {
-    let mut client = Client::connect(addr, auth, CMD_TIMEOUT).map_err(Error::Replica)?;
+pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, force: bool) -> Result<Local, Error> {
+    let mut client = Client::connect_tls(addr, auth, CMD_TIMEOUT, tls).map_err(Error::Replica)?;
     let info = client.info("server").map_err(Error::Replica)?;
     let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Local(format!("{addr}: cannot tell its version from INFO server")))?;
     let keyspace = client.info("keyspace").map_err(Error::Replica)?;
@@ -100,10 +100,10 @@ pub enum Reset {
 /// A replica still loading from a closed link answers `-LOADING` until it has read to the link's
 /// end, so refusals are retried up to [`limits::REPLICA_RESET_MAX`]; the last refusal is the error.
 /// Shared by the join's own reset and by the guard's.
-pub fn reset(addr: &str, auth: Option<&Auth>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+pub fn reset(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
     let deadline = std::time::Instant::now() + limits::REPLICA_RESET_MAX;
     loop {
-        let refused = match reset_once(addr, auth, diskless_load_before, only_if_following) {
+        let refused = match reset_once(addr, auth, tls, diskless_load_before, only_if_following) {
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
@@ -114,8 +114,8 @@ pub fn reset(addr: &str, auth: Option<&Auth>, diskless_load_before: Option<&str>
     }
 }
 
-fn reset_once(addr: &str, auth: Option<&Auth>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
-    let mut c = match Client::connect(addr, auth, CMD_TIMEOUT) {
+fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+    let mut c = match Client::connect_tls(addr, auth, CMD_TIMEOUT, tls) {
         Ok(c) => c,
         Err(e) => return Ok(Reset::Unreachable(e.to_string())),
     };

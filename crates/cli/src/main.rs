@@ -239,6 +239,10 @@ struct JoinArgs {
     /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
     #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
     master_password_file: Option<PathBuf>,
+    /// Speak TLS (with --tls's certificates) to the local server too: for a local server that
+    /// listens on a tls-port only.
+    #[arg(long, requires = "tls", env = "FASTREPL_REPLICA_TLS")]
+    replica_tls: bool,
     /// ACL user for the local server.
     #[arg(long, env = "FASTREPL_REPLICA_USER")]
     replica_user: Option<String>,
@@ -517,6 +521,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
     let cfg = agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,
         tls,
+        replica_tls: a.replica_tls,
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,

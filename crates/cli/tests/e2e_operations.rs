@@ -343,6 +343,18 @@ fn tls_masters_and_a_replica_with_tls_replication() {
     let target_tls = format!("127.0.0.1:{target_tls}");
     let out = fastrepl().args(["verify", &master_tls, &target_tls]).args(&flags).output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // A local server reached at its tls-port: the agent's own commands go over TLS too.
+    let mut r2 = certs.server_args();
+    let r2_tls = fixtures::free_port().to_string();
+    r2.extend(["--tls-replication".into(), "yes".into(), "--tls-port".into(), r2_tls.clone()]);
+    let target2 = Server::start(Flavor::Redis70, &r2.iter().map(String::as_str).collect::<Vec<_>>());
+    let r2_tls = format!("127.0.0.1:{r2_tls}");
+    let plain = join(&relay.addr, &r2_tls, &["--retries", "0"], &[]);
+    assert_eq!(plain.code, Some(1), "a plain client cannot talk to a tls-port: {}", plain.output);
+    let mut with = flags.clone();
+    with.push("--replica-tls");
+    assert_partial(&join(&relay.addr, &r2_tls, &with, &[]));
+    assert_eq!(target2.client().info("replication").unwrap().get("master_link_status"), Some("up"));
     // A wrong CA is refused as a certificate problem.
     let other = Certs::generate();
     let out = fastrepl().args(["verify", &master_tls, &target_tls, "--tls", "--cacert", &other.path("ca.crt")]).output().unwrap();

@@ -28,6 +28,7 @@ pub struct Options {
 /// Loaded TLS settings, cheap to clone.
 #[derive(Clone)]
 pub struct Tls {
+    options: Options,
     client: Arc<ClientConfig>,
     server: Option<Arc<ServerConfig>>,
     server_name: Option<String>,
@@ -56,7 +57,7 @@ impl Tls {
             (None, None) => (builder.with_no_client_auth(), None),
             _ => return Err("--cert and --key go together".into()),
         };
-        Ok(Tls { client: Arc::new(client), server, server_name: o.server_name.clone() })
+        Ok(Tls { options: o.clone(), client: Arc::new(client), server, server_name: o.server_name.clone() })
     }
 
     /// TLS over `tcp` to `host` (the name checked unless `--tls-server-name` says otherwise); the
@@ -75,6 +76,11 @@ impl Tls {
     pub fn accept(&self, tcp: TcpStream) -> Result<StreamOwned<ServerConnection, TcpStream>, String> {
         let cfg = self.server.as_ref().ok_or("serving TLS needs --cert and --key")?;
         pem::accept(cfg, tcp).map_err(|e| format!("TLS handshake: {e}"))
+    }
+
+    /// The files it was loaded from (to hand to another process, e.g. the join's guard).
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// Whether [`Tls::accept`] can work (a certificate and key were given).
