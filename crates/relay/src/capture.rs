@@ -185,7 +185,8 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     if let (Err(e), Some(gen)) = (&result, &run.gen) {
         if run.writer.is_some() {
             gen.fail(&e.to_string());
-        } else {
+        } else if gen.state() == snapshot::State::Complete {
+            // (Already sealed, by a failover or an idle release, it stays as it was.)
             gen.seal(&format!("master link lost: {e}"));
             crate::stats::Stats::add(&shared.stats.sealed, 1);
         }

@@ -322,7 +322,9 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
                 Ok(()) => {
                     s.send_range(gen.region().file(), offset, len)?;
-                    Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
+                    if S::IS_TCP {
+                        Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
+                    }
                 }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
