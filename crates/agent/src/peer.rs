@@ -7,7 +7,7 @@
 
 use crate::Error;
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -198,15 +198,27 @@ fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
     }
 }
 
-fn serve_peer(sh: &ServeShared, mut s: TcpStream) -> Result<(), transport::Error> {
+fn serve_peer(sh: &ServeShared, s: TcpStream) -> Result<(), transport::Error> {
     use transport::Error as E;
     s.set_read_timeout(Some(limits::AUTH_TIMEOUT)).map_err(E::io("configure peer socket"))?;
     s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io("configure peer socket"))?;
     s.set_nodelay(true).map_err(E::io("configure peer socket"))?;
+    let raw = s.try_clone().map_err(E::io("clone peer socket"))?;
+    // Under a TLS relay an agent serves peers only over TLS (it does not serve at all without a
+    // certificate: see `join`).
+    match sh.token.relay_tls().and_then(|t| t.peer_server()) {
+        None => serve_blocks(sh, s, &raw),
+        Some(cfg) => serve_blocks(sh, transport::tls::accept(cfg, s).map_err(E::io("TLS handshake with a peer"))?, &raw),
+    }
+}
+
+/// Authenticate a peer, then answer its block reads. `raw` is the socket under `s` (timeouts).
+fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) -> Result<(), transport::Error> {
+    use transport::Error as E;
     if auth::server(&mut s, &sh.token)? != Kind::Data {
         return Err(E::Protocol("peers open data connections only".into()));
     }
-    s.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
+    raw.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
     loop {
         let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {

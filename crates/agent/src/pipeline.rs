@@ -531,8 +531,8 @@ fn read_from_peer(
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
             let sa = resolve(addr)?;
-            // Peers serve plain TCP (an agent reaching its relay over TLS does not serve peers).
-            let s = transport::tcp::connect_with(sa, &token.without_tls(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, "connect to peer")?;
+            // Under a TLS relay, peers serve TLS too.
+            let s = transport::tcp::connect_with(sa, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, "connect to peer")?;
             e.insert(Box::new(transport::tcp::StreamReader { s }))
         }
     };

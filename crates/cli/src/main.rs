@@ -131,10 +131,17 @@ struct RelayTlsArgs {
 impl RelayTlsArgs {
     /// The token, with TLS to the relay when asked for.
     fn credentials(&self, token: transport::Token) -> Result<transport::Token> {
-        Ok(match &self.relay_cacert {
-            None => token,
-            Some(ca) => token.with_relay_tls(transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?),
-        })
+        self.credentials_serving(token, None)
+    }
+
+    /// Like `credentials`, serving peers over TLS with `peer` (certificate, key) when given.
+    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Token> {
+        let Some(ca) = &self.relay_cacert else { return Ok(token) };
+        let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?;
+        if let Some((c, k)) = peer {
+            t = t.serving_peers(c, k).map_err(anyhow::Error::msg).context("load --peer-tls-cert")?;
+        }
+        Ok(token.with_relay_tls(t))
     }
 }
 
@@ -233,6 +240,13 @@ struct JoinArgs {
     tls: TlsArgs,
     #[command(flatten)]
     sentinel: SentinelArgs,
+    /// With --relay-cacert: serve other agents over TLS with this certificate (signed by the same CA;
+    /// checked by peers against it, not by name). Without it, an agent on a TLS relay does not serve.
+    #[arg(long, requires_all = ["relay_cacert", "peer_tls_key"], env = "FASTREPL_PEER_TLS_CERT")]
+    peer_tls_cert: Option<PathBuf>,
+    /// Private key of --peer-tls-cert, PEM.
+    #[arg(long, requires = "peer_tls_cert", env = "FASTREPL_PEER_TLS_KEY")]
+    peer_tls_key: Option<PathBuf>,
     /// ACL user for the master (the replica's masteruser).
     #[arg(long, env = "FASTREPL_MASTER_USER")]
     master_user: Option<String>,
@@ -513,10 +527,11 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
-    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
-    // Peers serve plain TCP: an agent whose relay link is encrypted does not serve the snapshot in
-    // the clear to other agents.
-    let serve = !a.no_serve && a.relay_tls.relay_cacert.is_none();
+    let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
+    let token = a.relay_tls.credentials_serving(transport::secrets::token(a.token_file.as_deref())?, peer_cert)?;
+    // Under a TLS relay, peer links are TLS too: an agent serves only with a certificate for it,
+    // never the snapshot in the clear.
+    let serve = !a.no_serve && (a.relay_tls.relay_cacert.is_none() || peer_cert.is_some());
     let tls = a.tls.load()?;
     let cfg = agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,

@@ -28,6 +28,8 @@ struct Fleet {
     relay_addr: String,
     /// The host of each replica.
     on: Vec<usize>,
+    /// Arguments every join gets to reach the relay.
+    connect: Vec<String>,
 }
 
 fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
@@ -36,6 +38,11 @@ fn fleet(hosts: usize, rate: &str, mib: usize) -> Option<Fleet> {
 
 /// As [`fleet`], with replica `i` on host `on[i]` (several replicas may share a host).
 fn fleet_on(hosts: usize, rate: &str, mib: usize, on: &[usize]) -> Option<Fleet> {
+    fleet_with(hosts, rate, mib, on, &[], &[])
+}
+
+/// As [`fleet_on`], with more relay arguments, and `connect` to reach the relay (TLS).
+fn fleet_with(hosts: usize, rate: &str, mib: usize, on: &[usize], relay_extra: &[&str], connect: &[&str]) -> Option<Fleet> {
     if !netns::available() {
         // Namespaces need root (CI runs as root); say so rather than pass quietly.
         eprintln!("SKIPPED: creating network namespaces needs root and iproute2");
@@ -47,7 +54,7 @@ fn fleet_on(hosts: usize, rate: &str, mib: usize, on: &[usize]) -> Option<Fleet>
     let replicas: Vec<Server> = on.iter().map(|&h| Server::try_start_in(Flavor::Redis70, Some(&lab.hosts[h].ns), "127.0.0.1", &[]).unwrap()).collect();
     let relay_addr = format!("{}:7400", lab.hosts[0].ip);
     let mut cmd = in_ns(&lab.hosts[0].ns);
-    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--block-size", "1048576", "--transport", "tcp"]);
+    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--block-size", "1048576", "--transport", "tcp"]).args(relay_extra);
     let relay = Proc::spawn("relay", cmd);
     let (ns, ra) = (lab.hosts[0].ns.clone(), relay_addr.clone());
     wait_until("the relay to listen", Duration::from_secs(20), || {
@@ -56,14 +63,14 @@ fn fleet_on(hosts: usize, rate: &str, mib: usize, on: &[usize]) -> Option<Fleet>
     });
     // The snapshot is complete before anyone joins: what we count is the agents' traffic.
     wait_relay_acked(&master);
-    Some(Fleet { lab, master, replicas, _relay: relay, relay_addr, on: on.to_vec() })
+    Some(Fleet { lab, master, replicas, _relay: relay, relay_addr, on: on.to_vec(), connect: connect.iter().map(|s| s.to_string()).collect() })
 }
 
 impl Fleet {
     fn join(&self, i: usize, extra: &[&str]) -> Proc {
         let mut cmd = in_ns(&self.lab.hosts[self.on[i]].ns);
         cmd.args(["join", "--relay", &self.relay_addr, "--replica", &self.replicas[i].addr(), "--json", "--transport", "tcp"]);
-        cmd.args(extra);
+        cmd.args(&self.connect).args(extra);
         Proc::spawn(&format!("join-{}", i + 1), cmd)
     }
 }
@@ -256,4 +263,38 @@ fn a_holder_that_no_longer_holds_its_blocks_is_passed_over() {
 #[test]
 fn a_peer_that_is_always_busy_is_given_up_on() {
     join_past_a_peer_that_never_serves(Fake::Busy);
+}
+
+#[test]
+fn over_tls_agents_still_serve_each_other() {
+    let certs = Certs::generate();
+    let (crt, key, ca) = (certs.path("node.crt"), certs.path("node.key"), certs.path("ca.crt"));
+    // The certificate names localhost, not the hosts' addresses: the relay is checked by that name,
+    // peers by the CA alone.
+    let Some(f) = fleet_with(4, "100mbit", 16, &[1, 2, 3], &["--agents-tls-cert", &crt, "--agents-tls-key", &key], &["--relay-cacert", &ca, "--relay-server-name", "localhost"])
+    else {
+        return;
+    };
+    let tx0 = f.lab.tx_bytes(0).unwrap();
+    // Two agents serve over TLS; the third has no certificate: it fetches from them (over TLS) but
+    // serves nobody.
+    let serving = ["--peer-tls-cert", crt.as_str(), "--peer-tls-key", key.as_str()];
+    let procs = vec![f.join(0, &serving), f.join(1, &serving), f.join(2, &[])];
+    let joined: Vec<Joined> = procs.into_iter().map(finish_join).collect();
+    let relay_sent = f.lab.tx_bytes(0).unwrap() - tx0;
+    let rdb = rdb_bytes(&joined[0]);
+    let mut from_peers = 0;
+    for (i, j) in joined.iter().enumerate() {
+        assert_eq!(j.code, Some(0), "join {} failed:\n{}", i + 1, j.output);
+        assert_eq!(j.report["handoff"], "partial", "{}", j.output);
+        assert_eq!(j.report["peer_bad_blocks"], 0);
+        from_peers += j.report["bytes_from_peers"].as_u64().unwrap();
+        assert_same(&f.master, &f.replicas[i]);
+    }
+    assert!(joined[2].report["swarm"].as_str().unwrap_or("").contains("not serving"), "{}", joined[2].report["swarm"]);
+    assert_eq!(joined[2].report["bytes_served_to_peers"], 0);
+    let copies = relay_sent as f64 / rdb as f64;
+    eprintln!("over TLS: relay host sent {copies:.2} copies for 3 agents; agents got {from_peers} bytes from each other");
+    assert!(from_peers as f64 >= 0.5 * rdb as f64, "agents got only {from_peers} bytes from each other over TLS");
+    assert!(copies < 2.5, "the relay's host sent {copies:.2} copies for 3 agents");
 }

@@ -53,9 +53,10 @@ impl Token {
         self.1 = Some(tls);
         self
     }
-    /// The same secret without TLS (peer agents serve plain TCP).
-    pub fn without_tls(&self) -> Token {
-        Token(self.0.clone(), None)
+    /// The credentials towards peer agents: the same secret, and TLS to them when the relay link is
+    /// TLS (peers of a TLS relay serve TLS only).
+    pub fn for_peers(&self) -> Token {
+        Token(self.0.clone(), self.1.as_ref().and_then(|t| t.to_peers()))
     }
     /// How to reach the relay over TLS, if it requires it.
     pub fn relay_tls(&self) -> Option<&crate::tls::RelayTls> {

@@ -196,3 +196,39 @@ pub fn wait_relay_acked(master: &Server) {
         (acked >= end).then_some(())
     });
 }
+
+/// A CA and one certificate it signs (for 127.0.0.1 and localhost), made with the openssl CLI.
+pub struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    pub fn generate() -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl").args(args).current_dir(d).output().expect("openssl (scripts/setup.sh installs it)");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=fastrepl test CA"]);
+        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=localhost"]);
+        std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+        run(&["x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "ext.cnf"]);
+        Certs { dir }
+    }
+
+    pub fn path(&self, f: &str) -> String {
+        self.dir.path().join(f).display().to_string()
+    }
+
+    /// Server arguments: TLS configured, tls-auth-clients on (the default).
+    pub fn server_args(&self) -> Vec<String> {
+        ["--tls-cert-file", &self.path("node.crt"), "--tls-key-file", &self.path("node.key"), "--tls-ca-cert-file", &self.path("ca.crt")].iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Our flags.
+    pub fn flags(&self) -> Vec<String> {
+        ["--tls", "--cacert", &self.path("ca.crt"), "--cert", &self.path("node.crt"), "--key", &self.path("node.key")].iter().map(|s| s.to_string()).collect()
+    }
+}
+
