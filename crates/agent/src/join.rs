@@ -165,7 +165,8 @@ fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option
             (Some(p), s)
         }
         Ok(p) => {
-            let s = format!("agent {} of generation {}, not serving (--no-serve)", p.id(), desc.generation);
+            let why = if cfg.peers.serve { "a TLS relay and no --peer-tls-cert" } else { "--no-serve" };
+            let s = format!("agent {} of generation {}, not serving ({why})", p.id(), desc.generation);
             (Some(p), s)
         }
         Err(e) => {

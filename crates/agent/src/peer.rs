@@ -287,9 +287,11 @@ impl Peering {
     /// shared memory.
     pub fn join(relay: SocketAddr, token: &Token, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
         let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::Relay)?;
-        let cache = if cfg.serve { cfg.cache_bytes } else { 0 };
+        // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
+        let serve = cfg.serve && token.relay_tls().map_or(true, |t| t.peer_server().is_some());
+        let cache = if serve { cfg.cache_bytes } else { 0 };
         let held = Arc::new(Held::new(generation, block_size, cache));
-        let server = if cfg.serve {
+        let server = if serve {
             let listen = match cfg.listen {
                 Some(l) => l,
                 None => SocketAddr::new(link.local_ip().map_err(Error::Relay)?, 0),
@@ -298,7 +300,7 @@ impl Peering {
         } else {
             None
         };
-        let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: cfg.serve, local, advertise: cfg.advertise.clone() };
+        let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: serve, local, advertise: cfg.advertise.clone() };
         let id = link.register(generation, &reg).map_err(Error::Relay)?;
         if let Some(s) = &server {
             tracing::info!(agent = id, listen = %s.local_addr(), advertise = ?cfg.advertise, "joined the swarm; serving peers");

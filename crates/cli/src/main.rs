@@ -529,9 +529,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 fn join(a: JoinArgs) -> Result<ExitCode> {
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
     let token = a.relay_tls.credentials_serving(transport::secrets::token(a.token_file.as_deref())?, peer_cert)?;
-    // Under a TLS relay, peer links are TLS too: an agent serves only with a certificate for it,
-    // never the snapshot in the clear.
-    let serve = !a.no_serve && (a.relay_tls.relay_cacert.is_none() || peer_cert.is_some());
+
     let tls = a.tls.load()?;
     let cfg = agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,
@@ -553,7 +551,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         cancel: Default::default(),
         transport: a.transport,
         peers: agent::peer::PeerConfig {
-            serve,
+            serve: !a.no_serve,
             listen: a.peer_listen,
             advertise: a.advertise,
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),

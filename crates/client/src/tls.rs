@@ -6,7 +6,7 @@
 //! name, as it does for real masters.
 
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection, StreamOwned};
+use rustls::{ClientConfig, ServerConfig, ServerConnection, StreamOwned};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,14 +62,10 @@ impl Tls {
 
     /// TLS over `tcp` to `host` (the name checked unless `--tls-server-name` says otherwise); the
     /// handshake is completed here so that a refused certificate is reported as such.
-    pub fn connect(&self, mut tcp: TcpStream, host: &str) -> Result<Stream, std::io::Error> {
+    pub fn connect(&self, tcp: TcpStream, host: &str) -> Result<Stream, std::io::Error> {
         let name = self.server_name.as_deref().unwrap_or(host.trim_matches(['[', ']']));
         let name = ServerName::try_from(name.to_string()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TLS server name {name:?}: {e}")))?;
-        let mut conn = ClientConnection::new(self.client.clone(), name).map_err(std::io::Error::other)?;
-        while conn.is_handshaking() {
-            conn.complete_io(&mut tcp).map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
-        }
-        Ok(Stream::Tls(Box::new(StreamOwned::new(conn, tcp))))
+        pem::connect(&self.client, name, tcp, "TLS handshake")
     }
 
     /// Serve TLS on an accepted connection (the agent to its replica), handshake completed.

@@ -150,13 +150,15 @@ struct Run {
     writer: Option<snapshot::Writer>,
     /// The source's RDB settings to restore once the RDB is complete (`--source-rdb-raw`).
     raw: Option<crate::source::RawRdb>,
-    /// The master this capture's history belongs to.
-    master: String,
+    /// The master-change count when this capture started (its history is that master's).
+    master_changes: u64,
 }
 
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
+    // Read together with the address: a switch after this makes the count differ.
+    let master_changes = shared.master_changes.load(Ordering::SeqCst);
     let master_now = shared.master();
     let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), cfg.tls.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
         .map_err(|why| Error::Source { why })?;
@@ -180,7 +182,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .map_err(|source| Error::Io { op: "configure master socket", master: master.clone(), source })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, master, machine };
-    let mut run = Run { raw, master: master_now, ..Run::default() };
+    let mut run = Run { raw, master_changes, ..Run::default() };
     let result = drive(shared, id, &mut link, &mut run, first, t0);
     if let (Err(e), Some(gen)) = (&result, &run.gen) {
         if run.writer.is_some() {
@@ -209,7 +211,7 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
             }
         }
         // Sentinel named another master: this capture's history is the old master's.
-        if shared.master() != run.master {
+        if shared.master_changes.load(Ordering::SeqCst) != run.master_changes {
             let why = format!("the master changed to {} (Sentinel)", shared.master());
             if run.writer.is_some() {
                 return Err(Error::Source { why });

@@ -179,6 +179,9 @@ pub(crate) struct Shared {
     tokens: std::sync::RwLock<Vec<Token>>,
     /// The master now (changes when Sentinel fails over).
     master: Mutex<String>,
+    /// How many times the master changed: what the capture loop compares on every read, instead of
+    /// locking and copying the address.
+    master_changes: std::sync::atomic::AtomicU64,
     current: Mutex<Option<Arc<Generation>>>,
     changed: Condvar,
     /// Every generation an agent may still hold.
@@ -234,6 +237,7 @@ impl Shared {
     /// it finish from it, and the new master knows it as its replid2).
     fn set_master(&self, new: &str) {
         let old = std::mem::replace(&mut *self.master.lock().unwrap_or_else(|p| p.into_inner()), new.to_string());
+        self.master_changes.fetch_add(1, Ordering::SeqCst);
         tracing::warn!(%old, %new, "Sentinel switched the master; the current generation is sealed, the next agent triggers a capture from the new master");
         if let Some(g) = self.lock_current().as_ref() {
             g.seal(&format!("the master changed from {old} to {new} (Sentinel)"));
@@ -389,6 +393,7 @@ impl Relay {
         let shared = Arc::new(Shared {
             tokens: std::sync::RwLock::new(tokens),
             master: Mutex::new(master),
+            master_changes: std::sync::atomic::AtomicU64::new(0),
             config,
             current: Mutex::new(None),
             changed: Condvar::new(),

@@ -133,17 +133,23 @@ impl RelayTls {
     }
 
     /// TLS over `tcp` to the relay at `ip`, handshake completed.
-    pub fn connect(&self, mut tcp: TcpStream, ip: std::net::IpAddr) -> std::io::Result<Conn> {
+    pub fn connect(&self, tcp: TcpStream, ip: std::net::IpAddr) -> std::io::Result<Conn> {
         let name = match &self.server_name {
             Some(n) => ServerName::try_from(n.clone()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("relay server name {n:?}: {e}")))?,
             None => ServerName::IpAddress(ip.into()),
         };
-        let mut conn = ClientConnection::new(self.config.clone(), name).map_err(std::io::Error::other)?;
-        while conn.is_handshaking() {
-            conn.complete_io(&mut tcp).map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake with the relay: {e}")))?;
-        }
-        Ok(Conn::Tls(Box::new(StreamOwned::new(conn, tcp))))
+        connect(&self.config, name, tcp, "TLS handshake with the relay")
     }
+}
+
+/// TLS over `tcp` to `name`, handshake completed (so a refused certificate is reported as such);
+/// `what` names the handshake in errors.
+pub fn connect(config: &Arc<ClientConfig>, name: ServerName<'static>, mut tcp: TcpStream, what: &str) -> std::io::Result<Conn> {
+    let mut conn = ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))?;
+    }
+    Ok(Conn::Tls(Box::new(StreamOwned::new(conn, tcp))))
 }
 
 /// Serve TLS on an accepted connection, handshake completed (bounded by the socket's timeouts).
