@@ -37,7 +37,7 @@ pub struct Guard {
 
 /// Start a guard for `cfg.replica`, which is about to follow `follows` (the agent's listener).
 pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
-    let exe = std::env::current_exe().map_err(|e| Error::Local(format!("find our own binary for the replica guard: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("find our own binary for the replica guard: {e}")))?;
     let mut cmd = Command::new(exe);
     cmd.arg(SUBCOMMAND)
         .env(ENV_REPLICA, &cfg.replica)
@@ -71,7 +71,7 @@ pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_bef
             cmd.env(ENV_TLS_NAME, n);
         }
     }
-    let child = cmd.spawn().map_err(|e| Error::Local(format!("start the replica guard: {e}")))?;
+    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the replica guard: {e}")))?;
     Ok(Guard { child })
 }
 
@@ -126,7 +126,13 @@ pub fn run() -> i32 {
             eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
             0
         }
-        Ok(_) => 0,
+        // Handed over already, or reconfigured by someone else: not ours to touch, nothing to say
+        // about its data.
+        Ok(crate::local::Reset::NotOurs) => 0,
+        Ok(crate::local::Reset::Unreachable(e)) => {
+            eprintln!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role");
+            1
+        }
         Err(e) => {
             eprintln!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}");
             1

@@ -7,7 +7,7 @@ use crate::local::{self, Local, ReplState};
 use crate::machine::{Action, Counters, Input, Join, MasterRepl, Outcome, Snapshot, Timeouts};
 use crate::replica_link::{self, ReplicaLink};
 use crate::retry::{Attempt, Retries, Verdict};
-use crate::{check_cancel, pipeline, progress, readers, select, Config, Error, Phases, Report};
+use crate::{check_cancel, pipeline, progress, readers, select, Config, Error, Party, Phases, ReplicaState, Report};
 use client::{Client, Info};
 use replication::framing::Framing;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
     loop {
         let n = retries.attempt();
         let started = Instant::now();
-        let (error, handed_over) = match attempt(cfg) {
+        let (error, replica) = match attempt(cfg) {
             Ok(mut joined) => {
                 joined.report.attempts = attempts;
                 return Ok(joined);
@@ -55,24 +55,24 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
             Err(f) => f,
         };
         let secs = started.elapsed().as_secs_f64();
-        let verdict = retries.failed(&error, handed_over, crate::retry::jitter());
+        let verdict = retries.failed(&error, &replica, crate::retry::jitter());
         let waited = match verdict {
             Verdict::Retry(w) => w,
             Verdict::GiveUp(why) => {
                 // A first attempt refused outright is said once, by the caller; otherwise say why it stops.
-                if n > 1 || handed_over {
-                    tracing::error!(attempt = n, error = %error, "join failed; not retrying: {why}");
+                if n > 1 || replica != ReplicaState::Untouched {
+                    tracing::error!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
                 }
                 attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: 0.0 });
-                return Err(crate::Failed { error, attempts, handed_over });
+                return Err(crate::Failed { error, attempts, replica });
             }
         };
-        tracing::warn!(attempt = n, error = %error, retry_in_secs = waited.as_secs_f64(), "join attempt failed; the replica was reset; trying again");
+        tracing::warn!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
         attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: waited.as_secs_f64() });
         cfg.live.set_phase(WAITING_TO_RETRY);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
             attempts.last_mut().expect("pushed above").waited_secs = 0.0;
-            return Err(crate::Failed { error: e, attempts, handed_over: false });
+            return Err(crate::Failed { error: e, attempts, replica });
         }
     }
 }
@@ -90,18 +90,18 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
     }
 }
 
-/// One attempt; on failure, the error and whether the replica had been handed to the master.
-fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, bool)> {
+/// One attempt; on failure, the error and what became of the replica.
+fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
     let t0 = Instant::now();
-    let c = check(cfg).map_err(|e| (e, false))?;
+    let c = check(cfg).map_err(|e| (e, ReplicaState::Untouched))?;
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
-    let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, false))?;
+    let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, c, host, port, link: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
-    let outcome = d.run(&mut machine).map_err(|e| (e, machine.handed_over()))?;
+    let mut d = Driver { cfg, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
+    let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
         if let Err(e) = d.c.local.client.config_set("repl-diskless-load", v) {
@@ -121,17 +121,17 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
     let master_addr = match (&cfg.sentinel, &cfg.master) {
-        (Some(s), _) => s.master(local::CMD_TIMEOUT).map_err(Error::Sentinel)?,
+        (Some(s), _) => s.master(local::CMD_TIMEOUT).map_err(|e| Error::unavailable(Party::Sentinel, e))?,
         (None, Some(m)) => m.clone(),
         (None, None) => attached.master.clone(),
     };
-    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::Master)?;
-    let master_server = master
-        .info("server")
-        .ok()
-        .and_then(|i| replication::rdb::Server::from_info(&local::info_text(&i)))
-        .map(|s| s.to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+    // A refused INFO is said now, as the permission it is, not later as something else.
+    let master_server = match master.info("server") {
+        Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
+        Err(e) if e.is_permission() => return Err(Error::master(e)),
+        Err(_) => "unknown".into(),
+    };
     let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
     v.check()?;
     let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
@@ -144,9 +144,9 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
         )));
     }
     let desc = v.desc.clone();
-    let m = master_repl(&master.info("replication").map_err(Error::Master)?);
+    let m = master_repl(&master.info("replication").map_err(Error::master)?);
     if !m.knows(&desc.replid) {
-        return Err(Error::RelayProtocol(format!(
+        return Err(Error::Changed(format!(
             "the master's replication ID is no longer the snapshot's ({}): it restarted or failed over. The relay takes a new snapshot for the next join; retry",
             desc.replid
         )));
@@ -183,6 +183,8 @@ struct Driver<'a> {
     port: String,
     /// The replica's link to us, until the handoff.
     link: Option<ReplicaLink>,
+    /// Where the agent listens for its replica, and TLS to serve it, until it connects.
+    listener: Option<(std::net::TcpListener, std::net::SocketAddr, Option<client::tls::Tls>)>,
     stats: Option<pipeline::Stats>,
     /// Largest PSS seen while pulling (sampled every few blocks).
     peak_pss_kib: u64,
@@ -194,9 +196,9 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     /// Do what the machine says until it is done or failed.
-    fn run(&mut self, m: &mut Join) -> Result<Outcome, Error> {
+    fn run(&mut self, m: &mut Join) -> Result<Outcome, (Error, ReplicaState)> {
         let mut action = match self.prepare_replica() {
-            Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
+            Ok(()) => m.on(Instant::now(), Input::Prepared),
             Err(e) => m.on(Instant::now(), Input::Failed(e)),
         };
         let mut phase = "";
@@ -208,6 +210,10 @@ impl Driver<'_> {
             }
             self.cfg.live.set_phase(phase);
             action = match action {
+                Action::PointReplica => match self.point_replica() {
+                    Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
                 Action::WaitLength => match self.wait_length() {
                     Ok(len) => m.on(Instant::now(), Input::Length(len)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
@@ -241,54 +247,77 @@ impl Driver<'_> {
                     return Ok(o);
                 }
                 Action::Fail { error, reset_replica } => {
-                    if reset_replica {
-                        if let Err(why) = self.reset_replica() {
+                    let state = if reset_replica {
+                        match self.reset_replica() {
+                            Ok(state) => state,
                             // The guard (dropped with us) tries once more after we are gone.
-                            return Err(Error::Local(format!("{error}; and the replica could not be reset ({why}): it may still follow this agent's address")));
+                            Err(why) => return Err((error, ReplicaState::ResetFailed(why))),
                         }
-                    }
+                    } else if m.handed_over() {
+                        ReplicaState::HandedOver
+                    } else {
+                        self.restore_settings();
+                        ReplicaState::Untouched
+                    };
                     if let Some(g) = self.guard.take() {
                         g.disarm();
                     }
-                    return Err(error);
+                    return Err((error, state));
                 }
             };
         }
     }
 
-    /// Settings for the sync, `REPLICAOF` the agent, accept the replica's handshake; returns whether
-    /// it offered `capa eof`.
-    fn prepare_replica(&mut self) -> Result<bool, Error> {
+    /// Settings for the sync, the listener for the replica, the guard; nothing points the replica at
+    /// the agent yet, and its data and role are as they were.
+    fn prepare_replica(&mut self) -> Result<(), Error> {
         let cfg = self.cfg;
         let c = &mut self.c.local.client;
-        if self.c.local.diskless_load_before.is_some() {
-            c.config_set("repl-diskless-load", "on-empty-db").map_err(Error::Replica)?;
-        }
-        if let Some(a) = &cfg.master_auth {
-            if let Some(u) = &a.user {
-                c.config_set("masteruser", u).map_err(Error::Replica)?;
-            }
-            c.config_set("masterauth", &a.password).map_err(Error::Replica)?;
-        }
         // A replica with tls-replication yes speaks TLS to whatever it follows, us included.
-        let tls_replication = c.config_get("tls-replication").ok().flatten().as_deref() == Some("yes");
+        let tls_replication = c.config_get("tls-replication").map_err(Error::replica)?.as_deref() == Some("yes");
         let serve_tls = match (&cfg.tls, tls_replication) {
             (_, false) => None,
             (Some(t), true) if t.can_serve() => Some(t.clone()),
-            _ => return Err(Error::Local("the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into())),
+            _ => return Err(Error::Precondition("the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into())),
         };
+        if self.c.local.diskless_load_before.is_some() {
+            c.config_set("repl-diskless-load", "on-empty-db").map_err(Error::replica)?;
+        }
+        if let Some(a) = &cfg.master_auth {
+            if let Some(u) = &a.user {
+                c.config_set("masteruser", u).map_err(Error::replica)?;
+            }
+            c.config_set("masterauth", &a.password).map_err(Error::replica)?;
+        }
         let (listener, at) = replica_link::listen(cfg.listen)?;
         self.guard = Some(crate::guard::arm(cfg, at, self.c.local.diskless_load_before.as_deref())?);
+        self.listener = Some((listener, at, serve_tls));
+        Ok(())
+    }
+
+    /// `REPLICAOF` the agent, accept the replica's handshake; returns whether it offered `capa eof`.
+    fn point_replica(&mut self) -> Result<bool, Error> {
+        let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| Error::Internal("no listener for the replica".into()))?;
         let c = &mut self.c.local.client;
-        c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]).map_err(Error::Replica)?;
+        c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]).map_err(Error::replica)?;
         let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref())?;
         let capa_eof = link.capa_eof;
         self.link = Some(link);
         Ok(capa_eof)
     }
 
+    /// After a failure before the replica was pointed at the agent: put back the load setting we
+    /// changed (best effort; the replica's data and role were never touched).
+    fn restore_settings(&mut self) {
+        if let Some(v) = &self.c.local.diskless_load_before {
+            if let Err(e) = self.c.local.client.config_set("repl-diskless-load", v) {
+                tracing::warn!(error = %e, "could not restore the replica's repl-diskless-load {v}");
+            }
+        }
+    }
+
     fn link(&mut self) -> Result<&mut ReplicaLink, Error> {
-        self.link.as_mut().ok_or_else(|| Error::Local("internal: no replica link".into()))
+        self.link.as_mut().ok_or_else(|| Error::Internal("no replica link".into()))
     }
 
     fn wait_length(&self) -> Result<u64, Error> {
@@ -302,12 +331,12 @@ impl Driver<'_> {
         let framing = match (eof, length) {
             (true, _) => replica_link::eof_framing()?,
             (false, Some(n)) => Framing::Length(n),
-            (false, None) => return Err(Error::Local("internal: length framing without a length".into())),
+            (false, None) => return Err(Error::Internal("length framing without a length".into())),
         };
-        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::RelayProtocol(e.to_string()))?;
+        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::protocol(Party::Relay, e.to_string()))?;
         let offset = self.c.desc.offset;
         let (cfg, progress, transport, peering) = (self.cfg, self.c.progress.clone(), &self.c.transport, self.c.peering.as_ref());
-        let link = self.link.as_mut().ok_or_else(|| Error::Local("internal: no replica link".into()))?;
+        let link = self.link.as_mut().ok_or_else(|| Error::Internal("no replica link".into()))?;
         link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
@@ -373,20 +402,20 @@ impl Driver<'_> {
                 }
                 Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
             }
-            Err(e) => Err(Error::Replica(e)),
+            Err(e) => Err(Error::replica(e)),
         }
     }
 
     /// Read up to `max` log bytes from `from` and send them to the replica; returns how many.
     fn stream_log(&mut self, from: u64, max: u64) -> Result<u64, Error> {
         check_cancel(&self.cfg.cancel)?;
-        let max32 = u32::try_from(max).map_err(|_| Error::Local("internal: log read too large".into()))?;
+        let max32 = u32::try_from(max).map_err(|_| Error::Internal("log read too large".into()))?;
         let generation = self.c.desc.generation;
         if self.log_reader.is_none() {
-            self.log_reader = Some(self.c.transport.open().map_err(Error::Relay)?);
+            self.log_reader = Some(self.c.transport.open().map_err(Error::relay)?);
         }
         let reader = self.log_reader.as_mut().expect("opened above");
-        let chunk = reader.read_log(generation, from, max32).map_err(Error::Relay)?;
+        let chunk = reader.read_log(generation, from, max32).map_err(Error::relay)?;
         let link = self.link()?;
         link.check_open()?;
         if !chunk.is_empty() {
@@ -402,10 +431,10 @@ impl Driver<'_> {
     fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
         match f(&mut self.c.master) {
             Err(client::Error::Io { .. }) => {
-                self.c.master = Client::connect_tls(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::Master)?;
-                f(&mut self.c.master).map_err(Error::Master)
+                self.c.master = Client::connect_tls(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
+                f(&mut self.c.master).map_err(Error::master)
             }
-            r => r.map_err(Error::Master),
+            r => r.map_err(Error::master),
         }
     }
 
@@ -414,10 +443,10 @@ impl Driver<'_> {
     /// so the handoff can still be partial; the machine's plan checks that.
     fn follow_sentinel(&mut self) -> Result<(), Error> {
         let Some(s) = &self.cfg.sentinel else { return Ok(()) };
-        let now = s.master(local::CMD_TIMEOUT).map_err(Error::Sentinel)?;
+        let now = s.master(local::CMD_TIMEOUT).map_err(|e| Error::unavailable(Party::Sentinel, e))?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
-            self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::Master)?;
+            self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
             (self.host, self.port) = split_host_port(&now)?;
             self.c.master_addr = now;
         }
@@ -433,7 +462,7 @@ impl Driver<'_> {
     /// Counters, then `REPLICAOF <master>` (from here the replica is the master's), then close our link.
     fn hand_off(&mut self) -> Result<Counters, Error> {
         let before = self.counters()?;
-        self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::Replica)?;
+        self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::replica)?;
         // The replica follows its master now; nothing of ours to reset any more.
         if let Some(g) = self.guard.take() {
             g.disarm();
@@ -442,23 +471,29 @@ impl Driver<'_> {
         Ok(before)
     }
 
-    /// After a failure before the handoff: make the replica what it was before (standalone, empty),
-    /// so nothing looks in sync that is not. Returns why it could not, when the replica answers but
-    /// stays a replica (a server that is down is left to the caller's retry: it restarts standalone).
-    fn reset_replica(&mut self) -> Result<(), String> {
+    /// After a failure between pointing the replica at the agent and the handoff: make it standalone
+    /// and empty, so nothing looks in sync that is not. Returns what became of it, or why it could not
+    /// be reset when it answers but stays a replica (a server that is down is left to the caller's
+    /// retry: it restarts standalone).
+    fn reset_replica(&mut self) -> Result<ReplicaState, String> {
         let cfg = self.cfg;
         // Closes the link: a replica loading from us reads to its end, fails the load, and then
         // accepts commands again (meanwhile it answers -LOADING; `local::reset` waits that out).
         self.link = None;
         match local::reset(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), self.c.local.diskless_load_before.as_deref(), None) {
-            Ok(local::Reset::Unreachable(e)) => tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying"),
-            Ok(_) => tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server"),
+            Ok(local::Reset::Unreachable(e)) => {
+                tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying");
+                Ok(ReplicaState::Unreachable(e))
+            }
+            Ok(_) => {
+                tracing::warn!(replica = %cfg.replica, "join failed: the replica was reset to an empty standalone server");
+                Ok(ReplicaState::Reset)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "could not reset the replica; it may still follow this (dead) agent: run REPLICAOF NO ONE and FLUSHALL on it");
-                return Err(e);
+                Err(e)
             }
         }
-        Ok(())
     }
 
     fn report(&self, o: &Outcome, mut notes: Vec<String>) -> Report {
@@ -529,7 +564,7 @@ fn master_repl(i: &Info) -> MasterRepl {
     let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
     MasterRepl {
         addr: String::new(),
-        role: i.get("role").unwrap_or_default().to_string(),
+        role: i.role().ok(),
         replid: i.get("master_replid").unwrap_or_default().to_string(),
         replid2: i.get("master_replid2").unwrap_or_default().to_string(),
         backlog_active: i.get("repl_backlog_active") == Some("1"),
@@ -539,6 +574,6 @@ fn master_repl(i: &Info) -> MasterRepl {
 }
 
 fn split_host_port(addr: &str) -> Result<(String, String), Error> {
-    let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Local(format!("master address {addr:?} is not host:port")))?;
+    let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;
     Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
 }

@@ -37,34 +37,102 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use transport::{Token, Transport};
 
-/// Why a join failed.
+/// The party an error came from (or was about).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party {
+    /// The relay (its control, data or tracker connections).
+    Relay,
+    /// The master.
+    Master,
+    /// The local server being joined.
+    Replica,
+    /// The local server's replication link to this agent.
+    ReplicaLink,
+    /// The sentinels.
+    Sentinel,
+}
+
+impl std::fmt::Display for Party {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Party::Relay => "relay",
+            Party::Master => "master",
+            Party::Replica => "local server",
+            Party::ReplicaLink => "replica link",
+            Party::Sentinel => "sentinel",
+        })
+    }
+}
+
+/// What went wrong underneath: a server's answer, a relay link's failure, or what we observed.
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    /// A Redis/Valkey server (master, local server, sentinel), with its error code when it answered.
+    #[error(transparent)]
+    Server(#[from] client::Error),
+    /// A connection to the relay or a peer.
+    #[error(transparent)]
+    Link(#[from] transport::Error),
+    /// What the agent observed.
+    #[error("{0}")]
+    Observed(String),
+}
+
+/// Why a join failed, by kind: the kind decides whether another attempt can mend it
+/// ([`Error::retryable`]), and it is chosen where the error is made, never from its text.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Talking to the relay failed.
-    #[error("relay: {0}")]
-    Relay(#[source] transport::Error),
-    /// The relay said something wrong or is gone.
+    /// The operator must act first: the replica holds data and no `--force`, a setting the join
+    /// cannot work with, a flag missing. Nothing was changed. Not retried.
     #[error("{0}")]
-    RelayProtocol(String),
-    /// The local server refused or failed a command.
-    #[error("local server: {0}")]
-    Replica(#[source] client::Error),
-    /// The local server's replication link to the agent failed.
-    #[error("replica link: {0}")]
-    ReplicaLink(String),
-    /// No sentinel could name the master.
-    #[error("sentinel: {0}")]
-    Sentinel(String),
-    /// The master refused or failed a command.
-    #[error("master: {0}")]
-    Master(#[source] client::Error),
-    /// A local precondition does not hold.
-    #[error("{0}")]
-    Local(String),
-    /// The replica cannot load this master's data.
+    Precondition(String),
+    /// A server or the relay refused our credentials or a command (`NOPERM`, `WRONGPASS`, `NOAUTH`, a
+    /// token the relay refuses). Not retried: it is refused again until an operator grants it.
+    #[error("{party}: {cause}")]
+    Permission {
+        /// Who refused.
+        party: Party,
+        /// Their answer.
+        cause: Cause,
+    },
+    /// The replica cannot load this master's data, or the relay offers no transport that works
+    /// from here. Not retried.
     #[error("incompatible: {0}")]
     Incompatible(String),
-    /// A block failed its checksum twice.
+    /// The relay could not take a snapshot, for the reason it gave. Retried when the kind is one
+    /// time can mend (the master unreachable); not for a configuration error (its `--source`), a
+    /// refused permission or a snapshot over its size limit.
+    #[error("{}", capture_message(*.kind, .message))]
+    Capture {
+        /// The relay's kind of failure.
+        kind: transport::wire::CaptureFailure,
+        /// The relay's account.
+        message: String,
+    },
+    /// A party is down, unreachable, went away or answered "not now" (a relay restarting, a master
+    /// loading, a link that dropped). Retried.
+    #[error("{party}: {cause}")]
+    Unavailable {
+        /// Who.
+        party: Party,
+        /// What happened.
+        cause: Cause,
+    },
+    /// A party broke the protocol (an answer that cannot be). Retried: a restarted relay or master
+    /// usually speaks correctly again.
+    #[error("{party}: protocol error: {cause}")]
+    Protocol {
+        /// Who.
+        party: Party,
+        /// What was wrong.
+        cause: Cause,
+    },
+    /// What the join relies on changed under it: the master's history is no longer the snapshot's
+    /// (a restart, a failover), the master's address answers as a replica, the replica was
+    /// reconfigured. Retried: the next attempt starts from the relay's current snapshot.
+    #[error("{0}")]
+    Changed(String),
+    /// A block failed its checksum twice. Retried.
     #[error("block {block} (offset {offset}) failed its checksum twice")]
     Checksum {
         /// Block number.
@@ -72,15 +140,173 @@ pub enum Error {
         /// Its offset.
         offset: u64,
     },
-    /// A wait ran past its deadline.
+    /// A wait ran past its deadline. Retried.
     #[error("timed out: {0}")]
     Timeout(String),
-    /// Handing the replica to the master would be wrong.
-    #[error("handoff refused: {0}")]
-    Handoff(String),
-    /// The join was interrupted (SIGINT/SIGTERM).
+    /// A local resource could not be had (a port to listen on, the output file). Retried.
+    #[error("{0}")]
+    Resource(String),
+    /// A bug, or the process could not run (a thread that would not start). Not retried.
+    #[error("internal: {0}")]
+    Internal(String),
+    /// The join was interrupted (SIGINT/SIGTERM). Not retried.
     #[error("interrupted")]
     Interrupted,
+}
+
+fn capture_message(kind: transport::wire::CaptureFailure, message: &str) -> String {
+    use transport::wire::CaptureFailure as K;
+    match kind {
+        K::Source => format!("the relay's {message}; fix the relay's --source (or --master)"),
+        K::Permission => format!("the relay's capture was refused ({message}); grant the relay's user the permissions in docs/operations.md"),
+        K::TooLarge => format!("the relay's snapshot would be too large ({message}); raise the relay's --snapshot-max-bytes"),
+        K::Unreachable | K::Other => format!("the relay's capture failed ({message}); it keeps retrying"),
+    }
+}
+
+/// An [`Error`]'s kind, as reported to programs (`--json`'s `error_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// [`Error::Precondition`].
+    Precondition,
+    /// [`Error::Permission`].
+    Permission,
+    /// [`Error::Incompatible`].
+    Incompatible,
+    /// [`Error::Capture`].
+    Capture,
+    /// [`Error::Unavailable`].
+    Unavailable,
+    /// [`Error::Protocol`].
+    Protocol,
+    /// [`Error::Changed`].
+    Changed,
+    /// [`Error::Checksum`].
+    Checksum,
+    /// [`Error::Timeout`].
+    Timeout,
+    /// [`Error::Resource`].
+    Resource,
+    /// [`Error::Internal`].
+    Internal,
+    /// [`Error::Interrupted`].
+    Interrupted,
+}
+
+impl Error {
+    /// A server's error (master, local server): a refused permission is [`Error::Permission`], a
+    /// reply that is not RESP [`Error::Protocol`], anything else (down, loading, a command failing)
+    /// [`Error::Unavailable`].
+    pub fn server(party: Party, e: client::Error) -> Error {
+        match e {
+            e if e.is_permission() => Error::Permission { party, cause: Cause::Server(e) },
+            e @ (client::Error::Resp { .. } | client::Error::Unexpected { .. }) => Error::Protocol { party, cause: Cause::Server(e) },
+            e => Error::Unavailable { party, cause: Cause::Server(e) },
+        }
+    }
+
+    /// The master's error ([`Error::server`]).
+    pub fn master(e: client::Error) -> Error {
+        Error::server(Party::Master, e)
+    }
+
+    /// The local server's error ([`Error::server`]).
+    pub fn replica(e: client::Error) -> Error {
+        Error::server(Party::Replica, e)
+    }
+
+    /// A relay connection's error: a refused token is [`Error::Permission`], a broken protocol
+    /// [`Error::Protocol`], anything else (down, refused a read, a failed one-sided read)
+    /// [`Error::Unavailable`].
+    pub fn relay(e: transport::Error) -> Error {
+        let party = Party::Relay;
+        match e {
+            e @ transport::Error::Auth(_) => Error::Permission { party, cause: Cause::Link(e) },
+            e @ transport::Error::Protocol(_) => Error::Protocol { party, cause: Cause::Link(e) },
+            e => Error::Unavailable { party, cause: Cause::Link(e) },
+        }
+    }
+
+    /// `party` is unavailable, as observed.
+    pub fn unavailable(party: Party, what: impl Into<String>) -> Error {
+        Error::Unavailable { party, cause: Cause::Observed(what.into()) }
+    }
+
+    /// `party` broke the protocol, as observed.
+    pub fn protocol(party: Party, what: impl Into<String>) -> Error {
+        Error::Protocol { party, cause: Cause::Observed(what.into()) }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Error::Precondition(_) => Kind::Precondition,
+            Error::Permission { .. } => Kind::Permission,
+            Error::Incompatible(_) => Kind::Incompatible,
+            Error::Capture { .. } => Kind::Capture,
+            Error::Unavailable { .. } => Kind::Unavailable,
+            Error::Protocol { .. } => Kind::Protocol,
+            Error::Changed(_) => Kind::Changed,
+            Error::Checksum { .. } => Kind::Checksum,
+            Error::Timeout(_) => Kind::Timeout,
+            Error::Resource(_) => Kind::Resource,
+            Error::Internal(_) => Kind::Internal,
+            Error::Interrupted => Kind::Interrupted,
+        }
+    }
+
+    /// Can another attempt mend this failure (time, a restart, a fresh snapshot)? Follows from the
+    /// kind alone; see each variant.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Error::Capture { kind, .. } => kind.transient(),
+            Error::Unavailable { .. } | Error::Protocol { .. } | Error::Changed(_) | Error::Checksum { .. } | Error::Timeout(_) | Error::Resource(_) => true,
+            Error::Precondition(_) | Error::Permission { .. } | Error::Incompatible(_) | Error::Internal(_) | Error::Interrupted => false,
+        }
+    }
+}
+
+/// What became of the local server when a join failed: the machine knows whether it was ever
+/// pointed at the agent, reset, or handed to the master, and the message says exactly that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaState {
+    /// The join failed before pointing the replica at the agent: its data and role are as they were.
+    Untouched,
+    /// It had been pointed at the agent; it was reset to an empty standalone server.
+    Reset,
+    /// It had been pointed at the agent and could not be reset (why): it may still follow the
+    /// agent's address.
+    ResetFailed(String),
+    /// It had been pointed at the agent and did not answer to be reset (why): a server that
+    /// restarts comes back standalone, but its role should be checked.
+    Unreachable(String),
+    /// `REPLICAOF <master>` was issued: the replica is the master's.
+    HandedOver,
+}
+
+impl ReplicaState {
+    /// Its name for programs (`--json`'s `replica`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReplicaState::Untouched => "untouched",
+            ReplicaState::Reset => "reset",
+            ReplicaState::ResetFailed(_) => "reset_failed",
+            ReplicaState::Unreachable(_) => "unreachable",
+            ReplicaState::HandedOver => "handed_over",
+        }
+    }
+
+    /// What it means for the operator, in a sentence or two.
+    pub fn explain(&self) -> String {
+        match self {
+            ReplicaState::Untouched => "The replica was not changed (the join stopped before pointing it at the agent). Fix the cause above and run the same `fastrepl join` again.".into(),
+            ReplicaState::Reset => "The replica was not handed to the master; it was reset to an empty standalone server. Fix the cause above and run the same `fastrepl join` again.".into(),
+            ReplicaState::ResetFailed(why) => format!("The replica could not be reset ({why}): it may still follow this agent's address. Run REPLICAOF NO ONE and FLUSHALL on it, then run the same `fastrepl join` again."),
+            ReplicaState::Unreachable(why) => format!("The replica did not answer to be reset ({why}); a restarted server comes back standalone. Check its role (INFO replication) before running the same `fastrepl join` again."),
+            ReplicaState::HandedOver => "The replica had already been handed to the master: it is the master's replica now (check its link with INFO replication).".into(),
+        }
+    }
 }
 
 fn check_cancel(cancel: &std::sync::atomic::AtomicBool) -> Result<(), Error> {
@@ -149,8 +375,15 @@ pub struct Failed {
     pub error: Error,
     /// Every attempt, in order.
     pub attempts: Vec<retry::Attempt>,
+    /// What became of the replica in the last attempt.
+    pub replica: ReplicaState,
+}
+
+impl Failed {
     /// The last attempt had handed the replica to the master (it is the master's now, not reset).
-    pub handed_over: bool,
+    pub fn handed_over(&self) -> bool {
+        self.replica == ReplicaState::HandedOver
+    }
 }
 
 /// Progress that a display can poll while a join runs.

@@ -2,7 +2,7 @@
 //! read its replication state.
 
 use crate::Error;
-use client::{Client, Info};
+use client::{Client, Info, Role};
 use replication::rdb::Server;
 use replication::replica::Auth;
 use std::time::Duration;
@@ -22,10 +22,10 @@ pub struct Local {
 
 /// Connect and check: reachable, version known, empty (or `force`).
 pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, force: bool) -> Result<Local, Error> {
-    let mut client = Client::connect_tls(addr, auth, CMD_TIMEOUT, tls).map_err(Error::Replica)?;
-    let info = client.info("server").map_err(Error::Replica)?;
-    let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Local(format!("{addr}: cannot tell its version from INFO server")))?;
-    let keyspace = client.info("keyspace").map_err(Error::Replica)?;
+    let mut client = Client::connect_tls(addr, auth, CMD_TIMEOUT, tls).map_err(Error::replica)?;
+    let info = client.info("server").map_err(Error::replica)?;
+    let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
+    let keyspace = client.info("keyspace").map_err(Error::replica)?;
     let keys: i64 = keyspace
         .0
         .iter()
@@ -33,15 +33,15 @@ pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, fo
         .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<i64>().ok()))
         .sum();
     if keys > 0 && !force {
-        return Err(Error::Local(format!(
+        return Err(Error::Precondition(format!(
             "{addr} holds {keys} keys; a full sync replaces them. Re-run with --force if that is intended"
         )));
     }
-    let repl = client.info("replication").map_err(Error::Replica)?;
+    let repl = client.info("replication").map_err(Error::replica)?;
     if repl.num("connected_slaves").unwrap_or(0) > 0 {
         tracing::warn!(replica = addr, "the local server has replicas of its own; they will resync from it after the join");
     }
-    let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::Replica)?;
+    let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::replica)?;
     Ok(Local { client, server, diskless_load_before })
 }
 
@@ -53,8 +53,8 @@ pub(crate) fn info_text(i: &Info) -> String {
 /// The replica's replication state, from `INFO replication`.
 #[derive(Debug, Clone, Default)]
 pub struct ReplState {
-    /// `role`.
-    pub role: String,
+    /// `role` (`None`: the server did not answer, it is busy loading).
+    pub role: Option<Role>,
     /// `master_host:master_port`.
     pub master: Option<String>,
     /// `master_link_status:up`.
@@ -74,8 +74,9 @@ pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
         (Some(h), Some(p)) => Some(format!("{h}:{p}")),
         _ => None,
     };
+    let role = i.role().map_err(|e| client::Error::Unexpected { addr: c.addr().into(), what: e.to_string() })?;
     Ok(ReplState {
-        role: i.get("role").unwrap_or_default().to_string(),
+        role: Some(role),
         master,
         link_up: i.get("master_link_status") == Some("up"),
         syncing: i.get("master_sync_in_progress") == Some("1"),
@@ -122,7 +123,7 @@ fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, d
     if let Some(follows) = only_if_following {
         let st = repl_state(&mut c).map_err(|e| e.to_string())?;
         let ours = follows.rsplit_once(':').map(|(h, p)| format!("{}:{p}", h.trim_matches(['[', ']'])));
-        if st.role != "slave" || st.master != ours {
+        if st.role != Some(Role::Replica) || st.master != ours {
             return Ok(Reset::NotOurs);
         }
     }
@@ -131,8 +132,8 @@ fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, d
     if let Some(v) = diskless_load_before {
         c.config_set("repl-diskless-load", v).map_err(|e| e.to_string())?;
     }
-    match repl_state(&mut c).map_err(|e| e.to_string())?.role.as_str() {
-        "master" => Ok(Reset::Done),
-        other => Err(format!("still role {other:?} after REPLICAOF NO ONE")),
+    match repl_state(&mut c).map_err(|e| e.to_string())?.role {
+        Some(Role::Master) => Ok(Reset::Done),
+        _ => Err("still a replica after REPLICAOF NO ONE".into()),
     }
 }

@@ -2,10 +2,12 @@
 //! feeds it what it observed, with the time, and does the [`Action`] it returns.
 //!
 //! ```text
-//! Preparing ─replica sent PSYNC─► [WaitingLength] ─► Pulling ─all blocks sent─► Loading ─loaded─► StreamingLog
-//!     ─short read─► CatchingUp ─ready─► CheckingMaster ─plan─► HandingOff ─link up─► Classifying ─► Done(partial|full)
-//!  any phase before HandingOff ─failure─► Fail { reset_replica: true }
-//!  HandingOff, Classifying      ─failure─► Fail { reset_replica: false }  (the replica is the master's now)
+//! Preparing ─prepared─► Pointing ─replica sent PSYNC─► [WaitingLength] ─► Pulling ─all blocks sent─► Loading
+//!     ─loaded─► StreamingLog ─short read─► CatchingUp ─ready─► CheckingMaster ─plan─► HandingOff ─link up─►
+//!     Classifying ─► Done(partial|full)
+//!  Preparing                     ─failure─► Fail { reset_replica: false }  (never pointed at the agent: untouched)
+//!  Pointing … CheckingMaster     ─failure─► Fail { reset_replica: true }
+//!  HandingOff, Classifying       ─failure─► Fail { reset_replica: false }  (the replica is the master's now)
 //! ```
 //!
 //! The handoff preconditions, and why each exists:
@@ -23,6 +25,7 @@
 
 use crate::local::ReplState;
 use crate::{Error, Handoff};
+use client::Role;
 use std::time::{Duration, Instant};
 
 pub use limits::{APPLY_TIMEOUT, LOG_CHUNK_BYTES as LOG_CHUNK};
@@ -52,8 +55,8 @@ pub struct MasterRepl {
     /// Where the replica will be told to follow it (`host:port`, as `REPLICAOF` gets it); empty: the
     /// master the join started with. Differs when Sentinel named another master since.
     pub addr: String,
-    /// `role`.
-    pub role: String,
+    /// `role` (`None`: none or one we do not know).
+    pub role: Option<Role>,
     /// `master_replid`.
     pub replid: String,
     /// `master_replid2` (the history before its last promotion).
@@ -130,6 +133,9 @@ pub struct Outcome {
 /// What the driver observed.
 #[derive(Debug)]
 pub enum Input<'a> {
+    /// The replica's settings are made and the agent listens for it; nothing points it at the agent
+    /// yet.
+    Prepared,
     /// The replica connected to the agent and sent `PSYNC`; it offered `capa eof` or not.
     ReplicaConnected {
         /// `capa eof`.
@@ -172,6 +178,9 @@ pub enum Input<'a> {
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum Action {
+    /// Point the replica at the agent (`REPLICAOF <agent>`; from here it may follow us) and accept its
+    /// connection and `PSYNC`.
+    PointReplica,
     /// Wait until the relay knows the RDB length (the replica cannot take the EOF framing).
     WaitLength,
     /// Send `+FULLRESYNC <replid> <offset>`, the RDB header (EOF framing, or `$<length>`), then pull
@@ -204,7 +213,8 @@ pub enum Action {
     Fail {
         /// Why.
         error: Error,
-        /// False once `REPLICAOF <master>` was issued: the replica is the master's then.
+        /// True once the replica may follow the agent and until `REPLICAOF <master>` was issued
+        /// (the replica is the master's then); before it was pointed at the agent it is untouched.
         reset_replica: bool,
     },
 }
@@ -212,6 +222,7 @@ pub enum Action {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Preparing,
+    Pointing,
     WaitingLength,
     Pulling { eof: bool },
     Loading { eof: bool, deadline: Instant },
@@ -233,6 +244,8 @@ pub struct Join {
     master: String,
     timeouts: Timeouts,
     phase: Phase,
+    /// Told to point the replica at the agent: from then on it may follow us.
+    pointed: bool,
     streamed: u64,
     plan: Option<Plan>,
     before: Option<Counters>,
@@ -251,6 +264,7 @@ impl Join {
             master,
             timeouts,
             phase: Phase::Preparing,
+            pointed: false,
             streamed,
             plan: None,
             before: None,
@@ -268,7 +282,7 @@ impl Join {
     /// The phase, for a person watching (the progress display); one of [`PHASE_NAMES`].
     pub fn phase_name(&self) -> &'static str {
         match self.phase {
-            Phase::Preparing | Phase::WaitingLength => "preparing",
+            Phase::Preparing | Phase::Pointing | Phase::WaitingLength => "preparing",
             Phase::Pulling { .. } => "pulling",
             Phase::Loading { .. } => "loading",
             Phase::StreamingLog | Phase::CatchingUp { .. } => "streaming log",
@@ -289,15 +303,20 @@ impl Join {
         self.before.is_some()
     }
 
+    /// Was the replica ever pointed at the agent? Before that, a failure leaves it untouched.
+    pub fn pointed(&self) -> bool {
+        self.pointed
+    }
+
     fn fail(&mut self, error: Error) -> Action {
-        let reset_replica = !self.handed_over();
+        let reset_replica = self.pointed() && !self.handed_over();
         self.phase = Phase::Over;
         Action::Fail { error, reset_replica }
     }
 
     fn unexpected(&mut self, what: &str) -> Action {
         let phase = self.phase;
-        self.fail(Error::Local(format!("internal: {what} while {phase:?}")))
+        self.fail(Error::Internal(format!("{what} while {phase:?}")))
     }
 
     /// Take one observation at `now`; returns what to do next.
@@ -309,16 +328,21 @@ impl Join {
             return self.fail(e);
         }
         match (self.phase, input) {
-            (Phase::Preparing, Input::ReplicaConnected { capa_eof: true, .. }) => {
+            (Phase::Preparing, Input::Prepared) => {
+                self.phase = Phase::Pointing;
+                self.pointed = true;
+                Action::PointReplica
+            }
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: true, .. }) => {
                 self.phase = Phase::Pulling { eof: true };
                 Action::SendSnapshot { eof: true, length: None }
             }
-            (Phase::Preparing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) | (Phase::WaitingLength, Input::Length(len)) => {
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) | (Phase::WaitingLength, Input::Length(len)) => {
                 self.rdb_length = Some(len);
                 self.phase = Phase::Pulling { eof: false };
                 Action::SendSnapshot { eof: false, length: Some(len) }
             }
-            (Phase::Preparing, Input::ReplicaConnected { capa_eof: false, length: None }) => {
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: None }) => {
                 self.phase = Phase::WaitingLength;
                 Action::WaitLength
             }
@@ -342,7 +366,7 @@ impl Join {
             }
             (Phase::StreamingLog, Input::LogRead { got, asked }) => {
                 if got > asked {
-                    return self.fail(Error::RelayProtocol(format!("a log read returned {got} bytes for {asked} asked")));
+                    return self.fail(Error::protocol(crate::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
                 }
                 self.streamed += got;
                 // A short read: we have everything the relay had when we asked.
@@ -384,10 +408,10 @@ impl Join {
                 Action::PollReplica
             }
             (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => {
-                if state.role == "master" {
+                if state.role == Some(Role::Master) {
                     // It answered, standalone: restarted (a runtime REPLICAOF does not survive that)
                     // or reconfigured by someone else. It will never link up; waiting is pointless.
-                    return self.fail(Error::Handoff(
+                    return self.fail(Error::Changed(
                         "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
                     ));
                 }
@@ -457,10 +481,10 @@ pub fn not_ready_for_handoff(st: &ReplState, replid: &str, streamed: u64) -> Opt
 /// be wrong (the address is no longer a master); `Plan::Full` with the reason when the master will
 /// have to send a full sync.
 pub fn plan_handoff(m: &MasterRepl, replid: &str, next: u64) -> Result<Plan, Error> {
-    if m.role != "master" {
-        return Err(Error::Handoff(format!(
+    if m.role != Some(Role::Master) {
+        return Err(Error::Changed(format!(
             "the master's address now answers as a {} (a failover?): not handing the replica to it. Point --master at the current master and retry",
-            if m.role.is_empty() { "server of unknown role" } else { m.role.as_str() }
+            m.role.map_or_else(|| "server of unknown role".to_string(), |r| r.to_string())
         )));
     }
     if !m.knows(replid) {
@@ -511,16 +535,25 @@ mod tests {
     }
 
     fn replica(link_up: bool, syncing: bool, replid: &str, offset: Option<u64>) -> ReplState {
-        ReplState { role: "slave".into(), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
+        ReplState { role: Some(Role::Replica), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
     }
 
     fn master_ok() -> MasterRepl {
-        MasterRepl { addr: String::new(), role: "master".into(), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
+        MasterRepl { addr: String::new(), role: Some(Role::Master), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
+    }
+
+    /// A join whose replica is prepared and about to be pointed at the agent.
+    fn prepared(master: &str, t: Instant) -> Join {
+        let mut j = Join::new(snapshot(), master.into(), timeouts(), t, t);
+        assert!(!j.pointed());
+        assert!(matches!(j.on(t, Input::Prepared), Action::PointReplica));
+        assert!(j.pointed());
+        j
     }
 
     /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
     fn caught_up_join(t: Instant) -> Join {
-        let mut j = Join::new(snapshot(), "10.0.0.1:6379".into(), timeouts(), t, t);
+        let mut j = prepared("10.0.0.1:6379", t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
         assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
         let st = replica(true, false, ID, Some(1000));
@@ -533,9 +566,9 @@ mod tests {
     #[test]
     fn framing_follows_the_replicas_capa_and_the_known_length() {
         let t = Instant::now();
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(77) }), Action::SendSnapshot { eof: false, length: Some(77) }));
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: None }), Action::WaitLength));
         assert!(matches!(j.on(t, Input::Length(9)), Action::SendSnapshot { eof: false, length: Some(9) }));
     }
@@ -543,7 +576,7 @@ mod tests {
     #[test]
     fn loading_needs_link_done_replid_and_the_first_ack_with_eof_framing() {
         let t = Instant::now();
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         let ok = replica(true, false, ID, Some(1000));
@@ -552,7 +585,7 @@ mod tests {
         }
         assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: true }), Action::ReadLog { .. }));
         // With `$<len>` framing no ACK is needed to call it loaded.
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(5) });
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: false }), Action::ReadLog { .. }));
@@ -561,7 +594,7 @@ mod tests {
     #[test]
     fn the_snapshot_matters_until_the_replica_has_loaded_it() {
         let t = Instant::now();
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         assert!(!j.snapshot_in_use() && j.phase_name() == "preparing");
         j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
         assert!(j.snapshot_in_use() && j.phase_name() == "pulling");
@@ -574,7 +607,7 @@ mod tests {
     #[test]
     fn log_is_read_until_a_short_read() {
         let t = Instant::now();
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
@@ -632,8 +665,10 @@ mod tests {
         m.offset = Some(next - 1);
         assert_eq!(plan_handoff(&m, ID, next).unwrap(), Plan::Partial, "caught up exactly: nothing to send yet");
         let mut m = master_ok();
-        m.role = "slave".into();
-        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Handoff(_))));
+        m.role = Some(Role::Replica);
+        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("as a replica")));
+        m.role = None;
+        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("unknown role")));
     }
 
     #[test]
@@ -642,7 +677,7 @@ mod tests {
         let mut j = caught_up_join(t);
         j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         let mut m = master_ok();
-        m.role = "slave".into();
+        m.role = Some(Role::Replica);
         assert!(matches!(j.on(t, Input::Master(&m)), Action::Fail { reset_replica: true, .. }));
     }
 
@@ -716,9 +751,9 @@ mod tests {
         j.on(t, Input::Counters(Counters::default()));
         let busy = ReplState { syncing: true, ..ReplState::default() }; // did not answer: loading
         assert!(matches!(j.on(t, Input::Replica { state: &busy, ack_seen: false }), Action::PollReplica));
-        let restarted = ReplState { role: "master".into(), ..ReplState::default() };
+        let restarted = ReplState { role: Some(Role::Master), ..ReplState::default() };
         match j.on(t, Input::Replica { state: &restarted, ack_seen: false }) {
-            Action::Fail { reset_replica: false, error: Error::Handoff(why) } => assert!(why.contains("standalone"), "{why}"),
+            Action::Fail { reset_replica: false, error: Error::Changed(why) } => assert!(why.contains("standalone"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
@@ -759,7 +794,7 @@ mod tests {
     #[test]
     fn load_timeout_fails_and_resets() {
         let t = Instant::now();
-        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        let mut j = prepared("m:1", t);
         j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         let loading = replica(true, true, ID, None);
@@ -783,7 +818,25 @@ mod tests {
     #[test]
     fn out_of_order_input_is_an_internal_error_not_a_panic() {
         let t = Instant::now();
+        let mut j = prepared("m:1", t);
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
         let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
-        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Local(_) }));
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::Fail { reset_replica: false, error: Error::Internal(_) }), "connected before pointed");
+    }
+
+    #[test]
+    fn a_failure_before_the_replica_is_pointed_at_the_agent_leaves_it_untouched() {
+        let t = Instant::now();
+        let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+        assert_eq!(j.phase_name(), "preparing");
+        match j.on(t, Input::Failed(Error::Precondition("tls-replication yes without --tls".into()))) {
+            Action::Fail { reset_replica: false, error: Error::Precondition(_) } => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(!j.pointed() && !j.handed_over());
+        // Once pointed (REPLICAOF <agent> may have taken effect), a failure resets it.
+        let mut j = prepared("m:1", t);
+        assert_eq!(j.phase_name(), "preparing");
+        assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::Party::ReplicaLink, "no connection"))), Action::Fail { reset_replica: true, .. }));
     }
 }

@@ -136,8 +136,8 @@ impl PeerServer {
     /// Listen on `listen` and serve `held` to peers that know `token`, at most `uploads_max` blocks at
     /// once (more are refused: the asker goes to another holder).
     pub fn start(listen: SocketAddr, token: Token, held: Arc<Held>, uploads_max: usize) -> Result<PeerServer, Error> {
-        let l = TcpListener::bind(listen).map_err(|e| Error::Local(format!("listen for peers on {listen}: {e}")))?;
-        let addr = l.local_addr().map_err(|e| Error::Local(format!("peer listener address: {e}")))?;
+        let l = TcpListener::bind(listen).map_err(|e| Error::Resource(format!("listen for peers on {listen}: {e}")))?;
+        let addr = l.local_addr().map_err(|e| Error::Resource(format!("peer listener address: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicU64::new(0));
         let sh = Arc::new(ServeShared {
@@ -152,7 +152,7 @@ impl PeerServer {
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
-            .map_err(|e| Error::Local(format!("spawn peer server: {e}")))?;
+            .map_err(|e| Error::Internal(format!("spawn peer server: {e}")))?;
         Ok(PeerServer { addr, stop, thread: Some(thread), served })
     }
 
@@ -286,7 +286,7 @@ impl Peering {
     /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
     /// shared memory.
     pub fn join(relay: SocketAddr, token: &Token, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
-        let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::Relay)?;
+        let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
         let serve = cfg.serve && token.relay_tls().map_or(true, |t| t.peer_server().is_some());
         let cache = if serve { cfg.cache_bytes } else { 0 };
@@ -294,14 +294,14 @@ impl Peering {
         let server = if serve {
             let listen = match cfg.listen {
                 Some(l) => l,
-                None => SocketAddr::new(link.local_ip().map_err(Error::Relay)?, 0),
+                None => SocketAddr::new(link.local_ip().map_err(Error::relay)?, 0),
             };
             Some(PeerServer::start(listen, token.clone(), held.clone(), swarm::UPLOADS_MAX)?)
         } else {
             None
         };
         let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: serve, local, advertise: cfg.advertise.clone() };
-        let id = link.register(generation, &reg).map_err(Error::Relay)?;
+        let id = link.register(generation, &reg).map_err(Error::relay)?;
         if let Some(s) = &server {
             tracing::info!(agent = id, listen = %s.local_addr(), advertise = ?cfg.advertise, "joined the swarm; serving peers");
         }

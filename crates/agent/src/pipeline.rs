@@ -222,7 +222,7 @@ fn spawn_in<'scope, 'env: 'scope>(
             }
         })
         .map(drop)
-        .map_err(|e| Error::Local(format!("spawn pull thread: {e}")))
+        .map_err(|e| Error::Internal(format!("spawn pull thread: {e}")))
 }
 
 /// Ask where the blocks the chooser wants are and queue fetches, until every block is fetched or
@@ -419,14 +419,14 @@ fn relay_loop(p: &Pull<'_>, shared: &Shared, generation: u64) -> Result<(), Erro
     while let Some(i) = next_job(shared, |s| s.relay_jobs.pop_front()) {
         let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
         if reader.is_none() {
-            reader = Some(p.transport.open().map_err(Error::Relay)?);
+            reader = Some(p.transport.open().map_err(Error::relay)?);
         }
         let r = reader.as_mut().expect("opened above");
         let mut buf = take_buffer(shared, len);
         let t = Instant::now();
         let mut attempt = 0;
         loop {
-            r.read(generation, offset, &mut buf).map_err(Error::Relay)?;
+            r.read(generation, offset, &mut buf).map_err(Error::relay)?;
             if snapshot::block_checksum(&buf) == want {
                 break;
             }

@@ -25,10 +25,10 @@ impl View {
     /// Fail if the relay's control link is lost or its snapshot failed.
     pub fn check(&self) -> Result<(), crate::Error> {
         if let Some(l) = &self.lost {
-            return Err(crate::Error::RelayProtocol(l.clone()));
+            return Err(crate::Error::unavailable(crate::Party::Relay, l.clone()));
         }
         if self.desc.state == snapshot::State::Failed {
-            return Err(crate::Error::RelayProtocol(format!("the relay's snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
+            return Err(crate::Error::unavailable(crate::Party::Relay, format!("its snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
         }
         Ok(())
     }
@@ -119,20 +119,21 @@ pub struct Attached {
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
 pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<Attached, crate::Error> {
-    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::Relay)?;
-    let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
+    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::relay)?;
+    let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
-        other => return Err(crate::Error::RelayProtocol(format!("expected hello, got {other:?}"))),
+        other => return Err(crate::Error::protocol(crate::Party::Relay, format!("expected hello, got {other:?}"))),
     };
     let deadline = Instant::now() + wait_max;
     let desc = loop {
-        match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
+        match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
             Control::Descriptor(d) => break d,
             Control::Heartbeat if Instant::now() < deadline => continue,
-            Control::Heartbeat => return Err(crate::Error::RelayProtocol("the relay has no snapshot yet (timed out waiting)".into())),
-            Control::Error(e) => return Err(crate::Error::RelayProtocol(format!("relay: {e}"))),
-            Control::Hello { .. } => return Err(crate::Error::RelayProtocol("unexpected second hello".into())),
-            Control::Status(_) => return Err(crate::Error::RelayProtocol("unexpected status on a control connection".into())),
+            Control::Heartbeat => return Err(crate::Error::unavailable(crate::Party::Relay, "it has no snapshot yet (timed out waiting)")),
+            Control::CaptureFailed { kind, message } => return Err(crate::Error::Capture { kind, message }),
+            Control::Error(e) => return Err(crate::Error::unavailable(crate::Party::Relay, e)),
+            Control::Hello { .. } => return Err(crate::Error::protocol(crate::Party::Relay, "unexpected second hello")),
+            Control::Status(_) => return Err(crate::Error::protocol(crate::Party::Relay, "unexpected status on a control connection")),
         }
     };
     let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
@@ -140,7 +141,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || follow(s, p))
-        .map_err(|e| crate::Error::Local(format!("spawn control thread: {e}")))?;
+        .map_err(|e| crate::Error::Internal(format!("spawn control thread: {e}")))?;
     Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 
@@ -159,9 +160,9 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
                 }
             }
             Ok(Control::Heartbeat) => continue,
-            Ok(Control::Error(e)) => v.lost = Some(format!("relay: {e}")),
-            Ok(Control::Hello { .. } | Control::Status(_)) => v.lost = Some("relay protocol error: unexpected hello or status".into()),
-            Err(e) => v.lost = Some(format!("lost the relay's control connection: {e}")),
+            Ok(Control::Error(e) | Control::CaptureFailed { message: e, .. }) => v.lost = Some(e),
+            Ok(Control::Hello { .. } | Control::Status(_)) => v.lost = Some("protocol error: unexpected hello or status".into()),
+            Err(e) => v.lost = Some(format!("lost its control connection: {e}")),
         }
         let stop = v.lost.is_some();
         drop(v);

@@ -4,16 +4,20 @@
 //! The rules:
 //! - only a join that never handed the replica to the master is retried: once `REPLICAOF <master>`
 //!   was issued the replica belongs to the master, and a second sync would fight the master's own;
-//! - faults that time can mend are retried (the relay, its snapshot or tracker, the master, the local
-//!   server's link or a command, a timeout, a corrupt block): a relay restarted, a master back after a
-//!   failover, a link that flapped. The next attempt attaches to the relay's *current* generation, so
-//!   a sealed or lost snapshot is replaced by a fresh one;
+//! - faults that time can mend are retried (a party unavailable or breaking the protocol, a state
+//!   that changed under the join, a timeout, a corrupt block, the relay's capture failing to reach
+//!   the master): a relay restarted, a master back after a failover, a link that flapped. The next
+//!   attempt attaches to the relay's *current* generation, so a sealed or lost snapshot is replaced
+//!   by a fresh one;
 //! - what time cannot mend is not (a precondition such as a replica holding data without `--force`,
-//!   a replica that cannot load the master's RDB version, an interrupt): the operator must act;
+//!   a refused permission or token, a replica that cannot load the master's RDB version, the relay's
+//!   `--source` misconfigured, an internal error, an interrupt): the operator must act. Which is which
+//!   follows from the error's kind ([`Error::retryable`]), chosen where the error is made;
+//! - a replica that could not be reset is not retried either: it may still follow the agent;
 //! - the waits grow exponentially from `base` up to `max`, each drawn uniformly from its upper half
 //!   ("equal jitter"), so agents that failed together do not come back together.
 
-use crate::Error;
+use crate::{Error, ReplicaState};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -58,15 +62,7 @@ pub enum Verdict {
 
 /// Can another attempt mend this failure? (Independent of how many attempts are left.)
 pub fn retryable(e: &Error) -> bool {
-    match e {
-        // A token the relay refuses stays refused until an operator fixes it.
-        Error::Relay(transport::Error::Auth(_)) => false,
-        Error::Relay(_) | Error::RelayProtocol(_) | Error::ReplicaLink(_) | Error::Master(_) | Error::Replica(_) => true,
-        // Sentinels down or mid-election: they answer again.
-        Error::Sentinel(_) => true,
-        Error::Timeout(_) | Error::Checksum { .. } | Error::Handoff(_) => true,
-        Error::Local(_) | Error::Incompatible(_) | Error::Interrupted => false,
-    }
+    e.retryable()
 }
 
 /// The attempts of one join so far.
@@ -87,12 +83,14 @@ impl Retries {
         self.failed + 1
     }
 
-    /// The attempt that just ran failed with `e`; `handed_over` says whether the replica had been
-    /// handed to the master. `jitter` is uniform in [0, 1) (the driver draws it).
-    pub fn failed(&mut self, e: &Error, handed_over: bool, jitter: f64) -> Verdict {
+    /// The attempt that just ran failed with `e`, leaving the replica as `replica` says. `jitter` is
+    /// uniform in [0, 1) (the driver draws it).
+    pub fn failed(&mut self, e: &Error, replica: &ReplicaState, jitter: f64) -> Verdict {
         self.failed += 1;
-        if handed_over {
-            return Verdict::GiveUp("the replica was already handed to the master");
+        match replica {
+            ReplicaState::HandedOver => return Verdict::GiveUp("the replica was already handed to the master"),
+            ReplicaState::ResetFailed(_) => return Verdict::GiveUp("the replica could not be reset"),
+            ReplicaState::Untouched | ReplicaState::Reset | ReplicaState::Unreachable(_) => {}
         }
         if !retryable(e) {
             return Verdict::GiveUp("another attempt cannot mend this");
@@ -130,8 +128,10 @@ mod tests {
     }
 
     fn relay_gone() -> Error {
-        Error::RelayProtocol("the relay closed the connection".into())
+        Error::unavailable(crate::Party::Relay, "the relay closed the connection")
     }
+
+    const RESET: ReplicaState = ReplicaState::Reset;
 
     #[test]
     fn waits_double_up_to_the_ceiling_with_the_upper_half_as_jitter() {
@@ -140,7 +140,7 @@ mod tests {
         let mut highs = Vec::new();
         for _ in 0..6 {
             let mut probe = r.clone();
-            match (r.failed(&relay_gone(), false, 0.0), probe.failed(&relay_gone(), false, 0.999_999)) {
+            match (r.failed(&relay_gone(), &RESET, 0.0), probe.failed(&relay_gone(), &RESET, 0.999_999)) {
                 (Verdict::Retry(lo), Verdict::Retry(hi)) => {
                     lows.push(lo.as_millis());
                     highs.push(hi.as_millis());
@@ -156,24 +156,57 @@ mod tests {
     fn gives_up_when_the_retries_are_spent() {
         let mut r = Retries::new(policy(2));
         assert_eq!(r.attempt(), 1);
-        assert!(matches!(r.failed(&relay_gone(), false, 0.5), Verdict::Retry(_)));
-        assert!(matches!(r.failed(&relay_gone(), false, 0.5), Verdict::Retry(_)));
+        assert!(matches!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::Retry(_)));
+        assert!(matches!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::Retry(_)));
         assert_eq!(r.attempt(), 3);
-        assert_eq!(r.failed(&relay_gone(), false, 0.5), Verdict::GiveUp("no retries left"));
-        assert_eq!(Retries::new(policy(0)).failed(&relay_gone(), false, 0.5), Verdict::GiveUp("no retries left"));
+        assert_eq!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::GiveUp("no retries left"));
+        assert_eq!(Retries::new(policy(0)).failed(&relay_gone(), &RESET, 0.5), Verdict::GiveUp("no retries left"));
     }
 
     #[test]
-    fn never_after_the_handoff_nor_for_what_time_cannot_mend() {
+    fn never_after_the_handoff_nor_a_failed_reset_nor_for_what_time_cannot_mend() {
+        use crate::Party;
+        use transport::wire::CaptureFailure;
         let mut r = Retries::new(policy(5));
-        assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), true, 0.5), Verdict::GiveUp("the replica was already handed to the master"));
-        let wrong_token = Error::Relay(transport::Error::Auth("the relay refused our token".into()));
-        for e in [Error::Local("the replica holds 3 keys; --force".into()), Error::Incompatible("RDB 12 > 11".into()), Error::Interrupted, wrong_token] {
+        assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), &ReplicaState::HandedOver, 0.5), Verdict::GiveUp("the replica was already handed to the master"));
+        assert_eq!(Retries::new(policy(5)).failed(&relay_gone(), &ReplicaState::ResetFailed("x".into()), 0.5), Verdict::GiveUp("the replica could not be reset"));
+        let noperm = client::Error::Server {
+            addr: "m:1".into(),
+            command: "INFO".into(),
+            code: client::ErrorCode::NoPerm,
+            message: "NOPERM this user has no permissions to run the 'info' command".into(),
+        };
+        let never = [
+            Error::Precondition("the replica holds 3 keys; --force".into()),
+            Error::Incompatible("RDB 12 > 11".into()),
+            Error::Interrupted,
+            Error::Internal("spawn a thread".into()),
+            Error::relay(transport::Error::Auth("the relay refused our token".into())),
+            Error::master(noperm),
+            Error::Capture { kind: CaptureFailure::Source, message: "snapshot source r:1 is not a replica of the master (role: master)".into() },
+            Error::Capture { kind: CaptureFailure::Permission, message: "NOPERM".into() },
+            Error::Capture { kind: CaptureFailure::TooLarge, message: "over 1 MiB".into() },
+        ];
+        for e in never {
             assert!(!retryable(&e), "{e}");
-            assert_eq!(Retries::new(policy(5)).failed(&e, false, 0.5), Verdict::GiveUp("another attempt cannot mend this"));
+            assert_eq!(Retries::new(policy(5)).failed(&e, &RESET, 0.5), Verdict::GiveUp("another attempt cannot mend this"), "{e}");
         }
-        for e in [Error::Handoff("the master's replication ID changed".into()), Error::Checksum { block: 1, offset: 2 }, Error::Timeout("x".into())] {
+        let down = client::Error::Io { op: "connect to", addr: "m:1".into(), source: std::io::ErrorKind::ConnectionRefused.into() };
+        let loading = client::Error::Server { addr: "r:1".into(), command: "INFO".into(), code: client::ErrorCode::Loading, message: "LOADING".into() };
+        let always = [
+            Error::Changed("the master's replication ID changed".into()),
+            Error::Checksum { block: 1, offset: 2 },
+            Error::Timeout("x".into()),
+            Error::master(down),
+            Error::replica(loading),
+            Error::relay(transport::Error::Rma("connect: relay restarting".into())),
+            Error::protocol(Party::Relay, "a log read returned too much"),
+            Error::Capture { kind: CaptureFailure::Unreachable, message: "connect to 127.0.0.1:1: refused".into() },
+            Error::Resource("listen for the replica".into()),
+        ];
+        for e in always {
             assert!(retryable(&e), "{e}");
+            assert!(matches!(Retries::new(policy(5)).failed(&e, &ReplicaState::Untouched, 0.5), Verdict::Retry(_)), "{e}");
         }
     }
 

@@ -17,7 +17,7 @@ pub fn select(choice: Choice, relay: SocketAddr, token: &Token, offered: &Offere
     let shm = || -> Result<Option<transport::shm::ShmTransport>, Error> {
         let Some(name) = offered.shm_socket.clone().filter(|_| offers("shm")) else { return Ok(None) };
         let t = transport::shm::ShmTransport::new(name, token.clone());
-        Ok(t.reachable().map_err(Error::Relay)?.then_some(t))
+        Ok(t.reachable().map_err(Error::relay)?.then_some(t))
     };
     match choice {
         Choice::Tcp if offers("tcp") => Ok((Box::new(transport::tcp::TcpTransport::new(relay, token.clone())), "asked for".into())),
@@ -31,7 +31,7 @@ pub fn select(choice: Choice, relay: SocketAddr, token: &Token, offered: &Offere
         },
         #[cfg(feature = "ucx")]
         Choice::Ucx if offers("ucx") => {
-            let t = crate::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::Local(format!("ucx transport: {e}")))?;
+            let t = crate::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::unavailable(crate::Party::Relay, format!("ucx transport: {e}")))?;
             Ok((Box::new(t), "asked for".into()))
         }
         #[cfg(not(feature = "ucx"))]

@@ -39,7 +39,7 @@ enum Cmd {
     /// What a running relay holds and serves: generations, capture, agents, bytes, errors.
     Status(StatusArgs),
     /// Started by `join`: resets the replica if the join's process dies before the handoff.
-    #[command(name = "__guard", hide = true)]
+    #[command(name = agent::guard::SUBCOMMAND, hide = true)]
     Guard,
 }
 
@@ -493,9 +493,9 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     };
     let choice = a.transport;
     let r = agent::fetch::fetch(a.relay, &token, choice, a.readers as usize, a.window_blocks, &cancel, &mut |b| {
-        out.write_all(b).map_err(|e| agent::Error::Local(format!("write fetched bytes: {e}")))
+        out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
-    let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Local(format!("flush output: {e}"))));
+    let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
     let r = match r {
         Ok(r) => r,
         Err(e) => {
@@ -595,20 +595,28 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 agent::Handoff::Full => ExitCode::from(3),
             })
         }
-        Err(agent::Failed { error: e, attempts, handed_over }) => {
+        Err(f) => {
+            let e = &f.error;
             if a.json {
-                println!("{}", serde_json::json!({"ok": false, "error": e.to_string(), "attempts": attempts, "handed_over": handed_over}));
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "ok": false,
+                        "error": e.to_string(),
+                        "error_kind": e.kind(),
+                        "retryable": e.retryable(),
+                        "attempts": f.attempts,
+                        "handed_over": f.handed_over(),
+                        "replica": f.replica.name(),
+                    })
+                );
             }
-            let tries = match attempts.len() {
+            let tries = match f.attempts.len() {
                 0 | 1 => String::new(),
                 n => format!(" (after {n} attempts)"),
             };
-            let state = if handed_over {
-                "The replica had already been handed to the master: it is the master's replica now (check its link with INFO replication)."
-            } else {
-                "The replica was not handed to the master; it was reset to an empty standalone server. Fix the cause above and run the same `fastrepl join` again."
-            };
-            eprintln!("fastrepl join failed{tries}: {e}\n{state}");
+            // Said from what happened to the replica in the last attempt, never a fixed sentence.
+            eprintln!("fastrepl join failed{tries}: {e}\n{}", f.replica.explain());
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }

@@ -10,28 +10,29 @@ use std::io::{ErrorKind, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use transport::wire::CaptureFailure;
 
 use limits::{CAPTURE_TICK as TICK, CONNECT_TIMEOUT, RDB_READ_BYTES_MAX as RDB_READ_MAX, READ_CHUNK_BYTES as READ_CHUNK};
 
 /// Why a capture ended.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A socket operation on the master link failed.
-    #[error("{op} (master {master}): {source}")]
+    /// A socket operation on the link to the master (or the source replica) failed.
+    #[error("{op} ({server}): {source}")]
     Io {
         /// What.
         op: &'static str,
-        /// The master.
-        master: String,
+        /// The server captured from: `master <addr>` or `source replica <addr>`.
+        server: String,
         /// Cause.
         #[source]
         source: std::io::Error,
     },
-    /// The master broke the protocol, refused us, or fell silent.
-    #[error("master {master}, {source}")]
+    /// The server captured from broke the protocol, refused us, or fell silent.
+    #[error("{server}, {source}")]
     Protocol {
-        /// The master.
-        master: String,
+        /// The server captured from: `master <addr>` or `source replica <addr>`.
+        server: String,
         /// Cause.
         #[source]
         source: CaptureError,
@@ -39,15 +40,31 @@ pub enum Error {
     /// Storing the snapshot failed.
     #[error(transparent)]
     Snapshot(#[from] snapshot::Error),
-    /// No usable source for the capture (`--source`).
-    #[error("capture source: {why}")]
+    /// No usable source for the capture (`--source`), or the master changed under it.
+    #[error("{why}")]
     Source {
+        /// What kind of failure, for the agents waiting.
+        kind: CaptureFailure,
         /// What was wrong.
         why: String,
     },
     /// The relay is stopping.
     #[error("relay stopping")]
     Stopped,
+}
+
+impl Error {
+    /// The kind of failure, as a waiting agent decides on it (only transient ones are retried).
+    pub fn kind(&self) -> CaptureFailure {
+        use replication::capture::CaptureError as C;
+        match self {
+            Error::Io { .. } | Error::Protocol { source: C::Silent { .. }, .. } => CaptureFailure::Unreachable,
+            Error::Protocol { source: C::Protocol { source: replication::Error::Refused { message, .. }, .. }, .. } if client::ErrorCode::parse(message).is_permission() => CaptureFailure::Permission,
+            Error::Snapshot(snapshot::Error::TooLarge { .. }) => CaptureFailure::TooLarge,
+            Error::Source { kind, .. } => *kind,
+            Error::Protocol { .. } | Error::Snapshot(_) | Error::Stopped => CaptureFailure::Other,
+        }
+    }
 }
 
 /// Run captures for as long as the relay lives: the first at once, the next ones when an agent asks
@@ -84,8 +101,8 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
             }
             Err(Error::Stopped) => break,
             Err(e) => {
-                tracing::error!(error = %e, "capture failed; retrying in {:?}", backoff);
-                shared.record_capture_failure(e.to_string());
+                tracing::error!(error = %e, kind = ?e.kind(), "capture failed; retrying in {:?}", backoff);
+                shared.record_capture_failure(e.to_string(), e.kind());
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
                 // With --capture on-start the first generation is wanted even without agents: the
@@ -98,20 +115,21 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
     }
 }
 
-/// The master's socket and the machine that speaks to it.
+/// The socket to the server captured from (the master or a replica) and the machine that speaks to it.
 struct Link<'a> {
     s: client::tls::Stream,
     stats: &'a crate::stats::Stats,
-    master: String,
+    /// `master <addr>` or `source replica <addr>`, for the log and errors.
+    server: String,
     machine: Capture,
 }
 
 impl Link<'_> {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + '_ {
-        move |source| Error::Io { op, master: self.master.clone(), source }
+        move |source| Error::Io { op, server: self.server.clone(), source }
     }
     fn proto(&self) -> impl FnOnce(CaptureError) -> Error + '_ {
-        move |source| Error::Protocol { master: self.master.clone(), source }
+        move |source| Error::Protocol { server: self.server.clone(), source }
     }
     fn send(&mut self, bytes: &[u8], op: &'static str) -> Result<(), Error> {
         let r = self.s.write_all(bytes);
@@ -122,13 +140,13 @@ impl Link<'_> {
         let mut chunk = [0u8; READ_CHUNK];
         let phase = self.machine.phase().name();
         let r = match self.s.read(&mut chunk) {
-            Ok(0) => return Err(Error::Io { op: phase, master: self.master.clone(), source: ErrorKind::UnexpectedEof.into() }),
+            Ok(0) => return Err(Error::Io { op: phase, server: self.server.clone(), source: ErrorKind::UnexpectedEof.into() }),
             Ok(n) => {
                 self.stats.source_io(n as u64);
                 self.machine.on_bytes(Instant::now(), &chunk[..n])
             }
             Err(e) if quiet(&e) => self.machine.on_tick(Instant::now()),
-            Err(e) => return Err(Error::Io { op: phase, master: self.master.clone(), source: e }),
+            Err(e) => return Err(Error::Io { op: phase, server: self.server.clone(), source: e }),
         };
         r.map_err(self.proto())
     }
@@ -161,27 +179,27 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     let master_changes = shared.master_changes.load(Ordering::SeqCst);
     let master_now = shared.master();
     let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), cfg.tls.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
-        .map_err(|why| Error::Source { why })?;
+        .map_err(|u| Error::Source { kind: u.kind, why: u.why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
     // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
     let raw = match (cfg.source_rdb_raw, chosen.replica) {
-        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|why| Error::Source { why })?),
+        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|u| Error::Source { kind: u.kind, why: u.why })?),
         (true, false) => {
             tracing::warn!("--source-rdb-raw: not switching RDB compression off on the master (only ever on a replica)");
             None
         }
         _ => None,
     };
-    let master = chosen.addr.clone();
+    let server = if chosen.replica { format!("source replica {}", chosen.addr) } else { format!("master {}", chosen.addr) };
     let t0 = Instant::now();
-    let s = client::tls::connect(&master, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|(op, source)| Error::Io { op, master: master.clone(), source })?;
+    let s = client::tls::connect(&chosen.addr, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|(op, source)| Error::Io { op, server: server.clone(), source })?;
     s.tcp()
         .set_read_timeout(Some(TICK))
         .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
-        .map_err(|source| Error::Io { op: "configure master socket", master: master.clone(), source })?;
+        .map_err(|source| Error::Io { op: "configure the socket", server: server.clone(), source })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
-    let mut link = Link { s, stats: &shared.stats, master, machine };
+    let mut link = Link { s, stats: &shared.stats, server, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
     let result = drive(shared, id, &mut link, &mut run, first, t0);
     if let (Err(e), Some(gen)) = (&result, &run.gen) {
@@ -214,7 +232,7 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
         if shared.master_changes.load(Ordering::SeqCst) != run.master_changes {
             let why = format!("the master changed to {} (Sentinel)", shared.master());
             if run.writer.is_some() {
-                return Err(Error::Source { why });
+                return Err(Error::Source { kind: CaptureFailure::Other, why });
             }
             if let Some(g) = &run.gen {
                 g.seal(&why);
@@ -243,7 +261,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
     match ev {
         Event::Send(bytes, op) => link.send(&bytes, op)?,
         Event::FullResync { replid, offset } => {
-            tracing::info!(%replid, offset, psync_secs = t0.elapsed().as_secs_f64(), "master answered FULLRESYNC (time to answer includes its repl-diskless-sync-delay)");
+            tracing::info!(%replid, offset, psync_secs = t0.elapsed().as_secs_f64(), "{} answered FULLRESYNC (time to answer includes its repl-diskless-sync-delay)", link.server);
             run.resync = Some((replid, offset));
         }
         Event::RdbStart { length } => {
@@ -291,13 +309,13 @@ fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writ
             return Err(too_large());
         }
         match link.s.read(spare) {
-            Ok(0) => return Err(Error::Io { op: "read RDB (cut off mid-stream)", master: link.master.clone(), source: ErrorKind::UnexpectedEof.into() }),
+            Ok(0) => return Err(Error::Io { op: "read RDB (cut off mid-stream)", server: link.server.clone(), source: ErrorKind::UnexpectedEof.into() }),
             Ok(n) => {
                 link.stats.source_io(n as u64);
                 n
             }
             Err(e) if quiet(&e) => return link.machine.on_tick(Instant::now()).map_err(link.proto()),
-            Err(e) => return Err(Error::Io { op: "read RDB", master: link.master.clone(), source: e }),
+            Err(e) => return Err(Error::Io { op: "read RDB", server: link.server.clone(), source: e }),
         }
     };
     writer.commit(n);

@@ -195,7 +195,7 @@ pub(crate) struct Shared {
     /// Each generation's swarm of agents (who holds which block).
     swarms: tracker::Swarms,
     /// Captures that failed so far, and the last one's error (agents waiting for a snapshot are told).
-    capture_failed: Mutex<(u64, String)>,
+    capture_failed: Mutex<(u64, String, transport::wire::CaptureFailure)>,
     /// Counters for status and metrics.
     stats: stats::Stats,
     /// When the last agent connection ended or began (for `--idle-release-secs`).
@@ -223,7 +223,7 @@ impl Shared {
     }
 
     /// How many captures failed so far, and why the last one did.
-    fn capture_failures(&self) -> (u64, String) {
+    fn capture_failures(&self) -> (u64, String, transport::wire::CaptureFailure) {
         self.capture_failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -279,10 +279,10 @@ impl Shared {
         true
     }
 
-    fn record_capture_failure(&self, why: String) {
+    fn record_capture_failure(&self, why: String, kind: transport::wire::CaptureFailure) {
         stats::Stats::add(&self.stats.capture_failures, 1);
         let mut f = self.capture_failed.lock().unwrap_or_else(|p| p.into_inner());
-        *f = (f.0 + 1, why);
+        *f = (f.0 + 1, why, kind);
         drop(f);
         self.changed.notify_all();
     }
@@ -403,7 +403,7 @@ impl Relay {
             connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
             swarms: tracker::Swarms::default(),
-            capture_failed: Mutex::new((0, String::new())),
+            capture_failed: Mutex::new((0, String::new(), transport::wire::CaptureFailure::Other)),
             stats: stats::Stats::new(),
             last_active: Mutex::new(std::time::Instant::now()),
             #[cfg(feature = "ucx")]

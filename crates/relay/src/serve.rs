@@ -217,10 +217,10 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         }
         // A capture tried for this agent failed: say why now rather than after GENERATION_WAIT (a
         // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
-        let (failures, why) = shared.capture_failures();
+        let (failures, why, kind) = shared.capture_failures();
         if failures > failures_before {
-            tracing::warn!(error = %why, "no snapshot for a waiting agent: the capture failed");
-            wire::send_control(&mut s, &Control::Error(format!("the relay's capture from the master failed ({why}); it keeps retrying")))?;
+            tracing::warn!(error = %why, ?kind, "no snapshot for a waiting agent: the capture failed");
+            wire::send_control(&mut s, &Control::CaptureFailed { kind, message: why })?;
             return Ok(());
         }
         if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {

@@ -7,9 +7,37 @@
 //! [`check`] establishes before every capture. [`pick`] chooses among the master's replicas for
 //! `--source auto`. Both are pure: the I/O (INFO on the servers) is in [`resolve`].
 
-use client::Info;
+use client::{Info, Role};
 use replication::replica::Auth;
 use std::time::Duration;
+use transport::wire::CaptureFailure;
+
+/// Why no server could be used for the next capture, by kind: a configuration the operator must fix
+/// (the source is not a replica of this master), a refused permission, a server out of reach.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Unusable {
+    /// What kind of failure, for the agents waiting.
+    pub kind: CaptureFailure,
+    /// What was wrong.
+    pub why: String,
+}
+
+impl Unusable {
+    /// A failed request to a server, by what the server (or the socket) said.
+    fn from_client(e: &client::Error, why: String) -> Unusable {
+        let kind = match e {
+            e if e.is_permission() => CaptureFailure::Permission,
+            client::Error::Io { .. } => CaptureFailure::Unreachable,
+            _ => CaptureFailure::Other,
+        };
+        Unusable { kind, why }
+    }
+
+    fn source(why: String) -> Unusable {
+        Unusable { kind: CaptureFailure::Source, why }
+    }
+}
 
 /// What `--source` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +113,10 @@ pub fn listed(master: &Info) -> Vec<Listed> {
 /// `master_replid`: it is a replica, its link is up, it is not in a full sync, and it shares the
 /// master's history. Ok: its offset.
 pub fn check(master_replid: &str, addr: &str, replica: &Info) -> Result<u64, String> {
-    if replica.get("role") != Some("slave") {
-        return Err(format!("{addr} is not a replica (role:{})", replica.get("role").unwrap_or("?")));
+    match replica.role() {
+        Ok(Role::Replica) => {}
+        Ok(role) => return Err(format!("{addr} is not a replica of the master (role: {role})")),
+        Err(e) => return Err(format!("{addr} is not a replica of the master ({e})")),
     }
     if replica.get("master_link_status") != Some("up") {
         return Err(format!("{addr}'s link to its master is {}", replica.get("master_link_status").unwrap_or("unknown")));
@@ -127,23 +157,26 @@ pub fn pick(master: &str, checked: &[(String, Result<u64, String>)]) -> Chosen {
 
 /// Resolve `source` for the next capture: ask the master (and the replicas) over `INFO replication`.
 /// `exclude`: addresses never to use (the relay's own, as the master may list it).
-pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, exclude: &[String], timeout: Duration) -> Result<Chosen, String> {
+pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, exclude: &[String], timeout: Duration) -> Result<Chosen, Unusable> {
     if *source == Source::Master {
         return Ok(Chosen { addr: master.into(), replica: false, why: "the master (--source master)".into() });
     }
-    let info = |addr: &str| -> Result<Info, String> {
-        let mut c = client::Client::connect_tls(addr, auth, timeout, tls).map_err(|e| e.to_string())?;
-        c.info("replication").map_err(|e| e.to_string())
+    let info = |addr: &str| -> Result<Info, client::Error> {
+        let mut c = client::Client::connect_tls(addr, auth, timeout, tls)?;
+        c.info("replication")
     };
-    let m = info(master).map_err(|e| format!("ask the master for its replication ID: {e}"))?;
-    if m.get("role") != Some("master") {
-        return Err(format!("{master} is not a master (role:{}); point --master at the master", m.get("role").unwrap_or("?")));
+    let m = info(master).map_err(|e| Unusable::from_client(&e, format!("ask the master for its replication ID: {e}")))?;
+    match m.role() {
+        Ok(Role::Master) => {}
+        Ok(role) => return Err(Unusable::source(format!("--master {master} is not a master (role: {role}); point --master at the master"))),
+        Err(e) => return Err(Unusable::source(format!("--master {master} is not a master ({e}); point --master at the master"))),
     }
     let replid = m.get("master_replid").unwrap_or("").to_string();
     match source {
         Source::Master => unreachable!("handled above"),
         Source::Replica(addr) => {
-            let offset = info(addr).map_err(|e| format!("ask the source {addr}: {e}")).and_then(|i| check(&replid, addr, &i))?;
+            let i = info(addr).map_err(|e| Unusable::from_client(&e, format!("ask the snapshot source {addr}: {e}")))?;
+            let offset = check(&replid, addr, &i).map_err(|e| Unusable::source(format!("snapshot source {e}")))?;
             Ok(Chosen { addr: addr.clone(), replica: true, why: format!("--source, checked: follows the master, at offset {offset}") })
         }
         Source::Auto => {
@@ -174,11 +207,11 @@ pub struct RawRdb {
 
 impl RawRdb {
     /// Switch `rdbcompression` and `rdbchecksum` off on `addr`, remembering what they were.
-    pub fn switch_off(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, timeout: Duration) -> Result<RawRdb, String> {
-        let mut c = client::Client::connect_tls(addr, auth, timeout, tls).map_err(|e| format!("connect to the source to switch its RDB compression off: {e}"))?;
+    pub fn switch_off(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, timeout: Duration) -> Result<RawRdb, Unusable> {
+        let mut c = client::Client::connect_tls(addr, auth, timeout, tls).map_err(|e| Unusable::from_client(&e, format!("connect to the source to switch its RDB compression off: {e}")))?;
         let mut raw = RawRdb { addr: addr.into(), auth: auth.cloned(), tls: tls.cloned(), saved: Vec::new() };
         for name in ["rdbcompression", "rdbchecksum"] {
-            let was = c.config_get(name).map_err(|e| format!("CONFIG GET {name} on the source: {e}"))?.unwrap_or_else(|| "yes".into());
+            let was = c.config_get(name).map_err(|e| Unusable::from_client(&e, format!("CONFIG GET {name} on the source: {e}")))?.unwrap_or_else(|| "yes".into());
             if was == "no" {
                 continue;
             }
@@ -189,7 +222,7 @@ impl RawRdb {
                 Err(client::Error::Server { message, .. }) if name == "rdbchecksum" && message.contains("immutable") => {
                     tracing::info!(source = addr, "the source's rdbchecksum cannot be changed at runtime (immutable in this server); set it in its configuration to save the CRC64 too");
                 }
-                Err(e) => return Err(format!("CONFIG SET {name} no on the source: {e}")),
+                Err(e) => return Err(Unusable::from_client(&e, format!("CONFIG SET {name} no on the source: {e}"))),
             }
         }
         tracing::info!(source = addr, switched_off = ?raw.saved.iter().map(|(n, _)| *n).collect::<Vec<_>>(), "RDB settings switched off on the source for the capture");
@@ -250,7 +283,8 @@ mod tests {
         assert_eq!(check("abc", "r:1", &ok), Ok(42));
         let e = check("xyz", "r:1", &ok).unwrap_err();
         assert!(e.contains("does not follow this master") && e.contains("\"abc\"") && e.contains("\"xyz\""), "{e}");
-        assert!(check("abc", "r:1", &info("role:master master_replid:abc")).unwrap_err().contains("not a replica"));
+        assert_eq!(check("abc", "r:1", &info("role:master master_replid:abc")).unwrap_err(), "r:1 is not a replica of the master (role: master)");
+        assert!(check("abc", "r:1", &info("role:sentinel")).unwrap_err().contains("unknown replication role"));
         assert!(check("abc", "r:1", &info("role:slave master_link_status:down master_replid:abc")).unwrap_err().contains("down"));
         assert!(check("abc", "r:1", &info("role:slave master_link_status:up master_sync_in_progress:1 master_replid:abc")).unwrap_err().contains("full sync"));
     }

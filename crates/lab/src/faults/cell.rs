@@ -11,7 +11,7 @@
 //! enough to be struck; the fault strikes when agent A's log (or the relay's, for the capture) says
 //! the phase began. Then every agent is waited for and judged by [`super::matrix::judge`].
 
-use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, Target, Verdict, CUT_SECS, STOP_SECS};
+use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, Target, Verdict, CUT_SECS, STOP_SECS};
 use super::writer::Writer;
 use anyhow::{anyhow, bail, Context, Result};
 use fixtures::netns::Lab;
@@ -132,12 +132,12 @@ fn signal(pid: u32, sig: i32) {
 }
 
 /// `role`, whom it follows (`host:port`, empty when standalone) and its keys, all databases.
-fn replica_state(s: &Server) -> (String, String, u64) {
-    let Ok(mut c) = s.try_client() else { return ("unreachable".into(), String::new(), 0) };
+fn replica_state(s: &Server) -> (SeenRole, String, u64) {
+    let Ok(mut c) = s.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
     let (role, following) = match agent::local::repl_state(&mut c) {
-        Ok(st) if st.role == "slave" => (st.role, st.master.unwrap_or_default()),
-        Ok(st) => (st.role, String::new()),
-        Err(_) => ("unreachable".into(), String::new()),
+        Ok(st) if st.role == Some(client::Role::Replica) => (SeenRole::Replica, st.master.unwrap_or_default()),
+        Ok(st) if st.role == Some(client::Role::Master) => (SeenRole::Standalone, String::new()),
+        Ok(_) | Err(_) => (SeenRole::Unreachable, String::new()),
     };
     // `db0:keys=3,expires=0,avg_ttl=0` per database.
     let keys = c
@@ -567,7 +567,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     if real_master != w.master.addr() {
         // After the failover: the old master, if it now replicates from the new one.
         let (role, follows, _) = replica_state(&w.master);
-        if role == "slave" && follows == real_master {
+        if role == SeenRole::Replica && follows == real_master {
             masters.push(w.master.addr());
         }
     }

@@ -232,6 +232,19 @@ pub fn quick() -> Vec<Cell> {
     ]
 }
 
+/// A replica's replication role as a cell saw it afterwards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeenRole {
+    /// It did not answer (or with a role we do not know).
+    #[default]
+    Unreachable,
+    /// `role:master`, following no one.
+    Standalone,
+    /// `role:slave`, following someone.
+    Replica,
+}
+
 /// What was seen of one agent after a cell.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observed {
@@ -244,8 +257,8 @@ pub struct Observed {
     /// The join failed after it had handed the replica to the master (its `--json` says so).
     #[serde(default)]
     pub handed_over: bool,
-    /// The replica's `role` afterwards (`master` = standalone).
-    pub role: String,
+    /// The replica's role afterwards.
+    pub role: SeenRole,
     /// Whom the replica follows, when it is one (`host:port`).
     pub following: String,
     /// Keys in the replica (all databases) afterwards.
@@ -335,11 +348,11 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
             if o.message.trim().is_empty() {
                 return Verdict::Violation("failed without a message".into());
             }
-            if o.handed_over && o.role == "slave" && follows_a_master(&o.following) {
+            if o.handed_over && o.role == SeenRole::Replica && follows_a_master(&o.following) {
                 return Verdict::HandedOver;
             }
-            if o.role != "master" || o.replica_keys != 0 {
-                return Verdict::Violation(format!("failed but the replica is {} with {} keys (not reset)", o.role, o.replica_keys));
+            if o.role != SeenRole::Standalone || o.replica_keys != 0 {
+                return Verdict::Violation(format!("failed but the replica is {:?} with {} keys (not reset)", o.role, o.replica_keys));
             }
             Verdict::FailedClean
         }
@@ -357,7 +370,7 @@ mod tests {
     }
 
     fn ok() -> Observed {
-        Observed { exit: Some(0), role: "slave".into(), following: M.into(), differences: Some(0), ..Default::default() }
+        Observed { exit: Some(0), role: SeenRole::Replica, following: M.into(), differences: Some(0), ..Default::default() }
     }
 
     #[test]
@@ -374,13 +387,13 @@ mod tests {
 
     #[test]
     fn failure_needs_a_message_and_a_reset_replica() {
-        let failed = Observed { exit: Some(1), message: "relay: connection refused".into(), role: "master".into(), ..Default::default() };
+        let failed = Observed { exit: Some(1), message: "relay: connection refused".into(), role: SeenRole::Standalone, ..Default::default() };
         assert_eq!(judge(&failed, M), Verdict::FailedClean);
         assert!(!judge(&Observed { message: String::new(), ..failed.clone() }, M).survived());
         assert!(!judge(&Observed { replica_keys: 10, ..failed.clone() }, M).survived(), "half-loaded");
-        assert!(!judge(&Observed { role: "slave".into(), following: "127.0.0.1:1".into(), ..failed }, M).survived(), "following a fake master");
+        assert!(!judge(&Observed { role: SeenRole::Replica, following: "127.0.0.1:1".into(), ..failed }, M).survived(), "following a fake master");
         assert!(!judge(&Observed { hung: true, ..ok() }, M).survived());
-        let after = Observed { exit: Some(1), message: "master: timed out".into(), handed_over: true, role: "slave".into(), following: M.into(), replica_keys: 9, ..Default::default() };
+        let after = Observed { exit: Some(1), message: "master: timed out".into(), handed_over: true, role: SeenRole::Replica, following: M.into(), replica_keys: 9, ..Default::default() };
         assert_eq!(judge(&after, M), Verdict::HandedOver);
         assert!(!judge(&Observed { following: "127.0.0.1:40000".into(), ..after.clone() }, M).survived(), "handed to a fake master is not handed over");
         assert!(!judge(&Observed { handed_over: false, ..after }, M).survived(), "a failure before the handoff must reset");
@@ -388,7 +401,7 @@ mod tests {
 
     #[test]
     fn a_killed_agent_is_judged_by_its_replica_and_the_rerun() {
-        let killed = Observed { exit: None, role: "slave".into(), following: M.into(), rerun_exit: Some(0), differences: Some(0), ..Default::default() };
+        let killed = Observed { exit: None, role: SeenRole::Replica, following: M.into(), rerun_exit: Some(0), differences: Some(0), ..Default::default() };
         assert_eq!(judge(&killed, M), Verdict::Rerun);
         let handed = Observed { after_kill_following: M.into(), rerun_exit: None, ..killed.clone() };
         assert_eq!(judge(&handed, M), Verdict::Synced, "killed after the handoff");
