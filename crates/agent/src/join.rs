@@ -176,6 +176,12 @@ fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option
     }
 }
 
+/// Why pointing the replica at the agent failed: refused (it never followed us) or not.
+enum Pointing {
+    Refused(Error),
+    Failed(Error),
+}
+
 struct Driver<'a> {
     cfg: &'a Config,
     c: Checked,
@@ -212,7 +218,8 @@ impl Driver<'_> {
             action = match action {
                 Action::PointReplica => match self.point_replica() {
                     Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
-                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                    Err(Pointing::Refused(e)) => m.on(Instant::now(), Input::PointRefused(e)),
+                    Err(Pointing::Failed(e)) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::WaitLength => match self.wait_length() {
                     Ok(len) => m.on(Instant::now(), Input::Length(len)),
@@ -296,11 +303,17 @@ impl Driver<'_> {
     }
 
     /// `REPLICAOF` the agent, accept the replica's handshake; returns whether it offered `capa eof`.
-    fn point_replica(&mut self) -> Result<bool, Error> {
-        let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| Error::Internal("no listener for the replica".into()))?;
+    fn point_replica(&mut self) -> Result<bool, Pointing> {
+        let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| Pointing::Failed(Error::Internal("no listener for the replica".into())))?;
         let c = &mut self.c.local.client;
-        c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]).map_err(Error::replica)?;
-        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref())?;
+        match c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]) {
+            Ok(_) => {}
+            // An error reply: the command did not take effect.
+            Err(e @ client::Error::Server { .. }) => return Err(Pointing::Refused(Error::replica(e))),
+            // No answer: it may have.
+            Err(e) => return Err(Pointing::Failed(Error::replica(e))),
+        }
+        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref()).map_err(Pointing::Failed)?;
         let capa_eof = link.capa_eof;
         self.link = Some(link);
         Ok(capa_eof)

@@ -108,32 +108,47 @@ pub fn reset(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, di
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
-        if std::time::Instant::now() >= deadline {
-            return Err(refused);
+        // A permission refused stays refused: say so now, not after the deadline.
+        if refused.permanent || std::time::Instant::now() >= deadline {
+            return Err(refused.why);
         }
         std::thread::sleep(Duration::from_millis(100)); // Waiting for the server to finish a load, with a deadline.
     }
 }
 
-fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+/// Why one try at a reset failed, and whether trying again could help.
+struct Refused {
+    why: String,
+    /// `NOPERM`, `WRONGPASS`, `NOAUTH`: only an operator mends it.
+    permanent: bool,
+}
+
+impl From<client::Error> for Refused {
+    fn from(e: client::Error) -> Refused {
+        Refused { permanent: e.is_permission(), why: e.to_string() }
+    }
+}
+
+fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
     let mut c = match Client::connect_tls(addr, auth, CMD_TIMEOUT, tls) {
         Ok(c) => c,
-        Err(e) => return Ok(Reset::Unreachable(e.to_string())),
+        Err(e @ client::Error::Io { .. }) => return Ok(Reset::Unreachable(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     if let Some(follows) = only_if_following {
-        let st = repl_state(&mut c).map_err(|e| e.to_string())?;
+        let st = repl_state(&mut c)?;
         let ours = follows.rsplit_once(':').map(|(h, p)| format!("{}:{p}", h.trim_matches(['[', ']'])));
         if st.role != Some(Role::Replica) || st.master != ours {
             return Ok(Reset::NotOurs);
         }
     }
-    c.cmd(&["REPLICAOF", "NO", "ONE"]).map_err(|e| e.to_string())?;
-    c.cmd(&["FLUSHALL"]).map_err(|e| e.to_string())?;
+    c.cmd(&["REPLICAOF", "NO", "ONE"])?;
+    c.cmd(&["FLUSHALL"])?;
     if let Some(v) = diskless_load_before {
-        c.config_set("repl-diskless-load", v).map_err(|e| e.to_string())?;
+        c.config_set("repl-diskless-load", v)?;
     }
-    match repl_state(&mut c).map_err(|e| e.to_string())?.role {
+    match repl_state(&mut c)?.role {
         Some(Role::Master) => Ok(Reset::Done),
-        _ => Err("still a replica after REPLICAOF NO ONE".into()),
+        _ => Err(Refused { why: "still a replica after REPLICAOF NO ONE".into(), permanent: false }),
     }
 }

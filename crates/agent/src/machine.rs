@@ -173,6 +173,9 @@ pub enum Input<'a> {
     Counters(Counters),
     /// Something failed, or the join was interrupted.
     Failed(Error),
+    /// The replica answered `REPLICAOF <agent>` with an error: it did not take effect, the replica
+    /// never followed the agent.
+    PointRefused(Error),
 }
 
 /// What the driver must do next.
@@ -324,9 +327,17 @@ impl Join {
     /// Longer than our usual limit on purpose: one arm per transition, so the whole transition table
     /// reads in one place, in the order the phases run; each arm is a few lines.
     pub fn on(&mut self, now: Instant, input: Input<'_>) -> Action {
-        if let Input::Failed(e) = input {
-            return self.fail(e);
-        }
+        let input = match input {
+            Input::Failed(e) => return self.fail(e),
+            Input::PointRefused(e) => {
+                // Refused while pointing: the replica's role and data are as they were.
+                if self.phase == Phase::Pointing {
+                    self.pointed = false;
+                }
+                return self.fail(e);
+            }
+            other => other,
+        };
         match (self.phase, input) {
             (Phase::Preparing, Input::Prepared) => {
                 self.phase = Phase::Pointing;
@@ -834,6 +845,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!j.pointed() && !j.handed_over());
+        // A refused REPLICAOF <agent> never took effect.
+        let mut j = prepared("m:1", t);
+        assert!(matches!(j.on(t, Input::PointRefused(Error::Precondition("NOPERM replicaof".into()))), Action::Fail { reset_replica: false, .. }));
+        assert!(!j.pointed());
         // Once pointed (REPLICAOF <agent> may have taken effect), a failure resets it.
         let mut j = prepared("m:1", t);
         assert_eq!(j.phase_name(), "preparing");

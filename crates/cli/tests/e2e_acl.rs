@@ -212,3 +212,24 @@ fn a_relay_source_that_is_not_a_replica_is_reported_as_the_relays_configuration_
     assert_eq!(j.report["replica"], "untouched");
     assert_untouched(&target);
 }
+
+#[test]
+fn a_local_user_without_replicaof_is_refused_before_the_replica_follows_anyone() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_every_type(&mut master.client(), 1, true);
+    set_user(&mut master.client(), "fastrepl-agent", AGENT_PW, AGENT_ON_MASTER);
+    let relay = relay(&master.addr(), &[], &[]);
+    let target = Server::start(Flavor::Redis70, &[]);
+    let without: Vec<&str> = AGENT_ON_LOCAL.iter().copied().filter(|r| *r != "+replicaof").collect();
+    set_user(&mut target.client(), "fastrepl-local", LOCAL_PW, &without);
+    let j = join(&relay.addr, &target.addr(), &[JOIN_ARGS, &["--retries", "5"]].concat(), JOIN_ENV);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    let error = j.report["error"].as_str().unwrap_or_default();
+    assert!(error.contains("answered REPLICAOF: NOPERM"), "{error}");
+    assert_eq!(j.report["error_kind"], "permission");
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1));
+    // The refused REPLICAOF never took effect: nothing to reset, and nothing said about a reset.
+    assert_eq!(j.report["replica"], "untouched", "{}", j.output);
+    assert!(j.output.contains("The replica was not changed"), "{}", j.output);
+    assert_untouched(&target);
+}
