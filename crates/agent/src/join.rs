@@ -121,7 +121,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = transport.name(), reason = %why, "transport selected");
     let master_addr = match (&cfg.sentinel, &cfg.master) {
-        (Some(s), _) => s.master(local::CMD_TIMEOUT).map_err(|e| Error::unavailable(Party::Sentinel, e))?,
+        (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
         (None, Some(m)) => m.clone(),
         (None, None) => attached.master.clone(),
     };
@@ -456,7 +456,7 @@ impl Driver<'_> {
     /// so the handoff can still be partial; the machine's plan checks that.
     fn follow_sentinel(&mut self) -> Result<(), Error> {
         let Some(s) = &self.cfg.sentinel else { return Ok(()) };
-        let now = s.master(local::CMD_TIMEOUT).map_err(|e| Error::unavailable(Party::Sentinel, e))?;
+        let now = s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
             self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;

@@ -228,6 +228,17 @@ impl Error {
         }
     }
 
+    /// No sentinel named the master: a permission error when every sentinel refused us, else
+    /// unavailable (sentinels down or mid-election answer again).
+    pub fn sentinel(e: client::sentinel::NoMaster) -> Error {
+        let (party, cause) = (Party::Sentinel, Cause::Observed(e.why));
+        if e.refused {
+            Error::Permission { party, cause }
+        } else {
+            Error::Unavailable { party, cause }
+        }
+    }
+
     /// `party` is unavailable, as observed.
     pub fn unavailable(party: Party, what: impl Into<String>) -> Error {
         Error::Unavailable { party, cause: Cause::Observed(what.into()) }

@@ -110,6 +110,16 @@ fn sentinel_users_need_only_the_documented_permissions() {
     assert_eq!(j.report["master"], master.addr());
     // The relay's subscription to +switch-master was not refused either.
     assert!(!relay.proc.output().contains("NOPERM"), "{}", relay.proc.output());
+
+    // Every sentinel refuses a wrong password: a permission error, not retried.
+    let env: Vec<(&str, &str)> = JOIN_ENV.iter().copied().chain([("FASTREPL_SENTINEL_PASSWORD", "not-the-password")]).collect();
+    let other = local_server();
+    let j = join(&relay.addr, &other.addr(), &[&args[..], &["--retries", "5"]].concat(), &env);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.report["error"].as_str().unwrap_or_default().contains("WRONGPASS"), "{}", j.output);
+    assert_eq!(j.report["error_kind"], "permission", "{}", j.output);
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1), "{}", j.output);
+    assert_untouched(&other);
 }
 
 #[test]

@@ -70,7 +70,7 @@ impl Error {
         self.code().is_some_and(ErrorCode::is_permission)
     }
 
-    fn server(addr: &str, command: &[u8], message: &[u8]) -> Error {
+    pub(crate) fn server(addr: &str, command: &[u8], message: &[u8]) -> Error {
         let message = String::from_utf8_lossy(message).into_owned();
         Error::Server { addr: addr.into(), command: String::from_utf8_lossy(command).into_owned(), code: ErrorCode::parse(&message), message }
     }

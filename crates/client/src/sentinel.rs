@@ -7,6 +7,16 @@ use replication::replica::Auth;
 use resp::Frame;
 use std::time::Duration;
 
+/// No sentinel named the master.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct NoMaster {
+    /// What each sentinel said.
+    pub why: String,
+    /// Every sentinel refused our credentials or the command (`NOPERM`, `WRONGPASS`, `NOAUTH`).
+    pub refused: bool,
+}
+
 /// The sentinels of one master group.
 #[derive(Debug, Clone)]
 pub struct Sentinels {
@@ -75,19 +85,33 @@ impl Sentinels {
 
     /// The master now, from the first sentinel that knows the group. Errors name every sentinel tried.
     pub fn master(&self, timeout: Duration) -> Result<String, String> {
+        self.find_master(timeout).map_err(|e| e.to_string())
+    }
+
+    /// Like [`Sentinels::master`], saying whether every sentinel refused our credentials or the
+    /// command (then asking again cannot help).
+    pub fn find_master(&self, timeout: Duration) -> Result<String, NoMaster> {
         let mut why = Vec::new();
+        let mut refused = 0;
         for a in &self.addrs {
-            let r = self.connect(a, timeout).map_err(|e| e.to_string()).and_then(|mut c| {
-                let reply = c.raw(&["SENTINEL", "get-master-addr-by-name", &self.name]).map_err(|e| e.to_string())?;
-                parse_addr(&reply)
+            let r = self.connect(a, timeout).and_then(|mut c| {
+                let reply = c.raw(&["SENTINEL", "get-master-addr-by-name", &self.name])?;
+                match &reply {
+                    Frame::Error(e) => Err(Error::server(a, b"SENTINEL", e)),
+                    _ => Ok(parse_addr(&reply)),
+                }
             });
             match r {
-                Ok(Some(m)) => return Ok(m),
-                Ok(None) => why.push(format!("{a}: does not monitor a master named {:?}", self.name)),
-                Err(e) => why.push(format!("{a}: {e}")),
+                Ok(Ok(Some(m))) => return Ok(m),
+                Ok(Ok(None)) => why.push(format!("{a}: does not monitor a master named {:?}", self.name)),
+                Ok(Err(e)) => why.push(format!("{a}: {e}")),
+                Err(e) => {
+                    refused += usize::from(e.is_permission());
+                    why.push(format!("{a}: {e}"));
+                }
             }
         }
-        Err(format!("no sentinel named the master {:?} ({})", self.name, why.join("; ")))
+        Err(NoMaster { why: format!("no sentinel named the master {:?} ({})", self.name, why.join("; ")), refused: refused == self.addrs.len() })
     }
 
     /// Follow the group's master until `stop()` says so: call `changed(new)` whenever it differs
