@@ -69,7 +69,7 @@ impl std::fmt::Display for Party {
 pub enum Cause {
     /// A Redis/Valkey server (master, local server, sentinel), with its error code when it answered.
     #[error(transparent)]
-    Server(#[from] client::Error),
+    Server(Box<client::Error>),
     /// A connection to the relay or a peer.
     #[error(transparent)]
     Link(#[from] transport::Error),
@@ -200,9 +200,9 @@ impl Error {
     /// [`Error::Unavailable`].
     pub fn server(party: Party, e: client::Error) -> Error {
         match e {
-            e if e.is_permission() => Error::Permission { party, cause: Cause::Server(e) },
-            e @ (client::Error::Resp { .. } | client::Error::Unexpected { .. }) => Error::Protocol { party, cause: Cause::Server(e) },
-            e => Error::Unavailable { party, cause: Cause::Server(e) },
+            e if e.is_permission() => Error::Permission { party, cause: Cause::Server(Box::new(e)) },
+            e @ (client::Error::Resp { .. } | client::Error::Unexpected { .. }) => Error::Protocol { party, cause: Cause::Server(Box::new(e)) },
+            e => Error::Unavailable { party, cause: Cause::Server(Box::new(e)) },
         }
     }
 
