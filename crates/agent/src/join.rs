@@ -39,8 +39,9 @@ struct Checked {
 }
 
 /// Run a join, trying again after failures that time can mend ([`crate::retry`]): each attempt
-/// checks, syncs and hands off; a failure before the handoff resets the replica, so the next attempt
-/// starts from an empty standalone server, on the relay's current generation.
+/// checks, syncs and hands off; a failure after the replica followed the agent resets it (one before
+/// leaves it untouched), so the next attempt starts from the server as it was or empty and standalone,
+/// on the relay's current generation.
 pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
     let mut retries = Retries::new(cfg.retry);
     let mut attempts: Vec<Attempt> = Vec::new();

@@ -8,9 +8,11 @@
 //! to the relay's end; then, once the replica has applied exactly what we sent, hand it to the master
 //! with `REPLICAOF`, which it follows with `PSYNC <replid> <offset+1>`.
 //!
-//! A failure before the handoff resets the replica to what it was (empty, standalone): it never stays
-//! behind looking like a replica it is not. After the handoff the servers own the outcome: a refused
-//! partial resync becomes the master's native full sync, which we wait for and report as such.
+//! A failure before the replica was pointed at the agent leaves it untouched; one after that and
+//! before the handoff resets it (empty, standalone): it never stays behind looking like a replica it
+//! is not. After the handoff the servers own the outcome: a refused partial resync becomes the
+//! master's native full sync, which we wait for and report as such. A failure says which of these
+//! happened ([`ReplicaState`]), and its [`Error`] kind decides whether it is tried again.
 #![deny(missing_docs)]
 
 pub mod fetch;

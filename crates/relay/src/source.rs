@@ -219,7 +219,8 @@ impl RawRdb {
                 Ok(()) => raw.saved.push((name, was)),
                 // Redis 7.0 made rdbchecksum immutable at runtime: it can only be set in the source's
                 // configuration file. Compression, the larger cost, is still switched.
-                Err(client::Error::Server { message, .. }) if name == "rdbchecksum" && message.contains("immutable") => {
+                // (Any plain ERR for it: a refused permission has its own code and is an error.)
+                Err(client::Error::Server { code: client::ErrorCode::Err, .. }) if name == "rdbchecksum" => {
                     tracing::info!(source = addr, "the source's rdbchecksum cannot be changed at runtime (immutable in this server); set it in its configuration to save the CRC64 too");
                 }
                 Err(e) => return Err(Unusable::from_client(&e, format!("CONFIG SET {name} no on the source: {e}"))),
