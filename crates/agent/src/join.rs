@@ -64,12 +64,12 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
                 if n > 1 || replica != ReplicaState::Untouched {
                     tracing::error!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
                 }
-                attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: 0.0 });
+                attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: 0.0 });
                 return Err(crate::Failed { error, attempts, replica });
             }
         };
         tracing::warn!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
-        attempts.push(Attempt { attempt: n, error: error.to_string(), secs, waited_secs: waited.as_secs_f64() });
+        attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: waited.as_secs_f64() });
         cfg.live.set_phase(WAITING_TO_RETRY);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
             attempts.last_mut().expect("pushed above").waited_secs = 0.0;

@@ -45,6 +45,9 @@ pub struct Attempt {
     pub attempt: u32,
     /// Why it failed.
     pub error: String,
+    /// The error's kind (absent from reports written before kinds existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::Kind>,
     /// Seconds it ran.
     pub secs: f64,
     /// Seconds waited before the next attempt (0: none followed).

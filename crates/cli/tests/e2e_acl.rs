@@ -134,6 +134,7 @@ fn a_master_user_without_info_fails_the_join_at_once_naming_the_command() {
     let j = join(&relay.addr, &target.addr(), &[JOIN_ARGS, &["--retries", "5"]].concat(), JOIN_ENV);
     assert_eq!(j.code, Some(1), "{}", j.output);
     assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1), "a refused permission is not retried:\n{}", j.output);
+    assert_eq!(j.report["attempts"][0]["error_kind"], "permission", "{}", j.output);
     assert_eq!(j.report["error_kind"], "permission", "{}", j.output);
     assert_eq!(j.report["retryable"], false, "{}", j.output);
     let error = j.report["error"].as_str().unwrap_or_default();

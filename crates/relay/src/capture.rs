@@ -321,3 +321,28 @@ fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writ
     writer.commit(n);
     link.machine.on_rdb(Instant::now(), n as u64, writer.tail(TAIL_LEN)).map_err(link.proto())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use replication::capture::CaptureError as C;
+
+    fn refused(message: &str) -> Error {
+        Error::Protocol { server: "master m:1".into(), source: C::Protocol { phase: "handshake", source: replication::Error::Refused { step: "PSYNC", message: message.into() } } }
+    }
+
+    #[test]
+    fn failures_are_told_to_agents_by_kind() {
+        let down = Error::Io { op: "connect", server: "master m:1".into(), source: ErrorKind::ConnectionRefused.into() };
+        assert_eq!(down.kind(), CaptureFailure::Unreachable);
+        assert_eq!(Error::Protocol { server: "master m:1".into(), source: C::Silent { phase: "RDB" } }.kind(), CaptureFailure::Unreachable);
+        assert_eq!(refused("NOPERM this user has no permissions to run the 'psync' command").kind(), CaptureFailure::Permission);
+        assert_eq!(refused("WRONGPASS invalid username-password pair").kind(), CaptureFailure::Permission);
+        assert_eq!(refused("ERR something else").kind(), CaptureFailure::Other);
+        assert_eq!(Error::from(snapshot::Error::TooLarge { max: 1 }).kind(), CaptureFailure::TooLarge);
+        let source = Error::Source { kind: CaptureFailure::Source, why: "snapshot source r:1 is not a replica of the master (role: master)".into() };
+        assert_eq!(source.kind(), CaptureFailure::Source);
+        assert_eq!(source.to_string(), "snapshot source r:1 is not a replica of the master (role: master)");
+        assert!(down.to_string().contains("(master m:1)"), "{down}");
+    }
+}
