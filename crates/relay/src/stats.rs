@@ -234,7 +234,7 @@ impl Status {
 /// Take the status of `shared` now.
 pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> Status {
     let s = &shared.stats;
-    let current = shared.lock_current().as_ref().map(|g| g.id());
+    let current = shared.current_id();
     let mut generations: Vec<GenerationStatus> = shared
         .held()
         .iter()
@@ -259,7 +259,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         })
         .collect();
     generations.sort_by_key(|g| g.id);
-    let failure = shared.capture_failures().1;
+    let last_capture_error = shared.capture_failures().1;
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
@@ -270,14 +270,14 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         uptime_secs: s.uptime_secs(),
         captures_total: get(&s.captures),
         capture_failures_total: get(&s.capture_failures),
-        last_capture_error: (!failure.is_empty()).then_some(failure),
+        last_capture_error,
         sealed_total: get(&s.sealed),
         released_idle_total: get(&s.released_idle),
         source_silent_secs: s.source_silent_secs(),
         source_bytes_total: get(&s.source_bytes),
         held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
         generations,
-        connections: shared.connections.load(Ordering::SeqCst) as u64,
+        connections: shared.connections() as u64,
         connections_max: shared.config.connections_max as u64,
         refused_over_limit_total: get(&s.refused_over_limit),
         agents_attached: get(&s.agents_attached),
