@@ -21,6 +21,24 @@ pub(crate) enum SealReason {
 }
 
 impl SealReason {
+    /// Every reason, in the order of [`SealReason::index`].
+    pub(crate) const ALL: [SealReason; 4] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease];
+
+    /// Its place in [`SealReason::ALL`] (a counter per reason).
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in the status and the metrics' `reason` label.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SealReason::LogBound => "log_bound",
+            SealReason::LinkLost => "link_lost",
+            SealReason::MasterChanged => "master_changed",
+            SealReason::IdleRelease => "idle_release",
+        }
+    }
+
     /// How the generation's descriptor and the log say it.
     pub(crate) fn describe(self) -> &'static str {
         match self {
@@ -113,7 +131,8 @@ pub(crate) struct Ticket {
 /// How a capture ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ended {
-    /// Its generation was sealed (by its bound, a failover or an idle release) and the link closed.
+    /// It ended without failing: its generation was sealed (by its bound, a failover or an idle
+    /// release), or a failover came before its RDB began; the link is closed.
     Sealed,
     /// It failed, at whatever stage (before the RDB, during it, or streaming after it).
     Failed(String),
@@ -516,6 +535,13 @@ mod tests {
         g.capture_ended(id, Ended::Sealed);
         let t = g.ticket();
         assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]), "the next agent wants a fresh capture");
+    }
+
+    #[test]
+    fn seal_reasons_index_their_counters() {
+        for (i, r) in SealReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
     }
 
     #[test]

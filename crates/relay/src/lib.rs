@@ -249,7 +249,7 @@ impl Shared {
             match action {
                 Action::StartCapture | Action::TellWaiters => wake = true,
                 Action::Seal { id, reason } => {
-                    stats::Stats::add(&self.stats.sealed, 1);
+                    self.stats.sealed(reason);
                     if let Some(g) = life.find(id) {
                         g.seal(reason.describe());
                         tracing::info!(generation = id, reason = reason.describe(), log_bytes = g.log_len(), "generation sealed");
