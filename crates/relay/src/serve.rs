@@ -442,3 +442,21 @@ fn swarm_request<'a, S: DataStream>(
         (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io() -> Error {
+        Error::Io { op: "any read", source: std::io::ErrorKind::UnexpectedEof.into() }
+    }
+
+    #[test]
+    fn a_socket_error_is_a_probe_only_before_authentication() {
+        assert_eq!(ConnError::Authenticating(io()).class(), Class::ClosedBeforeAuth);
+        assert_eq!(ConnError::Serving(io()).class(), Class::Io);
+        assert_eq!(ConnError::Authenticating(Error::Auth("wrong token".into())).class(), Class::Auth);
+        assert_eq!(ConnError::Authenticating(Error::Protocol("bad magic".into())).class(), Class::Protocol);
+        assert_eq!(ConnError::Serving(Error::Protocol("bad request".into())).class(), Class::Protocol);
+    }
+}
