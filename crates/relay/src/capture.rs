@@ -3,13 +3,14 @@
 //! [`replication::capture::Capture`]'s; this module only moves bytes between the master's socket,
 //! the machine and the generation (the RDB straight into its region, the stream into its log).
 
+use crate::generations::{Ended, Failure};
 use crate::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::Generation;
 use std::io::{ErrorKind, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::wire::CaptureFailure;
 
 use limits::{CAPTURE_TICK as TICK, CONNECT_TIMEOUT, RDB_READ_BYTES_MAX as RDB_READ_MAX, READ_CHUNK_BYTES as READ_CHUNK};
@@ -67,29 +68,12 @@ impl Error {
     }
 }
 
-/// Run captures for as long as the relay lives: the first at once, the next ones when an agent asks
-/// for a fresh generation. Failures are retried with backoff while agents are waiting.
+/// Run captures for as long as the relay lives, whenever the generations' machine wants one (the
+/// first at once with `--capture on-start`, the next ones when an agent asks for a fresh
+/// generation). Failures are retried with backoff while a capture is still wanted.
 pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
-    let mut id = 0;
     let mut backoff = limits::CAPTURE_BACKOFF_MIN;
-    while !shared.stop.load(Ordering::SeqCst) {
-        // Wait for demand.
-        {
-            let mut cur = shared.lock_current();
-            while !shared.demand.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
-                cur = shared.changed.wait_timeout(cur, Duration::from_millis(500)).unwrap_or_else(|p| p.into_inner()).0;
-                // A sealed generation stays current (readable) until the next demand; an idle one is
-                // let go of here.
-                drop(cur);
-                shared.release_if_idle();
-                cur = shared.lock_current();
-            }
-        }
-        if shared.stop.load(Ordering::SeqCst) {
-            break;
-        }
-        shared.demand.store(false, Ordering::SeqCst);
-        id += 1;
+    while let Some(id) = shared.wait_to_capture() {
         crate::stats::Stats::add(&shared.stats.captures, 1);
         let span = tracing::info_span!("capture", generation = id);
         let _g = span.enter();
@@ -97,19 +81,21 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
         match capture_generation(&shared, id, announce_port) {
             Ok(()) => {
                 backoff = limits::CAPTURE_BACKOFF_MIN;
+                shared.feed(|g| ((), g.capture_ended(id, Ended::Sealed)));
                 tracing::info!(secs = started.elapsed().as_secs_f64(), "generation sealed; next capture on demand");
             }
-            Err(Error::Stopped) => break,
+            Err(Error::Stopped) => {
+                shared.feed(|g| ((), g.capture_ended(id, Ended::Stopped)));
+                break;
+            }
             Err(e) => {
                 tracing::error!(error = %e, kind = ?e.kind(), "capture failed; retrying in {:?}", backoff);
-                shared.record_capture_failure(e.to_string(), e.kind());
+                crate::stats::Stats::add(&shared.stats.capture_failures, 1);
+                // Waiting agents are told now; the machine says whether another capture is wanted.
+                let failure = Failure { kind: e.kind(), why: e.to_string() };
+                shared.feed(|g| ((), g.capture_ended(id, Ended::Failed(failure))));
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
-                // With --capture on-start the first generation is wanted even without agents: the
-                // relay's job is to be ready. Otherwise waiting agents renew the demand themselves.
-                if shared.config.capture == crate::CapturePolicy::OnStart && (id == 1 || shared.lock_current().is_none()) {
-                    shared.demand.store(true, Ordering::SeqCst);
-                }
             }
         }
     }
@@ -170,14 +156,15 @@ struct Run {
     raw: Option<crate::source::RawRdb>,
     /// The master-change count when this capture started (its history is that master's).
     master_changes: u64,
+    /// When the capture last ticked the generations' machine (idle release).
+    ticked: Option<Instant>,
 }
 
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
     // Read together with the address: a switch after this makes the count differ.
-    let master_changes = shared.master_changes.load(Ordering::SeqCst);
-    let master_now = shared.master();
+    let (master_now, master_changes) = shared.master_now();
     let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), cfg.tls.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
         .map_err(|u| Error::Source { kind: u.kind, why: u.why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
@@ -201,18 +188,9 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, server, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
-    let result = drive(shared, id, &mut link, &mut run, first, t0);
-    if let (Err(e), Some(gen)) = (&result, &run.gen) {
-        if run.writer.is_some() {
-            gen.fail(&e.to_string());
-        } else if gen.state() == snapshot::State::Complete {
-            // (Already sealed, by a failover or an idle release, it stays as it was.)
-            gen.seal(&format!("master link lost: {e}"));
-            crate::stats::Stats::add(&shared.stats.sealed, 1);
-        }
-    }
-    shared.changed.notify_all();
-    result
+    // A failure fails (mid-RDB) or seals (streaming) the generation: the machine decides, once
+    // `supervise` reports the end.
+    drive(shared, id, &mut link, &mut run, first, t0)
 }
 
 /// Feed the machine and do what it says until the generation is sealed (Ok) or anything fails.
@@ -224,25 +202,28 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
         }
         for ev in events.drain(..) {
             if apply(shared, id, link, run, ev, t0)? == Applied::Sealed {
-                crate::stats::Stats::add(&shared.stats.sealed, 1);
                 return Ok(());
             }
         }
-        // Sentinel named another master: this capture's history is the old master's.
+        // Sentinel named another master: this capture's history is the old master's. The machine
+        // has sealed (or failed, mid-RDB) its generation already.
         if shared.master_changes.load(Ordering::SeqCst) != run.master_changes {
             let why = format!("the master changed to {} (Sentinel)", shared.master());
             if run.writer.is_some() {
                 return Err(Error::Source { kind: CaptureFailure::Other, why });
             }
-            if let Some(g) = &run.gen {
-                g.seal(&why);
-                crate::stats::Stats::add(&shared.stats.sealed, 1);
-            }
             return Ok(());
         }
-        // Released for idleness (--idle-release-secs): the link to the source goes with it.
-        if run.writer.is_none() && (shared.release_if_idle() || run.gen.as_ref().is_some_and(|g| g.state() == snapshot::State::Sealed)) {
-            return Ok(());
+        if run.writer.is_none() {
+            // Idle release is decided on a tick (not on every read: the lock stays off the hot path).
+            if run.ticked.is_none_or(|t| t.elapsed() >= crate::IDLE_TICK) {
+                run.ticked = Some(Instant::now());
+                shared.idle_tick();
+            }
+            // Sealed (by an idle release or a failover): the link to the source goes with it.
+            if run.gen.as_ref().is_some_and(|g| g.state() == snapshot::State::Sealed) {
+                return Ok(());
+            }
         }
         events = match link.machine.phase() {
             Phase::Rdb => receive_rdb(shared, link, run.writer.as_mut().expect("a writer during the RDB"))?,
@@ -274,6 +255,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         }
         Event::RdbDone { length } => {
             run.writer.take().expect("a writer until the RDB is done").finish(length);
+            shared.rdb_complete(id);
             run.raw = None; // restores the source's RDB settings
             tracing::info!(bytes = length, secs = t0.elapsed().as_secs_f64(), "snapshot complete");
         }
@@ -283,8 +265,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
                 return Ok(Applied::Sealed); // by a failover or an idle release, not by its bound
             }
             if gen.append_log(&bytes, complete_offset) {
-                gen.seal("stream log reached its bound");
-                tracing::info!(log_bytes = gen.log_len(), "stream log bound reached: generation sealed");
+                shared.feed(|g| ((), g.log_bound(id)));
                 return Ok(Applied::Sealed);
             }
         }

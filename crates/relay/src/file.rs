@@ -31,6 +31,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
         done += n as u64;
     }
     writer.finish(len);
+    shared.rdb_complete(gen.id());
     tracing::info!(file = %path.display(), bytes = len, secs = t0.elapsed().as_secs_f64(), "file loaded; serving it as generation 1");
     Ok(())
 }

@@ -5,14 +5,27 @@
 //!   generation's region, stream log, ACKs).
 //! - [`serve`]: the agents' side (authenticated control and data connections).
 //!
-//! Generations: the first is captured when the relay starts. When its log reaches a bound (bytes or
-//! age) or the master link drops, it is sealed: agents already on it finish from it; the next agent
-//! that arrives triggers a new capture (the master forks only when someone needs a fresh snapshot).
-//! A sealed generation's memory is freed when its last agent disconnects.
+//! Generations: the first is captured when the relay starts (or when the first agent asks, with
+//! `--capture on-demand`). When its log reaches a bound (bytes or age), the master link drops,
+//! Sentinel names another master or no agent has connected for `--idle-release-secs`, it is sealed:
+//! agents already on it finish from it; the next agent that arrives triggers a new capture (the
+//! master forks only when someone needs a fresh snapshot). A sealed generation's memory is freed
+//! when its last agent disconnects.
+//!
+//! That lifecycle is one machine, `generations::Generations`, with no sockets and no clock, under one
+//! lock in `Shared`. The current generation is *capturing* (RDB arriving), *complete* (log growing),
+//! *sealed* (with a typed reason: log bound, link lost, master changed, idle release) or *failed*; a
+//! capture is idle or running, and a *demand* for one is set by a waiting agent (or on-start) and
+//! cleared when a generation is published. Events: an agent wants a generation, a connection opened or
+//! closed, capture started / published / RDB complete / log bound / ended (sealed, failed, stopped),
+//! master changed, idle tick, stop. Actions: start a capture, seal or fail generation X, release the
+//! current one, tell the waiters. The capture, accept, control and sentinel threads only feed events
+//! and carry the actions out; every seal goes through that one place, so each is counted once.
 #![deny(missing_docs)]
 
 pub mod capture;
 mod file;
+mod generations;
 pub mod serve;
 pub mod source;
 pub mod stats;
@@ -21,13 +34,17 @@ mod tracker;
 mod ucx_serve;
 
 
+use generations::{Action, Answer, Generations, Next, Ticket};
 use replication::replica::Auth;
-use snapshot::{Generation, State};
+use snapshot::Generation;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use transport::Token;
+
+/// How often the lifecycle is ticked (idle release) by the capture thread.
+const IDLE_TICK: Duration = Duration::from_millis(500);
 
 /// Errors that stop the relay.
 #[derive(Debug, thiserror::Error)]
@@ -177,72 +194,137 @@ pub(crate) struct Shared {
     config: Config,
     /// Tokens accepted now (the configured ones, or those a reload set).
     tokens: std::sync::RwLock<Vec<Token>>,
-    /// The master now (changes when Sentinel fails over).
-    master: Mutex<String>,
-    /// How many times the master changed: what the capture loop compares on every read, instead of
-    /// locking and copying the address.
-    master_changes: std::sync::atomic::AtomicU64,
-    current: Mutex<Option<Arc<Generation>>>,
+    /// The generations' lifecycle and the generations it speaks of, under one lock.
+    life: Mutex<Life>,
+    /// Signalled after every change of `life` (the capture thread and waiting agents wait on it).
     changed: Condvar,
-    /// Every generation an agent may still hold.
-    all: Mutex<Vec<Weak<Generation>>>,
-    /// An agent wants a fresh generation (the current one is sealed or failed).
-    demand: AtomicBool,
+    /// How many times the master changed, a copy of the machine's count: what the capture loop
+    /// compares on every read, instead of taking the lock.
+    master_changes: AtomicU64,
+    /// The relay stops (a copy of the machine's flag, for loops that check it on every turn).
     stop: AtomicBool,
-    connections: std::sync::atomic::AtomicUsize,
     /// The abstract unix socket of the shm transport, when offered.
     shm_socket: Option<String>,
     /// Each generation's swarm of agents (who holds which block).
     swarms: tracker::Swarms,
-    /// Captures that failed so far, and the last one's error (agents waiting for a snapshot are told).
-    capture_failed: Mutex<(u64, String, transport::wire::CaptureFailure)>,
     /// Counters for status and metrics.
     stats: stats::Stats,
-    /// When the last agent connection ended or began (for `--idle-release-secs`).
-    last_active: Mutex<std::time::Instant>,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     ucx: Option<ucx_serve::UcxServer>,
 }
 
+/// What `Shared::life` guards: the machine, and the generations whose ids it holds.
+struct Life {
+    machine: Generations,
+    /// The generation agents arriving now are handed (the machine's current one).
+    current: Option<Arc<Generation>>,
+    /// Every generation an agent may still hold.
+    all: Vec<Weak<Generation>>,
+}
+
+impl Life {
+    fn find(&self, id: u64) -> Option<Arc<Generation>> {
+        self.all.iter().filter_map(Weak::upgrade).find(|g| g.id() == id)
+    }
+}
+
 impl Shared {
-    fn lock_current(&self) -> std::sync::MutexGuard<'_, Option<Arc<Generation>>> {
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Feed the machine one event and carry out what it decides, under the lock.
+    fn feed<R>(&self, event: impl FnOnce(&mut Generations) -> (R, Vec<Action>)) -> R {
+        let mut life = self.lock();
+        let (r, actions) = event(&mut life.machine);
+        self.carry_out(&mut life, actions);
+        r
+    }
+
+    /// The one place generations are sealed, failed and released (so each is counted once).
+    fn carry_out(&self, life: &mut Life, actions: Vec<Action>) {
+        let mut wake = false;
+        for action in actions {
+            match action {
+                Action::StartCapture | Action::TellWaiters => wake = true,
+                Action::Seal { id, reason } => {
+                    self.stats.sealed(reason);
+                    if let Some(g) = life.find(id) {
+                        g.seal(reason.describe());
+                        tracing::info!(generation = id, reason = reason.describe(), log_bytes = g.log_len(), "generation sealed");
+                    }
+                }
+                Action::Fail { id, why } => {
+                    if let Some(g) = life.find(id) {
+                        g.fail(&why);
+                    }
+                }
+                Action::Release { id } => {
+                    if life.current.as_ref().is_some_and(|g| g.id() == id) {
+                        life.current = None;
+                    }
+                    stats::Stats::add(&self.stats.released_idle, 1);
+                    let rdb_bytes = life.find(id).map(|g| g.descriptor(usize::MAX).0.published);
+                    tracing::info!(generation = id, ?rdb_bytes, "released an idle generation; the next agent triggers a new capture");
+                }
+            }
+        }
+        if wake {
+            self.changed.notify_all();
+        }
+    }
+
+    /// A capture's RDB started: `gen` is the current generation, and waiting agents get it.
     fn publish(&self, gen: Arc<Generation>) {
-        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(&gen));
-        drop(all);
-        *self.lock_current() = Some(gen);
-        // Agents that waited for this capture asked for one; the demand is met. Left set, it would
-        // start another capture (another fork on the source) as soon as this one ends.
-        self.demand.store(false, Ordering::SeqCst);
-        self.changed.notify_all();
+        let mut life = self.lock();
+        life.all.retain(|w| w.strong_count() > 0);
+        life.all.push(Arc::downgrade(&gen));
+        life.current = Some(gen.clone());
+        let actions = life.machine.published(gen.id());
+        self.carry_out(&mut life, actions);
+    }
+
+    /// Generation `id`'s RDB is complete.
+    fn rdb_complete(&self, id: u64) {
+        self.lock().machine.rdb_complete(id);
+    }
+
+    /// The current generation's id.
+    fn current_id(&self) -> Option<u64> {
+        self.lock().machine.current().map(|(id, _)| id)
     }
 
     /// How many captures failed so far, and why the last one did.
-    fn capture_failures(&self) -> (u64, String, transport::wire::CaptureFailure) {
-        self.capture_failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn capture_failures(&self) -> (u64, Option<generations::Failure>) {
+        let life = self.lock();
+        let (n, f) = life.machine.failures();
+        (n, f.cloned())
+    }
+
+    /// The master agents are handed to now, and how many times it changed (read together).
+    fn master_now(&self) -> (String, u64) {
+        let life = self.lock();
+        let (m, changes) = life.machine.master();
+        (m.to_string(), changes)
     }
 
     /// The master agents are handed to now.
     fn master(&self) -> String {
-        self.master.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.master_now().0
     }
 
     /// Sentinel named a new master: later captures read from it (or its replicas), and the current
-    /// generation is sealed by the capture thread (its history is the old master's; agents already on
-    /// it finish from it, and the new master knows it as its replid2).
+    /// generation is sealed (its history is the old master's; agents already on it finish from it,
+    /// and the new master knows it as its replid2).
     fn set_master(&self, new: &str) {
-        let old = std::mem::replace(&mut *self.master.lock().unwrap_or_else(|p| p.into_inner()), new.to_string());
-        self.master_changes.fetch_add(1, Ordering::SeqCst);
+        let old = self.feed(|g| {
+            let old = g.master().0.to_string();
+            let actions = g.master_changed(new.to_string());
+            self.master_changes.store(g.master().1, Ordering::SeqCst);
+            (old, actions)
+        });
         tracing::warn!(%old, %new, "Sentinel switched the master; the current generation is sealed, the next agent triggers a capture from the new master");
-        if let Some(g) = self.lock_current().as_ref() {
-            g.seal(&format!("the master changed from {old} to {new} (Sentinel)"));
-        }
-        self.changed.notify_all();
     }
 
     /// The tokens accepted now.
@@ -252,39 +334,72 @@ impl Shared {
 
     /// Every generation still held (the current one and sealed ones agents still read).
     fn held(&self) -> Vec<Arc<Generation>> {
-        let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
-        all.iter().filter_map(Weak::upgrade).collect()
+        self.lock().all.iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// An agent connection began or ended.
-    fn touch(&self) {
-        *self.last_active.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    /// An agent connection began: false when the relay is at `--connections-max`.
+    fn connection_opened(&self) -> bool {
+        self.lock().machine.connection_opened(self.config.connections_max, Instant::now())
     }
 
-    /// `--idle-release-secs`: when no agent has been connected for that long, seal the current
-    /// generation and stop holding it, so its memory is freed (once any sealed reader is gone). The
-    /// next agent triggers a new capture. Returns whether it released one.
-    fn release_if_idle(&self) -> bool {
-        let Some(idle) = self.config.idle_release else { return false };
-        if self.connections.load(Ordering::SeqCst) > 0 || self.last_active.lock().unwrap_or_else(|p| p.into_inner()).elapsed() < idle {
-            return false;
+    /// Agent connections open now.
+    fn connections(&self) -> usize {
+        self.lock().machine.connections()
+    }
+
+    /// An agent connection ended.
+    fn connection_closed(&self) {
+        self.lock().machine.connection_closed(Instant::now());
+    }
+
+    /// Time passed (`--idle-release-secs` is decided by the machine).
+    fn idle_tick(&self) {
+        self.feed(|g| ((), g.idle_tick(Instant::now())));
+    }
+
+    /// The capture thread waits until a capture is wanted (`Some(id)`) or the relay stops (`None`),
+    /// ticking the machine meanwhile.
+    fn wait_to_capture(&self) -> Option<u64> {
+        let mut life = self.lock();
+        loop {
+            match life.machine.next_capture() {
+                Next::Capture(id) => return Some(id),
+                Next::Stop => return None,
+                Next::Wait => {}
+            }
+            life = self.changed.wait_timeout(life, IDLE_TICK).unwrap_or_else(|p| p.into_inner()).0;
+            let actions = life.machine.idle_tick(Instant::now());
+            self.carry_out(&mut life, actions);
         }
-        let mut cur = self.lock_current();
-        let Some(gen) = cur.take() else { return false };
-        drop(cur);
-        gen.seal(&format!("no agent for {} s (--idle-release-secs): memory released", idle.as_secs()));
-        stats::Stats::add(&self.stats.released_idle, 1);
-        tracing::info!(generation = gen.id(), rdb_bytes = gen.descriptor(usize::MAX).0.published, "released an idle generation; the next agent triggers a new capture");
-        self.changed.notify_all();
-        true
     }
 
-    fn record_capture_failure(&self, why: String, kind: transport::wire::CaptureFailure) {
-        stats::Stats::add(&self.stats.capture_failures, 1);
-        let mut f = self.capture_failed.lock().unwrap_or_else(|p| p.into_inner());
-        *f = (f.0 + 1, why, kind);
-        drop(f);
-        self.changed.notify_all();
+    /// Where a new agent begins waiting for a generation.
+    fn ticket(&self) -> Ticket {
+        self.lock().machine.ticket()
+    }
+
+    /// A new agent waits (up to `timeout`) for a generation it may use; `Err` says why it has none
+    /// ([`Answer::Wait`]: not yet).
+    fn generation_for_agent(&self, ticket: Ticket, timeout: Duration) -> Result<Arc<Generation>, Answer> {
+        let deadline = Instant::now() + timeout;
+        let mut life = self.lock();
+        loop {
+            let (answer, actions) = life.machine.want(ticket);
+            self.carry_out(&mut life, actions);
+            match answer {
+                Answer::Ready(id) => match life.current.clone() {
+                    Some(g) if g.id() == id => return Ok(g),
+                    _ => return Err(Answer::Wait),
+                },
+                Answer::Wait => {}
+                other => return Err(other),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Answer::Wait);
+            }
+            life = self.changed.wait_timeout(life, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 
     /// The transports this relay offers, by name.
@@ -323,29 +438,7 @@ impl Shared {
 
     /// Generation `id` if anyone still holds it.
     fn find(&self, id: u64) -> Option<Arc<Generation>> {
-        let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
-        all.iter().filter_map(Weak::upgrade).find(|g| g.id() == id)
-    }
-
-    /// The generation a new agent should use: the current one unless sealed or failed, in which case
-    /// a new capture is requested and we wait for it (up to `timeout`).
-    fn generation_for_agent(&self, timeout: Duration) -> Option<Arc<Generation>> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut cur = self.lock_current();
-        loop {
-            if let Some(g) = cur.as_ref() {
-                if matches!(g.state(), State::Capturing | State::Complete) {
-                    return Some(g.clone());
-                }
-            }
-            self.demand.store(true, Ordering::SeqCst);
-            self.changed.notify_all();
-            let now = std::time::Instant::now();
-            if now >= deadline || self.stop.load(Ordering::SeqCst) {
-                return None;
-            }
-            cur = self.changed.wait_timeout(cur, (deadline - now).min(Duration::from_millis(500))).unwrap_or_else(|p| p.into_inner()).0;
-        }
+        self.lock().find(id)
     }
 }
 
@@ -384,28 +477,22 @@ impl Relay {
         } else {
             None
         };
-        let on_start = config.capture == CapturePolicy::OnStart;
         let master = match &config.sentinel {
             Some(s) => s.master(limits::CONNECT_TIMEOUT).map_err(Error::Config)?,
             None => config.master.clone(),
         };
         let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
+        let machine = Generations::new(config.capture, config.idle_release, master, Instant::now());
         let shared = Arc::new(Shared {
             tokens: std::sync::RwLock::new(tokens),
-            master: Mutex::new(master),
-            master_changes: std::sync::atomic::AtomicU64::new(0),
             config,
-            current: Mutex::new(None),
+            life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
             changed: Condvar::new(),
-            all: Mutex::new(Vec::new()),
-            demand: AtomicBool::new(on_start),
+            master_changes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
-            connections: std::sync::atomic::AtomicUsize::new(0),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
             swarms: tracker::Swarms::default(),
-            capture_failed: Mutex::new((0, String::new(), transport::wire::CaptureFailure::Other)),
             stats: stats::Stats::new(),
-            last_active: Mutex::new(std::time::Instant::now()),
             #[cfg(feature = "ucx")]
             ucx,
         });
@@ -477,7 +564,7 @@ impl Relay {
     /// Stop capturing and serving (for embedding; the daemon runs until killed).
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.changed.notify_all();
+        self.shared.feed(|g| ((), g.stop()));
         let _ = std::net::TcpStream::connect(self.local_addr);
         if let Some(name) = &self.shared.shm_socket {
             let _ = transport::shm::connect(name, &Token::empty(), transport::auth::Kind::Data);

@@ -1,6 +1,7 @@
 //! Serving agents: every connection authenticates first; control connections get the descriptor and
 //! its changes pushed, data connections get range reads.
 
+use crate::generations::Answer;
 use crate::stats::Stats;
 use crate::{tracker, Shared};
 use snapshot::Generation;
@@ -87,7 +88,7 @@ fn accept_each<S: Send + 'static>(
     conns: impl Iterator<Item = std::io::Result<S>>,
     peer_of: impl Fn(&S) -> String,
     thread: &str,
-    serve: fn(&Shared, S) -> Result<(), Error>,
+    serve: fn(&Shared, S) -> Result<(), ConnError>,
 ) {
     for conn in conns {
         if shared.stop.load(Ordering::SeqCst) {
@@ -101,59 +102,88 @@ fn accept_each<S: Send + 'static>(
             }
         };
         let peer = peer_of(&s);
-        if shared.connections.load(Ordering::SeqCst) >= shared.config.connections_max {
+        if !shared.connection_opened() {
             tracing::warn!(%peer, max = shared.config.connections_max, "too many connections; closing");
             Stats::add(&shared.stats.refused_over_limit, 1);
             continue;
         }
-        shared.connections.fetch_add(1, Ordering::SeqCst);
-        shared.touch();
         let sh = shared.clone();
         let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
             let span = tracing::info_span!("agent", %peer);
             let _g = span.enter();
             if let Err(e) = serve(&sh, s) {
                 let st = &sh.stats;
-                match e {
-                    Error::Auth(_) => {
+                match e.class() {
+                    Class::Auth => {
                         Stats::add(&st.errors_auth, 1);
                         tracing::warn!(error = %e, "closed connection")
                     }
-                    Error::Protocol(_) => {
+                    Class::Protocol => {
                         Stats::add(&st.errors_protocol, 1);
                         tracing::warn!(error = %e, "closed connection")
                     }
                     // A port probe (connect, then close) is not worth more than a debug line.
-                    Error::Io { op: "read agent authentication", .. } => tracing::debug!(error = %e, "connection closed before authenticating"),
-                    _ => {
+                    Class::ClosedBeforeAuth => tracing::debug!(error = %e, "connection closed before authenticating"),
+                    Class::Io => {
                         Stats::add(&st.errors_io, 1);
                         tracing::info!(error = %e, "connection ended")
                     }
                 }
             }
-            sh.connections.fetch_sub(1, Ordering::SeqCst);
-            sh.touch();
+            sh.connection_closed();
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "spawn connection thread");
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            shared.connection_closed();
         }
     }
 }
 
-fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), Error> {
+/// Why a connection ended badly: at the authentication exchange, or after it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    /// The authentication exchange failed (a wrong token, not an agent, or closed before a word).
+    #[error("authenticate the agent: {0}")]
+    Authenticating(#[source] Error),
+    /// Serving the connection failed.
+    #[error(transparent)]
+    Serving(#[from] Error),
+}
+
+/// How a connection's end is counted and logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Auth,
+    Protocol,
+    /// A socket error before the agent said anything: a port probe, most likely.
+    ClosedBeforeAuth,
+    Io,
+}
+
+impl ConnError {
+    fn class(&self) -> Class {
+        match self {
+            ConnError::Authenticating(Error::Io { .. }) => Class::ClosedBeforeAuth,
+            ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => Class::Auth,
+            ConnError::Authenticating(Error::Protocol(_)) | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
+            _ => Class::Io,
+        }
+    }
+}
+
+fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), ConnError> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    match auth::server_any(&mut s, &shared.tokens())? {
+    match auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)? {
         Kind::Data => {
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
-            serve_data(shared, s)
+            Ok(serve_data(shared, s)?)
         }
-        Kind::Control | Kind::Status => Err(Error::Protocol("control and status connections go over TCP, not the shm socket".into())),
+        Kind::Control | Kind::Status => Err(Error::Protocol("control and status connections go over TCP, not the shm socket".into()).into()),
     }
 }
 
-fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), Error> {
+fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), ConnError> {
     s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
     s.set_nodelay(true).map_err(Error::io("configure socket"))?;
@@ -167,9 +197,9 @@ fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), Error> {
 
 /// Authenticate, then serve the connection's kind. `raw` is the TCP socket under `s` (timeouts,
 /// addresses, and noticing a control connection's agent leave).
-fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream) -> Result<(), Error> {
-    let kind = auth::server_any(&mut s, &shared.tokens())?;
-    match kind {
+fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream) -> Result<(), ConnError> {
+    let kind = auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)?;
+    Ok(match kind {
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
             let local = raw.local_addr().map_err(Error::io("local address"))?;
@@ -181,7 +211,7 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
             raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
             serve_data(shared, s)
         }
-    }
+    }?)
 }
 
 /// Has the agent of a control connection left? It sends nothing on it, so bytes waiting or EOF mean
@@ -210,18 +240,18 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
     )?;
     // Wait for a usable generation, heartbeating so the agent knows we are alive.
     let deadline = Instant::now() + GENERATION_WAIT;
-    let failures_before = shared.capture_failures().0;
+    let ticket = shared.ticket();
     let gen: Arc<Generation> = loop {
-        if let Some(g) = shared.generation_for_agent(HEARTBEAT) {
-            break g;
-        }
-        // A capture tried for this agent failed: say why now rather than after GENERATION_WAIT (a
-        // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
-        let (failures, why, kind) = shared.capture_failures();
-        if failures > failures_before {
-            tracing::warn!(error = %why, ?kind, "no snapshot for a waiting agent: the capture failed");
-            wire::send_control(&mut s, &Control::CaptureFailed { kind, message: why })?;
-            return Ok(());
+        match shared.generation_for_agent(ticket, HEARTBEAT) {
+            Ok(g) => break g,
+            // A capture tried for this agent failed: say why now rather than after GENERATION_WAIT (a
+            // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
+            Err(Answer::CaptureFailed(f)) => {
+                tracing::warn!(error = %f.why, kind = ?f.kind, "no snapshot for a waiting agent: the capture failed");
+                wire::send_control(&mut s, &Control::CaptureFailed { kind: f.kind, message: f.why })?;
+                return Ok(());
+            }
+            Err(_) => {}
         }
         if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {
             wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;
@@ -306,13 +336,6 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             tcp::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
             continue;
         };
-        if let Some(reply) = swarm_request(shared, &s, gen, &req, &body, &mut member)? {
-            match reply {
-                Ok(bytes) => tcp::send_bytes(&mut s, &bytes)?,
-                Err(message) => tcp::send_error(&mut s, &message)?,
-            }
-            continue;
-        }
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
@@ -346,59 +369,94 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 }
                 Err(e) => tcp::send_error(&mut s, &e.to_string())?,
             },
-            Request::Register { .. } | Request::Locate { .. } | Request::Have { .. } | Request::NotAt { .. } | Request::Needed { .. } => {
-                unreachable!("swarm requests are answered above")
-            }
+            Request::Register { port, serves, local, .. } => answer_swarm(shared, &mut s, gen, Swarm::Register { port, serves, local }, &body, &mut member)?,
+            Request::Locate { .. } => answer_swarm(shared, &mut s, gen, Swarm::Locate, &body, &mut member)?,
+            Request::Have { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Have { block }, &body, &mut member)?,
+            Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
+            Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
         }
     }
 }
 
-/// Answer a swarm request (`None` for any other request): the bytes of a success, or a refusal.
-/// A connection registers once; the other swarm requests need a registration for the same generation.
+/// Answer a swarm request: its bytes, or the refusal.
+fn answer_swarm<'a, S: DataStream>(shared: &'a Shared, s: &mut S, gen: &Generation, req: Swarm, body: &[u8], member: &mut Option<Membership<'a>>) -> Result<(), Error> {
+    match swarm_request(shared, s, gen, req, body, member)? {
+        Ok(bytes) => tcp::send_bytes(s, &bytes),
+        Err(message) => tcp::send_error(s, &message),
+    }
+}
+
+/// The requests of a generation's swarm (see [`tracker`]), told apart from reads by `serve_data`'s
+/// one match, with what each carries besides its generation.
+#[derive(Debug, Clone, Copy)]
+enum Swarm {
+    Register { port: u16, serves: bool, local: bool },
+    Locate,
+    Have { block: u64 },
+    NotAt { block: u64, peer: u32 },
+    Needed,
+}
+
+/// What a swarm request is answered: the bytes of a success, or a refusal. A connection registers once; the
+/// other swarm requests need a registration for the same generation.
 fn swarm_request<'a, S: DataStream>(
     shared: &'a Shared,
     s: &S,
     gen: &Generation,
-    req: &Request,
+    req: Swarm,
     body: &[u8],
     member: &mut Option<Membership<'a>>,
-) -> Result<Option<Result<Vec<u8>, String>>, Error> {
+) -> Result<Result<Vec<u8>, String>, Error> {
     let (published, total) = gen.blocks();
     let me = member.as_ref().filter(|m| m.generation == gen.id()).map(|m| m.id);
-    let reply = match (*req, me) {
-        (Request::Register { .. }, _) if member.is_some() => Err("this connection is already registered".to_string()),
-        (Request::Register { port, serves, local, .. }, None) => {
+    Ok(match (req, me) {
+        (Swarm::Register { .. }, _) if member.is_some() => Err("this connection is already registered".to_string()),
+        (Swarm::Register { port, serves, local }, _) => {
             let advertise = if body.is_empty() { None } else { Some(transport::tracker::check_addr(body)?) };
             let Some(seen_at) = s.peer_ip() else {
-                return Ok(Some(Err("swarm registration goes over TCP".into())));
+                return Ok(Err("swarm registration goes over TCP".into()));
             };
             if serves && port == 0 && advertise.is_none() {
-                return Ok(Some(Err("a serving agent must give its port".into())));
+                return Ok(Err("a serving agent must give its port".into()));
             }
             let id = shared.swarms.register(gen.id(), seen_at, tracker::Member { port, serves, local, advertise }, published);
             tracing::info!(generation = gen.id(), agent = id, serves, local, "agent joined the swarm");
             *member = Some(Membership { shared, generation: gen.id(), id });
             Ok(id.to_be_bytes().to_vec())
         }
-        (Request::Locate { .. }, Some(id)) => {
+        (_, None) => Err("register with this generation's swarm first".to_string()),
+        (Swarm::Locate, Some(id)) => {
             let ask = transport::tracker::Locate::decode(body)?;
             let answers = shared.swarms.locate(gen.id(), id, &ask, published, total, Instant::now());
             Ok(transport::tracker::encode_located(&answers))
         }
-        (Request::Have { block, .. }, Some(id)) if block < published => {
+        (Swarm::Have { block }, Some(id)) if block < published => {
             shared.swarms.have(gen.id(), id, block);
             Ok(Vec::new())
         }
-        (Request::Have { block, .. }, Some(_)) => Err(format!("block {block} is not published")),
-        (Request::NotAt { block, peer, .. }, Some(_)) => {
+        (Swarm::Have { block }, Some(_)) => Err(format!("block {block} is not published")),
+        (Swarm::NotAt { block, peer }, Some(_)) => {
             shared.swarms.not_at(gen.id(), peer, block);
             Ok(Vec::new())
         }
-        (Request::Needed { .. }, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
-        (Request::Locate { .. } | Request::Have { .. } | Request::NotAt { .. } | Request::Needed { .. }, None) => {
-            Err("register with this generation's swarm first".to_string())
-        }
-        _ => return Ok(None),
-    };
-    Ok(Some(reply))
+        (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io() -> Error {
+        Error::Io { op: "any read", source: std::io::ErrorKind::UnexpectedEof.into() }
+    }
+
+    #[test]
+    fn a_socket_error_is_a_probe_only_before_authentication() {
+        assert_eq!(ConnError::Authenticating(io()).class(), Class::ClosedBeforeAuth);
+        assert_eq!(ConnError::Serving(io()).class(), Class::Io);
+        assert_eq!(ConnError::Authenticating(Error::Auth("wrong token".into())).class(), Class::Auth);
+        assert_eq!(ConnError::Authenticating(Error::Protocol("bad magic".into())).class(), Class::Protocol);
+        assert_eq!(ConnError::Serving(Error::Protocol("bad request".into())).class(), Class::Protocol);
+    }
 }

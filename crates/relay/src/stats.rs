@@ -5,7 +5,9 @@
 //! Reads over one-sided transports (shm, ucx) never reach the relay's CPU — that is their point — so
 //! the relay counts their attaches, not their bytes; the agents' reports count those bytes.
 
+use crate::generations::SealReason;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -16,6 +18,8 @@ pub(crate) struct Stats {
     pub captures: AtomicU64,
     pub capture_failures: AtomicU64,
     pub sealed: AtomicU64,
+    /// Seals by reason, indexed by `SealReason::index`.
+    pub sealed_by: [AtomicU64; 4],
     pub released_idle: AtomicU64,
     pub agents_attached: AtomicU64,
     pub agents_attached_total: AtomicU64,
@@ -41,6 +45,7 @@ impl Stats {
             captures: AtomicU64::new(0),
             capture_failures: AtomicU64::new(0),
             sealed: AtomicU64::new(0),
+            sealed_by: Default::default(),
             released_idle: AtomicU64::new(0),
             agents_attached: AtomicU64::new(0),
             agents_attached_total: AtomicU64::new(0),
@@ -60,6 +65,12 @@ impl Stats {
 
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A generation was sealed (each one once).
+    pub fn sealed(&self, reason: SealReason) {
+        Stats::add(&self.sealed, 1);
+        Stats::add(&self.sealed_by[reason.index()], 1);
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -149,8 +160,11 @@ pub struct Status {
     /// The last capture failure, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_capture_error: Option<String>,
-    /// Generations sealed (log bound, age, link lost, source changed).
+    /// Generations sealed (log bound, age, link lost, source changed, idle release).
     pub sealed_total: u64,
+    /// The same by reason: log_bound, link_lost, master_changed, idle_release.
+    #[serde(default)]
+    pub sealed_by_reason: BTreeMap<String, u64>,
     /// Generations whose memory was released after `--idle-release-secs` without agents.
     pub released_idle_total: u64,
     /// Seconds since the source last sent anything (the link's silence; `None` before any capture).
@@ -199,6 +213,9 @@ impl Status {
         e.counter("captures_total", "Captures started (each one fork on its source).", &[], self.captures_total as f64);
         e.counter("capture_failures_total", "Captures that failed.", &[], self.capture_failures_total as f64);
         e.counter("generations_sealed_total", "Generations sealed.", &[], self.sealed_total as f64);
+        for (reason, n) in &self.sealed_by_reason {
+            e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
+        }
         e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], self.released_idle_total as f64);
         e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], self.source_silent_secs.unwrap_or(-1.0));
         e.counter("source_bytes_total", "Bytes received from capture sources.", &[], self.source_bytes_total as f64);
@@ -234,7 +251,7 @@ impl Status {
 /// Take the status of `shared` now.
 pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> Status {
     let s = &shared.stats;
-    let current = shared.lock_current().as_ref().map(|g| g.id());
+    let current = shared.current_id();
     let mut generations: Vec<GenerationStatus> = shared
         .held()
         .iter()
@@ -259,7 +276,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         })
         .collect();
     generations.sort_by_key(|g| g.id);
-    let failure = shared.capture_failures().1;
+    let last_capture_error = shared.capture_failures().1.map(|f| f.why);
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
@@ -270,14 +287,15 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         uptime_secs: s.uptime_secs(),
         captures_total: get(&s.captures),
         capture_failures_total: get(&s.capture_failures),
-        last_capture_error: (!failure.is_empty()).then_some(failure),
+        last_capture_error,
         sealed_total: get(&s.sealed),
+        sealed_by_reason: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
         released_idle_total: get(&s.released_idle),
         source_silent_secs: s.source_silent_secs(),
         source_bytes_total: get(&s.source_bytes),
         held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
         generations,
-        connections: shared.connections.load(Ordering::SeqCst) as u64,
+        connections: shared.connections() as u64,
         connections_max: shared.config.connections_max as u64,
         refused_over_limit_total: get(&s.refused_over_limit),
         agents_attached: get(&s.agents_attached),

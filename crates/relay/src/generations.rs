@@ -1,0 +1,581 @@
+//! The relay's generation lifecycle as one machine: which generation agents get, when a capture (a
+//! fork on the source) starts, when a generation is sealed or let go of, and what waiting agents are
+//! told. No sockets, no clock, no snapshot memory: it holds generation ids and states, takes events
+//! (with `now` where time matters) and returns [`Action`]s. The threads feed it under one lock and
+//! carry the actions out on the real generations (see `Shared` in lib.rs).
+
+use crate::CapturePolicy;
+use std::time::{Duration, Instant};
+
+/// Why a generation was sealed (agents already on it finish from it; new agents need a new capture).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SealReason {
+    /// Its stream log reached its bound (bytes or age).
+    LogBound,
+    /// The link to the source dropped after the snapshot was complete.
+    LinkLost,
+    /// Sentinel named another master: the generation's history is the old master's.
+    MasterChanged,
+    /// No agent connection for `--idle-release-secs`: its memory is let go of.
+    IdleRelease,
+}
+
+impl SealReason {
+    /// Every reason, in the order of [`SealReason::index`].
+    pub(crate) const ALL: [SealReason; 4] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease];
+
+    /// Its place in [`SealReason::ALL`] (a counter per reason).
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in the status and the metrics' `reason` label.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SealReason::LogBound => "log_bound",
+            SealReason::LinkLost => "link_lost",
+            SealReason::MasterChanged => "master_changed",
+            SealReason::IdleRelease => "idle_release",
+        }
+    }
+
+    /// How the generation's descriptor and the log say it.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            SealReason::LogBound => "stream log reached its bound",
+            SealReason::LinkLost => "the link to the source was lost",
+            SealReason::MasterChanged => "the master changed (Sentinel)",
+            SealReason::IdleRelease => "no agent for --idle-release-secs: memory released",
+        }
+    }
+}
+
+/// Where the current generation is in its life, as far as the machine knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Its RDB is arriving (agents may already read the published blocks).
+    Capturing,
+    /// The RDB is complete; the stream log grows.
+    Complete,
+    /// Readable by those on it, but new agents need a new capture.
+    Sealed(SealReason),
+    /// Its capture failed mid-RDB.
+    Failed,
+}
+
+impl Phase {
+    /// A new agent may attach to a generation in this phase.
+    fn usable(self) -> bool {
+        matches!(self, Phase::Capturing | Phase::Complete)
+    }
+}
+
+/// What the driver must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Wake the capture thread: a capture is wanted and none runs.
+    StartCapture,
+    /// Seal generation `id` (count it once, under `reason`); its capture must stop appending.
+    Seal {
+        /// Which.
+        id: u64,
+        /// Why.
+        reason: SealReason,
+    },
+    /// Mark generation `id` failed (its capture broke mid-RDB, or its master changed under it).
+    Fail {
+        /// Which.
+        id: u64,
+        /// Why (its descriptor says it to the agents on it).
+        why: String,
+    },
+    /// Stop holding generation `id` as the current one (its memory goes with its last reader).
+    Release {
+        /// Which.
+        id: u64,
+    },
+    /// Wake the agents waiting for a generation: something they wait for happened.
+    TellWaiters,
+}
+
+/// What the capture thread is to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Capture generation `id` now.
+    Capture(u64),
+    /// Nothing wanted yet: wait for a change (and tick).
+    Wait,
+    /// The relay stops.
+    Stop,
+}
+
+/// What an agent waiting for a generation gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Attach to generation `id`.
+    Ready(u64),
+    /// A capture failed since the agent began waiting: tell it why now.
+    CaptureFailed(Failure),
+    /// The relay stops.
+    Stopped,
+    /// Keep waiting (a capture is wanted or running).
+    Wait,
+}
+
+/// Where an agent began waiting: the failures it must not be told about (they happened before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    failures: u64,
+}
+
+/// Why a capture failed: its kind (which tells a waiting agent whether retrying can help) and the
+/// capture's own account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// What kind of failure, as agents are told.
+    pub(crate) kind: transport::wire::CaptureFailure,
+    /// What happened.
+    pub(crate) why: String,
+}
+
+/// How a capture ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It ended without failing: its generation was sealed (by its bound, a failover or an idle
+    /// release), or a failover came before its RDB began; the link is closed.
+    Sealed,
+    /// It failed, at whatever stage (before the RDB, during it, or streaming after it).
+    Failed(Failure),
+    /// The relay stops.
+    Stopped,
+}
+
+/// The lifecycle of the relay's generations.
+#[derive(Debug)]
+pub(crate) struct Generations {
+    policy: CapturePolicy,
+    idle_release: Option<Duration>,
+    /// The generation new agents are handed, with its phase.
+    current: Option<(u64, Phase)>,
+    /// The capture running now (its generation id), if any.
+    running: Option<u64>,
+    /// Captures started so far (the last id handed out).
+    captures: u64,
+    /// Someone wants a fresh generation: set by a waiting agent (or `--capture on-start`), cleared
+    /// when a generation is published (the demand is met) or a capture fails with nobody to retry for.
+    demand: bool,
+    failures: u64,
+    last_error: Option<Failure>,
+    connections: usize,
+    last_active: Instant,
+    master: String,
+    master_changes: u64,
+    stopped: bool,
+}
+
+impl Generations {
+    /// A relay that has captured nothing yet.
+    pub(crate) fn new(policy: CapturePolicy, idle_release: Option<Duration>, master: String, now: Instant) -> Generations {
+        Generations {
+            policy,
+            idle_release,
+            current: None,
+            running: None,
+            captures: 0,
+            demand: policy == CapturePolicy::OnStart,
+            failures: 0,
+            last_error: None,
+            connections: 0,
+            last_active: now,
+            master,
+            master_changes: 0,
+            stopped: false,
+        }
+    }
+
+    /// The current generation's id and phase.
+    pub(crate) fn current(&self) -> Option<(u64, Phase)> {
+        self.current
+    }
+
+    /// The master agents are handed to, and how many times it changed.
+    pub(crate) fn master(&self) -> (&str, u64) {
+        (&self.master, self.master_changes)
+    }
+
+    /// Captures that failed, and why the last one did.
+    pub(crate) fn failures(&self) -> (u64, Option<&Failure>) {
+        (self.failures, self.last_error.as_ref())
+    }
+
+    /// Agent connections open now.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections
+    }
+
+    /// The relay stops: the capture thread ends, waiters are told.
+    pub(crate) fn stop(&mut self) -> Vec<Action> {
+        self.stopped = true;
+        vec![Action::StartCapture, Action::TellWaiters]
+    }
+
+    /// An agent connection opened; refused (false) at `max` connections.
+    pub(crate) fn connection_opened(&mut self, max: usize, now: Instant) -> bool {
+        if self.connections >= max {
+            return false;
+        }
+        self.connections += 1;
+        self.last_active = now;
+        true
+    }
+
+    /// An agent connection ended.
+    pub(crate) fn connection_closed(&mut self, now: Instant) {
+        self.connections = self.connections.saturating_sub(1);
+        self.last_active = now;
+    }
+
+    /// An agent begins waiting for a generation.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket { failures: self.failures }
+    }
+
+    /// An agent (holding `ticket`) wants a generation: the current one if new agents may use it,
+    /// otherwise a capture is wanted and it waits, unless a capture failed since it began waiting.
+    pub(crate) fn want(&mut self, ticket: Ticket) -> (Answer, Vec<Action>) {
+        if self.stopped {
+            return (Answer::Stopped, Vec::new());
+        }
+        if let Some((id, phase)) = self.current {
+            if phase.usable() {
+                return (Answer::Ready(id), Vec::new());
+            }
+        }
+        if self.failures > ticket.failures {
+            if let Some(f) = &self.last_error {
+                return (Answer::CaptureFailed(f.clone()), Vec::new());
+            }
+        }
+        let wake = !self.demand && self.running.is_none();
+        self.demand = true;
+        (Answer::Wait, if wake { vec![Action::StartCapture] } else { Vec::new() })
+    }
+
+    /// The capture thread asks what to do.
+    pub(crate) fn next_capture(&mut self) -> Next {
+        if self.stopped {
+            return Next::Stop;
+        }
+        if !self.demand || self.running.is_some() {
+            return Next::Wait;
+        }
+        self.captures += 1;
+        self.running = Some(self.captures);
+        Next::Capture(self.captures)
+    }
+
+    /// Capture `id`'s RDB started: its generation is the current one, and the demand is met. (Left
+    /// set, a demand from agents that waited during this capture would start a second capture, a
+    /// second fork on the source, as soon as this one ended.)
+    pub(crate) fn published(&mut self, id: u64) -> Vec<Action> {
+        self.current = Some((id, Phase::Capturing));
+        self.demand = false;
+        vec![Action::TellWaiters]
+    }
+
+    /// Capture `id`'s RDB is complete.
+    pub(crate) fn rdb_complete(&mut self, id: u64) {
+        if self.current == Some((id, Phase::Capturing)) {
+            self.current = Some((id, Phase::Complete));
+        }
+    }
+
+    /// Capture `id`'s stream log reached its bound.
+    pub(crate) fn log_bound(&mut self, id: u64) -> Vec<Action> {
+        self.seal(id, SealReason::LogBound)
+    }
+
+    /// Seal `id` if it is the current, complete generation; a generation is sealed at most once.
+    fn seal(&mut self, id: u64, reason: SealReason) -> Vec<Action> {
+        match self.current {
+            Some((cur, Phase::Complete)) if cur == id => {
+                self.current = Some((id, Phase::Sealed(reason)));
+                vec![Action::Seal { id, reason }, Action::TellWaiters]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Capture `id` ended.
+    pub(crate) fn capture_ended(&mut self, id: u64, how: Ended) -> Vec<Action> {
+        if self.running == Some(id) {
+            self.running = None;
+        }
+        let failure = match how {
+            Ended::Sealed | Ended::Stopped => return Vec::new(),
+            Ended::Failed(f) => f,
+        };
+        self.failures += 1;
+        let why = failure.why.clone();
+        self.last_error = Some(failure);
+        let mut actions = match self.current {
+            Some((cur, Phase::Capturing)) if cur == id => {
+                self.current = Some((id, Phase::Failed));
+                vec![Action::Fail { id, why: why.clone() }]
+            }
+            Some((cur, Phase::Complete)) if cur == id => self.seal(id, SealReason::LinkLost),
+            _ => Vec::new(),
+        };
+        // Waiters are told and leave (they ask again if they retry), so their demand goes with them:
+        // no loop of captures for nobody. With --capture on-start a first generation is wanted even
+        // without agents: the relay's job is to be ready.
+        self.demand = self.policy == CapturePolicy::OnStart && (id == 1 || self.current.is_none());
+        actions.push(Action::TellWaiters);
+        actions
+    }
+
+    /// Sentinel named another master: the current generation's history is the old master's, so it
+    /// is sealed (or failed, mid-RDB); the next agent triggers a capture from the new master.
+    pub(crate) fn master_changed(&mut self, new: String) -> Vec<Action> {
+        let why = format!("the master changed from {} to {new} (Sentinel)", self.master);
+        self.master = new;
+        self.master_changes += 1;
+        match self.current {
+            Some((id, Phase::Capturing)) => {
+                self.current = Some((id, Phase::Failed));
+                vec![Action::Fail { id, why }, Action::TellWaiters]
+            }
+            Some((id, Phase::Complete)) => self.seal(id, SealReason::MasterChanged),
+            _ => vec![Action::TellWaiters],
+        }
+    }
+
+    /// Time passed: with `--idle-release-secs`, a generation nobody has been connected for that long
+    /// is sealed (if still complete) and released, so its memory is freed once any reader is gone.
+    /// Never one whose RDB is still arriving.
+    pub(crate) fn idle_tick(&mut self, now: Instant) -> Vec<Action> {
+        let Some(idle) = self.idle_release else { return Vec::new() };
+        if self.connections > 0 || now.saturating_duration_since(self.last_active) < idle {
+            return Vec::new();
+        }
+        let Some((id, phase)) = self.current else { return Vec::new() };
+        if phase == Phase::Capturing {
+            return Vec::new();
+        }
+        let mut actions = self.seal(id, SealReason::IdleRelease);
+        self.current = None;
+        actions.push(Action::Release { id });
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE: Duration = Duration::from_secs(10);
+
+    fn failure(why: &str) -> Failure {
+        Failure { kind: transport::wire::CaptureFailure::Unreachable, why: why.into() }
+    }
+
+    fn machine(policy: CapturePolicy) -> (Generations, Instant) {
+        let t0 = Instant::now();
+        (Generations::new(policy, Some(IDLE), "m1:6379".into(), t0), t0)
+    }
+
+    /// Start, publish and complete one capture; returns its id.
+    fn capture(g: &mut Generations) -> u64 {
+        let Next::Capture(id) = g.next_capture() else { panic!("a capture should start: {g:?}") };
+        g.published(id);
+        g.rdb_complete(id);
+        id
+    }
+
+    fn seals(actions: &[Action]) -> Vec<(u64, SealReason)> {
+        actions.iter().filter_map(|a| if let Action::Seal { id, reason } = a { Some((*id, *reason)) } else { None }).collect()
+    }
+
+    #[test]
+    fn on_start_captures_at_once_on_demand_waits_for_an_agent() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        assert_eq!(g.next_capture(), Next::Capture(1));
+
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        assert_eq!(g.next_capture(), Next::Wait, "nobody asked");
+        let t = g.ticket();
+        let (answer, actions) = g.want(t);
+        assert_eq!(answer, Answer::Wait);
+        assert_eq!(actions, vec![Action::StartCapture]);
+        assert_eq!(g.next_capture(), Next::Capture(1));
+    }
+
+    /// Regression: a demand set by agents waiting during a capture was cleared only when a capture
+    /// started, so a second capture (a second fork) followed as soon as the first ended.
+    #[test]
+    fn agents_waiting_during_a_capture_do_not_start_a_second_one() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let t = g.ticket();
+        g.want(t);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        // Agents arrive while the capture runs, before its RDB starts.
+        for _ in 0..3 {
+            let t = g.ticket();
+            assert_eq!(g.want(t).0, Answer::Wait);
+        }
+        g.published(id);
+        g.rdb_complete(id);
+        g.log_bound(id);
+        g.capture_ended(id, Ended::Sealed);
+        assert_eq!(g.next_capture(), Next::Wait, "the waiters' demand was met by the publish");
+    }
+
+    /// Regression: a sealed generation's log kept growing when another thread (Sentinel, idle
+    /// release) sealed it. Every seal is one state change, reported once, and a sealed generation
+    /// is not sealed again by its bound or by its link dropping (no double count).
+    #[test]
+    fn a_generation_is_sealed_once_and_stays_sealed() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let id = capture(&mut g);
+        assert_eq!(seals(&g.master_changed("m2:6379".into())), vec![(id, SealReason::MasterChanged)]);
+        assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::MasterChanged))));
+        assert!(seals(&g.log_bound(id)).is_empty(), "the log of a sealed generation takes no more bytes");
+        assert!(seals(&g.capture_ended(id, Ended::Failed(failure("link dropped")))).is_empty(), "not counted again");
+        assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::MasterChanged))));
+    }
+
+    #[test]
+    fn one_publish_releases_every_waiter() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let tickets: Vec<Ticket> = (0..5).map(|_| g.ticket()).collect();
+        for t in &tickets {
+            assert_eq!(g.want(*t).0, Answer::Wait);
+        }
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        assert!(g.published(id).contains(&Action::TellWaiters));
+        for t in tickets {
+            assert_eq!(g.want(t).0, Answer::Ready(id));
+        }
+    }
+
+    #[test]
+    fn a_failed_capture_tells_every_waiter_and_the_next_want_captures_again() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let tickets: Vec<Ticket> = (0..3).map(|_| g.ticket()).collect();
+        for t in &tickets {
+            g.want(*t);
+        }
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        assert!(g.capture_ended(id, Ended::Failed(failure("connection refused"))).contains(&Action::TellWaiters));
+        for t in tickets {
+            assert_eq!(g.want(t).0, Answer::CaptureFailed(failure("connection refused")));
+        }
+        assert_eq!(g.next_capture(), Next::Wait, "nobody waits: no loop of captures");
+        let t = g.ticket();
+        assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]));
+        assert_eq!(g.next_capture(), Next::Capture(id + 1));
+    }
+
+    #[test]
+    fn a_failure_mid_rdb_fails_the_generation() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let t = g.ticket();
+        g.want(t);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.published(id);
+        assert_eq!(g.capture_ended(id, Ended::Failed(failure("cut off"))), vec![Action::Fail { id, why: "cut off".into() }, Action::TellWaiters]);
+        assert_eq!(g.current(), Some((id, Phase::Failed)));
+    }
+
+    #[test]
+    fn on_start_retries_its_first_capture_without_agents() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.capture_ended(id, Ended::Failed(failure("master down")));
+        assert_eq!(g.next_capture(), Next::Capture(id + 1));
+    }
+
+    #[test]
+    fn a_master_change_seals_and_the_next_want_captures_from_the_new_master() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let id = capture(&mut g);
+        let t = g.ticket();
+        assert_eq!(g.want(t).0, Answer::Ready(id));
+        g.master_changed("m2:6379".into());
+        assert_eq!(g.master(), ("m2:6379", 1));
+        g.capture_ended(id, Ended::Sealed);
+        assert_eq!(g.next_capture(), Next::Wait);
+        assert_eq!(g.want(t).0, Answer::Wait);
+        assert_eq!(g.next_capture(), Next::Capture(id + 1));
+    }
+
+    #[test]
+    fn a_master_change_mid_rdb_fails_the_generation() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.published(id);
+        assert!(matches!(g.master_changed("m2:6379".into())[0], Action::Fail { id: failed, .. } if failed == id));
+        let t = g.ticket();
+        assert_eq!(g.want(t).0, Answer::Wait);
+    }
+
+    #[test]
+    fn idle_release_only_after_the_idle_time_without_connections() {
+        let (mut g, t0) = machine(CapturePolicy::OnStart);
+        let id = capture(&mut g);
+        assert!(g.idle_tick(t0 + IDLE / 2).is_empty(), "not idle long enough");
+        assert!(g.connection_opened(4, t0 + IDLE / 2));
+        assert!(g.idle_tick(t0 + IDLE * 3).is_empty(), "a connection is open");
+        g.connection_closed(t0 + IDLE * 3);
+        assert!(g.idle_tick(t0 + IDLE * 3 + IDLE / 2).is_empty(), "idle time counts from the last close");
+        let a = g.idle_tick(t0 + IDLE * 4);
+        assert_eq!(seals(&a), vec![(id, SealReason::IdleRelease)], "counted as a seal");
+        assert!(a.contains(&Action::Release { id }));
+        assert_eq!(g.current(), None);
+        assert!(g.idle_tick(t0 + IDLE * 9).is_empty(), "released once");
+        assert!(seals(&g.capture_ended(id, Ended::Failed(failure("link closed")))).is_empty(), "not counted again when the link drops");
+    }
+
+    #[test]
+    fn idle_release_leaves_a_capture_in_progress_alone() {
+        let (mut g, t0) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.published(id);
+        assert!(g.idle_tick(t0 + IDLE * 2).is_empty());
+    }
+
+    #[test]
+    fn the_log_bound_seals() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let id = capture(&mut g);
+        assert_eq!(g.log_bound(id), vec![Action::Seal { id, reason: SealReason::LogBound }, Action::TellWaiters]);
+        g.capture_ended(id, Ended::Sealed);
+        let t = g.ticket();
+        assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]), "the next agent wants a fresh capture");
+    }
+
+    #[test]
+    fn seal_reasons_index_their_counters() {
+        for (i, r) in SealReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn connections_are_limited() {
+        let (mut g, t0) = machine(CapturePolicy::OnDemand);
+        assert!(g.connection_opened(1, t0));
+        assert!(!g.connection_opened(1, t0));
+        g.connection_closed(t0);
+        assert_eq!(g.connections(), 0);
+    }
+
+    #[test]
+    fn stop_ends_the_capture_thread_and_the_waiters() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let t = g.ticket();
+        g.stop();
+        assert_eq!(g.next_capture(), Next::Stop);
+        assert_eq!(g.want(t).0, Answer::Stopped);
+    }
+}
