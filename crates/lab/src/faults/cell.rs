@@ -427,9 +427,10 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     };
     if let Fault::Netem(_) = cell.fault {
         if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
-            result.skipped = Some("this kernel has no netem qdisc (sch_netem)".into());
-            result.a_verdict = Verdict::FailedClean;
-            result.b_verdict = Verdict::FailedClean;
+            let why = "this kernel has no netem qdisc (sch_netem)".to_string();
+            result.a_verdict = Verdict::Skipped(why.clone());
+            result.b_verdict = Verdict::Skipped(why.clone());
+            result.skipped = Some(why);
             return Ok(result);
         }
     }

@@ -278,14 +278,17 @@ pub enum Verdict {
     /// Non-zero after the handoff (the master went away just then): the replica is the real master's,
     /// not reported in sync, and resyncs natively when the master is back — as a native replica would.
     HandedOver,
+    /// The cell could not run here (the reason): neither survived nor broken, and not counted as
+    /// either.
+    Skipped(String),
     /// The invariant broke.
     Violation(String),
 }
 
 impl Verdict {
-    /// Anything but a violation.
+    /// Ran, and no violation (a skipped cell did not survive anything).
     pub fn survived(&self) -> bool {
-        !matches!(self, Verdict::Violation(_))
+        !matches!(self, Verdict::Violation(_) | Verdict::Skipped(_))
     }
     /// Synced or native (the agent was not disturbed, or recovered by itself).
     pub fn in_sync(&self) -> bool {
