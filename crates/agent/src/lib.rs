@@ -13,6 +13,7 @@
 //! partial resync becomes the master's native full sync, which we wait for and report as such.
 #![deny(missing_docs)]
 
+pub mod events;
 pub mod fetch;
 pub mod guard;
 mod join;

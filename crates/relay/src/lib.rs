@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+pub mod events;
 mod file;
 pub mod serve;
 pub mod source;

@@ -1,6 +1,7 @@
 //! The fault matrix as data: which faults, in which phases, and how a cell's outcome is judged. No
 //! processes here (the driver is [`super::cell`]), so the invariant itself is unit-tested.
 
+use agent::events::JoinPhase;
 use serde::{Deserialize, Serialize};
 
 /// A process the fault strikes.
@@ -161,14 +162,15 @@ impl Phase {
         }
     }
 
-    /// The agent's log line that marks the phase (`join` logs `phase: <name>` on every change).
-    pub fn agent_marker(self) -> &'static str {
+    /// The join's phase event that marks the phase (`join --events` reports each phase); `None`
+    /// for [`Phase::After`], marked by the `handed_off` event.
+    pub fn agent_phase(self) -> Option<JoinPhase> {
         match self {
-            Phase::Capture | Phase::Pull => "phase: pulling",
-            Phase::Load => "phase: loading",
-            Phase::Log => "phase: streaming log",
-            Phase::Handoff => "phase: handing off",
-            Phase::After => "handed off",
+            Phase::Capture | Phase::Pull => Some(JoinPhase::Pulling),
+            Phase::Load => Some(JoinPhase::Loading),
+            Phase::Log => Some(JoinPhase::StreamingLog),
+            Phase::Handoff => Some(JoinPhase::HandingOff),
+            Phase::After => None,
         }
     }
 }
