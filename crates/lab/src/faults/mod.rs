@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(json["a_verdict"]["verdict"], "skipped", "{json}");
         assert_eq!(json["a_verdict"]["why"], "this kernel has no netem qdisc (sch_netem)");
         assert!(!c.a_verdict.survived(), "a skipped cell survived nothing");
-        let r = Results { settings: serde_json::json!({}), cells: vec![c.clone()], summary: summarize(&[c.clone()]) };
+        let r = Results { settings: serde_json::json!({}), cells: vec![c.clone()], summary: summarize(std::slice::from_ref(&c)) };
         assert!(r.summary.contains("0 cells (1 skipped): 0 survived"), "{}", r.summary);
         let md = markdown(&r);
         assert!(md.contains("Skipped: 1 cells"), "{md}");
