@@ -15,6 +15,7 @@
 //! happened ([`ReplicaState`]), and its [`Error`] kind decides whether it is tried again.
 #![deny(missing_docs)]
 
+pub mod events;
 pub mod fetch;
 pub mod guard;
 mod join;

@@ -45,6 +45,10 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct RelayArgs {
+    /// Write typed events (JSON lines: capture started, snapshot published) to this file, for tools;
+    /// the format is in docs/operations.md.
+    #[arg(long, env = "FASTREPL_EVENTS")]
+    events: Option<PathBuf>,
     /// The master, host:port.
     #[arg(long, required_unless_present_any = ["file", "sentinel"], conflicts_with = "sentinel", env = "FASTREPL_MASTER")]
     master: Option<String>,
@@ -222,6 +226,10 @@ struct StatusArgs {
 
 #[derive(clap::Args)]
 struct JoinArgs {
+    /// Write typed events (JSON lines: each phase, the handoff) to this file, for tools; the format
+    /// is in docs/operations.md.
+    #[arg(long, env = "FASTREPL_EVENTS")]
+    events: Option<PathBuf>,
     #[command(flatten)]
     relay_tls: RelayTlsArgs,
     /// The relay, host:port.
@@ -405,6 +413,9 @@ fn main() -> ExitCode {
 }
 
 fn relay(a: RelayArgs) -> Result<ExitCode> {
+    if let Some(p) = &a.events {
+        relay::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
+    }
     let tls = a.tls.load()?;
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
@@ -527,6 +538,9 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
+    if let Some(p) = &a.events {
+        agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
+    }
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
     let token = a.relay_tls.credentials_serving(transport::secrets::token(a.token_file.as_deref())?, peer_cert)?;
 

@@ -18,8 +18,8 @@ fn in_ns(ns: &str) -> Command {
 #[test]
 fn join_across_hosts() {
     if !netns::available() {
-        // Namespaces need root (CI runs as root); say so rather than pass quietly.
-        eprintln!("SKIPPED join_across_hosts: creating network namespaces needs root and iproute2");
+        // Namespaces need root (CI runs as root); counted as skipped, not passed.
+        fixtures::skip("creating network namespaces needs root and iproute2");
         return;
     }
     let lab = netns::Pair::new("j").expect("make two hosts");

@@ -44,8 +44,8 @@ fn fleet_on(hosts: usize, rate: &str, mib: usize, on: &[usize]) -> Option<Fleet>
 /// As [`fleet_on`], with more relay arguments, and `connect` to reach the relay (TLS).
 fn fleet_with(hosts: usize, rate: &str, mib: usize, on: &[usize], relay_extra: &[&str], connect: &[&str]) -> Option<Fleet> {
     if !netns::available() {
-        // Namespaces need root (CI runs as root); say so rather than pass quietly.
-        eprintln!("SKIPPED: creating network namespaces needs root and iproute2");
+        // Namespaces need root (CI runs as root); counted as skipped, not passed.
+        fixtures::skip("creating network namespaces needs root and iproute2");
         return None;
     }
     let lab = netns::Lab::new(hosts, Some(rate)).expect("make hosts");

@@ -27,8 +27,8 @@ pub struct SimulateArgs {
     /// Snapshot size in MiB.
     #[arg(long, default_value_t = 1024)]
     pub mib: u64,
-    /// Block size in MiB.
-    #[arg(long, default_value_t = 4)]
+    /// Block size in MiB (default: the relay's `--block-size` default).
+    #[arg(long, default_value_t = limits::BLOCK_BYTES_DEFAULT >> 20)]
     pub block_mib: u64,
     /// Fraction of agents on a slow link.
     #[arg(long, default_value_t = 0.0)]
@@ -42,8 +42,9 @@ pub struct SimulateArgs {
     /// Agents start at random moments within this many seconds.
     #[arg(long, default_value_t = 0.0)]
     pub join_spread: f64,
-    /// Blocks an agent looks ahead of what it has handed on to its replica.
-    #[arg(long, default_value_t = swarm::WINDOW_BLOCKS)]
+    /// Blocks an agent looks ahead of what it has handed on to its replica (default: the join's
+    /// `--window-blocks` default, the same constant).
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT)]
     pub window: u64,
     /// Fetches from peers in flight per agent (plus one from the relay).
     #[arg(long, default_value_t = swarm::PEER_FETCHES_MAX)]

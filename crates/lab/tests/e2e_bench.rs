@@ -82,7 +82,7 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
 #[test]
 fn bench_quick_runs_every_scenario_on_namespace_hosts() {
     if !fixtures::netns::available() {
-        eprintln!("SKIPPED: bench on namespace hosts needs root and iproute2");
+        fixtures::skip("bench on namespace hosts needs root and iproute2");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -28,6 +28,8 @@ fn quick_fault_matrix_keeps_the_invariant() {
     let k = by_name("kill-relay@pull");
     assert_eq!(k["a"]["exit"], 0, "{k}");
     assert!(k["attempts"].as_u64().unwrap() >= 2, "{k}");
+    // The strike waited on the typed event streams (`--events`): A was pulling, the relay published.
+    assert_eq!(k["struck_in"], "pulling", "{k}");
     // A snapshot over the relay's bound: a clean failure that says so, on both agents.
     let big = by_name("snapshot-too-big@capture");
     assert_eq!(big["a_verdict"]["verdict"], "failed-clean", "{big}");

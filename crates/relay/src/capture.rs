@@ -248,6 +248,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         Event::RdbStart { length } => {
             let (replid, offset) = run.resync.clone().expect("the machine reports FULLRESYNC before the RDB");
             tracing::info!(first_byte_secs = t0.elapsed().as_secs_f64(), framing = if length.is_some() { "length" } else { "eof" }, "RDB starts");
+            crate::events::rdb_started(id);
             let (gen, writer) = Generation::create(id, replid, offset, length, shared.config.snapshot)?;
             shared.publish(gen.clone());
             run.gen = Some(gen);
@@ -258,6 +259,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             shared.rdb_complete(id);
             run.raw = None; // restores the source's RDB settings
             tracing::info!(bytes = length, secs = t0.elapsed().as_secs_f64(), "snapshot complete");
+            crate::events::published(id, length);
         }
         Event::Log { bytes, complete_offset } => {
             let gen = run.gen.as_ref().expect("a generation before the stream");

@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+pub mod events;
 mod file;
 mod generations;
 pub mod serve;

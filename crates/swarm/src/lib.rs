@@ -248,13 +248,11 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
 }
 
-/// Blocks an agent looks ahead of the next one its replica needs. Agents of one generation then work
-/// on nearby blocks, so every block is wanted by many while it spreads.
-pub const WINDOW_BLOCKS: u64 = 32;
 /// Fetches from peers at once (besides the one from the relay), and uploads an agent serves at once
 /// (it refuses more: the asker goes to another holder). Equal, so that the swarm's download slots
 /// match its upload slots; small, so that each flow gets a large share of its links. Chosen with the
-/// simulator: with 2 and 2, 1 000 agents take 1.11× the time of one; with 3 and 2, or 4 and 4, 1.3–1.6×.
+/// simulator (at a window of 32): with 2 and 2, 1 000 agents took 1.11× the time of one; with 3 and 2,
+/// or 4 and 4, 1.3–1.6×. At the shipped window of 16, 1.16× (docs/results/issue10-simulate).
 pub const PEER_FETCHES_MAX: usize = 2;
 /// See [`PEER_FETCHES_MAX`].
 pub const UPLOADS_MAX: usize = 2;

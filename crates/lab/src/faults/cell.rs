@@ -15,7 +15,9 @@ use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, Target,
 use super::writer::Writer;
 use anyhow::{anyhow, bail, Context, Result};
 use fixtures::netns::Lab;
+use agent::events::Event as AgentEvent;
 use fixtures::{Flavor, Proc, Server};
+use relay::events::Event as RelayEvent;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,6 +107,8 @@ struct World<'a> {
     /// When each agent's join exited (or was killed), and its code.
     exits: [Option<(Instant, Option<i32>)>; 2],
     outputs: [String; 2],
+    /// The relay's and the agents' event streams (`--events`), which the strikes wait on.
+    events: tempfile::TempDir,
 }
 
 fn on_host(lab: &Lab, i: usize, exe: &Path) -> Command {
@@ -165,6 +169,8 @@ impl World<'_> {
     fn spawn_relay(&self) -> Proc {
         let mut cmd = on_host(self.lab, 1, &self.setup.exe);
         cmd.args(["relay", "--master", &self.master.addr(), "--listen", &self.relay_addr, "--transport", "tcp", "--block-size", "1048576"])
+            .arg("--events")
+            .arg(self.relay_events_path())
             .args(&self.relay_args)
             .env("FASTREPL_TOKEN", TOKEN);
         Proc::spawn("relay", cmd)
@@ -180,15 +186,10 @@ impl World<'_> {
         cmd.args(["join", "--relay", &self.relay_addr, "--replica", &replica, "--json", "--transport", "tcp"])
             .args(["--retries", "5", "--retry-max-secs", "4", "--handoff-timeout-secs", "180", "--load-timeout-secs", "120"])
             .args(["--serve-linger-secs", linger])
+            .arg("--events")
+            .arg(self.agent_events_path(i))
             .env("FASTREPL_TOKEN", TOKEN);
         Proc::spawn(if i == 0 { "agent A" } else { "agent B" }, cmd)
-    }
-
-    fn out(&self, i: usize) -> String {
-        match &self.agents[i] {
-            Some(p) => p.output(),
-            None => self.outputs[i].clone(),
-        }
     }
 
     /// Record exits; true when both agents are done.
@@ -207,34 +208,63 @@ impl World<'_> {
         self.exits.iter().all(Option::is_some)
     }
 
-    /// The phase agent A last logged.
-    fn a_phase(&self) -> String {
-        let out = self.out(0);
-        let last = out.lines().rev().find_map(|l| l.split("phase: ").nth(1).map(|p| p.trim().to_string()));
-        if out.contains("handed off") {
-            return "handed off".into();
+    fn relay_events_path(&self) -> PathBuf {
+        self.events.path().join("relay.jsonl")
+    }
+
+    fn agent_events_path(&self, i: usize) -> PathBuf {
+        self.events.path().join(format!("agent-{i}.jsonl"))
+    }
+
+    /// The relay's events so far (none before it opened its stream).
+    fn relay_events(&self) -> Result<Vec<RelayEvent>> {
+        let text = std::fs::read_to_string(self.relay_events_path()).unwrap_or_default();
+        relay::events::parse(&text).map_err(|e| anyhow!("read the relay's event stream: {e}"))
+    }
+
+    /// Agent `i`'s events so far.
+    fn agent_events(&self, i: usize) -> Result<Vec<AgentEvent>> {
+        let text = std::fs::read_to_string(self.agent_events_path(i)).unwrap_or_default();
+        agent::events::parse(&text).map_err(|e| anyhow!("read agent {i}'s event stream: {e}"))
+    }
+
+    /// The phase agent A last reported.
+    fn a_phase(&self) -> Result<String> {
+        let a = self.agent_events(0)?;
+        if a.iter().any(|e| matches!(e, AgentEvent::HandedOff { .. })) {
+            return Ok("handed off".into());
         }
-        last.unwrap_or_else(|| "attaching".into())
+        let last = a.iter().rev().find_map(|e| match e {
+            AgentEvent::Phase { phase, .. } => Some(phase.name()),
+            _ => None,
+        });
+        Ok(last.unwrap_or("attaching").to_string())
     }
 
     /// Wait until the cell's phase begins; returns where A really was, or why it was missed.
     fn wait_phase(&mut self, phase: Phase) -> Result<String> {
         let until = Instant::now() + PHASE_DEADLINE;
         loop {
-            let relay = self.relay.output();
-            let a = self.out(0);
+            let relay = self.relay_events()?;
+            let a = self.agent_events(0)?;
+            let capturing = relay.iter().any(|e| matches!(e, RelayEvent::RdbStarted { .. }));
+            let published = relay.iter().any(|e| matches!(e, RelayEvent::Published { .. }));
+            let reached = |p: Phase| match p.agent_phase() {
+                Some(want) => a.iter().any(|e| matches!(e, AgentEvent::Phase { phase, .. } if *phase == want)),
+                None => a.iter().any(|e| matches!(e, AgentEvent::HandedOff { .. })),
+            };
             let hit = match phase {
-                Phase::Capture => relay.contains("RDB starts") && !relay.contains("snapshot complete"),
-                Phase::Pull => a.contains(phase.agent_marker()) && relay.contains("snapshot complete") && !a.contains("phase: loading"),
-                _ => a.contains(phase.agent_marker()),
+                Phase::Capture => capturing && !published,
+                Phase::Pull => reached(Phase::Pull) && published && !reached(Phase::Load),
+                _ => reached(phase),
             };
             if hit {
-                return Ok(if phase == Phase::Capture { format!("capture ({})", self.a_phase()) } else { self.a_phase() });
+                return Ok(if phase == Phase::Capture { format!("capture ({})", self.a_phase()?) } else { self.a_phase()? });
             }
-            if self.poll_exits() || (phase == Phase::Capture && relay.contains("snapshot complete")) || Instant::now() > until {
-                return Ok(format!("missed: A reached {}", self.a_phase()));
+            if self.poll_exits() || (phase == Phase::Capture && published) || Instant::now() > until {
+                return Ok(format!("missed: A reached {}", self.a_phase()?));
             }
-            std::thread::sleep(Duration::from_millis(5)); // Watching logs for a phase, with a deadline.
+            std::thread::sleep(Duration::from_millis(5)); // Watching the event streams for a phase, with a deadline.
         }
     }
 
@@ -427,9 +457,10 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     };
     if let Fault::Netem(_) = cell.fault {
         if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
-            result.skipped = Some("this kernel has no netem qdisc (sch_netem)".into());
-            result.a_verdict = Verdict::FailedClean;
-            result.b_verdict = Verdict::FailedClean;
+            let why = "this kernel has no netem qdisc (sch_netem)".to_string();
+            result.a_verdict = Verdict::Skipped(why.clone());
+            result.b_verdict = Verdict::Skipped(why.clone());
+            result.skipped = Some(why);
             return Ok(result);
         }
     }
@@ -478,6 +509,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         agents: [None, None],
         exits: [None, None],
         outputs: [String::new(), String::new()],
+        events: tempfile::tempdir().context("a directory for the event streams")?,
     };
     w.relay = w.spawn_relay();
     wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
@@ -562,6 +594,9 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     }
     if let Some(dir) = &setup.logs {
         let _ = std::fs::write(dir.join(format!("{}.relay.log", cell.name())), w.relay.output());
+        for (from, to) in [(w.relay_events_path(), "relay"), (w.agent_events_path(0), "agent-a"), (w.agent_events_path(1), "agent-b")] {
+            let _ = std::fs::copy(from, dir.join(format!("{}.{to}.events.jsonl", cell.name())));
+        }
     }
     let mut masters = vec![real_master.clone()];
     if real_master != w.master.addr() {

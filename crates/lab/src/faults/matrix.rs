@@ -1,6 +1,7 @@
 //! The fault matrix as data: which faults, in which phases, and how a cell's outcome is judged. No
 //! processes here (the driver is [`super::cell`]), so the invariant itself is unit-tested.
 
+use agent::events::JoinPhase;
 use serde::{Deserialize, Serialize};
 
 /// A process the fault strikes.
@@ -161,14 +162,15 @@ impl Phase {
         }
     }
 
-    /// The agent's log line that marks the phase (`join` logs `phase: <name>` on every change).
-    pub fn agent_marker(self) -> &'static str {
+    /// The join's phase event that marks the phase (`join --events` reports each phase); `None`
+    /// for [`Phase::After`], marked by the `handed_off` event.
+    pub fn agent_phase(self) -> Option<JoinPhase> {
         match self {
-            Phase::Capture | Phase::Pull => "phase: pulling",
-            Phase::Load => "phase: loading",
-            Phase::Log => "phase: streaming log",
-            Phase::Handoff => "phase: handing off",
-            Phase::After => "handed off",
+            Phase::Capture | Phase::Pull => Some(JoinPhase::Pulling),
+            Phase::Load => Some(JoinPhase::Loading),
+            Phase::Log => Some(JoinPhase::StreamingLog),
+            Phase::Handoff => Some(JoinPhase::HandingOff),
+            Phase::After => None,
         }
     }
 }
@@ -291,14 +293,17 @@ pub enum Verdict {
     /// Non-zero after the handoff (the master went away just then): the replica is the real master's,
     /// not reported in sync, and resyncs natively when the master is back — as a native replica would.
     HandedOver,
+    /// The cell could not run here (the reason): neither survived nor broken, and not counted as
+    /// either.
+    Skipped(String),
     /// The invariant broke.
     Violation(String),
 }
 
 impl Verdict {
-    /// Anything but a violation.
+    /// Ran, and no violation (a skipped cell did not survive anything).
     pub fn survived(&self) -> bool {
-        !matches!(self, Verdict::Violation(_))
+        !matches!(self, Verdict::Violation(_) | Verdict::Skipped(_))
     }
     /// Synced or native (the agent was not disturbed, or recovered by itself).
     pub fn in_sync(&self) -> bool {

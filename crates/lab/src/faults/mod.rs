@@ -39,11 +39,10 @@ pub struct FaultsArgs {
     /// Only re-render results.md from the results.json in --out (no cell runs).
     #[arg(long)]
     pub render: bool,
-    /// Replace only the cells run in an existing results.json in --out (re-running a few cells of a
-    /// full matrix), keeping the others.
-    #[arg(long)]
-    pub merge: bool,
 }
+// No `--merge` (re-running a few cells into an existing results.json): a cell's definition lives in
+// code as much as in its name, so a merged file could mix cells from two definitions unnoticed. A
+// results.json is always one whole run.
 
 /// What `results.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,22 +87,6 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
         "flavor": a.flavor, "mib": a.mib, "quick": a.quick, "only": a.only,
         "secs": t0.elapsed().as_secs_f64(), "fastrepl": env!("CARGO_PKG_VERSION"),
     });
-    if a.merge {
-        let old: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
-        // The run being amended keeps its settings; the cells run again are listed.
-        let mut rerun: Vec<serde_json::Value> = old.settings.get("rerun").and_then(|v| v.as_array().cloned()).unwrap_or_default();
-        rerun.extend(results.iter().map(|r| serde_json::json!({"cell": r.cell, "secs": r.secs})));
-        settings = old.settings;
-        settings["rerun"] = serde_json::Value::Array(rerun);
-        let mut merged = old.cells;
-        for r in results {
-            match merged.iter_mut().find(|c| c.cell == r.cell) {
-                Some(slot) => *slot = r,
-                None => merged.push(r),
-            }
-        }
-        results = merged;
-    }
     let leftovers = leftovers(&setup.exe);
     let summary = summarize(&results);
     settings["leftover_processes"] = serde_json::json!(leftovers.0);
@@ -228,9 +211,10 @@ fn tallies(cells: &[cell::CellResult]) -> String {
     let retried: Vec<f64> =
         ran.iter().filter(|c| c.attempts > 1 && matches!(c.a_verdict, matrix::Verdict::Synced | matrix::Verdict::Native)).map(|c| c.recovery_secs).collect();
     let a_only = ran.iter().filter(|c| c.b_unaffected.is_some()).count();
+    let skipped = cells.len() - ran.len();
     let unaffected = ran.iter().filter(|c| c.b_unaffected == Some(true)).count();
     format!(
-        "Agent A: {}. Agent B: {}. Struck in: {}. Recovered by the join's own retries: {} cells (median {:.1} s from the strike). \
+        "Agent A: {}. Agent B: {}. Skipped: {skipped} cells. Struck in: {}. Recovered by the join's own retries: {} cells (median {:.1} s from the strike). \
          B unaffected in {unaffected} of the {a_only} cells where the fault was A's alone.\n\n",
         count(&|c| short(&c.a_verdict)),
         count(&|c| short(&c.b_verdict)),
@@ -252,13 +236,14 @@ fn markdown(r: &Results) -> String {
     s.push_str("A is the join under test; B joins beside it and serves it blocks. Verdicts: *synced* (exit 0, identical once caught up), ");
     s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");
     s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it), ");
-    s.push_str("*handed-over* (the master went away just after the handoff: non-zero exit saying so, the replica the real master's, not reported in sync).\n\n");
+    s.push_str("*handed-over* (the master went away just after the handoff: non-zero exit saying so, the replica the real master's, not reported in sync), ");
+    s.push_str("*skipped* (the cell could not run here, with the reason; not counted as survived).\n\n");
     s.push_str(&tallies(&r.cells));
     s.push_str("| cell | struck in | A | A exit | attempts | A done after (s) | B | B unaffected | keys lost | relay fds before/after | relay memfds | leaks |\n");
     s.push_str("|---|---|---|---|---:|---:|---|---|---:|---|---:|---|\n");
     for c in &r.cells {
         if let Some(why) = &c.skipped {
-            s.push_str(&format!("| {} | skipped: {why} | | | | | | | | | | |\n", c.cell));
+            s.push_str(&format!("| {} | — | skipped: {why} | | | | skipped | | | | | |\n", c.cell));
             continue;
         }
         s.push_str(&format!(
@@ -283,4 +268,50 @@ fn markdown(r: &Results) -> String {
         s.push_str(&format!("- `{}`: {}\n", c.cell, c.a.message.replace('|', "\\|")));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skipped_cell() -> cell::CellResult {
+        let why = "this kernel has no netem qdisc (sch_netem)".to_string();
+        let spec = matrix::full().into_iter().find(|c| matches!(c.fault, matrix::Fault::Netem(_))).expect("a netem cell");
+        cell::CellResult {
+            cell: spec.name(),
+            spec,
+            struck_in: String::new(),
+            a: matrix::Observed::default(),
+            a_verdict: matrix::Verdict::Skipped(why.clone()),
+            b: matrix::Observed::default(),
+            b_verdict: matrix::Verdict::Skipped(why.clone()),
+            b_unaffected: None,
+            attempts: 0,
+            recovery_secs: 0.0,
+            keys_lost: 0,
+            relay_fds: (0, 0),
+            relay_memfds: 0,
+            leaks: Vec::new(),
+            writes: 0,
+            secs: 0.0,
+            skipped: Some(why),
+        }
+    }
+
+    #[test]
+    fn a_skipped_cell_is_stored_and_counted_as_skipped() {
+        let c = skipped_cell();
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["a_verdict"]["verdict"], "skipped", "{json}");
+        assert_eq!(json["a_verdict"]["why"], "this kernel has no netem qdisc (sch_netem)");
+        assert!(!c.a_verdict.survived(), "a skipped cell survived nothing");
+        let r = Results { settings: serde_json::json!({}), cells: vec![c.clone()], summary: summarize(std::slice::from_ref(&c)) };
+        assert!(r.summary.contains("0 cells (1 skipped): 0 survived"), "{}", r.summary);
+        let md = markdown(&r);
+        assert!(md.contains("Skipped: 1 cells"), "{md}");
+        assert!(md.contains(&format!("| {} | — | skipped: this kernel", c.cell)), "{md}");
+        assert!(!md.contains("failed-clean |"), "{md}");
+        let back: cell::CellResult = serde_json::from_value(json).unwrap();
+        assert_eq!(back.a_verdict, c.a_verdict);
+    }
 }

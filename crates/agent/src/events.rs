@@ -1,0 +1,150 @@
+//! The join's typed event stream (`fastrepl join --events PATH`): one JSON object per line, for
+//! tools (the lab's fault matrix strikes on it) rather than people (who read the log). A stable
+//! interface, documented in docs/operations.md: the first line is [`Event::Start`] with
+//! [`VERSION`]; names are lower case; new event kinds or fields may be added within a version.
+//!
+//! Process-wide like the log itself: opened once by the binary, written from wherever the join
+//! logs the same moment, so the join's code needs no sink passed through it.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// The stream's version (the first line's `version`).
+pub const VERSION: u32 = 1;
+
+/// A join's phase, as its log's `phase: <name>` line names it; ordered as a join goes through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinPhase {
+    /// Preparing the replica, waiting for the snapshot's length.
+    Preparing,
+    /// Blocks stream to the replica.
+    Pulling,
+    /// Every block sent; the replica loads.
+    Loading,
+    /// The relay's log streams to the replica.
+    StreamingLog,
+    /// Checking the master, `REPLICAOF`, reading the outcome.
+    HandingOff,
+    /// Over (handed off, or failed).
+    Done,
+}
+
+impl JoinPhase {
+    /// The name the log's `phase: <name>` line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinPhase::Preparing => "preparing",
+            JoinPhase::Pulling => "pulling",
+            JoinPhase::Loading => "loading",
+            JoinPhase::StreamingLog => "streaming log",
+            JoinPhase::HandingOff => "handing off",
+            JoinPhase::Done => "done",
+        }
+    }
+
+    /// From the name [`crate::machine::Join::phase_name`] reports.
+    pub fn from_name(name: &str) -> Option<JoinPhase> {
+        const ALL: [JoinPhase; 6] = [JoinPhase::Preparing, JoinPhase::Pulling, JoinPhase::Loading, JoinPhase::StreamingLog, JoinPhase::HandingOff, JoinPhase::Done];
+        ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// One line of the stream. `at_ms`: milliseconds since the stream was opened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The first line.
+    Start {
+        /// [`VERSION`].
+        version: u32,
+        /// `join`.
+        process: String,
+    },
+    /// The join entered a phase.
+    Phase {
+        /// Which.
+        phase: JoinPhase,
+        /// When.
+        at_ms: u64,
+    },
+    /// The replica was handed to the master (the join succeeds).
+    HandedOff {
+        /// The replication offset it was handed over at.
+        offset: u64,
+        /// When.
+        at_ms: u64,
+    },
+}
+
+struct Sink {
+    file: std::fs::File,
+    opened: Instant,
+}
+
+static SINK: OnceLock<Mutex<Sink>> = OnceLock::new();
+
+/// Open the stream at `path` (truncated) and write its first line. Once per process.
+pub fn open(path: &Path) -> std::io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    if SINK.set(Mutex::new(Sink { file, opened: Instant::now() })).is_err() {
+        return Err(std::io::Error::other("the event stream is already open"));
+    }
+    write(|_| Event::Start { version: VERSION, process: "join".into() });
+    Ok(())
+}
+
+/// The join entered the phase `name` ([`crate::machine::Join::phase_name`]).
+pub fn phase(name: &str) {
+    if let Some(phase) = JoinPhase::from_name(name) {
+        write(|at_ms| Event::Phase { phase, at_ms });
+    }
+}
+
+/// The join handed the replica over at `offset`.
+pub fn handed_off(offset: u64) {
+    write(|at_ms| Event::HandedOff { offset, at_ms });
+}
+
+fn write(event: impl FnOnce(u64) -> Event) {
+    let Some(sink) = SINK.get() else { return };
+    let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+    let at_ms = sink.opened.elapsed().as_millis() as u64;
+    let mut line = serde_json::to_string(&event(at_ms)).expect("events serialize");
+    line.push('\n');
+    // One write per line, flushed (no buffer): a reader never sees half an event but a torn tail
+    // at worst, and a killed join loses nothing it reported.
+    if let Err(e) = sink.file.write_all(line.as_bytes()) {
+        tracing::warn!("write the event stream: {e}");
+    }
+}
+
+/// Read a stream back: its events in order (a torn last line, still being written, is left out).
+pub fn parse(text: &str) -> Result<Vec<Event>, serde_json::Error> {
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_name_has_a_type() {
+        for name in crate::machine::PHASE_NAMES {
+            assert!(JoinPhase::from_name(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn lines_are_lower_case_and_typed() {
+        let e = Event::Phase { phase: JoinPhase::StreamingLog, at_ms: 12 };
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"event":"phase","phase":"streaming_log","at_ms":12}"#);
+        let text = "{\"event\":\"start\",\"version\":1,\"process\":\"join\"}\n{\"event\":\"handed_off\",\"offset\":7,\"at_ms\":3}\n{\"event\":\"pha";
+        let got = parse(text).unwrap();
+        assert_eq!(got, [Event::Start { version: 1, process: "join".into() }, Event::HandedOff { offset: 7, at_ms: 3 }]);
+    }
+}
