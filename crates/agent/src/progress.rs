@@ -127,7 +127,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
     let deadline = Instant::now() + wait_max;
     let desc = loop {
         match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
-            Control::Descriptor(d) => break d,
+            Control::Descriptor(d) => break d.validate(0).map_err(crate::Error::Relay)?,
             Control::Heartbeat if Instant::now() < deadline => continue,
             Control::Heartbeat => return Err(crate::Error::RelayProtocol("the relay has no snapshot yet (timed out waiting)".into())),
             Control::Error(e) => return Err(crate::Error::RelayProtocol(format!("relay: {e}"))),
@@ -152,10 +152,18 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
             Ok(Control::Descriptor(d)) => {
                 if d.generation != v.desc.generation {
                     v.lost = Some(format!("relay switched generation {} → {}", v.desc.generation, d.generation));
+                } else if d.block_size != v.desc.block_size {
+                    // Block numbers already fetched would mean other bytes.
+                    v.lost = Some(format!("relay protocol error: block size changed {} → {}", v.desc.block_size, d.block_size));
                 } else {
-                    let mut sums = std::mem::take(&mut v.desc.checksums);
-                    sums.extend_from_slice(&d.checksums);
-                    v.desc = Descriptor { checksums: sums, ..d };
+                    match d.validate(v.desc.checksums.len() as u64) {
+                        Ok(d) => {
+                            let mut sums = std::mem::take(&mut v.desc.checksums);
+                            sums.extend_from_slice(&d.checksums);
+                            v.desc = Descriptor { checksums: sums, ..d };
+                        }
+                        Err(e) => v.lost = Some(format!("relay {e}")),
+                    }
                 }
             }
             Ok(Control::Heartbeat) => continue,

@@ -238,7 +238,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         if version != sent_version {
             sent_checksums += d.checksums.len();
             sent_version = version;
-            wire::send_control(&mut s, &Control::Descriptor(d))?;
+            wire::send_control(&mut s, &Control::Descriptor(d.into()))?;
         } else {
             wire::send_control(&mut s, &Control::Heartbeat)?;
         }

@@ -7,6 +7,9 @@ use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
+pub mod descriptor;
+pub use descriptor::Descriptor;
+
 /// Largest control message accepted.
 pub const CONTROL_MESSAGE_MAX: u32 = limits::CONTROL_MESSAGE_BYTES_MAX;
 /// Largest single range read.
@@ -34,7 +37,8 @@ pub enum Control {
         ucx_transports: Vec<String>,
     },
     /// The generation's state; `checksums` holds only those not sent before on this connection.
-    Descriptor(snapshot::Descriptor),
+    /// Agents check it with [`Descriptor::validate`] before using it.
+    Descriptor(Descriptor),
     /// Nothing changed; the relay is alive.
     Heartbeat,
     /// The relay cannot serve this agent.
@@ -314,7 +318,12 @@ pub fn status_header(status: u8, len: u32) -> [u8; 5] {
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
-    let _ = recv_control(&mut &data[..]);
+    if let Ok(Control::Descriptor(d)) = recv_control(&mut &data[..]) {
+        let before = u64::from(data.first().copied().unwrap_or(0));
+        if let Ok(s) = d.validate(before) {
+            assert!(s.block_size >= descriptor::BLOCK_MIN, "a validated descriptor has a usable block size");
+        }
+    }
     if let Ok(k) = UcxKey::decode(data) {
         assert_eq!(UcxKey::decode(&k.encode()).unwrap(), k);
     }
@@ -362,6 +371,27 @@ mod tests {
         assert!(recv_control(&mut &huge[..]).is_err());
         assert!(recv_control(&mut &b"\0\0\0\x02{x"[..]).is_err());
     }
+
+    #[test]
+    fn a_descriptor_with_block_size_zero_is_a_protocol_error_after_decoding() {
+        let d = snapshot::Descriptor {
+            generation: 1,
+            replid: "r".into(),
+            offset: 0,
+            block_size: 0,
+            length: Some(10),
+            published: 10,
+            checksums: vec![1],
+            rdb_version: None,
+            log_end: 0,
+            state: snapshot::State::Complete,
+            error: None,
+        };
+        let mut buf = Vec::new();
+        send_control(&mut buf, &Control::Descriptor(d.into())).unwrap();
+        let Control::Descriptor(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a descriptor") };
+        assert!(matches!(got.validate(0), Err(Error::Protocol(m)) if m.contains("block_size")));
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +411,22 @@ mod fuzz_smoke {
                 let body = (d.len() - 4) as u32;
                 d[..4].copy_from_slice(&body.to_be_bytes());
             }
+            super::fuzz_one(&d);
+        }
+        // Descriptors as a relay frames them, with numbers replaced by arbitrary ones (zero and huge
+        // block sizes and counts among them): decode and validation never panic.
+        for i in 0..2000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = |k: u64| [0, 1, 4096, 1 << 20, u64::MAX, x.rotate_left(k as u32)][((x >> k) % 6) as usize];
+            let body = format!(
+                r#"{{"descriptor":{{"generation":1,"replid":"r","offset":{},"block_size":{},"length":{},"published":{},"checksums":{:?},"rdb_version":null,"log_end":{},"state":"capturing","error":null}}}}"#,
+                n(1), n(5), n(9), n(13), vec![7u32; (i % 5) as usize], n(17)
+            );
+            let mut d = (body.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(body.as_bytes());
+            d[0] = (i % 3) as u8; // checksums_before in fuzz_one; the length's high byte stays 0
             super::fuzz_one(&d);
         }
     }
