@@ -127,8 +127,8 @@ pub struct Config {
     pub live: std::sync::Arc<Live>,
     /// Set from outside (a signal) to abandon the join; before the handoff the replica is reset.
     pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// The transport for the snapshot (`--transport`).
-    pub transport: select::Choice,
+    /// The transport for the snapshot (`--transport`); `None` for `auto`.
+    pub transport: Option<transport::TransportKind>,
     /// How this agent takes part in its generation's swarm.
     pub peers: peer::PeerConfig,
     /// How often and how patiently a failed join is tried again.
@@ -221,7 +221,7 @@ pub struct Report {
     /// How the handoff went.
     pub handoff: Handoff,
     /// The transport used.
-    pub transport: String,
+    pub transport: transport::TransportKind,
     /// What it ran on (for ucx: UCX's transport/device carrying the GETs), and why it was chosen.
     pub transport_detail: String,
     /// Relay, replica and master addresses.

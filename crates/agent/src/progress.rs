@@ -97,8 +97,8 @@ impl Progress {
 /// The transports a relay offers, from its hello.
 #[derive(Debug, Clone, Default)]
 pub struct Offered {
-    /// Names (`shm`, `ucx`, `tcp`).
-    pub transports: Vec<String>,
+    /// The transports.
+    pub transports: Vec<transport::TransportKind>,
     /// The shm transport's abstract socket.
     pub shm_socket: Option<String>,
     /// The UCX transports the relay's context has.

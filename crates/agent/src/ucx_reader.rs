@@ -45,8 +45,8 @@ impl UcxTransport {
 }
 
 impl Transport for UcxTransport {
-    fn name(&self) -> &'static str {
-        "ucx"
+    fn kind(&self) -> transport::TransportKind {
+        transport::TransportKind::Ucx
     }
     fn default_readers(&self) -> usize {
         2

@@ -429,7 +429,7 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
         }
         Ok((Some(r), addr, token, Some(pid)))
     } else {
-        Ok((None, a.relay.context("--relay or --self")?, transport::secrets::token(a.token_file.as_deref())?, a.relay_pid))
+        Ok((None, a.relay.context("--relay or --self")?, secrets::token(a.token_file.as_deref())?, a.relay_pid))
     }
 }
 
@@ -504,7 +504,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
             let reads = m.reads.max(1) as f64;
             points.push(Point {
                 transport: name.clone(),
-                detail: t.detail().unwrap_or_else(|| t.name().to_string()),
+                detail: t.detail().unwrap_or_else(|| t.kind().to_string()),
                 size,
                 mib_s: m.mib_s,
                 ratio_to_baseline: base_tp.get(&(base, size)).map(|b| m.mib_s / b),

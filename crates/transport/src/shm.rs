@@ -59,8 +59,8 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
-    fn name(&self) -> &'static str {
-        "shm"
+    fn kind(&self) -> crate::TransportKind {
+        crate::TransportKind::Shm
     }
     fn detail(&self) -> Option<String> {
         Some("memfd mapped read-only".into())

@@ -48,8 +48,8 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn name(&self) -> &'static str {
-        "tcp"
+    fn kind(&self) -> crate::TransportKind {
+        crate::TransportKind::Tcp
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = connect(self.addr, &self.token, Kind::Data, IO_TIMEOUT)?;

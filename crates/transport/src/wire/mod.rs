@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 pub mod descriptor;
+mod transport_kind;
 pub use descriptor::Descriptor;
+pub use transport_kind::TransportKind;
 
 /// Largest control message accepted.
 pub const CONTROL_MESSAGE_MAX: u32 = limits::CONTROL_MESSAGE_BYTES_MAX;
@@ -24,7 +26,7 @@ pub enum Control {
         /// The master the relay replicates, as the relay reaches it.
         master: String,
         /// Transports this relay offers.
-        transports: Vec<String>,
+        transports: Vec<TransportKind>,
         /// The relay's version.
         relay_version: String,
         /// The abstract unix socket name of the relay's shared-memory endpoint (same host and network
