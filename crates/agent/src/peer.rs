@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::{Registration, TrackerLink};
-use transport::wire::{response_header, Request};
-use transport::{tcp, Token};
+use transport::wire::{Request, ResponseHeader};
+use transport::{serve, Token};
 
 /// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
 /// a bounded cache of those already fed, kept for peers.
@@ -227,21 +227,21 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
         let (offset, len) = match req {
             Request::Range { generation, offset, len } if generation == sh.held.generation => (offset, len),
             Request::Range { generation, .. } => {
-                tcp::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
+                serve::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
                 continue;
             }
             _ => return Err(E::Protocol("peers answer block reads only".into())),
         };
         let Some(block) = sh.held.block_of(offset, len).and_then(|b| sh.held.get(b)) else {
-            tcp::send_error(&mut s, "block not held")?;
+            serve::send_error(&mut s, "block not held")?;
             continue;
         };
         if sh.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
             sh.uploads.fetch_sub(1, Ordering::SeqCst);
-            tcp::send_busy(&mut s)?;
+            serve::send_busy(&mut s)?;
             continue;
         }
-        let sent = s.write_all(&response_header(true, len)).and_then(|()| s.write_all(&block));
+        let sent = s.write_all(&ResponseHeader::ok(len).encode()).and_then(|()| s.write_all(&block));
         sh.uploads.fetch_sub(1, Ordering::SeqCst);
         sent.map_err(E::io("send block to peer"))?;
         sh.served.fetch_add(u64::from(len), Ordering::Relaxed);

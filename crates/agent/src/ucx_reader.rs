@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use transport::auth::Kind;
 use transport::tcp::{StreamReader, IO_TIMEOUT};
-use transport::wire::{Request, UcxKey, ATTACH_UCX, UCX_BLOB_MAX, UCX_SEGMENT};
+use transport::wire::{AttachKind, Request, UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};
 use transport::{Error, RangeReader, Token, Transport};
 
 /// Size of the GETs a block read is split into (all in flight together).
@@ -87,7 +87,7 @@ unsafe impl Send for UcxReader {}
 impl UcxReader {
     fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
         if !self.keys.contains_key(&(generation, segment)) {
-            let len = self.conn.request(Request::Attach { generation, transport: ATTACH_UCX, arg: segment }, "ucx attach")?;
+            let len = self.conn.request(Request::Attach { generation, transport: AttachKind::Ucx, arg: segment }, "ucx attach")?;
             if len as usize > 2 * UCX_BLOB_MAX + 24 {
                 return Err(Error::Protocol(format!("ucx attach answer of {len} bytes")));
             }

@@ -189,11 +189,11 @@ fn fake_peer(relay: &str, token: &transport::Token, how: Fake) -> (transport::tr
                     a.fetch_add(1, Ordering::SeqCst);
                     match how {
                         Fake::Corrupt => {
-                            s.write_all(&transport::wire::response_header(true, len)).ok()?;
+                            s.write_all(&transport::wire::ResponseHeader::ok(len).encode()).ok()?;
                             s.write_all(&vec![0xAB; len as usize]).ok()?;
                         }
-                        Fake::NotHeld => transport::tcp::send_error(&mut s, "block not held").ok()?,
-                        Fake::Busy => transport::tcp::send_busy(&mut s).ok()?,
+                        Fake::NotHeld => transport::serve::send_error(&mut s, "block not held").ok()?,
+                        Fake::Busy => transport::serve::send_busy(&mut s).ok()?,
                     }
                 }
             });

@@ -15,6 +15,7 @@ pub mod fdpass;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod serve;
 pub mod shm;
 pub mod tcp;
 pub mod tls;

@@ -1,9 +1,10 @@
-//! The TCP transport: range reads as framed request/response on an authenticated data connection.
-//! The relay answers from the generation's memfd with `sendfile`, so the bytes go from the page cache
-//! to the socket without passing through user space.
+//! The agent's side of the TCP transport: connecting and authenticating to a relay (or a peer
+//! agent), and range reads as framed request/response on the data connection. Every answer's header
+//! is read and judged here ([`read_answer`]), for the shm and ucx readers and the tracker link too.
+//! The relay's side is [`crate::serve`].
 
 use crate::auth::{self, Kind, Token};
-use crate::wire::{response_header, Request, READ_MAX};
+use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
 use crate::tls::Conn;
 use crate::{Error, RangeReader, Transport};
 use std::io::{Read, Write};
@@ -71,28 +72,36 @@ impl<S: Read + Write> StreamReader<S> {
         self.response(op)
     }
 
+    /// [`StreamReader::request`] for a request followed by a body.
+    pub fn request_with_body(&mut self, req: Request, body: &[u8], op: &'static str) -> Result<u32, Error> {
+        let mut out = req.encode().to_vec();
+        out.extend_from_slice(body);
+        self.s.write_all(&out).map_err(Error::io("send request"))?;
+        self.response(op)
+    }
+
     /// Read a response header: the body length of a success, or the peer's refusal as an error.
     pub fn response(&mut self, op: &'static str) -> Result<u32, Error> {
-        let mut h = [0u8; 5];
+        let mut h = [0u8; RESPONSE_HEADER_LEN];
         self.s.read_exact(&mut h).map_err(Error::io("read response header"))?;
-        let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));
-        if len > READ_MAX {
-            return Err(Error::Protocol(format!("response of {len} bytes exceeds {READ_MAX}")));
-        }
-        if h[0] != 0 {
-            if len as usize > limits::ERROR_MESSAGE_BYTES_MAX {
-                return Err(Error::Protocol(format!("error message of {len} bytes exceeds {}", limits::ERROR_MESSAGE_BYTES_MAX)));
-            }
-            let mut msg = vec![0u8; len as usize];
-            self.s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
-            let message = String::from_utf8_lossy(&msg).into_owned();
-            return Err(match h[0] {
-                crate::wire::STATUS_BUSY => Error::Busy(message),
-                _ => Error::Refused { op, message },
-            });
-        }
-        Ok(len)
+        read_answer(&mut self.s, &h, op)
     }
+}
+
+/// Judge a response header read from `s`: the body length of a success, or, after reading its
+/// message, the refusal as an error ([`Error::Busy`] for a busy peer). `op` names the request.
+pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &'static str) -> Result<u32, Error> {
+    let h = ResponseHeader::decode(header)?;
+    if h.status == Status::Ok {
+        return Ok(h.len);
+    }
+    let mut msg = vec![0u8; h.len as usize];
+    s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
+    let message = String::from_utf8_lossy(&msg).into_owned();
+    Err(match h.status {
+        Status::Busy => Error::Busy(message),
+        Status::Ok | Status::Error => Error::Refused { op, message },
+    })
 }
 
 impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
@@ -114,65 +123,4 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         self.s.read_exact(&mut buf).map_err(Error::io("read log bytes"))?;
         Ok(buf)
     }
-}
-
-/// Relay side, over TLS: the same answer, the bytes read from `file` and encrypted (no `sendfile`:
-/// the bytes must pass through user space to be encrypted).
-pub fn send_range_copied<S: Write>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-    use std::os::unix::fs::FileExt;
-    s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
-    let mut buf = vec![0u8; (len as usize).min(limits::READ_CHUNK_BYTES.max(1 << 20))];
-    let (mut off, mut left) = (offset, len as usize);
-    while left > 0 {
-        let n = left.min(buf.len());
-        file.read_exact_at(&mut buf[..n], off).map_err(Error::io("read block from the region"))?;
-        s.write_all(&buf[..n]).map_err(Error::io("send block"))?;
-        off += n as u64;
-        left -= n;
-    }
-    Ok(())
-}
-
-/// Relay side: answer a range read with a header and `len` bytes of `file` from `offset`, with
-/// `sendfile`.
-pub fn send_range<S: Write + std::os::fd::AsFd>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-    s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
-    let mut off = offset;
-    let mut left = len as usize;
-    while left > 0 {
-        let n = match rustix::fs::sendfile(&*s, file, Some(&mut off), left) {
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(Error::Io { op: "sendfile block", source: e.into() }),
-        };
-        if n == 0 {
-            return Err(Error::Protocol("sendfile made no progress (region shorter than published?)".into()));
-        }
-        left -= n as usize;
-    }
-    Ok(())
-}
-
-/// Relay side: answer with bytes from memory.
-pub fn send_bytes<S: Write>(s: &mut S, bytes: &[u8]) -> Result<(), Error> {
-    let mut out = response_header(true, bytes.len() as u32).to_vec();
-    out.extend_from_slice(bytes);
-    s.write_all(&out).map_err(Error::io("send log bytes"))
-}
-
-/// Relay side: refuse a request with a message.
-pub fn send_error<S: Write>(s: &mut S, message: &str) -> Result<(), Error> {
-    send_status(s, 1, message)
-}
-
-/// Peer side: refuse a block read because this agent serves its maximum already.
-pub fn send_busy<S: Write>(s: &mut S) -> Result<(), Error> {
-    send_status(s, crate::wire::STATUS_BUSY, "busy")
-}
-
-fn send_status<S: Write>(s: &mut S, status: u8, message: &str) -> Result<(), Error> {
-    let m = &message.as_bytes()[..message.len().min(limits::ERROR_MESSAGE_BYTES_MAX)];
-    let mut out = crate::wire::status_header(status, m.len() as u32).to_vec();
-    out.extend_from_slice(m);
-    s.write_all(&out).map_err(Error::io("send error"))
 }
