@@ -446,7 +446,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || r2.status().prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
@@ -703,7 +703,7 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
     let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
     let mut s = transport::tcp::connect(a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
     let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
-        transport::wire::Control::Status(v) => serde_json::from_value(v).context("decode the relay's status")?,
+        transport::wire::Control::Status(st) => *st,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
         other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
     };

@@ -174,8 +174,7 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
         Kind::Status => {
             let local = raw.local_addr().map_err(Error::io("local address"))?;
             let status = crate::stats::status(shared, local);
-            let v = serde_json::to_value(&status).map_err(|e| Error::Protocol(format!("encode status: {e}")))?;
-            wire::send_control(&mut s, &Control::Status(v))
+            wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {
             raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;

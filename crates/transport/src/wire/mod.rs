@@ -15,6 +15,7 @@ pub mod cursor;
 pub mod descriptor;
 pub mod request;
 pub mod response;
+pub mod status;
 pub mod swarm;
 mod transport_kind;
 mod ucx_key;
@@ -58,8 +59,8 @@ pub enum Control {
     Heartbeat,
     /// The relay cannot serve this agent.
     Error(String),
-    /// The answer on a status connection: what the relay holds and has done (`relay::stats::Status`).
-    Status(serde_json::Value),
+    /// The answer on a status connection: what the relay holds and has done.
+    Status(Box<status::RelayStatus>),
 }
 
 /// Write one control message.
