@@ -75,7 +75,8 @@ impl Descriptor {
             return bad("published", format!("{} exceeds {LENGTH_MAX}", self.published));
         }
         // Published bytes are whole blocks, and the last partial block only at the end.
-        if self.published % self.block_size != 0 && Some(self.published) != self.length {
+        let whole_blocks = self.published / self.block_size * self.block_size == self.published;
+        if !whole_blocks && Some(self.published) != self.length {
             return bad("published", format!("{} is not a whole number of {}-byte blocks", self.published, self.block_size));
         }
         let blocks = self.published.div_ceil(self.block_size);
