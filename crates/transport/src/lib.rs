@@ -2,9 +2,18 @@
 //!
 //! One TCP port serves two kinds of connection, both opened by a mutual challenge–response
 //! ([`auth`]) before anything else is said:
-//! - **control**: the relay pushes the generation's [`snapshot::Descriptor`] and every change to it
+//! - **control**: the relay pushes the generation's [`wire::Descriptor`] and every change to it
 //!   (watermark, checksums, length, log end), and a heartbeat;
 //! - **data**: range reads of a generation's RDB bytes and of its stream log.
+//!
+//! Layers, each using only those below it:
+//! - [`wire`], the leaf: every message and its encoding (control messages, requests with their
+//!   [`wire::Op`] table, response headers with their [`wire::Status`], swarm messages, ucx keys,
+//!   the descriptor validated on receipt), one byte cursor, every length bounded;
+//! - [`auth`] (the handshake), [`tls`] (TLS streams) and [`fdpass`] (descriptors over unix sockets);
+//! - the agent's clients: [`tcp`] (connecting, range reads, judging every answer's header), [`shm`]
+//!   and [`tracker`] (the swarm link), above `tcp`;
+//! - the serving side: [`serve`] (the relay's and peers' answers: ranges, refusals, the shm region).
 //!
 //! The agent side reads through the [`RangeReader`] interface, so that other transports (shared
 //! memory, UCX RMA, libfabric) slot in beside [`tcp`] without touching the agent's pipeline.
