@@ -6,7 +6,7 @@ use crate::{pipeline, progress, Error};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;
-use transport::{Token, TransportKind};
+use transport::{Credentials, TransportKind};
 
 /// What a fetch did.
 #[derive(Debug, Clone, Serialize)]
@@ -34,7 +34,7 @@ pub struct FetchReport {
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
 pub fn fetch(
     relay: SocketAddr,
-    token: &Token,
+    token: &Credentials,
     choice: Option<TransportKind>,
     readers: usize,
     window: u64,

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use transport::{Token, Transport};
+use transport::{Credentials, Transport};
 
 /// Why a join failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +95,8 @@ fn check_cancel(cancel: &std::sync::atomic::AtomicBool) -> Result<(), Error> {
 pub struct Config {
     /// The relay's address.
     pub relay: SocketAddr,
-    /// Shared secret for the relay.
-    pub token: Token,
+    /// Shared secret for the relay, and TLS to it when it requires it.
+    pub token: Credentials,
     /// The local server, `host:port`.
     pub replica: String,
     /// Its credentials.

@@ -522,7 +522,7 @@ fn read_from_peer(
     conns: &mut HashMap<u32, Box<dyn RangeReader>>,
     peer: u32,
     addr: &str,
-    token: &transport::Token,
+    token: &transport::Credentials,
     generation: u64,
     offset: u64,
     buf: &mut [u8],

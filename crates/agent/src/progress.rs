@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::Kind;
 use transport::wire::{self, Control};
-use transport::Token;
+use transport::Credentials;
 
 /// Longest silence on the control connection before the relay is declared gone (it heartbeats every
 /// second).
@@ -118,7 +118,7 @@ pub struct Attached {
 }
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
-pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<Attached, crate::Error> {
+pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::Error> {
     let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::Relay)?;
     let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::Relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),

@@ -133,18 +133,18 @@ struct RelayTlsArgs {
 
 impl RelayTlsArgs {
     /// The token, with TLS to the relay when asked for.
-    fn credentials(&self, token: transport::Token) -> Result<transport::Token> {
+    fn credentials(&self, token: transport::Token) -> Result<transport::Credentials> {
         self.credentials_serving(token, None)
     }
 
     /// Like `credentials`, serving peers over TLS with `peer` (certificate, key) when given.
-    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Token> {
-        let Some(ca) = &self.relay_cacert else { return Ok(token) };
+    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Credentials> {
+        let Some(ca) = &self.relay_cacert else { return Ok(token.into()) };
         let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?;
         if let Some((c, k)) = peer {
             t = t.serving_peers(c, k).map_err(anyhow::Error::msg).context("load --peer-tls-cert")?;
         }
-        Ok(token.with_relay_tls(t))
+        Ok(transport::Credentials::from(token).with_relay_tls(t))
     }
 }
 

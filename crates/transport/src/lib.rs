@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod credentials;
 pub mod fdpass;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
@@ -32,6 +33,7 @@ pub mod tracker;
 pub mod wire;
 
 pub use auth::Token;
+pub use credentials::Credentials;
 pub use wire::TransportKind;
 
 /// Errors of a transport.

@@ -3,7 +3,8 @@
 //! is read and judged here ([`read_answer`]), for the shm and ucx readers and the tracker link too.
 //! The relay's side is [`crate::serve`].
 
-use crate::auth::{self, Kind, Token};
+use crate::auth::{self, Kind};
+use crate::Credentials;
 use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
 use crate::tls::Conn;
 use crate::{Error, RangeReader, Transport};
@@ -15,22 +16,22 @@ use std::time::Duration;
 pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind` (over TLS when the token says the relay wants it).
-pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
-    connect_with(addr, token, kind, timeout, timeout, "connect to relay")
+pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
+    connect_with(addr, creds, kind, timeout, timeout, "connect to relay")
 }
 
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors.
-pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
+pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
     let s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io("set TCP_NODELAY"))?;
     s.set_read_timeout(Some(io_timeout)).map_err(Error::io("set read timeout"))?;
     s.set_write_timeout(Some(io_timeout)).map_err(Error::io("set write timeout"))?;
-    let mut s = match token.relay_tls() {
+    let mut s = match creds.relay_tls() {
         None => Conn::Plain(s),
         Some(t) => t.connect(s, addr.ip()).map_err(Error::io("TLS to relay"))?,
     };
-    auth::client(&mut s, token, kind)?;
+    auth::client(&mut s, creds.token(), kind)?;
     Ok(s)
 }
 
@@ -38,13 +39,13 @@ pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout
 #[derive(Debug, Clone)]
 pub struct TcpTransport {
     addr: SocketAddr,
-    token: Token,
+    creds: Credentials,
 }
 
 impl TcpTransport {
     /// A transport to the relay at `addr`.
-    pub fn new(addr: SocketAddr, token: Token) -> Self {
-        TcpTransport { addr, token }
+    pub fn new(addr: SocketAddr, creds: Credentials) -> Self {
+        TcpTransport { addr, creds }
     }
 }
 
@@ -53,7 +54,7 @@ impl Transport for TcpTransport {
         crate::TransportKind::Tcp
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
-        let s = connect(self.addr, &self.token, Kind::Data, IO_TIMEOUT)?;
+        let s = connect(self.addr, &self.creds, Kind::Data, IO_TIMEOUT)?;
         Ok(Box::new(StreamReader { s }))
     }
 }

@@ -5,7 +5,8 @@
 //! peers that failed it ([`Request::NotAt`]) and, once done, whether anyone still needs it
 //! ([`Request::Needed`]). The decisions are the `swarm` crate's; the messages are [`crate::wire::swarm`].
 
-use crate::auth::{Kind, Token};
+use crate::auth::Kind;
+use crate::Credentials;
 use crate::tcp::StreamReader;
 use crate::wire::swarm::{check_addr, decode_located, Locate, Located, LOCATE_ANSWER_MAX};
 use crate::wire::Request;
@@ -40,8 +41,8 @@ pub struct Registration {
 
 impl TrackerLink {
     /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next.
-    pub fn connect(relay: SocketAddr, token: &Token, timeout: Duration) -> Result<TrackerLink, Error> {
-        let s = crate::tcp::connect(relay, token, Kind::Data, timeout)?;
+    pub fn connect(relay: SocketAddr, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
+        let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
         Ok(TrackerLink { conn: StreamReader { s }, generation: 0, id: None })
     }
 
