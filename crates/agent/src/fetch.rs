@@ -1,18 +1,18 @@
 //! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
 //! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
 
-use crate::select::{self, Choice};
+use crate::select;
 use crate::{pipeline, progress, Error};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;
-use transport::Token;
+use transport::{Credentials, TransportKind};
 
 /// What a fetch did.
 #[derive(Debug, Clone, Serialize)]
 pub struct FetchReport {
     /// Transport used.
-    pub transport: String,
+    pub transport: TransportKind,
     /// Its detail and why it was chosen.
     pub transport_detail: String,
     /// Bytes written out.
@@ -34,8 +34,8 @@ pub struct FetchReport {
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
 pub fn fetch(
     relay: SocketAddr,
-    token: &Token,
-    choice: Choice,
+    token: &Credentials,
+    choice: Option<TransportKind>,
     readers: usize,
     window: u64,
     cancel: &std::sync::atomic::AtomicBool,
@@ -45,7 +45,7 @@ pub fn fetch(
     let cpu0 = crate::procstat::own_cpu_secs();
     let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;
     let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
-    tracing::info!(transport = transport.name(), reason = %why, "transport selected");
+    tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let pull = pipeline::Pull {
         transport: transport.as_ref(),
         progress: &attached.progress,
@@ -59,7 +59,7 @@ pub fn fetch(
     let end = Instant::now();
     let transfer = stats.first_byte.map(|f| end.duration_since(f).as_secs_f64()).unwrap_or(0.0).max(1e-9);
     Ok(FetchReport {
-        transport: transport.name().into(),
+        transport: transport.kind(),
         transport_detail: transport.detail().map(|d| format!("{d}; {why}")).unwrap_or(why),
         bytes: stats.bytes,
         blocks: stats.blocks,

@@ -120,7 +120,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), cfg.force)?;
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
-    tracing::info!(transport = transport.name(), reason = %why, "transport selected");
+    tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let master_addr = match (&cfg.sentinel, &cfg.master) {
         (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
         (None, Some(m)) => m.clone(),
@@ -152,7 +152,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
             desc.replid
         )));
     }
-    let (peering, swarm) = join_swarm(cfg, &desc, transport.name() == "shm");
+    let (peering, swarm) = join_swarm(cfg, &desc, transport.kind() == transport::TransportKind::Shm);
     Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, connected: Instant::now(), peering, swarm })
 }
 
@@ -523,7 +523,7 @@ impl Driver<'_> {
         let pull_secs = (secs(tl.pulled) - secs(tl.first_byte)).max(1e-9);
         Report {
             handoff: o.handoff,
-            transport: c.transport.name().into(),
+            transport: c.transport.kind(),
             transport_detail: match c.transport.detail() {
                 Some(d) => format!("{d}; {}", c.why),
                 None => c.why.clone(),

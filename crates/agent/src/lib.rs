@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use transport::{Token, Transport};
+use transport::{Credentials, Transport};
 
 /// The party an error came from (or was about).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,8 +335,8 @@ fn check_cancel(cancel: &std::sync::atomic::AtomicBool) -> Result<(), Error> {
 pub struct Config {
     /// The relay's address.
     pub relay: SocketAddr,
-    /// Shared secret for the relay.
-    pub token: Token,
+    /// Shared secret for the relay, and TLS to it when it requires it.
+    pub token: Credentials,
     /// The local server, `host:port`.
     pub replica: String,
     /// Its credentials.
@@ -367,8 +367,8 @@ pub struct Config {
     pub live: std::sync::Arc<Live>,
     /// Set from outside (a signal) to abandon the join; before the handoff the replica is reset.
     pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// The transport for the snapshot (`--transport`).
-    pub transport: select::Choice,
+    /// The transport for the snapshot (`--transport`); `None` for `auto`.
+    pub transport: Option<transport::TransportKind>,
     /// How this agent takes part in its generation's swarm.
     pub peers: peer::PeerConfig,
     /// How often and how patiently a failed join is tried again.
@@ -468,7 +468,7 @@ pub struct Report {
     /// How the handoff went.
     pub handoff: Handoff,
     /// The transport used.
-    pub transport: String,
+    pub transport: transport::TransportKind,
     /// What it ran on (for ucx: UCX's transport/device carrying the GETs), and why it was chosen.
     pub transport_detail: String,
     /// Relay, replica and master addresses.

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::{Registration, TrackerLink};
-use transport::wire::{response_header, Request};
-use transport::{tcp, Token};
+use transport::wire::{Request, ResponseHeader};
+use transport::{serve, Credentials};
 
 /// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
 /// a bounded cache of those already fed, kept for peers.
@@ -124,7 +124,7 @@ pub struct PeerServer {
 
 struct ServeShared {
     held: Arc<Held>,
-    token: Token,
+    token: Credentials,
     uploads: AtomicUsize,
     uploads_max: usize,
     connections: AtomicUsize,
@@ -135,7 +135,7 @@ struct ServeShared {
 impl PeerServer {
     /// Listen on `listen` and serve `held` to peers that know `token`, at most `uploads_max` blocks at
     /// once (more are refused: the asker goes to another holder).
-    pub fn start(listen: SocketAddr, token: Token, held: Arc<Held>, uploads_max: usize) -> Result<PeerServer, Error> {
+    pub fn start(listen: SocketAddr, token: Credentials, held: Arc<Held>, uploads_max: usize) -> Result<PeerServer, Error> {
         let l = TcpListener::bind(listen).map_err(|e| Error::Resource(format!("listen for peers on {listen}: {e}")))?;
         let addr = l.local_addr().map_err(|e| Error::Resource(format!("peer listener address: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -215,7 +215,7 @@ fn serve_peer(sh: &ServeShared, s: TcpStream) -> Result<(), transport::Error> {
 /// Authenticate a peer, then answer its block reads. `raw` is the socket under `s` (timeouts).
 fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) -> Result<(), transport::Error> {
     use transport::Error as E;
-    if auth::server(&mut s, &sh.token)? != Kind::Data {
+    if auth::server(&mut s, sh.token.token())? != Kind::Data {
         return Err(E::Protocol("peers open data connections only".into()));
     }
     raw.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
@@ -227,21 +227,21 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
         let (offset, len) = match req {
             Request::Range { generation, offset, len } if generation == sh.held.generation => (offset, len),
             Request::Range { generation, .. } => {
-                tcp::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
+                serve::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
                 continue;
             }
             _ => return Err(E::Protocol("peers answer block reads only".into())),
         };
         let Some(block) = sh.held.block_of(offset, len).and_then(|b| sh.held.get(b)) else {
-            tcp::send_error(&mut s, "block not held")?;
+            serve::send_error(&mut s, "block not held")?;
             continue;
         };
         if sh.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
             sh.uploads.fetch_sub(1, Ordering::SeqCst);
-            tcp::send_busy(&mut s)?;
+            serve::send_busy(&mut s)?;
             continue;
         }
-        let sent = s.write_all(&response_header(true, len)).and_then(|()| s.write_all(&block));
+        let sent = s.write_all(&ResponseHeader::ok(len).encode()).and_then(|()| s.write_all(&block));
         sh.uploads.fetch_sub(1, Ordering::SeqCst);
         sent.map_err(E::io("send block to peer"))?;
         sh.served.fetch_add(u64::from(len), Ordering::Relaxed);
@@ -277,7 +277,7 @@ pub struct Peering {
     /// Verified blocks.
     pub(crate) held: Arc<Held>,
     /// The relay's token, for peer connections.
-    pub(crate) token: Token,
+    pub(crate) token: Credentials,
     server: Option<PeerServer>,
     id: u32,
 }
@@ -285,7 +285,7 @@ pub struct Peering {
 impl Peering {
     /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
     /// shared memory.
-    pub fn join(relay: SocketAddr, token: &Token, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
+    pub fn join(relay: SocketAddr, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
         let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
         let serve = cfg.serve && token.relay_tls().map_or(true, |t| t.peer_server().is_some());
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn a_server_serves_held_blocks_to_the_token_holder_only() {
-        let token = Token::new(b"0123456789abcdef").unwrap();
+        let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
         let held = Arc::new(Held::new(7, 4, 0));
         held.insert(1, Arc::new(b"abcd".to_vec()));
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
@@ -408,7 +408,7 @@ mod tests {
         assert!(matches!(r.read(7, 0, &mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
         assert!(matches!(r.read(8, 4, &mut buf), Err(transport::Error::Refused { .. })), "another generation");
         assert_eq!(srv.served.load(Ordering::Relaxed), 4);
-        let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), Token::new(b"fedcba9876543210").unwrap());
+        let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), transport::Token::new(b"fedcba9876543210").unwrap().into());
         assert!(matches!(transport::Transport::open(&wrong), Err(transport::Error::Auth(_))));
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use swarm::{Answer, Chooser, Origin};
-use transport::tracker::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
+use transport::wire::swarm::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
 use transport::{RangeReader, Transport};
 
 /// Bytes that came from one source.
@@ -522,7 +522,7 @@ fn read_from_peer(
     conns: &mut HashMap<u32, Box<dyn RangeReader>>,
     peer: u32,
     addr: &str,
-    token: &transport::Token,
+    token: &transport::Credentials,
     generation: u64,
     offset: u64,
     buf: &mut [u8],

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::Kind;
 use transport::wire::{self, Control};
-use transport::Token;
+use transport::Credentials;
 
 /// Longest silence on the control connection before the relay is declared gone (it heartbeats every
 /// second).
@@ -97,8 +97,8 @@ impl Progress {
 /// The transports a relay offers, from its hello.
 #[derive(Debug, Clone, Default)]
 pub struct Offered {
-    /// Names (`shm`, `ucx`, `tcp`).
-    pub transports: Vec<String>,
+    /// The transports.
+    pub transports: Vec<transport::TransportKind>,
     /// The shm transport's abstract socket.
     pub shm_socket: Option<String>,
     /// The UCX transports the relay's context has.
@@ -118,7 +118,7 @@ pub struct Attached {
 }
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
-pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<Attached, crate::Error> {
+pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::Error> {
     let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::relay)?;
     let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
@@ -127,7 +127,7 @@ pub fn attach(relay: SocketAddr, token: &Token, wait_max: Duration) -> Result<At
     let deadline = Instant::now() + wait_max;
     let desc = loop {
         match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
-            Control::Descriptor(d) => break d,
+            Control::Descriptor(d) => break d.validate(0).map_err(crate::Error::relay)?,
             Control::Heartbeat if Instant::now() < deadline => continue,
             Control::Heartbeat => return Err(crate::Error::unavailable(crate::Party::Relay, "it has no snapshot yet (timed out waiting)")),
             Control::CaptureFailed { kind, message } => return Err(crate::Error::Capture { kind, message }),
@@ -153,10 +153,18 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
             Ok(Control::Descriptor(d)) => {
                 if d.generation != v.desc.generation {
                     v.lost = Some(format!("relay switched generation {} → {}", v.desc.generation, d.generation));
+                } else if d.block_size != v.desc.block_size {
+                    // Block numbers already fetched would mean other bytes.
+                    v.lost = Some(format!("relay protocol error: block size changed {} → {}", v.desc.block_size, d.block_size));
                 } else {
-                    let mut sums = std::mem::take(&mut v.desc.checksums);
-                    sums.extend_from_slice(&d.checksums);
-                    v.desc = Descriptor { checksums: sums, ..d };
+                    match d.validate(v.desc.checksums.len() as u64) {
+                        Ok(d) => {
+                            let mut sums = std::mem::take(&mut v.desc.checksums);
+                            sums.extend_from_slice(&d.checksums);
+                            v.desc = Descriptor { checksums: sums, ..d };
+                        }
+                        Err(e) => v.lost = Some(format!("relay {e}")),
+                    }
                 }
             }
             Ok(Control::Heartbeat) => continue,

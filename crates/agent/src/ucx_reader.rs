@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use transport::auth::Kind;
 use transport::tcp::{StreamReader, IO_TIMEOUT};
-use transport::wire::{Request, UcxKey, ATTACH_UCX, UCX_BLOB_MAX, UCX_SEGMENT};
-use transport::{Error, RangeReader, Token, Transport};
+use transport::wire::{AttachKind, Request, UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};
+use transport::{Credentials, Error, RangeReader, Transport};
 
 /// Size of the GETs a block read is split into (all in flight together).
 pub const CHUNK: usize = limits::UCX_GET_BYTES;
@@ -21,7 +21,7 @@ pub const CHUNK: usize = limits::UCX_GET_BYTES;
 /// The ucx transport to one relay.
 pub struct UcxTransport {
     relay: SocketAddr,
-    token: Token,
+    token: Credentials,
     ctx: Arc<Context>,
     /// UCX's transport/device for GETs, as the first endpoint reports it.
     lane: Arc<Mutex<Option<String>>>,
@@ -29,12 +29,12 @@ pub struct UcxTransport {
 
 impl UcxTransport {
     /// Initialise UCX for reading from the relay at `relay` (no connection is made yet).
-    pub fn connect(relay: SocketAddr, token: Token) -> Result<UcxTransport, ucx::Error> {
+    pub fn connect(relay: SocketAddr, token: Credentials) -> Result<UcxTransport, ucx::Error> {
         Self::with_tls(relay, token, None)
     }
 
     /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
-    pub fn with_tls(relay: SocketAddr, token: Token, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
+    pub fn with_tls(relay: SocketAddr, token: Credentials, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
         Ok(UcxTransport { relay, token, ctx: Context::with_tls(tls)?, lane: Arc::default() })
     }
 
@@ -45,8 +45,8 @@ impl UcxTransport {
 }
 
 impl Transport for UcxTransport {
-    fn name(&self) -> &'static str {
-        "ucx"
+    fn kind(&self) -> transport::TransportKind {
+        transport::TransportKind::Ucx
     }
     fn default_readers(&self) -> usize {
         2
@@ -87,7 +87,7 @@ unsafe impl Send for UcxReader {}
 impl UcxReader {
     fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
         if !self.keys.contains_key(&(generation, segment)) {
-            let len = self.conn.request(Request::Attach { generation, transport: ATTACH_UCX, arg: segment }, "ucx attach")?;
+            let len = self.conn.request(Request::Attach { generation, transport: AttachKind::Ucx, arg: segment }, "ucx attach")?;
             if len as usize > 2 * UCX_BLOB_MAX + 24 {
                 return Err(Error::Protocol(format!("ucx attach answer of {len} bytes")));
             }

@@ -8,6 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use transport_arg::TransportArg;
+
+mod transport_arg;
 
 #[derive(Parser)]
 #[command(name = "fastrepl", version, about = "Fast, master-friendly full sync for Redis and Valkey replicas")]
@@ -91,7 +94,7 @@ struct RelayArgs {
     connections_max: usize,
     /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
     #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: transport::Choice,
+    transport: TransportArg,
     /// Where snapshots are captured from: `master` (it forks), a replica of the master, host:port
     /// (the master forks nothing; checked to share the master's replication ID before each capture),
     /// or `auto` (a healthy replica, the master only when none qualifies).
@@ -134,18 +137,18 @@ struct RelayTlsArgs {
 
 impl RelayTlsArgs {
     /// The token, with TLS to the relay when asked for.
-    fn credentials(&self, token: transport::Token) -> Result<transport::Token> {
+    fn credentials(&self, token: transport::Token) -> Result<transport::Credentials> {
         self.credentials_serving(token, None)
     }
 
     /// Like `credentials`, serving peers over TLS with `peer` (certificate, key) when given.
-    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Token> {
-        let Some(ca) = &self.relay_cacert else { return Ok(token) };
+    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Credentials> {
+        let Some(ca) = &self.relay_cacert else { return Ok(token.into()) };
         let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?;
         if let Some((c, k)) = peer {
             t = t.serving_peers(c, k).map_err(anyhow::Error::msg).context("load --peer-tls-cert")?;
         }
-        Ok(token.with_relay_tls(t))
+        Ok(transport::Credentials::from(token).with_relay_tls(t))
     }
 }
 
@@ -202,7 +205,7 @@ struct SentinelArgs {
 impl SentinelArgs {
     fn sentinels(&self, tls: Option<&client::tls::Tls>) -> Result<Option<client::sentinel::Sentinels>> {
         let Some(list) = &self.sentinel else { return Ok(None) };
-        let auth = transport::secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
+        let auth = secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
         let mut s = client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?;
         s.tls = tls.cloned();
         Ok(Some(s))
@@ -277,7 +280,7 @@ struct JoinArgs {
     /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
     /// device, tcp otherwise, and says which.
     #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: transport::Choice,
+    transport: TransportArg,
     /// Where the agent listens for its replica.
     #[arg(long, default_value = "127.0.0.1:0", env = "FASTREPL_LISTEN")]
     listen: SocketAddr,
@@ -341,7 +344,7 @@ struct FetchArgs {
     token_file: Option<PathBuf>,
     /// Transport: auto, ucx, shm or tcp.
     #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: transport::Choice,
+    transport: TransportArg,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
@@ -419,7 +422,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     let tls = a.tls.load()?;
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
-    let tokens = transport::secrets::tokens(a.token_file.as_deref())?;
+    let tokens = secrets::tokens(a.token_file.as_deref())?;
     let cfg = relay::Config {
         tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
@@ -428,7 +431,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         }),
         sentinel,
         file: a.file,
-        master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
         token: tokens[0].clone(),
         extra_tokens: tokens[1..].to_vec(),
@@ -440,7 +443,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
             log_age_max: Duration::from_secs(a.log_max_age_secs),
         },
         connections_max: a.connections_max,
-        offer: a.transport.into(),
+        offer: a.transport.kind().into(),
         source: a.source,
         source_rdb_raw: a.source_rdb_raw,
         capture: a.capture,
@@ -451,10 +454,10 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         },
     };
     let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
-    tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
+    tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || r2.status().prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
@@ -479,7 +482,7 @@ fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf
                 tracing::warn!("SIGHUP: the token comes from $FASTREPL_TOKEN, which cannot change under a running process; use --token-file to rotate without a restart");
                 continue;
             };
-            match transport::secrets::tokens(Some(f)).map_err(|e| e.to_string()).and_then(|t| {
+            match secrets::tokens(Some(f)).map_err(|e| e.to_string()).and_then(|t| {
                 let n = t.len();
                 r.set_tokens(t).map(|()| n).map_err(|e| e.to_string())
             }) {
@@ -493,7 +496,7 @@ fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
-    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let to_stdout = a.out.as_os_str() == "-";
@@ -502,7 +505,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let choice = a.transport;
+    let choice = a.transport.kind();
     let r = agent::fetch::fetch(a.relay, &token, choice, a.readers as usize, a.window_blocks, &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
@@ -542,7 +545,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
-    let token = a.relay_tls.credentials_serving(transport::secrets::token(a.token_file.as_deref())?, peer_cert)?;
+    let token = a.relay_tls.credentials_serving(secrets::token(a.token_file.as_deref())?, peer_cert)?;
 
     let tls = a.tls.load()?;
     let cfg = agent::Config {
@@ -552,9 +555,9 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,
-        replica_auth: transport::secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
+        replica_auth: secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
         master: a.master,
-        master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.listen,
         readers: a.readers as usize,
@@ -563,7 +566,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
         cancel: Default::default(),
-        transport: a.transport,
+        transport: a.transport.kind(),
         peers: agent::peer::PeerConfig {
             serve: !a.no_serve,
             listen: a.peer_listen,
@@ -719,10 +722,10 @@ fn print_report(r: &agent::Report) {
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let token = a.relay_tls.credentials(transport::secrets::token(a.token_file.as_deref())?)?;
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
     let mut s = transport::tcp::connect(a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
     let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
-        transport::wire::Control::Status(v) => serde_json::from_value(v).context("decode the relay's status")?,
+        transport::wire::Control::Status(st) => *st,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
         other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
     };
@@ -782,7 +785,7 @@ fn print_status(st: &relay::stats::Status) {
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
-    let auth = transport::secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
+    let auth = secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
     let t = Duration::from_secs(60);
     let tls = a.tls.load()?;
     let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.a))?;

@@ -165,7 +165,7 @@ enum Fake {
 
 /// A fake agent that registers with the relay's swarm and claims to hold every block, answering as
 /// `how` says; returns its tracker link (its membership) and how many blocks it was asked for.
-fn fake_peer(relay: &str, token: &transport::Token, how: Fake) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+fn fake_peer(relay: &str, token: &transport::Credentials, how: Fake) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicU64, Ordering};
     let relay: std::net::SocketAddr = relay.parse().unwrap();
@@ -175,7 +175,7 @@ fn fake_peer(relay: &str, token: &transport::Token, how: Fake) -> (transport::tr
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let asked = std::sync::Arc::new(AtomicU64::new(0));
-    let (t, a) = (token.clone(), asked.clone());
+    let (t, a) = (token.token().clone(), asked.clone());
     std::thread::spawn(move || {
         for s in listener.incoming() {
             let (t, a) = (t.clone(), a.clone());
@@ -189,11 +189,11 @@ fn fake_peer(relay: &str, token: &transport::Token, how: Fake) -> (transport::tr
                     a.fetch_add(1, Ordering::SeqCst);
                     match how {
                         Fake::Corrupt => {
-                            s.write_all(&transport::wire::response_header(true, len)).ok()?;
+                            s.write_all(&transport::wire::ResponseHeader::ok(len).encode()).ok()?;
                             s.write_all(&vec![0xAB; len as usize]).ok()?;
                         }
-                        Fake::NotHeld => transport::tcp::send_error(&mut s, "block not held").ok()?,
-                        Fake::Busy => transport::tcp::send_busy(&mut s).ok()?,
+                        Fake::NotHeld => transport::serve::send_error(&mut s, "block not held").ok()?,
+                        Fake::Busy => transport::serve::send_busy(&mut s).ok()?,
                     }
                 }
             });
@@ -217,7 +217,7 @@ fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
         c.args(["--transport", "tcp", "--block-size", "1048576"]);
     });
     wait_relay_acked(&master);
-    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
     let (_fake, asked) = fake_peer(&relay.addr, &token, Fake::Corrupt);
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
@@ -242,7 +242,7 @@ fn join_past_a_peer_that_never_serves(how: Fake) {
         c.args(["--transport", "tcp", "--block-size", "1048576"]);
     });
     wait_relay_acked(&master);
-    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
     let (_fake, asked) = fake_peer(&relay.addr, &token, how);
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {

@@ -50,7 +50,7 @@ fn a_relay_not_offering_tcp_refuses_tcp_block_reads() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_small_mixed(&mut master.client(), 200);
     let relay = relay_offering(&master.addr(), "shm");
-    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
     let addr = relay.addr.parse().unwrap();
     let attached = agent::progress::attach(addr, &token, Duration::from_secs(30)).unwrap();
     let v = attached.progress.wait_until(Duration::from_secs(30), |v| v.desc.length.is_some());
@@ -66,7 +66,7 @@ fn a_relay_not_offering_tcp_refuses_tcp_block_reads() {
 fn the_shm_socket_demands_the_token_and_hands_out_nothing_without_it() {
     let master = Server::start(Flavor::Redis70, &[]);
     let mut relay = relay_offering(&master.addr(), "auto");
-    let token = transport::Token::new(TOKEN.as_bytes()).unwrap();
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
     let attached = agent::progress::attach(relay.addr.parse().unwrap(), &token, Duration::from_secs(30)).unwrap();
     let name = attached.offered.shm_socket.clone().expect("the relay offers shm");
     let wrong = transport::Token::new(b"not-the-token-at-all-0000").unwrap();
@@ -77,7 +77,7 @@ fn the_shm_socket_demands_the_token_and_hands_out_nothing_without_it() {
     }
     // Control connections are TCP only: the relay closes one on the shm socket. (A timeout here would
     // mean the relay kept it open.)
-    let mut s = transport::shm::connect(&name, &token, transport::auth::Kind::Control).expect("authenticates");
+    let mut s = transport::shm::connect(&name, token.token(), transport::auth::Kind::Control).expect("authenticates");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut b = [0u8; 1];
     match std::io::Read::read(&mut s, &mut b) {

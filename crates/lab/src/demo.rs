@@ -174,7 +174,7 @@ fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: LabTranspo
 /// Join `replicas` through the relay at once; times from `t0`.
 fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &str, transport: LabTransport) -> Result<Mode> {
     let n = replicas.len();
-    let (targ, tls) = (transport.choice().name(), transport.ucx_tls());
+    let (targ, tls) = (transport.choice().map_or("auto", |k| k.name()), transport.ucx_tls());
     let mut joins: Vec<Proc> = replicas
         .iter()
         .enumerate()
@@ -217,7 +217,7 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
     }
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}", handoffs.join(", "));
-    let used = reports.first().map(|r| r.transport.clone()).unwrap_or_default();
+    let used = reports.first().map(|r| r.transport.to_string()).unwrap_or_default();
     let detail_t = reports.first().map(|r| r.transport_detail.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
     Ok(Mode {
         name: if transport.name() == used || transport == LabTransport::Auto { format!("{name} ({used})") } else { format!("{name} ({})", transport.name()) },

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use transport::{RangeReader, Token, Transport};
+use transport::{Credentials, RangeReader, Transport};
 
 #[derive(clap::Args)]
 /// `fastrepl-lab probe` arguments.
@@ -188,13 +188,13 @@ fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
 }
 
 /// A transport to probe, by name.
-fn open_transport(name: &str, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered) -> Result<Box<dyn Transport>> {
+fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered) -> Result<Box<dyn Transport>> {
     let t = <LabTransport as clap::ValueEnum>::from_str(name, false).map_err(|e| anyhow::anyhow!("transport {name:?}: {e}"))?;
     Ok(match t {
         LabTransport::Tcp => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
         LabTransport::Shm => {
             let sock = offered.shm_socket.clone().context("the relay does not offer shm")?;
-            Box::new(transport::shm::ShmTransport::new(sock, token.clone()))
+            Box::new(transport::shm::ShmTransport::new(sock, token.token().clone()))
         }
         #[cfg(feature = "ucx")]
         LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), t.ucx_tls())?),
@@ -416,25 +416,25 @@ fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
 }
 
 /// The relay to probe: ours (started for `bytes` of synthetic data) or the user's.
-fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr, Token, Option<u32>)> {
+fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr, Credentials, Option<u32>)> {
     if a.self_ {
         let mut raw = [0u8; 16];
         getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
         let tok: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         let r = start_own_relay(bytes, &tok, a.relay_tls)?;
         let (addr, pid) = (r.addr, r.child.id());
-        let mut token = Token::new(tok.as_bytes())?;
+        let mut token = Credentials::from(transport::Token::new(tok.as_bytes())?);
         if let Some(d) = &r.certs {
             token = token.with_relay_tls(transport::tls::RelayTls::load(&d.path().join("ca.crt"), None).map_err(anyhow::Error::msg)?);
         }
         Ok((Some(r), addr, token, Some(pid)))
     } else {
-        Ok((None, a.relay.context("--relay or --self")?, transport::secrets::token(a.token_file.as_deref())?, a.relay_pid))
+        Ok((None, a.relay.context("--relay or --self")?, secrets::token(a.token_file.as_deref())?.into(), a.relay_pid))
     }
 }
 
 /// Attach and wait for a complete snapshot; returns the attachment and (generation, length).
-fn attach_complete(relay: SocketAddr, token: &Token) -> Result<(agent::progress::Attached, u64, u64)> {
+fn attach_complete(relay: SocketAddr, token: &Credentials) -> Result<(agent::progress::Attached, u64, u64)> {
     let attached = agent::progress::attach(relay, token, Duration::from_secs(120)).context("attach to the relay")?;
     let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
     let region = view.desc.length.context("the relay's snapshot is not complete")?;
@@ -504,7 +504,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
             let reads = m.reads.max(1) as f64;
             points.push(Point {
                 transport: name.clone(),
-                detail: t.detail().unwrap_or_else(|| t.name().to_string()),
+                detail: t.detail().unwrap_or_else(|| t.kind().to_string()),
                 size,
                 mib_s: m.mib_s,
                 ratio_to_baseline: base_tp.get(&(base, size)).map(|b| m.mib_s / b),
@@ -603,7 +603,7 @@ fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json
 /// of the same size. Every row is measured `--repeat` times, interleaved (round-robin over the rows,
 /// so a noisy minute on a shared machine hits all of them alike); the table shows medians and the JSON
 /// keeps every run.
-fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
+fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
     let mib = bytes as f64 / (1 << 20) as f64;
     let mut modes: Vec<(String, usize)> = vec![("memcpy (baseline)".into(), 1), ("memcpy from a fresh memfd mapping (reference)".into(), 1), ("tcp-stream (baseline)".into(), 1)];
     for t in &a.transports {
@@ -716,7 +716,7 @@ fn tcp_stream_once(bytes: u64) -> Result<f64> {
 
 /// `conc` concurrent pulls of the relay's snapshot over transport `name`; one JSON run record.
 #[allow(clippy::too_many_arguments)]
-fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Token, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
+fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
     let cancel = AtomicBool::new(false);
     let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
     let cpu0 = agent::procstat::own_cpu_secs();

@@ -33,12 +33,12 @@ impl LabTransport {
     }
 
     /// What `fastrepl --transport` gets.
-    pub fn choice(self) -> transport::Choice {
+    pub fn choice(self) -> Option<transport::TransportKind> {
         match self {
-            LabTransport::Auto => transport::Choice::Auto,
-            LabTransport::Tcp => transport::Choice::Tcp,
-            LabTransport::Shm => transport::Choice::Shm,
-            LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => transport::Choice::Ucx,
+            LabTransport::Auto => None,
+            LabTransport::Tcp => Some(transport::TransportKind::Tcp),
+            LabTransport::Shm => Some(transport::TransportKind::Shm),
+            LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Some(transport::TransportKind::Ucx),
         }
     }
 

@@ -159,14 +159,16 @@ impl Offer {
     pub const ALL: Offer = Offer { tcp: true, shm: true, ucx: true };
 }
 
-impl From<transport::Choice> for Offer {
-    /// `--transport` on the relay: `auto` offers everything that works here, a name only that.
-    fn from(c: transport::Choice) -> Offer {
+impl From<Option<transport::TransportKind>> for Offer {
+    /// `--transport` on the relay: `auto` (`None`) offers everything that works here, a transport
+    /// only that.
+    fn from(c: Option<transport::TransportKind>) -> Offer {
+        use transport::TransportKind::{Shm, Tcp, Ucx};
         match c {
-            transport::Choice::Auto => Offer::ALL,
-            transport::Choice::Tcp => Offer { tcp: true, shm: false, ucx: false },
-            transport::Choice::Shm => Offer { tcp: false, shm: true, ucx: false },
-            transport::Choice::Ucx => Offer { tcp: false, shm: false, ucx: true },
+            None => Offer::ALL,
+            Some(Tcp) => Offer { tcp: true, shm: false, ucx: false },
+            Some(Shm) => Offer { tcp: false, shm: true, ucx: false },
+            Some(Ucx) => Offer { tcp: false, shm: false, ucx: true },
         }
     }
 }
@@ -403,18 +405,18 @@ impl Shared {
         }
     }
 
-    /// The transports this relay offers, by name.
-    fn offered(&self) -> Vec<String> {
+    /// The transports this relay offers.
+    fn offered(&self) -> Vec<transport::TransportKind> {
         let mut v = Vec::new();
         if self.shm_socket.is_some() {
-            v.push("shm".to_string());
+            v.push(transport::TransportKind::Shm);
         }
         #[cfg(feature = "ucx")]
         if self.ucx.is_some() {
-            v.push("ucx".to_string());
+            v.push(transport::TransportKind::Ucx);
         }
         if self.config.offer.tcp {
-            v.push("tcp".to_string());
+            v.push(transport::TransportKind::Tcp);
         }
         v
     }
@@ -529,8 +531,8 @@ impl Relay {
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
-    /// The transports offered, by name.
-    pub fn offered(&self) -> Vec<String> {
+    /// The transports offered.
+    pub fn offered(&self) -> Vec<transport::TransportKind> {
         self.shared.offered()
     }
 
@@ -630,9 +632,9 @@ mod tests {
 
     #[test]
     fn transport_choice_maps_to_what_is_offered() {
-        assert_eq!(Offer::from(transport::Choice::Auto), Offer::ALL);
-        assert_eq!(Offer::from(transport::Choice::Tcp), Offer { tcp: true, shm: false, ucx: false });
-        assert_eq!(Offer::from(transport::Choice::Shm), Offer { tcp: false, shm: true, ucx: false });
-        assert_eq!(Offer::from(transport::Choice::Ucx), Offer { tcp: false, shm: false, ucx: true });
+        assert_eq!(Offer::from(None), Offer::ALL);
+        assert_eq!(Offer::from(Some(transport::TransportKind::Tcp)), Offer { tcp: true, shm: false, ucx: false });
+        assert_eq!(Offer::from(Some(transport::TransportKind::Shm)), Offer { tcp: false, shm: true, ucx: false });
+        assert_eq!(Offer::from(Some(transport::TransportKind::Ucx)), Offer { tcp: false, shm: false, ucx: true });
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request};
-use transport::{tcp, Error};
+use transport::{serve as reply, Error};
 
 use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
@@ -31,13 +31,13 @@ pub(crate) trait DataStream: std::io::Read + std::io::Write {
 impl DataStream for TcpStream {
     const IS_TCP: bool = true;
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
-        tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
+        reply::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.peer_addr().ok().map(|a| a.ip())
     }
     fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-        tcp::send_range(self, file, offset, len)
+        reply::send_range(self, file, offset, len)
     }
 }
 
@@ -47,26 +47,26 @@ type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
 impl DataStream for TlsStream {
     const IS_TCP: bool = true;
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
-        tcp::send_error(self, "shared memory is offered only over the relay's unix socket")
+        reply::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.get_ref().peer_addr().ok().map(|a| a.ip())
     }
     fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-        tcp::send_range_copied(self, file, offset, len)
+        reply::send_range_copied(self, file, offset, len)
     }
 }
 
 impl DataStream for UnixStream {
     const IS_TCP: bool = false;
     fn attach_shm(&mut self, gen: &Generation) -> Result<(), Error> {
-        transport::shm::send_region(self, gen.region())
+        reply::send_region(self, gen.region())
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         None
     }
     fn send_range(&mut self, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-        tcp::send_range(self, file, offset, len)
+        reply::send_range(self, file, offset, len)
     }
 }
 
@@ -204,8 +204,7 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
         Kind::Status => {
             let local = raw.local_addr().map_err(Error::io("local address"))?;
             let status = crate::stats::status(shared, local);
-            let v = serde_json::to_value(&status).map_err(|e| Error::Protocol(format!("encode status: {e}")))?;
-            wire::send_control(&mut s, &Control::Status(v))
+            wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {
             raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
@@ -268,7 +267,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         if version != sent_version {
             sent_checksums += d.checksums.len();
             sent_version = version;
-            wire::send_control(&mut s, &Control::Descriptor(d))?;
+            wire::send_control(&mut s, &Control::Descriptor(d.into()))?;
         } else {
             wire::send_control(&mut s, &Control::Heartbeat)?;
         }
@@ -321,26 +320,21 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
     loop {
         let Some(req) = wire::read_request(&mut s)? else { return Ok(()) };
         // Requests with a body: read it whole (bounded by the decode) before anything else.
-        let body_len = match req {
-            Request::Register { advertise_len, .. } => advertise_len,
-            Request::Locate { body_len, .. } => body_len,
-            _ => 0,
-        };
-        let mut body = vec![0u8; body_len as usize];
+        let mut body = vec![0u8; req.body_len() as usize];
         s.read_exact(&mut body).map_err(Error::io("read request body"))?;
         let id = req.generation();
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
         }
         let Some(gen) = cached.as_ref() else {
-            tcp::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
+            reply::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
             continue;
         };
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
             Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => {
-                tcp::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
+                reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
             }
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)) {
                 Ok(()) => {
@@ -349,25 +343,25 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                         Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
                     }
                 }
-                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
+                Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },
             Request::Log { from, max, .. } => match gen.read_log(from, max as usize) {
                 Ok(bytes) => {
-                    tcp::send_bytes(&mut s, &bytes)?;
+                    reply::send_bytes(&mut s, &bytes)?;
                     Stats::add(&shared.stats.log_bytes_served, bytes.len() as u64);
                 }
-                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
+                Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },
-            Request::Attach { transport: wire::ATTACH_SHM, .. } => {
+            Request::Attach { transport: wire::AttachKind::Shm, .. } => {
                 s.attach_shm(gen)?;
                 Stats::add(&shared.stats.shm_attaches, 1);
             }
             Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
                 Ok(bytes) => {
-                    tcp::send_bytes(&mut s, &bytes)?;
+                    reply::send_bytes(&mut s, &bytes)?;
                     Stats::add(&shared.stats.ucx_attaches, 1);
                 }
-                Err(e) => tcp::send_error(&mut s, &e.to_string())?,
+                Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },
             Request::Register { port, serves, local, .. } => answer_swarm(shared, &mut s, gen, Swarm::Register { port, serves, local }, &body, &mut member)?,
             Request::Locate { .. } => answer_swarm(shared, &mut s, gen, Swarm::Locate, &body, &mut member)?,
@@ -381,8 +375,8 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
 /// Answer a swarm request: its bytes, or the refusal.
 fn answer_swarm<'a, S: DataStream>(shared: &'a Shared, s: &mut S, gen: &Generation, req: Swarm, body: &[u8], member: &mut Option<Membership<'a>>) -> Result<(), Error> {
     match swarm_request(shared, s, gen, req, body, member)? {
-        Ok(bytes) => tcp::send_bytes(s, &bytes),
-        Err(message) => tcp::send_error(s, &message),
+        Ok(bytes) => reply::send_bytes(s, &bytes),
+        Err(message) => reply::send_error(s, &message),
     }
 }
 
@@ -412,7 +406,7 @@ fn swarm_request<'a, S: DataStream>(
     Ok(match (req, me) {
         (Swarm::Register { .. }, _) if member.is_some() => Err("this connection is already registered".to_string()),
         (Swarm::Register { port, serves, local }, _) => {
-            let advertise = if body.is_empty() { None } else { Some(transport::tracker::check_addr(body)?) };
+            let advertise = if body.is_empty() { None } else { Some(transport::wire::swarm::check_addr(body)?) };
             let Some(seen_at) = s.peer_ip() else {
                 return Ok(Err("swarm registration goes over TCP".into()));
             };
@@ -426,9 +420,9 @@ fn swarm_request<'a, S: DataStream>(
         }
         (_, None) => Err("register with this generation's swarm first".to_string()),
         (Swarm::Locate, Some(id)) => {
-            let ask = transport::tracker::Locate::decode(body)?;
+            let ask = transport::wire::swarm::Locate::decode(body)?;
             let answers = shared.swarms.locate(gen.id(), id, &ask, published, total, Instant::now());
-            Ok(transport::tracker::encode_located(&answers))
+            Ok(transport::wire::swarm::encode_located(&answers))
         }
         (Swarm::Have { block }, Some(id)) if block < published => {
             shared.swarms.have(gen.id(), id, block);

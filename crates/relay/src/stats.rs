@@ -6,8 +6,6 @@
 //! the relay counts their attaches, not their bytes; the agents' reports count those bytes.
 
 use crate::generations::SealReason;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -104,148 +102,50 @@ fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 
-/// One generation as the status shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GenerationStatus {
-    /// Its number.
-    pub id: u64,
-    /// capturing, complete, sealed or failed.
-    pub state: String,
-    /// The one agents arriving now get.
-    pub current: bool,
-    /// Replication ID and offset of the snapshot.
-    pub replid: String,
-    /// Offset of the snapshot.
-    pub offset: u64,
-    /// RDB bytes held (readable).
-    pub rdb_bytes: u64,
-    /// The RDB's length once known.
-    pub rdb_length: Option<u64>,
-    /// Blocks published, and the total once known.
-    pub blocks: u64,
-    /// Total blocks once the length is known.
-    pub blocks_total: Option<u64>,
-    /// Stream log bytes held after the snapshot.
-    pub log_bytes: u64,
-    /// Seconds since the capture started.
-    pub age_secs: f64,
-    /// Agents in its swarm now.
-    pub agents: u64,
-    /// Why it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+/// The status is a wire message (the answer on a status connection); the relay fills it here.
+pub use transport::wire::status::{GenerationStatus, RelayStatus as Status};
 
-/// Everything `fastrepl status` prints and `--metrics` exposes.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Status {
-    /// The relay's version.
-    pub version: String,
-    /// Where agents connect.
-    pub listen: String,
-    /// The master agents are handed to.
-    pub master: String,
-    /// `--source`: master, auto, or a replica's address.
-    pub source_policy: String,
-    /// The server the last capture read from.
-    pub source: String,
-    /// `--capture`: on-start or on-demand.
-    pub capture_policy: String,
-    /// Seconds since the relay started.
-    pub uptime_secs: f64,
-    /// Captures started (each is one fork on its source).
-    pub captures_total: u64,
-    /// Captures that failed.
-    pub capture_failures_total: u64,
-    /// The last capture failure, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_capture_error: Option<String>,
-    /// Generations sealed (log bound, age, link lost, source changed, idle release).
-    pub sealed_total: u64,
-    /// The same by reason: log_bound, link_lost, master_changed, idle_release.
-    #[serde(default)]
-    pub sealed_by_reason: BTreeMap<String, u64>,
-    /// Generations whose memory was released after `--idle-release-secs` without agents.
-    pub released_idle_total: u64,
-    /// Seconds since the source last sent anything (the link's silence; `None` before any capture).
-    pub source_silent_secs: Option<f64>,
-    /// Bytes received from capture sources.
-    pub source_bytes_total: u64,
-    /// Generations held in memory (the current one and sealed ones agents still use).
-    pub generations: Vec<GenerationStatus>,
-    /// Bytes of snapshot memory held (RDB bytes of every generation held).
-    pub held_bytes: u64,
-    /// Connections open now, and the limit.
-    pub connections: u64,
-    /// `--connections-max`.
-    pub connections_max: u64,
-    /// Connections closed at once because the relay was at its limit.
-    pub refused_over_limit_total: u64,
-    /// Agents attached to a generation now (their control connections).
-    pub agents_attached: u64,
-    /// Agents attached since the start.
-    pub agents_attached_total: u64,
-    /// Snapshot bytes sent over tcp block reads.
-    pub tcp_block_bytes_total: u64,
-    /// Stream log bytes sent (always over tcp).
-    pub log_bytes_served_total: u64,
-    /// Shared-memory attaches (the agent then reads without the relay).
-    pub shm_attaches_total: u64,
-    /// UCX remote keys handed out (the agent then reads without the relay's CPU).
-    pub ucx_attaches_total: u64,
-    /// Connections closed on an error, by kind: auth, protocol, io.
-    pub errors_auth_total: u64,
-    /// Protocol violations.
-    pub errors_protocol_total: u64,
-    /// Socket errors.
-    pub errors_io_total: u64,
-    /// The relay's resident memory, bytes (Linux).
-    pub rss_bytes: u64,
-}
-
-impl Status {
-    /// Prometheus text exposition, metric names `fastrepl_relay_*`.
-    pub fn prometheus(&self) -> String {
-        let mut e = metrics::Exposition::new("fastrepl_relay");
-        let info = [("version", self.version.as_str()), ("master", &self.master), ("source", &self.source), ("source_policy", &self.source_policy), ("capture_policy", &self.capture_policy)];
-        e.gauge("info", "The relay: version, master, source, policies (value 1).", &info, 1.0);
-        e.gauge("uptime_seconds", "Seconds since the relay started.", &[], self.uptime_secs);
-        e.counter("captures_total", "Captures started (each one fork on its source).", &[], self.captures_total as f64);
-        e.counter("capture_failures_total", "Captures that failed.", &[], self.capture_failures_total as f64);
-        e.counter("generations_sealed_total", "Generations sealed.", &[], self.sealed_total as f64);
-        for (reason, n) in &self.sealed_by_reason {
-            e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
-        }
-        e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], self.released_idle_total as f64);
-        e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], self.source_silent_secs.unwrap_or(-1.0));
-        e.counter("source_bytes_total", "Bytes received from capture sources.", &[], self.source_bytes_total as f64);
-        e.gauge("generations", "Generations held in memory.", &[], self.generations.len() as f64);
-        e.gauge("held_bytes", "Snapshot bytes held in memory, all generations.", &[], self.held_bytes as f64);
-        for g in &self.generations {
-            let id = g.id.to_string();
-            let l = [("generation", id.as_str()), ("state", g.state.as_str()), ("current", if g.current { "1" } else { "0" })];
-            e.gauge("generation_rdb_bytes", "RDB bytes held by a generation.", &l, g.rdb_bytes as f64);
-            e.gauge("generation_blocks", "Blocks published by a generation.", &l, g.blocks as f64);
-            e.gauge("generation_log_bytes", "Stream log bytes held after a generation's snapshot.", &l, g.log_bytes as f64);
-            e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_secs);
-            e.gauge("generation_agents", "Agents in a generation's swarm.", &l, g.agents as f64);
-        }
-        e.gauge("connections", "Agent connections open.", &[], self.connections as f64);
-        e.gauge("connections_max", "--connections-max.", &[], self.connections_max as f64);
-        e.counter("connections_refused_total", "Connections closed at once at --connections-max.", &[], self.refused_over_limit_total as f64);
-        e.gauge("agents_attached", "Agents attached to a generation now.", &[], self.agents_attached as f64);
-        e.counter("agents_attached_total", "Agents attached since the start.", &[], self.agents_attached_total as f64);
-        e.counter("served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", &[("transport", "tcp")], self.tcp_block_bytes_total as f64);
-        e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], self.log_bytes_served_total as f64);
-        e.counter("attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", &[("transport", "shm")], self.shm_attaches_total as f64);
-        e.counter("attaches_total", "", &[("transport", "ucx")], self.ucx_attaches_total as f64);
-        e.counter("errors_total", "Connections closed on an error, by kind.", &[("kind", "auth")], self.errors_auth_total as f64);
-        e.counter("errors_total", "", &[("kind", "protocol")], self.errors_protocol_total as f64);
-        e.counter("errors_total", "", &[("kind", "io")], self.errors_io_total as f64);
-        e.counter("errors_total", "", &[("kind", "capture")], self.capture_failures_total as f64);
-        e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], self.rss_bytes as f64);
-        e.finish()
+/// Prometheus text exposition of a status, metric names `fastrepl_relay_*`.
+pub fn prometheus(st: &Status) -> String {
+    let mut e = metrics::Exposition::new("fastrepl_relay");
+    let info = [("version", st.version.as_str()), ("master", &st.master), ("source", &st.source), ("source_policy", &st.source_policy), ("capture_policy", &st.capture_policy)];
+    e.gauge("info", "The relay: version, master, source, policies (value 1).", &info, 1.0);
+    e.gauge("uptime_seconds", "Seconds since the relay started.", &[], st.uptime_secs);
+    e.counter("captures_total", "Captures started (each one fork on its source).", &[], st.captures_total as f64);
+    e.counter("capture_failures_total", "Captures that failed.", &[], st.capture_failures_total as f64);
+    e.counter("generations_sealed_total", "Generations sealed.", &[], st.sealed_total as f64);
+    for (reason, n) in &st.sealed_by_reason {
+        e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
     }
+    e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], st.released_idle_total as f64);
+    e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], st.source_silent_secs.unwrap_or(-1.0));
+    e.counter("source_bytes_total", "Bytes received from capture sources.", &[], st.source_bytes_total as f64);
+    e.gauge("generations", "Generations held in memory.", &[], st.generations.len() as f64);
+    e.gauge("held_bytes", "Snapshot bytes held in memory, all generations.", &[], st.held_bytes as f64);
+    for g in &st.generations {
+        let id = g.id.to_string();
+        let l = [("generation", id.as_str()), ("state", g.state.as_str()), ("current", if g.current { "1" } else { "0" })];
+        e.gauge("generation_rdb_bytes", "RDB bytes held by a generation.", &l, g.rdb_bytes as f64);
+        e.gauge("generation_blocks", "Blocks published by a generation.", &l, g.blocks as f64);
+        e.gauge("generation_log_bytes", "Stream log bytes held after a generation's snapshot.", &l, g.log_bytes as f64);
+        e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_secs);
+        e.gauge("generation_agents", "Agents in a generation's swarm.", &l, g.agents as f64);
+    }
+    e.gauge("connections", "Agent connections open.", &[], st.connections as f64);
+    e.gauge("connections_max", "--connections-max.", &[], st.connections_max as f64);
+    e.counter("connections_refused_total", "Connections closed at once at --connections-max.", &[], st.refused_over_limit_total as f64);
+    e.gauge("agents_attached", "Agents attached to a generation now.", &[], st.agents_attached as f64);
+    e.counter("agents_attached_total", "Agents attached since the start.", &[], st.agents_attached_total as f64);
+    e.counter("served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", &[("transport", "tcp")], st.tcp_block_bytes_total as f64);
+    e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], st.log_bytes_served_total as f64);
+    e.counter("attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", &[("transport", "shm")], st.shm_attaches_total as f64);
+    e.counter("attaches_total", "", &[("transport", "ucx")], st.ucx_attaches_total as f64);
+    e.counter("errors_total", "Connections closed on an error, by kind.", &[("kind", "auth")], st.errors_auth_total as f64);
+    e.counter("errors_total", "", &[("kind", "protocol")], st.errors_protocol_total as f64);
+    e.counter("errors_total", "", &[("kind", "io")], st.errors_io_total as f64);
+    e.counter("errors_total", "", &[("kind", "capture")], st.capture_failures_total as f64);
+    e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.rss_bytes as f64);
+    e.finish()
 }
 
 /// Take the status of `shared` now.

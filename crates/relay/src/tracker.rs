@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
-use transport::tracker::{Locate, Located, Peer, Where};
+use transport::wire::swarm::{Locate, Located, Peer, Where};
 
 /// Candidates named beyond the agent's free peer slots: some may turn out busy or bad.
 const SPARE_PEER_ANSWERS: usize = 2;

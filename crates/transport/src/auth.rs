@@ -15,11 +15,10 @@ pub const VERSION: u16 = 1;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 
-/// The shared secret. Loaded from a file or the environment; never printed. On an agent it also
-/// carries how to reach the relay over TLS, when the relay requires it: the two together are the
-/// agent's credentials towards the relay, used by every connection it opens there.
+/// The shared secret. Loaded from a file or the environment; never printed. (An agent's TLS towards
+/// the relay travels beside it, in [`crate::Credentials`].)
 #[derive(Clone)]
-pub struct Token(Vec<u8>, Option<crate::tls::RelayTls>);
+pub struct Token(Vec<u8>);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,25 +41,11 @@ impl Token {
         if t.len() < TOKEN_LEN_MIN {
             return Err(TokenTooShort);
         }
-        Ok(Token(t.to_vec(), None))
+        Ok(Token(t.to_vec()))
     }
     /// The empty token: authentication still runs, with an empty key (loopback-only relays).
     pub fn empty() -> Token {
-        Token(Vec::new(), None)
-    }
-    /// Reach the relay over TLS.
-    pub fn with_relay_tls(mut self, tls: crate::tls::RelayTls) -> Token {
-        self.1 = Some(tls);
-        self
-    }
-    /// The credentials towards peer agents: the same secret, and TLS to them when the relay link is
-    /// TLS (peers of a TLS relay serve TLS only).
-    pub fn for_peers(&self) -> Token {
-        Token(self.0.clone(), self.1.as_ref().and_then(|t| t.to_peers()))
-    }
-    /// How to reach the relay over TLS, if it requires it.
-    pub fn relay_tls(&self) -> Option<&crate::tls::RelayTls> {
-        self.1.as_ref()
+        Token(Vec::new())
     }
     /// True for [`Token::empty`].
     pub fn is_empty(&self) -> bool {

@@ -2,55 +2,39 @@
 //!
 //! One TCP port serves two kinds of connection, both opened by a mutual challenge–response
 //! ([`auth`]) before anything else is said:
-//! - **control**: the relay pushes the generation's [`snapshot::Descriptor`] and every change to it
+//! - **control**: the relay pushes the generation's [`wire::Descriptor`] and every change to it
 //!   (watermark, checksums, length, log end), and a heartbeat;
 //! - **data**: range reads of a generation's RDB bytes and of its stream log.
+//!
+//! Layers, each using only those below it:
+//! - [`wire`], the leaf: every message and its encoding (control messages, requests with their
+//!   [`wire::Op`] table, response headers with their [`wire::Status`], swarm messages, ucx keys,
+//!   the descriptor validated on receipt), one byte cursor, every length bounded;
+//! - [`auth`] (the handshake), [`tls`] (TLS streams) and [`fdpass`] (descriptors over unix sockets);
+//! - the agent's clients: [`tcp`] (connecting, range reads, judging every answer's header), [`shm`]
+//!   and [`tracker`] (the swarm link), above `tcp`;
+//! - the serving side: [`serve`] (the relay's and peers' answers: ranges, refusals, the shm region).
 //!
 //! The agent side reads through the [`RangeReader`] interface, so that other transports (shared
 //! memory, UCX RMA, libfabric) slot in beside [`tcp`] without touching the agent's pipeline.
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod credentials;
 pub mod fdpass;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod serve;
 pub mod shm;
-pub mod secrets;
 pub mod tcp;
 pub mod tls;
 pub mod tracker;
 pub mod wire;
 
 pub use auth::Token;
-
-/// A transport as users name it (`--transport` of `relay`, `join` and `fetch`): what to use, or on
-/// the relay what to offer. The one mapping between names and transports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Choice {
-    /// Join: shm on the relay's host, ucx where UCX has an RDMA device on both ends, tcp otherwise.
-    /// Relay: offer everything that works here.
-    #[default]
-    Auto,
-    /// UCX one-sided reads (RDMA READ on InfiniBand/RoCE).
-    Ucx,
-    /// The relay's memfd, mapped (same host and network namespace).
-    Shm,
-    /// Range reads over TCP.
-    Tcp,
-}
-
-impl Choice {
-    /// The name users type and reports show.
-    pub fn name(self) -> &'static str {
-        match self {
-            Choice::Auto => "auto",
-            Choice::Ucx => "ucx",
-            Choice::Shm => "shm",
-            Choice::Tcp => "tcp",
-        }
-    }
-}
+pub use credentials::Credentials;
+pub use wire::TransportKind;
 
 /// Errors of a transport.
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +89,8 @@ pub trait RangeReader: Send {
 
 /// A way to reach a relay's data; opens readers.
 pub trait Transport: Send + Sync {
-    /// Its name, as reported to users (`tcp`, `shm`, `ucx`).
-    fn name(&self) -> &'static str;
+    /// Which transport it is (reports show its name).
+    fn kind(&self) -> TransportKind;
     /// What it runs on underneath, when that is worth reporting (for ucx: UCX's transport and device).
     fn detail(&self) -> Option<String> {
         None
@@ -118,17 +102,4 @@ pub trait Transport: Send + Sync {
     }
     /// Open one more reader.
     fn open(&self) -> Result<Box<dyn RangeReader>, Error>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Choice;
-    use clap::ValueEnum;
-
-    #[test]
-    fn choice_names_are_the_ones_clap_parses() {
-        for c in Choice::value_variants() {
-            assert_eq!(Choice::from_str(c.name(), false), Ok(*c), "{c:?}");
-        }
-    }
 }

@@ -5,11 +5,12 @@
 //! same mutual authentication as on TCP, the agent asks for a generation and receives its memfd over
 //! `SCM_RIGHTS`, reopened read-only by the relay and sealed against shrinking. The agent maps it and
 //! copies blocks straight out of the relay's memory: the relay does no work per read. Log reads (small,
-//! and held in the relay's heap, not in the memfd) go over the same socket as on TCP.
+//! and held in the relay's heap, not in the memfd) go over the same socket as on TCP. The relay's
+//! side is [`crate::serve::send_region`].
 
 use crate::auth::{self, Kind, Token};
-use crate::tcp::StreamReader;
-use crate::wire::{Request, ATTACH_SHM};
+use crate::tcp::{read_answer, StreamReader};
+use crate::wire::{AttachKind, Request, RESPONSE_HEADER_LEN};
 use crate::{fdpass, Error, RangeReader, Transport};
 use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
@@ -59,8 +60,8 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
-    fn name(&self) -> &'static str {
-        "shm"
+    fn kind(&self) -> crate::TransportKind {
+        crate::TransportKind::Shm
     }
     fn detail(&self) -> Option<String> {
         Some("memfd mapped read-only".into())
@@ -94,16 +95,11 @@ impl ShmReader {
 
     fn attach(&mut self, generation: u64) -> Result<Mapping, Error> {
         use std::io::Write;
-        let req = Request::Attach { generation, transport: ATTACH_SHM, arg: 0 };
+        let req = Request::Attach { generation, transport: AttachKind::Shm, arg: 0 };
         self.conn.s.write_all(&req.encode()).map_err(Error::io("send shm attach request"))?;
-        let mut h = [0u8; 5];
+        let mut h = [0u8; RESPONSE_HEADER_LEN];
         let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io("receive the region's descriptor"))?;
-        let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));
-        if h[0] != 0 {
-            let mut msg = vec![0u8; (len as usize).min(limits::ERROR_MESSAGE_BYTES_MAX)];
-            std::io::Read::read_exact(&mut self.conn.s, &mut msg).map_err(Error::io("read error message"))?;
-            return Err(Error::Refused { op: "shm attach", message: String::from_utf8_lossy(&msg).into_owned() });
-        }
+        let len = read_answer(&mut self.conn.s, &h, "shm attach")?;
         if len != 8 {
             return Err(Error::Protocol(format!("shm attach answer of {len} bytes, expected 8")));
         }
@@ -150,13 +146,4 @@ impl RangeReader for ShmReader {
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
         self.conn.read_log(generation, from, max)
     }
-}
-
-/// Relay side: answer a shm attach with the region's descriptor, reopened read-only so the agent
-/// cannot map it writable, and the region's size.
-pub fn send_region(s: &UnixStream, region: &snapshot::Region) -> Result<(), Error> {
-    let ro = region.reopen_read_only().map_err(Error::io("reopen region read-only"))?;
-    let mut msg = crate::wire::response_header(true, 8).to_vec();
-    msg.extend_from_slice(&region.capacity().to_be_bytes());
-    fdpass::send_with_fd(s, &msg, std::os::fd::AsFd::as_fd(&ro)).map_err(Error::io("send the region's descriptor"))
 }

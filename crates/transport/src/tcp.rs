@@ -1,9 +1,11 @@
-//! The TCP transport: range reads as framed request/response on an authenticated data connection.
-//! The relay answers from the generation's memfd with `sendfile`, so the bytes go from the page cache
-//! to the socket without passing through user space.
+//! The agent's side of the TCP transport: connecting and authenticating to a relay (or a peer
+//! agent), and range reads as framed request/response on the data connection. Every answer's header
+//! is read and judged here ([`read_answer`]), for the shm and ucx readers and the tracker link too.
+//! The relay's side is [`crate::serve`].
 
-use crate::auth::{self, Kind, Token};
-use crate::wire::{response_header, Request, READ_MAX};
+use crate::auth::{self, Kind};
+use crate::Credentials;
+use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
 use crate::tls::Conn;
 use crate::{Error, RangeReader, Transport};
 use std::io::{Read, Write};
@@ -14,22 +16,22 @@ use std::time::Duration;
 pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind` (over TLS when the token says the relay wants it).
-pub fn connect(addr: SocketAddr, token: &Token, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
-    connect_with(addr, token, kind, timeout, timeout, "connect to relay")
+pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
+    connect_with(addr, creds, kind, timeout, timeout, "connect to relay")
 }
 
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors.
-pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
+pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
     let s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io("set TCP_NODELAY"))?;
     s.set_read_timeout(Some(io_timeout)).map_err(Error::io("set read timeout"))?;
     s.set_write_timeout(Some(io_timeout)).map_err(Error::io("set write timeout"))?;
-    let mut s = match token.relay_tls() {
+    let mut s = match creds.relay_tls() {
         None => Conn::Plain(s),
         Some(t) => t.connect(s, addr.ip()).map_err(Error::io("TLS to relay"))?,
     };
-    auth::client(&mut s, token, kind)?;
+    auth::client(&mut s, creds.token(), kind)?;
     Ok(s)
 }
 
@@ -37,22 +39,22 @@ pub fn connect_with(addr: SocketAddr, token: &Token, kind: Kind, connect_timeout
 #[derive(Debug, Clone)]
 pub struct TcpTransport {
     addr: SocketAddr,
-    token: Token,
+    creds: Credentials,
 }
 
 impl TcpTransport {
     /// A transport to the relay at `addr`.
-    pub fn new(addr: SocketAddr, token: Token) -> Self {
-        TcpTransport { addr, token }
+    pub fn new(addr: SocketAddr, creds: Credentials) -> Self {
+        TcpTransport { addr, creds }
     }
 }
 
 impl Transport for TcpTransport {
-    fn name(&self) -> &'static str {
-        "tcp"
+    fn kind(&self) -> crate::TransportKind {
+        crate::TransportKind::Tcp
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
-        let s = connect(self.addr, &self.token, Kind::Data, IO_TIMEOUT)?;
+        let s = connect(self.addr, &self.creds, Kind::Data, IO_TIMEOUT)?;
         Ok(Box::new(StreamReader { s }))
     }
 }
@@ -71,28 +73,36 @@ impl<S: Read + Write> StreamReader<S> {
         self.response(op)
     }
 
+    /// [`StreamReader::request`] for a request followed by a body.
+    pub fn request_with_body(&mut self, req: Request, body: &[u8], op: &'static str) -> Result<u32, Error> {
+        let mut out = req.encode().to_vec();
+        out.extend_from_slice(body);
+        self.s.write_all(&out).map_err(Error::io("send request"))?;
+        self.response(op)
+    }
+
     /// Read a response header: the body length of a success, or the peer's refusal as an error.
     pub fn response(&mut self, op: &'static str) -> Result<u32, Error> {
-        let mut h = [0u8; 5];
+        let mut h = [0u8; RESPONSE_HEADER_LEN];
         self.s.read_exact(&mut h).map_err(Error::io("read response header"))?;
-        let len = u32::from_be_bytes(h[1..].try_into().expect("4 bytes"));
-        if len > READ_MAX {
-            return Err(Error::Protocol(format!("response of {len} bytes exceeds {READ_MAX}")));
-        }
-        if h[0] != 0 {
-            if len as usize > limits::ERROR_MESSAGE_BYTES_MAX {
-                return Err(Error::Protocol(format!("error message of {len} bytes exceeds {}", limits::ERROR_MESSAGE_BYTES_MAX)));
-            }
-            let mut msg = vec![0u8; len as usize];
-            self.s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
-            let message = String::from_utf8_lossy(&msg).into_owned();
-            return Err(match h[0] {
-                crate::wire::STATUS_BUSY => Error::Busy(message),
-                _ => Error::Refused { op, message },
-            });
-        }
-        Ok(len)
+        read_answer(&mut self.s, &h, op)
     }
+}
+
+/// Judge a response header read from `s`: the body length of a success, or, after reading its
+/// message, the refusal as an error ([`Error::Busy`] for a busy peer). `op` names the request.
+pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &'static str) -> Result<u32, Error> {
+    let h = ResponseHeader::decode(header)?;
+    if h.status == Status::Ok {
+        return Ok(h.len);
+    }
+    let mut msg = vec![0u8; h.len as usize];
+    s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
+    let message = String::from_utf8_lossy(&msg).into_owned();
+    Err(match h.status {
+        Status::Busy => Error::Busy(message),
+        Status::Ok | Status::Error => Error::Refused { op, message },
+    })
 }
 
 impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
@@ -114,65 +124,4 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         self.s.read_exact(&mut buf).map_err(Error::io("read log bytes"))?;
         Ok(buf)
     }
-}
-
-/// Relay side, over TLS: the same answer, the bytes read from `file` and encrypted (no `sendfile`:
-/// the bytes must pass through user space to be encrypted).
-pub fn send_range_copied<S: Write>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-    use std::os::unix::fs::FileExt;
-    s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
-    let mut buf = vec![0u8; (len as usize).min(limits::READ_CHUNK_BYTES.max(1 << 20))];
-    let (mut off, mut left) = (offset, len as usize);
-    while left > 0 {
-        let n = left.min(buf.len());
-        file.read_exact_at(&mut buf[..n], off).map_err(Error::io("read block from the region"))?;
-        s.write_all(&buf[..n]).map_err(Error::io("send block"))?;
-        off += n as u64;
-        left -= n;
-    }
-    Ok(())
-}
-
-/// Relay side: answer a range read with a header and `len` bytes of `file` from `offset`, with
-/// `sendfile`.
-pub fn send_range<S: Write + std::os::fd::AsFd>(s: &mut S, file: &std::fs::File, offset: u64, len: u32) -> Result<(), Error> {
-    s.write_all(&response_header(true, len)).map_err(Error::io("send response header"))?;
-    let mut off = offset;
-    let mut left = len as usize;
-    while left > 0 {
-        let n = match rustix::fs::sendfile(&*s, file, Some(&mut off), left) {
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(Error::Io { op: "sendfile block", source: e.into() }),
-        };
-        if n == 0 {
-            return Err(Error::Protocol("sendfile made no progress (region shorter than published?)".into()));
-        }
-        left -= n as usize;
-    }
-    Ok(())
-}
-
-/// Relay side: answer with bytes from memory.
-pub fn send_bytes<S: Write>(s: &mut S, bytes: &[u8]) -> Result<(), Error> {
-    let mut out = response_header(true, bytes.len() as u32).to_vec();
-    out.extend_from_slice(bytes);
-    s.write_all(&out).map_err(Error::io("send log bytes"))
-}
-
-/// Relay side: refuse a request with a message.
-pub fn send_error<S: Write>(s: &mut S, message: &str) -> Result<(), Error> {
-    send_status(s, 1, message)
-}
-
-/// Peer side: refuse a block read because this agent serves its maximum already.
-pub fn send_busy<S: Write>(s: &mut S) -> Result<(), Error> {
-    send_status(s, crate::wire::STATUS_BUSY, "busy")
-}
-
-fn send_status<S: Write>(s: &mut S, status: u8, message: &str) -> Result<(), Error> {
-    let m = &message.as_bytes()[..message.len().min(limits::ERROR_MESSAGE_BYTES_MAX)];
-    let mut out = crate::wire::status_header(status, m.len() as u32).to_vec();
-    out.extend_from_slice(m);
-    s.write_all(&out).map_err(Error::io("send error"))
 }

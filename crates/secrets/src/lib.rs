@@ -1,7 +1,8 @@
 //! Secrets come from files or the environment, never from the command line (argv is visible to
 //! every user of the host) and never into logs.
+#![deny(missing_docs)]
 
-use crate::Token;
+use transport::Token;
 use replication::replica::Auth;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +26,7 @@ pub enum SecretError {
     UserWithoutPassword(&'static str),
     /// The relay token is unusable.
     #[error("relay token: {0}")]
-    Token(#[from] crate::auth::TokenTooShort),
+    Token(#[from] transport::auth::TokenTooShort),
 }
 
 /// Read a secret from `file` if given, else from the environment variable `env`.

@@ -1,0 +1,28 @@
+//! Why a relay's capture failed, as a waiting agent is told: the kind decides whether the agent
+//! retries (only what time can mend) or stops and names what an operator must fix.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a relay's capture failed, as the agent decides on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureFailure {
+    /// The relay's configuration: its `--source` is not a replica of the master or follows another
+    /// master, or `--master` is not a master. Only an operator mends it.
+    Source,
+    /// The master or the source refused the relay's credentials or a command (`NOPERM`, `WRONGPASS`).
+    Permission,
+    /// The master or the source is unreachable, or the link to it broke.
+    Unreachable,
+    /// The snapshot is larger than the relay's `--snapshot-max-bytes`.
+    TooLarge,
+    /// Anything else (the relay's log says more).
+    Other,
+}
+
+impl CaptureFailure {
+    /// Can a later capture succeed without an operator (the master back, a link restored)?
+    pub fn transient(self) -> bool {
+        matches!(self, CaptureFailure::Unreachable | CaptureFailure::Other)
+    }
+}
