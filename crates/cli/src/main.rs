@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ enum Cmd {
     /// Run a relay beside the master: one snapshot, served to any number of agents.
     Relay(RelayArgs),
     /// Sync a local replica through a relay and hand it to its master (exit 0: partial handoff,
-    /// 3: the master insisted on a full sync, other: failed).
+    /// 3: the master insisted on a full sync, 130: interrupted (SIGINT/SIGTERM), 1: failed).
     Join(JoinArgs),
     /// Compare two servers' datasets (exit 0 iff identical).
     Verify(VerifyArgs),
@@ -115,6 +116,10 @@ struct RelayArgs {
     /// Private key of --agents-tls-cert, PEM.
     #[arg(long, requires = "agents_tls_cert", env = "FASTREPL_AGENTS_TLS_KEY")]
     agents_tls_key: Option<PathBuf>,
+    /// Network devices UCX may use and listen on, UCX_NET_DEVICES syntax (e.g. `eth0`,
+    /// `mlx5_0:1`); default: the device that holds --listen's address (every device for 0.0.0.0).
+    #[arg(long, env = "FASTREPL_UCX_DEVICES")]
+    ucx_devices: Option<String>,
 }
 
 /// TLS to the relay (when it has --agents-tls-cert).
@@ -148,22 +153,23 @@ impl RelayTlsArgs {
 /// TLS to Redis/Valkey servers and sentinels, as redis-cli names it.
 #[derive(clap::Args)]
 struct TlsArgs {
-    /// Speak TLS to the master, its replicas and the sentinels (and, in `join`, to a local replica
-    /// that has tls-replication yes).
+    /// Speak TLS to the Redis/Valkey servers this command connects to (relay, join: the master, its
+    /// replicas and sentinels; verify: both servers).
     #[arg(long, env = "FASTREPL_TLS")]
     tls: bool,
     /// CA certificate(s) to trust, PEM (default: the system's bundle).
     #[arg(long, requires = "tls", env = "FASTREPL_CACERT")]
     cacert: Option<PathBuf>,
-    /// Client certificate, PEM (for servers with tls-auth-clients; `join` also serves it to a
+    /// Client certificate, PEM, for servers with tls-auth-clients (join also serves it to a local
     /// replica with tls-replication yes).
     #[arg(long, requires_all = ["tls", "key"], env = "FASTREPL_CERT")]
     cert: Option<PathBuf>,
     /// Private key of --cert, PEM.
     #[arg(long, requires_all = ["tls", "cert"], env = "FASTREPL_KEY")]
     key: Option<PathBuf>,
-    /// Name to check the servers' certificates against (default: the host connected to).
-    #[arg(long, requires = "tls", env = "FASTREPL_TLS_SERVER_NAME")]
+    /// Name to check the servers' certificates against (default: the host connected to); as
+    /// redis-cli's --sni (--tls-server-name is accepted too).
+    #[arg(long = "sni", alias = "tls-server-name", requires = "tls", env = "FASTREPL_SNI")]
     tls_server_name: Option<String>,
 }
 
@@ -270,9 +276,9 @@ struct JoinArgs {
     /// device, tcp otherwise, and says which.
     #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
     transport: transport::Choice,
-    /// Where the agent listens for its replica.
-    #[arg(long, default_value = "127.0.0.1:0", env = "FASTREPL_LISTEN")]
-    listen: SocketAddr,
+    /// Where the agent listens for its local replica (it pulls the snapshot from here).
+    #[arg(long, alias = "listen", default_value = "127.0.0.1:0", env = "FASTREPL_REPLICA_LISTEN")]
+    replica_listen: SocketAddr,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
@@ -310,12 +316,12 @@ struct JoinArgs {
     /// (relay, master or link down, snapshot lost or sealed, master failed over); 0 = never retry.
     #[arg(long, default_value_t = limits::JOIN_RETRIES_DEFAULT, value_parser = clap::value_parser!(u32).range(0..=100), env = "FASTREPL_RETRIES")]
     retries: u32,
-    /// Serve the join's progress as Prometheus metrics on this address while it runs.
-    #[arg(long, env = "FASTREPL_METRICS")]
-    metrics: Option<SocketAddr>,
     /// Longest wait between attempts, in seconds (waits start at 1 s and double, jittered).
     #[arg(long, default_value_t = limits::JOIN_RETRY_MAX.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600), env = "FASTREPL_RETRY_MAX_SECS")]
     retry_max_secs: u64,
+    /// Serve the join's progress as Prometheus metrics on this address while it runs.
+    #[arg(long, alias = "metrics", env = "FASTREPL_JOIN_METRICS")]
+    join_metrics: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -386,6 +392,11 @@ fn main() -> ExitCode {
     #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
+    // Also before any thread: UCX reads its device list from the environment, where an operator's
+    // own UCX_NET_DEVICES is already; --ucx-devices is the same setting under our name.
+    if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
+        std::env::set_var("UCX_NET_DEVICES", d);
+    }
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
@@ -409,6 +420,12 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
     let tokens = transport::secrets::tokens(a.token_file.as_deref())?;
+    if tokens.iter().all(|t| t.is_empty()) {
+        // Said once, at start: the relay refuses this beyond loopback, but loopback is every user and
+        // process of this host.
+        let reach = if a.listen.ip().is_loopback() { "anyone on this host" } else { "anyone who can reach it" };
+        tracing::warn!(listen = %a.listen, "no token (FASTREPL_TOKEN / --token-file): {reach} can pull the whole dataset from {}", a.listen);
+    }
     let cfg = relay::Config {
         tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
@@ -447,8 +464,27 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
+    log_stop_on_signal()?;
     r.wait();
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM/SIGINT end the relay (its snapshot is memory only: nothing to flush); say so in the log
+/// first, so a stop is told from a crash.
+fn log_stop_on_signal() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("install SIGTERM/SIGINT handler")?;
+    std::thread::Builder::new()
+        .name("stop".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
+                tracing::info!("relay stopping ({name})");
+                std::process::exit(0);
+            }
+        })
+        .context("spawn stop thread")?;
+    Ok(())
 }
 
 /// `systemctl reload` (SIGHUP): read the token file again, so a token can be rotated without
@@ -542,7 +578,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         master: a.master,
         master_auth: transport::secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
-        listen: a.listen,
+        listen: a.replica_listen,
         readers: a.readers as usize,
         window_blocks: a.window_blocks,
         load_timeout: Duration::from_secs(a.load_timeout_secs),
@@ -564,7 +600,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         },
     };
     on_interrupt(cfg.cancel.clone())?;
-    if let Some(addr) = a.metrics {
+    if let Some(addr) = a.join_metrics {
         let live = cfg.live.clone();
         let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("join metrics on http://{bound}/metrics");
@@ -712,34 +748,36 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
         other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
-    } else {
-        print_status(&st);
-    }
-    Ok(ExitCode::SUCCESS)
+    let mut o = std::io::stdout().lock();
+    let written = if a.json { writeln!(o, "{}", serde_json::to_string_pretty(&st)?) } else { print_status(&mut o, &st) };
+    quiet_on_broken_pipe(written.and_then(|()| o.flush()))
 }
 
-fn print_status(st: &relay::stats::Status) {
+fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::io::Result<()> {
     let mib = |b: u64| b as f64 / 1048576.0;
-    println!("relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs);
-    println!("master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy);
+    writeln!(o, "relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs)?;
+    if !st.ucx_listeners.is_empty() {
+        writeln!(o, "ucx listens on {}", st.ucx_listeners.join(", "))?;
+    }
+    writeln!(o, "master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy)?;
     let silent = st.source_silent_secs.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
-    println!(
+    writeln!(
+        o,
         "captures {} ({} failed), sealed {}, released idle {}; source last sent {silent}, {:.1} MiB received",
         st.captures_total,
         st.capture_failures_total,
         st.sealed_total,
         st.released_idle_total,
         mib(st.source_bytes_total)
-    );
+    )?;
     if let Some(e) = &st.last_capture_error {
-        println!("last capture failure: {e}");
+        writeln!(o, "last capture failure: {e}")?;
     }
-    println!("generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes));
+    writeln!(o, "generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes))?;
     for g in &st.generations {
         let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
-        println!(
+        writeln!(
+        o,
             "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {:.1} MiB, age {:.0} s, {} agents{}",
             g.id,
             if g.current { "current" } else { "" },
@@ -751,20 +789,33 @@ fn print_status(st: &relay::stats::Status) {
             g.age_secs,
             g.agents,
             g.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        o,
         "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
         st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.refused_over_limit_total
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "served: {:.1} MiB of blocks over tcp, {:.1} MiB of log; one-sided attaches: shm {}, ucx {}",
         mib(st.tcp_block_bytes_total),
         mib(st.log_bytes_served_total),
         st.shm_attaches_total,
         st.ucx_attaches_total
-    );
-    println!("errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes));
+    )?;
+    writeln!(o, "errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes))?;
+    Ok(())
+}
+
+/// Stdout written, or closed by its reader (`fastrepl status | head`): that ends the command
+/// quietly with success, not with a panic or an error about a pipe nobody reads.
+fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<ExitCode> {
+    match written {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("write to stdout"),
+    }
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
@@ -781,15 +832,21 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if a.json {
-        println!("{}", serde_json::to_string(&out)?);
-    } else if out.identical() {
-        println!("identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries);
-    } else {
-        println!("DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len());
-        for d in &out.differences {
-            println!("  {d}");
+    let mut o = std::io::stdout().lock();
+    let written = (|| -> std::io::Result<()> {
+        if a.json {
+            writeln!(o, "{}", serde_json::to_string(&out)?)?;
+        } else if out.identical() {
+            writeln!(o, "identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries)?;
+        } else {
+            writeln!(o, "DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len())?;
+            for d in &out.differences {
+                writeln!(o, "  {d}")?;
+            }
         }
-    }
+        o.flush()
+    })();
+    // A reader that went away (`| head`) saw what it wanted; the verdict is still the exit status.
+    quiet_on_broken_pipe(written)?;
     Ok(if out.identical() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

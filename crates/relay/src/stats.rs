@@ -132,6 +132,9 @@ pub struct Status {
     pub version: String,
     /// Where agents connect.
     pub listen: String,
+    /// The TCP addresses UCX listens on for one-sided reads (empty without ucx).
+    #[serde(default)]
+    pub ucx_listeners: Vec<String>,
     /// The master agents are handed to.
     pub master: String,
     /// `--source`: master, auto, or a replica's address.
@@ -263,6 +266,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
+        ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
         master: shared.master(),
         source_policy: shared.config.source.to_string(),
         source: s.source(),
