@@ -78,7 +78,8 @@ impl UcxServer {
         } else {
             // An address no device holds cannot be listened on by UCX either: better no ucx than a
             // listener elsewhere.
-            Some(ucx::netdev::device_of(listen.ip()).ok_or(UcxServeError::NoDevice { listen })?)
+            let device = ucx::netdev::device_of(listen.ip()).ok_or(UcxServeError::NoDevice { listen })?;
+            Some(Context::net_devices_listening_on(&device)?)
         };
         let before = ucx::netdev::listening();
         let ctx = Context::with_options(None, devices.as_deref())?;

@@ -170,6 +170,21 @@ impl Context {
         parse_resources(&text)
     }
 
+    /// A `NET_DEVICES` list that keeps UCX's tcp transport (which listens on every network device
+    /// it uses) on `device` alone, and every RDMA device (which opens no TCP listener) available:
+    /// `device` and the devices of the RDMA transports a fresh context finds.
+    pub fn net_devices_listening_on(device: &str) -> Result<String, Error> {
+        let mut devices = vec![device.to_string()];
+        for t in Context::new()?.transports() {
+            if let Some((_, dev)) = t.split_once('/').filter(|_| is_rdma_transport(&t)) {
+                if !devices.iter().any(|d| d == dev) {
+                    devices.push(dev.to_string());
+                }
+            }
+        }
+        Ok(devices.join(","))
+    }
+
     /// The transports a fresh context here finds (for `auto` selection).
     pub fn local_transports() -> Result<Vec<String>, Error> {
         Ok(Context::new()?.transports())
