@@ -32,8 +32,13 @@ enum Cmd {
     Relay(RelayArgs),
     /// Sync a local replica through a relay and hand it to its master (exit 0: partial handoff,
     /// 3: the master insisted on a full sync, 130: interrupted (SIGINT/SIGTERM), 1: failed).
+    #[command(
+        mut_arg("tls", |a| a.help("Speak TLS to the master, its replicas and the sentinels, and to a local replica with tls-replication yes")),
+        mut_arg("cert", |a| a.help("Client certificate, PEM, for servers with tls-auth-clients; also served to a local replica with tls-replication yes"))
+    )]
     Join(JoinArgs),
     /// Compare two servers' datasets (exit 0 iff identical).
+    #[command(mut_arg("tls", |a| a.help("Speak TLS to both servers")))]
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
@@ -153,22 +158,20 @@ impl RelayTlsArgs {
 /// TLS to Redis/Valkey servers and sentinels, as redis-cli names it.
 #[derive(clap::Args)]
 struct TlsArgs {
-    /// Speak TLS to the Redis/Valkey servers this command connects to (relay, join: the master, its
-    /// replicas and sentinels; verify: both servers).
+    /// Speak TLS to the master, its replicas and the sentinels.
     #[arg(long, env = "FASTREPL_TLS")]
     tls: bool,
     /// CA certificate(s) to trust, PEM (default: the system's bundle).
     #[arg(long, requires = "tls", env = "FASTREPL_CACERT")]
     cacert: Option<PathBuf>,
-    /// Client certificate, PEM, for servers with tls-auth-clients (join also serves it to a local
-    /// replica with tls-replication yes).
+    /// Client certificate, PEM, for servers with tls-auth-clients.
     #[arg(long, requires_all = ["tls", "key"], env = "FASTREPL_CERT")]
     cert: Option<PathBuf>,
     /// Private key of --cert, PEM.
     #[arg(long, requires_all = ["tls", "cert"], env = "FASTREPL_KEY")]
     key: Option<PathBuf>,
-    /// Name to check the servers' certificates against (default: the host connected to); as
-    /// redis-cli's --sni (--tls-server-name is accepted too).
+    /// Name to check the servers' certificates against (default: the host connected to), as
+    /// redis-cli's --sni; the older spelling tls-server-name is accepted too.
     #[arg(long = "sni", alias = "tls-server-name", requires = "tls", env = "FASTREPL_SNI")]
     tls_server_name: Option<String>,
 }

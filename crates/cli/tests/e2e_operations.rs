@@ -143,7 +143,7 @@ fn a_long_join_serves_its_phase_and_progress() {
     let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1000"]);
     let relay = relay(&master.addr(), &[], &[]);
     let maddr = format!("127.0.0.1:{}", fixtures::free_port());
-    let mut p = start_join(&relay.addr, &target.addr(), &["--metrics", &maddr], &[]);
+    let mut p = start_join(&relay.addr, &target.addr(), &["--join-metrics", &maddr], &[]);
     let m = wait_until("the join to report loading", Duration::from_secs(60), || {
         assert!(p.running(), "join exited early:\n{}", p.output());
         let m = metrics::scrape(&maddr, Duration::from_secs(5)).ok()?;
@@ -374,6 +374,13 @@ fn service_units_and_their_environment_files() {
             assert!(help.contains(&format!("[env: {n}=")), "{example} names {n}, which `fastrepl {cmd}` does not read");
         }
     }
+    // Both files sourced in one shell must not change each other's meaning: no setting that both
+    // commands read means something else to each (the relay's listen address is not the join's).
+    let help = |cmd: &str| String::from_utf8_lossy(&fastrepl().args([cmd, "--help"]).output().unwrap().stdout).into_owned();
+    let (relay_help, join_help) = (help("relay"), help("join"));
+    for n in ["FASTREPL_LISTEN", "FASTREPL_METRICS"] {
+        assert!(relay_help.contains(&format!("[env: {n}=")) && !join_help.contains(&format!("[env: {n}=")), "{n} is read by both relay and join");
+    }
     let Ok(analyze) = which("systemd-analyze") else {
         eprintln!("systemd-analyze not installed: units not verified here");
         return;
@@ -428,4 +435,38 @@ fn agents_reach_a_relay_over_tls() {
     let out = fastrepl().args(["fetch", "--relay", &relay.addr, "--relay-cacert", &ca, "--transport", "tcp", "--out", "-"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(&out.stdout[..5], b"REDIS", "fetch over TLS yields the RDB");
+}
+
+/// Help lines true for their subcommand and named as redis-cli names them; a relay says why it
+/// stops; `status | head` ends quietly.
+#[test]
+fn help_texts_stop_log_and_a_closed_pipe() {
+    let help = |cmd: &str| String::from_utf8_lossy(&fastrepl().args([cmd, "--help"]).output().unwrap().stdout).into_owned();
+    let verify = help("verify");
+    assert!(verify.contains("--sni <") && !verify.contains("--tls-server-name <"), "{verify}");
+    assert!(verify.contains("Speak TLS to both servers") && !verify.contains("sentinel") && !verify.contains("join"), "{verify}");
+    let ok = fastrepl().args(["verify", "127.0.0.1:1", "127.0.0.1:2", "--tls", "--tls-server-name", "x"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&ok.stderr).contains("unexpected argument"), "--tls-server-name is still accepted");
+    let join = help("join");
+    assert!(join.contains("--replica-listen") && join.contains("--join-metrics"), "{join}");
+    let top = String::from_utf8_lossy(&fastrepl().arg("--help").output().unwrap().stdout).into_owned();
+    assert!(top.contains("130"), "join's exit statuses without 130: {top}");
+    let retries = join.find("--retries").unwrap();
+    let retry_max = join.find("--retry-max-secs").unwrap();
+    assert!(retry_max > retries && join[retries..retry_max].matches("\n      --").count() == 0, "--retry-max-secs is not beside --retries:\n{join}");
+
+    let master = Server::start(Flavor::Redis70, &[]);
+    let mut relay = relay(&master.addr(), &[], &[]);
+    // `status | head -1`: a reader that closes after one line.
+    let mut st = fastrepl().args(["status", "--relay", &relay.addr]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(st.stdout.take()); // the reader is gone before anything is written
+    let out = st.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("panicked") && err.is_empty(), "status on a closed pipe: {:?} {err}", out.status);
+
+    // SIGTERM: the relay says so and exits.
+    // SAFETY: kill(2) on the pid of our own child, which is still running.
+    assert_eq!(unsafe { libc::kill(relay.proc.pid() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(relay.proc.wait(Duration::from_secs(20)), Some(0));
+    assert!(relay.proc.output().contains("relay stopping (SIGTERM)"), "{}", relay.proc.output());
 }
