@@ -381,7 +381,7 @@ fn init_logging(format: LogFormat) {
     // Colours only for a person at a terminal: journald and log files get plain text.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi);
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| LogWriter).with_target(false).with_ansi(ansi);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -670,34 +670,110 @@ fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result
     Ok(())
 }
 
-/// A progress bar on stderr, only when stderr is a terminal: RDB bytes sent, rate, phase.
+/// The progress display, while one is shown: log lines are written above it (through
+/// [`LogWriter`]) instead of onto the end of its line.
+static BAR: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
+
+/// Where log lines go: stderr, above the progress display when there is one.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // One formatted event per call (the fmt layer writes each line whole).
+        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match bar {
+            Some(b) => b.suspend(|| std::io::stderr().write_all(buf)).map(|()| buf.len()),
+            None => std::io::stderr().write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// A rate from real bytes over real time: bytes counted over the last few seconds of wall time,
+/// not an estimate from how often the position moved.
+struct Rate {
+    samples: std::collections::VecDeque<(std::time::Instant, u64)>,
+}
+
+impl Rate {
+    const WINDOW: Duration = Duration::from_secs(3);
+
+    fn new() -> Rate {
+        Rate { samples: std::collections::VecDeque::new() }
+    }
+
+    /// Record `bytes` (a running total) at `now`; bytes per second over the window, once there is
+    /// more than one sample.
+    fn update(&mut self, now: std::time::Instant, bytes: u64) -> Option<f64> {
+        self.samples.push_back((now, bytes));
+        while self.samples.len() > 2 && now.duration_since(self.samples[0].0) > Self::WINDOW {
+            self.samples.pop_front();
+        }
+        let (t0, b0) = *self.samples.front()?;
+        let secs = now.duration_since(t0).as_secs_f64();
+        (secs > 0.0).then(|| bytes.saturating_sub(b0) as f64 / secs)
+    }
+}
+
+/// What the display shows for the join's state: a spinner and a line while the size is unknown
+/// (waiting for the relay's capture, pulling while the master still produces), a bar once it is.
+fn progress_line(phase: &str, since_phase: Duration, sent: u64, total: u64, rate: Option<f64>, peers: Option<(u64, u64)>) -> (bool, String) {
+    use indicatif::HumanBytes;
+    let rate = rate.map(|r| format!("{}/s", HumanBytes(r as u64))).unwrap_or_else(|| "-".into());
+    let sources = peers.map(|(relay, peers)| format!(" (relay {}, peers {})", HumanBytes(relay), HumanBytes(peers))).unwrap_or_default();
+    if phase == agent::WAITING_FOR_CAPTURE {
+        return (false, format!("waiting for the relay's capture ({} s)", since_phase.as_secs()));
+    }
+    if total == 0 {
+        // The master is still producing the snapshot: its size is not known yet.
+        return (false, format!("{phase}: {} so far, size not known yet (the master is still writing it), {rate}{sources}", HumanBytes(sent)));
+    }
+    (true, format!("{phase}  {rate}{sources}"))
+}
+
+/// A progress display on stderr, only when stderr is a terminal: phase, RDB bytes sent, rate.
 fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
     use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
     if !std::io::stderr().is_terminal() {
         return None;
     }
-    let style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {bytes_per_sec}  {msg}").ok()?.progress_chars("#>.");
-    let bar = indicatif::ProgressBar::new(0).with_style(style);
+    let bar_style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {msg}").ok()?.progress_chars("#>.");
+    let spin_style = indicatif::ProgressStyle::with_template("{spinner} {msg}").ok()?;
+    let bar = indicatif::ProgressBar::new(0).with_style(spin_style.clone());
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let h = std::thread::spawn(move || {
+        let mut rate = Rate::new();
+        let (mut phase_was, mut phase_since, mut as_bar) = ("", std::time::Instant::now(), false);
         while !s.load(Ordering::SeqCst) {
-            let total = live.rdb_bytes_total.load(Ordering::Relaxed);
-            if total > 0 {
-                bar.set_length(total);
-            }
-            bar.set_position(live.rdb_bytes_sent.load(Ordering::Relaxed));
+            let now = std::time::Instant::now();
             let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
-            let peers = live.sources.from_peers.load(Ordering::Relaxed);
-            if peers > 0 {
-                let relay = live.sources.from_relay.load(Ordering::Relaxed);
-                bar.set_message(format!("{phase} (relay {}, peers {})", indicatif::HumanBytes(relay), indicatif::HumanBytes(peers)));
-            } else {
-                bar.set_message(phase);
+            if phase != phase_was {
+                (phase_was, phase_since) = (phase, now);
             }
+            let total = live.rdb_bytes_total.load(Ordering::Relaxed);
+            let sent = live.rdb_bytes_sent.load(Ordering::Relaxed);
+            let peers = live.sources.from_peers.load(Ordering::Relaxed);
+            let sources = (peers > 0).then(|| (live.sources.from_relay.load(Ordering::Relaxed), peers));
+            let (show_bar, msg) = progress_line(phase, now.duration_since(phase_since), sent, total, rate.update(now, sent), sources);
+            if show_bar != as_bar {
+                bar.set_style(if show_bar { bar_style.clone() } else { spin_style.clone() });
+                as_bar = show_bar;
+            }
+            if show_bar {
+                bar.set_length(total);
+                bar.set_position(sent);
+            } else {
+                bar.tick();
+            }
+            bar.set_message(msg);
             std::thread::sleep(Duration::from_millis(200)); // Display refresh period.
         }
+        *BAR.lock().unwrap_or_else(|e| e.into_inner()) = None;
         bar.finish_and_clear();
     });
     Some((stop, h))
@@ -716,8 +792,8 @@ fn print_report(r: &agent::Report) {
         r.handoff_offset
     );
     println!(
-        "phases (s): connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
-        p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
+        "phases (s): capture ready {:.2}  connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
+        p.wait_capture, p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
     );
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("swarm: {}", r.swarm);
@@ -852,4 +928,29 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
     // A reader that went away (`| head`) saw what it wanted; the verdict is still the exit status.
     quiet_on_broken_pipe(written)?;
     Ok(if out.identical() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_display_says_what_the_join_is_doing() {
+        let (bar, msg) = progress_line(agent::WAITING_FOR_CAPTURE, Duration::from_secs(7), 0, 0, None, None);
+        assert!(!bar && msg == "waiting for the relay's capture (7 s)", "{msg}");
+        let (bar, msg) = progress_line("pulling", Duration::ZERO, 36 << 20, 0, Some(93.0 * 1048576.0), None);
+        assert!(!bar && msg.contains("36.00 MiB so far") && msg.contains("size not known yet") && msg.contains("93.00 MiB/s"), "{msg}");
+        let (bar, msg) = progress_line("loading", Duration::ZERO, 1 << 20, 1 << 20, None, Some((1 << 20, 2 << 20)));
+        assert!(bar && msg.starts_with("loading") && msg.contains("peers 2.00 MiB"), "{msg}");
+    }
+
+    #[test]
+    fn the_rate_is_bytes_over_elapsed_time() {
+        let t0 = std::time::Instant::now();
+        let mut r = Rate::new();
+        assert_eq!(r.update(t0, 0), None, "one sample is no rate");
+        assert_eq!(r.update(t0 + Duration::from_secs(1), 100 << 20), Some((100u64 << 20) as f64));
+        // Old samples leave the window: the rate follows what happens now.
+        assert_eq!(r.update(t0 + Duration::from_secs(10), 100 << 20), Some(0.0));
+    }
 }

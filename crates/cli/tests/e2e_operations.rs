@@ -100,8 +100,12 @@ fn on_demand_capture_idle_release_and_metrics() {
     assert_eq!(info_num(&master, "stats", "total_forks"), forks);
 
     let target = Server::start(Flavor::Redis70, &[]);
-    assert_partial(&join(&relay.addr, &target.addr(), &[], &[]));
+    let j = join(&relay.addr, &target.addr(), &[], &[]);
+    assert_partial(&j);
     assert_eq!(info_num(&master, "stats", "total_forks"), forks + 1);
+    // The wait for the capture this join brought is its own phase, before the checks end.
+    let (wait, connect) = (j.report["phases"]["wait_capture"].as_f64().unwrap(), j.report["phases"]["connect"].as_f64().unwrap());
+    assert!(wait > 0.0 && wait <= connect, "wait_capture {wait}, connect {connect}");
     // Once no agent is connected for a second, the generation is let go of.
     wait_until("the idle generation to be released", Duration::from_secs(30), || {
         let m = scrape(&maddr);
@@ -151,6 +155,7 @@ fn a_long_join_serves_its_phase_and_progress() {
         m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(m)
     });
     assert_eq!(m.iter().filter(|s| s.name == "fastrepl_join_phase" && s.value == 1.0).count(), 1, "one phase at a time");
+    assert!(m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "waiting for capture"), "no phase for the wait for a capture");
     let sent = m.iter().find(|s| s.name == "fastrepl_join_rdb_sent_bytes_total").unwrap().value;
     let len = m.iter().find(|s| s.name == "fastrepl_join_rdb_length_bytes").unwrap().value;
     assert!(sent > 0.0 && sent == len, "loading starts after the whole snapshot was sent: {sent} of {len}");
