@@ -566,6 +566,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
 }
 
 fn join(a: JoinArgs) -> Result<ExitCode> {
+    let (relay_addr, replica_addr) = (a.relay, a.replica.clone());
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
     let token = a.relay_tls.credentials_serving(transport::secrets::token(a.token_file.as_deref())?, peer_cert)?;
 
@@ -655,7 +656,8 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 n => format!(" (after {n} attempts)"),
             };
             // Said from what happened to the replica in the last attempt, never a fixed sentence.
-            eprintln!("fastrepl join failed{tries}: {e}\n{}", f.replica.explain());
+            // The addresses as given: "connect to relay: Connection refused" alone names no one.
+            eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain());
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
@@ -856,7 +858,7 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     for g in &st.generations {
         let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
         writeln!(
-        o,
+            o,
             "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {:.1} MiB, age {:.0} s, {} agents{}",
             g.id,
             if g.current { "current" } else { "" },
