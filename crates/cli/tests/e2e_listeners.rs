@@ -101,6 +101,10 @@ fn every_listener_is_where_it_was_asked_for() {
     assert_eq!(j.code, Some(0), "join failed:\n{}", j.output);
     assert_eq!((j.report["handoff"].as_str(), j.report["transport"].as_str()), (Some("partial"), Some("ucx")), "{}", j.output);
     assert!(!seen.is_empty(), "the join was never seen listening (it must listen for its replica)");
+    // The peer listener the join logged (--peer-listen's default: where it reaches the relay from)
+    // was among those seen: the sampling saw the join's listeners, not nothing.
+    let peer: SocketAddr = j.output.lines().find(|l| l.contains("serving peers")).and_then(|l| l.split("listen=").nth(1)).and_then(|r| r.split_whitespace().next()).and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("no peer listener logged:\n{}", j.output));
+    assert!(seen.contains(&peer), "peer listener {peer} not seen among {seen:?}");
     let off: Vec<&SocketAddr> = seen.iter().filter(|a| a.ip() != loopback).collect();
     assert!(off.is_empty(), "the join listened off loopback: {off:?} (all seen: {seen:?})");
     assert_identical(&master, &replica);
