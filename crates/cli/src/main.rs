@@ -423,12 +423,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
     let tokens = transport::secrets::tokens(a.token_file.as_deref())?;
-    if tokens.iter().all(|t| t.is_empty()) {
-        // Said once, at start: the relay refuses this beyond loopback, but loopback is every user and
-        // process of this host.
-        let reach = if a.listen.ip().is_loopback() { "anyone on this host" } else { "anyone who can reach it" };
-        tracing::warn!(listen = %a.listen, "no token (FASTREPL_TOKEN / --token-file): {reach} can pull the whole dataset from {}", a.listen);
-    }
+    let no_token = tokens.iter().all(|t| t.is_empty());
     let cfg = relay::Config {
         tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
@@ -460,6 +455,12 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         },
     };
     let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
+    if no_token {
+        // Said once, at start (beyond loopback the relay refused to start): loopback is every user
+        // and process of this host.
+        let reach = if r.local_addr().ip().is_loopback() { "anyone on this host" } else { "anyone who can reach it" };
+        tracing::warn!(listen = %r.local_addr(), "no token (FASTREPL_TOKEN / --token-file): {reach} can pull the whole dataset from {}", r.local_addr());
+    }
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
