@@ -16,6 +16,9 @@ use transport::Transport;
 
 /// The phase shown between attempts.
 pub const WAITING_TO_RETRY: &str = "waiting to retry";
+/// The phase (display, `fastrepl_join_phase`) while the relay has no snapshot to give yet: an
+/// on-demand capture starting, or the master's fork not yet writing.
+pub const WAITING_FOR_CAPTURE: &str = "waiting for capture";
 
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
@@ -32,6 +35,8 @@ struct Checked {
     master_addr: String,
     master_server: String,
     desc: snapshot::Descriptor,
+    /// The relay's snapshot was ready to pull (its RDB header had arrived).
+    capture_ready: Instant,
     connected: Instant,
     /// The swarm membership (`None`: every block from the relay), and what to report about it.
     peering: Option<crate::peer::Peering>,
@@ -118,6 +123,7 @@ fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
 /// master's RDB version and the master still has the snapshot's history.
 fn check(cfg: &Config) -> Result<Checked, Error> {
     let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), cfg.force)?;
+    cfg.live.set_phase(WAITING_FOR_CAPTURE);
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
@@ -134,6 +140,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
         Err(_) => "unknown".into(),
     };
     let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
+    let capture_ready = Instant::now();
     v.check()?;
     let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
     if rdb_version > local.server.rdb_version_max() {
@@ -153,7 +160,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
         )));
     }
     let (peering, swarm) = join_swarm(cfg, &desc, transport.kind() == transport::TransportKind::Shm);
-    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, connected: Instant::now(), peering, swarm })
+    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, capture_ready, connected: Instant::now(), peering, swarm })
 }
 
 /// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
@@ -545,6 +552,7 @@ impl Driver<'_> {
             reads_in_flight_max: stats.reads_in_flight_max,
             streamed_while_capturing: stats.streamed_while_capturing,
             phases: Phases {
+                wait_capture: secs(Some(c.capture_ready)),
                 connect: secs(Some(tl.connected)),
                 first_byte: secs(tl.first_byte),
                 pulled: secs(tl.pulled),

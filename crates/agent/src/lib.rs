@@ -32,7 +32,7 @@ pub mod select;
 #[cfg(feature = "ucx")]
 pub mod ucx_reader;
 
-pub use join::join;
+pub use join::{join, WAITING_FOR_CAPTURE};
 use replication::replica::Auth;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -424,7 +424,7 @@ impl Live {
         use std::sync::atomic::Ordering::Relaxed;
         let mut e = metrics::Exposition::new("fastrepl_join");
         let now = *self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        for p in machine::PHASE_NAMES.iter().chain(&[join::WAITING_TO_RETRY]) {
+        for p in [join::WAITING_FOR_CAPTURE].iter().chain(machine::PHASE_NAMES).chain(&[join::WAITING_TO_RETRY]) {
             e.gauge("phase", "The join's phase (1 = current).", &[("phase", p)], if *p == now { 1.0 } else { 0.0 });
         }
         e.counter("rdb_sent_bytes_total", "Snapshot bytes sent to the local server.", &[], self.rdb_bytes_sent.load(Relaxed) as f64);
@@ -448,6 +448,10 @@ pub enum Handoff {
 /// Seconds since the join started at which each phase ended.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Phases {
+    /// The relay's snapshot was ready to pull (its RDB header had arrived): until then the join
+    /// waited for the relay's capture (an on-demand capture, the master's fork).
+    #[serde(default)]
+    pub wait_capture: f64,
     /// Relay attached, local server and master checked.
     pub connect: f64,
     /// First RDB byte sent to the replica.

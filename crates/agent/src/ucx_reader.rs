@@ -35,7 +35,13 @@ impl UcxTransport {
 
     /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
     pub fn with_tls(relay: SocketAddr, token: Credentials, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
-        Ok(UcxTransport { relay, token, ctx: Context::with_tls(tls)?, lane: Arc::default() })
+        // UCX's tcp transport listens on every network device it uses: keep it on the one this
+        // host reaches the relay through (RDMA devices stay available; they open no TCP listener).
+        let devices = match route_device(relay) {
+            Some(d) => Some(Context::net_devices_listening_on(&d)?),
+            None => None,
+        };
+        Ok(UcxTransport { relay, token, ctx: Context::with_options(tls, devices.as_deref())?, lane: Arc::default() })
     }
 
     /// The UCX transports/devices this side found (for `auto`: is there an RDMA one?).
@@ -141,4 +147,13 @@ impl RangeReader for UcxReader {
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
         self.conn.read_log(generation, from, max)
     }
+}
+
+/// The network device this host reaches `relay` through (the kernel's route choice, asked with an
+/// unconnected-then-connected UDP socket: nothing is sent), or `None` when it cannot be told.
+fn route_device(relay: SocketAddr) -> Option<String> {
+    let any: SocketAddr = if relay.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(relay).ok()?;
+    ucx::netdev::device_of(s.local_addr().ok()?.ip())
 }

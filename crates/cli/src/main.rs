@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 use transport_arg::TransportArg;
@@ -33,9 +34,14 @@ enum Cmd {
     /// Run a relay beside the master: one snapshot, served to any number of agents.
     Relay(RelayArgs),
     /// Sync a local replica through a relay and hand it to its master (exit 0: partial handoff,
-    /// 3: the master insisted on a full sync, other: failed).
+    /// 3: the master insisted on a full sync, 130: interrupted (SIGINT/SIGTERM), 1: failed).
+    #[command(
+        mut_arg("tls", |a| a.help("Speak TLS to the master, its replicas and the sentinels, and to a local replica with tls-replication yes")),
+        mut_arg("cert", |a| a.help("Client certificate, PEM, for servers with tls-auth-clients; also served to a local replica with tls-replication yes"))
+    )]
     Join(JoinArgs),
     /// Compare two servers' datasets (exit 0 iff identical).
+    #[command(mut_arg("tls", |a| a.help("Speak TLS to both servers")))]
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
@@ -122,6 +128,10 @@ struct RelayArgs {
     /// Private key of --agents-tls-cert, PEM.
     #[arg(long, requires = "agents_tls_cert", env = "FASTREPL_AGENTS_TLS_KEY")]
     agents_tls_key: Option<PathBuf>,
+    /// Network devices UCX may use and listen on, UCX_NET_DEVICES syntax (e.g. `eth0`,
+    /// `mlx5_0:1`); default: the device that holds --listen's address (every device for 0.0.0.0).
+    #[arg(long, env = "FASTREPL_UCX_DEVICES")]
+    ucx_devices: Option<String>,
 }
 
 /// TLS to the relay (when it has --agents-tls-cert).
@@ -155,22 +165,21 @@ impl RelayTlsArgs {
 /// TLS to Redis/Valkey servers and sentinels, as redis-cli names it.
 #[derive(clap::Args)]
 struct TlsArgs {
-    /// Speak TLS to the master, its replicas and the sentinels (and, in `join`, to a local replica
-    /// that has tls-replication yes).
+    /// Speak TLS to the master, its replicas and the sentinels.
     #[arg(long, env = "FASTREPL_TLS")]
     tls: bool,
     /// CA certificate(s) to trust, PEM (default: the system's bundle).
     #[arg(long, requires = "tls", env = "FASTREPL_CACERT")]
     cacert: Option<PathBuf>,
-    /// Client certificate, PEM (for servers with tls-auth-clients; `join` also serves it to a
-    /// replica with tls-replication yes).
+    /// Client certificate, PEM, for servers with tls-auth-clients.
     #[arg(long, requires_all = ["tls", "key"], env = "FASTREPL_CERT")]
     cert: Option<PathBuf>,
     /// Private key of --cert, PEM.
     #[arg(long, requires_all = ["tls", "cert"], env = "FASTREPL_KEY")]
     key: Option<PathBuf>,
-    /// Name to check the servers' certificates against (default: the host connected to).
-    #[arg(long, requires = "tls", env = "FASTREPL_TLS_SERVER_NAME")]
+    /// Name to check the servers' certificates against (default: the host connected to), as
+    /// redis-cli's --sni; the older spelling tls-server-name is accepted too.
+    #[arg(long = "sni", alias = "tls-server-name", requires = "tls", env = "FASTREPL_SNI")]
     tls_server_name: Option<String>,
 }
 
@@ -281,9 +290,9 @@ struct JoinArgs {
     /// device, tcp otherwise, and says which.
     #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
     transport: TransportArg,
-    /// Where the agent listens for its replica.
-    #[arg(long, default_value = "127.0.0.1:0", env = "FASTREPL_LISTEN")]
-    listen: SocketAddr,
+    /// Where the agent listens for its local replica (it pulls the snapshot from here).
+    #[arg(long, alias = "listen", default_value = "127.0.0.1:0", env = "FASTREPL_REPLICA_LISTEN")]
+    replica_listen: SocketAddr,
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
@@ -321,12 +330,12 @@ struct JoinArgs {
     /// (relay, master or link down, snapshot lost or sealed, master failed over); 0 = never retry.
     #[arg(long, default_value_t = limits::JOIN_RETRIES_DEFAULT, value_parser = clap::value_parser!(u32).range(0..=100), env = "FASTREPL_RETRIES")]
     retries: u32,
-    /// Serve the join's progress as Prometheus metrics on this address while it runs.
-    #[arg(long, env = "FASTREPL_METRICS")]
-    metrics: Option<SocketAddr>,
     /// Longest wait between attempts, in seconds (waits start at 1 s and double, jittered).
     #[arg(long, default_value_t = limits::JOIN_RETRY_MAX.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600), env = "FASTREPL_RETRY_MAX_SECS")]
     retry_max_secs: u64,
+    /// Serve the join's progress as Prometheus metrics on this address while it runs.
+    #[arg(long, alias = "metrics", env = "FASTREPL_JOIN_METRICS")]
+    join_metrics: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -383,7 +392,7 @@ fn init_logging(format: LogFormat) {
     // Colours only for a person at a terminal: journald and log files get plain text.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi);
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| LogWriter).with_target(false).with_ansi(ansi);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -397,6 +406,11 @@ fn main() -> ExitCode {
     #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
+    // Also before any thread: UCX reads its device list from the environment, where an operator's
+    // own UCX_NET_DEVICES is already; --ucx-devices is the same setting under our name.
+    if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
+        std::env::set_var("UCX_NET_DEVICES", d);
+    }
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
@@ -423,6 +437,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     let sentinel = a.sentinel.sentinels(tls.as_ref())?;
     // Every line of the token file is accepted (a rotation in progress); SIGHUP reads it again.
     let tokens = secrets::tokens(a.token_file.as_deref())?;
+    let no_token = tokens.iter().all(|t| t.is_empty());
     let cfg = relay::Config {
         tls,
         master: a.master.clone().unwrap_or_else(|| match &a.file {
@@ -454,6 +469,12 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         },
     };
     let r = std::sync::Arc::new(relay::Relay::start(cfg).context("start relay")?);
+    if no_token {
+        // Said once, at start (beyond loopback the relay refused to start): loopback is every user
+        // and process of this host.
+        let reach = if r.local_addr().ip().is_loopback() { "anyone on this host" } else { "anyone who can reach it" };
+        tracing::warn!(listen = %r.local_addr(), "no token (FASTREPL_TOKEN / --token-file): {reach} can pull the whole dataset from {}", r.local_addr());
+    }
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
@@ -461,8 +482,27 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
+    log_stop_on_signal()?;
     r.wait();
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM/SIGINT end the relay (its snapshot is memory only: nothing to flush); say so in the log
+/// first, so a stop is told from a crash.
+fn log_stop_on_signal() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("install SIGTERM/SIGINT handler")?;
+    std::thread::Builder::new()
+        .name("stop".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
+                tracing::info!("relay stopping ({name})");
+                std::process::exit(0);
+            }
+        })
+        .context("spawn stop thread")?;
+    Ok(())
 }
 
 /// `systemctl reload` (SIGHUP): read the token file again, so a token can be rotated without
@@ -544,6 +584,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
+    let (relay_addr, replica_addr) = (a.relay, a.replica.clone());
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
     let token = a.relay_tls.credentials_serving(secrets::token(a.token_file.as_deref())?, peer_cert)?;
 
@@ -559,7 +600,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         master: a.master,
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
-        listen: a.listen,
+        listen: a.replica_listen,
         readers: a.readers as usize,
         window_blocks: a.window_blocks,
         load_timeout: Duration::from_secs(a.load_timeout_secs),
@@ -581,7 +622,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         },
     };
     on_interrupt(cfg.cancel.clone())?;
-    if let Some(addr) = a.metrics {
+    if let Some(addr) = a.join_metrics {
         let live = cfg.live.clone();
         let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("join metrics on http://{bound}/metrics");
@@ -633,7 +674,8 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 n => format!(" (after {n} attempts)"),
             };
             // Said from what happened to the replica in the last attempt, never a fixed sentence.
-            eprintln!("fastrepl join failed{tries}: {e}\n{}", f.replica.explain());
+            // The addresses as given: "connect to relay: Connection refused" alone names no one.
+            eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain());
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
@@ -648,34 +690,110 @@ fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result
     Ok(())
 }
 
-/// A progress bar on stderr, only when stderr is a terminal: RDB bytes sent, rate, phase.
+/// The progress display, while one is shown: log lines are written above it (through
+/// [`LogWriter`]) instead of onto the end of its line.
+static BAR: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
+
+/// Where log lines go: stderr, above the progress display when there is one.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // One formatted event per call (the fmt layer writes each line whole).
+        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match bar {
+            Some(b) => b.suspend(|| std::io::stderr().write_all(buf)).map(|()| buf.len()),
+            None => std::io::stderr().write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// A rate from real bytes over real time: bytes counted over the last few seconds of wall time,
+/// not an estimate from how often the position moved.
+struct Rate {
+    samples: std::collections::VecDeque<(std::time::Instant, u64)>,
+}
+
+impl Rate {
+    const WINDOW: Duration = Duration::from_secs(3);
+
+    fn new() -> Rate {
+        Rate { samples: std::collections::VecDeque::new() }
+    }
+
+    /// Record `bytes` (a running total) at `now`; bytes per second over the window, once there is
+    /// more than one sample.
+    fn update(&mut self, now: std::time::Instant, bytes: u64) -> Option<f64> {
+        self.samples.push_back((now, bytes));
+        while self.samples.len() > 2 && now.duration_since(self.samples[0].0) > Self::WINDOW {
+            self.samples.pop_front();
+        }
+        let (t0, b0) = *self.samples.front()?;
+        let secs = now.duration_since(t0).as_secs_f64();
+        (secs > 0.0).then(|| bytes.saturating_sub(b0) as f64 / secs)
+    }
+}
+
+/// What the display shows for the join's state: a spinner and a line while the size is unknown
+/// (waiting for the relay's capture, pulling while the master still produces), a bar once it is.
+fn progress_line(phase: &str, since_phase: Duration, sent: u64, total: u64, rate: Option<f64>, peers: Option<(u64, u64)>) -> (bool, String) {
+    use indicatif::HumanBytes;
+    let rate = rate.map(|r| format!("{}/s", HumanBytes(r as u64))).unwrap_or_else(|| "-".into());
+    let sources = peers.map(|(relay, peers)| format!(" (relay {}, peers {})", HumanBytes(relay), HumanBytes(peers))).unwrap_or_default();
+    if phase == agent::WAITING_FOR_CAPTURE {
+        return (false, format!("waiting for the relay's capture ({} s)", since_phase.as_secs()));
+    }
+    if total == 0 {
+        // The master is still producing the snapshot: its size is not known yet.
+        return (false, format!("{phase}: {} so far, size not known yet (the master is still writing it), {rate}{sources}", HumanBytes(sent)));
+    }
+    (true, format!("{phase}  {rate}{sources}"))
+}
+
+/// A progress display on stderr, only when stderr is a terminal: phase, RDB bytes sent, rate.
 fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
     use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
     if !std::io::stderr().is_terminal() {
         return None;
     }
-    let style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {bytes_per_sec}  {msg}").ok()?.progress_chars("#>.");
-    let bar = indicatif::ProgressBar::new(0).with_style(style);
+    let bar_style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {msg}").ok()?.progress_chars("#>.");
+    let spin_style = indicatif::ProgressStyle::with_template("{spinner} {msg}").ok()?;
+    let bar = indicatif::ProgressBar::new(0).with_style(spin_style.clone());
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let h = std::thread::spawn(move || {
+        let mut rate = Rate::new();
+        let (mut phase_was, mut phase_since, mut as_bar) = ("", std::time::Instant::now(), false);
         while !s.load(Ordering::SeqCst) {
-            let total = live.rdb_bytes_total.load(Ordering::Relaxed);
-            if total > 0 {
-                bar.set_length(total);
-            }
-            bar.set_position(live.rdb_bytes_sent.load(Ordering::Relaxed));
+            let now = std::time::Instant::now();
             let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
-            let peers = live.sources.from_peers.load(Ordering::Relaxed);
-            if peers > 0 {
-                let relay = live.sources.from_relay.load(Ordering::Relaxed);
-                bar.set_message(format!("{phase} (relay {}, peers {})", indicatif::HumanBytes(relay), indicatif::HumanBytes(peers)));
-            } else {
-                bar.set_message(phase);
+            if phase != phase_was {
+                (phase_was, phase_since) = (phase, now);
             }
+            let total = live.rdb_bytes_total.load(Ordering::Relaxed);
+            let sent = live.rdb_bytes_sent.load(Ordering::Relaxed);
+            let peers = live.sources.from_peers.load(Ordering::Relaxed);
+            let sources = (peers > 0).then(|| (live.sources.from_relay.load(Ordering::Relaxed), peers));
+            let (show_bar, msg) = progress_line(phase, now.duration_since(phase_since), sent, total, rate.update(now, sent), sources);
+            if show_bar != as_bar {
+                bar.set_style(if show_bar { bar_style.clone() } else { spin_style.clone() });
+                as_bar = show_bar;
+            }
+            if show_bar {
+                bar.set_length(total);
+                bar.set_position(sent);
+            } else {
+                bar.tick();
+            }
+            bar.set_message(msg);
             std::thread::sleep(Duration::from_millis(200)); // Display refresh period.
         }
+        *BAR.lock().unwrap_or_else(|e| e.into_inner()) = None;
         bar.finish_and_clear();
     });
     Some((stop, h))
@@ -694,8 +812,8 @@ fn print_report(r: &agent::Report) {
         r.handoff_offset
     );
     println!(
-        "phases (s): connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
-        p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
+        "phases (s): capture ready {:.2}  connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
+        p.wait_capture, p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
     );
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("swarm: {}", r.swarm);
@@ -729,34 +847,36 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
         other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
-    } else {
-        print_status(&st);
-    }
-    Ok(ExitCode::SUCCESS)
+    let mut o = std::io::stdout().lock();
+    let written = if a.json { writeln!(o, "{}", serde_json::to_string_pretty(&st)?) } else { print_status(&mut o, &st) };
+    quiet_on_broken_pipe(written.and_then(|()| o.flush()))
 }
 
-fn print_status(st: &relay::stats::Status) {
+fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::io::Result<()> {
     let mib = |b: u64| b as f64 / 1048576.0;
-    println!("relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs);
-    println!("master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy);
+    writeln!(o, "relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs)?;
+    if !st.ucx_listeners.is_empty() {
+        writeln!(o, "ucx listens on {}", st.ucx_listeners.join(", "))?;
+    }
+    writeln!(o, "master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy)?;
     let silent = st.source_silent_secs.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
-    println!(
+    writeln!(
+        o,
         "captures {} ({} failed), sealed {}, released idle {}; source last sent {silent}, {:.1} MiB received",
         st.captures_total,
         st.capture_failures_total,
         st.sealed_total,
         st.released_idle_total,
         mib(st.source_bytes_total)
-    );
+    )?;
     if let Some(e) = &st.last_capture_error {
-        println!("last capture failure: {e}");
+        writeln!(o, "last capture failure: {e}")?;
     }
-    println!("generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes));
+    writeln!(o, "generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes))?;
     for g in &st.generations {
         let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
-        println!(
+        writeln!(
+            o,
             "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {:.1} MiB, age {:.0} s, {} agents{}",
             g.id,
             if g.current { "current" } else { "" },
@@ -768,20 +888,33 @@ fn print_status(st: &relay::stats::Status) {
             g.age_secs,
             g.agents,
             g.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        o,
         "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
         st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.refused_over_limit_total
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "served: {:.1} MiB of blocks over tcp, {:.1} MiB of log; one-sided attaches: shm {}, ucx {}",
         mib(st.tcp_block_bytes_total),
         mib(st.log_bytes_served_total),
         st.shm_attaches_total,
         st.ucx_attaches_total
-    );
-    println!("errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes));
+    )?;
+    writeln!(o, "errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes))?;
+    Ok(())
+}
+
+/// Stdout written, or closed by its reader (`fastrepl status | head`): that ends the command
+/// quietly with success, not with a panic or an error about a pipe nobody reads.
+fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<ExitCode> {
+    match written {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("write to stdout"),
+    }
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
@@ -798,15 +931,46 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if a.json {
-        println!("{}", serde_json::to_string(&out)?);
-    } else if out.identical() {
-        println!("identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries);
-    } else {
-        println!("DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len());
-        for d in &out.differences {
-            println!("  {d}");
+    let mut o = std::io::stdout().lock();
+    let written = (|| -> std::io::Result<()> {
+        if a.json {
+            writeln!(o, "{}", serde_json::to_string(&out)?)?;
+        } else if out.identical() {
+            writeln!(o, "identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries)?;
+        } else {
+            writeln!(o, "DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len())?;
+            for d in &out.differences {
+                writeln!(o, "  {d}")?;
+            }
         }
-    }
+        o.flush()
+    })();
+    // A reader that went away (`| head`) saw what it wanted; the verdict is still the exit status.
+    quiet_on_broken_pipe(written)?;
     Ok(if out.identical() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_display_says_what_the_join_is_doing() {
+        let (bar, msg) = progress_line(agent::WAITING_FOR_CAPTURE, Duration::from_secs(7), 0, 0, None, None);
+        assert!(!bar && msg == "waiting for the relay's capture (7 s)", "{msg}");
+        let (bar, msg) = progress_line("pulling", Duration::ZERO, 36 << 20, 0, Some(93.0 * 1048576.0), None);
+        assert!(!bar && msg.contains("36.00 MiB so far") && msg.contains("size not known yet") && msg.contains("93.00 MiB/s"), "{msg}");
+        let (bar, msg) = progress_line("loading", Duration::ZERO, 1 << 20, 1 << 20, None, Some((1 << 20, 2 << 20)));
+        assert!(bar && msg.starts_with("loading") && msg.contains("peers 2.00 MiB"), "{msg}");
+    }
+
+    #[test]
+    fn the_rate_is_bytes_over_elapsed_time() {
+        let t0 = std::time::Instant::now();
+        let mut r = Rate::new();
+        assert_eq!(r.update(t0, 0), None, "one sample is no rate");
+        assert_eq!(r.update(t0 + Duration::from_secs(1), 100 << 20), Some((100u64 << 20) as f64));
+        // Old samples leave the window: the rate follows what happens now.
+        assert_eq!(r.update(t0 + Duration::from_secs(10), 100 << 20), Some(0.0));
+    }
 }

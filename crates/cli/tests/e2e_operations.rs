@@ -100,8 +100,12 @@ fn on_demand_capture_idle_release_and_metrics() {
     assert_eq!(info_num(&master, "stats", "total_forks"), forks);
 
     let target = Server::start(Flavor::Redis70, &[]);
-    assert_partial(&join(&relay.addr, &target.addr(), &[], &[]));
+    let j = join(&relay.addr, &target.addr(), &[], &[]);
+    assert_partial(&j);
     assert_eq!(info_num(&master, "stats", "total_forks"), forks + 1);
+    // The wait for the capture this join brought is its own phase, before the checks end.
+    let (wait, connect) = (j.report["phases"]["wait_capture"].as_f64().unwrap(), j.report["phases"]["connect"].as_f64().unwrap());
+    assert!(wait > 0.0 && wait <= connect, "wait_capture {wait}, connect {connect}");
     // Once no agent is connected for a second, the generation is let go of.
     wait_until("the idle generation to be released", Duration::from_secs(30), || {
         let m = scrape(&maddr);
@@ -143,7 +147,7 @@ fn a_long_join_serves_its_phase_and_progress() {
     let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1000"]);
     let relay = relay(&master.addr(), &[], &[]);
     let maddr = format!("127.0.0.1:{}", fixtures::free_port());
-    let mut p = start_join(&relay.addr, &target.addr(), &["--metrics", &maddr], &[]);
+    let mut p = start_join(&relay.addr, &target.addr(), &["--join-metrics", &maddr], &[]);
     let m = wait_until("the join to report loading", Duration::from_secs(60), || {
         assert!(p.running(), "join exited early:\n{}", p.output());
         let m = metrics::scrape(&maddr, Duration::from_secs(5)).ok()?;
@@ -151,6 +155,7 @@ fn a_long_join_serves_its_phase_and_progress() {
         m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(m)
     });
     assert_eq!(m.iter().filter(|s| s.name == "fastrepl_join_phase" && s.value == 1.0).count(), 1, "one phase at a time");
+    assert!(m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "waiting for capture"), "no phase for the wait for a capture");
     let sent = m.iter().find(|s| s.name == "fastrepl_join_rdb_sent_bytes_total").unwrap().value;
     let len = m.iter().find(|s| s.name == "fastrepl_join_rdb_length_bytes").unwrap().value;
     assert!(sent > 0.0 && sent == len, "loading starts after the whole snapshot was sent: {sent} of {len}");
@@ -374,6 +379,13 @@ fn service_units_and_their_environment_files() {
             assert!(help.contains(&format!("[env: {n}=")), "{example} names {n}, which `fastrepl {cmd}` does not read");
         }
     }
+    // Both files sourced in one shell must not change each other's meaning: no setting that both
+    // commands read means something else to each (the relay's listen address is not the join's).
+    let help = |cmd: &str| String::from_utf8_lossy(&fastrepl().args([cmd, "--help"]).output().unwrap().stdout).into_owned();
+    let (relay_help, join_help) = (help("relay"), help("join"));
+    for n in ["FASTREPL_LISTEN", "FASTREPL_METRICS"] {
+        assert!(relay_help.contains(&format!("[env: {n}=")) && !join_help.contains(&format!("[env: {n}=")), "{n} is read by both relay and join");
+    }
     let Ok(analyze) = which("systemd-analyze") else {
         // The env-file half above ran; the units' half did not: counted as skipped.
         fixtures::skip("systemd-analyze not installed: units not verified here");
@@ -432,4 +444,38 @@ fn agents_reach_a_relay_over_tls() {
     let out = fastrepl().args(["fetch", "--relay", &relay.addr, "--relay-cacert", &ca, "--transport", "tcp", "--out", "-"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(&out.stdout[..5], b"REDIS", "fetch over TLS yields the RDB");
+}
+
+/// Help lines true for their subcommand and named as redis-cli names them; a relay says why it
+/// stops; `status | head` ends quietly.
+#[test]
+fn help_texts_stop_log_and_a_closed_pipe() {
+    let help = |cmd: &str| String::from_utf8_lossy(&fastrepl().args([cmd, "--help"]).output().unwrap().stdout).into_owned();
+    let verify = help("verify");
+    assert!(verify.contains("--sni <") && !verify.contains("--tls-server-name <"), "{verify}");
+    assert!(verify.contains("Speak TLS to both servers") && !verify.contains("sentinel") && !verify.contains("join"), "{verify}");
+    let ok = fastrepl().args(["verify", "127.0.0.1:1", "127.0.0.1:2", "--tls", "--tls-server-name", "x"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&ok.stderr).contains("unexpected argument"), "--tls-server-name is still accepted");
+    let join = help("join");
+    assert!(join.contains("--replica-listen") && join.contains("--join-metrics"), "{join}");
+    let top = String::from_utf8_lossy(&fastrepl().arg("--help").output().unwrap().stdout).into_owned();
+    assert!(top.contains("130"), "join's exit statuses without 130: {top}");
+    let retries = join.find("--retries").unwrap();
+    let retry_max = join.find("--retry-max-secs").unwrap();
+    assert!(retry_max > retries && join[retries..retry_max].matches("\n      --").count() == 0, "--retry-max-secs is not beside --retries:\n{join}");
+
+    let master = Server::start(Flavor::Redis70, &[]);
+    let mut relay = relay(&master.addr(), &[], &[]);
+    // `status | head -1`: a reader that closes after one line.
+    let mut st = fastrepl().args(["status", "--relay", &relay.addr]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(st.stdout.take()); // the reader is gone before anything is written
+    let out = st.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("panicked") && err.is_empty(), "status on a closed pipe: {:?} {err}", out.status);
+
+    // SIGTERM: the relay says so and exits.
+    // SAFETY: kill(2) on the pid of our own child, which is still running.
+    assert_eq!(unsafe { libc::kill(relay.proc.pid() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(relay.proc.wait(Duration::from_secs(20)), Some(0));
+    assert!(relay.proc.output().contains("relay stopping (SIGTERM)"), "{}", relay.proc.output());
 }

@@ -98,3 +98,43 @@ fn wrong_master_password_is_a_clear_error() {
     });
     assert!(!relay.proc.output().contains("not-the-password"));
 }
+
+/// What each side says is what happened: a join without a token, a join with the wrong one, a
+/// status call with the wrong one, a relay without a token; a too-short token said once.
+#[test]
+fn token_messages_say_what_happened() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = relay(&master.addr(), &[], &[]);
+    let relay_says = |what: &str| {
+        wait_until(&format!("the relay to log '{what}'"), std::time::Duration::from_secs(20), || relay.proc.output().contains(what).then_some(()));
+    };
+
+    let none = join(&relay.addr, &replica.addr(), &[], &[("FASTREPL_TOKEN", "")]);
+    assert_eq!(none.code, Some(1), "{}", none.output);
+    assert!(none.output.contains("requires a token and we sent none"), "{}", none.output);
+    relay_says("an agent sent no token, and we require one");
+
+    let wrong = fastrepl().env("FASTREPL_TOKEN", "a-wrong-token-000000000").args(["status", "--relay", &relay.addr]).output().unwrap();
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(1), "{err}");
+    assert!(err.contains("the relay refused our token: it holds a different one, or none") && !err.contains("peer agent"), "{err}");
+    relay_says("a status client presented a wrong token");
+
+    let short = fastrepl().env("FASTREPL_TOKEN", "short").args(["status", "--relay", &relay.addr]).output().unwrap();
+    let err = String::from_utf8_lossy(&short.stderr);
+    assert_eq!(err.matches("at least 16 bytes").count(), 1, "said once: {err}");
+
+    // A relay without a token: one warning at start, and a client with a token told the truth.
+    let open = spawn_relay(&master.addr(), |cmd| {
+        cmd.env("FASTREPL_TOKEN", "").args(["--transport", "tcp"]);
+    });
+    let out = open.proc.output();
+    assert_eq!(out.matches("anyone on this host can pull the whole dataset").count(), 1, "{out}");
+    let with = fastrepl().args(["status", "--relay", &open.addr]).output().unwrap();
+    assert_eq!(with.status.code(), Some(1));
+    wait_until("the open relay to log the token it did not expect", std::time::Duration::from_secs(20), || {
+        open.proc.output().contains("a status client presented a token, and we have none").then_some(())
+    });
+    assert_no_secrets(&relay.proc.output());
+}

@@ -146,3 +146,14 @@ fn fetch_from_a_dead_relay_fails_and_leaves_no_file() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("connect to relay"), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.exists(), "a failed fetch must not leave a file that looks complete");
 }
+
+/// "connect to relay: Connection refused" says which relay: the join's failure names the address.
+#[test]
+fn a_join_to_a_dead_relay_names_it() {
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = format!("127.0.0.1:{}", fixtures::free_port());
+    let j = join(&relay, &replica.addr(), &["--retries", "0"], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains(&format!("(relay {relay}, replica {})", replica.addr())) && j.output.contains("connect to relay"), "{}", j.output);
+    assert_untouched(&replica);
+}

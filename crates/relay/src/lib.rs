@@ -421,6 +421,15 @@ impl Shared {
         v
     }
 
+    /// The TCP addresses UCX listens on (empty without ucx).
+    pub(crate) fn ucx_listeners(&self) -> Vec<std::net::SocketAddr> {
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &self.ucx {
+            return u.listeners();
+        }
+        Vec::new()
+    }
+
     fn ucx_transports(&self) -> Vec<String> {
         #[cfg(feature = "ucx")]
         if let Some(u) = &self.ucx {
@@ -470,7 +479,7 @@ impl Relay {
         }
         #[cfg(feature = "ucx")]
         let ucx = if config.offer.ucx {
-            match ucx_serve::UcxServer::start() {
+            match ucx_serve::UcxServer::start(local_addr) {
                 Ok(u) => Some(u),
                 Err(e) => {
                     tracing::warn!(error = %e, "UCX unavailable; not offering ucx");
@@ -527,7 +536,7 @@ impl Relay {
             let s3 = shared.clone();
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
-        tracing::info!(listen = %local_addr, master = %shared.master(), transports = ?shared.offered(), ucx = ?shared.ucx_transports(), "relay started");
+        tracing::info!(listen = %local_addr, master = %shared.master(), transports = ?shared.offered(), ucx = ?shared.ucx_transports(), ucx_listeners = ?shared.ucx_listeners(), "relay started");
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 

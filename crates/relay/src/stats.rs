@@ -180,6 +180,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
+        ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
         master: shared.master(),
         source_policy: shared.config.source.to_string(),
         source: s.source(),

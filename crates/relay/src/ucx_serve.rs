@@ -43,6 +43,13 @@ pub enum UcxServeError {
         /// The segment.
         segment: u64,
     },
+    /// `--listen` is an address no network device here holds, so UCX's listener could not be kept
+    /// on it.
+    #[error("no network device holds {listen}, the relay's --listen address; UCX is restricted to that device (or to --ucx-devices)")]
+    NoDevice {
+        /// The relay's listen address.
+        listen: std::net::SocketAddr,
+    },
     /// Mapping the generation for registration failed.
     #[error("map region for ucx: {0}")]
     Map(#[from] snapshot::MapError),
@@ -53,6 +60,7 @@ pub struct UcxServer {
     ctx: Arc<Context>,
     address: Vec<u8>,
     transports: Vec<String>,
+    listeners: Vec<std::net::SocketAddr>,
     regs: Arc<Mutex<HashMap<u64, GenReg>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -60,9 +68,21 @@ pub struct UcxServer {
 
 
 impl UcxServer {
-    /// Initialise UCX and start the progress thread.
-    pub fn start() -> Result<UcxServer, UcxServeError> {
-        let ctx = Context::new()?;
+    /// Initialise UCX and start the progress thread. UCX's network devices are restricted to the
+    /// one that carries `listen` (UCX's tcp transport listens on every device it uses), unless
+    /// `listen` is unspecified (every device asked for) or `UCX_NET_DEVICES` names them
+    /// (`relay --ucx-devices`).
+    pub fn start(listen: std::net::SocketAddr) -> Result<UcxServer, UcxServeError> {
+        let devices = if std::env::var_os("UCX_NET_DEVICES").is_some() || listen.ip().is_unspecified() {
+            None
+        } else {
+            // An address no device holds cannot be listened on by UCX either: better no ucx than a
+            // listener elsewhere.
+            let device = ucx::netdev::device_of(listen.ip()).ok_or(UcxServeError::NoDevice { listen })?;
+            Some(Context::net_devices_listening_on(&device)?)
+        };
+        let before = ucx::netdev::listening();
+        let ctx = Context::with_options(None, devices.as_deref())?;
         let transports = ctx.transports();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -98,12 +118,20 @@ impl UcxServer {
             })
             .map_err(|e| UcxServeError::Thread(format!("spawn: {e}")))?;
         let address = rx.recv().map_err(|_| UcxServeError::Thread("died before it started".into()))??;
-        Ok(UcxServer { ctx, address, transports, regs, stop, thread: Some(thread) })
+        // The worker's interfaces are open now: what this process listens on beyond what it did
+        // before is UCX's (relay start-up opens nothing else meanwhile).
+        let listeners = ucx::netdev::listening().into_iter().filter(|a| !before.contains(a)).collect();
+        Ok(UcxServer { ctx, address, transports, listeners, regs, stop, thread: Some(thread) })
     }
 
     /// The transports/devices UCX found here.
     pub fn transports(&self) -> Vec<String> {
         self.transports.clone()
+    }
+
+    /// The TCP addresses UCX listens on for this relay (its tcp transport's interfaces).
+    pub fn listeners(&self) -> Vec<std::net::SocketAddr> {
+        self.listeners.clone()
     }
 
     /// The key an agent needs to read `segment` of `gen`, serialized. Registers the segment on first

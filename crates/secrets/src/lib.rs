@@ -25,8 +25,15 @@ pub enum SecretError {
     #[error("a user was given but no password: use the password file option or ${0}")]
     UserWithoutPassword(&'static str),
     /// The relay token is unusable.
+    // The reason is in the message, not also a `source`: printed as a chain it was said twice.
     #[error("relay token: {0}")]
-    Token(#[from] transport::auth::TokenTooShort),
+    Token(transport::auth::TokenTooShort),
+}
+
+impl From<transport::auth::TokenTooShort> for SecretError {
+    fn from(e: transport::auth::TokenTooShort) -> Self {
+        SecretError::Token(e)
+    }
 }
 
 /// Read a secret from `file` if given, else from the environment variable `env`.

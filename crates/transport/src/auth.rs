@@ -118,7 +118,12 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
     let mut status = [0u8; 1];
     s.read_exact(&mut status).map_err(Error::io("read authentication result"))?;
     if status[0] != 0 {
-        return Err(Error::Auth("the relay (or peer agent) refused our token (check FASTREPL_TOKEN / --token-file)".into()));
+        let them = if kind == Kind::Status { "the relay" } else { "the relay (or peer agent)" };
+        return Err(Error::Auth(if token.is_empty() {
+            format!("{them} requires a token and we sent none (set FASTREPL_TOKEN or --token-file)")
+        } else {
+            format!("{them} refused our token: it holds a different one, or none (check FASTREPL_TOKEN / --token-file on both sides)")
+        }));
     }
     let mut proof = [0u8; 32];
     s.read_exact(&mut proof).map_err(Error::io("read relay proof"))?;
@@ -157,7 +162,15 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     let mac = &msg[11 + NONCE_LEN..];
     let Some(token) = tokens.iter().find(|t| ct_eq(mac, &t.mac(b"agent", &server_nonce, client_nonce, kind as u8))) else {
         let _ = s.write_all(&[1]);
-        return Err(Error::Auth("agent presented a wrong token".into()));
+        let who = if kind == Kind::Status { "a status client" } else { "an agent" };
+        let what = if tokens.iter().all(Token::is_empty) {
+            "presented a token, and we have none (started without FASTREPL_TOKEN / --token-file)"
+        } else if ct_eq(mac, &Token::empty().mac(b"agent", &server_nonce, client_nonce, kind as u8)) {
+            "sent no token, and we require one"
+        } else {
+            "presented a wrong token"
+        };
+        return Err(Error::Auth(format!("{who} {what}")));
     };
     let mut ok = vec![0u8];
     ok.extend_from_slice(&token.mac(b"relay", client_nonce, &server_nonce, kind as u8));

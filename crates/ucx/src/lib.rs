@@ -31,6 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ucx_sys as sys;
 
+pub mod netdev;
+
 /// A UCX failure, naming the call that failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{op}: {message} (UCX status {status})")]
@@ -114,17 +116,35 @@ impl Context {
     /// As [`Context::new`], restricted to the UCX transports `tls` names (UCX's `UCX_TLS` syntax,
     /// e.g. `tcp` or `sm`) when given; for measuring one UCX transport at a time in one process.
     pub fn with_tls(tls: Option<&str>) -> Result<Arc<Context>, Error> {
+        Self::with_options(tls, None)
+    }
+
+    /// As [`Context::with_tls`], and restricted to the network devices `net_devices` names (UCX's
+    /// `UCX_NET_DEVICES` syntax, e.g. `lo` or `eth0,mlx5_0:1`) when given. UCX's tcp transport
+    /// listens on every network device it uses, so this is what keeps its listener where the
+    /// operator asked. A `UCX_NET_DEVICES` in the environment wins (the operator said so).
+    /// Shared-memory devices are not network devices and stay available.
+    pub fn with_options(tls: Option<&str>, net_devices: Option<&str>) -> Result<Arc<Context>, Error> {
         let mut config: *mut sys::ucp_config_t = ptr::null_mut();
         // SAFETY: null prefix/filename mean "the defaults and the environment"; `config` is writable.
         check("ucp_config_read", unsafe { sys::ucp_config_read(ptr::null(), ptr::null(), &mut config) })?;
-        if let Some(tls) = tls {
-            let (k, v) = (c"TLS", std::ffi::CString::new(tls).map_err(|_| Error { op: "UCX_TLS", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "NUL in transport list".into() })?);
+        let net_devices = net_devices.filter(|_| std::env::var_os("UCX_NET_DEVICES").is_none());
+        for (key, op, value) in [(c"TLS", "ucp_config_modify TLS", tls), (c"NET_DEVICES", "ucp_config_modify NET_DEVICES", net_devices)] {
+            let Some(value) = value else { continue };
+            let v = match std::ffi::CString::new(value) {
+                Ok(v) => v,
+                Err(_) => {
+                    // SAFETY: released once on this early return.
+                    unsafe { sys::ucp_config_release(config) };
+                    return Err(Error { op, status: sys::UCS_ERR_INVALID_PARAM as i32, message: "NUL in the list".into() });
+                }
+            };
             // SAFETY: live config; NUL-terminated strings that outlive the call.
-            let st = unsafe { sys::ucp_config_modify(config, k.as_ptr(), v.as_ptr()) };
+            let st = unsafe { sys::ucp_config_modify(config, key.as_ptr(), v.as_ptr()) };
             if st != sys::UCS_OK as sys::ucs_status_t {
                 // SAFETY: released once on this early return.
                 unsafe { sys::ucp_config_release(config) };
-                return Err(Error::from_status("ucp_config_modify TLS", st));
+                return Err(Error::from_status(op, st));
             }
         }
         let params = sys::ucp_params_t {
@@ -148,6 +168,21 @@ impl Context {
         // SAFETY: self.h is a live context; the callback only writes to the stream.
         let text = print_to_string(|f| unsafe { sys::ucp_context_print_info(self.h, f) });
         parse_resources(&text)
+    }
+
+    /// A `NET_DEVICES` list that keeps UCX's tcp transport (which listens on every network device
+    /// it uses) on `device` alone, and every RDMA device (which opens no TCP listener) available:
+    /// `device` and the devices of the RDMA transports a fresh context finds.
+    pub fn net_devices_listening_on(device: &str) -> Result<String, Error> {
+        let mut devices = vec![device.to_string()];
+        for t in Context::new()?.transports() {
+            if let Some((_, dev)) = t.split_once('/').filter(|_| is_rdma_transport(&t)) {
+                if !devices.iter().any(|d| d == dev) {
+                    devices.push(dev.to_string());
+                }
+            }
+        }
+        Ok(devices.join(","))
     }
 
     /// The transports a fresh context here finds (for `auto` selection).

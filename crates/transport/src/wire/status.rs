@@ -43,6 +43,9 @@ pub struct RelayStatus {
     pub version: String,
     /// Where agents connect.
     pub listen: String,
+    /// The TCP addresses UCX listens on for one-sided reads (empty without ucx).
+    #[serde(default)]
+    pub ucx_listeners: Vec<String>,
     /// The master agents are handed to.
     pub master: String,
     /// `--source`: master, auto, or a replica's address.
@@ -128,6 +131,7 @@ mod tests {
         let st = RelayStatus {
             version: "0".into(),
             listen: "127.0.0.1:1".into(),
+            ucx_listeners: Vec::new(),
             master: "m:1".into(),
             source_policy: "master".into(),
             source: "m:1".into(),
