@@ -7,10 +7,7 @@
 //! logs the same moment, so the join's code needs no sink passed through it.
 
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 /// The stream's version (the first line's `version`).
 pub const VERSION: u32 = 1;
@@ -80,52 +77,29 @@ pub enum Event {
     },
 }
 
-struct Sink {
-    file: std::fs::File,
-    opened: Instant,
-}
-
-static SINK: OnceLock<Mutex<Sink>> = OnceLock::new();
+/// The stream, opened by [`open`].
+static STREAM: metrics::EventStream = metrics::EventStream::new();
 
 /// Open the stream at `path` (truncated) and write its first line. Once per process.
 pub fn open(path: &Path) -> std::io::Result<()> {
-    let file = std::fs::File::create(path)?;
-    if SINK.set(Mutex::new(Sink { file, opened: Instant::now() })).is_err() {
-        return Err(std::io::Error::other("the event stream is already open"));
-    }
-    write(|_| Event::Start { version: VERSION, process: "join".into() });
-    Ok(())
+    STREAM.open(path, &Event::Start { version: VERSION, process: "join".into() })
 }
 
 /// The join entered the phase `name` ([`crate::machine::Join::phase_name`]).
 pub fn phase(name: &str) {
     if let Some(phase) = JoinPhase::from_name(name) {
-        write(|at_ms| Event::Phase { phase, at_ms });
+        STREAM.write(|at_ms| Event::Phase { phase, at_ms });
     }
 }
 
 /// The join handed the replica over at `offset`.
 pub fn handed_off(offset: u64) {
-    write(|at_ms| Event::HandedOff { offset, at_ms });
-}
-
-fn write(event: impl FnOnce(u64) -> Event) {
-    let Some(sink) = SINK.get() else { return };
-    let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-    let at_ms = sink.opened.elapsed().as_millis() as u64;
-    let mut line = serde_json::to_string(&event(at_ms)).expect("events serialize");
-    line.push('\n');
-    // One write per line, flushed (no buffer): a reader never sees half an event but a torn tail
-    // at worst, and a killed join loses nothing it reported.
-    if let Err(e) = sink.file.write_all(line.as_bytes()) {
-        tracing::warn!("write the event stream: {e}");
-    }
+    STREAM.write(|at_ms| Event::HandedOff { offset, at_ms });
 }
 
 /// Read a stream back: its events in order (a torn last line, still being written, is left out).
 pub fn parse(text: &str) -> Result<Vec<Event>, serde_json::Error> {
-    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect()
+    metrics::event_stream::parse(text)
 }
 
 #[cfg(test)]

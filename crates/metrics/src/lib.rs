@@ -4,6 +4,9 @@
 //! (what the tests scrape with).
 #![deny(missing_docs)]
 
+pub mod event_stream;
+pub use event_stream::EventStream;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,10 +7,7 @@
 //! moment, so the capture's code needs no sink passed through it.
 
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 /// The stream's version (the first line's `version`).
 pub const VERSION: u32 = 1;
@@ -44,49 +41,27 @@ pub enum Event {
     },
 }
 
-struct Sink {
-    file: std::fs::File,
-    opened: Instant,
-}
-
-static SINK: OnceLock<Mutex<Sink>> = OnceLock::new();
+/// The stream, opened by [`open`].
+static STREAM: metrics::EventStream = metrics::EventStream::new();
 
 /// Open the stream at `path` (truncated) and write its first line. Once per process.
 pub fn open(path: &Path) -> std::io::Result<()> {
-    let file = std::fs::File::create(path)?;
-    if SINK.set(Mutex::new(Sink { file, opened: Instant::now() })).is_err() {
-        return Err(std::io::Error::other("the event stream is already open"));
-    }
-    write(|_| Event::Start { version: VERSION, process: "relay".into() });
-    Ok(())
+    STREAM.open(path, &Event::Start { version: VERSION, process: "relay".into() })
 }
 
 /// Generation `generation`'s RDB began to arrive.
 pub fn rdb_started(generation: u64) {
-    write(|at_ms| Event::RdbStarted { generation, at_ms });
+    STREAM.write(|at_ms| Event::RdbStarted { generation, at_ms });
 }
 
 /// Generation `generation`'s snapshot is complete, `bytes` long.
 pub fn published(generation: u64, bytes: u64) {
-    write(|at_ms| Event::Published { generation, bytes, at_ms });
-}
-
-fn write(event: impl FnOnce(u64) -> Event) {
-    let Some(sink) = SINK.get() else { return };
-    let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-    let at_ms = sink.opened.elapsed().as_millis() as u64;
-    let mut line = serde_json::to_string(&event(at_ms)).expect("events serialize");
-    line.push('\n');
-    // One unbuffered write per line: a reader sees whole events (a torn tail at worst).
-    if let Err(e) = sink.file.write_all(line.as_bytes()) {
-        tracing::warn!("write the event stream: {e}");
-    }
+    STREAM.write(|at_ms| Event::Published { generation, bytes, at_ms });
 }
 
 /// Read a stream back: its events in order (a torn last line, still being written, is left out).
 pub fn parse(text: &str) -> Result<Vec<Event>, serde_json::Error> {
-    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect()
+    metrics::event_stream::parse(text)
 }
 
 #[cfg(test)]

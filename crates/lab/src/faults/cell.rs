@@ -76,6 +76,41 @@ pub struct CellResult {
 }
 
 impl CellResult {
+    /// A cell before it ran (a violation until judged, so a cell cut short never passes).
+    pub fn not_run(cell: &Cell) -> CellResult {
+        CellResult {
+            cell: cell.name(),
+            spec: *cell,
+            struck_in: String::new(),
+            a: Observed::default(),
+            a_verdict: Verdict::Violation("not run".into()),
+            b: Observed::default(),
+            b_verdict: Verdict::Violation("not run".into()),
+            b_unaffected: None,
+            attempts: 0,
+            recovery_secs: 0.0,
+            keys_lost: 0,
+            relay_fds: (0, 0),
+            relay_memfds: 0,
+            leaks: Vec::new(),
+            writes: 0,
+            secs: 0.0,
+            skipped: None,
+        }
+    }
+
+    /// A cell that cannot run here, and why (stored and counted as skipped, never as survived).
+    pub fn skipped(cell: &Cell, why: &str) -> CellResult {
+        CellResult {
+            a_verdict: Verdict::Skipped(why.to_string()),
+            b_verdict: Verdict::Skipped(why.to_string()),
+            skipped: Some(why.to_string()),
+            ..CellResult::not_run(cell)
+        }
+    }
+}
+
+impl CellResult {
     /// The invariant held for both agents, B was unaffected where it should be, nothing leaked.
     pub fn passed(&self) -> bool {
         self.skipped.is_some()
@@ -436,32 +471,10 @@ pub fn compare(master: &Server, replica: &Server) -> Option<u64> {
 /// Run one cell.
 pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let t0 = Instant::now();
-    let mut result = CellResult {
-        cell: cell.name(),
-        spec: *cell,
-        struck_in: String::new(),
-        a: Observed::default(),
-        a_verdict: Verdict::Violation("not run".into()),
-        b: Observed::default(),
-        b_verdict: Verdict::Violation("not run".into()),
-        b_unaffected: None,
-        attempts: 0,
-        recovery_secs: 0.0,
-        keys_lost: 0,
-        relay_fds: (0, 0),
-        relay_memfds: 0,
-        leaks: Vec::new(),
-        writes: 0,
-        secs: 0.0,
-        skipped: None,
-    };
+    let mut result = CellResult::not_run(cell);
     if let Fault::Netem(_) = cell.fault {
         if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
-            let why = "this kernel has no netem qdisc (sch_netem)".to_string();
-            result.a_verdict = Verdict::Skipped(why.clone());
-            result.b_verdict = Verdict::Skipped(why.clone());
-            result.skipped = Some(why);
-            return Ok(result);
+            return Ok(CellResult::skipped(cell, "this kernel has no netem qdisc (sch_netem)"));
         }
     }
     let lab = Lab::new(4, None).map_err(|e| anyhow!("make namespace hosts: {e}"))?;

@@ -275,27 +275,8 @@ mod tests {
     use super::*;
 
     fn skipped_cell() -> cell::CellResult {
-        let why = "this kernel has no netem qdisc (sch_netem)".to_string();
         let spec = matrix::full().into_iter().find(|c| matches!(c.fault, matrix::Fault::Netem(_))).expect("a netem cell");
-        cell::CellResult {
-            cell: spec.name(),
-            spec,
-            struck_in: String::new(),
-            a: matrix::Observed::default(),
-            a_verdict: matrix::Verdict::Skipped(why.clone()),
-            b: matrix::Observed::default(),
-            b_verdict: matrix::Verdict::Skipped(why.clone()),
-            b_unaffected: None,
-            attempts: 0,
-            recovery_secs: 0.0,
-            keys_lost: 0,
-            relay_fds: (0, 0),
-            relay_memfds: 0,
-            leaks: Vec::new(),
-            writes: 0,
-            secs: 0.0,
-            skipped: Some(why),
-        }
+        cell::CellResult::skipped(&spec, "this kernel has no netem qdisc (sch_netem)")
     }
 
     #[test]
