@@ -3,7 +3,7 @@
 //! [`replication::capture::Capture`]'s; this module only moves bytes between the master's socket,
 //! the machine and the generation (the RDB straight into its region, the stream into its log).
 
-use crate::generations::{Ended, Failure};
+use crate::generations::{Action, Ended, Failure};
 use crate::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::Generation;
@@ -89,11 +89,19 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 break;
             }
             Err(e) => {
-                tracing::error!(error = %e, kind = ?e.kind(), "capture failed; retrying in {:?}", backoff);
-                crate::stats::Stats::add(&shared.stats.capture_failures, 1);
-                // Waiting agents are told now; the machine says whether another capture is wanted.
-                let failure = Failure { kind: e.kind(), why: e.to_string() };
-                shared.feed(|g| ((), g.capture_ended(id, Ended::Failed(failure))));
+                // Waiting agents are told now; the machine says whether this was a failure at all (the
+                // link of a generation already sealed is not) and whether another capture is wanted.
+                let kind = e.kind();
+                let failure = Failure { kind, why: e.to_string() };
+                let failed = shared.feed(|g| {
+                    let actions = g.capture_ended(id, Ended::Failed(failure));
+                    (actions.contains(&Action::CountFailure), actions)
+                });
+                if !failed {
+                    tracing::info!(error = %e, "the link of a sealed generation ended; next capture on demand");
+                    continue;
+                }
+                tracing::error!(error = %e, kind = %kind, "capture failed; retrying in {:?}", backoff);
                 std::thread::sleep(backoff); // Backoff between attempts at the master, not synchronization.
                 backoff = (backoff * 2).min(limits::CAPTURE_BACKOFF_MAX);
             }
@@ -206,12 +214,10 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
             }
         }
         // Sentinel named another master: this capture's history is the old master's. The machine
-        // has sealed (or failed, mid-RDB) its generation already.
+        // has sealed (or failed, mid-RDB) its generation already, and keeps any demand for a capture
+        // from the new master: this capture just ends, it did not fail.
         if shared.master_changes.load(Ordering::SeqCst) != run.master_changes {
-            let why = format!("the master changed to {} (Sentinel)", shared.master());
-            if run.writer.is_some() {
-                return Err(Error::Source { kind: CaptureFailure::Other, why });
-            }
+            tracing::info!(master = %shared.master(), "the master changed (Sentinel): this capture ends");
             return Ok(());
         }
         if run.writer.is_none() {

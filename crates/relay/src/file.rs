@@ -18,6 +18,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
     let (gen, mut writer): (Arc<Generation>, _) =
         Generation::create(1, replid, 0, Some(len), shared.config.snapshot).map_err(|e| Error::Config(format!("region for {}: {e}", path.display())))?;
     shared.publish(gen.clone());
+    crate::events::rdb_started(gen.id());
     let t0 = std::time::Instant::now();
     let mut done = 0u64;
     while done < len {
@@ -32,6 +33,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
     }
     writer.finish(len);
     shared.rdb_complete(gen.id());
+    crate::events::published(gen.id(), len);
     tracing::info!(file = %path.display(), bytes = len, secs = t0.elapsed().as_secs_f64(), "file loaded; serving it as generation 1");
     Ok(())
 }

@@ -89,6 +89,9 @@ pub(crate) enum Action {
         /// Why (its descriptor says it to the agents on it).
         why: String,
     },
+    /// Count a failed capture (status and metrics): counted here, once, by the machine that decided it
+    /// was a failure.
+    CountFailure,
     /// Stop holding generation `id` as the current one (its memory goes with its last reader).
     Release {
         /// Which.
@@ -142,7 +145,8 @@ pub(crate) struct Failure {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ended {
     /// It ended without failing: its generation was sealed (by its bound, a failover or an idle
-    /// release), or a failover came before its RDB began; the link is closed.
+    /// release), or the master changed under it (the machine already failed or sealed its
+    /// generation, and a wanted capture follows from the new master); the link is closed.
     Sealed,
     /// It failed, at whatever stage (before the RDB, during it, or streaming after it).
     Failed(Failure),
@@ -166,6 +170,9 @@ pub(crate) struct Generations {
     demand: bool,
     failures: u64,
     last_error: Option<Failure>,
+    /// A generation's RDB has completed at least once (after that, `--capture on-start` has done its
+    /// job: later captures are on demand only).
+    completed_any: bool,
     connections: usize,
     last_active: Instant,
     master: String,
@@ -185,6 +192,7 @@ impl Generations {
             demand: policy == CapturePolicy::OnStart,
             failures: 0,
             last_error: None,
+            completed_any: false,
             connections: 0,
             last_active: now,
             master,
@@ -277,7 +285,7 @@ impl Generations {
     /// Capture `id`'s RDB started: its generation is the current one, and the demand is met. (Left
     /// set, a demand from agents that waited during this capture would start a second capture, a
     /// second fork on the source, as soon as this one ended.)
-    pub(crate) fn published(&mut self, id: u64) -> Vec<Action> {
+    pub(crate) fn rdb_started(&mut self, id: u64) -> Vec<Action> {
         self.current = Some((id, Phase::Capturing));
         self.demand = false;
         vec![Action::TellWaiters]
@@ -287,6 +295,7 @@ impl Generations {
     pub(crate) fn rdb_complete(&mut self, id: u64) {
         if self.current == Some((id, Phase::Capturing)) {
             self.current = Some((id, Phase::Complete));
+            self.completed_any = true;
         }
     }
 
@@ -315,6 +324,12 @@ impl Generations {
             Ended::Sealed | Ended::Stopped => return Vec::new(),
             Ended::Failed(f) => f,
         };
+        // The link of a generation the machine already sealed or failed (a log bound, a failover)
+        // breaking afterwards is no failure of a capture: agents waiting for the next one are not
+        // told it, and their demand stands.
+        if matches!(self.current, Some((cur, Phase::Sealed(_) | Phase::Failed)) if cur == id) {
+            return Vec::new();
+        }
         self.failures += 1;
         let why = failure.why.clone();
         self.last_error = Some(failure);
@@ -326,10 +341,11 @@ impl Generations {
             Some((cur, Phase::Complete)) if cur == id => self.seal(id, SealReason::LinkLost),
             _ => Vec::new(),
         };
+        actions.push(Action::CountFailure);
         // Waiters are told and leave (they ask again if they retry), so their demand goes with them:
         // no loop of captures for nobody. With --capture on-start a first generation is wanted even
-        // without agents: the relay's job is to be ready.
-        self.demand = self.policy == CapturePolicy::OnStart && (id == 1 || self.current.is_none());
+        // without agents, until one has completed: the relay's job is to be ready.
+        self.demand = self.policy == CapturePolicy::OnStart && !self.completed_any;
         actions.push(Action::TellWaiters);
         actions
     }
@@ -387,7 +403,7 @@ mod tests {
     /// Start, publish and complete one capture; returns its id.
     fn capture(g: &mut Generations) -> u64 {
         let Next::Capture(id) = g.next_capture() else { panic!("a capture should start: {g:?}") };
-        g.published(id);
+        g.rdb_started(id);
         g.rdb_complete(id);
         id
     }
@@ -423,7 +439,7 @@ mod tests {
             let t = g.ticket();
             assert_eq!(g.want(t).0, Answer::Wait);
         }
-        g.published(id);
+        g.rdb_started(id);
         g.rdb_complete(id);
         g.log_bound(id);
         g.capture_ended(id, Ended::Sealed);
@@ -452,7 +468,7 @@ mod tests {
             assert_eq!(g.want(*t).0, Answer::Wait);
         }
         let Next::Capture(id) = g.next_capture() else { panic!() };
-        assert!(g.published(id).contains(&Action::TellWaiters));
+        assert!(g.rdb_started(id).contains(&Action::TellWaiters));
         for t in tickets {
             assert_eq!(g.want(t).0, Answer::Ready(id));
         }
@@ -482,8 +498,8 @@ mod tests {
         let t = g.ticket();
         g.want(t);
         let Next::Capture(id) = g.next_capture() else { panic!() };
-        g.published(id);
-        assert_eq!(g.capture_ended(id, Ended::Failed(failure("cut off"))), vec![Action::Fail { id, why: "cut off".into() }, Action::TellWaiters]);
+        g.rdb_started(id);
+        assert_eq!(g.capture_ended(id, Ended::Failed(failure("cut off"))), vec![Action::Fail { id, why: "cut off".into() }, Action::CountFailure, Action::TellWaiters]);
         assert_eq!(g.current(), Some((id, Phase::Failed)));
     }
 
@@ -513,7 +529,7 @@ mod tests {
     fn a_master_change_mid_rdb_fails_the_generation() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
         let Next::Capture(id) = g.next_capture() else { panic!() };
-        g.published(id);
+        g.rdb_started(id);
         assert!(matches!(g.master_changed("m2:6379".into())[0], Action::Fail { id: failed, .. } if failed == id));
         let t = g.ticket();
         assert_eq!(g.want(t).0, Answer::Wait);
@@ -540,7 +556,7 @@ mod tests {
     fn idle_release_leaves_a_capture_in_progress_alone() {
         let (mut g, t0) = machine(CapturePolicy::OnStart);
         let Next::Capture(id) = g.next_capture() else { panic!() };
-        g.published(id);
+        g.rdb_started(id);
         assert!(g.idle_tick(t0 + IDLE * 2).is_empty());
     }
 
@@ -578,4 +594,54 @@ mod tests {
         assert_eq!(g.next_capture(), Next::Stop);
         assert_eq!(g.want(t).0, Answer::Stopped);
     }
+
+    /// The link of a generation already sealed (here by its log bound) breaking afterwards is not a
+    /// failed capture: agents waiting for the next generation are not told so, and their demand stands.
+    #[test]
+    fn a_sealed_generations_link_breaking_is_not_a_failed_capture() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let t = g.ticket();
+        g.want(t);
+        let id = capture(&mut g);
+        assert_eq!(seals(&g.log_bound(id)), vec![(id, SealReason::LogBound)]);
+        let t = g.ticket();
+        assert_eq!(g.want(t).0, Answer::Wait, "a sealed generation is not handed to new agents");
+        assert!(g.capture_ended(id, Ended::Failed(failure("link reset"))).is_empty(), "nothing counted, nobody told");
+        assert_eq!(g.failures().0, 0);
+        assert_eq!(g.want(t).0, Answer::Wait, "still waiting, not told of a failure");
+        assert_eq!(g.next_capture(), Next::Capture(id + 1), "the demand stands");
+    }
+
+    /// `--capture on-start` keeps trying until a first generation has completed (however its
+    /// attempts failed), and not after: later captures are on demand.
+    #[test]
+    fn on_start_tries_until_a_first_generation_completes() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(one) = g.next_capture() else { panic!() };
+        g.rdb_started(one);
+        g.capture_ended(one, Ended::Failed(failure("cut mid-RDB")));
+        let Next::Capture(two) = g.next_capture() else { panic!("retried after a failure mid-RDB: {g:?}") };
+        g.capture_ended(two, Ended::Failed(failure("connection refused")));
+        let three = capture(&mut g);
+        assert_eq!(g.capture_ended(three, Ended::Failed(failure("link lost"))).iter().filter(|a| matches!(a, Action::CountFailure)).count(), 1);
+        assert_eq!(g.next_capture(), Next::Wait, "a first generation completed: the next capture waits for an agent");
+    }
+
+    /// A master change under a running capture fails (mid-RDB) its generation in the machine; the
+    /// capture then ends without a failure, and the agents waiting get a capture from the new master.
+    #[test]
+    fn a_master_change_mid_rdb_is_no_failed_capture() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let t = g.ticket();
+        g.want(t);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.rdb_started(id);
+        g.master_changed("m2:6379".into());
+        let t = g.ticket();
+        assert_eq!(g.want(t).0, Answer::Wait);
+        assert!(g.capture_ended(id, Ended::Sealed).is_empty());
+        assert_eq!(g.failures().0, 0);
+        assert_eq!(g.next_capture(), Next::Capture(id + 1), "captured again, from the new master");
+    }
+
 }

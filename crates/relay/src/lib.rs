@@ -182,6 +182,9 @@ impl Config {
                 self.listen
             )));
         }
+        if self.snapshot.snapshot_bytes_max > limits::REGION_BYTES_MAX {
+            return Err(Error::Config(format!("--snapshot-max-bytes can be at most {} (agents refuse a larger snapshot region)", limits::REGION_BYTES_MAX)));
+        }
         if self.source_rdb_raw && self.source == source::Source::Master {
             return Err(Error::Config("--source-rdb-raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
         }
@@ -263,6 +266,7 @@ impl Shared {
                         g.fail(&why);
                     }
                 }
+                Action::CountFailure => stats::Stats::add(&self.stats.capture_failures, 1),
                 Action::Release { id } => {
                     if life.current.as_ref().is_some_and(|g| g.id() == id) {
                         life.current = None;
@@ -284,7 +288,7 @@ impl Shared {
         life.all.retain(|w| w.strong_count() > 0);
         life.all.push(Arc::downgrade(&gen));
         life.current = Some(gen.clone());
-        let actions = life.machine.published(gen.id());
+        let actions = life.machine.rdb_started(gen.id());
         self.carry_out(&mut life, actions);
     }
 

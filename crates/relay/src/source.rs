@@ -111,24 +111,31 @@ pub fn listed(master: &Info) -> Vec<Listed> {
 
 /// Whether `replica` (its `INFO replication`) can stand in for the master whose replication ID is
 /// `master_replid`: it is a replica, its link is up, it is not in a full sync, and it shares the
-/// master's history. Ok: its offset.
-pub fn check(master_replid: &str, addr: &str, replica: &Info) -> Result<u64, String> {
+/// master's history. Ok: its offset. The error's kind says whether time can mend it: a server that
+/// is not a replica is the relay's configuration ([`CaptureFailure::Source`]); a link down or a sync
+/// in progress passes ([`CaptureFailure::Unreachable`]), and so may another history just after a
+/// failover, before the replica has resynced ([`CaptureFailure::Other`]).
+pub fn check(master_replid: &str, addr: &str, replica: &Info) -> Result<u64, Unusable> {
+    let passing = |why: String| Unusable { kind: CaptureFailure::Unreachable, why };
     match replica.role() {
         Ok(Role::Replica) => {}
-        Ok(role) => return Err(format!("{addr} is not a replica of the master (role: {role})")),
-        Err(e) => return Err(format!("{addr} is not a replica of the master ({e})")),
+        Ok(role) => return Err(Unusable::source(format!("{addr} is not a replica of the master (role: {role})"))),
+        Err(e) => return Err(Unusable::source(format!("{addr} is not a replica of the master ({e})"))),
     }
     if replica.get("master_link_status") != Some("up") {
-        return Err(format!("{addr}'s link to its master is {}", replica.get("master_link_status").unwrap_or("unknown")));
+        return Err(passing(format!("{addr}'s link to its master is {}", replica.get("master_link_status").unwrap_or("unknown"))));
     }
     if replica.num("master_sync_in_progress").unwrap_or(0) != 0 {
-        return Err(format!("{addr} is in a full sync from its master"));
+        return Err(passing(format!("{addr} is in a full sync from its master")));
     }
     let replid = replica.get("master_replid").unwrap_or("");
     if replid != master_replid {
-        return Err(format!(
-            "{addr} does not follow this master: its replication ID is {replid:?}, the master's {master_replid:?} (a replica of another master, or one that has not synced since a failover); a snapshot from it could not be handed to the master"
-        ));
+        return Err(Unusable {
+            kind: CaptureFailure::Other,
+            why: format!(
+                "{addr} does not follow this master: its replication ID is {replid:?}, the master's {master_replid:?} (a replica of another master, or one that has not synced since a failover); a snapshot from it could not be handed to the master"
+            ),
+        });
     }
     Ok(replica.num("master_repl_offset").and_then(|o| u64::try_from(o).ok()).unwrap_or(0))
 }
@@ -158,9 +165,11 @@ pub fn pick(master: &str, checked: &[(String, Result<u64, String>)]) -> Chosen {
 /// Resolve `source` for the next capture: ask the master (and the replicas) over `INFO replication`.
 /// `exclude`: addresses never to use (the relay's own, as the master may list it).
 pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, exclude: &[String], timeout: Duration) -> Result<Chosen, Unusable> {
-    if *source == Source::Master {
-        return Ok(Chosen { addr: master.into(), replica: false, why: "the master (--source master)".into() });
-    }
+    let named = match source {
+        Source::Master => return Ok(Chosen { addr: master.into(), replica: false, why: "the master (--source master)".into() }),
+        Source::Replica(addr) => Some(addr),
+        Source::Auto => None,
+    };
     let info = |addr: &str| -> Result<Info, client::Error> {
         let mut c = client::Client::connect_tls(addr, auth, timeout, tls)?;
         c.info("replication")
@@ -172,19 +181,18 @@ pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&
         Err(e) => return Err(Unusable::source(format!("--master {master} is not a master ({e}); point --master at the master"))),
     }
     let replid = m.get("master_replid").unwrap_or("").to_string();
-    match source {
-        Source::Master => unreachable!("handled above"),
-        Source::Replica(addr) => {
+    match named {
+        Some(addr) => {
             let i = info(addr).map_err(|e| Unusable::from_client(&e, format!("ask the snapshot source {addr}: {e}")))?;
-            let offset = check(&replid, addr, &i).map_err(|e| Unusable::source(format!("snapshot source {e}")))?;
+            let offset = check(&replid, addr, &i).map_err(|u| Unusable { why: format!("snapshot source {}", u.why), ..u })?;
             Ok(Chosen { addr: addr.clone(), replica: true, why: format!("--source, checked: follows the master, at offset {offset}") })
         }
-        Source::Auto => {
+        None => {
             let checked: Vec<(String, Result<u64, String>)> = listed(&m)
                 .into_iter()
                 .filter(|l| !exclude.contains(&l.addr))
                 .map(|l| {
-                    let r = if l.online { info(&l.addr).map_err(|e| format!("{}: {e}", l.addr)).and_then(|i| check(&replid, &l.addr, &i)) } else { Err(format!("{} is not online", l.addr)) };
+                    let r = if l.online { info(&l.addr).map_err(|e| format!("{}: {e}", l.addr)).and_then(|i| check(&replid, &l.addr, &i).map_err(|u| u.why)) } else { Err(format!("{} is not online", l.addr)) };
                     (l.addr, r)
                 })
                 .collect();
@@ -282,12 +290,18 @@ mod tests {
     fn checks_a_replica_follows_the_master() {
         let ok = info("role:slave master_link_status:up master_sync_in_progress:0 master_replid:abc master_repl_offset:42");
         assert_eq!(check("abc", "r:1", &ok), Ok(42));
-        let e = check("xyz", "r:1", &ok).unwrap_err();
+        let e = check("xyz", "r:1", &ok).unwrap_err().why;
         assert!(e.contains("does not follow this master") && e.contains("\"abc\"") && e.contains("\"xyz\""), "{e}");
-        assert_eq!(check("abc", "r:1", &info("role:master master_replid:abc")).unwrap_err(), "r:1 is not a replica of the master (role: master)");
-        assert!(check("abc", "r:1", &info("role:sentinel")).unwrap_err().contains("unknown replication role"));
-        assert!(check("abc", "r:1", &info("role:slave master_link_status:down master_replid:abc")).unwrap_err().contains("down"));
-        assert!(check("abc", "r:1", &info("role:slave master_link_status:up master_sync_in_progress:1 master_replid:abc")).unwrap_err().contains("full sync"));
+        let not_replica = check("abc", "r:1", &info("role:master master_replid:abc")).unwrap_err();
+        assert_eq!((not_replica.kind, not_replica.why.as_str()), (CaptureFailure::Source, "r:1 is not a replica of the master (role: master)"));
+        let unknown = check("abc", "r:1", &info("role:sentinel")).unwrap_err();
+        assert!(unknown.why.contains("unknown replication role") && unknown.kind == CaptureFailure::Source, "{unknown:?}");
+        // States that pass by themselves are not the relay's configuration: agents retry them.
+        let down = check("abc", "r:1", &info("role:slave master_link_status:down master_replid:abc")).unwrap_err();
+        assert!(down.why.contains("down") && down.kind == CaptureFailure::Unreachable, "{down:?}");
+        let syncing = check("abc", "r:1", &info("role:slave master_link_status:up master_sync_in_progress:1 master_replid:abc")).unwrap_err();
+        assert!(syncing.why.contains("full sync") && syncing.kind == CaptureFailure::Unreachable, "{syncing:?}");
+        assert!(syncing.kind.transient() && down.kind.transient() && !not_replica.kind.transient());
     }
 
     #[test]

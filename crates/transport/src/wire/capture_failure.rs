@@ -26,3 +26,28 @@ impl CaptureFailure {
         matches!(self, CaptureFailure::Unreachable | CaptureFailure::Other)
     }
 }
+
+impl std::fmt::Display for CaptureFailure {
+    /// The name on the wire and in logs (`source`, `permission`, `unreachable`, `too_large`, `other`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CaptureFailure::Source => "source",
+            CaptureFailure::Permission => "permission",
+            CaptureFailure::Unreachable => "unreachable",
+            CaptureFailure::TooLarge => "too_large",
+            CaptureFailure::Other => "other",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CaptureFailure;
+
+    #[test]
+    fn display_is_the_wire_name() {
+        for k in [CaptureFailure::Source, CaptureFailure::Permission, CaptureFailure::Unreachable, CaptureFailure::TooLarge, CaptureFailure::Other] {
+            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{k}\""));
+        }
+    }
+}

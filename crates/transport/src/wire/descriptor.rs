@@ -45,7 +45,17 @@ pub struct Descriptor {
 
 impl From<snapshot::Descriptor> for Descriptor {
     fn from(d: snapshot::Descriptor) -> Self {
-        let snapshot::Descriptor { generation, replid, offset, block_size, length, published, checksums, rdb_version, log_end, state, error } = d;
+        let snapshot::Descriptor { generation, replid, offset, block_size, length, published, checksums, rdb_version, log_end, state, mut error } = d;
+        // The agent refuses a longer message (a bound on what it reads): cut it here, on a character
+        // boundary, rather than have a long capture error make the whole descriptor unreadable.
+        if let Some(e) = error.as_mut().filter(|e| e.len() > limits::ERROR_MESSAGE_BYTES_MAX) {
+            let mut cut = limits::ERROR_MESSAGE_BYTES_MAX - 3;
+            while !e.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            e.truncate(cut);
+            e.push_str("...");
+        }
         Descriptor { generation, replid, offset, block_size, length, published, checksums, rdb_version, log_end, state, error }
     }
 }
@@ -162,5 +172,10 @@ mod tests {
         rejects(Descriptor { log_end: 99, ..good() }, 0, "log_end");
         rejects(Descriptor { replid: "x".repeat(REPLID_MAX + 1), ..good() }, 0, "replid");
         rejects(Descriptor { error: Some("e".repeat(limits::ERROR_MESSAGE_BYTES_MAX + 1)), ..good() }, 0, "error");
+        // What the relay sends is always within the bound: a long capture error is cut, not refused.
+        let long = snapshot::Descriptor { error: Some("é".repeat(limits::ERROR_MESSAGE_BYTES_MAX)), ..good().validate(0).unwrap() };
+        let sent = Descriptor::from(long);
+        assert!(sent.error.as_ref().unwrap().len() <= limits::ERROR_MESSAGE_BYTES_MAX);
+        assert!(sent.validate(0).is_ok());
     }
 }
