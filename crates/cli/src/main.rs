@@ -414,7 +414,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
-        Cmd::Join(a) => join(a),
+        Cmd::Join(a) => join(a, cli.log_format),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
         Cmd::Status(a) => status(a),
@@ -423,7 +423,11 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fastrepl: {e:#}");
+            match cli.log_format {
+                LogFormat::Text => eprintln!("fastrepl: {e:#}"),
+                // A collector reading JSON lines would drop a plain-text last word.
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fastrepl failed"),
+            }
             ExitCode::from(1)
         }
     }
@@ -580,7 +584,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn join(a: JoinArgs) -> Result<ExitCode> {
+fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
@@ -637,7 +641,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         Ok(joined) => {
             let report = &joined.report;
             if a.json {
-                println!("{}", serde_json::to_string(report)?);
+                println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
             } else {
                 print_report(report);
             }
@@ -659,6 +663,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 println!(
                     "{}",
                     serde_json::json!({
+                        "schema_version": agent::REPORT_SCHEMA_VERSION,
                         "ok": false,
                         "error": e.to_string(),
                         "error_kind": e.kind(),
@@ -675,10 +680,32 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
             };
             // Said from what happened to the replica in the last attempt, never a fixed sentence.
             // The addresses as given: "connect to relay: Connection refused" alone names no one.
-            eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain());
+            match log_format {
+                LogFormat::Text => eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
+                // Under --log-format json the last word is a log object like every other line.
+                LogFormat::Json => tracing::error!(
+                    relay = %relay_addr,
+                    replica_addr = %replica_addr,
+                    attempts = f.attempts.len(),
+                    error = %e,
+                    error_kind = %e.kind(),
+                    replica = f.replica.name(),
+                    explain = %f.replica.explain(),
+                    "fastrepl join failed"
+                ),
+            }
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
+}
+
+/// A `--json` object with its schema version and `ok` first, then the object's own fields.
+#[derive(serde::Serialize)]
+struct Versioned<'a, T: serde::Serialize> {
+    schema_version: u32,
+    ok: bool,
+    #[serde(flatten)]
+    body: &'a T,
 }
 
 /// SIGINT and SIGTERM set `cancel` (a join then resets the replica before exiting), instead of

@@ -89,7 +89,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 break;
             }
             Err(e) => {
-                tracing::error!(error = %e, kind = ?e.kind(), "capture failed; retrying in {:?}", backoff);
+                tracing::error!(error = %e, kind = %e.kind(), "capture failed; retrying in {:?}", backoff);
                 crate::stats::Stats::add(&shared.stats.capture_failures, 1);
                 // Waiting agents are told now; the machine says whether another capture is wanted.
                 let failure = Failure { kind: e.kind(), why: e.to_string() };

@@ -536,7 +536,7 @@ impl Relay {
             let s3 = shared.clone();
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
-        tracing::info!(listen = %local_addr, master = %shared.master(), transports = ?shared.offered(), ucx = ?shared.ucx_transports(), ucx_listeners = ?shared.ucx_listeners(), "relay started");
+        tracing::info!(listen = %local_addr, master = %shared.master(), transports = %comma_joined(&shared.offered()), ucx = %comma_joined(&shared.ucx_transports()), ucx_listeners = %comma_joined(&shared.ucx_listeners()), "relay started");
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
@@ -646,4 +646,10 @@ mod tests {
         assert_eq!(Offer::from(Some(transport::TransportKind::Shm)), Offer { tcp: false, shm: true, ucx: false });
         assert_eq!(Offer::from(Some(transport::TransportKind::Ucx)), Offer { tcp: false, shm: false, ucx: true });
     }
+}
+
+/// A list as one log field, comma-joined: the JSON log formatter cannot embed a list, and a Rust
+/// debug form (`["shm"]`) is no one's format.
+fn comma_joined<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
 }

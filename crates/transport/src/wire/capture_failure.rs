@@ -20,9 +20,34 @@ pub enum CaptureFailure {
     Other,
 }
 
+/// The name `--json` and the logs use: the serde name (`too_large`).
+impl std::fmt::Display for CaptureFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CaptureFailure::Source => "source",
+            CaptureFailure::Permission => "permission",
+            CaptureFailure::Unreachable => "unreachable",
+            CaptureFailure::TooLarge => "too_large",
+            CaptureFailure::Other => "other",
+        })
+    }
+}
+
 impl CaptureFailure {
     /// Can a later capture succeed without an operator (the master back, a link restored)?
     pub fn transient(self) -> bool {
         matches!(self, CaptureFailure::Unreachable | CaptureFailure::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CaptureFailure as F;
+
+    #[test]
+    fn the_logged_name_is_the_json_name() {
+        for k in [F::Source, F::Permission, F::Unreachable, F::TooLarge, F::Other] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.to_string());
+        }
     }
 }
