@@ -594,6 +594,12 @@ fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::Uni
     Ok((name, l))
 }
 
+/// A list as one log field, comma-joined: the JSON log formatter cannot embed a list, and a Rust
+/// debug form (`["shm"]`) is no one's format.
+fn comma_joined<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,10 +652,4 @@ mod tests {
         assert_eq!(Offer::from(Some(transport::TransportKind::Shm)), Offer { tcp: false, shm: true, ucx: false });
         assert_eq!(Offer::from(Some(transport::TransportKind::Ucx)), Offer { tcp: false, shm: false, ucx: true });
     }
-}
-
-/// A list as one log field, comma-joined: the JSON log formatter cannot embed a list, and a Rust
-/// debug form (`["shm"]`) is no one's format.
-fn comma_joined<T: std::fmt::Display>(items: &[T]) -> String {
-    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
 }

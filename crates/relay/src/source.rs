@@ -250,6 +250,12 @@ impl Drop for RawRdb {
     }
 }
 
+/// Saved settings as one log field, `name=value` comma-joined (the JSON log formatter cannot embed a
+/// list, so lists are comma-joined strings throughout the logs).
+fn settings_text(saved: &[(&'static str, String)]) -> String {
+    saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,10 +307,4 @@ mod tests {
         assert!(none.why.contains("no replica qualifies (down)"));
         assert!(!pick("m:1", &[]).replica);
     }
-}
-
-/// Saved settings as one log field, `name=value` comma-joined (the JSON log formatter cannot embed a
-/// list, so lists are comma-joined strings throughout the logs).
-fn settings_text(saved: &[(&'static str, String)]) -> String {
-    saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")
 }
