@@ -54,4 +54,15 @@ fn join_and_status_json_have_exactly_the_documented_fields() {
     assert_ne!(f.code, Some(0), "{}", f.output);
     assert_eq!(fields(&f.report), documented("join-failed"), "{}", f.output);
     assert_eq!((f.report["schema_version"].as_u64(), f.report["ok"].as_bool()), (Some(1), Some(false)));
+
+    // Under --log-format json the join's last word is a JSON log line too, its kind as in --json.
+    let g = join(&bad.addr, &other.addr(), &["--retries", "0", "--log-format", "json"], &[]);
+    let last = g
+        .output
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "fastrepl join failed")
+        .unwrap_or_else(|| panic!("no JSON 'fastrepl join failed' line:\n{}", g.output));
+    assert_eq!(last["error_kind"], f.report["error_kind"], "{last}");
+    assert!(!g.output.lines().any(|l| l.starts_with("fastrepl join failed")), "a plain-text line under JSON logs:\n{}", g.output);
 }
