@@ -67,13 +67,13 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
             Verdict::GiveUp(why) => {
                 // A first attempt refused outright is said once, by the caller; otherwise say why it stops.
                 if n > 1 || replica != ReplicaState::Untouched {
-                    tracing::error!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
+                    tracing::error!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
                 }
                 attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: 0.0 });
                 return Err(crate::Failed { error, attempts, replica });
             }
         };
-        tracing::warn!(attempt = n, error = %error, kind = ?error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
+        tracing::warn!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
         attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: waited.as_secs_f64() });
         cfg.live.set_phase(WAITING_TO_RETRY);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
@@ -259,7 +259,7 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::Done(o) => {
-                    tracing::info!(handoff = ?o.handoff, offset = o.offset, "handed off");
+                    tracing::info!(handoff = %o.handoff, offset = o.offset, "handed off");
                     crate::events::handed_off(o.offset);
                     return Ok(o);
                 }

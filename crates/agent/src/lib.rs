@@ -197,6 +197,26 @@ pub enum Kind {
     Interrupted,
 }
 
+/// The name `--json` prints (`error_kind`) and the logs use.
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Precondition => "precondition",
+            Kind::Permission => "permission",
+            Kind::Incompatible => "incompatible",
+            Kind::Capture => "capture",
+            Kind::Unavailable => "unavailable",
+            Kind::Protocol => "protocol",
+            Kind::Changed => "changed",
+            Kind::Checksum => "checksum",
+            Kind::Timeout => "timeout",
+            Kind::Resource => "resource",
+            Kind::Internal => "internal",
+            Kind::Interrupted => "interrupted",
+        })
+    }
+}
+
 impl Error {
     /// A server's error (master, local server): a refused permission is [`Error::Permission`], a
     /// reply that is not RESP [`Error::Protocol`], anything else (down, loading, a command failing)
@@ -445,6 +465,16 @@ pub enum Handoff {
     Full,
 }
 
+/// The name `--json` prints (`handoff`) and the logs use.
+impl std::fmt::Display for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handoff::Partial => "partial",
+            Handoff::Full => "full",
+        })
+    }
+}
+
 /// Seconds since the join started at which each phase ended.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Phases {
@@ -465,6 +495,10 @@ pub struct Phases {
     /// The replica's link to the master is up.
     pub handed_off: f64,
 }
+
+/// The version of the `join --json` object (this report, or the failure object), printed as its
+/// `schema_version`; raised when a field is renamed, removed or changes meaning (adding one does not).
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
 
 /// What happened, for people (summary) and programs (`--json`, which the lab reads back).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -577,3 +611,19 @@ pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
     }
 }
 
+
+#[cfg(test)]
+mod display_tests {
+    use super::{Handoff, Kind};
+
+    #[test]
+    fn logged_names_are_the_json_names() {
+        use Kind::*;
+        for k in [Precondition, Permission, Incompatible, Capture, Unavailable, Protocol, Changed, Checksum, Timeout, Resource, Internal, Interrupted] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.to_string());
+        }
+        for h in [Handoff::Partial, Handoff::Full] {
+            assert_eq!(serde_json::to_value(h).unwrap(), h.to_string());
+        }
+    }
+}

@@ -303,7 +303,7 @@ impl Peering {
         let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: serve, local, advertise: cfg.advertise.clone() };
         let id = link.register(generation, &reg).map_err(Error::relay)?;
         if let Some(s) = &server {
-            tracing::info!(agent = id, listen = %s.local_addr(), advertise = ?cfg.advertise, "joined the swarm; serving peers");
+            tracing::info!(agent = id, listen = %s.local_addr(), advertise = cfg.advertise.as_deref().unwrap_or(""), "joined the swarm; serving peers");
         }
         Ok(Peering { tracker: Mutex::new(link), held, token: token.clone(), server, id })
     }

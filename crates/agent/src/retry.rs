@@ -50,7 +50,8 @@ pub struct Attempt {
     pub error_kind: Option<crate::Kind>,
     /// Seconds it ran.
     pub secs: f64,
-    /// Seconds waited before the next attempt (0: none followed).
+    /// Seconds waited after this attempt failed, before the next one started (0: none followed, or
+    /// the wait was interrupted).
     pub waited_secs: f64,
 }
 

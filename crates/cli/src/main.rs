@@ -414,7 +414,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
-        Cmd::Join(a) => join(a),
+        Cmd::Join(a) => join(a, cli.log_format),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
         Cmd::Status(a) => status(a),
@@ -423,7 +423,11 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fastrepl: {e:#}");
+            match cli.log_format {
+                LogFormat::Text => eprintln!("fastrepl: {e:#}"),
+                // A collector reading JSON lines would drop a plain-text last word.
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fastrepl failed"),
+            }
             ExitCode::from(1)
         }
     }
@@ -580,7 +584,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn join(a: JoinArgs) -> Result<ExitCode> {
+fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
@@ -637,7 +641,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
         Ok(joined) => {
             let report = &joined.report;
             if a.json {
-                println!("{}", serde_json::to_string(report)?);
+                println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
             } else {
                 print_report(report);
             }
@@ -659,6 +663,7 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
                 println!(
                     "{}",
                     serde_json::json!({
+                        "schema_version": agent::REPORT_SCHEMA_VERSION,
                         "ok": false,
                         "error": e.to_string(),
                         "error_kind": e.kind(),
@@ -675,10 +680,32 @@ fn join(a: JoinArgs) -> Result<ExitCode> {
             };
             // Said from what happened to the replica in the last attempt, never a fixed sentence.
             // The addresses as given: "connect to relay: Connection refused" alone names no one.
-            eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain());
+            match log_format {
+                LogFormat::Text => eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
+                // Under --log-format json the last word is a log object like every other line.
+                LogFormat::Json => tracing::error!(
+                    relay = %relay_addr,
+                    replica_addr = %replica_addr,
+                    attempts = f.attempts.len(),
+                    error = %e,
+                    error_kind = %e.kind(),
+                    replica = f.replica.name(),
+                    explain = %f.replica.explain(),
+                    "fastrepl join failed"
+                ),
+            }
             Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
         }
     }
+}
+
+/// A `--json` object with its schema version and `ok` first, then the object's own fields.
+#[derive(serde::Serialize)]
+struct Versioned<'a, T: serde::Serialize> {
+    schema_version: u32,
+    ok: bool,
+    #[serde(flatten)]
+    body: &'a T,
 }
 
 /// SIGINT and SIGTERM set `cancel` (a join then resets the replica before exiting), instead of
@@ -854,19 +881,20 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
 
 fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::io::Result<()> {
     let mib = |b: u64| b as f64 / 1048576.0;
-    writeln!(o, "relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_secs)?;
+    let at = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+    writeln!(o, "relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_seconds)?;
     if !st.ucx_listeners.is_empty() {
         writeln!(o, "ucx listens on {}", st.ucx_listeners.join(", "))?;
     }
     writeln!(o, "master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy)?;
-    let silent = st.source_silent_secs.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
+    let silent = st.source_last_io_seconds.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
     writeln!(
         o,
         "captures {} ({} failed), sealed {}, released idle {}; source last sent {silent}, {:.1} MiB received",
         st.captures_total,
         st.capture_failures_total,
-        st.sealed_total,
-        st.released_idle_total,
+        st.generations_sealed_total,
+        st.generations_released_idle_total,
         mib(st.source_bytes_total)
     )?;
     if let Some(e) = &st.last_capture_error {
@@ -877,15 +905,15 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
         let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
         writeln!(
             o,
-            "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {:.1} MiB, age {:.0} s, {} agents{}",
+            "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {}, age {:.0} s, {} agents{}",
             g.id,
             if g.current { "current" } else { "" },
             g.state,
             mib(g.rdb_bytes),
             g.blocks,
             total,
-            mib(g.log_bytes),
-            g.age_secs,
+            bytes_text(g.log_bytes),
+            g.age_seconds,
             g.agents,
             g.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
         )?;
@@ -893,18 +921,35 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     writeln!(
         o,
         "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
-        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.refused_over_limit_total
+        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total
     )?;
     writeln!(
         o,
-        "served: {:.1} MiB of blocks over tcp, {:.1} MiB of log; one-sided attaches: shm {}, ucx {}",
-        mib(st.tcp_block_bytes_total),
-        mib(st.log_bytes_served_total),
-        st.shm_attaches_total,
-        st.ucx_attaches_total
+        "served: {:.1} MiB of blocks over tcp, {} of log; one-sided attaches (not agents: one agent may attach more than once): shm {}, ucx {}",
+        mib(at(&st.served_bytes_total, "tcp")),
+        bytes_text(st.log_served_bytes_total),
+        at(&st.attaches_total, "shm"),
+        at(&st.attaches_total, "ucx")
     )?;
-    writeln!(o, "errors: auth {}, protocol {}, io {}; memory: RSS {:.1} MiB", st.errors_auth_total, st.errors_protocol_total, st.errors_io_total, mib(st.rss_bytes))?;
+    writeln!(
+        o,
+        "errors: auth {}, protocol {}, io {}, capture {}; memory: RSS {:.1} MiB",
+        at(&st.errors_total, "auth"),
+        at(&st.errors_total, "protocol"),
+        at(&st.errors_total, "io"),
+        at(&st.errors_total, "capture"),
+        mib(st.resident_memory_bytes)
+    )?;
     Ok(())
+}
+
+/// A byte count in the unit that fits it: "512 B", "21.5 KiB", "3.0 MiB" (a small log is not "0.0 MiB").
+fn bytes_text(b: u64) -> String {
+    match b {
+        0..1024 => format!("{b} B"),
+        1024..1048576 => format!("{:.1} KiB", b as f64 / 1024.0),
+        _ => format!("{:.1} MiB", b as f64 / 1048576.0),
+    }
 }
 
 /// Stdout written, or closed by its reader (`fastrepl status | head`): that ends the command
@@ -953,6 +998,13 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_count_is_shown_in_the_unit_that_fits_it() {
+        assert_eq!(bytes_text(512), "512 B");
+        assert_eq!(bytes_text(22 * 1024), "22.0 KiB");
+        assert_eq!(bytes_text(3 << 20), "3.0 MiB");
+    }
 
     #[test]
     fn the_display_says_what_the_join_is_doing() {

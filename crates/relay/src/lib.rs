@@ -540,7 +540,7 @@ impl Relay {
             let s3 = shared.clone();
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
-        tracing::info!(listen = %local_addr, master = %shared.master(), transports = ?shared.offered(), ucx = ?shared.ucx_transports(), ucx_listeners = ?shared.ucx_listeners(), "relay started");
+        tracing::info!(listen = %local_addr, master = %shared.master(), transports = %comma_joined(&shared.offered()), ucx = %comma_joined(&shared.ucx_transports()), ucx_listeners = %comma_joined(&shared.ucx_listeners()), "relay started");
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
@@ -596,6 +596,12 @@ fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::Uni
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::Config(format!("shm socket name: {e}")))?;
     let l = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Config(format!("bind shm socket @{name}: {e}")))?;
     Ok((name, l))
+}
+
+/// A list as one log field, comma-joined: the JSON log formatter cannot embed a list, and a Rust
+/// debug form (`["shm"]`) is no one's format.
+fn comma_joined<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]

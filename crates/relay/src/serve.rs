@@ -246,7 +246,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
             // A capture tried for this agent failed: say why now rather than after GENERATION_WAIT (a
             // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
             Err(Answer::CaptureFailed(f)) => {
-                tracing::warn!(error = %f.why, kind = ?f.kind, "no snapshot for a waiting agent: the capture failed");
+                tracing::warn!(error = %f.why, kind = %f.kind, "no snapshot for a waiting agent: the capture failed");
                 wire::send_control(&mut s, &Control::CaptureFailed { kind: f.kind, message: f.why })?;
                 return Ok(());
             }

@@ -234,7 +234,7 @@ impl RawRdb {
                 Err(e) => return Err(Unusable::from_client(&e, format!("CONFIG SET {name} no on the source: {e}"))),
             }
         }
-        tracing::info!(source = addr, switched_off = ?raw.saved.iter().map(|(n, _)| *n).collect::<Vec<_>>(), "RDB settings switched off on the source for the capture");
+        tracing::info!(source = addr, switched_off = raw.saved.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(","), "RDB settings switched off on the source for the capture");
         Ok(raw)
     }
 }
@@ -252,10 +252,16 @@ impl Drop for RawRdb {
             Ok(())
         };
         match restore() {
-            Ok(()) => tracing::info!(source = %self.addr, restored = ?self.saved, "restored the source's RDB settings"),
-            Err(e) => tracing::error!(source = %self.addr, settings = ?self.saved, error = %e, "could not restore the source's RDB settings: set them back by hand"),
+            Ok(()) => tracing::info!(source = %self.addr, restored = %settings_text(&self.saved), "restored the source's RDB settings"),
+            Err(e) => tracing::error!(source = %self.addr, settings = %settings_text(&self.saved), error = %e, "could not restore the source's RDB settings: set them back by hand"),
         }
     }
+}
+
+/// Saved settings as one log field, `name=value` comma-joined (the JSON log formatter cannot embed a
+/// list, so lists are comma-joined strings throughout the logs).
+fn settings_text(saved: &[(&'static str, String)]) -> String {
+    saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]

@@ -110,15 +110,15 @@ pub fn prometheus(st: &Status) -> String {
     let mut e = metrics::Exposition::new("fastrepl_relay");
     let info = [("version", st.version.as_str()), ("master", &st.master), ("source", &st.source), ("source_policy", &st.source_policy), ("capture_policy", &st.capture_policy)];
     e.gauge("info", "The relay: version, master, source, policies (value 1).", &info, 1.0);
-    e.gauge("uptime_seconds", "Seconds since the relay started.", &[], st.uptime_secs);
+    e.gauge("uptime_seconds", "Seconds since the relay started.", &[], st.uptime_seconds);
     e.counter("captures_total", "Captures started (each one fork on its source).", &[], st.captures_total as f64);
     e.counter("capture_failures_total", "Captures that failed.", &[], st.capture_failures_total as f64);
-    e.counter("generations_sealed_total", "Generations sealed.", &[], st.sealed_total as f64);
-    for (reason, n) in &st.sealed_by_reason {
+    e.counter("generations_sealed_total", "Generations sealed.", &[], st.generations_sealed_total as f64);
+    for (reason, n) in &st.generations_sealed_by_reason_total {
         e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
     }
-    e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], st.released_idle_total as f64);
-    e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], st.source_silent_secs.unwrap_or(-1.0));
+    e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], st.generations_released_idle_total as f64);
+    e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], st.source_last_io_seconds.unwrap_or(-1.0));
     e.counter("source_bytes_total", "Bytes received from capture sources.", &[], st.source_bytes_total as f64);
     e.gauge("generations", "Generations held in memory.", &[], st.generations.len() as f64);
     e.gauge("held_bytes", "Snapshot bytes held in memory, all generations.", &[], st.held_bytes as f64);
@@ -128,24 +128,28 @@ pub fn prometheus(st: &Status) -> String {
         e.gauge("generation_rdb_bytes", "RDB bytes held by a generation.", &l, g.rdb_bytes as f64);
         e.gauge("generation_blocks", "Blocks published by a generation.", &l, g.blocks as f64);
         e.gauge("generation_log_bytes", "Stream log bytes held after a generation's snapshot.", &l, g.log_bytes as f64);
-        e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_secs);
+        e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_seconds);
         e.gauge("generation_agents", "Agents in a generation's swarm.", &l, g.agents as f64);
     }
     e.gauge("connections", "Agent connections open.", &[], st.connections as f64);
     e.gauge("connections_max", "--connections-max.", &[], st.connections_max as f64);
-    e.counter("connections_refused_total", "Connections closed at once at --connections-max.", &[], st.refused_over_limit_total as f64);
+    e.counter("connections_refused_total", "Connections closed at once at --connections-max.", &[], st.connections_refused_total as f64);
     e.gauge("agents_attached", "Agents attached to a generation now.", &[], st.agents_attached as f64);
     e.counter("agents_attached_total", "Agents attached since the start.", &[], st.agents_attached_total as f64);
-    e.counter("served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", &[("transport", "tcp")], st.tcp_block_bytes_total as f64);
-    e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], st.log_bytes_served_total as f64);
-    e.counter("attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", &[("transport", "shm")], st.shm_attaches_total as f64);
-    e.counter("attaches_total", "", &[("transport", "ucx")], st.ucx_attaches_total as f64);
-    e.counter("errors_total", "Connections closed on an error, by kind.", &[("kind", "auth")], st.errors_auth_total as f64);
-    e.counter("errors_total", "", &[("kind", "protocol")], st.errors_protocol_total as f64);
-    e.counter("errors_total", "", &[("kind", "io")], st.errors_io_total as f64);
-    e.counter("errors_total", "", &[("kind", "capture")], st.capture_failures_total as f64);
-    e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.rss_bytes as f64);
+    // The labelled counters come from the status's maps, so a key there is a label value here.
+    labelled(&mut e, "served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", "transport", &st.served_bytes_total);
+    e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], st.log_served_bytes_total as f64);
+    labelled(&mut e, "attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", "transport", &st.attaches_total);
+    labelled(&mut e, "errors_total", "Connections closed on an error, by kind; capture: failed captures.", "kind", &st.errors_total);
+    e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.resident_memory_bytes as f64);
     e.finish()
+}
+
+/// One counter per key of `values`, labelled `label`=key; the help goes with the first only.
+fn labelled(e: &mut metrics::Exposition, name: &str, help: &str, label: &str, values: &std::collections::BTreeMap<String, u64>) {
+    for (i, (key, n)) in values.iter().enumerate() {
+        e.counter(name, if i == 0 { help } else { "" }, &[(label, key.as_str())], *n as f64);
+    }
 }
 
 /// Take the status of `shared` now.
@@ -169,7 +173,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
                 blocks,
                 blocks_total,
                 log_bytes: g.log_len() as u64,
-                age_secs: g.age().as_secs_f64(),
+                age_seconds: g.age().as_secs_f64(),
                 agents: shared.swarms.members(d.generation) as u64,
                 error: d.error,
             }
@@ -178,6 +182,8 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
     generations.sort_by_key(|g| g.id);
     let last_capture_error = shared.capture_failures().1.map(|f| f.why);
     Status {
+        schema_version: transport::wire::status::STATUS_SCHEMA_VERSION,
+        ok: true,
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
         ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
@@ -185,30 +191,33 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         source_policy: shared.config.source.to_string(),
         source: s.source(),
         capture_policy: shared.config.capture.to_string(),
-        uptime_secs: s.uptime_secs(),
+        uptime_seconds: s.uptime_secs(),
         captures_total: get(&s.captures),
         capture_failures_total: get(&s.capture_failures),
         last_capture_error,
-        sealed_total: get(&s.sealed),
-        sealed_by_reason: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
-        released_idle_total: get(&s.released_idle),
-        source_silent_secs: s.source_silent_secs(),
+        generations_sealed_total: get(&s.sealed),
+        generations_sealed_by_reason_total: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
+        generations_released_idle_total: get(&s.released_idle),
+        source_last_io_seconds: s.source_silent_secs(),
         source_bytes_total: get(&s.source_bytes),
         held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
         generations,
         connections: shared.connections() as u64,
         connections_max: shared.config.connections_max as u64,
-        refused_over_limit_total: get(&s.refused_over_limit),
+        connections_refused_total: get(&s.refused_over_limit),
         agents_attached: get(&s.agents_attached),
         agents_attached_total: get(&s.agents_attached_total),
-        tcp_block_bytes_total: get(&s.tcp_block_bytes),
-        log_bytes_served_total: get(&s.log_bytes_served),
-        shm_attaches_total: get(&s.shm_attaches),
-        ucx_attaches_total: get(&s.ucx_attaches),
-        errors_auth_total: get(&s.errors_auth),
-        errors_protocol_total: get(&s.errors_protocol),
-        errors_io_total: get(&s.errors_io),
-        rss_bytes: rss_bytes(),
+        served_bytes_total: [("tcp".to_string(), get(&s.tcp_block_bytes))].into(),
+        log_served_bytes_total: get(&s.log_bytes_served),
+        attaches_total: [("shm".to_string(), get(&s.shm_attaches)), ("ucx".to_string(), get(&s.ucx_attaches))].into(),
+        errors_total: [
+            ("auth".to_string(), get(&s.errors_auth)),
+            ("protocol".to_string(), get(&s.errors_protocol)),
+            ("io".to_string(), get(&s.errors_io)),
+            ("capture".to_string(), get(&s.capture_failures)),
+        ]
+        .into(),
+        resident_memory_bytes: rss_bytes(),
     }
 }
 
@@ -218,4 +227,98 @@ fn rss_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A status with every map filled, so each labelled counter is written.
+    fn sample() -> Status {
+        let g = GenerationStatus {
+            id: 1,
+            state: "complete".into(),
+            current: true,
+            replid: "r".into(),
+            offset: 0,
+            rdb_bytes: 1,
+            rdb_length: Some(1),
+            blocks: 1,
+            blocks_total: Some(1),
+            log_bytes: 0,
+            age_seconds: 1.0,
+            agents: 0,
+            error: Some("e".into()),
+        };
+        let by = |keys: &[&str]| keys.iter().map(|k| (k.to_string(), 1)).collect();
+        Status {
+            schema_version: 1,
+            ok: true,
+            version: "0".into(),
+            listen: "l".into(),
+            ucx_listeners: vec!["u".into()],
+            master: "m".into(),
+            source_policy: "master".into(),
+            source: "m".into(),
+            capture_policy: "on-start".into(),
+            uptime_seconds: 1.0,
+            captures_total: 1,
+            capture_failures_total: 1,
+            last_capture_error: Some("e".into()),
+            generations_sealed_total: 1,
+            generations_sealed_by_reason_total: by(&["idle_release"]),
+            generations_released_idle_total: 1,
+            source_last_io_seconds: Some(1.0),
+            source_bytes_total: 1,
+            generations: vec![g],
+            held_bytes: 1,
+            connections: 1,
+            connections_max: 1,
+            connections_refused_total: 1,
+            agents_attached: 1,
+            agents_attached_total: 1,
+            served_bytes_total: by(&["tcp"]),
+            log_served_bytes_total: 1,
+            attaches_total: by(&["shm", "ucx"]),
+            errors_total: by(&["auth", "io"]),
+            resident_memory_bytes: 1,
+        }
+    }
+
+    #[test]
+    fn every_counted_status_field_is_a_metric_of_the_same_name() {
+        let st = sample();
+        let text = prometheus(&st);
+        let has = |name: &str| text.lines().any(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])));
+        // Fields that describe rather than count: the info gauge's labels, the schema and lists.
+        let described = ["schema_version", "ok", "version", "listen", "ucx_listeners", "master", "source_policy", "source", "capture_policy", "last_capture_error", "generations"];
+        let json = serde_json::to_value(&st).unwrap();
+        for (field, value) in json.as_object().unwrap() {
+            if described.contains(&field.as_str()) {
+                continue;
+            }
+            let metric = format!("fastrepl_relay_{field}");
+            assert!(has(&metric), "status field {field} has no metric {metric}");
+            // A map is a labelled counter: each key is a label value.
+            if let Some(map) = value.as_object() {
+                for key in map.keys() {
+                    assert!(text.lines().any(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&format!("=\"{key}\""))), "{metric} lacks the label {key}");
+                }
+            }
+        }
+        assert!(has("fastrepl_relay_generations"), "the generations' count");
+        let g = &json["generations"][0];
+        for field in ["rdb_bytes", "blocks", "log_bytes", "age_seconds", "agents"] {
+            assert!(g.get(field).is_some(), "generation field {field}");
+            assert!(has(&format!("fastrepl_relay_generation_{field}")), "generation field {field} has no metric");
+        }
+    }
+
+    #[test]
+    fn a_source_never_heard_is_minus_one_in_the_metric_and_null_in_the_status() {
+        let mut st = sample();
+        st.source_last_io_seconds = None;
+        assert!(prometheus(&st).lines().any(|l| l == "fastrepl_relay_source_last_io_seconds -1"));
+        assert!(serde_json::to_value(&st).unwrap()["source_last_io_seconds"].is_null());
+    }
 }

@@ -20,15 +20,8 @@ pub enum CaptureFailure {
     Other,
 }
 
-impl CaptureFailure {
-    /// Can a later capture succeed without an operator (the master back, a link restored)?
-    pub fn transient(self) -> bool {
-        matches!(self, CaptureFailure::Unreachable | CaptureFailure::Other)
-    }
-}
-
+/// The name `--json` and the logs use: the serde name (`too_large`).
 impl std::fmt::Display for CaptureFailure {
-    /// The name on the wire and in logs (`source`, `permission`, `unreachable`, `too_large`, `other`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             CaptureFailure::Source => "source",
@@ -40,14 +33,21 @@ impl std::fmt::Display for CaptureFailure {
     }
 }
 
+impl CaptureFailure {
+    /// Can a later capture succeed without an operator (the master back, a link restored)?
+    pub fn transient(self) -> bool {
+        matches!(self, CaptureFailure::Unreachable | CaptureFailure::Other)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::CaptureFailure;
+    use super::CaptureFailure as F;
 
     #[test]
-    fn display_is_the_wire_name() {
-        for k in [CaptureFailure::Source, CaptureFailure::Permission, CaptureFailure::Unreachable, CaptureFailure::TooLarge, CaptureFailure::Other] {
-            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{k}\""));
+    fn the_logged_name_is_the_json_name() {
+        for k in [F::Source, F::Permission, F::Unreachable, F::TooLarge, F::Other] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.to_string());
         }
     }
 }

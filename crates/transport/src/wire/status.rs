@@ -1,8 +1,24 @@
 //! The answer on a status connection: what a relay holds and has done, as the relay fills it
-//! (`relay::stats`) and `fastrepl status` prints it. The JSON field names are those `fastrepl status
-//! --json` has always printed.
+//! (`relay::stats`) and `fastrepl status` prints it. The field names are the relay's metric names
+//! without the `fastrepl_relay_` prefix, in the metric's unit; a metric with a label is a map keyed by
+//! the label's value (`attaches_total: {"shm": 3, "ucx": 0}`). `relay::stats` tests that every field
+//! here has its metric, so the two cannot drift. `fastrepl status --json` prints this object as
+//! schema version [`STATUS_SCHEMA_VERSION`].
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The version of the `status --json` object; raised when a field is renamed, removed or changes
+/// meaning (adding one does not).
+pub const STATUS_SCHEMA_VERSION: u32 = 1;
+
+fn status_schema_version() -> u32 {
+    STATUS_SCHEMA_VERSION
+}
+
+fn yes() -> bool {
+    true
+}
 
 /// One generation as the status shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -28,7 +44,7 @@ pub struct GenerationStatus {
     /// Stream log bytes held after the snapshot.
     pub log_bytes: u64,
     /// Seconds since the capture started.
-    pub age_secs: f64,
+    pub age_seconds: f64,
     /// Agents in its swarm now.
     pub agents: u64,
     /// Why it failed.
@@ -39,6 +55,12 @@ pub struct GenerationStatus {
 /// Everything `fastrepl status` prints and `--metrics` exposes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RelayStatus {
+    /// [`STATUS_SCHEMA_VERSION`] for the JSON's readers.
+    #[serde(default = "status_schema_version")]
+    pub schema_version: u32,
+    /// Always true: the status was read (a failure prints `ok: false` and an error instead).
+    #[serde(default = "yes")]
+    pub ok: bool,
     /// The relay's version.
     pub version: String,
     /// Where agents connect.
@@ -55,7 +77,7 @@ pub struct RelayStatus {
     /// `--capture`: on-start or on-demand.
     pub capture_policy: String,
     /// Seconds since the relay started.
-    pub uptime_secs: f64,
+    pub uptime_seconds: f64,
     /// Captures started (each is one fork on its source).
     pub captures_total: u64,
     /// Captures that failed.
@@ -63,47 +85,45 @@ pub struct RelayStatus {
     /// The last capture failure, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_capture_error: Option<String>,
-    /// Generations sealed (log bound, age, link lost, source changed).
-    pub sealed_total: u64,
+    /// Generations sealed (log bound, link lost, source changed, idle release).
+    pub generations_sealed_total: u64,
     /// The same by reason: log_bound, link_lost, master_changed, idle_release.
     #[serde(default)]
-    pub sealed_by_reason: std::collections::BTreeMap<String, u64>,
+    pub generations_sealed_by_reason_total: BTreeMap<String, u64>,
     /// Generations whose memory was released after `--idle-release-secs` without agents.
-    pub released_idle_total: u64,
-    /// Seconds since the source last sent anything (the link's silence; `None` before any capture).
-    pub source_silent_secs: Option<f64>,
+    pub generations_released_idle_total: u64,
+    /// Seconds since the source last sent anything (the link's silence; `None` before any capture,
+    /// where the metric says -1).
+    pub source_last_io_seconds: Option<f64>,
     /// Bytes received from capture sources.
     pub source_bytes_total: u64,
-    /// Generations held in memory (the current one and sealed ones agents still use).
+    /// Generations held in memory (the current one and sealed ones agents still use); the metric
+    /// `generations` is their count.
     pub generations: Vec<GenerationStatus>,
     /// Bytes of snapshot memory held (RDB bytes of every generation held).
     pub held_bytes: u64,
-    /// Connections open now, and the limit.
+    /// Connections open now.
     pub connections: u64,
     /// `--connections-max`.
     pub connections_max: u64,
     /// Connections closed at once because the relay was at its limit.
-    pub refused_over_limit_total: u64,
+    pub connections_refused_total: u64,
     /// Agents attached to a generation now (their control connections).
     pub agents_attached: u64,
     /// Agents attached since the start.
     pub agents_attached_total: u64,
-    /// Snapshot bytes sent over tcp block reads.
-    pub tcp_block_bytes_total: u64,
+    /// Snapshot bytes sent by the relay's CPU, by transport (tcp: block reads).
+    pub served_bytes_total: BTreeMap<String, u64>,
     /// Stream log bytes sent (always over tcp).
-    pub log_bytes_served_total: u64,
-    /// Shared-memory attaches (the agent then reads without the relay).
-    pub shm_attaches_total: u64,
-    /// UCX remote keys handed out (the agent then reads without the relay's CPU).
-    pub ucx_attaches_total: u64,
-    /// Connections closed on an error, by kind: auth, protocol, io.
-    pub errors_auth_total: u64,
-    /// Protocol violations.
-    pub errors_protocol_total: u64,
-    /// Socket errors.
-    pub errors_io_total: u64,
+    pub log_served_bytes_total: u64,
+    /// One-sided attaches by transport (shm: a mapping handed out; ucx: remote keys handed out); the
+    /// agent then reads without the relay's CPU. One agent may attach more than once.
+    pub attaches_total: BTreeMap<String, u64>,
+    /// Connections closed on an error, by kind: auth, protocol, io; and capture (the same count as
+    /// `capture_failures_total`).
+    pub errors_total: BTreeMap<String, u64>,
     /// The relay's resident memory, bytes (Linux).
-    pub rss_bytes: u64,
+    pub resident_memory_bytes: u64,
 }
 
 #[cfg(test)]
@@ -112,7 +132,7 @@ mod tests {
     use crate::wire::{recv_control, send_control, Control};
 
     #[test]
-    fn a_status_travels_whole_and_keeps_its_json_field_names() {
+    fn a_status_travels_whole_and_keeps_its_json_field_names_and_version() {
         let g = GenerationStatus {
             id: 2,
             state: "complete".into(),
@@ -124,11 +144,13 @@ mod tests {
             blocks: 1,
             blocks_total: Some(1),
             log_bytes: 0,
-            age_secs: 1.5,
+            age_seconds: 1.5,
             agents: 0,
             error: None,
         };
         let st = RelayStatus {
+            schema_version: STATUS_SCHEMA_VERSION,
+            ok: true,
             version: "0".into(),
             listen: "127.0.0.1:1".into(),
             ucx_listeners: Vec::new(),
@@ -136,37 +158,35 @@ mod tests {
             source_policy: "master".into(),
             source: "m:1".into(),
             capture_policy: "on-start".into(),
-            uptime_secs: 1.0,
+            uptime_seconds: 1.0,
             captures_total: 1,
             capture_failures_total: 0,
             last_capture_error: None,
-            sealed_total: 0,
-            sealed_by_reason: Default::default(),
-            released_idle_total: 0,
-            source_silent_secs: None,
+            generations_sealed_total: 0,
+            generations_sealed_by_reason_total: Default::default(),
+            generations_released_idle_total: 0,
+            source_last_io_seconds: None,
             source_bytes_total: 10,
             generations: vec![g],
             held_bytes: 10,
             connections: 1,
             connections_max: 256,
-            refused_over_limit_total: 0,
+            connections_refused_total: 0,
             agents_attached: 0,
             agents_attached_total: 0,
-            tcp_block_bytes_total: 3,
-            log_bytes_served_total: 0,
-            shm_attaches_total: 0,
-            ucx_attaches_total: 0,
-            errors_auth_total: 0,
-            errors_protocol_total: 0,
-            errors_io_total: 0,
-            rss_bytes: 0,
+            served_bytes_total: [("tcp".to_string(), 3)].into(),
+            log_served_bytes_total: 0,
+            attaches_total: [("shm".to_string(), 0), ("ucx".to_string(), 0)].into(),
+            errors_total: Default::default(),
+            resident_memory_bytes: 0,
         };
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Status(Box::new(st.clone()))).unwrap();
         let Control::Status(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a status") };
         assert_eq!(*got, st);
         let json = serde_json::to_value(&st).unwrap();
-        assert_eq!(json["tcp_block_bytes_total"], 3);
+        assert_eq!(json["served_bytes_total"]["tcp"], 3);
+        assert_eq!((json["schema_version"].as_u64(), json["ok"].as_bool()), (Some(1), Some(true)));
         assert_eq!(json["generations"][0]["state"], "complete");
     }
 }
