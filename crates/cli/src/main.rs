@@ -23,7 +23,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -392,7 +392,8 @@ fn init_logging(format: LogFormat) {
     // Colours only for a person at a terminal: journald and log files get plain text.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| LogWriter).with_target(false).with_ansi(ansi);
+    let json = format == LogFormat::Json;
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(move || LogWriter { json }).with_target(false).with_ansi(ansi);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -722,20 +723,55 @@ fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result
 static BAR: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
 
 /// Where log lines go: stderr, above the progress display when there is one.
-struct LogWriter;
+struct LogWriter {
+    /// `--log-format json`: embed list fields as JSON lists (see [`json_lists`]).
+    json: bool,
+}
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // One formatted event per call (the fmt layer writes each line whole).
+        let line = if self.json { json_lists(buf) } else { None };
+        let out = line.as_deref().unwrap_or(buf);
         let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match bar {
-            Some(b) => b.suspend(|| std::io::stderr().write_all(buf)).map(|()| buf.len()),
-            None => std::io::stderr().write(buf),
+            Some(b) => b.suspend(|| std::io::stderr().write_all(out)),
+            None => std::io::stderr().write_all(out),
         }
+        .map(|()| buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
     }
+}
+
+/// A JSON log line with its list fields made real lists. tracing records a field as a string; list
+/// fields are logged as JSON array text (`relay::json_list`), which this embeds as the array itself, at
+/// the top level and in the span's fields. `None`: nothing to change (or not a JSON object).
+fn json_lists(line: &[u8]) -> Option<Vec<u8>> {
+    fn embed(map: &mut serde_json::Map<String, serde_json::Value>) -> bool {
+        let mut changed = false;
+        for v in map.values_mut() {
+            match v {
+                serde_json::Value::String(s) if s.starts_with('[') && s.ends_with(']') => {
+                    if let Ok(list @ serde_json::Value::Array(_)) = serde_json::from_str(s) {
+                        *v = list;
+                        changed = true;
+                    }
+                }
+                serde_json::Value::Object(inner) => changed |= embed(inner),
+                _ => {}
+            }
+        }
+        changed
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    if !embed(v.as_object_mut()?) {
+        return None;
+    }
+    let mut out = serde_json::to_vec(&v).ok()?;
+    out.push(b'\n');
+    Some(out)
 }
 
 /// A rate from real bytes over real time: bytes counted over the last few seconds of wall time,
@@ -997,6 +1033,17 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn json_log_lines_get_real_lists() {
+        let line = br#"{"level":"INFO","transports":"[\"shm\",\"tcp\"]","note":"[not json","span":{"restored":"[\"a=1\"]"}}"#;
+        let out: serde_json::Value = serde_json::from_slice(&super::json_lists(line).unwrap()).unwrap();
+        assert_eq!(out["transports"], serde_json::json!(["shm", "tcp"]));
+        assert_eq!(out["span"]["restored"], serde_json::json!(["a=1"]));
+        assert_eq!(out["note"], "[not json", "a string that only looks like a list stays a string");
+        assert!(super::json_lists(br#"{"level":"INFO","message":"no lists"}"#).is_none());
+        assert!(super::json_lists(b"not json").is_none());
+    }
     use super::*;
 
     #[test]

@@ -74,7 +74,7 @@ fn every_listener_is_where_it_was_asked_for() {
     asked.sort();
     assert_eq!(found, asked, "the relay listens beyond what was asked (--listen, --metrics) and the UCX listeners it names");
     assert!(ucx.iter().all(|a| a.ip() == loopback), "UCX listens off the --listen device: {ucx:?}");
-    assert!(relay.proc.output().contains(&format!("ucx_listeners={}", ucx[0])), "start-up log does not name the UCX listener:\n{}", relay.proc.output());
+    assert!(relay.proc.output().contains(&format!("ucx_listeners=[\"{}", ucx[0])), "start-up log does not name the UCX listener:\n{}", relay.proc.output());
 
     // A stranger on the UCX port: garbage in, nothing out; the relay is not disturbed.
     let mut s = std::net::TcpStream::connect(ucx[0]).unwrap();

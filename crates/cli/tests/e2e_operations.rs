@@ -194,6 +194,10 @@ fn json_logs_and_configuration_from_the_environment() {
         assert!(v["timestamp"].is_string() && v["level"].is_string() && v["message"].is_string(), "{l}");
     }
     assert!(lines.iter().any(|l| l.contains("\"message\":\"snapshot complete\"") && l.contains("\"generation\":1")), "{out}");
+    // Lists are JSON lists, as in --json and status.
+    let started: serde_json::Value = lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["message"] == "relay started").unwrap_or_else(|| panic!("no start line:\n{out}"));
+    let transports = started["transports"].as_array().unwrap_or_else(|| panic!("transports is not a list: {started}"));
+    assert!(transports.iter().any(|t| t == "tcp"), "{started}");
 }
 
 /// Wait until `sentinel` knows `replica` as a healthy replica of group `name` (it learns replicas

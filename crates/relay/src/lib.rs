@@ -540,7 +540,7 @@ impl Relay {
             let s3 = shared.clone();
             threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
-        tracing::info!(listen = %local_addr, master = %shared.master(), transports = %comma_joined(&shared.offered()), ucx = %comma_joined(&shared.ucx_transports()), ucx_listeners = %comma_joined(&shared.ucx_listeners()), "relay started");
+        tracing::info!(listen = %local_addr, master = %shared.master(), transports = %json_list(&shared.offered()), ucx = %json_list(&shared.ucx_transports()), ucx_listeners = %json_list(&shared.ucx_listeners()), "relay started");
         Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
@@ -598,10 +598,10 @@ fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::Uni
     Ok((name, l))
 }
 
-/// A list as one log field, comma-joined: the JSON log formatter cannot embed a list, and a Rust
-/// debug form (`["shm"]`) is no one's format.
-fn comma_joined<T: std::fmt::Display>(items: &[T]) -> String {
-    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+/// A list as one log field: JSON array text (`["shm","tcp"]`), which `--log-format json` embeds as a
+/// real list (the binary's log writer does), and which reads plainly in text logs.
+pub fn json_list<T: std::fmt::Display>(items: &[T]) -> String {
+    serde_json::to_string(&items.iter().map(|i| i.to_string()).collect::<Vec<_>>()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -258,10 +258,9 @@ impl Drop for RawRdb {
     }
 }
 
-/// Saved settings as one log field, `name=value` comma-joined (the JSON log formatter cannot embed a
-/// list, so lists are comma-joined strings throughout the logs).
+/// Saved settings as one log field: a list of `name=value` ([`crate::json_list`]).
 fn settings_text(saved: &[(&'static str, String)]) -> String {
-    saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")
+    crate::json_list(&saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>())
 }
 
 #[cfg(test)]
