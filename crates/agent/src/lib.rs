@@ -500,6 +500,15 @@ pub struct Phases {
 /// `schema_version`; raised when a field is renamed, removed or changes meaning (adding one does not).
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
 
+/// Verified RDB bytes a join received, by source: the relay, or other agents.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceivedBytes {
+    /// From the relay.
+    pub relay: u64,
+    /// From other agents.
+    pub peers: u64,
+}
+
 /// What happened, for people (summary) and programs (`--json`, which the lab reads back).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -527,8 +536,8 @@ pub struct Report {
     pub snapshot_offset: u64,
     /// Offset at which the replica was handed over.
     pub handoff_offset: u64,
-    /// RDB bytes.
-    pub rdb_bytes: u64,
+    /// The snapshot's length (`fastrepl_join_rdb_length_bytes`).
+    pub rdb_length_bytes: u64,
     /// Log bytes streamed after the RDB.
     pub log_bytes: u64,
     /// Blocks pulled.
@@ -559,12 +568,9 @@ pub struct Report {
     /// This agent in its generation's swarm: its number and where it serves, or why it is not in one.
     #[serde(default)]
     pub swarm: String,
-    /// RDB bytes from the relay.
+    /// Verified RDB bytes received, by source (`fastrepl_join_received_bytes_total{source}`).
     #[serde(default)]
-    pub bytes_from_relay: u64,
-    /// RDB bytes from other agents.
-    #[serde(default)]
-    pub bytes_from_peers: u64,
+    pub received_bytes_total: ReceivedBytes,
     /// Where the RDB bytes came from: the relay, then each peer by address.
     #[serde(default)]
     pub sources: Vec<pipeline::SourceBytes>,

@@ -868,7 +868,7 @@ fn print_report(r: &agent::Report) {
     println!(
         "snapshot: generation {}, {:.1} MiB in {} blocks at {:.0} MiB/s; log {} bytes; handoff at offset {}",
         r.generation,
-        r.rdb_bytes as f64 / 1048576.0,
+        r.rdb_length_bytes as f64 / 1048576.0,
         r.blocks,
         r.pull_mib_s,
         r.log_bytes,
@@ -880,12 +880,12 @@ fn print_report(r: &agent::Report) {
     );
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("swarm: {}", r.swarm);
-    if r.bytes_from_peers > 0 || r.bytes_served_to_peers > 0 {
+    if r.received_bytes_total.peers > 0 || r.bytes_served_to_peers > 0 {
         let peers: Vec<String> = r.sources.iter().filter(|s| s.source != "relay").map(|s| format!("{} {:.1} MiB", s.source, mib(s.bytes))).collect();
         println!(
             "sources: relay {:.1} MiB, peers {:.1} MiB ({}); served {:.1} MiB to peers so far",
-            mib(r.bytes_from_relay),
-            mib(r.bytes_from_peers),
+            mib(r.received_bytes_total.relay),
+            mib(r.received_bytes_total.peers),
             peers.join(", "),
             mib(r.bytes_served_to_peers)
         );

@@ -12,7 +12,7 @@ fn fidelity(flavor: Flavor, diskless_master: bool) {
     let relay = relay(&master.addr(), &["--block-size", "1048576"], &[]);
     let j = join(&relay.addr, &replica.addr(), &[], &[]);
     assert_partial(&j);
-    assert!(j.report["rdb_bytes"].as_u64().unwrap() > 64 << 20, "{}", j.output);
+    assert!(j.report["rdb_length_bytes"].as_u64().unwrap() > 64 << 20, "{}", j.output);
     assert!(j.report["blocks"].as_u64().unwrap() >= 64);
     assert_identical(&master, &replica);
     // The replica is a live replica: a write after the handoff arrives.

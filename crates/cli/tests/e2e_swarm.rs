@@ -82,7 +82,7 @@ fn assert_same(master: &Server, replica: &Server) {
 }
 
 fn rdb_bytes(j: &Joined) -> u64 {
-    j.report["rdb_bytes"].as_u64().unwrap_or_else(|| panic!("no report:\n{}", j.output))
+    j.report["rdb_length_bytes"].as_u64().unwrap_or_else(|| panic!("no report:\n{}", j.output))
 }
 
 #[test]
@@ -99,9 +99,9 @@ fn four_agents_and_the_relay_host_sends_about_one_copy() {
         assert_eq!(j.report["handoff"], "partial", "{}", j.output);
         let sources: u64 = j.report["sources"].as_array().unwrap().iter().map(|s| s["bytes"].as_u64().unwrap()).sum();
         assert_eq!(sources, rdb, "every byte is accounted to a source: {}", j.output);
-        assert_eq!(j.report["bytes_from_relay"].as_u64().unwrap() + j.report["bytes_from_peers"].as_u64().unwrap(), rdb);
+        assert_eq!(j.report["received_bytes_total"]["relay"].as_u64().unwrap() + j.report["received_bytes_total"]["peers"].as_u64().unwrap(), rdb);
         assert_eq!(j.report["peer_bad_blocks"], 0);
-        from_peers += j.report["bytes_from_peers"].as_u64().unwrap();
+        from_peers += j.report["received_bytes_total"]["peers"].as_u64().unwrap();
         assert_same(&f.master, &f.replicas[i]);
     }
     let copies = relay_sent as f64 / rdb as f64;
@@ -227,8 +227,8 @@ fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
     assert_eq!(j.report["handoff"], "partial", "{}", j.output);
     assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the fake peer was never asked: the test tests nothing");
     assert!(j.report["peer_bad_blocks"].as_u64().unwrap() >= 1, "{}", j.output);
-    assert_eq!(j.report["bytes_from_peers"], 0, "nothing from the corrupt peer was used: {}", j.output);
-    assert_eq!(j.report["bytes_from_relay"], j.report["rdb_bytes"]);
+    assert_eq!(j.report["received_bytes_total"]["peers"], 0, "nothing from the corrupt peer was used: {}", j.output);
+    assert_eq!(j.report["received_bytes_total"]["relay"], j.report["rdb_length_bytes"]);
     assert!(j.output.contains("fails its checksum"), "the log names the bad peer: {}", j.output);
     assert_identical(&master, &replica);
 }
@@ -251,7 +251,7 @@ fn join_past_a_peer_that_never_serves(how: Fake) {
     assert_eq!(j.code, Some(0), "{}", j.output);
     assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the fake peer was never asked: the test tests nothing");
     assert!(j.report["peer_failures"].as_u64().unwrap() >= 1, "{}", j.output);
-    assert_eq!(j.report["bytes_from_relay"], j.report["rdb_bytes"], "{}", j.output);
+    assert_eq!(j.report["received_bytes_total"]["relay"], j.report["rdb_length_bytes"], "{}", j.output);
     assert_identical(&master, &replica);
 }
 
@@ -288,7 +288,7 @@ fn over_tls_agents_still_serve_each_other() {
         assert_eq!(j.code, Some(0), "join {} failed:\n{}", i + 1, j.output);
         assert_eq!(j.report["handoff"], "partial", "{}", j.output);
         assert_eq!(j.report["peer_bad_blocks"], 0);
-        from_peers += j.report["bytes_from_peers"].as_u64().unwrap();
+        from_peers += j.report["received_bytes_total"]["peers"].as_u64().unwrap();
         assert_same(&f.master, &f.replicas[i]);
     }
     assert!(joined[2].report["swarm"].as_str().unwrap_or("").contains("not serving"), "{}", joined[2].report["swarm"]);

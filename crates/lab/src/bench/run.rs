@@ -686,12 +686,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
                 "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
                 "caught_up": at("caught_up"), "in_sync": at("handed_off"),
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
-                "bytes_from_relay": report["bytes_from_relay"], "bytes_from_peers": report["bytes_from_peers"],
+                "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],
                 "peer_failures": report["peer_failures"], "peer_bad_blocks": report["peer_bad_blocks"],
             });
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
-            ex.rdb_bytes = report["rdb_bytes"].as_u64().or(ex.rdb_bytes);
-            from_peers += report["bytes_from_peers"].as_u64().unwrap_or(0);
+            ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
+            from_peers += report["received_bytes_total"]["peers"].as_u64().unwrap_or(0);
             agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
             agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
             agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
