@@ -59,7 +59,9 @@ pub struct Results {
 /// invariant.
 pub fn run(a: FaultsArgs) -> Result<Results> {
     if a.render {
-        let r: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
+        let mut r: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
+        // The summary line is derived from the cells, like the rest of results.md.
+        r.summary = summarize(&r.cells);
         std::fs::write(a.out.join("results.md"), markdown(&r))?;
         println!("{}", r.summary);
         return Ok(r);
@@ -187,9 +189,9 @@ pub fn summarize(cells: &[cell::CellResult]) -> String {
         .filter(|(o, v)| matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_)))
         .count();
     let skipped = cells.len() - ran.len();
-    let skipped = if skipped > 0 { format!(" ({skipped} skipped)") } else { String::new() };
+    let skipped = if skipped > 0 { format!(" ({skipped} more skipped)") } else { String::new() };
     format!(
-        "{} faults at {} phases, {} cells{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes",
+        "{} faults at {} phases, {} cells run{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes",
         faults.len(),
         phases.len(),
         ran.len()
@@ -287,7 +289,7 @@ mod tests {
         assert_eq!(json["a_verdict"]["why"], "this kernel has no netem qdisc (sch_netem)");
         assert!(!c.a_verdict.survived(), "a skipped cell survived nothing");
         let r = Results { settings: serde_json::json!({}), cells: vec![c.clone()], summary: summarize(std::slice::from_ref(&c)) };
-        assert!(r.summary.contains("0 cells (1 skipped): 0 survived"), "{}", r.summary);
+        assert!(r.summary.contains("0 cells run (1 more skipped): 0 survived"), "{}", r.summary);
         let md = markdown(&r);
         assert!(md.contains("Skipped: 1 cells"), "{md}");
         assert!(md.contains(&format!("| {} | — | skipped: this kernel", c.cell)), "{md}");
