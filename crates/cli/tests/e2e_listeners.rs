@@ -44,11 +44,6 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
     out
 }
 
-fn status_json(addr: &str) -> serde_json::Value {
-    let o = fastrepl().args(["status", "--relay", addr, "--json"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 /// Relay with the default transports (auto: shm, ucx, tcp) on loopback; a join over ucx. Every
 /// listener of either process is on 127.0.0.1; the relay's UCX listeners are the ones its log and

@@ -16,11 +16,6 @@ fn replica_of(master: &Server) -> Server {
     r
 }
 
-fn status_json(relay: &str) -> serde_json::Value {
-    let out = fastrepl().args(["status", "--relay", relay, "--json"]).output().unwrap();
-    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Scrape `addr` and index the samples by `name{labels}`.
 fn scrape(addr: &str) -> std::collections::HashMap<String, f64> {

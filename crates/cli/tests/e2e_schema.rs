@@ -21,11 +21,6 @@ fn fields(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().cloned().collect()
 }
 
-fn status_json(relay: &str) -> serde_json::Value {
-    let out = fastrepl().args(["status", "--relay", relay, "--json"]).output().unwrap();
-    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn join_and_status_json_have_exactly_the_documented_fields() {

@@ -232,3 +232,9 @@ impl Certs {
     }
 }
 
+/// `fastrepl status --relay RELAY --json`, parsed; panics with the command's stderr when it fails.
+pub fn status_json(relay: &str) -> serde_json::Value {
+    let out = fastrepl().args(["status", "--relay", relay, "--json"]).output().unwrap();
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
