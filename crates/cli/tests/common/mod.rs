@@ -85,23 +85,45 @@ pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
 }
 
 /// A relay process for `master` on a free loopback port; `configure` adds its arguments and
-/// environment (for tests that choose the transport themselves).
-pub fn spawn_relay(master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
-    spawn_relay_at(&format!("127.0.0.1:{}", fixtures::free_port()), master, configure)
+/// environment (for tests that choose the transport themselves). A free port can be taken by another
+/// test between its choice and the relay's bind: then another port is tried.
+pub fn spawn_relay(master: &str, configure: impl Fn(&mut Command)) -> Relay {
+    let mut taken = Vec::new();
+    for _ in 0..5 {
+        match try_spawn_relay_at(&format!("127.0.0.1:{}", fixtures::free_port()), master, &configure) {
+            Ok(r) => return r,
+            Err(addr) => taken.push(addr),
+        }
+    }
+    panic!("no free port for the relay: taken before it could bind {taken:?}");
 }
 
 /// Like [`spawn_relay`], on a given address (a relay restarted where agents expect it).
 pub fn spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
+    try_spawn_relay_at(addr, master, configure).unwrap_or_else(|addr| panic!("{addr} is taken: the relay cannot listen there"))
+}
+
+/// Start a relay on `addr` and wait until *it* listens there (its log says so: a port taken by
+/// another process would also accept a connection). `Err(addr)`: the address was in use.
+fn try_spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Command)) -> Result<Relay, String> {
     let addr = addr.to_string();
     let mut cmd = fastrepl();
     cmd.args(["relay", "--master", master, "--listen", &addr]);
     configure(&mut cmd);
     let mut proc = Proc::spawn("relay", cmd);
-    wait_until("the relay to listen", Duration::from_secs(20), || {
-        assert!(proc.running(), "relay exited:\n{}", proc.output());
-        std::net::TcpStream::connect(&addr).ok()
+    let listening = format!("relay listening on {addr}");
+    let bound = wait_until("the relay to listen", Duration::from_secs(20), || {
+        let out = proc.output();
+        if out.contains(&listening) {
+            return Some(true);
+        }
+        if !proc.running() {
+            assert!(out.contains("Address already in use"), "relay exited:\n{out}");
+            return Some(false);
+        }
+        None
     });
-    Relay { proc, addr }
+    if bound { Ok(Relay { proc, addr }) } else { Err(addr) }
 }
 
 /// The outcome of a `fastrepl join --json`.
