@@ -98,6 +98,10 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
 
 /// One attempt; on failure, the error and what became of the replica.
 fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
+    // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged).
+    if crate::staged::is_cluster_node(cfg).map_err(|e| (e, ReplicaState::Untouched))? {
+        return crate::staged::attempt(cfg);
+    }
     let t0 = Instant::now();
     let c = check(cfg).map_err(|e| (e, ReplicaState::Untouched))?;
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
@@ -572,6 +576,7 @@ impl Driver<'_> {
             peer_failures: stats.peer_failures,
             bytes_served_to_peers: c.peering.as_ref().map_or(0, |p| p.served_bytes()),
             attempts: Vec::new(),
+            staged: None,
         }
     }
 }
@@ -583,7 +588,7 @@ fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
 }
 
 /// The master's `INFO replication`, as the handoff decision needs it.
-fn master_repl(i: &Info) -> MasterRepl {
+pub(crate) fn master_repl(i: &Info) -> MasterRepl {
     let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
     MasterRepl {
         addr: String::new(),
@@ -596,7 +601,7 @@ fn master_repl(i: &Info) -> MasterRepl {
     }
 }
 
-fn split_host_port(addr: &str) -> Result<(String, String), Error> {
+pub(crate) fn split_host_port(addr: &str) -> Result<(String, String), Error> {
     let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;
     Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
 }

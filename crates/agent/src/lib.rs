@@ -15,6 +15,7 @@
 //! happened ([`ReplicaState`]), and its [`Error`] kind decides whether it is tried again.
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod events;
 pub mod fetch;
 pub mod guard;
@@ -25,10 +26,15 @@ pub mod peer;
 pub mod pipeline;
 pub mod procstat;
 pub mod progress;
+pub mod rdb_aux;
 pub mod replica_link;
 pub mod retry;
 pub mod scheduler;
 pub mod select;
+pub mod stage;
+pub mod snapshot_file;
+pub mod staged;
+pub mod staging;
 #[cfg(feature = "ucx")]
 pub mod ucx_reader;
 
@@ -317,6 +323,9 @@ pub enum ReplicaState {
     Unreachable(String),
     /// `REPLICAOF <master>` was issued: the replica is the master's.
     HandedOver,
+    /// A cluster node's staging was undone after it was recorded as a replica: its staged files
+    /// removed, it is an empty master of the cluster again ([`staged`]).
+    Unstaged,
 }
 
 impl ReplicaState {
@@ -328,6 +337,7 @@ impl ReplicaState {
             ReplicaState::ResetFailed(_) => "reset_failed",
             ReplicaState::Unreachable(_) => "unreachable",
             ReplicaState::HandedOver => "handed_over",
+            ReplicaState::Unstaged => "unstaged",
         }
     }
 
@@ -339,6 +349,7 @@ impl ReplicaState {
             ReplicaState::ResetFailed(why) => format!("The replica could not be reset ({why}): it may still follow this agent's address. Run REPLICAOF NO ONE and FLUSHALL on it, then run the same `fastrepl join` again."),
             ReplicaState::Unreachable(why) => format!("The replica did not answer to be reset ({why}); a restarted server comes back standalone. Check its role (INFO replication) before running the same `fastrepl join` again."),
             ReplicaState::HandedOver => "The replica had already been handed to the master: it is the master's replica now (check its link with INFO replication).".into(),
+            ReplicaState::Unstaged => "The cluster node's staging was undone: its staged RDB file removed, and it is an empty master of the cluster again, with no slots. Fix the cause above and run the same `fastrepl join` again.".into(),
         }
     }
 }
@@ -393,6 +404,8 @@ pub struct Config {
     pub peers: peer::PeerConfig,
     /// How often and how patiently a failed join is tried again.
     pub retry: retry::Policy,
+    /// How a cluster node is restarted by a staged join.
+    pub restart: staged::Restart,
 }
 
 impl Config {
@@ -434,7 +447,7 @@ pub struct Live {
 }
 
 impl Live {
-    fn set_phase(&self, p: &'static str) {
+    pub(crate) fn set_phase(&self, p: &'static str) {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
 
@@ -586,6 +599,41 @@ pub struct Report {
     /// Attempts that failed before this one (each was reset and retried).
     #[serde(default)]
     pub attempts: Vec<retry::Attempt>,
+    /// A cluster node's staged join: how it went (absent for a join through the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<StagedReport>,
+}
+
+/// Who started a staged node again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartBy {
+    /// Its supervisor (systemd, a container runtime), after the shutdown.
+    Supervisor,
+    /// `--restart-command`.
+    Command,
+}
+
+/// What a staged join adds to the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagedReport {
+    /// The node's cluster id.
+    pub node_id: String,
+    /// Its master's.
+    pub master_id: String,
+    /// Who started it again.
+    pub restart: RestartBy,
+    /// The join introduced it to the master (`CLUSTER MEET`).
+    pub met: bool,
+    /// Bytes the master could still write, when the node was staged, before the snapshot's offset
+    /// left its backlog.
+    pub backlog_headroom_bytes: u64,
+    /// The same in seconds at the write rate measured over the pull (absent: it wrote nothing).
+    pub backlog_headroom_secs: Option<f64>,
+    /// Seconds from the shutdown until it answered again.
+    pub restarted_secs: f64,
+    /// Times the relay took a newer snapshot because the one it held was too old for the backlog.
+    pub renewals: u32,
 }
 
 /// A join that succeeded, with its swarm membership: the caller reports, then lets the agent serve

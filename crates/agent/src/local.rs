@@ -25,13 +25,7 @@ pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, fo
     let mut client = Client::connect_tls(addr, auth, CMD_TIMEOUT, tls).map_err(Error::replica)?;
     let info = client.info("server").map_err(Error::replica)?;
     let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
-    let keyspace = client.info("keyspace").map_err(Error::replica)?;
-    let keys: i64 = keyspace
-        .0
-        .iter()
-        .filter(|(k, _)| k.starts_with("db"))
-        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<i64>().ok()))
-        .sum();
+    let keys = key_count(&mut client).map_err(Error::replica)?;
     if keys > 0 && !force {
         return Err(Error::Precondition(format!(
             "{addr} holds {keys} keys; a full sync replaces them. Re-run with --force if that is intended"
@@ -43,6 +37,17 @@ pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, fo
     }
     let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::replica)?;
     Ok(Local { client, server, diskless_load_before })
+}
+
+/// Keys the server holds, over all databases (`INFO keyspace`).
+pub fn key_count(client: &mut Client) -> Result<u64, client::Error> {
+    let keyspace = client.info("keyspace")?;
+    Ok(keyspace
+        .0
+        .iter()
+        .filter(|(k, _)| k.starts_with("db"))
+        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok()))
+        .sum())
 }
 
 /// `INFO` fields back as text, for parsers that take the reply's text.

@@ -94,7 +94,7 @@ impl Retries {
         match replica {
             ReplicaState::HandedOver => return Verdict::GiveUp("the replica was already handed to the master"),
             ReplicaState::ResetFailed(_) => return Verdict::GiveUp("the replica could not be reset"),
-            ReplicaState::Untouched | ReplicaState::Reset | ReplicaState::Unreachable(_) => {}
+            ReplicaState::Untouched | ReplicaState::Reset | ReplicaState::Unstaged | ReplicaState::Unreachable(_) => {}
         }
         if !retryable(e) {
             return Verdict::GiveUp("another attempt cannot mend this");

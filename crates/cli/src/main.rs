@@ -45,6 +45,10 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
     Fetch(FetchArgs),
+    /// Prepare a server that is not running yet to start as a replica that resyncs partially: the
+    /// snapshot as its RDB file (and, for a cluster node, its cluster config as the master's replica).
+    /// For a container's init step or systemd's ExecStartPre.
+    Stage(StageArgs),
     /// What a running relay holds and serves: generations, capture, agents, bytes, errors.
     Status(StatusArgs),
     /// Started by `join`: resets the replica if the join's process dies before the handoff.
@@ -336,6 +340,67 @@ struct JoinArgs {
     /// Serve the join's progress as Prometheus metrics on this address while it runs.
     #[arg(long, alias = "metrics", env = "FASTREPL_JOIN_METRICS")]
     join_metrics: Option<SocketAddr>,
+    /// Cluster nodes: after staging the snapshot and shutting the node down, run this shell command
+    /// (sh -c) to start it again. Without it the node's supervisor must (systemd Restart=, a
+    /// container restart policy).
+    #[arg(long, env = "FASTREPL_RESTART_COMMAND")]
+    restart_command: Option<String>,
+    /// Cluster nodes: seconds to wait for the node to answer again after its shutdown.
+    #[arg(long, default_value_t = 120, env = "FASTREPL_RESTART_TIMEOUT_SECS")]
+    restart_timeout_secs: u64,
+    /// Cluster nodes: the node's data directory as this host sees it (default: its CONFIG GET dir),
+    /// for an agent in another container or mount namespace.
+    #[arg(long, env = "FASTREPL_REPLICA_DIR")]
+    replica_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct StageArgs {
+    #[command(flatten)]
+    relay_tls: RelayTlsArgs,
+    /// The relay, host:port.
+    #[arg(long, env = "FASTREPL_RELAY")]
+    relay: SocketAddr,
+    /// The master the server will follow, as it reaches it (default: as the relay reaches it).
+    #[arg(long, env = "FASTREPL_MASTER")]
+    master: Option<String>,
+    /// The server's data directory (its `dir`).
+    #[arg(long, env = "FASTREPL_DIR")]
+    dir: PathBuf,
+    /// The server's RDB file name (its `dbfilename`).
+    #[arg(long, default_value = "dump.rdb", env = "FASTREPL_DBFILENAME")]
+    dbfilename: String,
+    /// For a cluster node: its cluster config file (its `cluster-config-file`, relative to --dir),
+    /// written as the master's replica (an existing one keeps its node id).
+    #[arg(long, env = "FASTREPL_CLUSTER_CONFIG")]
+    cluster_config: Option<String>,
+    /// The server's config file: staging is refused when it sets appendonly yes (without it, when an
+    /// AOF is in --dir).
+    #[arg(long, env = "FASTREPL_SERVER_CONFIG")]
+    server_config: Option<PathBuf>,
+    /// File holding the relay token (else $FASTREPL_TOKEN).
+    #[arg(long, env = "FASTREPL_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// ACL user for the master.
+    #[arg(long, env = "FASTREPL_MASTER_USER")]
+    master_user: Option<String>,
+    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
+    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
+    master_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
+    /// Transport: auto, ucx, shm or tcp.
+    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
+    transport: TransportArg,
+    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
+    readers: u64,
+    /// Blocks buffered ahead of the writer at most.
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
+    window_blocks: u64,
+    /// Print one JSON object with the report.
+    #[arg(long, env = "FASTREPL_JSON")]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -418,6 +483,7 @@ fn main() -> ExitCode {
         Cmd::Join(a) => join(a, cli.log_format),
         Cmd::Verify(a) => verify(a),
         Cmd::Fetch(a) => fetch(a),
+        Cmd::Stage(a) => stage(a),
         Cmd::Status(a) => status(a),
         Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
     };
@@ -539,6 +605,59 @@ fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf
     Ok(())
 }
 
+fn stage(a: StageArgs) -> Result<ExitCode> {
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
+    let tls = a.tls.load()?;
+    let live = agent::Live::default();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    on_interrupt(cancel.clone())?;
+    let cfg = agent::stage::StageConfig {
+        source: agent::snapshot_file::Source { relay: a.relay, token: &token, transport: a.transport.kind(), readers: a.readers as usize, window: a.window_blocks, cancel: &cancel, live: &live },
+        master: a.master,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        tls: tls.as_ref(),
+        dir: a.dir,
+        dbfilename: a.dbfilename,
+        cluster_config: a.cluster_config,
+        server_config: a.server_config,
+    };
+    let r = match agent::stage::stage(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            if a.json {
+                println!("{}", serde_json::json!({"schema_version": agent::REPORT_SCHEMA_VERSION, "ok": false, "error": e.to_string(), "error_kind": e.kind()}));
+            }
+            eprintln!("fastrepl stage failed (relay {}, dir {}): {e}\nNothing was written to the directory but what the report of a success names.", a.relay, cfg.dir.display());
+            return Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }));
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: &r })?);
+    } else {
+        println!(
+            "staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}",
+            r.generation,
+            r.rdb_length_bytes as f64 / 1048576.0,
+            r.snapshot_offset,
+            r.rdb_file.display(),
+            r.secs,
+            r.transport
+        );
+        let secs = r.backlog_headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
+        println!("master {}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", r.master, r.backlog_headroom_bytes);
+        match &r.cluster {
+            Some(c) => println!(
+                "cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)",
+                c.config_file.display(),
+                c.node_id,
+                c.master_id
+            ),
+            None => println!("start the server with replicaof {} (and masterauth if the master needs it)", r.master.replace(':', " ")),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
     let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
@@ -625,6 +744,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
             base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
             max: Duration::from_secs(a.retry_max_secs),
         },
+        restart: agent::staged::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
     };
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = a.join_metrics {

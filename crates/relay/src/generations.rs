@@ -18,11 +18,14 @@ pub(crate) enum SealReason {
     MasterChanged,
     /// No agent connection for `--idle-release-secs`: its memory is let go of.
     IdleRelease,
+    /// An agent staging a server needed a newer snapshot: the master's backlog no longer reaches
+    /// back to this one's offset, so a server started on it would need a full sync.
+    Stale,
 }
 
 impl SealReason {
     /// Every reason, in the order of [`SealReason::index`].
-    pub(crate) const ALL: [SealReason; 4] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease];
+    pub(crate) const ALL: [SealReason; 5] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease, SealReason::Stale];
 
     /// Its place in [`SealReason::ALL`] (a counter per reason).
     pub(crate) fn index(self) -> usize {
@@ -36,6 +39,7 @@ impl SealReason {
             SealReason::LinkLost => "link_lost",
             SealReason::MasterChanged => "master_changed",
             SealReason::IdleRelease => "idle_release",
+            SealReason::Stale => "stale",
         }
     }
 
@@ -46,6 +50,7 @@ impl SealReason {
             SealReason::LinkLost => "the link to the source was lost",
             SealReason::MasterChanged => "the master changed (Sentinel)",
             SealReason::IdleRelease => "no agent for --idle-release-secs: memory released",
+            SealReason::Stale => "an agent needed a newer snapshot (the master's backlog no longer covers this one)",
         }
     }
 }
@@ -99,6 +104,18 @@ pub(crate) enum Action {
     },
     /// Wake the agents waiting for a generation: something they wait for happened.
     TellWaiters,
+}
+
+/// What a [`Generations::renew`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// The generation was sealed and a capture is wanted: the next attach gets a newer one.
+    Sealed,
+    /// A newer generation is current already, or one is being captured (its offset is where the
+    /// source was when it started): attach again and check.
+    Newer,
+    /// The generation is already old enough for the asker, nothing done.
+    FreshEnough,
 }
 
 /// What the capture thread is to do next.
@@ -296,6 +313,31 @@ impl Generations {
         if self.current == Some((id, Phase::Capturing)) {
             self.current = Some((id, Phase::Complete));
             self.completed_any = true;
+        }
+    }
+
+    /// An agent needs a snapshot at replication offset `min_offset` or later, and holds generation
+    /// `id`, taken at `offset`: if that is still the current generation and older than that, seal it
+    /// (agents on it finish from it) and want a capture, so the next attach gets a newer one. The
+    /// condition on the offset bounds the captures one agent can cause: a capture started after the
+    /// request is at or past `min_offset` (the master's offset the agent read), so asking again with
+    /// the same offset does nothing.
+    pub(crate) fn renew(&mut self, id: u64, offset: u64, min_offset: u64) -> (Renewed, Vec<Action>) {
+        if offset >= min_offset {
+            return (Renewed::FreshEnough, Vec::new());
+        }
+        match self.current {
+            Some((cur, Phase::Complete)) if cur == id => {
+                let mut actions = self.seal(id, SealReason::Stale);
+                if !self.demand && self.running.is_none_or(|r| r == id) {
+                    actions.push(Action::StartCapture);
+                }
+                self.demand = true;
+                (Renewed::Sealed, actions)
+            }
+            // Sealed or failed already: the next attach wants a capture anyway.
+            Some((cur, Phase::Sealed(_) | Phase::Failed)) if cur == id => (Renewed::Sealed, Vec::new()),
+            _ => (Renewed::Newer, Vec::new()),
         }
     }
 
@@ -644,4 +686,27 @@ mod tests {
         assert_eq!(g.next_capture(), Next::Capture(id + 1), "captured again, from the new master");
     }
 
+
+    #[test]
+    fn a_stale_generation_is_sealed_once_and_a_capture_follows() {
+        let (mut g, _) = machine(CapturePolicy::OnDemand);
+        let t = g.ticket();
+        g.want(t);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.rdb_started(id);
+        // Mid-RDB: not sealed (its offset is where the source was when it started).
+        assert_eq!(g.renew(id, 100, 500).0, Renewed::Newer);
+        g.rdb_complete(id);
+        assert_eq!(g.renew(id, 100, 100), (Renewed::FreshEnough, vec![]), "at the offset asked for: fresh enough");
+        let (r, actions) = g.renew(id, 100, 500);
+        assert_eq!(r, Renewed::Sealed);
+        assert!(actions.contains(&Action::Seal { id, reason: SealReason::Stale }), "{actions:?}");
+        assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::Stale))));
+        // Its capture thread ends (sealed); a new capture is wanted without another agent asking.
+        g.capture_ended(id, Ended::Sealed);
+        assert_eq!(g.next_capture(), Next::Capture(id + 1));
+        // Asking again about the sealed one seals and starts nothing more.
+        assert_eq!(g.renew(id, 100, 500), (Renewed::Sealed, vec![]));
+        assert_eq!(g.next_capture(), Next::Wait, "one capture runs");
+    }
 }

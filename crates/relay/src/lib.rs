@@ -380,6 +380,17 @@ impl Shared {
         }
     }
 
+    /// An agent needs a snapshot at `min_offset` or later and holds `gen` (see
+    /// [`generations::Generations::renew`]).
+    fn renew(&self, gen: &Generation, min_offset: u64) -> transport::wire::Renewal {
+        let renewed = self.feed(|m| m.renew(gen.id(), gen.offset(), min_offset));
+        match renewed {
+            generations::Renewed::Sealed => transport::wire::Renewal::Sealed,
+            generations::Renewed::Newer => transport::wire::Renewal::Newer,
+            generations::Renewed::FreshEnough => transport::wire::Renewal::FreshEnough,
+        }
+    }
+
     /// Where a new agent begins waiting for a generation.
     fn ticket(&self) -> Ticket {
         self.lock().machine.ticket()

@@ -368,6 +368,11 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Request::Have { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Have { block }, &body, &mut member)?,
             Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
             Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
+            Request::Renew { min_offset, .. } => {
+                let renewal = shared.renew(gen, min_offset);
+                tracing::info!(generation = gen.id(), offset = gen.offset(), min_offset, ?renewal, "an agent asked for a snapshot at or after an offset");
+                reply::send_bytes(&mut s, &[renewal.byte()])?
+            }
         }
     }
 }

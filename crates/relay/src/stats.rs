@@ -17,7 +17,7 @@ pub(crate) struct Stats {
     pub capture_failures: AtomicU64,
     pub sealed: AtomicU64,
     /// Seals by reason, indexed by `SealReason::index`.
-    pub sealed_by: [AtomicU64; 4],
+    pub sealed_by: [AtomicU64; crate::generations::SealReason::ALL.len()],
     pub released_idle: AtomicU64,
     pub agents_attached: AtomicU64,
     pub agents_attached_total: AtomicU64,

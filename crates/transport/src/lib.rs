@@ -25,6 +25,7 @@ pub mod fdpass;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod renew;
 pub mod serve;
 pub mod shm;
 pub mod tcp;

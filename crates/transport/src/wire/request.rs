@@ -33,12 +33,23 @@ pub enum Op {
     NotAt,
     /// [`Request::Needed`].
     Needed,
+    /// [`Request::Renew`].
+    Renew,
 }
 
 impl Op {
     /// Every op with its byte on the wire: the one table encode and decode both use.
-    const TABLE: [(Op, u8); 8] =
-        [(Op::Range, 1), (Op::Log, 2), (Op::Attach, 3), (Op::Register, 4), (Op::Locate, 5), (Op::Have, 6), (Op::NotAt, 7), (Op::Needed, 8)];
+    const TABLE: [(Op, u8); 9] = [
+        (Op::Range, 1),
+        (Op::Log, 2),
+        (Op::Attach, 3),
+        (Op::Register, 4),
+        (Op::Locate, 5),
+        (Op::Have, 6),
+        (Op::NotAt, 7),
+        (Op::Needed, 8),
+        (Op::Renew, 9),
+    ];
 
     fn byte(self) -> u8 {
         Self::TABLE.iter().find(|(o, _)| *o == self).map(|(_, b)| *b).unwrap_or(0)
@@ -147,6 +158,43 @@ pub enum Request {
         /// Generation.
         generation: u64,
     },
+    /// The agent needs a snapshot taken at replication offset `min_offset` or later (a staged start,
+    /// which the master's backlog must still cover) and holds `generation`: if it is older, the
+    /// relay seals it and captures anew. Answered with one [`Renewal`] byte.
+    Renew {
+        /// Generation.
+        generation: u64,
+        /// The oldest snapshot offset the agent can use.
+        min_offset: u64,
+    },
+}
+
+/// The answer to [`Request::Renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The generation is at or past the offset asked for: use it.
+    FreshEnough,
+    /// It was older: sealed, and a capture is wanted; attach again to get the new one.
+    Sealed,
+    /// Another generation is current, or one is being captured: attach again and check it.
+    Newer,
+}
+
+impl Renewal {
+    const TABLE: [(Renewal, u8); 3] = [(Renewal::FreshEnough, 0), (Renewal::Sealed, 1), (Renewal::Newer, 2)];
+
+    /// Its byte on the wire.
+    pub fn byte(self) -> u8 {
+        Self::TABLE.iter().find(|(r, _)| *r == self).map(|(_, b)| *b).unwrap_or(u8::MAX)
+    }
+
+    /// From the answer's body (exactly one known byte).
+    pub fn decode(body: &[u8]) -> Result<Renewal, Error> {
+        match body {
+            [b] => Self::TABLE.iter().find(|(_, x)| x == b).map(|(r, _)| *r).ok_or_else(|| Error::Protocol(format!("unknown renewal answer {b}"))),
+            _ => Err(Error::Protocol(format!("renewal answer of {} bytes, expected 1", body.len()))),
+        }
+    }
 }
 
 /// The register frame's `a`: the port, then flag bits.
@@ -168,6 +216,7 @@ impl Request {
             Request::Have { generation, block } => (Op::Have, generation, block, 0),
             Request::NotAt { generation, block, peer } => (Op::NotAt, generation, block, peer),
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
+            Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
         }
     }
 
@@ -214,6 +263,7 @@ impl Request {
             Op::Have => Request::Have { generation, block: a },
             Op::NotAt => Request::NotAt { generation, block: a, peer: b },
             Op::Needed => Request::Needed { generation },
+            Op::Renew => Request::Renew { generation, min_offset: a },
         })
     }
 
@@ -273,6 +323,7 @@ mod tests {
             Request::Have { generation: 1, block: 9 },
             Request::NotAt { generation: 1, block: ALL_BLOCKS, peer: 4 },
             Request::Needed { generation: 1 },
+            Request::Renew { generation: 4, min_offset: 1 << 33 },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -288,8 +339,12 @@ mod tests {
         let mut attach = Request::Attach { generation: 1, transport: AttachKind::Shm, arg: 0 }.encode();
         attach[20] = 3;
         assert!(Request::decode(&attach).is_err(), "unknown attach transport");
+        for r in [Renewal::FreshEnough, Renewal::Sealed, Renewal::Newer] {
+            assert_eq!(Renewal::decode(&[r.byte()]).unwrap(), r);
+        }
+        assert!(Renewal::decode(&[7]).is_err() && Renewal::decode(&[]).is_err() && Renewal::decode(&[0, 0]).is_err());
         let mut bad = r.encode();
-        bad[0] = 9;
+        bad[0] = 10;
         assert!(Request::decode(&bad).is_err());
     }
 }

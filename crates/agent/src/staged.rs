@@ -1,0 +1,510 @@
+//! The staged join, for a local server that is a cluster node: a cluster node refuses `REPLICAOF`, and
+//! a cluster replica takes its master's address from the cluster's table, so it cannot be pointed at
+//! the agent. Instead the snapshot becomes its RDB file and the node restarts as the master's replica:
+//! loading an RDB as a replica, it takes the replication ID and offset from the RDB's aux fields and
+//! asks the master for `PSYNC <id> <offset+1>`, a partial resync while the master's backlog still
+//! holds that offset.
+//!
+//! The steps, each undone on a failure after it ([`staging::undo`]):
+//! 1. Check everything, changing nothing ([`staging::check`]), and pull the snapshot into an unnamed
+//!    file in the node's data directory (`O_TMPFILE`: it vanishes if the agent dies), checking that
+//!    its aux fields are the snapshot's and that it is fresh enough for the master's backlog
+//!    ([`staging::freshness`]; a stale one is renewed by the relay).
+//! 2. Introduce the node to the master if it does not know it (`CLUSTER MEET`).
+//! 3. Park its replication link — `masteruser`/`masterauth` set to a user the master refuses, so its
+//!    handshake stops at `AUTH`, before any `PSYNC` — and `CLUSTER REPLICATE` the master: the cluster
+//!    and its config file record it as the master's replica, without a full sync (and a fork on the
+//!    master). The server writes its own config file, also at shutdown; this way what it writes is
+//!    what we want.
+//! 4. Make the snapshot its RDB file (the one there before kept aside), shut it down without saving,
+//!    and let its supervisor start it again (systemd `Restart=`, a container restart), or run
+//!    `--restart-command`. The restarted server reads its own config: `masterauth` as configured.
+//! 5. See it through: loaded, linked, the master's counters showing a partial resync (never claimed
+//!    when they do not), the master's table listing it as its replica.
+
+use crate::cluster::{self, Role};
+use crate::local;
+use crate::snapshot_file::{self, Pulled, Source, Staged};
+use crate::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
+use crate::{check_cancel, progress, Config, Error, Handoff, Party, Phases, ReplicaState, Report};
+use client::Client;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long the node may take to record a role change in its config file.
+const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
+/// How long a node may take to learn of another after `CLUSTER MEET`, and a master to list a new replica.
+const GOSSIP_MAX: Duration = Duration::from_secs(30);
+/// How long a node may take to exit after `SHUTDOWN NOSAVE`.
+const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+/// The phase (display, `fastrepl_join_phase`) while the node is down and starting again.
+pub const RESTARTING: &str = "restarting";
+/// The phase while the restarted node links to its master.
+pub const LINKING: &str = "linking";
+
+/// The user name a parked link presents (no master has it: its `AUTH` fails).
+const PARKED_USER: &str = "fastrepl-parked-link";
+
+/// How the staging restarts the node.
+#[derive(Debug, Clone, Default)]
+pub struct Restart {
+    /// A shell command that starts the node (`sh -c`); `None`: its supervisor does.
+    pub command: Option<String>,
+    /// How long the node may take to answer again.
+    pub timeout: Duration,
+    /// The node's data directory as this agent sees it (`None`: the node's `dir`).
+    pub dir: Option<PathBuf>,
+}
+
+/// Whether the local server is a cluster node (`cluster_enabled:1`).
+pub fn is_cluster_node(cfg: &Config) -> Result<bool, Error> {
+    let mut c = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).map_err(Error::replica)?;
+    Ok(c.info("cluster").map_err(Error::replica)?.get("cluster_enabled") == Some("1"))
+}
+
+/// What a failed staging left: the error, and the node's state.
+type Failure = (Error, ReplicaState);
+
+/// One staged attempt.
+pub(crate) fn attempt(cfg: &Config) -> Result<crate::Joined, Failure> {
+    let t0 = Instant::now();
+    let untouched = |e: Error| (e, ReplicaState::Untouched);
+    let mut s = Staging::check(cfg).map_err(untouched)?;
+    let connected = t0.elapsed().as_secs_f64();
+    let pulled = s.pull_fresh(cfg).map_err(untouched)?;
+    tracing::info!(node = %cfg.replica, master = %s.master_addr, dir = %s.dir.display(), headroom_bytes = s.headroom.0, "snapshot staged in the node's directory; recording the node as the master's replica and restarting it");
+    let result = s.apply(cfg);
+    match result {
+        Ok(done) => Ok(s.report(cfg, done, t0, connected, pulled)),
+        Err(e) => {
+            let state = s.unwind(cfg);
+            Err((e, state))
+        }
+    }
+}
+
+/// What the node's end told.
+struct Done {
+    resync: Handoff,
+    notes: Vec<String>,
+    restarted: f64,
+    loaded: f64,
+    linked: f64,
+    offset: u64,
+}
+
+/// A staging under way: what the checks learned and how far it got.
+struct Staging {
+    node: Client,
+    node_server: String,
+    node_id: String,
+    node_run_id: String,
+    master: Client,
+    master_addr: String,
+    master_server: String,
+    master_id: String,
+    plan: staging::Plan,
+    dir: PathBuf,
+    rdb_name: String,
+    config_name: String,
+    /// The node's cluster config file as it was (restored if the staging fails while it is down).
+    config_before: Option<Vec<u8>>,
+    /// `masteruser`/`masterauth` before the link was parked (restored on an unwind while it runs).
+    parked_from: (Option<String>, Option<String>),
+    /// Where the RDB file that was there before is kept, if there was one.
+    rdb_aside: Option<PathBuf>,
+    desc: Option<snapshot::Descriptor>,
+    file: Option<Staged>,
+    headroom: (u64, Option<f64>),
+    renewals: u32,
+    step: Option<Step>,
+}
+
+impl Staging {
+    /// Connect to the node, the relay and the master and check them all; nothing is changed.
+    fn check(cfg: &Config) -> Result<Staging, Error> {
+        let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).map_err(Error::replica)?;
+        let server_info = node.info("server").map_err(Error::replica)?;
+        let node_server = replication::rdb::Server::from_info(&local::info_text(&server_info))
+            .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.replica)))?;
+        let node_run_id = server_info.get("run_id").unwrap_or_default().to_string();
+        let keys = local::key_count(&mut node).map_err(Error::replica)?;
+        let node_table_text = cluster_nodes(&mut node).map_err(Error::replica)?;
+        let node_table = cluster::parse(&node_table_text).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?;
+        let me = cluster::myself(&node_table).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?.clone();
+        let aof = node.config_get("appendonly").map_err(Error::replica)?.as_deref() == Some("yes");
+        let dir_conf = node.config_get("dir").map_err(Error::replica)?.ok_or_else(|| Error::protocol(Party::Replica, "CONFIG GET dir answered nothing"))?;
+        let rdb_name = node.config_get("dbfilename").map_err(Error::replica)?.unwrap_or_else(|| "dump.rdb".into());
+        let config_name = node.config_get("cluster-config-file").map_err(Error::replica)?.unwrap_or_else(|| "nodes.conf".into());
+        let parked_from = (node.config_get("masteruser").map_err(Error::replica)?, node.config_get("masterauth").map_err(Error::replica)?);
+
+        let master_addr = match (&cfg.sentinel, &cfg.master) {
+            (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
+            (None, Some(m)) => m.clone(),
+            (None, None) => progress::attach(cfg.relay, &cfg.token, limits::GENERATION_WAIT_MAX)?.master,
+        };
+        let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+        let master_server = match master.info("server") {
+            Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
+            Err(e) => return Err(Error::master(e)),
+        };
+        if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
+            return Err(Error::Precondition(format!("{master_addr} is not a cluster node, and {} is: name the shard's master with --master", cfg.replica)));
+        }
+        let master_table = cluster::parse(&cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let master_me = cluster::myself(&master_table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?.clone();
+        let knows_master = node_table.iter().any(|n| n.id == master_me.id && !n.unsettled);
+        let facts = NodeFacts { addr: cfg.replica.clone(), keys, me: me.clone(), aof, knows_master };
+        let plan = staging::check(&facts, &MasterFacts { addr: master_addr.clone(), me: master_me.clone() }).map_err(Error::Precondition)?;
+        let dir = cfg.restart.dir.clone().unwrap_or_else(|| PathBuf::from(&dir_conf));
+        if cfg.restart.command.is_none() {
+            tracing::info!(node = %cfg.replica, "no --restart-command: the node's supervisor must start it again after its shutdown");
+        }
+        Ok(Staging {
+            node,
+            node_server: node_server.to_string(),
+            node_id: me.id,
+            node_run_id,
+            master,
+            master_addr,
+            master_server,
+            master_id: master_me.id,
+            plan,
+            dir,
+            rdb_name,
+            config_name,
+            config_before: None,
+            parked_from,
+            rdb_aside: None,
+            desc: None,
+            file: None,
+            headroom: (0, None),
+            renewals: 0,
+            step: None,
+        })
+    }
+
+    /// Pull a fresh enough snapshot into the node's directory (see [`crate::snapshot_file`]).
+    fn pull_fresh(&mut self, cfg: &Config) -> Result<Pulled, Error> {
+        let source = Source::of(cfg);
+        let node = &mut self.node;
+        let master_server = self.master_server.clone();
+        let loads = |rdb_version: u32| -> Result<(), Error> {
+            let server = replication::rdb::Server::from_info(&local::info_text(&node.info("server").map_err(Error::replica)?))
+                .ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
+            if rdb_version > server.rdb_version_max() {
+                return Err(Error::Incompatible(format!(
+                    "the master ({master_server}) writes RDB version {rdb_version}; the node ({server}) loads at most version {}. Nothing was changed",
+                    server.rdb_version_max()
+                )));
+            }
+            Ok(())
+        };
+        let f = snapshot_file::pull_fresh(&source, &mut self.master, &self.dir, loads)?;
+        self.headroom = f.headroom;
+        self.renewals = f.renewals;
+        self.desc = Some(f.desc);
+        self.file = Some(f.file);
+        self.step = Some(Step::Pulled);
+        Ok(f.pulled)
+    }
+
+    /// From the meet to the node's end: each step recorded, so a failure knows what to undo.
+    fn apply(&mut self, cfg: &Config) -> Result<Done, Error> {
+        let t = Instant::now();
+        check_cancel(&cfg.cancel)?;
+        let counters_before = sync_counters(&mut self.master)?;
+        if self.plan.meet {
+            let (host, port) = crate::join::split_host_port(&self.master_addr)?;
+            self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
+            self.step = Some(Step::Met);
+            let id = self.master_id.clone();
+            wait_for(GOSSIP_MAX, "the node to know the master after CLUSTER MEET", || {
+                let t = cluster_nodes(&mut self.node).map_err(Error::replica)?;
+                Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
+            })?;
+        }
+        self.config_before = std::fs::read(self.dir.join(&self.config_name)).ok();
+        // Park the link, then record the role: from here no handshake of the node gets past AUTH.
+        let secret = parked_secret()?;
+        self.node.config_set("masteruser", PARKED_USER).map_err(Error::replica)?;
+        self.step = Some(Step::Recorded);
+        self.node.config_set("masterauth", &secret).map_err(Error::replica)?;
+        self.node.cmd(&["CLUSTER", "REPLICATE", &self.master_id]).map_err(Error::replica)?;
+        let (config_path, master_id, node_id) = (self.dir.join(&self.config_name), self.master_id.clone(), self.node_id.clone());
+        wait_for(CONFIG_SAVE_MAX, "the node's cluster config file to record it as the master's replica", || {
+            let text = std::fs::read_to_string(&config_path).unwrap_or_default();
+            Ok(cluster::parse(&text).ok().and_then(|ns| cluster::myself(&ns).ok().cloned()).is_some_and(|me| me.id == node_id && me.role == Role::Replica && me.master.as_deref() == Some(&master_id)))
+        })?;
+        // The snapshot becomes its RDB file.
+        let target = self.dir.join(&self.rdb_name);
+        if target.exists() {
+            let aside = self.dir.join(format!("{}.before-fastrepl", self.rdb_name));
+            std::fs::rename(&target, &aside).map_err(|e| Error::Resource(format!("keep the node's RDB file aside ({}): {e}", target.display())))?;
+            self.rdb_aside = Some(aside);
+        }
+        self.step = Some(Step::Placed);
+        self.file.take().ok_or_else(|| Error::Internal("no staged file".into()))?.place(&target)?;
+        // Shut down without saving (a save would overwrite the snapshot with the empty dataset).
+        let _ = self.node.cmd(&["SHUTDOWN", "NOSAVE"]); // The connection closes: no answer expected.
+        self.step = Some(Step::ShutDown);
+        cfg.live.set_phase(RESTARTING);
+        let restarted = self.wait_restart(cfg)?;
+        self.step = Some(Step::Restarted);
+        cfg.live.set_phase("loading");
+        let loaded = self.wait_loaded(cfg)?;
+        cfg.live.set_phase(LINKING);
+        let (linked, offset) = self.wait_linked(cfg)?;
+        let counters_after = sync_counters(&mut self.master)?;
+        let mut notes = Vec::new();
+        let resync = match staging::judge(counters_before, counters_after) {
+            Resync::Partial => Handoff::Partial,
+            Resync::Full => Handoff::Full,
+            Resync::Unknown(why) => {
+                notes.push(format!("not reported as a partial resync: {why}"));
+                Handoff::Full
+            }
+        };
+        self.wait_cluster_agrees()?;
+        if let Some(aside) = self.rdb_aside.take() {
+            let _ = std::fs::remove_file(aside); // The node holds the data now; the old empty file is no use.
+        }
+        let secs = |i: Instant| i.duration_since(t).as_secs_f64();
+        Ok(Done { resync, notes, restarted: secs(restarted), loaded: secs(loaded), linked: secs(linked), offset })
+    }
+
+    /// Wait for the node to go down and answer again as a new process (its run id changes).
+    fn wait_restart(&mut self, cfg: &Config) -> Result<Instant, Error> {
+        let addr = cfg.replica.clone();
+        let connect = || Client::connect_tls(&addr, cfg.replica_auth.as_ref(), Duration::from_secs(2), cfg.replica_tls());
+        if let Some(cmd) = &cfg.restart.command {
+            wait_for(SHUTDOWN_MAX, "the node to exit after SHUTDOWN NOSAVE", || Ok(connect().is_err()))?;
+            tracing::info!(node = %addr, "node down; running --restart-command");
+            let out = std::process::Command::new("sh").arg("-c").arg(cmd).stdin(std::process::Stdio::null()).output().map_err(|e| Error::Internal(format!("run --restart-command: {e}")))?;
+            if !out.status.success() {
+                return Err(Error::unavailable(Party::Replica, format!("--restart-command exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
+            }
+        }
+        let old = self.node_run_id.clone();
+        let mut back: Option<Client> = None;
+        wait_for(cfg.restart.timeout, "the node to be started again (by its supervisor or --restart-command)", || {
+            check_cancel(&cfg.cancel)?;
+            if let Ok(mut c) = connect() {
+                match c.info("server") {
+                    Ok(i) if i.get("run_id").is_some_and(|r| r != old) => {
+                        back = Some(c);
+                        return Ok(true);
+                    }
+                    Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => {
+                        back = Some(c);
+                        return Ok(true);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(false)
+        })?;
+        self.node = back.expect("set when the wait ends");
+        tracing::info!(node = %addr, "node started again");
+        Ok(Instant::now())
+    }
+
+    /// Wait until the node has loaded its RDB.
+    fn wait_loaded(&mut self, cfg: &Config) -> Result<Instant, Error> {
+        wait_for(cfg.load_timeout, "the node to load the snapshot", || {
+            check_cancel(&cfg.cancel)?;
+            match self.node.info("persistence") {
+                Ok(i) => Ok(i.get("loading") == Some("0")),
+                Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => Ok(false),
+                Err(e) => Err(Error::replica(e)),
+            }
+        })?;
+        Ok(Instant::now())
+    }
+
+    /// Wait until the node is a replica with its link up and no sync in progress; its offset then.
+    fn wait_linked(&mut self, cfg: &Config) -> Result<(Instant, u64), Error> {
+        let mut offset = 0;
+        wait_for(cfg.handoff_timeout, "the node's link to the master", || {
+            check_cancel(&cfg.cancel)?;
+            let st = local::repl_state(&mut self.node).map_err(Error::replica)?;
+            offset = st.offset.unwrap_or(0);
+            Ok(st.role == Some(client::Role::Replica) && st.link_up && !st.syncing)
+        })?;
+        Ok((Instant::now(), offset))
+    }
+
+    /// Wait until the master's table lists the node as its replica.
+    fn wait_cluster_agrees(&mut self) -> Result<(), Error> {
+        let (node_id, master_id) = (self.node_id.clone(), self.master_id.clone());
+        wait_for(GOSSIP_MAX, "the master's CLUSTER NODES to list the node as its replica", || {
+            let t = cluster_nodes(&mut self.master).map_err(Error::master)?;
+            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(&master_id) && !n.unsettled)))
+        })
+    }
+
+    /// Undo what the staging did, as far as it got; the node's state to report.
+    fn unwind(&mut self, cfg: &Config) -> ReplicaState {
+        let Some(step) = self.step else { return ReplicaState::Untouched };
+        let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).ok();
+        let running = node.as_mut().is_some_and(|c| c.cmd(&["PING"]).is_ok());
+        let mut failed: Vec<String> = Vec::new();
+        let mut done: Vec<&str> = Vec::new();
+        for u in staging::undo(step, running) {
+            let r: Result<(), String> = match u {
+                Undo::ResetRole => node.as_mut().map_or(Err("not connected".into()), |c| self.reset_role(c)),
+                Undo::Unpark => node.as_mut().map_or(Err("not connected".into()), |c| {
+                    let (u, a) = &self.parked_from;
+                    c.config_set("masteruser", u.as_deref().unwrap_or("")).and_then(|_| c.config_set("masterauth", a.as_deref().unwrap_or(""))).map_err(|e| e.to_string())
+                }),
+                Undo::RestoreRdb => self.restore_rdb(),
+                Undo::RestoreConfig => match &self.config_before {
+                    Some(b) => std::fs::write(self.dir.join(&self.config_name), b).map_err(|e| e.to_string()),
+                    None => std::fs::remove_file(self.dir.join(&self.config_name)).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }).map_err(|e| e.to_string()),
+                },
+            };
+            match r {
+                Ok(()) => done.push(match u {
+                    Undo::ResetRole => "reset to an empty master and introduced to the master again",
+                    Undo::Unpark => "its masteruser/masterauth restored",
+                    Undo::RestoreRdb => "the staged RDB file removed (the one before put back)",
+                    Undo::RestoreConfig => "its cluster config file restored",
+                }),
+                Err(e) => failed.push(format!("{u:?}: {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            return ReplicaState::ResetFailed(format!("undoing the staging failed ({}); done: {}", failed.join("; "), done.join(", ")));
+        }
+        if step == Step::Pulled {
+            return ReplicaState::Untouched;
+        }
+        if !running {
+            return ReplicaState::Unreachable(format!("the node is down; {} — started again, it is the empty master it was", done.join(", ")));
+        }
+        let met = if self.plan.meet { " (it stays known to the cluster: the join introduced it)" } else { "" };
+        tracing::warn!(node = %cfg.replica, "staging undone: {}{met}", done.join(", "));
+        ReplicaState::Unstaged
+    }
+
+    /// `CLUSTER RESET SOFT` (an empty master, the cluster forgotten), then meet the master again.
+    fn reset_role(&self, c: &mut Client) -> Result<(), String> {
+        c.cmd(&["CLUSTER", "RESET", "SOFT"]).map_err(|e| format!("CLUSTER RESET SOFT: {e}"))?;
+        let (host, port) = crate::join::split_host_port(&self.master_addr).map_err(|e| e.to_string())?;
+        c.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(|e| format!("CLUSTER MEET {}: {e}", self.master_addr))?;
+        Ok(())
+    }
+
+    fn restore_rdb(&mut self) -> Result<(), String> {
+        let target = self.dir.join(&self.rdb_name);
+        match self.rdb_aside.take() {
+            Some(aside) => std::fs::rename(&aside, &target).map_err(|e| format!("put {} back: {e}", aside.display())),
+            None => match std::fs::remove_file(&target) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("remove {}: {e}", target.display())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn report(&mut self, cfg: &Config, done: Done, t0: Instant, connected: f64, pulled: Pulled) -> crate::Joined {
+        let desc = self.desc.clone().expect("set by the pull");
+        let base = connected + pulled.secs;
+        let mut notes = done.notes;
+        notes.push(format!(
+            "staged: the node restarted {} and resynced from the snapshot's offset; backlog headroom left at staging: {} bytes{}",
+            if cfg.restart.command.is_some() { "by --restart-command" } else { "by its supervisor" },
+            self.headroom.0,
+            self.headroom.1.map(|s| format!(" (~{s:.0} s at the write rate)")).unwrap_or_else(|| " (the master wrote nothing)".into())
+        ));
+        if self.plan.meet {
+            notes.push("the node did not know the master: the join introduced it (CLUSTER MEET)".into());
+        }
+        let s = &pulled.stats;
+        let report = Report {
+            handoff: done.resync,
+            transport: pulled.transport,
+            transport_detail: pulled.detail,
+            relay: cfg.relay.to_string(),
+            replica: cfg.replica.clone(),
+            master: self.master_addr.clone(),
+            replica_server: self.node_server.clone(),
+            master_server: self.master_server.clone(),
+            generation: desc.generation,
+            replid: desc.replid.clone(),
+            snapshot_offset: desc.offset,
+            handoff_offset: done.offset,
+            rdb_length_bytes: s.bytes,
+            log_bytes: 0,
+            blocks: s.blocks,
+            blocks_reread: s.reread,
+            readers: 0,
+            reads_in_flight_max: s.reads_in_flight_max,
+            streamed_while_capturing: s.streamed_while_capturing,
+            phases: Phases {
+                wait_capture: 0.0,
+                connect: connected,
+                first_byte: pulled.first_byte,
+                pulled: base,
+                loaded: base + done.loaded,
+                caught_up: base + done.linked,
+                handed_off: base + done.linked,
+            },
+            pull_mib_s: s.bytes as f64 / (1 << 20) as f64 / pulled.secs.max(1e-9),
+            notes,
+            agent_cpu_secs: crate::procstat::own_cpu_secs(),
+            agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
+            agent_peak_pss_kib: 0,
+            swarm: "not in a swarm (staged join)".into(),
+            received_bytes_total: crate::ReceivedBytes { relay: s.bytes, peers: 0 },
+            sources: Vec::new(),
+            peer_bad_blocks: 0,
+            peer_failures: 0,
+            bytes_served_to_peers: 0,
+            attempts: Vec::new(),
+            staged: Some(crate::StagedReport {
+                node_id: self.node_id.clone(),
+                master_id: self.master_id.clone(),
+                restart: if cfg.restart.command.is_some() { crate::RestartBy::Command } else { crate::RestartBy::Supervisor },
+                met: self.plan.meet,
+                backlog_headroom_bytes: self.headroom.0,
+                backlog_headroom_secs: self.headroom.1,
+                restarted_secs: done.restarted,
+                renewals: self.renewals,
+            }),
+        };
+        let _ = t0;
+        crate::Joined { report, peering: None }
+    }
+}
+
+fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
+    match c.cmd(&["CLUSTER", "NODES"])? {
+        resp::Frame::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        other => Err(client::Error::Unexpected { addr: c.addr().into(), what: format!("CLUSTER NODES answered {other:?}") }),
+    }
+}
+
+fn sync_counters(master: &mut Client) -> Result<SyncCounters, Error> {
+    let i = master.info("stats").map_err(Error::master)?;
+    Ok(SyncCounters { full: i.num("sync_full").unwrap_or(0) as u64, partial_ok: i.num("sync_partial_ok").unwrap_or(0) as u64 })
+}
+
+fn parked_secret() -> Result<String, Error> {
+    let mut b = [0u8; 24];
+    getrandom::getrandom(&mut b).map_err(|e| Error::Internal(format!("randomness for the parked link: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Poll `f` until it says done, fails, or `max` passes (then a timeout naming `what`).
+fn wait_for(max: Duration, what: &str, mut f: impl FnMut() -> Result<bool, Error>) -> Result<(), Error> {
+    let deadline = Instant::now() + max;
+    loop {
+        if f()? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout(format!("waited {:.0} s for {what}", max.as_secs_f64())));
+        }
+        std::thread::sleep(limits::SERVER_POLL_EVERY); // Polling a server's state, with a deadline.
+    }
+}
