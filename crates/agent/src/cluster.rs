@@ -148,8 +148,11 @@ pub fn myself(nodes: &[Node]) -> Result<&Node, String> {
 /// A node config for a server that has never run, making it a replica of `master` (whose table, as
 /// `CLUSTER NODES` on it answered, is `table`): a fresh id for it, and every settled node of the
 /// table with its address and slots, so it knows whom to follow and who serves what. Ports of its
-/// own line are the server's to fill in at start; its address it learns from the cluster.
-pub fn staged_config(my_id: &str, table: &[Node], master_id: &str, table_text: &str) -> Result<String, String> {
+/// own line are the server's to fill in at start; its address it learns from the cluster. A master that
+/// has not learned its own address (a cluster of one lists itself as `:port`) is written with the
+/// host of `master_addr`, where the stager reached it: the staged node must reach it before anyone
+/// introduces it.
+pub fn staged_config(my_id: &str, table: &[Node], master_id: &str, master_addr: &str, table_text: &str) -> Result<String, String> {
     check_id(my_id)?;
     if !table.iter().any(|n| n.id == master_id && n.role == Role::Master) {
         return Err(format!("the table has no master {master_id}"));
@@ -163,6 +166,10 @@ pub fn staged_config(my_id: &str, table: &[Node], master_id: &str, table_text: &
         }
         // The answering node's line says `myself`: it is not ourselves here.
         let mut f: Vec<String> = line.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect();
+        if n.id == master_id && f[1].starts_with(':') {
+            let host = master_addr.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']'])).unwrap_or(master_addr);
+            f[1] = format!("{host}{}", f[1]);
+        }
         f[2] = f[2].split(',').filter(|x| *x != "myself").collect::<Vec<_>>().join(",");
         // Migration markers describe the answering node's state, not a stored one.
         f.retain(|x| !x.starts_with('['));
@@ -234,14 +241,17 @@ mod tests {
         let table = format!("{M} 10.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-16383 [7->-{N}]\n");
         let nodes = parse(&table).unwrap();
         let me = "a".repeat(40);
-        let conf = staged_config(&me, &nodes, M, &table).unwrap();
+        let conf = staged_config(&me, &nodes, M, "10.0.0.9:7001", &table).unwrap();
         let back = parse(&conf).unwrap();
         let mine = myself(&back).unwrap();
         assert_eq!((mine.id.as_str(), mine.role, mine.master.as_deref()), (me.as_str(), Role::Replica, Some(M)));
         let master = back.iter().find(|n| n.id == M).unwrap();
         assert!(!master.myself && master.slots == SLOTS && master.addr == "10.0.0.1:7001");
         assert!(conf.ends_with("vars currentEpoch 3 lastVoteEpoch 0\n") && !conf.contains('['), "{conf}");
-        assert!(staged_config(&me, &nodes, N, &table).is_err(), "not a master in the table");
+        assert!(staged_config(&me, &nodes, N, "10.0.0.1:7001", &table).is_err(), "not a master in the table");
+        let alone = format!("{M} :7001@17001 myself,master - 0 0 0 connected 0-16383\n");
+        let conf = staged_config(&me, &parse(&alone).unwrap(), M, "10.0.0.1:7001", &alone).unwrap();
+        assert!(conf.contains(&format!("{M} 10.0.0.1:7001@17001 master")), "{conf}");
         assert_eq!(new_id().unwrap().len(), 40);
     }
 }

@@ -173,7 +173,7 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path) -> Result
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => cluster::new_id().map_err(Error::Internal)?,
         Err(e) => return Err(Error::Precondition(format!("read {}: {e}", path.display()))),
     };
-    let text = cluster::staged_config(&node_id, &table, &me.id, &table_text).map_err(|e| Error::protocol(Party::Master, e))?;
+    let text = cluster::staged_config(&node_id, &table, &me.id, master_addr, &table_text).map_err(|e| Error::protocol(Party::Master, e))?;
     Ok((path.to_path_buf(), text, node_id, me.id.clone()))
 }
 

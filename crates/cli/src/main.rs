@@ -652,7 +652,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
                 c.node_id,
                 c.master_id
             ),
-            None => println!("start the server with replicaof {} (and masterauth if the master needs it)", r.master.replace(':', " ")),
+            None => println!("start the server with replicaof {} (and masterauth if the master needs it)", r.master.rsplit_once(':').map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
         }
     }
     Ok(ExitCode::SUCCESS)
