@@ -187,6 +187,19 @@ pub fn new_id() -> Result<String, String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// Fuzz entry point: a table from anyone (a node's answer, a file) is parsed or refused, never a
+/// panic; and what parses can be turned into a staged config or refused.
+#[doc(hidden)]
+pub fn fuzz(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(nodes) = parse(&text) {
+        let _ = myself(&nodes);
+        if let Some(m) = nodes.iter().find(|n| n.role == Role::Master) {
+            let _ = staged_config(&"0".repeat(ID_LEN), &nodes, &m.id.clone(), "10.0.0.1:6379", &text);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +266,15 @@ mod tests {
         let conf = staged_config(&me, &parse(&alone).unwrap(), M, "10.0.0.1:7001", &alone).unwrap();
         assert!(conf.contains(&format!("{M} 10.0.0.1:7001@17001 master")), "{conf}");
         assert_eq!(new_id().unwrap().len(), 40);
+    }
+
+    #[test]
+    fn fuzz_smoke() {
+        let seed = format!("{M} 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\n");
+        for cut in 0..seed.len() {
+            fuzz(&seed.as_bytes()[..cut]);
+        }
+        fuzz(&[0xff, 0xfe, b' ', b'\n']);
+        crate::rdb_aux::fuzz(b"REDIS0011\xfa\xc3\x05\x0a\x00a\xe0\x00\x00");
     }
 }
