@@ -26,6 +26,14 @@ pub enum JoinPhase {
     StreamingLog,
     /// Checking the master, `REPLICAOF`, reading the outcome.
     HandingOff,
+    /// A staged join (a cluster node), after `pulling`: recording the node as the master's replica,
+    /// placing the snapshot as its RDB file, its shutdown. (A staged join's order: pulling,
+    /// recording, restarting, loading, linking, done.)
+    Recording,
+    /// A staged join: the node is down until its supervisor (or `--restart-command`) starts it.
+    Restarting,
+    /// A staged join: the restarted, loaded node links to its master.
+    Linking,
     /// Over (handed off, or failed).
     Done,
 }
@@ -39,13 +47,26 @@ impl JoinPhase {
             JoinPhase::Loading => "loading",
             JoinPhase::StreamingLog => "streaming log",
             JoinPhase::HandingOff => "handing off",
+            JoinPhase::Recording => "recording",
+            JoinPhase::Restarting => "restarting",
+            JoinPhase::Linking => "linking",
             JoinPhase::Done => "done",
         }
     }
 
     /// From the name [`crate::machine::Join::phase_name`] reports.
     pub fn from_name(name: &str) -> Option<JoinPhase> {
-        const ALL: [JoinPhase; 6] = [JoinPhase::Preparing, JoinPhase::Pulling, JoinPhase::Loading, JoinPhase::StreamingLog, JoinPhase::HandingOff, JoinPhase::Done];
+        const ALL: [JoinPhase; 9] = [
+            JoinPhase::Preparing,
+            JoinPhase::Pulling,
+            JoinPhase::Loading,
+            JoinPhase::StreamingLog,
+            JoinPhase::HandingOff,
+            JoinPhase::Recording,
+            JoinPhase::Restarting,
+            JoinPhase::Linking,
+            JoinPhase::Done,
+        ];
         ALL.into_iter().find(|p| p.name() == name)
     }
 }

@@ -26,6 +26,12 @@ const ENV_TLS_KEY: &str = "FASTREPL_GUARD_TLS_KEY";
 const ENV_TLS_NAME: &str = "FASTREPL_GUARD_TLS_SERVER_NAME";
 const ENV_TLS: &str = "FASTREPL_GUARD_TLS";
 const DISARM: &[u8] = b"disarm\n";
+/// Set for a staged join's guard ([`arm_staged`]): what it guards is a parked cluster node.
+const ENV_STAGED_MASTER: &str = "FASTREPL_GUARD_STAGED_MASTER";
+const ENV_STAGED_MASTERUSER: &str = "FASTREPL_GUARD_STAGED_MASTERUSER";
+const ENV_STAGED_MASTERAUTH: &str = "FASTREPL_GUARD_STAGED_MASTERAUTH";
+const ENV_STAGED_RDB: &str = "FASTREPL_GUARD_STAGED_RDB";
+const ENV_STAGED_RDB_ASIDE: &str = "FASTREPL_GUARD_STAGED_RDB_ASIDE";
 
 /// The hidden subcommand that runs a guard.
 pub const SUBCOMMAND: &str = "__guard";
@@ -37,11 +43,57 @@ pub struct Guard {
 
 /// Start a guard for `cfg.replica`, which is about to follow `follows` (the agent's listener).
 pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
+    let mut cmd = command(cfg)?;
+    cmd.env(ENV_FOLLOWS, follows.to_string());
+    if let Some(v) = diskless_load_before {
+        cmd.env(ENV_DISKLESS, v);
+    }
+    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the replica guard: {e}")))?;
+    Ok(Guard { child })
+}
+
+/// What a staged join's guard must know to undo a parked cluster node.
+pub struct StagedNode<'a> {
+    /// The master it was met with and is to be met with again after a reset.
+    pub master: &'a str,
+    /// `masteruser` and `masterauth` before the park.
+    pub masteruser: Option<&'a str>,
+    /// See `masteruser`.
+    pub masterauth: Option<&'a str>,
+    /// The RDB file the snapshot becomes, and where the one before was kept.
+    pub rdb: &'a std::path::Path,
+    /// See `rdb`.
+    pub rdb_aside: &'a std::path::Path,
+}
+
+/// Start a guard for a cluster node about to be parked and recorded as a replica (see
+/// [`crate::staged`]): if the agent dies before the node's shutdown, the guard finds it parked and
+/// undoes it — `CLUSTER RESET SOFT`, `CLUSTER MEET` the master, the link's settings back, the staged
+/// file removed (the one before put back). A node already down is left to its supervisor: it starts
+/// as the master's replica and resyncs.
+pub fn arm_staged(cfg: &crate::Config, node: &StagedNode<'_>) -> Result<Guard, Error> {
+    let mut cmd = command(cfg)?;
+    cmd.env(ENV_STAGED_MASTER, node.master).env(ENV_STAGED_RDB, node.rdb).env(ENV_STAGED_RDB_ASIDE, node.rdb_aside);
+    // The password travels in the environment of our own child, never in argv.
+    for (k, v) in [(ENV_STAGED_MASTERUSER, node.masteruser), (ENV_STAGED_MASTERAUTH, node.masterauth)] {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the node's guard: {e}")))?;
+    Ok(Guard { child })
+}
+
+/// The guard's command with what every guard needs: the replica and how to reach it.
+fn command(cfg: &crate::Config) -> Result<Command, Error> {
     let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("find our own binary for the replica guard: {e}")))?;
     let mut cmd = Command::new(exe);
     cmd.arg(SUBCOMMAND)
         .env(ENV_REPLICA, &cfg.replica)
-        .env(ENV_FOLLOWS, follows.to_string())
+        .env_remove(ENV_FOLLOWS)
+        .env_remove(ENV_DISKLESS)
+        .env_remove(ENV_STAGED_MASTER)
         .env_remove(ENV_USER)
         .env_remove(ENV_PASSWORD)
         .stdin(Stdio::piped())
@@ -51,9 +103,6 @@ pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_bef
             cmd.env(ENV_USER, u);
         }
         cmd.env(ENV_PASSWORD, &a.password);
-    }
-    if let Some(v) = diskless_load_before {
-        cmd.env(ENV_DISKLESS, v);
     }
     // A TLS-only local server: the guard needs the same files (paths, not secrets, but not argv either).
     for k in [ENV_TLS, ENV_TLS_CACERT, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_NAME] {
@@ -71,8 +120,7 @@ pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_bef
             cmd.env(ENV_TLS_NAME, n);
         }
     }
-    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the replica guard: {e}")))?;
-    Ok(Guard { child })
+    Ok(cmd)
 }
 
 impl Guard {
@@ -96,7 +144,9 @@ impl Drop for Guard {
 /// The guard process: wait for the agent's word or its death; on death, reset the replica if it
 /// still follows the agent. Returns the exit code.
 pub fn run() -> i32 {
-    let (Ok(replica), Ok(follows)) = (std::env::var(ENV_REPLICA), std::env::var(ENV_FOLLOWS)) else {
+    let staged = std::env::var(ENV_STAGED_MASTER).ok();
+    let follows = std::env::var(ENV_FOLLOWS);
+    let (Ok(replica), true) = (std::env::var(ENV_REPLICA), follows.is_ok() || staged.is_some()) else {
         eprintln!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand");
         return 2;
     };
@@ -107,20 +157,14 @@ pub fn run() -> i32 {
     if word == DISARM {
         return 0;
     }
-    let tls = match std::env::var_os(ENV_TLS) {
-        None => None,
-        Some(_) => {
-            let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
-            let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
-            match client::tls::Tls::load(&o) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    eprintln!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}");
-                    return 1;
-                }
-            }
-        }
+    let tls = match load_tls(&replica) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
+    if let Some(master) = staged {
+        return undo_staged(&replica, auth.as_ref(), tls.as_ref(), &master);
+    }
+    let follows = follows.unwrap_or_default();
     match crate::local::reset(&replica, auth.as_ref(), tls.as_ref(), std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(crate::local::Reset::Done) => {
             eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
@@ -138,4 +182,55 @@ pub fn run() -> i32 {
             1
         }
     }
+}
+
+/// TLS to the replica, from the environment (`Err`: the exit code after saying why).
+fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
+    if std::env::var_os(ENV_TLS).is_none() {
+        return Ok(None);
+    }
+    let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
+    let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
+    client::tls::Tls::load(&o).map(Some).map_err(|e| {
+        eprintln!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}");
+        1
+    })
+}
+
+/// The staged join's agent died: undo a node still parked (its `masteruser` is ours), leave one that
+/// is down or was changed by someone else.
+fn undo_staged(node: &str, auth: Option<&replication::replica::Auth>, tls: Option<&client::tls::Tls>, master: &str) -> i32 {
+    let mut c = match client::Client::connect_tls(node, auth, crate::local::CMD_TIMEOUT, tls) {
+        Ok(c) => c,
+        // Down: its supervisor starts it as the master's replica, on the staged snapshot.
+        Err(_) => return 0,
+    };
+    match c.config_get("masteruser") {
+        Ok(Some(u)) if u == crate::staged::PARKED_USER => {}
+        _ => return 0,
+    }
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let (host, port) = master.rsplit_once(':').map(|(h, p)| (h.trim_matches(['[', ']']).to_string(), p.to_string())).unwrap_or_default();
+    let (user, pass) = (env(ENV_STAGED_MASTERUSER), env(ENV_STAGED_MASTERAUTH));
+    let steps: [(&str, [&str; 4]); 4] = [
+        ("CLUSTER RESET SOFT", ["CLUSTER", "RESET", "SOFT", ""]),
+        ("CLUSTER MEET", ["CLUSTER", "MEET", &host, &port]),
+        ("restore masteruser", ["CONFIG", "SET", "masteruser", &user]),
+        ("restore masterauth", ["CONFIG", "SET", "masterauth", &pass]),
+    ];
+    for (what, args) in steps {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty() || what.starts_with("restore")).collect();
+        if let Err(e) = c.cmd(&args) {
+            eprintln!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}");
+            return 1;
+        }
+    }
+    let (rdb, aside) = (std::path::PathBuf::from(env(ENV_STAGED_RDB)), std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)));
+    let restored = if aside.exists() { std::fs::rename(&aside, &rdb) } else { std::fs::remove_file(&rdb).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) };
+    if let Err(e) = restored {
+        eprintln!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display());
+        return 1;
+    }
+    eprintln!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again");
+    0
 }

@@ -326,6 +326,10 @@ pub enum ReplicaState {
     /// A cluster node's staging was undone after it was recorded as a replica: its staged files
     /// removed, it is an empty master of the cluster again ([`staged`]).
     Unstaged,
+    /// A cluster node shut down for its staged start did not come back (no supervisor started it, or
+    /// `--restart-command` failed): its staged files were removed and its config restored, so it
+    /// starts as the empty master it was. Not retried: nothing here starts it.
+    Down(String),
 }
 
 impl ReplicaState {
@@ -338,6 +342,7 @@ impl ReplicaState {
             ReplicaState::Unreachable(_) => "unreachable",
             ReplicaState::HandedOver => "handed_over",
             ReplicaState::Unstaged => "unstaged",
+            ReplicaState::Down(_) => "down",
         }
     }
 
@@ -349,6 +354,7 @@ impl ReplicaState {
             ReplicaState::ResetFailed(why) => format!("The replica could not be reset ({why}): it may still follow this agent's address. Run REPLICAOF NO ONE and FLUSHALL on it, then run the same `fastrepl join` again."),
             ReplicaState::Unreachable(why) => format!("The replica did not answer to be reset ({why}); a restarted server comes back standalone. Check its role (INFO replication) before running the same `fastrepl join` again."),
             ReplicaState::HandedOver => "The replica had already been handed to the master: it is the master's replica now (check its link with INFO replication).".into(),
+            ReplicaState::Down(what) => format!("The cluster node is down: {what}. Start it (it comes back as the empty master it was), see why its supervisor did not, and run the same `fastrepl join` again."),
             ReplicaState::Unstaged => "The cluster node's staging was undone: its staged RDB file removed, and it is an empty master of the cluster again, with no slots. Fix the cause above and run the same `fastrepl join` again.".into(),
         }
     }
@@ -457,7 +463,7 @@ impl Live {
         use std::sync::atomic::Ordering::Relaxed;
         let mut e = metrics::Exposition::new("fastrepl_join");
         let now = *self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        for p in [join::WAITING_FOR_CAPTURE].iter().chain(machine::PHASE_NAMES).chain(&[join::WAITING_TO_RETRY]) {
+        for p in [join::WAITING_FOR_CAPTURE].iter().chain(machine::PHASE_NAMES).chain(&staged::PHASES).chain(&[join::WAITING_TO_RETRY]) {
             e.gauge("phase", "The join's phase (1 = current).", &[("phase", p)], if *p == now { 1.0 } else { 0.0 });
         }
         e.counter("rdb_sent_bytes_total", "Snapshot bytes sent to the local server.", &[], self.rdb_bytes_sent.load(Relaxed) as f64);

@@ -94,6 +94,7 @@ impl Retries {
         match replica {
             ReplicaState::HandedOver => return Verdict::GiveUp("the replica was already handed to the master"),
             ReplicaState::ResetFailed(_) => return Verdict::GiveUp("the replica could not be reset"),
+            ReplicaState::Down(_) => return Verdict::GiveUp("the node is down and nothing here starts it"),
             ReplicaState::Untouched | ReplicaState::Reset | ReplicaState::Unstaged | ReplicaState::Unreachable(_) => {}
         }
         if !retryable(e) {

@@ -109,6 +109,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         tracing::info!(transport = %transport.kind(), reason = %why, generation = desc.generation, offset = desc.offset, dir = %dir.display(), "pulling the snapshot into the server's directory");
         let mut file = Staged::create(dir)?;
         src.live.set_phase("pulling");
+        crate::events::phase("pulling");
         let pull = pipeline::Pull {
             transport: transport.as_ref(),
             progress: &attached.progress,

@@ -37,13 +37,12 @@ const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
 const GOSSIP_MAX: Duration = Duration::from_secs(30);
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
 const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
-/// The phase (display, `fastrepl_join_phase`) while the node is down and starting again.
-pub const RESTARTING: &str = "restarting";
-/// The phase while the restarted node links to its master.
-pub const LINKING: &str = "linking";
+/// The phases of a staged join after the pull (display, `fastrepl_join_phase`, the event stream):
+/// recording the role and placing the file, the node down until started again, loading, linking.
+pub const PHASES: [&str; 4] = ["recording", "restarting", "loading", "linking"];
 
 /// The user name a parked link presents (no master has it: its `AUTH` fails).
-const PARKED_USER: &str = "fastrepl-parked-link";
+pub const PARKED_USER: &str = "fastrepl-parked-link";
 
 /// How the staging restarts the node.
 #[derive(Debug, Clone, Default)]
@@ -118,6 +117,8 @@ struct Staging {
     headroom: (u64, Option<f64>),
     renewals: u32,
     step: Option<Step>,
+    /// Armed from the park to the shutdown (see [`crate::guard::arm_staged`]).
+    guard: Option<crate::guard::Guard>,
 }
 
 impl Staging {
@@ -181,6 +182,7 @@ impl Staging {
             headroom: (0, None),
             renewals: 0,
             step: None,
+            guard: None,
         })
     }
 
@@ -213,6 +215,7 @@ impl Staging {
     fn apply(&mut self, cfg: &Config) -> Result<Done, Error> {
         let t = Instant::now();
         check_cancel(&cfg.cancel)?;
+        phase(cfg, "recording");
         let counters_before = sync_counters(&mut self.master)?;
         if self.plan.meet {
             let (host, port) = crate::join::split_host_port(&self.master_addr)?;
@@ -225,6 +228,16 @@ impl Staging {
             })?;
         }
         self.config_before = std::fs::read(self.dir.join(&self.config_name)).ok();
+        // From the park to the shutdown the node would be left half-staged if this process died: a
+        // guard process undoes it then.
+        let target = self.dir.join(&self.rdb_name);
+        let aside = self.dir.join(format!("{}.before-fastrepl", self.rdb_name));
+        let (user_before, auth_before) = self.parked_from.clone();
+        let guard = crate::guard::arm_staged(
+            cfg,
+            &crate::guard::StagedNode { master: &self.master_addr, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
+        )?;
+        self.guard = Some(guard);
         // Park the link, then record the role: from here no handshake of the node gets past AUTH.
         let secret = parked_secret()?;
         self.node.config_set("masteruser", PARKED_USER).map_err(Error::replica)?;
@@ -237,9 +250,7 @@ impl Staging {
             Ok(cluster::parse(&text).ok().and_then(|ns| cluster::myself(&ns).ok().cloned()).is_some_and(|me| me.id == node_id && me.role == Role::Replica && me.master.as_deref() == Some(&master_id)))
         })?;
         // The snapshot becomes its RDB file.
-        let target = self.dir.join(&self.rdb_name);
         if target.exists() {
-            let aside = self.dir.join(format!("{}.before-fastrepl", self.rdb_name));
             std::fs::rename(&target, &aside).map_err(|e| Error::Resource(format!("keep the node's RDB file aside ({}): {e}", target.display())))?;
             self.rdb_aside = Some(aside);
         }
@@ -248,13 +259,18 @@ impl Staging {
         // Shut down without saving (a save would overwrite the snapshot with the empty dataset).
         let _ = self.node.cmd(&["SHUTDOWN", "NOSAVE"]); // The connection closes: no answer expected.
         self.step = Some(Step::ShutDown);
-        cfg.live.set_phase(RESTARTING);
+        // Down (or going): a dead agent now leaves a node that starts as the master's replica.
+        if let Some(g) = self.guard.take() {
+            g.disarm();
+        }
+        phase(cfg, "restarting");
         let restarted = self.wait_restart(cfg)?;
         self.step = Some(Step::Restarted);
-        cfg.live.set_phase("loading");
+        phase(cfg, "loading");
         let loaded = self.wait_loaded(cfg)?;
-        cfg.live.set_phase(LINKING);
+        phase(cfg, "linking");
         let (linked, offset) = self.wait_linked(cfg)?;
+        crate::events::handed_off(offset);
         let counters_after = sync_counters(&mut self.master)?;
         let mut notes = Vec::new();
         let resync = match staging::judge(counters_before, counters_after) {
@@ -282,7 +298,9 @@ impl Staging {
             tracing::info!(node = %addr, "node down; running --restart-command");
             let out = std::process::Command::new("sh").arg("-c").arg(cmd).stdin(std::process::Stdio::null()).output().map_err(|e| Error::Internal(format!("run --restart-command: {e}")))?;
             if !out.status.success() {
-                return Err(Error::unavailable(Party::Replica, format!("--restart-command exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let said = if stderr.trim().is_empty() { String::new() } else { format!(": {}", stderr.trim()) };
+                return Err(Error::unavailable(Party::Replica, format!("--restart-command failed ({}){said}", out.status)));
             }
         }
         let old = self.node_run_id.clone();
@@ -345,6 +363,15 @@ impl Staging {
 
     /// Undo what the staging did, as far as it got; the node's state to report.
     fn unwind(&mut self, cfg: &Config) -> ReplicaState {
+        let state = self.undo(cfg);
+        // Undone here (or failed to be: said in the state): the guard must not try again.
+        if let Some(g) = self.guard.take() {
+            g.disarm();
+        }
+        state
+    }
+
+    fn undo(&mut self, cfg: &Config) -> ReplicaState {
         let Some(step) = self.step else { return ReplicaState::Untouched };
         let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).ok();
         let running = node.as_mut().is_some_and(|c| c.cmd(&["PING"]).is_ok());
@@ -380,7 +407,7 @@ impl Staging {
             return ReplicaState::Untouched;
         }
         if !running {
-            return ReplicaState::Unreachable(format!("the node is down; {} — started again, it is the empty master it was", done.join(", ")));
+            return ReplicaState::Down(done.join(", "));
         }
         let met = if self.plan.meet { " (it stays known to the cluster: the join introduced it)" } else { "" };
         tracing::warn!(node = %cfg.replica, "staging undone: {}{met}", done.join(", "));
@@ -475,6 +502,12 @@ impl Staging {
         let _ = t0;
         crate::Joined { report, peering: None }
     }
+}
+
+/// Enter a phase: the display and metrics, and the event stream.
+fn phase(cfg: &Config, name: &'static str) {
+    cfg.live.set_phase(name);
+    crate::events::phase(name);
 }
 
 fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
