@@ -155,7 +155,15 @@ impl Staging {
         let master_table = cluster::parse(&cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let master_me = cluster::myself(&master_table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?.clone();
         let knows_master = node_table.iter().any(|n| n.id == master_me.id && !n.unsettled);
-        let facts = NodeFacts { addr: cfg.replica.clone(), keys, me: me.clone(), aof, knows_master };
+        let facts = NodeFacts {
+            addr: cfg.replica.clone(),
+            keys,
+            me: me.clone(),
+            aof,
+            knows_master,
+            has_masterauth: parked_from.1.as_deref().is_some_and(|a| !a.is_empty()),
+            master_needs_auth: cfg.master_auth.is_some(),
+        };
         let plan = staging::check(&facts, &MasterFacts { addr: master_addr.clone(), me: master_me.clone() }).map_err(Error::Precondition)?;
         let dir = cfg.restart.dir.clone().unwrap_or_else(|| PathBuf::from(&dir_conf));
         if cfg.restart.command.is_none() {
@@ -218,7 +226,7 @@ impl Staging {
         phase(cfg, "recording");
         let counters_before = sync_counters(&mut self.master)?;
         if self.plan.meet {
-            let (host, port) = crate::join::split_host_port(&self.master_addr)?;
+            let (host, port) = meet_address(&self.master_addr)?;
             self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
             self.step = Some(Step::Met);
             let id = self.master_id.clone();
@@ -233,9 +241,11 @@ impl Staging {
         let target = self.dir.join(&self.rdb_name);
         let aside = self.dir.join(format!("{}.before-fastrepl", self.rdb_name));
         let (user_before, auth_before) = self.parked_from.clone();
+        let (meet_host, meet_port) = meet_address(&self.master_addr)?;
+        let meet_at = format!("{meet_host}:{meet_port}");
         let guard = crate::guard::arm_staged(
             cfg,
-            &crate::guard::StagedNode { master: &self.master_addr, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
+            &crate::guard::StagedNode { master: &meet_at, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
         )?;
         self.guard = Some(guard);
         // Park the link, then record the role: from here no handshake of the node gets past AUTH.
@@ -417,7 +427,7 @@ impl Staging {
     /// `CLUSTER RESET SOFT` (an empty master, the cluster forgotten), then meet the master again.
     fn reset_role(&self, c: &mut Client) -> Result<(), String> {
         c.cmd(&["CLUSTER", "RESET", "SOFT"]).map_err(|e| format!("CLUSTER RESET SOFT: {e}"))?;
-        let (host, port) = crate::join::split_host_port(&self.master_addr).map_err(|e| e.to_string())?;
+        let (host, port) = meet_address(&self.master_addr).map_err(|e| e.to_string())?;
         c.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(|e| format!("CLUSTER MEET {}: {e}", self.master_addr))?;
         Ok(())
     }
@@ -502,6 +512,19 @@ impl Staging {
         let _ = t0;
         crate::Joined { report, peering: None }
     }
+}
+
+/// The master's address as `CLUSTER MEET` takes it: an IP (a name is resolved here) and a port.
+fn meet_address(addr: &str) -> Result<(String, String), Error> {
+    use std::net::ToSocketAddrs;
+    let (host, port) = crate::join::split_host_port(addr)?;
+    let ip = (host.as_str(), port.parse::<u16>().map_err(|_| Error::Precondition(format!("bad port in {addr}")))?)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| Error::unavailable(Party::Master, format!("resolve {host}")))?
+        .ip();
+    Ok((ip.to_string(), port))
 }
 
 /// Enter a phase: the display and metrics, and the event stream.

@@ -24,6 +24,10 @@ pub struct NodeFacts {
     pub aof: bool,
     /// Its table lists the master, settled (not failing, not in a handshake).
     pub knows_master: bool,
+    /// It has a `masterauth` (a cluster replica authenticates to its master with its own).
+    pub has_masterauth: bool,
+    /// The master needs a password (the join was given one for it).
+    pub master_needs_auth: bool,
 }
 
 /// What the checks learned about the master.
@@ -78,6 +82,12 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
         return Err(format!(
             "{n} has appendonly yes: at its restart it would load its AOF, not the snapshot. Turn AOF off for the join \
              (CONFIG SET appendonly no, and in its config file), and on again after it (CONFIG SET appendonly yes)"
+        ));
+    }
+    if node.master_needs_auth && !node.has_masterauth {
+        return Err(format!(
+            "the master needs a password (one was given for it) and {n} has no masterauth: a cluster replica authenticates to its \
+             master with its own masterauth (and masteruser); set them in its config file, then join"
         ));
     }
     Ok(Plan { meet: !node.knows_master })
@@ -263,7 +273,15 @@ mod tests {
 
     fn facts() -> (NodeFacts, MasterFacts) {
         (
-            NodeFacts { addr: "n:1".into(), keys: 0, me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected")), aof: false, knows_master: true },
+            NodeFacts {
+                addr: "n:1".into(),
+                keys: 0,
+                me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected")),
+                aof: false,
+                knows_master: true,
+                has_masterauth: false,
+                master_needs_auth: false,
+            },
             MasterFacts { addr: "m:1".into(), me: node(&format!("{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-16383")) },
         )
     }
@@ -285,6 +303,8 @@ mod tests {
         };
         refused(&NodeFacts { keys: 3, ..n.clone() }, &m, "holds 3 keys");
         refused(&NodeFacts { aof: true, ..n.clone() }, &m, "appendonly yes");
+        refused(&NodeFacts { master_needs_auth: true, ..n.clone() }, &m, "no masterauth");
+        assert!(check(&NodeFacts { master_needs_auth: true, has_masterauth: true, ..n.clone() }, &m).is_ok());
         refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9")), ..n.clone() }, &m, "serves 5 slots");
         refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,slave {M} 0 0 0 connected")), ..n.clone() }, &m, "already a replica");
         refused(&n, &MasterFacts { me: node(&format!("{M} 127.0.0.1:1@2 myself,slave {N} 0 0 1 connected")), ..m.clone() }, "not a cluster master");
