@@ -67,7 +67,7 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
     }
     if node.me.slots > 0 {
         return Err(format!(
-            "{n} serves {} slots: a node must serve none to become a replica; move them away first (redis-cli --cluster reshard)",
+            "{n} serves {} slot(s): a node must serve none to become a replica; move them away first (redis-cli --cluster reshard)",
             node.me.slots
         ));
     }
@@ -305,7 +305,7 @@ mod tests {
         refused(&NodeFacts { aof: true, ..n.clone() }, &m, "appendonly yes");
         refused(&NodeFacts { master_needs_auth: true, ..n.clone() }, &m, "no masterauth");
         assert!(check(&NodeFacts { master_needs_auth: true, has_masterauth: true, ..n.clone() }, &m).is_ok());
-        refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9")), ..n.clone() }, &m, "serves 5 slots");
+        refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9")), ..n.clone() }, &m, "serves 5 slot(s)");
         refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,slave {M} 0 0 0 connected")), ..n.clone() }, &m, "already a replica");
         refused(&n, &MasterFacts { me: node(&format!("{M} 127.0.0.1:1@2 myself,slave {N} 0 0 1 connected")), ..m.clone() }, "not a cluster master");
         refused(&n, &MasterFacts { me: node(&format!("{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected")), ..m.clone() }, "serves no slots");

@@ -1124,6 +1124,12 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
     let tls = a.tls.load()?;
     let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.a))?;
     let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.b))?;
+    // A cluster replica redirects reads to its master unless the connection is READONLY.
+    for (c, addr) in [(&mut ca, &a.a), (&mut cb, &a.b)] {
+        if c.info("cluster").with_context(|| format!("INFO cluster on {addr}"))?.get("cluster_enabled") == Some("1") {
+            c.cmd(&["READONLY"]).with_context(|| format!("READONLY on cluster node {addr}"))?;
+        }
+    }
     let opts = verify::Options { ttl_tolerance_ms: a.ttl_tolerance_ms, ..Default::default() };
     let out = match verify::compare(&mut ca, &mut cb, &opts) {
         Ok(o) => o,
