@@ -224,7 +224,9 @@ impl Staging {
         let t = Instant::now();
         check_cancel(&cfg.cancel)?;
         phase(cfg, "recording");
-        let counters_before = sync_counters(&mut self.master)?;
+        // The shard's nodes and their counters: the node may end up following another of them if
+        // the master fails over meanwhile, and is judged by the one it follows.
+        let shard = self.shard(cfg)?;
         if self.plan.meet {
             let (host, port) = meet_address(&self.master_addr)?;
             self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
@@ -280,10 +282,26 @@ impl Staging {
         let loaded = self.wait_loaded(cfg)?;
         phase(cfg, "linking");
         let (linked, offset) = self.wait_linked(cfg)?;
+        // A replica of the shard now: from here a failure leaves it as it is.
+        self.step = Some(Step::Linked);
         crate::events::handed_off(offset);
-        let counters_after = sync_counters(&mut self.master)?;
         let mut notes = Vec::new();
-        let resync = match staging::judge(counters_before, counters_after) {
+        let st = local::repl_state(&mut self.node).map_err(Error::replica)?;
+        let follows = st.master.unwrap_or_default();
+        let followed = shard.iter().find(|m| same_addr(&m.addr, &follows));
+        let resync = match followed {
+            None => Resync::Unknown(format!("the node follows {follows}, not a node of the shard it was staged for")),
+            Some(m) => {
+                if m.id != self.master_id {
+                    notes.push(format!("the master failed over during the staging: the node follows the shard's new master {} ({})", m.addr, m.id));
+                }
+                let mut c = Client::connect_tls(&m.addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+                let after = sync_counters(&mut c)?;
+                self.wait_cluster_agrees(&mut c, &m.id)?;
+                staging::judge(m.before, after)
+            }
+        };
+        let resync = match resync {
             Resync::Partial => Handoff::Partial,
             Resync::Full => Handoff::Full,
             Resync::Unknown(why) => {
@@ -291,7 +309,6 @@ impl Staging {
                 Handoff::Full
             }
         };
-        self.wait_cluster_agrees()?;
         if let Some(aside) = self.rdb_aside.take() {
             let _ = std::fs::remove_file(aside); // The node holds the data now; the old empty file is no use.
         }
@@ -362,13 +379,35 @@ impl Staging {
         Ok((Instant::now(), offset))
     }
 
-    /// Wait until the master's table lists the node as its replica.
-    fn wait_cluster_agrees(&mut self) -> Result<(), Error> {
-        let (node_id, master_id) = (self.node_id.clone(), self.master_id.clone());
+    /// Wait until the table of the master the node follows (`c`, id `master_id`) lists it as its replica.
+    fn wait_cluster_agrees(&self, c: &mut Client, master_id: &str) -> Result<(), Error> {
+        let node_id = self.node_id.clone();
         wait_for(GOSSIP_MAX, "the master's CLUSTER NODES to list the node as its replica", || {
-            let t = cluster_nodes(&mut self.master).map_err(Error::master)?;
-            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(&master_id) && !n.unsettled)))
+            let t = cluster_nodes(c).map_err(Error::master)?;
+            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(master_id) && !n.unsettled)))
         })
+    }
+
+    /// The shard's master and replicas as the master's table lists them (addresses as the cluster
+    /// knows them: what a replica's `master_host` says), each with its sync counters now.
+    fn shard(&mut self, cfg: &Config) -> Result<Vec<ShardNode>, Error> {
+        let table = cluster::parse(&cluster_nodes(&mut self.master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let mut out = Vec::new();
+        for n in table.iter().filter(|n| n.id == self.master_id || (n.role == Role::Replica && n.master.as_deref() == Some(self.master_id.as_str()) && !n.unsettled)) {
+            let before = if n.id == self.master_id {
+                sync_counters(&mut self.master)?
+            } else {
+                // A replica that does not answer now is no candidate to judge by later.
+                match Client::connect_tls(&n.addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()) {
+                    Ok(mut c) => sync_counters(&mut c)?,
+                    Err(_) => continue,
+                }
+            };
+            // A master alone in its cluster has not learned its own address: it is where we reach it.
+            let addr = if n.addr.starts_with(':') { self.master_addr.clone() } else { n.addr.clone() };
+            out.push(ShardNode { id: n.id.clone(), addr, before });
+        }
+        Ok(out)
     }
 
     /// Undo what the staging did, as far as it got; the node's state to report.
@@ -383,6 +422,9 @@ impl Staging {
 
     fn undo(&mut self, cfg: &Config) -> ReplicaState {
         let Some(step) = self.step else { return ReplicaState::Untouched };
+        if step == Step::Linked {
+            return ReplicaState::HandedOver;
+        }
         let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).ok();
         let running = node.as_mut().is_some_and(|c| c.cmd(&["PING"]).is_ok());
         let mut failed: Vec<String> = Vec::new();
@@ -525,6 +567,20 @@ fn meet_address(addr: &str) -> Result<(String, String), Error> {
         .ok_or_else(|| Error::unavailable(Party::Master, format!("resolve {host}")))?
         .ip();
     Ok((ip.to_string(), port))
+}
+
+/// A node of the shard and its sync counters before the restart.
+struct ShardNode {
+    id: String,
+    addr: String,
+    before: SyncCounters,
+}
+
+/// Two `host:port` addresses name the same server (names resolved).
+fn same_addr(a: &str, b: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let resolve = |x: &str| x.to_socket_addrs().map(|it| it.collect::<Vec<_>>()).unwrap_or_default();
+    a == b || resolve(a).iter().any(|x| resolve(b).contains(x))
 }
 
 /// Enter a phase: the display and metrics, and the event stream.

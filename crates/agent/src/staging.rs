@@ -229,6 +229,9 @@ pub enum Step {
     ShutDown,
     /// Back and loading or loaded.
     Restarted,
+    /// Linked to a master of its shard: a replica, whatever fails after (the cluster's agreement,
+    /// the counters) is reported, not undone.
+    Linked,
 }
 
 /// One thing to undo.
@@ -248,7 +251,7 @@ pub enum Undo {
 /// What to undo after a failure at `step`, in order, given whether the node answers now.
 pub fn undo(step: Step, running: bool) -> Vec<Undo> {
     match (step, running) {
-        (Step::Pulled | Step::Met, _) => Vec::new(),
+        (Step::Pulled | Step::Met | Step::Linked, _) => Vec::new(),
         (Step::Recorded, true) => vec![Undo::ResetRole, Undo::Unpark],
         (Step::Recorded, false) => vec![Undo::RestoreConfig],
         (Step::Placed, true) => vec![Undo::ResetRole, Undo::Unpark, Undo::RestoreRdb],
@@ -348,6 +351,7 @@ mod tests {
     #[test]
     fn undo_depends_on_the_step_and_whether_the_node_runs() {
         assert!(undo(Step::Pulled, true).is_empty());
+        assert!(undo(Step::Linked, true).is_empty() && undo(Step::Linked, false).is_empty(), "a linked replica is left as it is");
         assert_eq!(undo(Step::Recorded, true), vec![Undo::ResetRole, Undo::Unpark]);
         assert_eq!(undo(Step::Placed, true), vec![Undo::ResetRole, Undo::Unpark, Undo::RestoreRdb]);
         assert_eq!(undo(Step::ShutDown, false), vec![Undo::RestoreRdb, Undo::RestoreConfig]);
