@@ -286,19 +286,17 @@ impl Staging {
         self.step = Some(Step::Linked);
         crate::events::handed_off(offset);
         let mut notes = Vec::new();
-        let st = local::repl_state(&mut self.node).map_err(Error::replica)?;
-        let follows = st.master.unwrap_or_default();
-        let followed = shard.iter().find(|m| same_addr(&m.addr, &follows));
-        let resync = match followed {
-            None => Resync::Unknown(format!("the node follows {follows}, not a node of the shard it was staged for")),
+        // The cluster agrees once the master the node's own table names lists it as its replica
+        // (after a failover during the staging, that is the shard's new master).
+        let (master_id, master_addr) = self.wait_cluster_agrees(cfg)?;
+        let resync = match shard.iter().find(|m| m.id == master_id) {
+            None => Resync::Unknown(format!("the node follows {master_addr} ({master_id}), not a node of the shard it was staged for")),
             Some(m) => {
                 if m.id != self.master_id {
-                    notes.push(format!("the master failed over during the staging: the node follows the shard's new master {} ({})", m.addr, m.id));
+                    notes.push(format!("the master failed over during the staging: the node follows the shard's new master {master_addr} ({master_id})"));
                 }
                 let mut c = Client::connect_tls(&m.addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
-                let after = sync_counters(&mut c)?;
-                self.wait_cluster_agrees(&mut c, &m.id)?;
-                staging::judge(m.before, after)
+                staging::judge(m.before, sync_counters(&mut c)?)
             }
         };
         let resync = match resync {
@@ -355,16 +353,29 @@ impl Staging {
     }
 
     /// Wait until the node has loaded its RDB.
+    /// A node that dies while it loads (or links) is started again by its supervisor and loads the
+    /// same file again: a lost connection is waited through (up to the phase's deadline), not a
+    /// failure.
     fn wait_loaded(&mut self, cfg: &Config) -> Result<Instant, Error> {
         wait_for(cfg.load_timeout, "the node to load the snapshot", || {
             check_cancel(&cfg.cancel)?;
             match self.node.info("persistence") {
                 Ok(i) => Ok(i.get("loading") == Some("0")),
                 Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => Ok(false),
+                Err(e @ client::Error::Io { .. }) => self.reconnect(cfg, e),
                 Err(e) => Err(Error::replica(e)),
             }
         })?;
         Ok(Instant::now())
+    }
+
+    /// The connection to the node broke: connect again if it answers (`Ok(false)`: not done yet).
+    fn reconnect(&mut self, cfg: &Config, e: client::Error) -> Result<bool, Error> {
+        tracing::warn!(node = %cfg.replica, error = %e, "lost the node; waiting for it to answer again");
+        if let Ok(c) = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()) {
+            self.node = c;
+        }
+        Ok(false)
     }
 
     /// Wait until the node is a replica with its link up and no sync in progress; its offset then.
@@ -372,20 +383,43 @@ impl Staging {
         let mut offset = 0;
         wait_for(cfg.handoff_timeout, "the node's link to the master", || {
             check_cancel(&cfg.cancel)?;
-            let st = local::repl_state(&mut self.node).map_err(Error::replica)?;
+            let st = match local::repl_state(&mut self.node) {
+                Ok(st) => st,
+                Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
+                Err(e) => return Err(Error::replica(e)),
+            };
             offset = st.offset.unwrap_or(0);
             Ok(st.role == Some(client::Role::Replica) && st.link_up && !st.syncing)
         })?;
         Ok((Instant::now(), offset))
     }
 
-    /// Wait until the table of the master the node follows (`c`, id `master_id`) lists it as its replica.
-    fn wait_cluster_agrees(&self, c: &mut Client, master_id: &str) -> Result<(), Error> {
+    /// Wait until the master the node's own table names (id, address) is a master and lists the
+    /// node as its replica.
+    fn wait_cluster_agrees(&mut self, cfg: &Config) -> Result<(String, String), Error> {
         let node_id = self.node_id.clone();
-        wait_for(GOSSIP_MAX, "the master's CLUSTER NODES to list the node as its replica", || {
-            let t = cluster_nodes(c).map_err(Error::master)?;
-            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(master_id) && !n.unsettled)))
-        })
+        let mut agreed = (String::new(), String::new());
+        wait_for(GOSSIP_MAX, "the cluster to list the node as its master's replica (CLUSTER NODES on the master)", || {
+            let table = match cluster_nodes(&mut self.node) {
+                Ok(t) => cluster::parse(&t),
+                Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
+                Err(_) => return Ok(false),
+            };
+            let Ok(table) = table else { return Ok(false) };
+            let Some(id) = table.iter().find(|n| n.myself).and_then(|me| me.master.clone()) else { return Ok(false) };
+            let Some(m) = table.iter().find(|n| n.id == id && n.role == Role::Master && !n.unsettled) else { return Ok(false) };
+            let addr = if m.addr.starts_with(':') { self.master_addr.clone() } else { m.addr.clone() };
+            let Ok(mut c) = Client::connect_tls(&addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()) else { return Ok(false) };
+            let listed = cluster_nodes(&mut c)
+                .ok()
+                .and_then(|t| cluster::parse(&t).ok())
+                .is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(id.as_str()) && !n.unsettled));
+            if listed {
+                agreed = (id, addr);
+            }
+            Ok(listed)
+        })?;
+        Ok(agreed)
     }
 
     /// The shard's master and replicas as the master's table lists them (addresses as the cluster
@@ -574,13 +608,6 @@ struct ShardNode {
     id: String,
     addr: String,
     before: SyncCounters,
-}
-
-/// Two `host:port` addresses name the same server (names resolved).
-fn same_addr(a: &str, b: &str) -> bool {
-    use std::net::ToSocketAddrs;
-    let resolve = |x: &str| x.to_socket_addrs().map(|it| it.collect::<Vec<_>>()).unwrap_or_default();
-    a == b || resolve(a).iter().any(|x| resolve(b).contains(x))
 }
 
 /// Enter a phase: the display and metrics, and the event stream.

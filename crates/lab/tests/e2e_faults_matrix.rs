@@ -8,6 +8,32 @@ mod common;
 use common::*;
 
 #[test]
+fn staged_join_cells_keep_the_invariant() {
+    // The staged join of a cluster node under its faults: the agent killed while pulling, recording
+    // and restarting; the node killed while loading; a failover while it loads; the backlog overrun
+    // while it is down. On loopback clusters (no namespaces needed).
+    let dir = tempfile::tempdir().unwrap();
+    let o = lab().args(["faults", "--staged", "--out"]).arg(dir.path()).output().expect("run the staged cells");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "a staged cell broke the invariant:\n{text}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("staged.json")).unwrap()).unwrap();
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "{text}");
+    let by_name = |n: &str| cells.iter().find(|c| c["cell"] == n).unwrap_or_else(|| panic!("no cell {n}"));
+    for c in cells {
+        assert_ne!(c["verdict"]["verdict"], "violation", "{}: {}", c["cell"], c["verdict"]);
+        assert_ne!(c["struck_in"].as_str().unwrap_or_default().get(..5), Some("never"), "{}: the fault never struck", c["cell"]);
+    }
+    // An overrun backlog is a full sync, reported as one (exit 3), never as partial.
+    let overrun = by_name("staged:backlog-overrun@restarting");
+    assert_eq!(overrun["observed"]["exit"], 3, "{overrun}");
+    assert_eq!(overrun["verdict"]["verdict"], "native", "{overrun}");
+    // A failover while the node loads: it follows the shard's new master, and the join says so.
+    let failover = by_name("staged:failover@loading");
+    assert!(failover["told"].as_str().unwrap_or_default().contains("failed over"), "{failover}");
+}
+
+#[test]
 fn quick_fault_matrix_keeps_the_invariant() {
     let dir = tempfile::tempdir().unwrap();
     let o = lab().args(["faults", "--quick", "--out"]).arg(dir.path()).output().expect("run the fault matrix");

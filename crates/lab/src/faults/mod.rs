@@ -7,6 +7,7 @@
 
 pub mod cell;
 pub mod matrix;
+pub mod staged;
 pub mod writer;
 
 use anyhow::{anyhow, bail, Result};
@@ -39,6 +40,38 @@ pub struct FaultsArgs {
     /// Only re-render results.md from the results.json in --out (no cell runs).
     #[arg(long)]
     pub render: bool,
+    /// Run the staged-join cells (cluster nodes, on loopback) instead, into --out's staged.json and
+    /// staged.md (--only and --flavor apply).
+    #[arg(long, conflicts_with_all = ["quick", "render"])]
+    pub staged: bool,
+}
+
+/// `--staged`: the staged join's cells.
+fn run_staged(a: &FaultsArgs) -> Result<Vec<staged::StagedResult>> {
+    let flavor = Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
+    let exe = crate::fastrepl_bin()?;
+    let cells: Vec<staged::StagedCell> = staged::cells().into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
+    if cells.is_empty() {
+        bail!("no staged cell matches {:?}", a.only);
+    }
+    fixtures::children_die_with_parent(true);
+    let mut results = Vec::new();
+    for (n, c) in cells.iter().enumerate() {
+        eprintln!("[{}/{}] {} ...", n + 1, cells.len(), c.name());
+        let r = staged::run(c, flavor, &exe)?;
+        eprintln!("    {:?}: {}", r.verdict, r.told);
+        results.push(r);
+    }
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("staged.json"), serde_json::to_string_pretty(&serde_json::json!({"flavor": a.flavor, "only": a.only, "cells": results}))?)?;
+    let summary = format!("{} staged cells run, {} survived", results.len(), results.iter().filter(|r| r.passed()).count());
+    std::fs::write(a.out.join("staged.md"), format!("# Fault matrix: staged joins\n\n**{summary}**\n\nReproduce: `fastrepl-lab faults --staged --flavor {}`.\n\n{}", a.flavor, staged::markdown(&results)))?;
+    println!("{summary}");
+    let broken: Vec<&str> = results.iter().filter(|r| !r.passed()).map(|r| r.cell.as_str()).collect();
+    if !broken.is_empty() {
+        bail!("{} staged cell(s) broke the invariant: {}", broken.len(), broken.join(", "));
+    }
+    Ok(results)
 }
 // No `--merge` (re-running a few cells into an existing results.json): a cell's definition lives in
 // code as much as in its name, so a merged file could mix cells from two definitions unnoticed. A
@@ -58,6 +91,10 @@ pub struct Results {
 /// Run the matrix (or its `--quick` part), write the results, and fail if any cell broke the
 /// invariant.
 pub fn run(a: FaultsArgs) -> Result<Results> {
+    if a.staged {
+        run_staged(&a)?;
+        return Ok(Results { settings: serde_json::json!({"staged": true}), cells: Vec::new(), summary: String::new() });
+    }
     if a.render {
         let mut r: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
         // The summary line is derived from the cells, like the rest of results.md.
