@@ -161,6 +161,12 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         }
     }
     let writes = writer.stop();
+    // A node the fault killed is started again by its supervisor (the join may have ended before
+    // the kill landed): observe it once it answers.
+    let deadline = Instant::now() + SETTLE;
+    while Instant::now() < deadline && seen(&node).0 == SeenRole::Unreachable {
+        std::thread::sleep(Duration::from_millis(100)); // Waiting for the supervisor, with a deadline.
+    }
     let (role, following, keys) = seen(&node);
     o.role = role;
     o.following = following.clone();
@@ -217,7 +223,7 @@ fn strike(cell: &StagedCell, c: &Cluster, node: &Node, j: &mut Proc) -> Result<(
 fn seen(n: &Node) -> (SeenRole, String, u64) {
     let Ok(mut c) = n.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
     let Ok(i) = c.info("replication") else { return (SeenRole::Unreachable, String::new(), 0) };
-    let keys = c.info("keyspace").map(|k| k.0.iter().filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()).unwrap_or(0);
+    let keys = c.info("keyspace").map(|k| k.0.values().filter_map(|v| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()).unwrap_or(0);
     match i.get("role") {
         Some("master") => (SeenRole::Standalone, String::new(), keys),
         Some("slave") => (SeenRole::Replica, format!("{}:{}", i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default()), keys),
