@@ -5,6 +5,7 @@
 //! - [`scenario`]: what each scenario runs (dataset, links, replica counts, modes).
 //! - [`run`]: one measured run — fresh replicas, one mode, metrics, verification.
 //! - [`report`]: raw JSON, Markdown table and PNG charts, with the machine described.
+pub mod cluster;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -16,7 +17,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, agent-killed,
-    /// late-joiner, zero-fork, or all.
+    /// late-joiner, zero-fork, cluster (3 shards, a new replica each: native vs fastrepl; not in
+    /// `all`), or all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).
@@ -63,6 +65,10 @@ pub struct BenchArgs {
 
 /// Run the benchmark; writes results into `args.out` and prints the table.
 pub fn main(args: BenchArgs) -> Result<()> {
+    // A zone lost in a cluster: its own topology and figures (see [`cluster`]).
+    if args.scenario == "cluster" {
+        return cluster::main(&args);
+    }
     let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
     let flavor = fixtures::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
     // Check every scenario's settings before anything runs.
