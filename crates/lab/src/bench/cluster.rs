@@ -8,7 +8,8 @@
 //! max) — the figures Valkey's "sync from replica" design reports.
 //!
 //! CPU: this machine has 2 cores for every host. The three masters are pinned to core 0, everything
-//! else (replicas, new nodes, relays, agents, the probes' and this harness's threads) to core 1: the
+//! else (replicas, new nodes, relays, agents, this harness) to core 1, the latency probes' threads to
+//! core 0 with the masters (on the busy core they would measure their own scheduling delays): the
 //! masters' latency is about the masters, not about the work around them; the three masters share
 //! their core, so one master's fork delays the others' clients too (said in the results).
 
@@ -75,6 +76,8 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         }
     }
     let link = args.links.first().cloned();
+    // Counted before this process is pinned to one of them.
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     pin_self(OTHER_CPU)?;
     fixtures::children_die_with_parent(true);
     std::fs::create_dir_all(&args.out)?;
@@ -90,8 +93,8 @@ pub fn main(args: &BenchArgs) -> Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let doc = serde_json::json!({
         "command": command, "server": flavor.name(), "shards": SHARDS, "values": values, "value_bytes": 4 << 20,
-        "link": link.clone().unwrap_or_else(|| "unshaped".into()), "pinning": format!("masters on CPU {MASTER_CPU}; replicas, new nodes, relays, agents, probes on CPU {OTHER_CPU}"),
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "runs": runs,
+        "link": link.clone().unwrap_or_else(|| "unshaped".into()), "pinning": format!("masters and their latency probes on CPU {MASTER_CPU}; replicas, new nodes, relays, agents on CPU {OTHER_CPU}"),
+        "cpus": cpus, "runs": runs,
     });
     std::fs::write(args.out.join("results.json"), serde_json::to_string_pretty(&doc)?)?;
     std::fs::write(args.out.join("results.md"), markdown(&doc, &runs, &modes))?;
@@ -237,6 +240,9 @@ impl Probe {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::spawn(move || {
+            // On the masters' CPU: a probe sharing the busy CPU with fastrepl's work would measure
+            // its own scheduling delays, not the master.
+            let pinned = pin_thread(MASTER_CPU.parse().unwrap_or(0));
             let mut lat = Vec::new();
             let mut i = 0u64;
             while !st.load(Ordering::Relaxed) {
@@ -249,6 +255,9 @@ impl Probe {
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
                 i += 1;
                 std::thread::sleep(Duration::from_millis(1)); // The probe's rate (~1000/s), not synchronization.
+            }
+            if !pinned {
+                lat.clear(); // Measured from the wrong CPU: not reported.
             }
             lat
         });
@@ -264,7 +273,18 @@ impl Probe {
     }
 }
 
-/// Pin this process (the harness, its probes) to `cpus`.
+/// Pin the calling thread to CPU `cpu`; false if the kernel refused.
+fn pin_thread(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it for cpu < CPU_SETSIZE;
+    // sched_setaffinity(0, ...) reads the set for the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Pin this process (the harness; its probe threads re-pin themselves) to `cpus`.
 fn pin_self(cpus: &str) -> Result<()> {
     let st = Command::new("taskset").args(["-a", "-p", "-c", cpus, &std::process::id().to_string()]).output().context("run taskset")?;
     if !st.status.success() {
@@ -283,7 +303,9 @@ fn markdown(doc: &serde_json::Value, runs: &[ClusterRun], modes: &[String]) -> S
     s.push_str(&format!("Command: `{}`\n\n", doc["command"].as_str().unwrap_or_default()));
     s.push_str(&format!(
         "{} shards of {} × 4 MiB values ({} MiB per shard) on namespace hosts (link: {}); server {}; {}; the machine has {} CPUs. \
-         Medians over runs (every run in results.json). Latency: a GET/SET probe from each master's own host, every ~1 ms, during the whole sync.\n\n",
+         Medians over runs (every run in results.json). Latency: a GET/SET probe from each master's own host, every ~1 ms, during the whole sync. \
+         Time to sync is bound by this machine's CPU: with the masters on CPU 0, everything fastrepl runs (three relays, their captures on the \
+         shards' replicas, three agents, three nodes loading) shares CPU 1, while a native sync's work runs in the masters' fork children on CPU 0.\n\n",
         doc["shards"],
         doc["values"],
         doc["values"].as_u64().unwrap_or(0) * 4,

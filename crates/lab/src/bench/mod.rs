@@ -67,6 +67,7 @@ pub struct BenchArgs {
 pub fn main(args: BenchArgs) -> Result<()> {
     // A zone lost in a cluster: its own topology and figures (see [`cluster`]).
     if args.scenario == "cluster" {
+        on_signal_remove_labs()?;
         return cluster::main(&args);
     }
     let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
