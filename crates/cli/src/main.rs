@@ -40,7 +40,8 @@ enum Cmd {
         mut_arg("cert", |a| a.help("Client certificate, PEM, for servers with tls-auth-clients; also served to a local replica with tls-replication yes"))
     )]
     Join(JoinArgs),
-    /// Compare two servers' datasets (exit 0 iff identical).
+    /// Compare two servers' datasets (exit 0 identical, 1 different, 2 a type it cannot compare or an
+    /// error).
     #[command(mut_arg("tls", |a| a.help("Speak TLS to both servers")))]
     Verify(VerifyArgs),
     /// Pull a relay's snapshot into a file (or stdout) without a Redis replica.
@@ -1145,16 +1146,28 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
         } else if out.identical() {
             writeln!(o, "identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries)?;
         } else {
-            writeln!(o, "DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len())?;
-            for d in &out.differences {
-                writeln!(o, "  {d}")?;
+            if out.difference_count > 0 {
+                writeln!(o, "DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len())?;
+                for d in &out.differences {
+                    writeln!(o, "  {d}")?;
+                }
+            }
+            for (t, n) in &out.uncomparable {
+                writeln!(o, "cannot compare type {t} ({n} keys): verify does not know how its values are meant")?;
             }
         }
         o.flush()
     })();
     // A reader that went away (`| head`) saw what it wanted; the verdict is still the exit status.
     quiet_on_broken_pipe(written)?;
-    Ok(if out.identical() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    // 1: something differs; 2: nothing found different, but not everything could be compared.
+    Ok(if out.identical() {
+        ExitCode::SUCCESS
+    } else if out.difference_count > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 #[cfg(test)]

@@ -2,9 +2,14 @@
 //!
 //! Every database with keys on either side is scanned; for each key the type, the TTL (within a
 //! tolerance, since the clocks run while we compare) and the value are compared. Values are first
-//! compared by `DUMP` (fast, exact); when the dumps differ — as they legitimately do between server
-//! versions that encode the same value differently — they are compared logically by type. Functions
-//! are compared by `FUNCTION LIST WITHCODE` where the servers have them. Work is pipelined in batches.
+//! compared by `DUMP` (equal dumps are equal values); when the dumps differ — as they legitimately do
+//! between server versions that encode the same value differently, and always for vector sets, whose
+//! graph is built at random — they are compared as the servers mean them: zset scores as doubles (not as
+//! printed: Redis 7.0 prints 17 significant digits, Valkey the shortest), hash fields with their own
+//! TTLs (Redis 7.4+, Valkey 9), vector sets by their elements, each element's vector as stored
+//! (`VEMB … RAW`) and its attributes. A type not known here is never called equal: it is reported as
+//! "cannot compare" (the command exits 2). Functions are compared by `FUNCTION LIST WITHCODE` where the
+//! servers have them. Work is pipelined in batches.
 #![deny(missing_docs)]
 
 use client::{command, Client};
@@ -42,12 +47,14 @@ pub struct Outcome {
     pub difference_count: u64,
     /// The first few, described.
     pub differences: Vec<String>,
+    /// Keys of types this comparison does not know, by type: neither equal nor different.
+    pub uncomparable: std::collections::BTreeMap<String, u64>,
 }
 
 impl Outcome {
-    /// True when nothing differs.
+    /// True when nothing differs and every key could be compared.
     pub fn identical(&self) -> bool {
-        self.difference_count == 0
+        self.difference_count == 0 && self.uncomparable.is_empty()
     }
     fn differ(&mut self, max: usize, what: String) {
         self.difference_count += 1;
@@ -79,9 +86,24 @@ fn dbs_with_keys(c: &mut Client) -> Result<BTreeSet<u32>, Error> {
     Ok(ks.0.keys().filter_map(|k| k.strip_prefix("db")?.parse().ok()).collect())
 }
 
+/// What a server can be asked beyond the commands every supported server has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Caps {
+    /// Hash fields with their own TTLs (`HPEXPIRETIME`: Redis 7.4+, Valkey 9).
+    field_ttl: bool,
+}
+
+fn caps(c: &mut Client) -> Result<Caps, Error> {
+    // `COMMAND INFO name`: a nil entry for a command the server does not have.
+    let r = c.raw(&["COMMAND", "INFO", "HPEXPIRETIME"])?;
+    let known = |i: usize| r.as_array().and_then(|a| a.get(i)).is_some_and(|f| !matches!(f, Frame::Null | Frame::Error(_)));
+    Ok(Caps { field_ttl: known(0) })
+}
+
 /// Compare `a` (the reference, normally the master) with `b`.
 pub fn compare(a: &mut Client, b: &mut Client, opts: &Options) -> Result<Outcome, Error> {
     let mut out = Outcome::default();
+    let caps = (caps(a)?, caps(b)?);
     let mut dbs = dbs_with_keys(a)?;
     dbs.extend(dbs_with_keys(b)?);
     for db in dbs {
@@ -89,13 +111,13 @@ pub fn compare(a: &mut Client, b: &mut Client, opts: &Options) -> Result<Outcome
         let dbs = db.to_string();
         a.cmd(&["SELECT", &dbs])?;
         b.cmd(&["SELECT", &dbs])?;
-        compare_db(a, b, db, opts, &mut out)?;
+        compare_db(a, b, db, caps, opts, &mut out)?;
     }
     compare_functions(a, b, opts, &mut out)?;
     Ok(out)
 }
 
-fn compare_db(a: &mut Client, b: &mut Client, db: u32, opts: &Options, out: &mut Outcome) -> Result<(), Error> {
+fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts: &Options, out: &mut Outcome) -> Result<(), Error> {
     let max = opts.differences_max;
     // Every key of a, compared with b.
     let mut cursor = b"0".to_vec();
@@ -104,7 +126,7 @@ fn compare_db(a: &mut Client, b: &mut Client, db: u32, opts: &Options, out: &mut
         let parts = r.as_array().unwrap_or(&[]);
         cursor = parts.first().and_then(Frame::as_bytes).unwrap_or(b"0").to_vec();
         let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
-        compare_keys(a, b, db, &keys, opts, out)?;
+        compare_keys(a, b, db, &keys, caps, opts, out)?;
         if cursor == b"0" {
             break;
         }
@@ -148,7 +170,10 @@ fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame
     Ok(v)
 }
 
-fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], opts: &Options, out: &mut Outcome) -> Result<(), Error> {
+/// The types compared here; any other is reported as uncomparable.
+const KNOWN_TYPES: [&str; 7] = ["string", "list", "hash", "set", "zset", "stream", "vectorset"];
+
+fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], caps: (Caps, Caps), opts: &Options, out: &mut Outcome) -> Result<(), Error> {
     let max = opts.differences_max;
     let da = describe(keys, a)?;
     let db_ = describe(keys, b)?;
@@ -179,13 +204,18 @@ fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], opts:
         if !ttl_ok {
             out.differ(max, format!("db{db} key '{name}': TTL {ttl_a} ms vs {ttl_b} ms"));
         }
+        let t = ta.as_text().unwrap_or_default();
+        if !KNOWN_TYPES.contains(&t.as_str()) {
+            // Never a byte comparison of DUMP payloads: they are not canonical.
+            *out.uncomparable.entry(t).or_insert(0) += 1;
+            continue;
+        }
         if va == vb {
             continue;
         }
-        let t = ta.as_text().unwrap_or_default();
-        let (la, lb) = (logical(a, k, &t)?, logical(b, k, &t)?);
-        if !same_logical(&la, &lb) {
-            out.differ(max, format!("db{db} key '{name}' ({t}): values differ"));
+        let (la, lb) = (logical(a, k, &t, caps.0)?, logical(b, k, &t, caps.1)?);
+        if let Some(what) = first_difference(&la, &lb, opts.ttl_tolerance_ms) {
+            out.differ(max, format!("db{db} key '{name}' ({t}): {what}"));
         }
     }
     Ok(())
@@ -204,17 +234,35 @@ const VERSION_DEPENDENT: [&str; 2] = ["max-deleted-entry-id", "entries-added"];
 
 /// Labelled parts of a value; equal when every label both sides have matches and neither has a label
 /// the other lacks, except the version-dependent ones.
+#[cfg(test)]
 fn same_logical(a: &[(String, Frame)], b: &[(String, Frame)]) -> bool {
+    first_difference(a, b, 0).is_none()
+}
+
+/// The label prefix of a hash field's TTL part: compared within the TTL tolerance, not exactly.
+const FIELD_TTL: &str = "field-ttl ";
+
+/// The first labelled part that differs, described; `None` when the values are the same.
+fn first_difference(a: &[(String, Frame)], b: &[(String, Frame)], ttl_tolerance_ms: i64) -> Option<String> {
     let find = |v: &[(String, Frame)], l: &str| v.iter().find(|(k, _)| k == l).map(|(_, f)| f.clone());
     let labels: BTreeSet<&String> = a.iter().chain(b).map(|(k, _)| k).collect();
-    labels.into_iter().all(|l| match (find(a, l), find(b, l)) {
-        (Some(x), Some(y)) => x == y,
-        _ => VERSION_DEPENDENT.contains(&l.as_str()),
+    labels.into_iter().find_map(|l| {
+        let differs = match (find(a, l), find(b, l)) {
+            (Some(x), Some(y)) if l.starts_with(FIELD_TTL) => match (x.as_int(), y.as_int()) {
+                (Some(x), Some(y)) if x >= 0 && y >= 0 => (x - y).abs() > ttl_tolerance_ms,
+                (x, y) => x != y,
+            },
+            (Some(x), Some(y)) => x != y,
+            // A field TTL reported by one side only: the other has none (-1) or cannot have one.
+            (Some(x), None) | (None, Some(x)) if l.starts_with(FIELD_TTL) => x.as_int() != Some(-1),
+            _ => !VERSION_DEPENDENT.contains(&l.as_str()),
+        };
+        differs.then(|| if l == "value" { "values differ".to_string() } else { format!("{l} differs") })
     })
 }
 
 /// A type's value in a form that does not depend on its encoding, as labelled parts.
-fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<(String, Frame)>, Error> {
+fn logical(c: &mut Client, k: &[u8], t: &str, caps: Caps) -> Result<Vec<(String, Frame)>, Error> {
     let one = |c: &mut Client, args: &[&[u8]]| -> Result<Frame, Error> { Ok(c.raw(args)?) };
     let sorted = |f: Frame| -> Frame {
         match f {
@@ -238,13 +286,98 @@ fn logical(c: &mut Client, k: &[u8], t: &str) -> Result<Vec<(String, Frame)>, Er
     let v = match t {
         "string" => one(c, &[b"GET", k])?,
         "list" => one(c, &[b"LRANGE", k, b"0", b"-1"])?,
-        "hash" => pairs_sorted(one(c, &[b"HGETALL", k])?),
+        "hash" => {
+            let pairs = pairs_sorted(one(c, &[b"HGETALL", k])?);
+            return hash_logical(c, k, caps, pairs);
+        }
         "set" => sorted(one(c, &[b"SMEMBERS", k])?),
-        "zset" => one(c, &[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"])?,
+        "zset" => zset_scores(one(c, &[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"])?),
         "stream" => return stream_logical(c, k),
-        _ => one(c, &[b"DUMP", k])?,
+        "vectorset" => return vectorset_logical(c, k),
+        other => unreachable_type(other),
     };
     Ok(vec![("value".into(), v)])
+}
+
+/// `logical` is called for [`KNOWN_TYPES`] only.
+fn unreachable_type(t: &str) -> Frame {
+    Frame::Error(format!("no logical form for type {t}").into_bytes())
+}
+
+/// Member/score pairs with each score as the double it denotes, written one canonical way (Rust's
+/// shortest round-trip form): the same double prints differently on different servers.
+fn zset_scores(f: Frame) -> Frame {
+    match f {
+        Frame::Array(v) => Frame::Array(
+            v.chunks(2)
+                .flat_map(|p| {
+                    let score = p.get(1).and_then(Frame::as_text).and_then(|s| parse_score(&s));
+                    let score = match score {
+                        Some(d) => Frame::Bulk(format!("{d:?}").into_bytes()),
+                        None => p.get(1).cloned().unwrap_or(Frame::Null),
+                    };
+                    [p[0].clone(), score]
+                })
+                .collect(),
+        ),
+        f => f,
+    }
+}
+
+/// A score as a server prints it (`3.5`, `inf`, `-inf`, `1e+20`).
+fn parse_score(s: &str) -> Option<f64> {
+    match s {
+        "inf" | "+inf" => Some(f64::INFINITY),
+        "-inf" => Some(f64::NEG_INFINITY),
+        s => s.parse().ok(),
+    }
+}
+
+/// A hash: its fields and values, and, where the server has them, each field's own TTL (absolute,
+/// `HPEXPIRETIME`: -1 none) labelled by field.
+fn hash_logical(c: &mut Client, k: &[u8], caps: Caps, pairs: Frame) -> Result<Vec<(String, Frame)>, Error> {
+    let fields: Vec<Vec<u8>> = pairs.as_array().unwrap_or(&[]).iter().filter_map(|p| p.as_array()?.first()?.as_bytes().map(<[u8]>::to_vec)).collect();
+    let mut v = vec![("value".to_string(), pairs)];
+    if caps.field_ttl && !fields.is_empty() {
+        let n = fields.len().to_string();
+        let mut args: Vec<&[u8]> = vec![b"HPEXPIRETIME", k, b"FIELDS", n.as_bytes()];
+        args.extend(fields.iter().map(Vec::as_slice));
+        let ttls = c.raw(&args)?;
+        for (f, t) in fields.iter().zip(ttls.as_array().unwrap_or(&[])) {
+            if t.as_int() != Some(-1) {
+                v.push((format!("{FIELD_TTL}{}", printable(f)), t.clone()));
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// A vector set: its dimension and quantization, its elements, and for each its vector as stored
+/// (`VEMB … RAW`: quantization, bytes, norm, range) and attributes (`VGETATTR`). Not its graph: the
+/// links are built at random and differ between identical sets.
+fn vectorset_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Error> {
+    let card = c.raw(&[b"VCARD".as_slice(), k])?.as_int().unwrap_or(0).max(0);
+    let mut v = vec![("cardinality".to_string(), Frame::Integer(card)), ("dimension".to_string(), c.raw(&[b"VDIM".as_slice(), k])?)];
+    let info = c.raw(&[b"VINFO".as_slice(), k])?;
+    for pair in info.as_array().unwrap_or(&[]).chunks(2) {
+        if let [name, val] = pair {
+            if matches!(name.as_text().as_deref(), Some("quant-type" | "vector-dim" | "size" | "attributes-count")) {
+                v.push((format!("info {}", name.as_text().unwrap_or_default()), val.clone()));
+            }
+        }
+    }
+    // Every element: VRANDMEMBER with a positive count of at least the cardinality returns each once.
+    let members = c.raw(&[b"VRANDMEMBER".as_slice(), k, card.to_string().as_bytes()])?;
+    let mut names: Vec<Vec<u8>> = members.as_array().unwrap_or(&[]).iter().filter_map(|m| m.as_bytes().map(<[u8]>::to_vec)).collect();
+    names.sort();
+    let cmds: Vec<Vec<Vec<u8>>> = names.iter().flat_map(|e| [command(&[b"VEMB".as_slice(), k, e, b"RAW"]), command(&[b"VGETATTR".as_slice(), k, e])]).collect();
+    let replies = c.pipeline(&cmds)?;
+    v.push(("elements".to_string(), Frame::Array(names.iter().map(|n| Frame::Bulk(n.clone())).collect())));
+    for (e, r) in names.iter().zip(replies.chunks(2)) {
+        v.push((format!("element {} vector", printable(e)), r[0].clone()));
+        v.push((format!("element {} attributes", printable(e)), r[1].clone()));
+    }
+    Ok(v)
 }
 
 /// A stream: entries, the stream's ids, its groups with their pending entries and consumers. Idle
@@ -339,6 +472,27 @@ mod tests {
     }
 
     #[test]
+    fn scores_are_compared_as_doubles() {
+        let text = |v: &[&str]| Frame::Array(v.iter().map(|s| Frame::Bulk(s.as_bytes().to_vec())).collect());
+        // Redis 7.0 prints 17 significant digits, Valkey the shortest form of the same double.
+        assert_eq!(zset_scores(text(&["m", "36.348514736245122"])), zset_scores(text(&["m", "36.34851473624512"])));
+        assert_ne!(zset_scores(text(&["m", "36.34851473624512"])), zset_scores(text(&["m", "36.348514736245126"])), "one ulp apart");
+        assert_eq!(zset_scores(text(&["a", "inf", "b", "-inf"])), zset_scores(text(&["a", "+inf", "b", "-inf"])));
+        assert_ne!(zset_scores(text(&["a", "1"])), zset_scores(text(&["b", "1"])));
+    }
+
+    #[test]
+    fn field_ttls_are_compared_within_the_tolerance() {
+        let ttl = |f: &str, t: i64| (format!("{FIELD_TTL}{f}"), Frame::Integer(t));
+        let value = ("value".to_string(), Frame::Array(vec![]));
+        let a = vec![value.clone(), ttl("f", 1_000_000)];
+        assert_eq!(first_difference(&a, &[value.clone(), ttl("f", 1_000_500)], 2000), None);
+        assert!(first_difference(&a, &[value.clone(), ttl("f", 1_005_000)], 2000).is_some_and(|d| d.contains("field-ttl f")));
+        assert!(first_difference(&a, &[value.clone()], 2000).is_some(), "a TTL on one side only");
+        assert_eq!(first_difference(&[value.clone()], &[value], 2000), None);
+    }
+
+    #[test]
     fn differences_are_counted_all_but_listed_up_to_the_bound() {
         let mut o = Outcome::default();
         for i in 0..5 {
@@ -347,6 +501,9 @@ mod tests {
         assert_eq!(o.difference_count, 5);
         assert_eq!(o.differences, vec!["d0", "d1"]);
         assert!(!o.identical());
+        let mut u = Outcome::default();
+        u.uncomparable.insert("graphdata".into(), 1);
+        assert!(!u.identical(), "a key that could not be compared is not identical");
         assert_eq!(printable(b"a\x00b"), "a\\x00b");
         assert!(printable(&[b'x'; 100]).ends_with('…'));
     }
