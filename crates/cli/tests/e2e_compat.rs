@@ -1,4 +1,5 @@
-//! Master × replica pairs among Redis 7.0, Valkey 8.1 and Redis 6.2. A pair the servers can replicate
+//! Master × replica pairs among Redis 6.2, 7.0, 8.2 and Valkey 8.1 (the dataset holds hash fields with
+//! their own TTLs and vector sets where the master has them). A pair the servers can replicate
 //! syncs and verifies; a pair they cannot (the replica cannot load the master's RDB version) is
 //! refused before the replica is touched.
 
@@ -43,4 +44,11 @@ pairs! {
     redis62_to_redis62: Redis62 -> Redis62,
     redis62_to_redis70: Redis62 -> Redis70,
     redis62_to_valkey81: Redis62 -> Valkey81,
+    redis82_to_redis82: Redis82 -> Redis82,
+    redis70_to_redis82: Redis70 -> Redis82,
+    redis62_to_redis82: Redis62 -> Redis82,
+    valkey81_to_redis82: Valkey81 -> Redis82,
+    redis82_to_redis70_refused: Redis82 -> Redis70,
+    redis82_to_redis62_refused: Redis82 -> Redis62,
+    redis82_to_valkey81_refused: Redis82 -> Valkey81,
 }
