@@ -90,7 +90,17 @@ fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
         for ev in hs.on_bytes(&buf[..n]).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("replica handshake: {e}")))? {
             match ev {
                 Event::Reply(r) => io.write_all(&r).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("answer the replica's handshake: {e}")))?,
-                Event::Psync { capa_eof, .. } => return Ok(capa_eof),
+                Event::Psync { capa_eof, offered, .. } => {
+                    let declined = offered.declined();
+                    tracing::info!(
+                        capas = %offered.capas.join(" "),
+                        options = %offered.options.join(" "),
+                        declined = %declined.join(" "),
+                        "the replica's handshake: the agent serves one channel (the RDB{} then the stream); offers it does not take up fall back to that",
+                        if capa_eof { ", EOF-framed," } else { "" }
+                    );
+                    return Ok(capa_eof);
+                }
             }
         }
     }

@@ -25,6 +25,31 @@ fn pair(m: Flavor, r: Flavor) {
     }
 }
 
+/// A replica that offers a newer replication mode (`extra` its setting) is fed over one channel: the
+/// agent declines the offer, as a master that does not choose that mode does, and says so.
+fn newer_mode(f: Flavor, extra: &[&str], offer: &str) {
+    available(f);
+    let master = Server::start(f, &[]);
+    data::fill_every_type(&mut master.client(), 1, f.has_functions());
+    let replica = Server::start(f, extra);
+    let relay = relay(&master.addr(), &[], &[]);
+    let j = join(&relay.addr, &replica.addr(), &[], &[]);
+    assert_partial(&j);
+    assert_identical(&master, &replica);
+    let said = j.output.lines().find(|l| l.contains("the replica's handshake")).unwrap_or_else(|| panic!("the handshake is not logged:\n{}", j.output));
+    assert!(said.contains(&format!("declined={offer}")), "{said}");
+}
+
+#[test]
+fn a_redis82_replica_with_an_rdb_channel_is_fed_over_one() {
+    newer_mode(Flavor::Redis82, &["--repl-rdb-channel", "yes"], "rdb-channel-repl");
+}
+
+#[test]
+fn a_valkey81_replica_with_dual_channel_replication_is_fed_over_one() {
+    newer_mode(Flavor::Valkey81, &["--dual-channel-replication-enabled", "yes"], "dual-channel");
+}
+
 macro_rules! pairs {
     ($($name:ident: $m:ident -> $r:ident,)*) => {$(
         #[test]
