@@ -147,12 +147,9 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
     let capture_ready = Instant::now();
     v.check()?;
     let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
-    if rdb_version > local.server.rdb_version_max() {
+    if let Err(why) = local.server.loads(rdb_version, local.rdb_version_check.as_deref()) {
         return Err(Error::Incompatible(format!(
-            "the master ({master_server}) writes RDB version {rdb_version}; the replica ({}) loads at most version {}. \
-             Native replication cannot pair them either; nothing was changed",
-            local.server,
-            local.server.rdb_version_max()
+            "the master ({master_server}) writes RDB version {rdb_version}: {why}. Native replication cannot pair them either; nothing was changed"
         )));
     }
     let desc = v.desc.clone();

@@ -18,6 +18,8 @@ pub struct Local {
     pub server: Server,
     /// `repl-diskless-load` before we changed it.
     pub diskless_load_before: Option<String>,
+    /// Its `rdb-version-check` (Valkey 9+), which decides whether it loads RDBs other servers write.
+    pub rdb_version_check: Option<String>,
 }
 
 /// Connect and check: reachable, version known, empty (or `force`).
@@ -36,7 +38,16 @@ pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, fo
         tracing::warn!(replica = addr, "the local server has replicas of its own; they will resync from it after the join");
     }
     let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::replica)?;
-    Ok(Local { client, server, diskless_load_before })
+    let rdb_version_check = rdb_version_check(&mut client, &server)?;
+    Ok(Local { client, server, diskless_load_before, rdb_version_check })
+}
+
+/// `rdb-version-check` where the server has it (Valkey 9+; `None` elsewhere).
+pub fn rdb_version_check(client: &mut Client, server: &Server) -> Result<Option<String>, Error> {
+    if server.flavour != "valkey" || server.version.0 < 9 {
+        return Ok(None);
+    }
+    client.config_get("rdb-version-check").map_err(Error::replica)
 }
 
 /// Keys the server holds, over all databases (`INFO keyspace`).

@@ -202,13 +202,8 @@ impl Staging {
         let loads = |rdb_version: u32| -> Result<(), Error> {
             let server = replication::rdb::Server::from_info(&local::info_text(&node.info("server").map_err(Error::replica)?))
                 .ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
-            if rdb_version > server.rdb_version_max() {
-                return Err(Error::Incompatible(format!(
-                    "the master ({master_server}) writes RDB version {rdb_version}; the node ({server}) loads at most version {}. Nothing was changed",
-                    server.rdb_version_max()
-                )));
-            }
-            Ok(())
+            let check = local::rdb_version_check(node, &server)?;
+            server.loads(rdb_version, check.as_deref()).map_err(|why| Error::Incompatible(format!("the master ({master_server}) writes RDB version {rdb_version}: {why}. Nothing was changed")))
         };
         let f = snapshot_file::pull_fresh(&source, &mut self.master, &self.dir, loads)?;
         self.headroom = f.headroom;

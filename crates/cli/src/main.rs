@@ -100,6 +100,11 @@ struct RelayArgs {
     /// Port announced to the master (REPLCONF listening-port); default: the listen port.
     #[arg(long, env = "FASTREPL_ANNOUNCE_PORT")]
     announce_port: Option<u16>,
+    /// The server version announced to a Valkey source (REPLCONF version), which picks the RDB version
+    /// it writes; default: the source's own. For a fleet of mixed versions: the oldest it runs
+    /// (e.g. 8.1.0 for RDB 11). Redis has no such option: not sent to Redis sources.
+    #[arg(long, env = "FASTREPL_ANNOUNCE_VERSION")]
+    announce_version: Option<String>,
     /// Most agent connections at once.
     #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT, env = "FASTREPL_CONNECTIONS_MAX")]
     connections_max: usize,
@@ -523,6 +528,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         token: tokens[0].clone(),
         extra_tokens: tokens[1..].to_vec(),
         announce_port: a.announce_port,
+        announce_version: a.announce_version,
         snapshot: snapshot::Config {
             block_size: a.block_size,
             snapshot_bytes_max: a.snapshot_max_bytes,

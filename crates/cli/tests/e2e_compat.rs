@@ -50,6 +50,29 @@ fn a_valkey81_replica_with_dual_channel_replication_is_fed_over_one() {
     newer_mode(Flavor::Valkey81, &["--dual-channel-replication-enabled", "yes"], "dual-channel");
 }
 
+#[test]
+fn a_valkey_source_is_told_the_replica_version_and_a_redis_source_is_not() {
+    // Valkey picks the RDB version it writes from `REPLCONF version` (Valkey 9 writes RDB 11, without
+    // hash-field TTLs, to a replica that says nothing); Redis refuses the option.
+    available(Flavor::Valkey81);
+    let valkey = Server::start(Flavor::Valkey81, &[]);
+    data::fill_small_mixed(&mut valkey.client(), 100);
+    for (extra, said) in [(&[][..], "announced=8.1."), (&["--announce-version", "8.0.0"][..], "announced=8.0.0")] {
+        let r = relay(&valkey.addr(), extra, &[]);
+        let replica = Server::start(Flavor::Valkey81, &[]);
+        assert_partial(&join(&r.addr, &replica.addr(), &[], &[]));
+        let log = r.proc.output();
+        assert!(log.lines().any(|l| l.contains("REPLCONF version") && l.contains(said)), "{said}:\n{log}");
+    }
+    let redis = Server::start(Flavor::Redis82, &[]);
+    data::fill_small_mixed(&mut redis.client(), 100);
+    let r = relay(&redis.addr(), &["--announce-version", "8.0.0"], &[]);
+    let replica = Server::start(Flavor::Redis82, &[]);
+    assert_partial(&join(&r.addr, &replica.addr(), &[], &[]));
+    let log = r.proc.output();
+    assert!(log.contains("--announce-version is for Valkey sources"), "{log}");
+}
+
 macro_rules! pairs {
     ($($name:ident: $m:ident -> $r:ident,)*) => {$(
         #[test]

@@ -168,6 +168,38 @@ struct Run {
     ticked: Option<Instant>,
 }
 
+/// The version to announce to the source (`REPLCONF version`): a Valkey source chooses the RDB version
+/// it writes from it (Valkey 9 writes RDB 80 for a replica of its version, RDB 11 for one that says
+/// nothing — which cannot hold hash fields with their own TTLs). Redis refuses the option: nothing is
+/// sent to it. `--announce-version` overrides the source's own version (a fleet of mixed versions
+/// announces the oldest it runs). A source whose version cannot be read (INFO refused) gets the
+/// override if any, else nothing, said once per capture.
+fn announced_version(source: &str, cfg: &crate::Config) -> Option<String> {
+    let info = client::Client::connect_tls(source, cfg.master_auth.as_ref(), CONNECT_TIMEOUT, cfg.tls.as_ref()).and_then(|mut c| c.info("server"));
+    let server = match &info {
+        Ok(i) => replication::rdb::Server::from_info(&i.0.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect::<String>()),
+        Err(e) => {
+            tracing::warn!(source, error = %e, announce = ?cfg.announce_version, "cannot read the source's version (INFO server): announcing only --announce-version, if given");
+            return cfg.announce_version.clone();
+        }
+    };
+    match server {
+        Some(s) if s.flavour == "valkey" => {
+            let (a, b, c) = s.version;
+            let v = cfg.announce_version.clone().unwrap_or_else(|| format!("{a}.{b}.{c}"));
+            tracing::info!(source, server = %s, announced = %v, "announcing a replica version to the source (REPLCONF version)");
+            Some(v)
+        }
+        Some(s) => {
+            if cfg.announce_version.is_some() {
+                tracing::warn!(source, server = %s, "--announce-version is for Valkey sources: {s} has no REPLCONF version, none sent");
+            }
+            None
+        }
+        None => cfg.announce_version.clone(),
+    }
+}
+
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
@@ -193,7 +225,8 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .set_read_timeout(Some(TICK))
         .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
         .map_err(|source| Error::Io { op: "configure the socket", server: server.clone(), source })?;
-    let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.snapshot.snapshot_bytes_max, t0);
+    let version = announced_version(&chosen.addr, cfg);
+    let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, server, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
     // A failure fails (mid-RDB) or seals (streaming) the generation: the machine decides, once

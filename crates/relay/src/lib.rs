@@ -91,6 +91,9 @@ pub struct Config {
     pub extra_tokens: Vec<Token>,
     /// Port announced to the master with `REPLCONF listening-port` (default: the listen port).
     pub announce_port: Option<u16>,
+    /// The server version announced to a Valkey source (`REPLCONF version`: it picks the RDB version
+    /// the source writes); `None`: the source's own version, as a replica of its version would say.
+    pub announce_version: Option<String>,
     /// Snapshot tunables.
     pub snapshot: snapshot::Config,
     /// Most agent connections served at once.
@@ -626,6 +629,7 @@ mod tests {
             listen: listen.parse().unwrap(),
             token,
             announce_port: None,
+            announce_version: None,
             snapshot: snapshot::Config::default(),
             connections_max: 4,
             offer: Offer::ALL,

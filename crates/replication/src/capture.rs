@@ -124,9 +124,10 @@ pub struct Capture {
 
 impl Capture {
     /// Start a capture at `now`; returns the machine and the first bytes to send (the first
-    /// handshake step). `snapshot_bytes_max` bounds an announced RDB length.
-    pub fn new(auth: Option<&Auth>, announce_port: u16, snapshot_bytes_max: u64, now: Instant) -> (Capture, Event) {
-        let steps = replica::handshake(auth, announce_port);
+    /// handshake step). `snapshot_bytes_max` bounds an announced RDB length; `version` is the server
+    /// version announced to a Valkey source (see [`replica::handshake`]).
+    pub fn new(auth: Option<&Auth>, announce_port: u16, version: Option<&str>, snapshot_bytes_max: u64, now: Instant) -> (Capture, Event) {
+        let steps = replica::handshake(auth, announce_port, version);
         let first = Event::Send(steps[0].command.clone(), "send handshake");
         let c = Capture {
             phase: Phase::Handshake(0),
@@ -310,7 +311,7 @@ mod tests {
 
     /// Drive a capture through the handshake to `AwaitRdbHeader`.
     fn to_fullresync(now: Instant, auth: Option<&Auth>) -> Capture {
-        let (mut c, first) = Capture::new(auth, 7400, 1 << 30, now);
+        let (mut c, first) = Capture::new(auth, 7400, None, 1 << 30, now);
         let Event::Send(b, _) = first else { panic!() };
         assert!(String::from_utf8_lossy(&b).contains(if auth.is_some() { "AUTH" } else { "PING" }));
         let steps = if auth.is_some() { 4 } else { 3 };
@@ -327,7 +328,7 @@ mod tests {
     #[test]
     fn handshake_sends_one_step_per_reply_and_psync_last() {
         let now = Instant::now();
-        let (mut c, _) = Capture::new(None, 7400, 1 << 30, now);
+        let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
         let s1 = sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
         assert!(s1[0].contains("listening-port") && s1[0].contains("7400"));
         let s2 = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
@@ -339,12 +340,29 @@ mod tests {
     }
 
     #[test]
+    fn a_version_is_announced_after_the_capabilities_when_given() {
+        let now = Instant::now();
+        let (mut c, _) = Capture::new(None, 7400, Some("8.1.8"), 1 << 30, now);
+        sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
+        let s = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
+        assert!(s[0].contains("REPLCONF") && s[0].contains("version") && s[0].contains("8.1.8"), "{s:?}");
+        let s = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
+        assert!(s[0].contains("PSYNC"), "{s:?}");
+        // A source that refuses the option fails the capture, naming the step.
+        let (mut c, _) = Capture::new(None, 7400, Some("8.1.8"), 1 << 30, now);
+        sends(&c.on_bytes(now, b"+PONG\r\n+OK\r\n").unwrap());
+        let e = c.on_bytes(now, b"+OK\r\n-ERR Unrecognized REPLCONF option: version\r\n").unwrap_err();
+        assert!(e.to_string().contains("REPLCONF version"), "{e}");
+    }
+
+    #[test]
     fn refused_handshake_and_continue_are_errors() {
         let now = Instant::now();
-        let (mut c, _) = Capture::new(Some(&Auth { user: None, password: "x".into() }), 1, 1 << 30, now);
+        let (mut c, _) = Capture::new(Some(&Auth { user: None, password: "x".into() }), 1, None, 1 << 30, now);
         let e = c.on_bytes(now, b"-WRONGPASS invalid\r\n").unwrap_err();
         assert!(e.to_string().contains("AUTH refused"), "{e}");
-        let (mut c, _) = Capture::new(None, 1, 1 << 30, now);
+        let (mut c, _) = Capture::new(None, 1, None, 1 << 30, now);
         for _ in 0..3 {
             c.on_bytes(now, b"+OK\r\n").unwrap();
         }
@@ -394,7 +412,7 @@ mod tests {
     #[test]
     fn oversized_rdb_is_refused_before_any_byte_is_stored() {
         let now = Instant::now();
-        let (mut c, _) = Capture::new(None, 1, 100, now);
+        let (mut c, _) = Capture::new(None, 1, None, 100, now);
         for _ in 0..3 {
             c.on_bytes(now, b"+OK\r\n").unwrap();
         }
@@ -423,7 +441,7 @@ mod tests {
     #[test]
     fn a_silent_master_is_given_up_on() {
         let t0 = Instant::now();
-        let (mut c, _) = Capture::new(None, 1, 1 << 30, t0);
+        let (mut c, _) = Capture::new(None, 1, None, 1 << 30, t0);
         assert!(c.on_tick(t0 + SILENCE_MAX).is_ok());
         let e = c.on_tick(t0 + SILENCE_MAX + Duration::from_millis(1)).unwrap_err();
         assert!(matches!(e, CaptureError::Silent { phase: "handshake" }));

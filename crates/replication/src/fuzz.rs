@@ -24,7 +24,7 @@ pub fn parsers(data: &[u8]) {
 /// hands out more RDB bytes than a `$<len>` header announced, and the offsets it logs never go back.
 pub fn capture(data: &[u8]) {
     let now = Instant::now();
-    let (mut c, _) = Capture::new(None, 1, 1 << 20, now);
+    let (mut c, _) = Capture::new(None, 1, None, 1 << 20, now);
     // Answer the handshake so the fuzzed bytes reach PSYNC, the RDB and the stream.
     for _ in 0..3 {
         if c.on_bytes(now, b"+OK\r\n").is_err() {

@@ -39,6 +39,26 @@ impl Server {
         Some(Server { flavour: flavour.into(), version: (it.next()?, it.next().unwrap_or(0), it.next().unwrap_or(0)) })
     }
 
+    /// Can this server load an RDB of `version`? `rdb_version_check` is its `rdb-version-check`
+    /// setting (Valkey 9+: `strict` by default refuses the "foreign" versions 12–79, which other
+    /// servers write; `relaxed` tries them). `Err` says why not, in the operator's terms.
+    pub fn loads(&self, version: u32, rdb_version_check: Option<&str>) -> Result<(), String> {
+        let max = self.rdb_version_max();
+        if self.flavour == "valkey" && self.version.0 >= 9 && (12..=79).contains(&version) {
+            return match rdb_version_check {
+                Some(c) if c.eq_ignore_ascii_case("relaxed") => Ok(()),
+                c => Err(format!(
+                    "{self} refuses RDB version {version}, a version written by another server (rdb-version-check {}; `relaxed` would try it)",
+                    c.unwrap_or("strict")
+                )),
+            };
+        }
+        if version > max {
+            return Err(format!("{self} loads at most RDB version {max}, the snapshot is version {version}"));
+        }
+        Ok(())
+    }
+
     /// The newest RDB version this server can load.
     pub fn rdb_version_max(&self) -> u32 {
         let (maj, min, _) = self.version;
@@ -53,6 +73,31 @@ impl Server {
                 _ => 12,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod loads_tests {
+    use super::*;
+
+    fn server(flavour: &str, v: (u32, u32, u32)) -> Server {
+        Server { flavour: flavour.into(), version: v }
+    }
+
+    #[test]
+    fn what_each_server_loads() {
+        let redis70 = server("redis", (7, 0, 15));
+        assert!(redis70.loads(10, None).is_ok() && redis70.loads(11, None).is_err());
+        assert!(server("redis", (8, 2, 3)).loads(12, None).is_ok());
+        let valkey81 = server("valkey", (8, 1, 8));
+        assert!(valkey81.loads(11, None).is_ok() && valkey81.loads(12, None).is_err() && valkey81.loads(80, None).is_err());
+        let valkey9 = server("valkey", (9, 0, 0));
+        assert!(valkey9.loads(11, None).is_ok() && valkey9.loads(80, None).is_ok());
+        let e = valkey9.loads(12, Some("strict")).unwrap_err();
+        assert!(e.contains("rdb-version-check strict"), "{e}");
+        assert!(valkey9.loads(12, None).is_err(), "strict is the default");
+        assert!(valkey9.loads(12, Some("relaxed")).is_ok());
+        assert!(valkey9.loads(81, Some("relaxed")).is_err(), "newer than it writes");
     }
 }
 

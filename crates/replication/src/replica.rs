@@ -27,8 +27,10 @@ pub struct Step {
     pub command: Vec<u8>,
 }
 
-/// The commands a replica sends before `PSYNC`, in order. Each expects `+OK`/`+PONG`.
-pub fn handshake(auth: Option<&Auth>, listening_port: u16) -> Vec<Step> {
+/// The commands a replica sends before `PSYNC`, in order. Each expects `+OK`/`+PONG`. `version`: the
+/// server version to announce (`REPLCONF version`, which a Valkey master uses to choose the RDB version
+/// it writes; Redis refuses the option, so it is sent to Valkey sources only).
+pub fn handshake(auth: Option<&Auth>, listening_port: u16, version: Option<&str>) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut push = |name, args: &[&str]| {
         let mut command = Vec::new();
@@ -45,6 +47,9 @@ pub fn handshake(auth: Option<&Auth>, listening_port: u16) -> Vec<Step> {
     push("PING", &["PING"]);
     push("REPLCONF listening-port", &["REPLCONF", "listening-port", &listening_port.to_string()]);
     push("REPLCONF capa", &["REPLCONF", "capa", "eof", "capa", "psync2"]);
+    if let Some(v) = version {
+        push("REPLCONF version", &["REPLCONF", "version", v]);
+    }
     steps
 }
 
@@ -123,7 +128,7 @@ mod tests {
     #[test]
     fn handshake_puts_auth_first_and_hides_password() {
         let auth = Auth { user: Some("repl".into()), password: "s3cret".into() };
-        let steps = handshake(Some(&auth), 7400);
+        let steps = handshake(Some(&auth), 7400, None);
         assert_eq!(steps[0].name, "AUTH");
         assert_eq!(steps[1].name, "PING");
         assert!(!format!("{auth:?}").contains("s3cret"));
