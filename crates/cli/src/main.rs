@@ -1068,11 +1068,12 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
         let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
         writeln!(
             o,
-            "  #{} {:8} {:9} {:.1} MiB, {}/{} blocks, log {}, age {:.0} s, {} agents{}",
+            "  #{} {:8} {:9} {:.1} MiB{}, {}/{} blocks, log {}, age {:.0} s, {} agents{}",
             g.id,
             if g.current { "current" } else { "" },
             g.state,
             mib(g.rdb_bytes),
+            g.rdb_version.map(|v| format!(" (RDB {v})")).unwrap_or_default(),
             g.blocks,
             total,
             bytes_text(g.log_bytes),

@@ -6,7 +6,6 @@
 //! slots, AOF) leaving the node as it was; a restart that fails leaving the node restored.
 
 mod common;
-#[allow(unused_imports)]
 use common::*;
 use fixtures::cluster::{self, Cluster, Node, NodeOpts};
 

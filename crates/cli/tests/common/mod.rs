@@ -4,6 +4,8 @@
 
 use std::process::Command;
 use std::time::Duration;
+// Not every test file uses every re-export.
+#[allow(unused_imports)]
 pub use fixtures::{data, wait_until, Flavor, Proc, Server};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";

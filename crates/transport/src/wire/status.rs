@@ -37,6 +37,9 @@ pub struct GenerationStatus {
     pub rdb_bytes: u64,
     /// The RDB's length once known.
     pub rdb_length: Option<u64>,
+    /// The RDB's format version (from its header) once known: which servers can load it.
+    #[serde(default)]
+    pub rdb_version: Option<u32>,
     /// Blocks published, and the total once known.
     pub blocks: u64,
     /// Total blocks once the length is known.
@@ -141,6 +144,7 @@ mod tests {
             offset: 7,
             rdb_bytes: 10,
             rdb_length: Some(10),
+            rdb_version: Some(11),
             blocks: 1,
             blocks_total: Some(1),
             log_bytes: 0,
