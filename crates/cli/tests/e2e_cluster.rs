@@ -34,7 +34,7 @@ fn assert_empty_master(n: &Node) {
 }
 
 fn fastrepl_keys(c: &mut client::Client) -> u64 {
-    c.info("keyspace").unwrap().0.iter().filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()
+    c.info("keyspace").unwrap().0.values().filter_map(|v| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()
 }
 
 #[test]

@@ -488,8 +488,8 @@ mod tests {
         let a = vec![value.clone(), ttl("f", 1_000_000)];
         assert_eq!(first_difference(&a, &[value.clone(), ttl("f", 1_000_500)], 2000), None);
         assert!(first_difference(&a, &[value.clone(), ttl("f", 1_005_000)], 2000).is_some_and(|d| d.contains("field-ttl f")));
-        assert!(first_difference(&a, &[value.clone()], 2000).is_some(), "a TTL on one side only");
-        assert_eq!(first_difference(&[value.clone()], &[value], 2000), None);
+        assert!(first_difference(&a, std::slice::from_ref(&value), 2000).is_some(), "a TTL on one side only");
+        assert_eq!(first_difference(std::slice::from_ref(&value), std::slice::from_ref(&value), 2000), None);
     }
 
     #[test]

@@ -132,7 +132,7 @@ fn one(mode: &str, run: u32, flavor: Flavor, values: usize, link: Option<&str>, 
         let token = tempfile::NamedTempFile::new()?;
         std::fs::write(token.path(), TOKEN)?;
         let mut joins = Vec::new();
-        for s in 0..SHARDS {
+        for (s, node) in nodes.iter().enumerate() {
             let relay_host = host(s, 1);
             let relay_addr = format!("{}:7400", relay_host.ip);
             let mut r = Command::new("ip");
@@ -142,7 +142,7 @@ fn one(mode: &str, run: u32, flavor: Flavor, values: usize, link: Option<&str>, 
             let node_host = host(s, 2);
             let mut j = Command::new("ip");
             j.args(["netns", "exec", &node_host.ns, "taskset", "-c", OTHER_CPU]).arg(exe);
-            j.args(["join", "--relay", &relay_addr, "--replica", &nodes[s].addr(), "--master", &c.master(s).addr(), "--json", "--restart-timeout-secs", "300"]);
+            j.args(["join", "--relay", &relay_addr, "--replica", &node.addr(), "--master", &c.master(s).addr(), "--json", "--restart-timeout-secs", "300"]);
             j.env("FASTREPL_TOKEN_FILE", token.path());
             joins.push(Proc::spawn(&format!("join-{s}"), j));
         }
@@ -247,7 +247,7 @@ impl Probe {
             let mut i = 0u64;
             while !st.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let r = if i % 2 == 0 { c.cmd(&["SET", "{probe}", &i.to_string()]) } else { c.cmd(&["GET", "{probe}"]) };
+                let r = if i.is_multiple_of(2) { c.cmd(&["SET", "{probe}", &i.to_string()]) } else { c.cmd(&["GET", "{probe}"]) };
                 // A MOVED answer is a round trip all the same: the probe measures the master's loop.
                 if let Err(client::Error::Io { .. }) = r {
                     break;
