@@ -264,7 +264,12 @@ impl Staging {
         self.step = Some(Step::Placed);
         self.file.take().ok_or_else(|| Error::Internal("no staged file".into()))?.place(&target)?;
         // Shut down without saving (a save would overwrite the snapshot with the empty dataset).
-        let _ = self.node.cmd(&["SHUTDOWN", "NOSAVE"]); // The connection closes: no answer expected.
+        match self.node.cmd(&["SHUTDOWN", "NOSAVE"]) {
+            // The server closes the connection as it exits: no answer is the success.
+            Err(client::Error::Io { .. }) | Ok(_) => {}
+            // Refused (a permission, a server that cannot stop now): it still runs, say so now.
+            Err(e) => return Err(Error::replica(e)),
+        }
         self.step = Some(Step::ShutDown);
         // Down (or going): a dead agent now leaves a node that starts as the master's replica.
         if let Some(g) = self.guard.take() {

@@ -168,38 +168,6 @@ struct Run {
     ticked: Option<Instant>,
 }
 
-/// The version to announce to the source (`REPLCONF version`): a Valkey source chooses the RDB version
-/// it writes from it (Valkey 9 writes RDB 80 for a replica of its version, RDB 11 for one that says
-/// nothing — which cannot hold hash fields with their own TTLs). Redis refuses the option: nothing is
-/// sent to it. `--announce-version` overrides the source's own version (a fleet of mixed versions
-/// announces the oldest it runs). A source whose version cannot be read (INFO refused) gets the
-/// override if any, else nothing, said once per capture.
-fn announced_version(source: &str, cfg: &crate::Config) -> Option<String> {
-    let info = client::Client::connect_tls(source, cfg.master_auth.as_ref(), CONNECT_TIMEOUT, cfg.tls.as_ref()).and_then(|mut c| c.info("server"));
-    let server = match &info {
-        Ok(i) => replication::rdb::Server::from_info(&i.0.iter().map(|(k, v)| format!("{k}:{v}\r\n")).collect::<String>()),
-        Err(e) => {
-            tracing::warn!(source, error = %e, announce = ?cfg.announce_version, "cannot read the source's version (INFO server): announcing only --announce-version, if given");
-            return cfg.announce_version.clone();
-        }
-    };
-    match server {
-        Some(s) if s.flavour == "valkey" => {
-            let (a, b, c) = s.version;
-            let v = cfg.announce_version.clone().unwrap_or_else(|| format!("{a}.{b}.{c}"));
-            tracing::info!(source, server = %s, announced = %v, "announcing a replica version to the source (REPLCONF version)");
-            Some(v)
-        }
-        Some(s) => {
-            if cfg.announce_version.is_some() {
-                tracing::warn!(source, server = %s, "--announce-version is for Valkey sources: {s} has no REPLCONF version, none sent");
-            }
-            None
-        }
-        None => cfg.announce_version.clone(),
-    }
-}
-
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
 fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Result<(), Error> {
     let cfg = &shared.config;
@@ -225,8 +193,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .set_read_timeout(Some(TICK))
         .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
         .map_err(|source| Error::Io { op: "configure the socket", server: server.clone(), source })?;
-    let version = announced_version(&chosen.addr, cfg);
-    let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
+    let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.announce_version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, server, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
     // A failure fails (mid-RDB) or seals (streaming) the generation: the machine decides, once
@@ -280,6 +247,16 @@ enum Applied {
 fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event, t0: Instant) -> Result<Applied, Error> {
     match ev {
         Event::Send(bytes, op) => link.send(&bytes, op)?,
+        Event::Source { server, announced } => match (&server, &announced) {
+            (Some(s), Some(v)) => tracing::info!(server = %s, announced = %v, "{} is {s}: announcing a replica version (REPLCONF version), which picks the RDB version it writes", link.server),
+            (Some(s), None) if shared.config.announce_version.is_some() => {
+                tracing::warn!(server = %s, "--announce-version is for Valkey sources: {s} has no REPLCONF version, none sent")
+            }
+            (Some(s), None) => tracing::debug!(server = %s, "{} is {s}", link.server),
+            (None, Some(v)) => tracing::warn!(announced = %v, "{} did not say what it is (INFO server refused or not understood): announcing --announce-version", link.server),
+            // Routine for a Redis master whose relay user has only +psync +replconf +ping: not a warning.
+            (None, None) => tracing::info!("{} did not say what it is (INFO server refused or not understood): no version announced (only Valkey sources use one; for a Valkey 9 source give --announce-version)", link.server),
+        },
         Event::FullResync { replid, offset } => {
             tracing::info!(%replid, offset, psync_secs = t0.elapsed().as_secs_f64(), "{} answered FULLRESYNC (time to answer includes its repl-diskless-sync-delay)", link.server);
             run.resync = Some((replid, offset));

@@ -18,7 +18,7 @@
 //! until the stream flows we acknowledge every 100 ms, then every second.
 
 use crate::framing::{self, Framing, Payload, Progress, EOF_MARK_LEN};
-use crate::replica::{self, Auth, PsyncReply, Step};
+use crate::replica::{self, Auth, Expects, PsyncReply, Step};
 use crate::stream::Scanner;
 use crate::{Error, ReplId};
 use resp::Limits;
@@ -26,6 +26,25 @@ use std::time::Instant;
 
 pub use limits::{ACK_EVERY, ACK_EVERY_UNTIL_STREAM, MASTER_SILENCE_MAX as SILENCE_MAX};
 pub use crate::HANDSHAKE_LIMITS;
+
+/// Bounds on the `INFO server` reply (a page of text, longer than any handshake line).
+const INFO_LIMITS: Limits = Limits { bulk_len_max: 64 * 1024, ..HANDSHAKE_LIMITS };
+
+/// The version to announce to a source (`REPLCONF version`): a Valkey source chooses the RDB version it
+/// writes from it (Valkey 9 writes RDB 80 for a replica of its version, RDB 11 — without hash-field
+/// TTLs — for one that says nothing), so it is told its own version, or `version_override`
+/// (`--announce-version`: the oldest version of a mixed fleet). Redis refuses the option: nothing is
+/// announced to it. A source that did not say what it is gets the override, if any.
+pub fn announced(server: Option<&crate::rdb::Server>, version_override: Option<&str>) -> Option<String> {
+    match server {
+        Some(s) if s.flavour == "valkey" => {
+            let (a, b, c) = s.version;
+            Some(version_override.map_or_else(|| format!("{a}.{b}.{c}"), str::to_string))
+        }
+        Some(_) => None,
+        None => version_override.map(str::to_string),
+    }
+}
 
 /// Where the capture stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +79,14 @@ impl Phase {
 pub enum Event {
     /// Write these bytes to the master; the string names them for errors.
     Send(Vec<u8>, &'static str),
+    /// What the source said it is (`INFO server`), and the version announced to it, if any (see
+    /// [`announced`]).
+    Source {
+        /// Its flavour and version (`None`: not known — INFO refused or not understood).
+        server: Option<crate::rdb::Server>,
+        /// The version announced with `REPLCONF version`.
+        announced: Option<String>,
+    },
     /// The master accepted `PSYNC`: the snapshot is at `offset` of history `replid`.
     FullResync {
         /// The master's replication ID.
@@ -111,6 +138,8 @@ pub enum CaptureError {
 pub struct Capture {
     phase: Phase,
     steps: Vec<Step>,
+    /// `--announce-version`, when given.
+    version_override: Option<String>,
     snapshot_bytes_max: u64,
     /// Bytes received but not yet consumed (replies, keep-alives, what came with the RDB header).
     buf: Vec<u8>,
@@ -124,14 +153,15 @@ pub struct Capture {
 
 impl Capture {
     /// Start a capture at `now`; returns the machine and the first bytes to send (the first
-    /// handshake step). `snapshot_bytes_max` bounds an announced RDB length; `version` is the server
-    /// version announced to a Valkey source (see [`replica::handshake`]).
-    pub fn new(auth: Option<&Auth>, announce_port: u16, version: Option<&str>, snapshot_bytes_max: u64, now: Instant) -> (Capture, Event) {
-        let steps = replica::handshake(auth, announce_port, version);
+    /// handshake step). `snapshot_bytes_max` bounds an announced RDB length; `version_override` is the
+    /// version to announce to a Valkey source instead of its own ([`announced`]).
+    pub fn new(auth: Option<&Auth>, announce_port: u16, version_override: Option<&str>, snapshot_bytes_max: u64, now: Instant) -> (Capture, Event) {
+        let steps = replica::handshake(auth, announce_port);
         let first = Event::Send(steps[0].command.clone(), "send handshake");
         let c = Capture {
             phase: Phase::Handshake(0),
             steps,
+            version_override: version_override.map(str::to_string),
             snapshot_bytes_max,
             buf: Vec::new(),
             payload: None,
@@ -183,7 +213,8 @@ impl Capture {
     fn step(&mut self, now: Instant, out: &mut Vec<Event>) -> Result<bool, CaptureError> {
         match self.phase {
             Phase::Handshake(i) => {
-                let reply = match resp::parse(&self.buf, &HANDSHAKE_LIMITS) {
+                let limits = if self.steps[i].expects == Expects::ServerInfo { INFO_LIMITS } else { HANDSHAKE_LIMITS };
+                let reply = match resp::parse(&self.buf, &limits) {
                     Ok((f, used)) => {
                         self.buf.drain(..used);
                         f
@@ -191,7 +222,19 @@ impl Capture {
                     Err(resp::Error::Incomplete) => return Ok(false),
                     Err(e) => return Err((self.proto())(e.into())),
                 };
-                replica::check_reply(&self.steps[i], &reply).map_err(self.proto())?;
+                if self.steps[i].expects == Expects::ServerInfo {
+                    let server = match &reply {
+                        resp::Frame::Bulk(text) => crate::rdb::Server::from_info(&String::from_utf8_lossy(text)),
+                        _ => None,
+                    };
+                    let version = announced(server.as_ref(), self.version_override.as_deref());
+                    if let Some(v) = &version {
+                        self.steps.push(replica::announce_version(v));
+                    }
+                    out.push(Event::Source { server, announced: version });
+                } else {
+                    replica::check_reply(&self.steps[i], &reply).map_err(self.proto())?;
+                }
                 if let Some(next) = self.steps.get(i + 1) {
                     out.push(Event::Send(next.command.clone(), "send handshake"));
                     self.phase = Phase::Handshake(i + 1);
@@ -314,10 +357,11 @@ mod tests {
         let (mut c, first) = Capture::new(auth, 7400, None, 1 << 30, now);
         let Event::Send(b, _) = first else { panic!() };
         assert!(String::from_utf8_lossy(&b).contains(if auth.is_some() { "AUTH" } else { "PING" }));
-        let steps = if auth.is_some() { 4 } else { 3 };
+        // AUTH?, PING, INFO server (answered +OK here: a source that does not say what it is), the two REPLCONFs.
+        let steps = if auth.is_some() { 5 } else { 4 };
         for i in 0..steps {
             let ev = c.on_bytes(now, b"+OK\r\n").unwrap();
-            assert_eq!(ev.len(), 1, "one command per reply (step {i})");
+            assert_eq!(sends(&ev).len(), 1, "one command per reply (step {i})");
         }
         assert_eq!(c.phase(), Phase::AwaitPsync);
         let ev = c.on_bytes(now, format!("\n\n+FULLRESYNC {ID} 1000\r\n").as_bytes()).unwrap();
@@ -325,11 +369,18 @@ mod tests {
         c
     }
 
+    /// An `INFO server` answer as a server sends it.
+    fn info(text: &str) -> Vec<u8> {
+        format!("${}\r\n{text}\r\n", text.len()).into_bytes()
+    }
+
     #[test]
     fn handshake_sends_one_step_per_reply_and_psync_last() {
         let now = Instant::now();
         let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
-        let s1 = sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        let s0 = sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        assert!(s0[0].contains("INFO") && s0[0].contains("server"));
+        let s1 = sends(&c.on_bytes(now, &info("# Server\r\nredis_version:7.0.15\r\n")).unwrap());
         assert!(s1[0].contains("listening-port") && s1[0].contains("7400"));
         let s2 = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
         assert!(s2[0].contains("capa") && s2[0].contains("eof") && s2[0].contains("psync2"));
@@ -340,19 +391,37 @@ mod tests {
     }
 
     #[test]
-    fn a_version_is_announced_after_the_capabilities_when_given() {
+    fn a_valkey_source_is_told_a_version_and_a_redis_source_is_not() {
         let now = Instant::now();
-        let (mut c, _) = Capture::new(None, 7400, Some("8.1.8"), 1 << 30, now);
+        let valkey = info("# Server\r\nredis_version:7.2.4\r\nvalkey_version:8.1.8\r\n");
+        for (override_, want) in [(None, "8.1.8"), (Some("8.0.0"), "8.0.0")] {
+            let (mut c, _) = Capture::new(None, 7400, override_, 1 << 30, now);
+            sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+            let ev = c.on_bytes(now, &valkey).unwrap();
+            assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: Some(v), .. } if v == want)), "{ev:?}");
+        }
+        // Step by step: INFO, listening-port, capa, version, then PSYNC.
+        let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
         sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        sends(&c.on_bytes(now, &valkey).unwrap());
         sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
         let s = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
         assert!(s[0].contains("REPLCONF") && s[0].contains("version") && s[0].contains("8.1.8"), "{s:?}");
-        let s = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
-        assert!(s[0].contains("PSYNC"), "{s:?}");
+        assert!(sends(&c.on_bytes(now, b"+OK\r\n").unwrap())[0].contains("PSYNC"));
+        // Redis: nothing announced, even with an override; an INFO refused (NOPERM): the override only.
+        let (mut c, _) = Capture::new(None, 7400, Some("8.0.0"), 1 << 30, now);
+        sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        let ev = c.on_bytes(now, &info("redis_version:8.2.3\r\n")).unwrap();
+        assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: None, server: Some(_) })), "{ev:?}");
+        let (mut c, _) = Capture::new(None, 7400, Some("8.0.0"), 1 << 30, now);
+        sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        let ev = c.on_bytes(now, b"-NOPERM this user has no permissions to run the 'info' command\r\n").unwrap();
+        assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: Some(v), server: None } if v == "8.0.0")), "{ev:?}");
         // A source that refuses the option fails the capture, naming the step.
-        let (mut c, _) = Capture::new(None, 7400, Some("8.1.8"), 1 << 30, now);
-        sends(&c.on_bytes(now, b"+PONG\r\n+OK\r\n").unwrap());
-        let e = c.on_bytes(now, b"+OK\r\n-ERR Unrecognized REPLCONF option: version\r\n").unwrap_err();
+        let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
+        sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
+        sends(&c.on_bytes(now, &valkey).unwrap());
+        let e = c.on_bytes(now, b"+OK\r\n+OK\r\n-ERR Unrecognized REPLCONF option: version\r\n").unwrap_err();
         assert!(e.to_string().contains("REPLCONF version"), "{e}");
     }
 
@@ -363,7 +432,7 @@ mod tests {
         let e = c.on_bytes(now, b"-WRONGPASS invalid\r\n").unwrap_err();
         assert!(e.to_string().contains("AUTH refused"), "{e}");
         let (mut c, _) = Capture::new(None, 1, None, 1 << 30, now);
-        for _ in 0..3 {
+        for _ in 0..4 {
             c.on_bytes(now, b"+OK\r\n").unwrap();
         }
         let e = c.on_bytes(now, b"+CONTINUE\r\n").unwrap_err();
@@ -413,7 +482,7 @@ mod tests {
     fn oversized_rdb_is_refused_before_any_byte_is_stored() {
         let now = Instant::now();
         let (mut c, _) = Capture::new(None, 1, None, 100, now);
-        for _ in 0..3 {
+        for _ in 0..4 {
             c.on_bytes(now, b"+OK\r\n").unwrap();
         }
         c.on_bytes(now, format!("+FULLRESYNC {ID} 0\r\n").as_bytes()).unwrap();

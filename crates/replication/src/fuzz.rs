@@ -24,9 +24,13 @@ pub fn parsers(data: &[u8]) {
 /// hands out more RDB bytes than a `$<len>` header announced, and the offsets it logs never go back.
 pub fn capture(data: &[u8]) {
     let now = Instant::now();
+    // What a source says it is (its `INFO server`) decides what is announced to it.
+    let server = crate::rdb::Server::from_info(&String::from_utf8_lossy(data));
+    let _ = crate::capture::announced(server.as_ref(), Some("8.0.0"));
     let (mut c, _) = Capture::new(None, 1, None, 1 << 20, now);
-    // Answer the handshake so the fuzzed bytes reach PSYNC, the RDB and the stream.
-    for _ in 0..3 {
+    // Answer the handshake (AUTH-less: PING, INFO, two REPLCONFs) so the fuzzed bytes reach PSYNC, the
+    // RDB and the stream.
+    for _ in 0..4 {
         if c.on_bytes(now, b"+OK\r\n").is_err() {
             return;
         }

@@ -25,18 +25,38 @@ pub struct Step {
     pub name: &'static str,
     /// The encoded command.
     pub command: Vec<u8>,
+    /// What its answer is.
+    pub expects: Expects,
 }
 
-/// The commands a replica sends before `PSYNC`, in order. Each expects `+OK`/`+PONG`. `version`: the
-/// server version to announce (`REPLCONF version`, which a Valkey master uses to choose the RDB version
-/// it writes; Redis refuses the option, so it is sent to Valkey sources only).
-pub fn handshake(auth: Option<&Auth>, listening_port: u16, version: Option<&str>) -> Vec<Step> {
-    let mut steps = Vec::new();
-    let mut push = |name, args: &[&str]| {
+/// What a handshake step's answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expects {
+    /// `+OK` / `+PONG`; an error fails the handshake.
+    Ok,
+    /// `INFO server`'s text: which server the source is (an error or anything else: not known).
+    ServerInfo,
+}
+
+impl Step {
+    fn new(name: &'static str, args: &[&str], expects: Expects) -> Step {
         let mut command = Vec::new();
         resp::encode_command(&mut command, args);
-        steps.push(Step { name, command });
-    };
+        Step { name, command, expects }
+    }
+}
+
+/// `REPLCONF version <v>`: the server version a replica announces; a Valkey master chooses the RDB
+/// version it writes from it. Redis refuses the option: sent to Valkey sources only.
+pub fn announce_version(version: &str) -> Step {
+    Step::new("REPLCONF version", &["REPLCONF", "version", version], Expects::Ok)
+}
+
+/// The commands a replica sends before `PSYNC`, in order, with an `INFO server` after `PING` (so the
+/// capture knows whom it talks to, and whether to announce a version: [`announce_version`]).
+pub fn handshake(auth: Option<&Auth>, listening_port: u16) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut push = |name, args: &[&str]| steps.push(Step::new(name, args, Expects::Ok));
     // AUTH comes first: a master with requirepass answers PING with -NOAUTH.
     if let Some(a) = auth {
         match &a.user {
@@ -45,11 +65,10 @@ pub fn handshake(auth: Option<&Auth>, listening_port: u16, version: Option<&str>
         }
     }
     push("PING", &["PING"]);
+    steps.push(Step::new("INFO server", &["INFO", "server"], Expects::ServerInfo));
+    let mut push = |name, args: &[&str]| steps.push(Step::new(name, args, Expects::Ok));
     push("REPLCONF listening-port", &["REPLCONF", "listening-port", &listening_port.to_string()]);
     push("REPLCONF capa", &["REPLCONF", "capa", "eof", "capa", "psync2"]);
-    if let Some(v) = version {
-        push("REPLCONF version", &["REPLCONF", "version", v]);
-    }
     steps
 }
 
@@ -128,7 +147,7 @@ mod tests {
     #[test]
     fn handshake_puts_auth_first_and_hides_password() {
         let auth = Auth { user: Some("repl".into()), password: "s3cret".into() };
-        let steps = handshake(Some(&auth), 7400, None);
+        let steps = handshake(Some(&auth), 7400);
         assert_eq!(steps[0].name, "AUTH");
         assert_eq!(steps[1].name, "PING");
         assert!(!format!("{auth:?}").contains("s3cret"));
