@@ -687,3 +687,20 @@ mod display_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod live_tests {
+    #[test]
+    fn the_phase_gauge_lists_each_phase_once_and_one_is_current() {
+        let live = super::Live::default();
+        live.set_phase("loading");
+        let text = live.prometheus();
+        let phases: Vec<&str> = text.lines().filter(|l| l.starts_with("fastrepl_join_phase{")).collect();
+        let mut names: Vec<&str> = phases.iter().map(|l| l.split('"').nth(1).unwrap_or_default()).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a phase listed twice: {phases:?}");
+        assert_eq!(phases.iter().filter(|l| l.ends_with(" 1")).count(), 1, "{phases:?}");
+    }
+}

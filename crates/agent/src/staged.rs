@@ -37,9 +37,10 @@ const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
 const GOSSIP_MAX: Duration = Duration::from_secs(30);
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
 const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
-/// The phases of a staged join after the pull (display, `fastrepl_join_phase`, the event stream):
-/// recording the role and placing the file, the node down until started again, loading, linking.
-pub const PHASES: [&str; 4] = ["recording", "restarting", "loading", "linking"];
+/// The phases only a staged join has (display, `fastrepl_join_phase`, the event stream): recording
+/// the role and placing the file, the node down until started again, linking. (It also passes
+/// through the ordinary join's `pulling` and `loading`.)
+pub const PHASES: [&str; 3] = ["recording", "restarting", "linking"];
 
 /// The user name a parked link presents (no master has it: its `AUTH` fails).
 pub const PARKED_USER: &str = "fastrepl-parked-link";
