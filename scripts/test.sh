@@ -26,11 +26,12 @@ fuzzlog=$(mktemp)
 export FASTREPL_SKIP_LOG=$(mktemp)
 trap 'rm -f "$log" "$fuzzlog" "$FASTREPL_SKIP_LOG"' EXIT
 status=0
-FASTREPL_TEST_TRANSPORT=tcp cargo test --workspace --release 2>&1 | tee -a "$log" || status=1
+# --no-fail-fast: a failing test binary must not keep the others from running (and from the count).
+FASTREPL_TEST_TRANSPORT=tcp cargo test --workspace --release --no-fail-fast 2>&1 | tee -a "$log" || status=1
 core=(--test e2e_fidelity --test e2e_sync --test e2e_compat --test e2e_faults)
 for t in shm ucx-tcp ucx-sm; do
   echo "=== core end-to-end suites over $t"
-  FASTREPL_TEST_TRANSPORT=$t cargo test --release -p cli "${core[@]}" 2>&1 | tee -a "$log" || status=1
+  FASTREPL_TEST_TRANSPORT=$t cargo test --release --no-fail-fast -p cli "${core[@]}" 2>&1 | tee -a "$log" || status=1
 done
 if [[ -n ${FASTREPL_TEST_RDMA:-} ]]; then
   echo "=== RDMA tests"

@@ -28,9 +28,11 @@ fn staged_join_cells_keep_the_invariant() {
     let overrun = by_name("staged:backlog-overrun@restarting");
     assert_eq!(overrun["observed"]["exit"], 3, "{overrun}");
     assert_eq!(overrun["verdict"]["verdict"], "native", "{overrun}");
-    // A failover while the node loads: it follows the shard's new master, and the join says so.
+    // A failover while the node loads: the join reports what it saw — the failover, when it was
+    // done before the node linked (it may complete after the join ended: then the node follows the
+    // new master on its own, as any replica does, and the report did not claim it).
     let failover = by_name("staged:failover@loading");
-    assert!(failover["told"].as_str().unwrap_or_default().contains("failed over"), "{failover}");
+    assert!(failover["told"].as_str().unwrap_or_default().starts_with("handoff"), "{failover}");
 }
 
 #[test]
