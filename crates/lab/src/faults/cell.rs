@@ -440,7 +440,7 @@ fn connect_in(ns: Option<&str>, addr: &str) -> Result<client::Client> {
 }
 
 /// The join's `--json` object (its last JSON line).
-fn last_json(out: &str) -> Option<serde_json::Value> {
+pub(crate) fn last_json(out: &str) -> Option<serde_json::Value> {
     out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
 }
 

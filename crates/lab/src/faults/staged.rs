@@ -8,6 +8,7 @@
 //! half-staged (a re-run join must then succeed).
 
 use super::matrix::{self, Observed, SeenRole, Verdict};
+use super::cell::last_json;
 use agent::events::{Event, JoinPhase};
 use anyhow::Result;
 use fixtures::cluster::{self, Cluster, Node, NodeOpts};
@@ -169,12 +170,15 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
     }
     let (role, following, keys) = seen(&node);
     o.role = role;
-    o.following = following.clone();
+    o.following = following;
     o.replica_keys = keys;
     if role == SeenRole::Replica {
-        // Compared with whichever master of the shard it follows (after a failover, the new one).
-        let m = if masters.len() > 1 && following == masters[1] { &c.replicas(0)[0] } else { c.master(0) };
-        o.differences = compare(m, &node);
+        // Compared with the shard's master as it is now (after a failover, the promoted replica),
+        // whichever node the replica follows: right after a failover it may still follow the old
+        // master, itself a replica by then, until the cluster moves it.
+        let candidates = [c.master(0), &c.replicas(0)[0]];
+        let current = candidates.into_iter().find(|n| seen(n).0 == SeenRole::Standalone).unwrap_or(c.master(0));
+        o.differences = compare(current, &node);
     }
     let told = last_json(&j.output()).map(|r| format!("handoff {} {}", r["handoff"], r["notes"])).unwrap_or_else(|| o.message.clone());
     let verdict = matrix::judge(&o, &masters);
@@ -223,7 +227,7 @@ fn strike(cell: &StagedCell, c: &Cluster, node: &Node, j: &mut Proc) -> Result<(
 fn seen(n: &Node) -> (SeenRole, String, u64) {
     let Ok(mut c) = n.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
     let Ok(i) = c.info("replication") else { return (SeenRole::Unreachable, String::new(), 0) };
-    let keys = c.info("keyspace").map(|k| k.0.values().filter_map(|v| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()).unwrap_or(0);
+    let keys = agent::local::key_count(&mut c).unwrap_or(0);
     match i.get("role") {
         Some("master") => (SeenRole::Standalone, String::new(), keys),
         Some("slave") => (SeenRole::Replica, format!("{}:{}", i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default()), keys),
@@ -231,8 +235,9 @@ fn seen(n: &Node) -> (SeenRole, String, u64) {
     }
 }
 
-/// Wait until `node` applied everything `master` has, then compare (READONLY: a cluster replica
-/// redirects reads otherwise); `None` when it never caught up.
+/// Wait until `node` applied everything `master` has, then compare (READONLY on both: a cluster
+/// replica redirects reads otherwise, and `master` may have become one); `None` when it never
+/// caught up.
 fn compare(master: &Node, node: &Node) -> Option<u64> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -249,12 +254,9 @@ fn compare(master: &Node, node: &Node) -> Option<u64> {
         std::thread::sleep(Duration::from_millis(50)); // Polling replication offsets, with a deadline.
     }
     let (mut a, mut b) = (master.try_client().ok()?, node.try_client().ok()?);
+    a.cmd(&["READONLY"]).ok()?;
     b.cmd(&["READONLY"]).ok()?;
     verify::compare(&mut a, &mut b, &verify::Options::default()).ok().map(|o| o.difference_count)
-}
-
-fn last_json(out: &str) -> Option<serde_json::Value> {
-    out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
 }
 
 /// results.md's table for the staged cells.
