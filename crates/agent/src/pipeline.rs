@@ -126,8 +126,13 @@ struct PullState {
     /// No tracker (none, or its link failed): every block from the relay.
     solo: bool,
     swarm_lost: Option<String>,
+    /// Blocks verified and kept, for the planner to announce to the tracker (`have`).
+    announce: Vec<u64>,
     /// Blocks the writer dropped from the serving cache, for the planner to report to the tracker.
     dropped: Vec<u64>,
+    /// Peers that could not give a block (refused, failed, corrupt: `ALL_BLOCKS`), for the planner to
+    /// report to the tracker.
+    not_at: Vec<(u32, u64)>,
     sources: BTreeMap<String, (u64, u64)>,
     peer_bad_blocks: u64,
     peer_failures: u64,
@@ -171,7 +176,9 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
             planned_all: false,
             solo: p.peering.is_none(),
             swarm_lost: None,
+            announce: Vec::new(),
             dropped: Vec::new(),
+            not_at: Vec::new(),
             sources: BTreeMap::new(),
             peer_bad_blocks: 0,
             peer_failures: 0,
@@ -230,15 +237,21 @@ fn spawn_in<'scope, 'env: 'scope>(
 fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
     let mut asked_needed: Option<Instant> = None;
     loop {
-        let (solo, dropped) = {
+        let (solo, announce, not_at, dropped) = {
             let mut s = shared.lock();
-            (s.solo, std::mem::take(&mut s.dropped))
+            (s.solo, std::mem::take(&mut s.announce), std::mem::take(&mut s.not_at), std::mem::take(&mut s.dropped))
         };
         if let (Some(peering), false) = (p.peering, solo) {
-            // Blocks the writer dropped from the cache: the tracker stops naming us for them (sent
-            // here, not by the writer, so that the replica's feed never waits on the tracker).
-            for b in dropped {
-                let _ = peering.tracker().not_at(peering.id(), b);
+            // The planner alone talks to the tracker: fetchers and the writer leave what it must hear
+            // in the state, and it is sent here without waiting for the answers. In this order: a
+            // block is announced before the writer can drop it (and a `have` sent after its `not_at`
+            // would name us for a block we no longer hold).
+            let mut t = peering.tracker();
+            let told = announce.iter().try_for_each(|b| t.have(*b)).and_then(|()| not_at.iter().try_for_each(|(peer, b)| t.not_at(*peer, *b))).and_then(|()| dropped.iter().try_for_each(|b| t.not_at(peering.id(), *b)));
+            drop(t);
+            if let Err(e) = told {
+                lose_tracker(shared, e);
+                continue;
             }
             // Whether anyone else still needs blocks decides whether fed blocks are kept for them.
             if !matches!(asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
@@ -286,10 +299,7 @@ fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
             (Some(peering), false) => match peering.tracker().locate(&ask) {
                 Ok(a) => a,
                 Err(e) => {
-                    tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
-                    let mut s = shared.lock();
-                    s.solo = true;
-                    s.swarm_lost = Some(e.to_string());
+                    lose_tracker(shared, e);
                     continue;
                 }
             },
@@ -326,15 +336,10 @@ fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
                 }
             }
         }
-        drop(s);
-        if let (Some(peering), false) = (p.peering, shunned.is_empty()) {
-            let mut t = peering.tracker();
-            for (b, id) in shunned {
-                let _ = t.not_at(id, b);
-            }
+        if !shunned.is_empty() {
+            s.not_at.extend(shunned.into_iter().map(|(b, id)| (id, b)));
             continue;
         }
-        let s = shared.lock();
         if queued > 0 {
             drop(s);
             shared.cond.notify_all();
@@ -343,6 +348,14 @@ fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
             let _ = shared.cond.wait_timeout(s, limits::LOCATE_RETRY_EVERY).unwrap_or_else(|e| e.into_inner());
         }
     }
+}
+
+/// The tracker link failed: the rest of the pull comes from the relay alone.
+fn lose_tracker(shared: &Shared, e: transport::Error) {
+    tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
+    let mut s = shared.lock();
+    s.solo = true;
+    s.swarm_lost = Some(e.to_string());
 }
 
 /// The next job from a queue; `None` once the pull is over or everything was planned and the queue is
@@ -496,10 +509,10 @@ fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) 
             if gone {
                 conns.remove(&peer);
             }
-            if let Some(b) = not_at {
-                let _ = peering.tracker().not_at(peer, b);
-            }
             let mut s = shared.lock();
+            if let Some(b) = not_at {
+                s.not_at.push((peer, b));
+            }
             s.peer_failures += 1;
             if matches!(miss, PeerMiss::Busy) {
                 s.chooser.refused(peer, Instant::now());
@@ -569,22 +582,19 @@ fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<St
     let bytes = buf.len() as u64;
     tracing::debug!(block = i, from = from.as_deref().unwrap_or(RELAY), secs = took.as_secs_f64(), "block verified");
     let block = Arc::new(buf);
-    // Kept and announced before the writer can see it: the writer may drop it from the cache at
-    // once (and the tracker be told), and a `Have` sent after that `NotAt` would name us for a block
-    // we no longer hold. (A duplicate is kept and announced again, harmlessly, then dropped below.)
+    // Kept before the writer can see it, and announced (by the planner) before the writer can drop
+    // it: see `plan_loop`.
     if let Some(peering) = p.peering {
         peering.held.insert(i, block.clone());
-        if !shared.lock().solo {
-            if let Err(e) = peering.tracker().have(i) {
-                tracing::debug!(error = %e, "could not tell the tracker");
-            }
-        }
     }
     {
         let mut s = shared.lock();
         if s.chooser.holds(i) {
             s.sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
             return;
+        }
+        if p.peering.is_some() && !s.solo {
+            s.announce.push(i);
         }
         s.chooser.done(i, bytes, took.as_secs_f64());
         s.sched.completed(i, block.clone());

@@ -205,7 +205,39 @@ fn fake_peer(relay: &str, token: &transport::Credentials, how: Fake) -> (transpo
     for b in 0..total {
         link.have(b).unwrap();
     }
+    // `have` does not wait for its answer: settle, so that the relay has them all before the test goes on.
+    link.settle().unwrap();
     (link, asked)
+}
+
+#[test]
+fn tracker_requests_sent_without_waiting_are_answered_in_order_and_a_refusal_keeps_the_link() {
+    // `have` and `not_at` go out without waiting (a round trip per block, behind a busy uplink, held
+    // every fetch slot before); their answers are read before the next answer that matters. Against
+    // the real relay: the holdings land, a refused one is counted, the link goes on.
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 4, 1 << 20);
+    let relay = spawn_relay(&master.addr(), |c| {
+        c.args(["--transport", "tcp", "--block-size", "1048576"]);
+    });
+    wait_relay_acked(&master);
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
+    let (mut holder, _) = fake_peer(&relay.addr, &token, Fake::Busy);
+    assert_eq!(holder.refused_later(), 0, "every have of a published block is accepted");
+    holder.have(1 << 40).unwrap();
+    holder.not_at(holder.id().unwrap(), 0).unwrap();
+    assert_eq!(holder.needed().unwrap(), 0, "the link still answers after a refused have");
+    assert_eq!(holder.refused_later(), 1, "the have of a block the relay never published was refused, and counted");
+    let addr: std::net::SocketAddr = relay.addr.parse().unwrap();
+    let generation = agent::progress::attach(addr, &token, Duration::from_secs(30)).unwrap().progress.with(|v| v.desc.generation);
+    let mut asker = transport::tracker::TrackerLink::connect(addr, &token, Duration::from_secs(10)).unwrap();
+    asker.register(generation, &transport::tracker::Registration { port: 0, serves: false, local: false, advertise: None }).unwrap();
+    let ask = |blocks: Vec<u64>| transport::wire::swarm::Locate { relay_slots: 0, peer_slots: 4, blocks };
+    // Blocks to wait for are left out of an answer: block 0 (no holder after the not-at, no relay
+    // slot asked) is not in it.
+    let answer = asker.locate(&ask(vec![0, 1])).unwrap();
+    let at_holder = |l: &transport::wire::swarm::Located| matches!(&l.at, transport::wire::swarm::Where::Peers(p) if p.iter().any(|p| Some(p.id) == holder.id()));
+    assert_eq!(answer.iter().map(|l| (l.block, at_holder(l))).collect::<Vec<_>>(), vec![(1, true)], "{answer:?}");
 }
 
 #[test]
