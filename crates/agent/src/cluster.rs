@@ -89,13 +89,11 @@ fn parse_line(line: &str) -> Result<Node, String> {
         (false, false) => Role::Unknown,
     };
     let master = match f[3] {
+        // Also a replica's, while its master is not known yet (right after a CLUSTER REPLICATE
+        // elsewhere): legal, and not settled.
         "-" => None,
         m => Some(check_id(m)?),
     };
-    if role == Role::Replica && master.is_none() {
-        // A replica whose master is not known yet (right after a CLUSTER REPLICATE elsewhere) is
-        // listed with `-`: legal, and not settled.
-    }
     let config_epoch: u64 = f[6].parse().map_err(|_| format!("bad config epoch {:?}", f[6]))?;
     let mut slots = 0u32;
     for s in &f[8..] {

@@ -212,15 +212,15 @@ fn undo_staged(node: &str, auth: Option<&replication::replica::Auth>, tls: Optio
     let env = |k: &str| std::env::var(k).unwrap_or_default();
     let (host, port) = master.rsplit_once(':').map(|(h, p)| (h.trim_matches(['[', ']']).to_string(), p.to_string())).unwrap_or_default();
     let (user, pass) = (env(ENV_STAGED_MASTERUSER), env(ENV_STAGED_MASTERAUTH));
-    let steps: [(&str, [&str; 4]); 4] = [
-        ("CLUSTER RESET SOFT", ["CLUSTER", "RESET", "SOFT", ""]),
-        ("CLUSTER MEET", ["CLUSTER", "MEET", &host, &port]),
-        ("restore masteruser", ["CONFIG", "SET", "masteruser", &user]),
-        ("restore masterauth", ["CONFIG", "SET", "masterauth", &pass]),
+    // The restored values may be empty: that is "none", as the node had before.
+    let steps: [(&str, &[&str]); 4] = [
+        ("CLUSTER RESET SOFT", &["CLUSTER", "RESET", "SOFT"]),
+        ("CLUSTER MEET", &["CLUSTER", "MEET", &host, &port]),
+        ("restore masteruser", &["CONFIG", "SET", "masteruser", &user]),
+        ("restore masterauth", &["CONFIG", "SET", "masterauth", &pass]),
     ];
     for (what, args) in steps {
-        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty() || what.starts_with("restore")).collect();
-        if let Err(e) = c.cmd(&args) {
+        if let Err(e) = c.cmd(args) {
             eprintln!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}");
             return 1;
         }

@@ -75,7 +75,7 @@ pub(crate) fn attempt(cfg: &Config) -> Result<crate::Joined, Failure> {
     tracing::info!(node = %cfg.replica, master = %s.master_addr, dir = %s.dir.display(), headroom_bytes = s.headroom.0, "snapshot staged in the node's directory; recording the node as the master's replica and restarting it");
     let result = s.apply(cfg);
     match result {
-        Ok(done) => Ok(s.report(cfg, done, t0, connected, pulled)),
+        Ok(done) => Ok(s.report(cfg, done, connected, pulled)),
         Err(e) => {
             let state = s.unwind(cfg);
             Err((e, state))
@@ -520,7 +520,7 @@ impl Staging {
         }
     }
 
-    fn report(&mut self, cfg: &Config, done: Done, t0: Instant, connected: f64, pulled: Pulled) -> crate::Joined {
+    fn report(&mut self, cfg: &Config, done: Done, connected: f64, pulled: Pulled) -> crate::Joined {
         let desc = self.desc.clone().expect("set by the pull");
         let base = connected + pulled.secs;
         let mut notes = done.notes;
@@ -586,7 +586,6 @@ impl Staging {
                 renewals: self.renewals,
             }),
         };
-        let _ = t0;
         crate::Joined { report, peering: None }
     }
 }

@@ -30,11 +30,7 @@ fn staged(j: &Joined) -> &serde_json::Value {
 fn assert_empty_master(n: &Node) {
     let mut c = n.client();
     assert_eq!(c.info("replication").unwrap().get("role"), Some("master"), "{}", n.addr());
-    assert_eq!(fastrepl_keys(&mut c), 0);
-}
-
-fn fastrepl_keys(c: &mut client::Client) -> u64 {
-    c.info("keyspace").unwrap().0.values().filter_map(|v| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum()
+    assert_eq!(agent::local::key_count(&mut c).unwrap(), 0);
 }
 
 #[test]

@@ -266,10 +266,7 @@ impl Probe {
 
     fn finish(self) -> serde_json::Value {
         self.stop.store(true, Ordering::Relaxed);
-        let mut v = self.handle.join().unwrap_or_default();
-        v.sort_by(f64::total_cmp);
-        let p = |q: f64| crate::stats::quantile(&v, q);
-        serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
+        super::run::latency_summary(self.handle.join().unwrap_or_default())
     }
 }
 

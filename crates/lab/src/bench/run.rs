@@ -329,7 +329,7 @@ fn probe_latency(master: &Server) -> Result<Sampler<Vec<f64>>> {
 }
 
 /// p50, p99 and max of latencies in ms, and their count.
-fn latency_summary(mut v: Vec<f64>) -> serde_json::Value {
+pub(crate) fn latency_summary(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
     let p = |q: f64| crate::stats::quantile(&v, q);
     serde_json::json!({"count": v.len(), "p50": p(0.5), "p99": p(0.99), "max": v.last()})
