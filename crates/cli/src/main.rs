@@ -296,19 +296,11 @@ struct JoinArgs {
     /// Replace the local server's data if it has any.
     #[arg(long, env = "FASTREPL_FORCE")]
     force: bool,
-    /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
-    /// device, tcp otherwise, and says which.
-    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: TransportArg,
+    #[command(flatten)]
+    pull: PullArgs,
     /// Where the agent listens for its local replica (it pulls the snapshot from here).
     #[arg(long, alias = "listen", default_value = "127.0.0.1:0", env = "FASTREPL_REPLICA_LISTEN")]
     replica_listen: SocketAddr,
-    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
-    readers: u64,
-    /// Blocks buffered ahead of the replica at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
-    window_blocks: u64,
     /// Seconds to wait for the replica to load the snapshot.
     #[arg(long, default_value_t = 3600, env = "FASTREPL_LOAD_TIMEOUT_SECS")]
     load_timeout_secs: u64,
@@ -360,6 +352,21 @@ struct JoinArgs {
     replica_dir: Option<PathBuf>,
 }
 
+/// How a snapshot is pulled from the relay: the same flags for join, stage and fetch.
+#[derive(clap::Args)]
+struct PullArgs {
+    /// Transport for the snapshot: auto picks shm on the relay's host, ucx where UCX finds an RDMA
+    /// device, tcp otherwise, and says which.
+    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
+    transport: TransportArg,
+    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
+    readers: u64,
+    /// Blocks fetched ahead of what is written (to the replica or the file) at most.
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
+    window_blocks: u64,
+}
+
 #[derive(clap::Args)]
 struct StageArgs {
     #[command(flatten)]
@@ -395,15 +402,8 @@ struct StageArgs {
     master_password_file: Option<PathBuf>,
     #[command(flatten)]
     tls: TlsArgs,
-    /// Transport: auto, ucx, shm or tcp.
-    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: TransportArg,
-    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
-    readers: u64,
-    /// Blocks buffered ahead of the writer at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
-    window_blocks: u64,
+    #[command(flatten)]
+    pull: PullArgs,
     /// Print one JSON object with the report.
     #[arg(long, env = "FASTREPL_JSON")]
     json: bool,
@@ -422,15 +422,8 @@ struct FetchArgs {
     /// File holding the relay token (else $FASTREPL_TOKEN).
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// Transport: auto, ucx, shm or tcp.
-    #[arg(long, value_enum, default_value_t, env = "FASTREPL_TRANSPORT")]
-    transport: TransportArg,
-    /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
-    readers: u64,
-    /// Blocks buffered ahead of the writer at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
-    window_blocks: u64,
+    #[command(flatten)]
+    pull: PullArgs,
     /// Print the report as JSON (on stderr when the bytes go to stdout).
     #[arg(long, env = "FASTREPL_JSON")]
     json: bool,
@@ -619,7 +612,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let cfg = agent::stage::StageConfig {
-        source: agent::snapshot_file::Source { relay: a.relay, token: &token, transport: a.transport.kind(), readers: a.readers as usize, window: a.window_blocks, cancel: &cancel, live: &live },
+        source: agent::snapshot_file::Source { relay: a.relay, token: &token, transport: a.pull.transport.kind(), readers: a.pull.readers as usize, window: a.pull.window_blocks, cancel: &cancel, live: &live },
         master: a.master,
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         tls: tls.as_ref(),
@@ -676,8 +669,8 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let choice = a.transport.kind();
-    let r = agent::fetch::fetch(a.relay, &token, choice, a.readers as usize, a.window_blocks, &cancel, &mut |b| {
+    let choice = a.pull.transport.kind();
+    let r = agent::fetch::fetch(a.relay, &token, choice, a.pull.readers as usize, a.pull.window_blocks, &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
@@ -732,13 +725,13 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.replica_listen,
-        readers: a.readers as usize,
-        window_blocks: a.window_blocks,
+        readers: a.pull.readers as usize,
+        window_blocks: a.pull.window_blocks,
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
         cancel: Default::default(),
-        transport: a.transport.kind(),
+        transport: a.pull.transport.kind(),
         peers: agent::peer::PeerConfig {
             serve: !a.no_serve,
             listen: a.peer_listen,
