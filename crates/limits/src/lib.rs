@@ -59,6 +59,18 @@ pub const READERS_MAX: usize = 64;
 pub const WINDOW_BLOCKS_MAX: u64 = 1024;
 /// Default `--window-blocks`.
 pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
+/// Block reads an agent keeps in flight on one TCP connection to the relay (and the most a peer's
+/// connection takes): requests sent before the earlier answers arrived, so that the flow does not
+/// idle for a round trip between blocks — which, behind busy links' queues (100 ms each on the
+/// bench's shaped links), costs a good part of a block. Two: one being received while the next waits
+/// at the sender. Three was no faster at N = 8 on 100 Mbit/s (36.4 s median against 33.5 s with two:
+/// docs/design/flat-fanout.md), as a third claim per flow leaves fewer blocks for the peers to spread.
+pub const READS_IN_FLIGHT_PER_CONNECTION: usize = 2;
+/// Block reads an agent keeps in flight on one connection to a peer. Two, measured at N = 8 on
+/// 100 Mbit/s: 31.7 s median against 33.5 s with one, and 1.01 copies from the master's host; with
+/// three, flows to a popular holder stayed open across blocks and held its upload slots, other askers
+/// were refused for long enough to give it up, and the relay sent those blocks again (1.1–1.3 copies).
+pub const PEER_READS_IN_FLIGHT: usize = 2;
 /// Most peer connections an agent serves at once (each is a thread).
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// Default `--connections-max` of a relay.

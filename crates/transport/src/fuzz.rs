@@ -46,7 +46,7 @@ pub fn auth(data: &[u8]) {
 /// fails or fills exactly the bytes asked; nothing panics or allocates beyond the bounds. Then the
 /// same bytes as a request stream, as a relay's or a peer's server reads it.
 pub fn data_path(data: &[u8]) {
-    let mut r = StreamReader { s: Scripted { input: data, written: 0 } };
+    let mut r = StreamReader::new(Scripted { input: data, written: 0 });
     let mut buf = vec![0u8; 64];
     for _ in 0..4 {
         match r.read(1, 0, &mut buf) {

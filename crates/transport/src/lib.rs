@@ -86,6 +86,20 @@ pub trait RangeReader: Send {
     /// Stream-log bytes of `generation` from absolute replication offset `from`, at most `max`, ending at
     /// a command boundary; empty when nothing new is there.
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error>;
+    /// Reads this reader keeps in flight with [`RangeReader::send`]: 1 when it reads one range at a
+    /// time (shm, ucx: their reads are one-sided and need no request on a wire).
+    fn depth(&self) -> usize {
+        1
+    }
+    /// Ask for `len` bytes of `generation` at `offset` without waiting for them; they come, in the
+    /// order asked, from [`RangeReader::receive`]. At most [`RangeReader::depth`] outstanding.
+    fn send(&mut self, _generation: u64, _offset: u64, _len: u32) -> Result<(), Error> {
+        Err(Error::Protocol("this reader does not pipeline reads".into()))
+    }
+    /// The bytes of the oldest read sent with [`RangeReader::send`], into `buf` (its length).
+    fn receive(&mut self, _buf: &mut [u8]) -> Result<(), Error> {
+        Err(Error::Protocol("this reader does not pipeline reads".into()))
+    }
 }
 
 /// A way to reach a relay's data; opens readers.
@@ -100,6 +114,10 @@ pub trait Transport: Send + Sync {
     /// several GETs in flight, and its waits spin; more readers than cores then slow it down).
     fn default_readers(&self) -> usize {
         4
+    }
+    /// Reads each of its readers keeps in flight ([`RangeReader::depth`]).
+    fn depth(&self) -> usize {
+        1
     }
     /// Open one more reader.
     fn open(&self) -> Result<Box<dyn RangeReader>, Error>;

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// whether to attach again.
 pub fn renew(relay: SocketAddr, creds: &Credentials, generation: u64, min_offset: u64, timeout: Duration) -> Result<Renewal, Error> {
     let conn = connect(relay, creds, Kind::Data, timeout)?;
-    let mut r = StreamReader { s: conn };
+    let mut r = StreamReader::new(conn);
     let len = r.request(Request::Renew { generation, min_offset }, "renew")?;
     if len != 1 {
         return Err(Error::Protocol(format!("renewal answer of {len} bytes, expected 1")));

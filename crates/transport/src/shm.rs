@@ -68,7 +68,7 @@ impl Transport for ShmTransport {
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = connect(&self.name, &self.token, Kind::Data)?;
-        Ok(Box::new(ShmReader { conn: StreamReader { s }, map: None }))
+        Ok(Box::new(ShmReader { conn: StreamReader::new(s), map: None }))
     }
 }
 

@@ -53,9 +53,13 @@ impl Transport for TcpTransport {
     fn kind(&self) -> crate::TransportKind {
         crate::TransportKind::Tcp
     }
+    fn depth(&self) -> usize {
+        limits::READS_IN_FLIGHT_PER_CONNECTION
+    }
+
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = connect(self.addr, &self.creds, Kind::Data, IO_TIMEOUT)?;
-        Ok(Box::new(StreamReader { s }))
+        Ok(Box::new(StreamReader::new(s)))
     }
 }
 
@@ -63,22 +67,43 @@ impl Transport for TcpTransport {
 pub struct StreamReader<S> {
     /// The authenticated connection.
     pub s: S,
+    /// Lengths of the block reads sent and not answered yet, oldest first.
+    sent: std::collections::VecDeque<u32>,
+}
+
+impl<S> StreamReader<S> {
+    /// A reader on the authenticated connection `s`.
+    pub fn new(s: S) -> StreamReader<S> {
+        StreamReader { s, sent: std::collections::VecDeque::new() }
+    }
 }
 
 impl<S: Read + Write> StreamReader<S> {
     /// Send a request and read the response header; returns the body length of a success, or the
     /// relay's refusal as an error.
     pub fn request(&mut self, req: Request, op: &'static str) -> Result<u32, Error> {
+        self.no_reads_outstanding(op)?;
         self.s.write_all(&req.encode()).map_err(Error::io("send read request"))?;
         self.response(op)
     }
 
     /// [`StreamReader::request`] for a request followed by a body.
     pub fn request_with_body(&mut self, req: Request, body: &[u8], op: &'static str) -> Result<u32, Error> {
+        self.no_reads_outstanding(op)?;
         let mut out = req.encode().to_vec();
         out.extend_from_slice(body);
         self.s.write_all(&out).map_err(Error::io("send request"))?;
         self.response(op)
+    }
+
+    /// Answers come in the order asked: a request that waits for its answer cannot overtake reads sent
+    /// without waiting.
+    fn no_reads_outstanding(&self, op: &'static str) -> Result<(), Error> {
+        if self.sent.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Protocol(format!("{op} asked while {} block reads are outstanding on the connection", self.sent.len())))
+        }
     }
 
     /// Read a response header: the body length of a success, or the peer's refusal as an error.
@@ -107,8 +132,33 @@ pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &
 
 impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let len = u32::try_from(buf.len()).ok().filter(|l| *l <= READ_MAX).ok_or_else(|| Error::Protocol("read too large".into()))?;
-        let got = self.request(Request::Range { generation, offset, len }, "block read")?;
+        let len = u32::try_from(buf.len()).map_err(|_| Error::Protocol("read too large".into()))?;
+        self.send(generation, offset, len)?;
+        self.receive(buf)
+    }
+
+    fn depth(&self) -> usize {
+        limits::READS_IN_FLIGHT_PER_CONNECTION
+    }
+
+    fn send(&mut self, generation: u64, offset: u64, len: u32) -> Result<(), Error> {
+        if len > READ_MAX {
+            return Err(Error::Protocol("read too large".into()));
+        }
+        if self.sent.len() >= self.depth() {
+            return Err(Error::Protocol(format!("more than {} block reads in flight on one connection", self.depth())));
+        }
+        self.s.write_all(&Request::Range { generation, offset, len }.encode()).map_err(Error::io("send read request"))?;
+        self.sent.push_back(len);
+        Ok(())
+    }
+
+    fn receive(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        let len = self.sent.pop_front().ok_or_else(|| Error::Protocol("no block read outstanding".into()))?;
+        if buf.len() != len as usize {
+            return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte read", buf.len())));
+        }
+        let got = self.response("block read")?;
         if got != len {
             return Err(Error::Protocol(format!("asked {len} bytes, relay answers {got}")));
         }

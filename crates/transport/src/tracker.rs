@@ -5,7 +5,7 @@
 //! peers that failed it ([`Request::NotAt`]) and, once done, whether anyone still needs it
 //! ([`Request::Needed`]). The decisions are the `swarm` crate's; the messages are [`crate::wire::swarm`].
 //!
-//! `have` and `not_at` are *sent without waiting*: the relay answers every request in order, so their
+//! `have`, `not_at` and `load` are *sent without waiting*: the relay answers every request in order, so their
 //! (empty) answers are read before the next answer that matters. Waiting would cost a round trip per
 //! block — behind whatever the agent's uplink has queued — on the one link every block's bookkeeping
 //! crosses.
@@ -55,7 +55,7 @@ impl TrackerLink {
     /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next.
     pub fn connect(relay: SocketAddr, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
         let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
-        Ok(TrackerLink { conn: StreamReader { s }, generation: 0, id: None, owed: 0, refused_later: 0 })
+        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: 0, refused_later: 0 })
     }
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
@@ -112,6 +112,11 @@ impl TrackerLink {
         self.refused_later
     }
 
+    /// We serve `uploads` uploads now. Sent without waiting for the answer.
+    pub fn load(&mut self, uploads: u32) -> Result<(), Error> {
+        self.send_later(Request::Load { generation: self.generation, uploads: uploads.min(crate::wire::UPLOADS_REPORTED_MAX) })
+    }
+
     /// Send a request whose answer is empty without waiting for it.
     fn send_later(&mut self, req: Request) -> Result<(), Error> {
         if self.owed >= OWED_MAX {
@@ -127,7 +132,7 @@ impl TrackerLink {
     /// ([`TrackerLink::refused_later`]), and the link stays; a broken or garbled answer fails it.
     pub fn settle(&mut self) -> Result<(), Error> {
         while self.owed > 0 {
-            match self.conn.response("have or not-at") {
+            match self.conn.response("have, not-at or load") {
                 Ok(len) => drop(read_body(&mut self.conn.s, len, 0)?),
                 Err(Error::Refused { .. } | Error::Busy(_)) => self.refused_later += 1,
                 Err(e) => return Err(e),

@@ -23,7 +23,7 @@ mod ucx_key;
 
 pub use capture_failure::CaptureFailure;
 pub use descriptor::Descriptor;
-pub use request::{read_request, AttachKind, Op, Renewal, Request, ALL_BLOCKS, REQUEST_LEN};
+pub use request::{read_request, AttachKind, Op, Renewal, Request, ALL_BLOCKS, REQUEST_LEN, UPLOADS_REPORTED_MAX};
 pub use response::{ResponseHeader, Status, RESPONSE_HEADER_LEN};
 pub use transport_kind::TransportKind;
 pub use ucx_key::{UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};

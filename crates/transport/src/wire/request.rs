@@ -11,6 +11,9 @@ use std::io::Read;
 /// Encoded size of a request.
 pub const REQUEST_LEN: usize = 21;
 
+/// Most uploads a [`Request::Load`] may report (an agent serves a handful at once).
+pub const UPLOADS_REPORTED_MAX: u32 = 1024;
+
 /// [`Request::NotAt`] about every block.
 pub const ALL_BLOCKS: u64 = u64::MAX;
 
@@ -35,11 +38,13 @@ pub enum Op {
     Needed,
     /// [`Request::Renew`].
     Renew,
+    /// [`Request::Load`].
+    Load,
 }
 
 impl Op {
     /// Every op with its byte on the wire: the one table encode and decode both use.
-    const TABLE: [(Op, u8); 9] = [
+    const TABLE: [(Op, u8); 10] = [
         (Op::Range, 1),
         (Op::Log, 2),
         (Op::Attach, 3),
@@ -49,6 +54,7 @@ impl Op {
         (Op::NotAt, 7),
         (Op::Needed, 8),
         (Op::Renew, 9),
+        (Op::Load, 10),
     ];
 
     fn byte(self) -> u8 {
@@ -167,6 +173,15 @@ pub enum Request {
         /// The oldest snapshot offset the agent can use.
         min_offset: u64,
     },
+    /// How many uploads to peers the agent serves right now (sent when it changes): the tracker
+    /// names holders with a free upload slot first, so that askers are not sent where they would be
+    /// refused as busy.
+    Load {
+        /// Generation.
+        generation: u64,
+        /// Uploads in progress, at most [`UPLOADS_REPORTED_MAX`].
+        uploads: u32,
+    },
 }
 
 /// The answer to [`Request::Renew`].
@@ -217,6 +232,7 @@ impl Request {
             Request::NotAt { generation, block, peer } => (Op::NotAt, generation, block, peer),
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
             Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
+            Request::Load { generation, uploads } => (Op::Load, generation, 0, uploads),
         }
     }
 
@@ -264,6 +280,8 @@ impl Request {
             Op::NotAt => Request::NotAt { generation, block: a, peer: b },
             Op::Needed => Request::Needed { generation },
             Op::Renew => Request::Renew { generation, min_offset: a },
+            Op::Load if b > UPLOADS_REPORTED_MAX || a != 0 => return Err(c.bad(&format!("load report of {b} uploads"))),
+            Op::Load => Request::Load { generation, uploads: b },
         })
     }
 
@@ -324,6 +342,7 @@ mod tests {
             Request::NotAt { generation: 1, block: ALL_BLOCKS, peer: 4 },
             Request::Needed { generation: 1 },
             Request::Renew { generation: 4, min_offset: 1 << 33 },
+            Request::Load { generation: 1, uploads: 2 },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -333,6 +352,9 @@ mod tests {
         let mut flags = Request::Register { generation: 1, port: 1, serves: true, local: true, advertise_len: 0 }.encode();
         flags[14] = 4;
         assert!(Request::decode(&flags).is_err(), "unknown registration flag");
+        let mut load = Request::Load { generation: 1, uploads: 0 }.encode();
+        load[17..21].copy_from_slice(&(UPLOADS_REPORTED_MAX + 1).to_be_bytes());
+        assert!(Request::decode(&load).is_err(), "more uploads than any agent serves");
         let mut locate = Request::Locate { generation: 1, body_len: 0 }.encode();
         locate[17..21].copy_from_slice(&(LOCATE_BODY_MAX as u32 + 1).to_be_bytes());
         assert!(Request::decode(&locate).is_err(), "locate body too long");
