@@ -138,7 +138,12 @@ impl Swarms {
 
     /// Member `id` holds `block`.
     pub fn have(&self, generation: u64, id: u32, block: u64) {
-        self.with(generation, |s| s.tracker.have(id, block));
+        self.with(generation, |s| s.tracker.have(id, block, std::time::Instant::now()));
+    }
+
+    /// Member `id` serves `uploads` uploads now.
+    pub fn load(&self, generation: u64, id: u32, uploads: u32) {
+        self.with(generation, |s| s.tracker.load(id, uploads));
     }
 
     /// `peer` does not hold `block`.

@@ -48,10 +48,13 @@ pub enum Answer {
 
 /// Most holders named in one answer.
 pub const PEERS_PER_ANSWER: usize = 4;
-/// Most blocks the relay sends at once. Few, so that each new block leaves the relay fast and starts
-/// spreading among agents: with one relay flow per agent, a thousand agents would each get a
+/// Most flows the relay sends blocks on at once. Few, so that each new block leaves the relay fast and
+/// starts spreading among agents: with one relay flow per agent, a thousand agents would each get a
 /// thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
 pub const RELAY_FLOWS_MAX: usize = 4;
+/// Claims per relay flow: an agent keeps this many reads in flight on one connection
+/// ([`limits::READS_IN_FLIGHT_PER_CONNECTION`]), so that the flow never idles between blocks.
+pub const CLAIMS_PER_FLOW: usize = limits::READS_IN_FLIGHT_PER_CONNECTION;
 /// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
 /// or dead): the repair that keeps one slow host from holding a block back from everyone.
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -72,6 +75,8 @@ pub struct Tracker {
     /// Present agents that have received every block (kept as a count: `locate` needs it per call).
     complete: usize,
     relay_grants: u64,
+    /// Uploads each agent last reported serving: holders with a free upload slot are named first.
+    uploads: HashMap<AgentId, u32>,
     /// Turns with every answer, so that an asker that was refused sees other holders next time.
     rotor: u64,
 }
@@ -111,6 +116,7 @@ impl Tracker {
     /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
     pub fn leave(&mut self, a: AgentId) {
         self.alive.remove(&a);
+        self.uploads.remove(&a);
         if let Some(got) = self.received.remove(&a) {
             if self.is_complete(got) {
                 self.complete -= 1;
@@ -122,8 +128,11 @@ impl Tracker {
         self.claims.retain(|_, (c, _)| *c != a);
     }
 
-    /// Agent `a` holds block `b`, verified.
-    pub fn have(&mut self, a: AgentId, b: u64) {
+    /// Agent `a` holds block `b`, verified, at `now`. Its other claims' clocks restart: an agent keeps
+    /// several reads in flight on its relay flow ([`CLAIMS_PER_FLOW`]), and the last of them waits
+    /// behind the others — a claimer that completes blocks is not slow, one that completes none for
+    /// [`CLAIM_TIMEOUT`] is.
+    pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
         if let Some(h) = self.holders.get_mut(b as usize) {
             if !h.contains(&a) {
@@ -140,6 +149,18 @@ impl Tracker {
         }
         if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
             self.claims.remove(&b);
+            for (c, since) in self.claims.values_mut() {
+                if *c == a {
+                    *since = now;
+                }
+            }
+        }
+    }
+
+    /// Agent `a` serves `uploads` uploads right now (it reports when the number changes).
+    pub fn load(&mut self, a: AgentId, uploads: u32) {
+        if self.alive.contains_key(&a) {
+            self.uploads.insert(a, uploads);
         }
     }
 
@@ -169,7 +190,13 @@ impl Tracker {
             self.rotor = self.rotor.wrapping_add(1);
             let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let start = (mix >> 16) as usize % h.len();
-            let named: Vec<AgentId> = (0..h.len()).map(|i| h[(start + i) % h.len()]).filter(|x| *x != a).take(PEERS_PER_ANSWER).collect();
+            // Holders with a free upload slot (as last reported) first, the rotation among them: a
+            // holder serving its maximum would only refuse. The full ones are still named, after:
+            // a report may be stale, and a block must never be left without a source.
+            let full = |x: &AgentId| self.uploads.get(x).is_some_and(|u| *u as usize >= UPLOADS_MAX);
+            let rotated = (0..h.len()).map(|i| h[(start + i) % h.len()]).filter(|x| *x != a);
+            let (free, busy): (Vec<AgentId>, Vec<AgentId>) = rotated.partition(|x| !full(x));
+            let named: Vec<AgentId> = free.into_iter().chain(busy).take(PEERS_PER_ANSWER).collect();
             return Answer::Peers(named);
         }
         // Claims that went stale (slow or dead claimer) free their block and their relay flow.
@@ -179,12 +206,12 @@ impl Tracker {
         // agent gets new blocks from the relay at once and forwards them, instead of one agent taking
         // all the fresh blocks while the others wait for it to finish each one.
         let pulling = self.alive.len().saturating_sub(self.complete).max(1);
-        let per_agent = (RELAY_FLOWS_MAX / pulling).max(1);
+        let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
         let mine = self.claims.values().filter(|(c, _)| *c == a).count();
         match self.claims.get(&b) {
             _ if !may_claim => Answer::Wait,
             Some((c, _)) if *c != a => Answer::Wait,
-            None if self.claims.len() >= RELAY_FLOWS_MAX || mine >= per_agent => Answer::Wait,
+            None if self.claims.len() >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
@@ -227,8 +254,13 @@ struct Rate {
 #[derive(Debug)]
 pub struct Chooser {
     window: u64,
-    peer_fetches_max: usize,
-    relay_fetches_max: usize,
+    /// Peers fetched from at once (flows).
+    peer_flows: usize,
+    /// Connections to the relay (flows).
+    relay_flows: usize,
+    /// Reads in flight per flow to a peer, and per flow to the relay.
+    depth: usize,
+    relay_depth: usize,
     next_write: u64,
     published: u64,
     have: Vec<bool>,
@@ -248,8 +280,9 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
 }
 
-/// Fetches from peers at once (besides the one from the relay), and uploads an agent serves at once
-/// (it refuses more: the asker goes to another holder). Equal, so that the swarm's download slots
+/// Peers an agent fetches from at once (besides the relay), and uploads an agent serves at once
+/// (it refuses more: the asker goes to another holder). Each is one flow, with up to
+/// [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on it. Equal, so that the swarm's download slots
 /// match its upload slots; small, so that each flow gets a large share of its links. Chosen with the
 /// simulator (at a window of 32): with 2 and 2, 1 000 agents took 1.11× the time of one; with 3 and 2,
 /// or 4 and 4, 1.3–1.6×. At the shipped window of 16, 1.16× (docs/results/issue10-simulate).
@@ -270,19 +303,22 @@ pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
 pub const SLOW_FRACTION: f64 = 0.25;
 
 impl Chooser {
-    /// An agent that looks at most `window` blocks ahead of what it has handed on, with at most
-    /// `peer_fetches_max` fetches from peers at once and one from the relay.
+    /// An agent that looks at most `window` blocks ahead of what it has handed on, fetching from at
+    /// most `peer_flows` peers at once and on one connection to the relay, one read in flight on each
+    /// (see [`Chooser::with_depth`]).
     ///
     /// Why one relay fetch per agent, and few in all: links share their rate among their flows (TCP is
     /// fair per flow), so an agent with many flows gives its relay flow a small share of its downlink,
     /// and the relay's uplink — the one resource that carries the only copy of new blocks — idles. One
     /// relay flow per agent keeps the relay's uplink busy whenever any block is unclaimed, while the
     /// peer flows fill the rest of each downlink.
-    pub fn new(window: u64, peer_fetches_max: usize) -> Chooser {
+    pub fn new(window: u64, peer_flows: usize) -> Chooser {
         Chooser {
             window: window.max(1),
-            peer_fetches_max: peer_fetches_max.max(1),
-            relay_fetches_max: 1,
+            peer_flows: peer_flows.max(1),
+            relay_flows: 1,
+            depth: 1,
+            relay_depth: 1,
             next_write: 0,
             published: 0,
             have: Vec::new(),
@@ -300,8 +336,32 @@ impl Chooser {
     /// Allow `n` fetches from the relay at once (default 1). An agent alone, or one on the relay's host
     /// (whose reads cost the relay's link nothing), needs several in flight to fill its link.
     pub fn with_relay_fetches(mut self, n: usize) -> Chooser {
-        self.relay_fetches_max = n.max(1);
+        self.relay_flows = n.max(1);
         self
+    }
+
+    /// Keep up to `d` reads in flight on each flow (pipelined requests: the flow does not idle for a
+    /// request's round trip between blocks). A peer gets up to `d` of our fetches at once; more
+    /// peers are only taken while fewer than `peer_flows` are fetched from.
+    pub fn with_depth(mut self, d: usize) -> Chooser {
+        self.depth = d.max(1);
+        self.relay_depth = self.depth;
+        self
+    }
+
+    /// Reads in flight per flow to the relay, when it differs from the peers' (shm and ucx reads are
+    /// one-sided: one at a time per reader).
+    pub fn with_relay_depth(mut self, d: usize) -> Chooser {
+        self.relay_depth = d.max(1);
+        self
+    }
+
+    fn relay_fetches_max(&self) -> usize {
+        self.relay_flows * self.relay_depth
+    }
+
+    fn peer_fetches_max(&self) -> usize {
+        self.peer_flows * self.depth
     }
 
     /// The relay published `blocks` blocks.
@@ -347,17 +407,25 @@ impl Chooser {
     }
 
     fn relay_busy(&self) -> bool {
-        self.in_flight.values().filter(|f| **f == Origin::Relay).count() >= self.relay_fetches_max
+        self.in_flight.values().filter(|f| **f == Origin::Relay).count() >= self.relay_fetches_max()
     }
 
     /// Fetches from the relay that may start now.
     pub fn relay_slots(&self) -> usize {
-        self.relay_fetches_max - self.in_flight.values().filter(|f| **f == Origin::Relay).count().min(self.relay_fetches_max)
+        self.relay_fetches_max() - self.in_flight.values().filter(|f| **f == Origin::Relay).count().min(self.relay_fetches_max())
     }
 
     /// Fetches from peers that may start now.
     pub fn peer_slots(&self) -> usize {
-        self.peer_fetches_max.saturating_sub(self.peer_fetches())
+        self.peer_fetches_max().saturating_sub(self.peer_fetches())
+    }
+
+    /// Distinct peers with fetches in flight: the flows in use.
+    fn peers_fetched_from(&self) -> usize {
+        let mut ps: Vec<AgentId> = self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }).collect();
+        ps.sort_unstable();
+        ps.dedup();
+        ps.len()
     }
 
     fn peer_fetches(&self) -> usize {
@@ -372,7 +440,7 @@ impl Chooser {
 
     /// Whether any fetch slot is free.
     pub fn has_free_slot(&self) -> bool {
-        !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max
+        !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max()
     }
 
     /// The next blocks to locate: not held, not in flight, inside the window — rarest first (by
@@ -431,7 +499,7 @@ impl Chooser {
             Answer::Wait => return None,
             Answer::Relay if self.relay_busy() => return None,
             Answer::Relay => Origin::Relay,
-            Answer::Peers(_) if self.peer_fetches() >= self.peer_fetches_max => return None,
+            Answer::Peers(_) if self.peer_fetches() >= self.peer_fetches_max() => return None,
             Answer::Peers(ps) => {
                 let mean = (self.rated >= 2).then(|| self.rate_sum / f64::from(self.rated));
                 let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && mean.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
@@ -440,20 +508,15 @@ impl Chooser {
                 let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
                 let pool = if fast.is_empty() { usable } else { fast };
                 let load = |p: &AgentId| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count();
-                Origin::Peer(*pool.iter().min_by_key(|p| load(p))?)
+                // A new peer only while fewer than `peer_flows` are fetched from; else another read
+                // on a flow that has room. Least loaded first: flows fill before they deepen.
+                let flows_full = self.peers_fetched_from() >= self.peer_flows;
+                let open = |p: &AgentId| load(p) < self.depth && (load(p) > 0 || !flows_full);
+                Origin::Peer(*pool.iter().filter(|p| open(p)).min_by_key(|p| load(p))?)
             }
         };
         self.in_flight.insert(b, from);
         Some(from)
-    }
-
-    /// The peer fetching `b` refused (busy): the agent asks `p`, another holder the tracker named,
-    /// instead — at once, as the simulator's agents do, rather than after another round with the
-    /// tracker.
-    pub fn retarget(&mut self, b: u64, p: AgentId) {
-        if let Some(o @ Origin::Peer(_)) = self.in_flight.get_mut(&b) {
-            *o = Origin::Peer(p);
-        }
     }
 
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
@@ -511,6 +574,9 @@ mod tests {
         fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
             self.locate(a, b, true, now)
         }
+        fn have_t(&mut self, a: AgentId, b: u64) {
+            self.have(a, b, Instant::now())
+        }
     }
 
     #[test]
@@ -540,7 +606,7 @@ mod tests {
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
         assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
         assert_eq!(tr.locate_t(1, 1, t), Answer::Relay, "a different block: agent 1 claims it");
-        tr.have(0, 0);
+        tr.have_t(0, 0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]));
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]));
         assert_eq!(tr.relay_grants(), 2);
@@ -559,28 +625,29 @@ mod tests {
     #[test]
     fn the_relays_flows_are_shared_among_the_agents_still_pulling() {
         let t = Instant::now();
-        let mut tr = Tracker::new(8);
+        let all = RELAY_FLOWS_MAX * CLAIMS_PER_FLOW;
+        let mut tr = Tracker::new(64);
         tr.join(0, true);
-        let alone: Vec<Answer> = (0..5).map(|b| tr.locate_t(0, b, t)).collect();
-        assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), RELAY_FLOWS_MAX, "an agent alone may use every relay flow");
-        let mut tr = Tracker::new(8);
-        tr.set_total(8);
+        let alone: Vec<Answer> = (0..all as u64 + 1).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), all, "an agent alone may use every relay flow, each pipelined");
+        let mut tr = Tracker::new(64);
+        tr.set_total(64);
         for a in 0..2 {
             tr.join(a, true);
         }
-        let first: Vec<Answer> = (0..4).map(|b| tr.locate_t(0, b, t)).collect();
-        assert_eq!(first.iter().filter(|a| **a == Answer::Relay).count(), RELAY_FLOWS_MAX / 2, "two agents pulling: half each");
-        assert_eq!(tr.locate_t(1, 4, t), Answer::Relay, "the other agent's share is free");
-        for b in 0..8 {
-            tr.have(1, b);
+        let first: Vec<Answer> = (0..all as u64).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(first.iter().filter(|a| **a == Answer::Relay).count(), all / 2, "two agents pulling: half each");
+        assert_eq!(tr.locate_t(1, all as u64, t), Answer::Relay, "the other agent's share is free");
+        for b in 0..64 {
+            tr.have_t(1, b);
         }
         assert_eq!(tr.needing(0), 0);
-        assert_eq!(tr.locate_t(0, 5, t), Answer::Peers(vec![1]));
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Peers(vec![1]));
         tr.join(2, true);
         tr.leave(1);
-        assert_eq!(tr.locate_t(0, 5, t), Answer::Wait, "agents 0 and 2 pull: agent 0 holds its 2 claims");
-        tr.have(0, 0);
-        assert_eq!(tr.locate_t(0, 5, t), Answer::Relay, "a claim completed frees a flow");
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Wait, "agents 0 and 2 pull: agent 0 holds its claims");
+        tr.have_t(0, 0);
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Relay, "a claim completed frees a read on the flow");
     }
 
     #[test]
@@ -598,6 +665,14 @@ mod tests {
         tr.locate_t(0, 0, t);
         tr.leave(0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
+        // Pipelined claims: completing one restarts the clock of the others.
+        let mut tr = Tracker::new(2);
+        tr.join(0, true);
+        tr.join(1, true);
+        assert_eq!((tr.locate_t(0, 0, t), tr.locate_t(0, 1, t)), (Answer::Relay, Answer::Relay));
+        tr.have(0, 0, t + CLAIM_TIMEOUT / 2);
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT), Answer::Wait, "the claimer makes progress: its next claim stands");
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT / 2 + CLAIM_TIMEOUT), Answer::Relay, "no progress for the timeout: handed on");
     }
 
     #[test]
@@ -607,22 +682,45 @@ mod tests {
         for a in 0..3 {
             tr.join(a, true);
         }
-        tr.have(0, 0);
-        tr.have(1, 0);
+        tr.have_t(0, 0);
+        tr.have_t(1, 0);
         tr.leave(0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![1]));
         tr.not_at(1, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
-        tr.have(7, 0);
+        tr.have_t(7, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
         let mut tr = Tracker::new(2);
         for a in 0..2 {
             tr.join(a, true);
-            tr.have(a, 0);
-            tr.have(a, 1);
+            tr.have_t(a, 0);
+            tr.have_t(a, 1);
         }
         tr.forget(0);
         assert_eq!((tr.holders(0), tr.holders(1)), (1, 1), "a peer that sent a corrupt block is named for nothing");
+    }
+
+    #[test]
+    fn a_holder_serving_its_maximum_is_named_after_the_free_ones() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..4 {
+            tr.join(a, true);
+        }
+        tr.have_t(0, 0);
+        tr.have_t(1, 0);
+        tr.load(0, UPLOADS_MAX as u32);
+        for _ in 0..8 {
+            assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![1, 0]), "the idle holder first, whatever the rotation");
+        }
+        tr.load(1, UPLOADS_MAX as u32);
+        let Answer::Peers(both) = tr.locate_t(3, 0, t) else { panic!("holders exist") };
+        assert_eq!(both.len(), 2, "all busy: still named (a report may be stale)");
+        tr.load(0, 0);
+        assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![0, 1]));
+        tr.leave(0);
+        tr.load(0, 0);
+        assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![1]), "a departed agent's report is not kept");
     }
 
     #[test]
@@ -630,15 +728,15 @@ mod tests {
         let mut tr = Tracker::new(2);
         tr.join(0, true);
         tr.join(1, false);
-        tr.have(0, 0);
-        tr.have(0, 1);
+        tr.have_t(0, 0);
+        tr.have_t(0, 1);
         assert_eq!(tr.needing(0), 1, "agent 1 has nothing yet");
         assert_eq!(tr.needing(1), 1, "the snapshot's size is not known yet: agent 0 may need more");
         tr.set_total(2);
         assert_eq!(tr.needing(1), 0);
-        tr.have(1, 0);
+        tr.have_t(1, 0);
         assert_eq!(tr.holders(0), 1, "an agent that does not serve is never named as a holder");
-        tr.have(1, 1);
+        tr.have_t(1, 1);
         assert_eq!(tr.needing(0), 0);
         tr.join(2, true);
         assert_eq!(tr.needing(0), 1, "a late joiner");
@@ -668,7 +766,7 @@ mod tests {
             tr.join(a, true);
         }
         for a in 0..20 {
-            tr.have(a, 0);
+            tr.have_t(a, 0);
         }
         let mut named = std::collections::HashSet::new();
         for a in 20..40 {
@@ -695,6 +793,26 @@ mod tests {
         assert_eq!(c.wanted(|_| 0), vec![1, 3]);
         assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
         assert_eq!(c.held(), 1);
+    }
+
+    #[test]
+    fn reads_deepen_on_the_flows_in_use_and_a_new_peer_waits_for_a_free_flow() {
+        let mut c = Chooser::new(16, 2).with_depth(3).with_relay_fetches(1);
+        c.published(16);
+        assert_eq!((c.relay_slots(), c.peer_slots()), (3, 6));
+        assert_eq!(c.choose(0, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
+        assert_eq!(c.choose(1, &Answer::Peers(vec![1, 2])), Some(Origin::Peer(2)), "a second flow before a deeper first one");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "two flows in use: a third peer waits");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3, 1])), Some(Origin::Peer(1)), "pipelined on a flow in use");
+        assert_eq!(c.choose(3, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
+        assert_eq!(c.choose(4, &Answer::Peers(vec![1])), None, "peer 1 has three reads in flight: the depth");
+        assert_eq!(c.peer_slots(), 2);
+        for b in 5..8 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay), "three reads on the relay's flow");
+        }
+        assert!(!c.may_claim());
+        c.done(1, 10, 1.0);
+        assert_eq!(c.choose(8, &Answer::Peers(vec![3])), Some(Origin::Peer(3)), "peer 2's flow is free: a new peer may take it");
     }
 
     #[test]
@@ -736,10 +854,9 @@ mod tests {
         assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
         assert_eq!(c.failed(12, true), Some(Origin::Peer(2)));
         assert_eq!(c.choose(13, &Answer::Peers(vec![2])), None, "a peer that sent a bad block is never asked again");
-        c.retarget(11, 1);
         let mut gone = c.peer_gone(1);
         gone.sort();
-        assert_eq!(gone, vec![10, 11], "block 11 went to peer 1 after peer 3 refused it");
+        assert_eq!(gone, vec![10], "the fetches from peer 1 failed with it");
         assert_eq!(c.choose(14, &Answer::Peers(vec![1])), None);
     }
 }
