@@ -248,6 +248,15 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_whose_master_is_not_known_yet_is_unsettled() {
+        // Right after CLUSTER REPLICATE elsewhere a node may list a replica with master `-`.
+        let nodes = parse(&format!("{N} 127.0.0.1:7002@17002 slave - 0 0 0 connected
+{M} 127.0.0.1:7001@17001 slave {N} 0 0 0 connected")).unwrap();
+        assert_eq!((nodes[0].role, nodes[0].master.as_deref(), nodes[0].unsettled), (Role::Replica, None, true));
+        assert_eq!((nodes[1].role, nodes[1].master.as_deref(), nodes[1].unsettled), (Role::Replica, Some(N), false));
+    }
+
+    #[test]
     fn a_staged_config_follows_the_master_and_knows_the_table() {
         let table = format!("{M} 10.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-16383 [7->-{N}]\n");
         let nodes = parse(&table).unwrap();
