@@ -24,6 +24,7 @@ pub mod local;
 pub mod machine;
 pub mod peer;
 pub mod pipeline;
+pub mod planner;
 pub mod procstat;
 pub mod progress;
 pub mod rdb_aux;

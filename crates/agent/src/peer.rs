@@ -120,6 +120,7 @@ pub struct PeerServer {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Bytes served to peers so far.
     pub served: Arc<AtomicU64>,
+    shared: Arc<ServeShared>,
 }
 
 struct ServeShared {
@@ -149,16 +150,22 @@ impl PeerServer {
             served: served.clone(),
             stop: stop.clone(),
         });
+        let shared = sh.clone();
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
             .map_err(|e| Error::Internal(format!("spawn peer server: {e}")))?;
-        Ok(PeerServer { addr, stop, thread: Some(thread), served })
+        Ok(PeerServer { addr, stop, thread: Some(thread), served, shared })
     }
 
     /// Where it listens.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Uploads in progress now.
+    pub fn uploads(&self) -> usize {
+        self.shared.uploads.load(Ordering::SeqCst)
     }
 }
 
@@ -323,6 +330,23 @@ impl Peering {
         self.server.is_some()
     }
 
+    /// Uploads to peers in progress now (0 when not serving).
+    pub fn uploads(&self) -> usize {
+        self.server.as_ref().map_or(0, PeerServer::uploads)
+    }
+
+    /// Tell the tracker how many uploads this agent serves, when that changed since `last` (the
+    /// tracker names holders with a free slot first); returns what it was told, or the link's error.
+    pub(crate) fn report_load(&self, last: &mut Option<usize>) -> Result<(), transport::Error> {
+        let now = self.uploads();
+        if self.server.is_none() || *last == Some(now) {
+            return Ok(());
+        }
+        self.tracker().load(now as u32)?;
+        *last = Some(now);
+        Ok(())
+    }
+
     /// Bytes served to peers so far.
     pub fn served_bytes(&self) -> u64 {
         self.server.as_ref().map_or(0, |s| s.served.load(Ordering::Relaxed))
@@ -340,7 +364,13 @@ impl Peering {
             return Duration::ZERO;
         }
         let mut said = false;
+        let mut told = None;
         loop {
+            // Askers are sent to holders with a free upload slot first: keep the tracker told.
+            if let Err(e) = self.report_load(&mut told) {
+                tracing::info!(error = %e, "tracker link lost; no longer serving peers");
+                break;
+            }
             let needed = match self.tracker().needed() {
                 Ok(n) => n,
                 Err(e) => {
@@ -408,6 +438,24 @@ mod tests {
         assert!(matches!(r.read(7, 0, &mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
         assert!(matches!(r.read(8, 4, &mut buf), Err(transport::Error::Refused { .. })), "another generation");
         assert_eq!(srv.served.load(Ordering::Relaxed), 4);
+        // Pipelined: the depth's reads sent before any answer; answers in the order asked, a refusal
+        // included, and the connection goes on.
+        let depth = r.depth();
+        assert!(depth >= 2, "TCP connections take pipelined reads");
+        assert_eq!(depth, limits::READS_IN_FLIGHT_PER_CONNECTION);
+        r.send(7, 0, 4).unwrap();
+        for _ in 1..depth {
+            r.send(7, 4, 4).unwrap();
+        }
+        assert!(r.send(7, 4, 4).is_err(), "no more than the depth in flight");
+        assert!(matches!(r.receive(&mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
+        for _ in 1..depth {
+            let mut a = [0u8; 4];
+            r.receive(&mut a).unwrap();
+            assert_eq!(&a, b"abcd");
+        }
+        r.read(7, 4, &mut buf).unwrap();
+        assert_eq!(&buf, b"abcd", "a plain read after pipelined ones");
         let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), transport::Token::new(b"fedcba9876543210").unwrap().into());
         assert!(matches!(transport::Transport::open(&wrong), Err(transport::Error::Auth(_))));
     }

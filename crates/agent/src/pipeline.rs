@@ -1,17 +1,27 @@
 //! Pull blocks out of order — from the relay, and from peers when the agent is in a swarm — and hand
-//! them on in order. This module is only threads: the swarm's [`Chooser`] decides which blocks to fetch
-//! next and from where (asking the relay's tracker through [`Peering`]), the [`Scheduler`] keeps the
-//! in-order hand-on and the rereads.
+//! them on in order.
 //!
-//! Threads: a *planner* asks the tracker about the blocks the chooser wants and queues fetches; relay
-//! readers (`readers` of them, each with its own connection or endpoint) and, in a swarm, peer fetchers
-//! (one per peer-fetch slot) take them; the caller's thread writes blocks in order to the sink.
+//! Threads, and what each owns (they talk over channels; none shares a lock with another):
+//! - the **planner** owns the decisions — the swarm's [`Chooser`] (which block next, from where), the
+//!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::planner`]) — and the
+//!   tracker link: it asks where blocks are, tells the tracker what this agent holds (without waiting
+//!   for the answers), and gives each read to a fetcher;
+//! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
+//!   **peer fetchers** (one per peer flow) read what they are given — up to
+//!   [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on a TCP connection to the relay,
+//!   [`limits::PEER_READS_IN_FLIGHT`] on one to a peer — check each block and report it;
+//! - the caller's thread, the **writer**, passes the blocks the planner sends it, in order, to the
+//!   sink, and reports what it wrote (the window moves) and which cached blocks it dropped.
+//!
+//! No thread waits on another's network round trip: a reader never waits for the tracker, the writer
+//! never waits for a reader's socket, the planner's `locate` delays only its own planning.
 //!
 //! Every block's CRC32C is checked against the relay's published checksum before it is used, kept or
 //! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
 //! block is fetched elsewhere.
 
 use crate::peer::Peering;
+use crate::planner::{self, Fetcher};
 use crate::progress::Progress;
 use crate::scheduler::{Mismatch, Scheduler};
 use crate::Error;
@@ -19,9 +29,10 @@ use serde::{Deserialize, Serialize};
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use swarm::{Answer, Chooser, Origin};
+use swarm::Chooser;
 use transport::wire::swarm::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
 use transport::{RangeReader, Transport};
 
@@ -102,454 +113,624 @@ pub struct Pull<'a> {
     pub counters: Option<&'a Counters>,
 }
 
-/// The decisions' state and what the threads share around it.
-struct Shared {
-    state: Mutex<PullState>,
-    cond: Condvar,
-}
 
-struct PullState {
-    chooser: Chooser,
-    sched: Scheduler<Arc<Vec<u8>>>,
-    relay_jobs: VecDeque<u64>,
-    /// Block, the peer chosen, and the other holders named (tried in turn when a peer refuses).
-    peer_jobs: VecDeque<(u64, u32, Vec<u32>)>,
-    peer_addrs: HashMap<u32, String>,
-    /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
-    /// costs a page fault per 4 KiB. Bounded by `pool_max`.
-    pool: Vec<Vec<u8>>,
-    pool_max: usize,
-    failed: Option<Error>,
-    finished: bool,
-    /// Every block is fetched or being fetched: fetch threads exit once their queue is empty.
-    planned_all: bool,
-    /// No tracker (none, or its link failed): every block from the relay.
-    solo: bool,
-    swarm_lost: Option<String>,
-    /// Blocks verified and kept, for the planner to announce to the tracker (`have`).
-    announce: Vec<u64>,
-    /// Blocks the writer dropped from the serving cache, for the planner to report to the tracker.
-    dropped: Vec<u64>,
-    /// Peers that could not give a block (refused, failed, corrupt: `ALL_BLOCKS`), for the planner to
-    /// report to the tracker.
-    not_at: Vec<(u32, u64)>,
-    sources: BTreeMap<String, (u64, u64)>,
-    peer_bad_blocks: u64,
-    peer_failures: u64,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, PullState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn fail(&self, e: Error) {
-        let mut s = self.lock();
-        if s.failed.is_none() {
-            s.failed = Some(e);
-        }
-        drop(s);
-        self.cond.notify_all();
-    }
-}
-
-/// Longest wait for the relay to publish the next block before re-checking its state.
+/// Longest the writer waits for the next block before it checks for a cancel.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
 
-/// Pull the whole generation and pass its bytes, in order, to `sink`.
-pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
-    let readers = p.readers.max(1);
-    let window = p.window.max(readers as u64);
-    let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
-    // Enough buffers for the window and one in each fetcher's hands: steady state allocates nothing.
-    let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(readers + peer_fetchers);
-    let shared = Shared {
-        state: Mutex::new(PullState {
-            chooser: Chooser::new(window, swarm::PEER_FETCHES_MAX).with_relay_fetches(readers),
-            sched: Scheduler::new(),
-            relay_jobs: VecDeque::new(),
-            peer_jobs: VecDeque::new(),
-            peer_addrs: HashMap::new(),
-            pool: Vec::new(),
-            pool_max,
-            failed: None,
-            finished: false,
-            planned_all: false,
-            solo: p.peering.is_none(),
-            swarm_lost: None,
-            announce: Vec::new(),
-            dropped: Vec::new(),
-            not_at: Vec::new(),
-            sources: BTreeMap::new(),
-            peer_bad_blocks: 0,
-            peer_failures: 0,
-        }),
-        cond: Condvar::new(),
-    };
-    let generation = p.progress.with(|v| v.desc.generation);
-    std::thread::scope(|scope| {
-        let shared = &shared;
-        spawn_in(scope, shared, "planner".into(), move || plan_loop(p, shared))?;
-        for r in 0..readers {
-            spawn_in(scope, shared, format!("reader-{r}"), move || relay_loop(p, shared, generation))?;
-        }
-        if let Some(peering) = p.peering {
-            for f in 0..peer_fetchers {
-                spawn_in(scope, shared, format!("peer-fetch-{f}"), move || peer_loop(p, shared, peering, generation))?;
-            }
-        }
-        let result = write_loop(p, shared, sink);
-        shared.lock().finished = true;
-        shared.cond.notify_all();
-        let mut stats = result?;
-        let s = shared.lock();
-        stats.reread = s.sched.rereads();
-        stats.reads_in_flight_max = s.sched.in_flight_max();
-        stats.peer_bad_blocks = s.peer_bad_blocks;
-        stats.peer_failures = s.peer_failures;
-        stats.swarm_lost = s.swarm_lost.clone();
-        let mut sources: Vec<SourceBytes> = s.sources.iter().map(|(k, (bytes, blocks))| SourceBytes { source: k.clone(), bytes: *bytes, blocks: *blocks }).collect();
-        sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
-        stats.sources = sources;
-        Ok(stats)
-    })
+/// Where a read goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    Relay,
+    /// A peer: its number in the swarm and its address.
+    Peer { id: u32, addr: String },
 }
 
-/// Run `f` on a thread of the pull; its error fails the pull.
-fn spawn_in<'scope, 'env: 'scope>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    shared: &'env Shared,
-    name: String,
-    f: impl FnOnce() -> Result<(), Error> + Send + 'scope,
-) -> Result<(), Error> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn_scoped(scope, move || {
-            if let Err(e) = f() {
-                shared.fail(e);
-            }
-        })
-        .map(drop)
-        .map_err(|e| Error::Internal(format!("spawn pull thread: {e}")))
+/// One read, as the planner gives it to a fetcher.
+struct Job {
+    block: u64,
+    offset: u64,
+    len: u32,
+    /// The relay's published CRC32C of the block.
+    want: u32,
+    from: Source,
+    /// `len` bytes, from the planner's pool.
+    buf: Vec<u8>,
 }
 
-/// Ask where the blocks the chooser wants are and queue fetches, until every block is fetched or
-/// being fetched.
-fn plan_loop(p: &Pull<'_>, shared: &Shared) -> Result<(), Error> {
-    let mut asked_needed: Option<Instant> = None;
-    loop {
-        let (solo, announce, not_at, dropped) = {
-            let mut s = shared.lock();
-            (s.solo, std::mem::take(&mut s.announce), std::mem::take(&mut s.not_at), std::mem::take(&mut s.dropped))
-        };
-        if let (Some(peering), false) = (p.peering, solo) {
-            // The planner alone talks to the tracker: fetchers and the writer leave what it must hear
-            // in the state, and it is sent here without waiting for the answers. In this order: a
-            // block is announced before the writer can drop it (and a `have` sent after its `not_at`
-            // would name us for a block we no longer hold).
-            let mut t = peering.tracker();
-            let told = announce.iter().try_for_each(|b| t.have(*b)).and_then(|()| not_at.iter().try_for_each(|(peer, b)| t.not_at(*peer, *b))).and_then(|()| dropped.iter().try_for_each(|b| t.not_at(peering.id(), *b)));
-            drop(t);
-            if let Err(e) = told {
-                lose_tracker(shared, e);
-                continue;
-            }
-            // Whether anyone else still needs blocks decides whether fed blocks are kept for them.
-            if !matches!(asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
-                asked_needed = Some(Instant::now());
-                if let Ok(n) = peering.tracker().needed() {
-                    peering.held.set_others_need(n > 0);
-                }
-            }
-        }
-        let (readable, total) = p.progress.with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
-        if let (Some(peering), Some(l)) = (p.peering, p.progress.get_length()) {
-            peering.held.set_length(l);
-        }
-        let (ask, solo) = {
-            let mut s = shared.lock();
-            if s.finished || s.failed.is_some() {
-                return Ok(());
-            }
-            s.chooser.published(readable);
-            if let Some(t) = total {
-                s.sched.set_total(t);
-                if s.chooser.held() >= t {
-                    s.planned_all = true;
-                    drop(s);
-                    shared.cond.notify_all();
-                    return Ok(());
-                }
-            }
-            let mut wanted = s.chooser.wanted(|_| 0);
-            wanted.truncate(LOCATE_BLOCKS_MAX);
-            if wanted.is_empty() {
-                // Every slot busy, or nothing more published yet: a completion or a write wakes us.
-                let _ = shared.cond.wait_timeout(s, limits::LOCATE_RETRY_EVERY).unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            let solo = s.solo;
-            let ask = Locate {
-                relay_slots: s.chooser.relay_slots().min(255) as u8,
-                peer_slots: if solo { 0 } else { s.chooser.peer_slots().min(255) as u8 },
-                blocks: wanted,
-            };
-            (ask, solo)
-        };
-        let answers = match (p.peering, solo) {
-            (Some(peering), false) => match peering.tracker().locate(&ask) {
-                Ok(a) => a,
-                Err(e) => {
-                    lose_tracker(shared, e);
-                    continue;
-                }
-            },
-            _ => ask.blocks.iter().take(usize::from(ask.relay_slots)).map(|b| Located { block: *b, at: Where::Relay }).collect(),
-        };
-        let mut s = shared.lock();
-        let mut queued = 0;
-        // Blocks whose every named holder this agent avoids: the tracker must stop naming them for
-        // those blocks, or it would never offer the relay for them.
-        let mut shunned: Vec<(u64, u32)> = Vec::new();
-        for a in answers {
-            match a.at {
-                Where::Relay => {
-                    if s.chooser.choose(a.block, &Answer::Relay).is_some() {
-                        s.relay_jobs.push_back(a.block);
-                        queued += 1;
-                    }
-                }
-                Where::Peers(peers) => {
-                    let ids: Vec<u32> = peers.iter().map(|pe| pe.id).collect();
-                    if ids.iter().all(|id| s.chooser.avoids(*id)) {
-                        shunned.extend(ids.iter().map(|id| (a.block, *id)));
-                        continue;
-                    }
-                    for pe in peers {
-                        s.peer_addrs.insert(pe.id, pe.addr);
-                    }
-                    let now = Instant::now();
-                    if let Some(Origin::Peer(id)) = s.chooser.choose_at(a.block, &Answer::Peers(ids.clone()), now) {
-                        let others: Vec<u32> = ids.into_iter().filter(|x| *x != id && !s.chooser.avoids(*x) && !s.chooser.is_busy(*x, now)).collect();
-                        s.peer_jobs.push_back((a.block, id, others));
-                        queued += 1;
-                    }
-                }
-            }
-        }
-        if !shunned.is_empty() {
-            s.not_at.extend(shunned.into_iter().map(|(b, id)| (id, b)));
-            continue;
-        }
-        if queued > 0 {
-            drop(s);
-            shared.cond.notify_all();
-        } else {
-            // Every wanted block is being fetched by another agent from the relay: ask again soon.
-            let _ = shared.cond.wait_timeout(s, limits::LOCATE_RETRY_EVERY).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
-
-/// The tracker link failed: the rest of the pull comes from the relay alone.
-fn lose_tracker(shared: &Shared, e: transport::Error) {
-    tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
-    let mut s = shared.lock();
-    s.solo = true;
-    s.swarm_lost = Some(e.to_string());
-}
-
-/// The next job from a queue; `None` once the pull is over or everything was planned and the queue is
-/// empty.
-fn next_job<T>(shared: &Shared, take: impl Fn(&mut PullState) -> Option<T>) -> Option<T> {
-    let mut s = shared.lock();
-    loop {
-        if s.finished || s.failed.is_some() {
-            return None;
-        }
-        if let Some(j) = take(&mut s) {
-            return Some(j);
-        }
-        if s.planned_all {
-            return None;
-        }
-        s = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner()).0;
-    }
-}
-
-/// Where block `i` stands at the relay.
-enum Published {
-    /// Readable: its range and checksum.
-    Ready { offset: u64, len: u64, checksum: u32 },
-    /// The snapshot has fewer blocks.
-    NoSuchBlock,
-    NotYet,
-}
-
-/// Wait until the relay has published block `i`; `None` if there is no such block or the pull is over.
-fn wait_published(shared: &Shared, progress: &Progress, i: u64) -> Result<Option<(u64, u64, u32)>, Error> {
-    loop {
-        let next = progress.wait_with(
-            POLL,
-            |v| v.blocks_readable() > i || v.desc.state == State::Failed || v.blocks_total().is_some(),
-            |v| -> Result<Published, Error> {
-                v.check()?;
-                if v.blocks_total().is_some_and(|t| i >= t) {
-                    return Ok(Published::NoSuchBlock);
-                }
-                if v.blocks_readable() > i {
-                    let (offset, len) = v.block_range(i);
-                    return Ok(Published::Ready { offset, len, checksum: v.desc.checksums[i as usize] });
-                }
-                Ok(Published::NotYet)
-            },
-        )?;
-        match next {
-            Published::Ready { offset, len, checksum } => return Ok(Some((offset, len, checksum))),
-            Published::NoSuchBlock => return Ok(None),
-            Published::NotYet => {
-                let s = shared.lock();
-                if s.finished || s.failed.is_some() {
-                    return Ok(None);
-                }
-            }
-        }
-    }
-}
-
-/// A buffer of `len` bytes from the pool, counted as a read in flight.
-fn take_buffer(shared: &Shared, len: u64) -> Vec<u8> {
-    let mut buf = {
-        let mut s = shared.lock();
-        s.sched.started();
-        s.pool.pop().unwrap_or_default()
-    };
-    buf.resize(len as usize, 0);
-    buf
-}
-
-fn relay_loop(p: &Pull<'_>, shared: &Shared, generation: u64) -> Result<(), Error> {
-    let mut reader: Option<Box<dyn RangeReader>> = None;
-    while let Some(i) = next_job(shared, |s| s.relay_jobs.pop_front()) {
-        let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
-        if reader.is_none() {
-            reader = Some(p.transport.open().map_err(Error::relay)?);
-        }
-        let r = reader.as_mut().expect("opened above");
-        let mut buf = take_buffer(shared, len);
-        let t = Instant::now();
-        let mut attempt = 0;
-        loop {
-            r.read(generation, offset, &mut buf).map_err(Error::relay)?;
-            if snapshot::block_checksum(&buf) == want {
-                break;
-            }
-            attempt += 1;
-            tracing::warn!(block = i, attempt, "block checksum mismatch");
-            if shared.lock().sched.mismatch(attempt) == Mismatch::Fail {
-                return Err(Error::Checksum { block: i, offset });
-            }
-        }
-        complete(p, shared, i, buf, None, t.elapsed());
-    }
-    Ok(())
-}
-
-/// Why a fetch from a peer gave no block.
+/// Why a read from a peer gave no block.
+#[derive(Debug)]
 enum PeerMiss {
-    /// It serves its maximum: try the next holder named at once; pass it over for a moment.
+    /// It serves its maximum: pass it over for a moment.
     Busy,
     /// It does not hold the block (dropped from its cache): the tracker must stop naming it for this
-    /// block, or it would never offer another source; try the next holder named.
+    /// block, or it would never offer another source.
     NotHeld,
     /// Its block failed the checksum: never fed, kept or served; it is never asked again and the
     /// tracker names it for nothing any more.
     Corrupt,
     /// It failed, stalled or vanished: never asked again; the tracker stops naming it for this block.
     Failed(transport::Error),
+    /// Not answered: the connection was closed for an earlier read's miss (corrupt or failed).
+    Dropped,
 }
 
-fn peer_loop(p: &Pull<'_>, shared: &Shared, peering: &Peering, generation: u64) -> Result<(), Error> {
-    let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
-    while let Some((i, first, others)) = next_job(shared, |s| s.peer_jobs.pop_front()) {
-        let Some((offset, len, want)) = wait_published(shared, p.progress, i)? else { return Ok(()) };
-        let mut buf = take_buffer(shared, len);
-        let mut candidates = std::iter::once(first).chain(others).peekable();
-        while let Some(peer) = candidates.next() {
-            let addr = shared.lock().peer_addrs.get(&peer).cloned().unwrap_or_default();
-            let t = Instant::now();
-            let miss = match read_from_peer(&mut conns, peer, &addr, &peering.token, generation, offset, &mut buf) {
-                Ok(()) if snapshot::block_checksum(&buf) == want => {
-                    complete(p, shared, i, buf, Some(addr), t.elapsed());
-                    break;
-                }
-                Ok(()) => PeerMiss::Corrupt,
-                Err(transport::Error::Busy(_)) => PeerMiss::Busy,
-                Err(transport::Error::Refused { .. }) => PeerMiss::NotHeld,
-                Err(e) => PeerMiss::Failed(e),
-            };
-            let not_at = match &miss {
-                PeerMiss::Busy => {
-                    tracing::debug!(peer = %addr, block = i, "peer busy");
-                    None
-                }
-                PeerMiss::NotHeld => {
-                    tracing::debug!(peer = %addr, block = i, "peer no longer holds the block");
-                    Some(i)
-                }
-                PeerMiss::Corrupt => {
-                    tracing::warn!(peer = %addr, block = i, "a peer sent a block that fails its checksum; never asking it again");
-                    Some(transport::wire::ALL_BLOCKS)
-                }
-                PeerMiss::Failed(e) => {
-                    tracing::warn!(peer = %addr, block = i, error = %e, "peer failed; fetching its blocks elsewhere");
-                    Some(i)
-                }
-            };
-            let gone = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
-            if gone {
-                conns.remove(&peer);
+/// A fetcher thread, by kind and number.
+#[derive(Debug, Clone, Copy)]
+enum FetcherId {
+    Relay(usize),
+    Peer(usize),
+}
+
+/// What fetchers and the writer tell the planner.
+enum Report {
+    /// A read ended with the block, verified. `took`: its own transfer (not its wait behind earlier
+    /// reads on the connection); `rereads`: reads of it that failed the checksum first.
+    Done { fetcher: FetcherId, job: Job, took: Duration, rereads: u32 },
+    /// A read from a peer gave no block.
+    Missed { fetcher: FetcherId, job: Job, miss: PeerMiss },
+    /// A relay reader failed: so does the pull.
+    Failed(Error),
+    /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
+    /// buffers to reuse.
+    Written { n: u64, dropped: Vec<u64>, freed: Vec<Vec<u8>> },
+}
+
+/// What the planner sends the writer.
+enum Feed {
+    /// The next block in order.
+    Block(Arc<Vec<u8>>),
+    /// Every block was sent.
+    End,
+    Failed(Error),
+}
+
+/// Pull the whole generation and pass its bytes, in order, to `sink`.
+pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
+    let readers = p.readers.max(1);
+    let window = p.window.max(readers as u64);
+    let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
+    let generation = p.progress.with(|v| v.desc.generation);
+    let (report_tx, report_rx) = mpsc::channel::<Report>();
+    let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
+    let over = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let mut relay_jobs = Vec::new();
+        for r in 0..readers {
+            let (tx, rx) = mpsc::channel();
+            let reports = report_tx.clone();
+            spawn_in(scope, format!("reader-{r}"), move || relay_reader(p, generation, r, &rx, &reports))?;
+            relay_jobs.push(tx);
+        }
+        let mut peer_jobs = Vec::new();
+        if let Some(peering) = p.peering {
+            for f in 0..peer_fetchers {
+                let (tx, rx) = mpsc::channel();
+                let reports = report_tx.clone();
+                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports))?;
+                peer_jobs.push(tx);
             }
-            let mut s = shared.lock();
-            if let Some(b) = not_at {
-                s.not_at.push((peer, b));
+        }
+        let planner = Planner::new(p, window, relay_jobs, peer_jobs, feed_tx);
+        let over = &over;
+        let planned = std::thread::Builder::new()
+            .name("planner".into())
+            .spawn_scoped(scope, move || planner.run(&report_rx, over))
+            .map_err(|e| Error::Internal(format!("spawn the pull's planner: {e}")))?;
+        let written = write_loop(p, &feed_rx, &report_tx, sink);
+        // The planner stops within one wait, and with it the fetchers (their job channels close).
+        over.store(true, Ordering::SeqCst);
+        let planned = planned.join().map_err(|_| Error::Internal("the pull's planner panicked".into()))?;
+        let mut stats = written?;
+        stats.reread = planned.rereads;
+        stats.reads_in_flight_max = planned.in_flight_max;
+        stats.peer_bad_blocks = planned.peer_bad_blocks;
+        stats.peer_failures = planned.peer_failures;
+        stats.swarm_lost = planned.swarm_lost;
+        let mut sources: Vec<SourceBytes> = planned.sources.into_iter().map(|(source, (bytes, blocks))| SourceBytes { source, bytes, blocks }).collect();
+        sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
+        stats.sources = sources;
+        Ok(stats)
+    })
+}
+
+/// Run a fetcher on a thread of the pull.
+fn spawn_in<'scope, 'env: 'scope>(scope: &'scope std::thread::Scope<'scope, 'env>, name: String, f: impl FnOnce() + Send + 'scope) -> Result<(), Error> {
+    std::thread::Builder::new().name(name).spawn_scoped(scope, f).map(drop).map_err(|e| Error::Internal(format!("spawn pull thread: {e}")))
+}
+
+/// What the planner learnt, for the pull's stats.
+#[derive(Default)]
+struct Planned {
+    rereads: u64,
+    in_flight_max: u64,
+    peer_bad_blocks: u64,
+    peer_failures: u64,
+    swarm_lost: Option<String>,
+    sources: BTreeMap<String, (u64, u64)>,
+}
+
+/// The planner thread's state: everything it decides with (see the module's doc).
+struct Planner<'a> {
+    p: &'a Pull<'a>,
+    chooser: Chooser,
+    sched: Scheduler<Arc<Vec<u8>>>,
+    relay_depth: usize,
+    relay: Vec<(Sender<Job>, Fetcher)>,
+    peers: Vec<(Sender<Job>, Fetcher)>,
+    peer_addrs: HashMap<u32, String>,
+    /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
+    /// costs a page fault per 4 KiB. Bounded by `pool_max`.
+    pool: Vec<Vec<u8>>,
+    pool_max: usize,
+    /// No tracker (none, or its link failed): every block from the relay.
+    solo: bool,
+    asked_needed: Option<Instant>,
+    /// The uploads last reported to the tracker.
+    load_told: Option<usize>,
+    feed: Sender<Feed>,
+    out: Planned,
+}
+
+impl<'a> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, feed: Sender<Feed>) -> Planner<'a> {
+        let depth = limits::PEER_READS_IN_FLIGHT;
+        let relay_depth = p.transport.depth();
+        // Enough buffers for the window and every read in flight: steady state allocates nothing.
+        let in_flight = relay.len() * relay_depth + peers.len() * depth;
+        let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(in_flight);
+        Planner {
+            p,
+            chooser: Chooser::new(window, swarm::PEER_FETCHES_MAX).with_relay_fetches(relay.len()).with_depth(depth).with_relay_depth(relay_depth),
+            sched: Scheduler::new(),
+            relay_depth,
+            relay: relay.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
+            peers: peers.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
+            peer_addrs: HashMap::new(),
+            pool: Vec::new(),
+            pool_max,
+            solo: p.peering.is_none(),
+            asked_needed: None,
+            load_told: None,
+            feed,
+            out: Planned::default(),
+        }
+    }
+
+    /// Plan and dispatch until every block went to the writer, the pull failed, or the writer is gone.
+    fn run(mut self, reports: &Receiver<Report>, over: &AtomicBool) -> Planned {
+        while !over.load(Ordering::SeqCst) {
+            if let Err(e) = self.relay_state() {
+                let _ = self.feed.send(Feed::Failed(e));
+                break;
             }
-            s.peer_failures += 1;
-            if matches!(miss, PeerMiss::Busy) {
-                s.chooser.refused(peer, Instant::now());
+            if self.sched.finished() {
+                let _ = self.feed.send(Feed::End);
+                break;
             }
-            match candidates.peek().copied().filter(|_| !gone) {
-                Some(next) => s.chooser.retarget(i, next),
-                None => {
-                    drop(s);
-                    given_up(shared, i, buf, gone, matches!(miss, PeerMiss::Corrupt));
-                    break;
+            self.poll_needed();
+            self.report_load();
+            let planned = self.plan();
+            // A completion or a write wakes us; otherwise look again soon (blocks being published,
+            // blocks another agent claimed).
+            let first = if planned { reports.try_recv().map_err(|e| e == TryRecvError::Disconnected) } else { reports.recv_timeout(limits::LOCATE_RETRY_EVERY).map_err(|e| e == RecvTimeoutError::Disconnected) };
+            let mut next = first;
+            loop {
+                match next {
+                    Ok(r) => {
+                        if !self.handle(r) {
+                            return self.out;
+                        }
+                    }
+                    Err(true) => return self.out,
+                    Err(false) => break,
                 }
+                next = reports.try_recv().map_err(|e| e == TryRecvError::Disconnected);
+            }
+        }
+        self.out
+    }
+
+    /// The relay's view: blocks published, the total once known; an error when the relay's
+    /// generation failed or its control link is lost.
+    fn relay_state(&mut self) -> Result<(), Error> {
+        let (readable, total) = self.p.progress.with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
+        self.chooser.published(readable);
+        if let Some(t) = total {
+            self.sched.set_total(t);
+        }
+        if let (Some(peering), Some(l)) = (self.p.peering, self.p.progress.get_length()) {
+            peering.held.set_length(l);
+        }
+        Ok(())
+    }
+
+    /// Tell the tracker something that needs no answer; a failed link means pulling the rest from
+    /// the relay alone.
+    fn tell(&mut self, f: impl FnOnce(&mut transport::tracker::TrackerLink, u32) -> Result<(), transport::Error>) {
+        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
+        let told = f(&mut peering.tracker(), peering.id());
+        if let Err(e) = told {
+            self.lose_tracker(e);
+        }
+    }
+
+    fn lose_tracker(&mut self, e: transport::Error) {
+        tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
+        self.solo = true;
+        self.out.swarm_lost = Some(e.to_string());
+    }
+
+    /// Whether anyone else still needs blocks decides whether fed blocks are kept for them (asked at
+    /// most every [`limits::NEEDED_POLL_EVERY`]).
+    fn poll_needed(&mut self) {
+        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
+        if matches!(self.asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
+            return;
+        }
+        self.asked_needed = Some(Instant::now());
+        let needed = peering.tracker().needed();
+        match needed {
+            Ok(n) => peering.held.set_others_need(n > 0),
+            Err(e) => self.lose_tracker(e),
+        }
+    }
+
+    /// Keep the tracker told how many uploads this agent serves (it names free holders first).
+    fn report_load(&mut self) {
+        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
+        if let Err(e) = peering.report_load(&mut self.load_told) {
+            self.lose_tracker(e);
+        }
+    }
+
+    /// Ask where the blocks the chooser wants are and give the reads to fetchers; whether anything
+    /// was decided.
+    fn plan(&mut self) -> bool {
+        let mut wanted = self.chooser.wanted(|_| 0);
+        wanted.truncate(LOCATE_BLOCKS_MAX);
+        if wanted.is_empty() {
+            return false;
+        }
+        let answers: Vec<Located> = match self.p.peering.filter(|_| !self.solo) {
+            Some(peering) => {
+                let ask = Locate { relay_slots: self.chooser.relay_slots().min(255) as u8, peer_slots: self.chooser.peer_slots().min(255) as u8, blocks: wanted };
+                let located = peering.tracker().locate(&ask);
+                match located {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.lose_tracker(e);
+                        return true;
+                    }
+                }
+            }
+            None => wanted.iter().take(self.chooser.relay_slots()).map(|b| Located { block: *b, at: Where::Relay }).collect(),
+        };
+        for a in &answers {
+            if let Where::Peers(peers) = &a.at {
+                for pe in peers {
+                    self.peer_addrs.insert(pe.id, pe.addr.clone());
+                }
+            }
+        }
+        let assigned = planner::assign(&mut self.chooser, &answers, Instant::now());
+        for (peer, b) in &assigned.shunned {
+            self.tell(|t, _| t.not_at(*peer, *b));
+        }
+        for b in &assigned.relay {
+            self.dispatch(*b, Source::Relay);
+        }
+        for (b, id) in &assigned.peers {
+            let addr = self.peer_addrs.get(id).cloned().unwrap_or_default();
+            self.dispatch(*b, Source::Peer { id: *id, addr });
+        }
+        !(assigned.relay.is_empty() && assigned.peers.is_empty() && assigned.shunned.is_empty())
+    }
+
+    /// Give the read of block `b` to a fetcher (the chooser has counted it as in flight).
+    fn dispatch(&mut self, b: u64, from: Source) {
+        let range = self.p.progress.with(|v| {
+            let checksum = v.desc.checksums.get(usize::try_from(b).ok()?).copied()?;
+            (v.blocks_readable() > b).then(|| (v.block_range(b), checksum))
+        });
+        let depth = limits::PEER_READS_IN_FLIGHT;
+        let fetcher = match &from {
+            Source::Relay => planner::relay_reader(&self.relay.iter().map(|(_, f)| *f).collect::<Vec<_>>(), self.relay_depth).map(FetcherId::Relay),
+            Source::Peer { id, .. } => planner::peer_fetcher(&self.peers.iter().map(|(_, f)| *f).collect::<Vec<_>>(), *id, depth).map(FetcherId::Peer),
+        };
+        let read = range.and_then(|((offset, len), want)| Some((offset, u32::try_from(len).ok()?, want)));
+        let (Some((offset, len, want)), Some(fetcher)) = (read, fetcher) else {
+            // Not published after all, or no fetcher free (a transient the chooser's counts rule
+            // out): the block goes back to the wanted ones.
+            self.chooser.failed(b, false);
+            return;
+        };
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.resize(len as usize, 0);
+        let serving = match &from {
+            Source::Peer { id, .. } => Some(*id),
+            Source::Relay => None,
+        };
+        let (tx, f) = match fetcher {
+            FetcherId::Relay(i) => &mut self.relay[i],
+            FetcherId::Peer(i) => &mut self.peers[i],
+        };
+        if tx.send(Job { block: b, offset, len, want, from, buf }).is_err() {
+            // The fetcher is gone (a relay reader that failed: its report ends the pull).
+            self.chooser.failed(b, false);
+            return;
+        }
+        f.outstanding += 1;
+        f.serving = serving;
+        self.sched.started();
+    }
+
+    fn fetcher(&mut self, id: FetcherId) -> &mut Fetcher {
+        match id {
+            FetcherId::Relay(i) => &mut self.relay[i].1,
+            FetcherId::Peer(i) => &mut self.peers[i].1,
+        }
+    }
+
+    fn reuse(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < self.pool_max {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Act on a report; false when the pull is over (failed, or the writer is gone).
+    fn handle(&mut self, r: Report) -> bool {
+        match r {
+            Report::Done { fetcher, job, took, rereads } => {
+                self.fetcher(fetcher).outstanding -= 1;
+                self.done(job, took, rereads)
+            }
+            Report::Missed { fetcher, job, miss } => {
+                self.fetcher(fetcher).outstanding -= 1;
+                self.missed(job, miss);
+                true
+            }
+            Report::Failed(e) => {
+                let _ = self.feed.send(Feed::Failed(e));
+                false
+            }
+            Report::Written { n, dropped, freed } => {
+                self.chooser.written(n);
+                // Cached blocks dropped: the tracker stops naming us for them (told here, not by the
+                // writer, so that the replica's feed never waits on the tracker; and after their
+                // `have`, which the planner sent when they arrived).
+                if self.p.peering.is_some_and(Peering::serves) {
+                    for b in dropped {
+                        self.tell(|t, me| t.not_at(me, b));
+                    }
+                }
+                for buf in freed {
+                    self.reuse(buf);
+                }
+                true
             }
         }
     }
-    Ok(())
+
+    /// Block `job.block` arrived verified: keep it, announce it, hand it on in order.
+    fn done(&mut self, job: Job, took: Duration, rereads: u32) -> bool {
+        let (b, bytes) = (job.block, u64::from(job.len));
+        self.out.rereads += u64::from(rereads);
+        self.sched.reread(u64::from(rereads));
+        if self.chooser.holds(b) {
+            self.sched.abandoned(); // a duplicate: nothing to do with it
+            self.reuse(job.buf);
+            return true;
+        }
+        let source = match &job.from {
+            Source::Relay => RELAY.to_string(),
+            Source::Peer { addr, .. } => addr.clone(),
+        };
+        tracing::debug!(block = b, from = %source, secs = took.as_secs_f64(), "block verified");
+        let block = Arc::new(job.buf);
+        // Kept and announced before the writer can see it: the writer may drop it from the cache at
+        // once, and that `not_at` must follow this `have`.
+        if let Some(peering) = self.p.peering {
+            peering.held.insert(b, block.clone());
+            self.tell(|t, _| t.have(b));
+        }
+        self.chooser.done(b, bytes, took.as_secs_f64());
+        self.sched.completed(b, block);
+        let e = self.out.sources.entry(source).or_default();
+        e.0 += bytes;
+        e.1 += 1;
+        if let Some(c) = self.p.counters {
+            let counter = if job.from == Source::Relay { &c.from_relay } else { &c.from_peers };
+            counter.fetch_add(bytes, Ordering::Relaxed);
+        }
+        while let Some(next) = self.sched.next_ready() {
+            if self.feed.send(Feed::Block(next)).is_err() {
+                return false; // the writer is gone
+            }
+        }
+        self.out.in_flight_max = self.sched.in_flight_max();
+        true
+    }
+
+    /// A read from a peer gave no block: the block goes back to the wanted ones, and the tracker and
+    /// the chooser learn what the miss says about the peer.
+    fn missed(&mut self, job: Job, miss: PeerMiss) {
+        let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else { return };
+        let peer = *peer;
+        match &miss {
+            PeerMiss::Busy => {
+                tracing::debug!(peer = %addr, block = b, "peer busy");
+                self.chooser.refused(peer, Instant::now());
+            }
+            PeerMiss::NotHeld => {
+                tracing::debug!(peer = %addr, block = b, "peer no longer holds the block");
+                self.tell(|t, _| t.not_at(peer, b));
+            }
+            PeerMiss::Corrupt => {
+                tracing::warn!(peer = %addr, block = b, "a peer sent a block that fails its checksum; never asking it again");
+                self.tell(|t, _| t.not_at(peer, transport::wire::ALL_BLOCKS));
+                self.out.peer_bad_blocks += 1;
+            }
+            PeerMiss::Failed(e) => {
+                tracing::warn!(peer = %addr, block = b, error = %e, "peer failed; fetching its blocks elsewhere");
+                self.tell(|t, _| t.not_at(peer, b));
+            }
+            PeerMiss::Dropped => {}
+        }
+        self.out.peer_failures += 1;
+        self.chooser.failed(b, matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
+        self.sched.abandoned();
+        self.reuse(job.buf);
+    }
 }
 
-/// Read one block from a peer over a connection kept per peer (opened on first use).
-fn read_from_peer(
-    conns: &mut HashMap<u32, Box<dyn RangeReader>>,
-    peer: u32,
-    addr: &str,
-    token: &transport::Credentials,
-    generation: u64,
-    offset: u64,
-    buf: &mut [u8],
-) -> Result<(), transport::Error> {
-    let reader = match conns.entry(peer) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => {
-            let sa = resolve(addr)?;
-            // Under a TLS relay, peers serve TLS too.
-            let s = transport::tcp::connect_with(sa, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, "connect to peer")?;
-            e.insert(Box::new(transport::tcp::StreamReader { s }))
+/// A relay reader: reads what the planner gives it on its own connection or endpoint, up to its
+/// reader's depth in flight, and checks each block (a mismatch is read again once, behind what is in
+/// flight; twice fails the pull).
+fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+    let mut reader: Option<Box<dyn RangeReader>> = None;
+    // Reads sent, oldest first: the job, when it was sent, its attempt.
+    let mut wire: VecDeque<(Job, Instant, u32)> = VecDeque::new();
+    let mut last = Instant::now();
+    let fail = |e: Error| drop(reports.send(Report::Failed(e)));
+    loop {
+        // Take what the planner gave: wait for the first only when nothing is in flight.
+        while wire.len() < reader.as_ref().map_or(1, |r| r.depth()) {
+            let job = if wire.is_empty() {
+                match jobs.recv() {
+                    Ok(j) => j,
+                    Err(_) => return, // the planner is done
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            if reader.is_none() {
+                match p.transport.open() {
+                    Ok(r) => reader = Some(r),
+                    Err(e) => return fail(Error::relay(e)),
+                }
+            }
+            let r = reader.as_mut().expect("opened above");
+            if r.depth() > 1 {
+                if let Err(e) = r.send(generation, job.offset, job.len) {
+                    return fail(Error::relay(e));
+                }
+            }
+            if wire.is_empty() {
+                last = Instant::now();
+            }
+            wire.push_back((job, Instant::now(), 1));
         }
-    };
-    reader.read(generation, offset, buf)
+        let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
+        let r = reader.as_mut().expect("opened with the first read");
+        let got = if r.depth() > 1 { r.receive(&mut job.buf) } else { r.read(generation, job.offset, &mut job.buf) };
+        if let Err(e) = got {
+            return fail(Error::relay(e));
+        }
+        let took = last.elapsed().min(sent.elapsed());
+        last = Instant::now();
+        if snapshot::block_checksum(&job.buf) != job.want {
+            tracing::warn!(block = job.block, attempt, "block checksum mismatch");
+            if crate::scheduler::after_mismatch(attempt) == Mismatch::Fail {
+                return fail(Error::Checksum { block: job.block, offset: job.offset });
+            }
+            if r.depth() > 1 {
+                if let Err(e) = r.send(generation, job.offset, job.len) {
+                    return fail(Error::relay(e));
+                }
+            }
+            wire.push_back((job, Instant::now(), attempt + 1));
+            continue;
+        }
+        if reports.send(Report::Done { fetcher: FetcherId::Relay(me), job, took, rereads: attempt - 1 }).is_err() {
+            return;
+        }
+    }
+}
+
+/// A peer fetcher: reads what the planner gives it from one peer at a time, up to the depth in flight
+/// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
+fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+    let depth = limits::PEER_READS_IN_FLIGHT;
+    let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
+    let mut wire: VecDeque<(Job, Instant)> = VecDeque::new();
+    let mut last = Instant::now();
+    let report = |job: Job, miss: PeerMiss| reports.send(Report::Missed { fetcher: FetcherId::Peer(me), job, miss }).is_ok();
+    loop {
+        while wire.len() < depth {
+            let job = if wire.is_empty() {
+                match jobs.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            let Source::Peer { id, addr } = &job.from else { continue };
+            let (id, addr) = (*id, addr.clone());
+            let conn = match conns.entry(id) {
+                std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|c| e.insert(c)),
+            };
+            let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
+            if let Err(e) = sent {
+                conns.remove(&id);
+                if !report(job, PeerMiss::Failed(e)) {
+                    return;
+                }
+                while let Some((j, _)) = wire.pop_front() {
+                    report(j, PeerMiss::Dropped);
+                }
+                continue;
+            }
+            if wire.is_empty() {
+                last = Instant::now();
+            }
+            wire.push_back((job, Instant::now()));
+        }
+        let Some((mut job, sent)) = wire.pop_front() else { continue };
+        let Source::Peer { id, .. } = job.from else { continue };
+        let got = match conns.get_mut(&id) {
+            Some(c) => c.receive(&mut job.buf),
+            None => Err(transport::Error::Protocol("connection to the peer closed".into())),
+        };
+        let took = last.elapsed().min(sent.elapsed());
+        last = Instant::now();
+        let miss = match got {
+            Ok(()) if snapshot::block_checksum(&job.buf) == job.want => {
+                if reports.send(Report::Done { fetcher: FetcherId::Peer(me), job, took, rereads: 0 }).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(()) => PeerMiss::Corrupt,
+            Err(transport::Error::Busy(_)) => PeerMiss::Busy,
+            Err(transport::Error::Refused { .. }) => PeerMiss::NotHeld,
+            Err(e) => PeerMiss::Failed(e),
+        };
+        let drop_conn = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
+        if !report(job, miss) {
+            return;
+        }
+        if drop_conn {
+            conns.remove(&id);
+            while let Some((j, _)) = wire.pop_front() {
+                report(j, PeerMiss::Dropped);
+            }
+        }
+    }
+}
+
+/// Connect to a peer (under a TLS relay, peers serve TLS too).
+fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<Box<dyn RangeReader>, transport::Error> {
+    let sa = resolve(addr)?;
+    let s = transport::tcp::connect_with(sa, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, "connect to peer")?;
+    Ok(Box::new(transport::tcp::StreamReader::new(s)))
 }
 
 fn resolve(addr: &str) -> Result<std::net::SocketAddr, transport::Error> {
@@ -560,86 +741,18 @@ fn resolve(addr: &str) -> Result<std::net::SocketAddr, transport::Error> {
         .ok_or_else(|| transport::Error::Protocol(format!("peer address {addr} resolves to nothing")))
 }
 
-/// A fetch from a peer failed: the block goes back to the wanted ones. `avoid`: never ask that peer
-/// again; `corrupt`: it sent a bad block.
-fn given_up(shared: &Shared, i: u64, buf: Vec<u8>, avoid: bool, corrupt: bool) {
-    let mut s = shared.lock();
-    s.chooser.failed(i, avoid);
-    s.sched.abandoned();
-    if corrupt {
-        s.peer_bad_blocks += 1;
-    }
-    if s.pool.len() < s.pool_max {
-        s.pool.push(buf);
-    }
-    drop(s);
-    shared.cond.notify_all();
-}
-
-/// Block `i` arrived verified, from the relay (`from` = None) or a peer: keep it, hand it on in order,
-/// and tell the tracker we hold it.
-fn complete(p: &Pull<'_>, shared: &Shared, i: u64, buf: Vec<u8>, from: Option<String>, took: Duration) {
-    let bytes = buf.len() as u64;
-    tracing::debug!(block = i, from = from.as_deref().unwrap_or(RELAY), secs = took.as_secs_f64(), "block verified");
-    let block = Arc::new(buf);
-    // Kept before the writer can see it, and announced (by the planner) before the writer can drop
-    // it: see `plan_loop`.
-    if let Some(peering) = p.peering {
-        peering.held.insert(i, block.clone());
-    }
-    {
-        let mut s = shared.lock();
-        if s.chooser.holds(i) {
-            s.sched.abandoned(); // a duplicate (a slow fetch that was given up on, then arrived)
-            return;
-        }
-        if p.peering.is_some() && !s.solo {
-            s.announce.push(i);
-        }
-        s.chooser.done(i, bytes, took.as_secs_f64());
-        s.sched.completed(i, block.clone());
-        let e = s.sources.entry(from.clone().unwrap_or_else(|| RELAY.to_string())).or_default();
-        e.0 += bytes;
-        e.1 += 1;
-    }
-    shared.cond.notify_all();
-    if let Some(c) = p.counters {
-        let counter = if from.is_some() { &c.from_peers } else { &c.from_relay };
-        counter.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-fn write_loop(p: &Pull<'_>, shared: &Shared, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
+/// The writer: pass the blocks the planner sends, in order, to `sink`; report what was written.
+fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
     let mut stats = Stats::default();
     loop {
         crate::check_cancel(p.cancel)?;
-        let total = p.progress.with(|v| v.check().map(|_| v.blocks_total()))?;
-        let buf = {
-            let mut s = shared.lock();
-            if let Some(t) = total {
-                s.sched.set_total(t);
-            }
-            if s.sched.finished() {
-                return Ok(stats);
-            }
-            loop {
-                if let Some(e) = s.failed.take() {
-                    return Err(e);
-                }
-                if let Some(b) = s.sched.next_ready() {
-                    let n = s.sched.written();
-                    s.chooser.written(n);
-                    break Some(b);
-                }
-                let (g, t) = shared.cond.wait_timeout(s, POLL).unwrap_or_else(|p| p.into_inner());
-                s = g;
-                if t.timed_out() {
-                    break None; // re-check the relay's state
-                }
-            }
+        let buf = match feed.recv_timeout(POLL) {
+            Ok(Feed::Block(b)) => b,
+            Ok(Feed::End) => return Ok(stats),
+            Ok(Feed::Failed(e)) => return Err(e),
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return Err(Error::Internal("the pull's planner ended without a word".into())),
         };
-        let Some(buf) = buf else { continue };
-        shared.cond.notify_all();
         sink(&buf)?;
         if stats.first_byte.is_none() {
             stats.first_byte = Some(Instant::now());
@@ -647,23 +760,14 @@ fn write_loop(p: &Pull<'_>, shared: &Shared, sink: &mut dyn FnMut(&[u8]) -> Resu
         }
         stats.bytes += buf.len() as u64;
         stats.blocks += 1;
-        let freed: Vec<Arc<Vec<u8>>> = match p.peering {
-            None => vec![buf],
+        let (dropped, freed): (Vec<u64>, Vec<Arc<Vec<u8>>>) = match p.peering {
+            None => (Vec::new(), vec![buf]),
             Some(peering) => {
                 drop(buf);
-                let fed = shared.lock().sched.written();
-                let dropped = peering.held.fed(fed);
-                if peering.serves() {
-                    shared.lock().dropped.extend(dropped.iter().map(|(b, _)| *b));
-                }
-                dropped.into_iter().map(|(_, v)| v).collect()
+                peering.held.fed(stats.blocks).into_iter().unzip()
             }
         };
-        let mut s = shared.lock();
-        for v in freed {
-            if let (Ok(v), true) = (Arc::try_unwrap(v), s.pool.len() < s.pool_max) {
-                s.pool.push(v);
-            }
-        }
+        let freed = freed.into_iter().filter_map(|v| Arc::try_unwrap(v).ok()).collect();
+        let _ = reports.send(Report::Written { n: stats.blocks, dropped, freed });
     }
 }

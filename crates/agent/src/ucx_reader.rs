@@ -63,7 +63,7 @@ impl Transport for UcxTransport {
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = transport::tcp::connect(self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
         let worker = Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?;
-        Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader { s }, lane: self.lane.clone() }))
+        Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader::new(s), lane: self.lane.clone() }))
     }
 }
 
