@@ -2,7 +2,12 @@
 //! the product's own ([`swarm`]: the relay's tracker, each agent's chooser); only the network is
 //! modelled: every host has an uplink and a downlink of the link rate (a slow host, a fraction of
 //! it), and the transfers through a link share it max-min fairly, advanced in small time steps (a fluid
-//! model: no packets, no latency, no CPU — the bounds the namespace measurements add).
+//! model: no packets, no CPU). Round trips are modelled where they cost time: a read moves no byte
+//! until its request has crossed the asker's uplink and the source's downlink and the first bytes of
+//! the answer the source's uplink and the asker's downlink, and each of those links that is busy holds
+//! it for its queue (`--queue-ms`: the bench's shaped links queue up to 100 ms; 0 gives the pure fluid
+//! model). Reads pipelined on one connection move one after the other, and the next one's round trip
+//! passes while the one before it moves — which is what pipelining is for.
 //!
 //! For each fleet size N it prints T(N)/T(1) (time until every surviving agent holds the snapshot,
 //! over the time of one agent alone), the copies the relay's link carried, the most any agent's uplink
@@ -12,6 +17,7 @@
 use swarm::{AgentId, Answer, Chooser, Origin, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -49,9 +55,22 @@ pub struct SimulateArgs {
     /// Fetches from peers in flight per agent (plus one from the relay).
     #[arg(long, default_value_t = swarm::PEER_FETCHES_MAX)]
     pub downloads: usize,
+    /// Reads in flight on one connection to a peer (default: what the agent sends).
+    #[arg(long, default_value_t = limits::PEER_READS_IN_FLIGHT)]
+    pub peer_depth: usize,
+    /// Reads in flight on one connection to the relay (default: the TCP transport's).
+    #[arg(long, default_value_t = limits::READS_IN_FLIGHT_PER_CONNECTION)]
+    pub relay_depth: usize,
     /// Uploads an agent serves at once; more requests are refused (the asker goes elsewhere).
     #[arg(long, default_value_t = swarm::UPLOADS_MAX)]
     pub uploads: usize,
+    /// How long a request or an answer's first bytes wait on each busy link they cross (the queue a
+    /// saturated link keeps: the bench's `tbf … latency 100ms`). 0: a fluid model without round trips.
+    #[arg(long, default_value_t = 100.0)]
+    pub queue_ms: f64,
+    /// The round trip on idle links, in milliseconds.
+    #[arg(long, default_value_t = 0.2)]
+    pub rtt_ms: f64,
     /// Seed of the fleet's randomness (which hosts are slow, fail, join late).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -132,6 +151,8 @@ struct Agent {
     alive: bool,
     started: bool,
     finished: Option<f64>,
+    /// Connections it serves blocks on (a connection's pipelined reads are served one after the
+    /// other, in one upload slot).
     uploads: usize,
 }
 
@@ -142,19 +163,37 @@ struct Transfer {
     block: u64,
     left: f64,
     since: f64,
+    /// Seconds until its first byte moves: its round trip through the queues it met.
+    wait: f64,
 }
 
 /// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
 /// pessimistic, and only with many distinct bottleneck levels).
 const FILL_ROUNDS_MAX: usize = 12;
 
+/// What the network does this step.
+struct Rates {
+    /// Each transfer's rate.
+    rate: Vec<f64>,
+    /// Per host: whether its uplink, and its downlink, is the bottleneck of a flow — where TCP keeps a
+    /// full queue.
+    up_queue: Vec<bool>,
+    down_queue: Vec<bool>,
+}
+
 /// Max-min fair rates (progressive filling): every flow grows at the same pace until a link it crosses
 /// is full; a flow bottlenecked at one end leaves the rest of the other end to the other flows.
-fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Vec<f64> {
+fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
     let mut rate = vec![0.0; transfers.len()];
-    let mut frozen = vec![false; transfers.len()];
+    // Reads pipelined on one connection (several claims on an agent's relay flow) arrive one after
+    // the other: only the oldest transfer of each (source, destination) pair moves, once its round
+    // trip is over.
+    let mut seen = std::collections::HashSet::new();
+    let mut frozen: Vec<bool> = transfers.iter().map(|x| !seen.insert((x.src, x.dst)) || x.wait > 0.0).collect();
     let mut up: Vec<f64> = hosts.iter().map(|h| h.up).collect();
     let mut down: Vec<f64> = hosts.iter().map(|h| h.down).collect();
+    let mut up_queue = vec![false; hosts.len()];
+    let mut down_queue = vec![false; hosts.len()];
     for _ in 0..FILL_ROUNDS_MAX {
         let mut nu = vec![0u32; hosts.len()];
         let mut nd = vec![0u32; hosts.len()];
@@ -180,12 +219,33 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Vec<f64> {
         }
         let full = |c: f64, cap: f64| c <= cap * 1e-9;
         for (i, x) in transfers.iter().enumerate() {
-            if !frozen[i] && (full(up[x.src], hosts[x.src].up) || full(down[x.dst], hosts[x.dst].down)) {
+            let (u, d) = (full(up[x.src], hosts[x.src].up), full(down[x.dst], hosts[x.dst].down));
+            if !frozen[i] && (u || d) {
                 frozen[i] = true;
+                up_queue[x.src] |= u;
+                down_queue[x.dst] |= d;
             }
         }
     }
-    rate
+    Rates { rate, up_queue, down_queue }
+}
+
+/// One more read on a connection; whether that opened it.
+fn open(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> bool {
+    let n = flows.entry(pair).or_insert(0);
+    *n += 1;
+    *n == 1
+}
+
+/// One read fewer on a connection; whether that closed it.
+fn close(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> bool {
+    let Some(n) = flows.get_mut(&pair) else { return false };
+    *n -= 1;
+    if *n == 0 {
+        flows.remove(&pair);
+        return true;
+    }
+    false
 }
 
 /// Simulate one fleet of `n` agents.
@@ -210,12 +270,19 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             hosts.push(Host { up: rate, down: rate, sent: 0.0 });
             let start = rng.next() * a.join_spread;
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
-            let mut chooser = Chooser::new(a.window, a.downloads);
+            let mut chooser = Chooser::new(a.window, a.downloads).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
             chooser.published(blocks);
             Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0 }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
+    // Reads in flight per (source host, destination host) connection.
+    let mut flows: HashMap<(usize, usize), usize> = HashMap::new();
+    // Which links held a queue in the last step: those that were a flow's bottleneck (TCP fills the
+    // queue there; a link that is not any flow's bottleneck passes packets through).
+    let (mut busy_up, mut busy_down) = (vec![false; hosts.len()], vec![false; hosts.len()]);
+    let queue = a.queue_ms / 1000.0;
+    let rtt = a.rtt_ms / 1000.0;
     let mut t = 0.0;
     let mut step: u64 = 0;
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
@@ -241,8 +308,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !dead_src && agents[x.dst - 1].alive {
                 return true;
             }
+            let closed = close(&mut flows, (x.src, x.dst));
             if let Origin::Peer(p) = x.from {
-                agents[p as usize].uploads -= 1;
+                if closed {
+                    agents[p as usize].uploads -= 1;
+                }
                 if dead_src && agents[x.dst - 1].alive {
                     gone.push((x.dst - 1, p));
                 }
@@ -270,7 +340,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 // A peer serving its maximum refuses: try the others it named, else skip for now.
                 let answer = match answer {
                     Answer::Peers(ps) => {
-                        let free: Vec<AgentId> = ps.into_iter().filter(|p| agents[*p as usize].uploads < a.uploads).collect();
+                        let me = agents[i].host;
+                        let free: Vec<AgentId> = ps
+                            .into_iter()
+                            .filter(|p| agents[*p as usize].uploads < a.uploads || flows.contains_key(&(agents[*p as usize].host, me)))
+                            .collect();
                         if free.is_empty() {
                             continue;
                         }
@@ -279,21 +353,37 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     other => other,
                 };
                 let Some(from) = agents[i].chooser.choose(b, &answer) else { continue };
+                let dst = agents[i].host;
                 let src = match from {
                     Origin::Relay => 0,
-                    Origin::Peer(p) => {
-                        agents[p as usize].uploads += 1;
-                        agents[p as usize].host
-                    }
+                    Origin::Peer(p) => agents[p as usize].host,
                 };
-                transfers.push(Transfer { src, from, dst: agents[i].host, block: b, left: block, since: t });
+                // The request waits behind the queues on its way (the asker's uplink, the source's
+                // downlink). On a connection that is idle, the answer's first bytes also wait behind
+                // the source's uplink and the asker's downlink queues; on one with reads in flight,
+                // what is queued there is this connection's own earlier answer, and this one follows
+                // it without a gap — which is what pipelining buys.
+                let idle = !flows.contains_key(&(src, dst));
+                let mut queues = [busy_up[dst], busy_down[src]].iter().filter(|b| **b).count();
+                if idle {
+                    queues += [busy_up[src], busy_down[dst]].iter().filter(|b| **b).count();
+                }
+                let wait = rtt + queue * queues as f64;
+                if open(&mut flows, (src, dst)) {
+                    if let Origin::Peer(p) = from {
+                        agents[p as usize].uploads += 1;
+                    }
+                }
+                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait });
                 if !agents[i].chooser.has_free_slot() {
                     break;
                 }
             }
         }
         // Move bytes: links shared max-min fairly among their transfers (what TCP approximates).
-        let mut rates = max_min_rates(&hosts, &transfers);
+        let Rates { rate: mut rates, up_queue, down_queue } = max_min_rates(&hosts, &transfers);
+        busy_up = up_queue;
+        busy_down = down_queue;
         if std::env::var_os("SIM_DEBUG").is_some() && step % 40 == 0 {
             let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
             let total: f64 = rates.iter().sum();
@@ -307,6 +397,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         let mut i = 0;
         while i < transfers.len() {
             let x = &mut transfers[i];
+            x.wait -= dt;
             let moved = (rates[i] * dt).min(x.left);
             x.left -= moved;
             hosts[x.src].sent += moved;
@@ -316,12 +407,15 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             let x = transfers.swap_remove(i);
             rates.swap_remove(i);
+            let closed = close(&mut flows, (x.src, x.dst));
             if let Origin::Peer(p) = x.from {
-                agents[p as usize].uploads -= 1;
+                if closed {
+                    agents[p as usize].uploads -= 1;
+                }
             }
             let g = &mut agents[x.dst - 1];
             g.chooser.done(x.block, block as u64, t - x.since);
-            tracker.have(g.id, x.block);
+            tracker.have(g.id, x.block, at(t));
             // The replica takes blocks in order as soon as the next one is there.
             g.chooser.written(g.chooser.held_prefix());
             if g.chooser.complete() {
@@ -351,18 +445,22 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 /// Run every fleet size and print the table.
 pub fn run(a: SimulateArgs) -> Result<()> {
     println!(
-        "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks, 1 relay + {} peer fetches and {} uploads per agent; \
-         slow hosts {:.0} % (×{} slower), failures {:.0} %, joins spread over {} s",
+        "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks, 1 relay + {} peer fetches and {} uploads per agent, reads in flight {} per relay and {} per peer connection; \
+         slow hosts {:.0} % (×{} slower), failures {:.0} %, joins spread over {} s; round trips {} ms, {} ms more per busy link",
         a.mib,
         a.block_mib,
         a.link,
         a.window,
         a.downloads,
         a.uploads,
+        a.relay_depth,
+        a.peer_depth,
         a.slow_fraction * 100.0,
         a.slow_factor,
         a.fail_fraction * 100.0,
-        a.join_spread
+        a.join_spread,
+        a.rtt_ms,
+        a.queue_ms
     );
     println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -426,6 +524,17 @@ mod tests {
         let r = run_one(&args(&["--fail-fraction", "0.2", "--seed", "7"]), 20).unwrap();
         assert!(r.failed > 0, "{r:?}");
         assert_eq!(r.unfinished, 0, "{r:?}");
+    }
+
+    #[test]
+    fn round_trips_through_busy_queues_cost_time_and_pipelining_hides_them_from_one_agent() {
+        let fluid = run_one(&args(&["--queue-ms", "0", "--rtt-ms", "0"]), 8).unwrap();
+        let queued = run_one(&args(&[]), 8).unwrap();
+        assert!(queued.secs > fluid.secs * 1.02, "peer reads wait behind busy queues: {fluid:?} vs {queued:?}");
+        let alone = run_one(&args(&[]), 1).unwrap();
+        assert!((alone.t_over_t1 - 1.0).abs() < 0.05, "pipelined relay reads keep one agent's link full: {alone:?}");
+        let unpipelined = run_one(&args(&["--relay-depth", "1"]), 1).unwrap();
+        assert!(unpipelined.secs > alone.secs * 1.02, "one read at a time idles a round trip per block: {alone:?} vs {unpipelined:?}");
     }
 
     #[test]

@@ -210,6 +210,7 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
             "quick": a.quick,
             "repeat": a.repeat,
             "join_extra_args": crate::bench::run::join_extra_args(),
+            "relay_extra_args": crate::bench::run::relay_extra_args(),
         },
         "scenarios": all,
     });

@@ -452,6 +452,11 @@ pub fn join_extra_args() -> Vec<String> {
     std::env::var("FASTREPL_BENCH_JOIN_ARGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
+/// Extra `relay` flags for experiments, from `FASTREPL_BENCH_RELAY_ARGS`.
+pub fn relay_extra_args() -> Vec<String> {
+    std::env::var("FASTREPL_BENCH_RELAY_ARGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
 /// Bytes the master's host must have sent since the run started before the scenario's event (a
 /// replica killed, or the late one joining).
 fn event_bytes(c: &Ctx) -> u64 {
@@ -591,6 +596,8 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
     let mut cmd = c.fastrepl_on(0);
     cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", "warn");
+    // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
+    cmd.args(relay_extra_args());
     if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
         cmd.args(["--source", &s.addr()]);
         if c.mode.ends_with("-raw") {
