@@ -461,7 +461,11 @@ pub fn compare(master: &Server, replica: &Server) -> Option<u64> {
     let caught_up = wait_for("the replica to catch up", Duration::from_secs(60), || {
         let (Ok(mut m), Ok(mut r)) = (master.try_client(), replica.try_client()) else { return Ok(None) };
         let (Ok(mi), Ok(ri)) = (m.info("replication"), r.info("replication")) else { return Ok(None) };
-        Ok((ri.get("master_link_status") == Some("up") && ri.num("slave_repl_offset").is_some() && ri.num("slave_repl_offset") == mi.num("master_repl_offset")).then_some(()))
+        // Same history and same place in it: after a failover a replica still linked to the old
+        // master (before that one resynced from the new one) may sit at the same byte offset in a
+        // history that diverged; the replication ID tells them apart.
+        let same_history = ri.get("master_replid").is_some() && ri.get("master_replid") == mi.get("master_replid");
+        Ok((ri.get("master_link_status") == Some("up") && same_history && ri.num("slave_repl_offset").is_some() && ri.num("slave_repl_offset") == mi.num("master_repl_offset")).then_some(()))
     });
     caught_up.ok()?;
     let (mut m, mut r) = (master.try_client().ok()?, replica.try_client().ok()?);

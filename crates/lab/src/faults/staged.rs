@@ -241,10 +241,13 @@ fn seen(n: &Node) -> (SeenRole, String, u64) {
 fn compare(master: &Node, node: &Node) -> Option<u64> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let m = master.try_client().ok().and_then(|mut c| c.info("replication").ok()).and_then(|i| i.num("master_repl_offset"));
+        let m = master.try_client().ok().and_then(|mut c| c.info("replication").ok());
         let r = node.try_client().ok().and_then(|mut c| c.info("replication").ok());
         if let (Some(m), Some(r)) = (m, r) {
-            if r.get("master_link_status") == Some("up") && r.num("slave_repl_offset") == Some(m) {
+            // The same replication ID too: a node still linked to a demoted master can sit at the
+            // same offset in a history that diverged.
+            let same_history = r.get("master_replid").is_some() && r.get("master_replid") == m.get("master_replid");
+            if r.get("master_link_status") == Some("up") && same_history && m.num("master_repl_offset").is_some() && r.num("slave_repl_offset") == m.num("master_repl_offset") {
                 break;
             }
         }
