@@ -282,10 +282,11 @@ pub struct Chooser {
 
 /// Peers an agent fetches from at once (besides the relay), and uploads an agent serves at once
 /// (it refuses more: the asker goes to another holder). Each is one flow, with up to
-/// [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on it. Equal, so that the swarm's download slots
+/// [`limits::PEER_READS_IN_FLIGHT`] reads in flight on it. Equal, so that the swarm's download slots
 /// match its upload slots; small, so that each flow gets a large share of its links. Chosen with the
 /// simulator (at a window of 32): with 2 and 2, 1 000 agents took 1.11× the time of one; with 3 and 2,
-/// or 4 and 4, 1.3–1.6×. At the shipped window of 16, 1.16× (docs/results/issue10-simulate).
+/// or 4 and 4, 1.3–1.6×. At the shipped window of 16, 1.16× (docs/results/issue10-simulate). With
+/// round trips modelled (issue 22) 3 uploads per agent were worse at N = 8 (docs/results/issue22-simulate/knobs-100mbit-n8.md).
 pub const PEER_FETCHES_MAX: usize = 2;
 /// See [`PEER_FETCHES_MAX`].
 pub const UPLOADS_MAX: usize = 2;
