@@ -162,6 +162,9 @@ const _: () = assert!(UCX_GET_BYTES as u64 <= BLOCK_BYTES_DEFAULT);
 const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
 // The pipeline's window must be able to hold one block per reader.
 const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX);
+// A peer fetcher pipelines on a TCP connection, which takes at most this many reads in flight: more
+// would fail locally and be blamed on the peer.
+const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);
 // Several heartbeats fit in the silence that declares a relay gone.
 const _: () = assert!(3 * ms(HEARTBEAT) <= ms(RELAY_SILENCE_MAX));
 // The capture ticks at least as often as it must acknowledge, and acknowledges well within the

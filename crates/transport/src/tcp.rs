@@ -69,12 +69,15 @@ pub struct StreamReader<S> {
     pub s: S,
     /// Lengths of the block reads sent and not answered yet, oldest first.
     sent: std::collections::VecDeque<u32>,
+    /// A pipelined read failed part-way: where the next answer starts is unknown, so the connection
+    /// takes nothing more.
+    broken: bool,
 }
 
 impl<S> StreamReader<S> {
     /// A reader on the authenticated connection `s`.
     pub fn new(s: S) -> StreamReader<S> {
-        StreamReader { s, sent: std::collections::VecDeque::new() }
+        StreamReader { s, sent: std::collections::VecDeque::new(), broken: false }
     }
 }
 
@@ -99,6 +102,9 @@ impl<S: Read + Write> StreamReader<S> {
     /// Answers come in the order asked: a request that waits for its answer cannot overtake reads sent
     /// without waiting.
     fn no_reads_outstanding(&self, op: &'static str) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Protocol(format!("{op} asked on a connection whose earlier block read failed part-way")));
+        }
         if self.sent.is_empty() {
             Ok(())
         } else {
@@ -132,7 +138,9 @@ pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &
 
 impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let len = u32::try_from(buf.len()).map_err(|_| Error::Protocol("read too large".into()))?;
+        let len = u32::try_from(buf.len()).map_err(|_| Error::Protocol(format!("block read of {} bytes: too large", buf.len())))?;
+        // A plain read waits for its own answer: it cannot follow pipelined ones.
+        self.no_reads_outstanding("block read")?;
         self.send(generation, offset, len)?;
         self.receive(buf)
     }
@@ -143,26 +151,46 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
 
     fn send(&mut self, generation: u64, offset: u64, len: u32) -> Result<(), Error> {
         if len > READ_MAX {
-            return Err(Error::Protocol("read too large".into()));
+            return Err(Error::Protocol(format!("block read of {len} bytes: more than {READ_MAX}")));
+        }
+        if self.broken {
+            return Err(Error::Protocol("block read asked on a connection whose earlier block read failed part-way".into()));
         }
         if self.sent.len() >= self.depth() {
             return Err(Error::Protocol(format!("more than {} block reads in flight on one connection", self.depth())));
         }
-        self.s.write_all(&Request::Range { generation, offset, len }.encode()).map_err(Error::io("send read request"))?;
+        if let Err(e) = self.s.write_all(&Request::Range { generation, offset, len }.encode()) {
+            self.broken = true;
+            return Err(Error::io("send block read request")(e));
+        }
         self.sent.push_back(len);
         Ok(())
     }
 
     fn receive(&mut self, buf: &mut [u8]) -> Result<(), Error> {
-        let len = self.sent.pop_front().ok_or_else(|| Error::Protocol("no block read outstanding".into()))?;
+        let len = *self.sent.front().ok_or_else(|| Error::Protocol("block read answer awaited with no block read outstanding".into()))?;
         if buf.len() != len as usize {
-            return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte read", buf.len())));
+            return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte block read", buf.len())));
         }
-        let got = self.response("block read")?;
+        self.sent.pop_front();
+        // A refusal (an error or busy answer, its message read whole) leaves the connection in step;
+        // anything else that fails part-way does not.
+        let got = match self.response("block read") {
+            Ok(got) => got,
+            Err(e @ (Error::Refused { .. } | Error::Busy(_))) => return Err(e),
+            Err(e) => {
+                self.broken = true;
+                return Err(e);
+            }
+        };
         if got != len {
-            return Err(Error::Protocol(format!("asked {len} bytes, relay answers {got}")));
+            self.broken = true;
+            return Err(Error::Protocol(format!("block read of {len} bytes answered with {got}")));
         }
-        self.s.read_exact(buf).map_err(Error::io("read block bytes"))
+        self.s.read_exact(buf).map_err(|e| {
+            self.broken = true;
+            Error::io("read block bytes")(e)
+        })
     }
 
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
@@ -173,5 +201,54 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         let mut buf = vec![0u8; got as usize];
         self.s.read_exact(&mut buf).map_err(Error::io("read log bytes"))?;
         Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection whose answers are scripted and whose requests are thrown away.
+    struct Scripted(std::io::Cursor<Vec<u8>>);
+
+    impl Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn answers(parts: &[&[u8]]) -> StreamReader<Scripted> {
+        StreamReader::new(Scripted(std::io::Cursor::new(parts.concat())))
+    }
+
+    #[test]
+    fn a_plain_read_cannot_overtake_pipelined_ones() {
+        let mut r = answers(&[&ResponseHeader::ok(4).encode(), b"abcd"]);
+        r.send(1, 0, 4).unwrap();
+        let mut buf = [0u8; 4];
+        assert!(matches!(r.read(1, 4, &mut buf), Err(Error::Protocol(_))), "its answer would be the earlier read's");
+        r.receive(&mut buf).unwrap();
+        assert_eq!(&buf, b"abcd");
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_connection_and_a_wrong_answer_breaks_it() {
+        let refusal = ResponseHeader { status: Status::Error, len: 2 }.encode();
+        let mut r = answers(&[&refusal, b"no", &ResponseHeader::ok(3).encode(), b"abc"]);
+        let mut buf = [0u8; 4];
+        assert!(matches!(r.read(1, 0, &mut buf), Err(Error::Refused { .. })));
+        r.send(1, 4, 4).unwrap();
+        assert!(matches!(r.receive(&mut [0u8; 3]), Err(Error::Protocol(_))), "a buffer of the wrong size is refused before anything is read");
+        assert!(matches!(r.receive(&mut buf), Err(Error::Protocol(_))), "3 bytes answered for a 4-byte read");
+        assert!(r.send(1, 8, 4).is_err() && r.read(1, 8, &mut buf).is_err(), "out of step: nothing more on this connection");
     }
 }

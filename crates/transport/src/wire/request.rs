@@ -280,7 +280,8 @@ impl Request {
             Op::NotAt => Request::NotAt { generation, block: a, peer: b },
             Op::Needed => Request::Needed { generation },
             Op::Renew => Request::Renew { generation, min_offset: a },
-            Op::Load if b > UPLOADS_REPORTED_MAX || a != 0 => return Err(c.bad(&format!("load report of {b} uploads"))),
+            Op::Load if b > UPLOADS_REPORTED_MAX => return Err(c.bad(&format!("load report of {b} uploads exceeds {UPLOADS_REPORTED_MAX}"))),
+            Op::Load if a != 0 => return Err(c.bad(&format!("load report with a nonzero unused field ({a})"))),
             Op::Load => Request::Load { generation, uploads: b },
         })
     }
