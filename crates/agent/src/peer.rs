@@ -279,7 +279,7 @@ impl Default for PeerConfig {
 
 /// An agent's membership of its generation's swarm: the tracker link, the held blocks, the server.
 pub struct Peering {
-    /// The tracker link (used by the pipeline's planner and readers).
+    /// The tracker link (used by the pipeline's planner alone during a pull).
     pub(crate) tracker: Mutex<TrackerLink>,
     /// Verified blocks.
     pub(crate) held: Arc<Held>,

@@ -13,8 +13,11 @@
 //! - the caller's thread, the **writer**, passes the blocks the planner sends it, in order, to the
 //!   sink, and reports what it wrote (the window moves) and which cached blocks it dropped.
 //!
-//! No thread waits on another's network round trip: a reader never waits for the tracker, the writer
-//! never waits for a reader's socket, the planner's `locate` delays only its own planning.
+//! A reader never waits for the tracker and the writer never waits for a reader's socket. The
+//! planner does wait for the tracker's answers to `locate` and `needed` (one round trip each, behind
+//! this host's uplink queue): meanwhile completions wait to be handled and blocks to be sent to the
+//! writer, while the reads already queued on each connection keep the links busy. Moving those two
+//! calls to a thread of their own would take that round trip out of the hand-on too.
 //!
 //! Every block's CRC32C is checked against the relay's published checksum before it is used, kept or
 //! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
