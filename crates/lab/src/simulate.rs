@@ -165,6 +165,9 @@ struct Transfer {
     since: f64,
     /// Seconds until its first byte moves: its round trip through the queues it met.
     wait: f64,
+    /// When it was asked for, among all transfers (reads on one connection are answered in this
+    /// order; the vector's order is not kept, transfers are swap-removed).
+    seq: u64,
 }
 
 /// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
@@ -188,8 +191,12 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
     // Reads pipelined on one connection (several claims on an agent's relay flow) arrive one after
     // the other: only the oldest transfer of each (source, destination) pair moves, once its round
     // trip is over.
-    let mut seen = std::collections::HashSet::new();
-    let mut frozen: Vec<bool> = transfers.iter().map(|x| !seen.insert((x.src, x.dst)) || x.wait > 0.0).collect();
+    let mut oldest: HashMap<(usize, usize), u64> = HashMap::new();
+    for x in transfers {
+        let o = oldest.entry((x.src, x.dst)).or_insert(x.seq);
+        *o = (*o).min(x.seq);
+    }
+    let mut frozen: Vec<bool> = transfers.iter().map(|x| oldest[&(x.src, x.dst)] != x.seq || x.wait > 0.0).collect();
     let mut up: Vec<f64> = hosts.iter().map(|h| h.up).collect();
     let mut down: Vec<f64> = hosts.iter().map(|h| h.down).collect();
     let mut up_queue = vec![false; hosts.len()];
@@ -284,6 +291,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let queue = a.queue_ms / 1000.0;
     let rtt = a.rtt_ms / 1000.0;
     let mut t = 0.0;
+    let mut seq: u64 = 0;
     let mut step: u64 = 0;
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
@@ -374,7 +382,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                         agents[p as usize].uploads += 1;
                     }
                 }
-                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait });
+                seq += 1;
+                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq });
                 if !agents[i].chooser.has_free_slot() {
                     break;
                 }
