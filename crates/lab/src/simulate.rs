@@ -71,6 +71,11 @@ pub struct SimulateArgs {
     /// The round trip on idle links, in milliseconds.
     #[arg(long, default_value_t = 0.2)]
     pub rtt_ms: f64,
+    /// Askers see every holder's true load and never ask a full one (the simulator before issue 22).
+    /// Without it, they go by the tracker's load reports, which arrive late (`--queue-ms` after
+    /// the change), and a full holder refuses at the cost of a round trip.
+    #[arg(long)]
+    pub oracle_load: bool,
     /// Seed of the fleet's randomness (which hosts are slow, fail, join late).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -104,6 +109,8 @@ pub struct Row {
     pub failed: usize,
     /// Agents that did not finish within the simulated time limit.
     pub unfinished: usize,
+    /// Refusals ("busy") per block per agent.
+    pub refusals_per_block: f64,
 }
 
 /// Bits per second from `100mbit`, `1gbit`, `10gbit` or a number.
@@ -165,6 +172,8 @@ struct Transfer {
     since: f64,
     /// Seconds until its first byte moves: its round trip through the queues it met.
     wait: f64,
+    /// A holder's "busy": it moves nothing, and ends when its round trip does.
+    refusal: bool,
     /// When it was asked for, among all transfers (reads on one connection are answered in this
     /// order; the vector's order is not kept, transfers are swap-removed).
     seq: u64,
@@ -192,11 +201,11 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
     // the other: only the oldest transfer of each (source, destination) pair moves, once its round
     // trip is over.
     let mut oldest: HashMap<(usize, usize), u64> = HashMap::new();
-    for x in transfers {
+    for x in transfers.iter().filter(|x| !x.refusal) {
         let o = oldest.entry((x.src, x.dst)).or_insert(x.seq);
         *o = (*o).min(x.seq);
     }
-    let mut frozen: Vec<bool> = transfers.iter().map(|x| oldest[&(x.src, x.dst)] != x.seq || x.wait > 0.0).collect();
+    let mut frozen: Vec<bool> = transfers.iter().map(|x| x.refusal || oldest[&(x.src, x.dst)] != x.seq || x.wait > 0.0).collect();
     let mut up: Vec<f64> = hosts.iter().map(|h| h.up).collect();
     let mut down: Vec<f64> = hosts.iter().map(|h| h.down).collect();
     let mut up_queue = vec![false; hosts.len()];
@@ -235,6 +244,12 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
         }
     }
     Rates { rate, up_queue, down_queue }
+}
+
+/// Whether holder `p` refuses a new connection from host `me`: it serves its maximum, on other
+/// connections.
+fn full(agents: &[Agent], flows: &HashMap<(usize, usize), usize>, p: AgentId, me: usize, max: usize) -> bool {
+    agents[p as usize].uploads >= max && !flows.contains_key(&(agents[p as usize].host, me))
 }
 
 /// One more read on a connection; whether that opened it.
@@ -290,7 +305,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let (mut busy_up, mut busy_down) = (vec![false; hosts.len()], vec![false; hosts.len()]);
     let queue = a.queue_ms / 1000.0;
     let rtt = a.rtt_ms / 1000.0;
+    let mut load_history: std::collections::VecDeque<Vec<usize>> = std::collections::VecDeque::new();
+    let load_lag_steps = (queue / dt).ceil() as usize;
+    let mut load_told = vec![0usize; n];
     let mut t = 0.0;
+    let mut refusals: u64 = 0;
     let mut seq: u64 = 0;
     let mut step: u64 = 0;
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
@@ -316,7 +335,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !dead_src && agents[x.dst - 1].alive {
                 return true;
             }
-            let closed = close(&mut flows, (x.src, x.dst));
+            let closed = !x.refusal && close(&mut flows, (x.src, x.dst));
             if let Origin::Peer(p) = x.from {
                 if closed {
                     agents[p as usize].uploads -= 1;
@@ -330,6 +349,20 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         gone.dedup();
         for (g, p) in gone {
             agents[g].chooser.peer_gone(p);
+        }
+        // Each agent's upload load reaches the tracker a queue's delay late (the report crosses the
+        // agent's busy uplink).
+        if !a.oracle_load {
+            load_history.push_back(agents.iter().map(|g| g.uploads).collect());
+            if load_history.len() > load_lag_steps {
+                let seen = load_history.pop_front().unwrap_or_default();
+                for (g, (u, told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
+                    if g.alive && *u != *told {
+                        tracker.load(g.id, *u as u32);
+                        *told = *u;
+                    }
+                }
+            }
         }
         // Agents with free slots ask the tracker about the blocks they want, in a different order
         // every step: no agent is first to the relay or to a holder by its number (real agents'
@@ -345,14 +378,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let wanted = agents[i].chooser.wanted(|b| tracker.holders(b));
             for b in wanted {
                 let answer = tracker.locate(agents[i].id, b, agents[i].chooser.may_claim(), at(t));
-                // A peer serving its maximum refuses: try the others it named, else skip for now.
+                let me = agents[i].host;
                 let answer = match answer {
-                    Answer::Peers(ps) => {
-                        let me = agents[i].host;
-                        let free: Vec<AgentId> = ps
-                            .into_iter()
-                            .filter(|p| agents[*p as usize].uploads < a.uploads || flows.contains_key(&(agents[*p as usize].host, me)))
-                            .collect();
+                    // With `--oracle-load` askers see every holder's load and never ask a full one.
+                    Answer::Peers(ps) if a.oracle_load => {
+                        let free: Vec<AgentId> = ps.into_iter().filter(|p| !full(&agents, &flows, *p, me, a.uploads)).collect();
                         if free.is_empty() {
                             continue;
                         }
@@ -360,8 +390,24 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     }
                     other => other,
                 };
-                let Some(from) = agents[i].chooser.choose(b, &answer) else { continue };
+                let Some(from) = agents[i].chooser.choose_at(b, &answer, at(t)) else { continue };
                 let dst = agents[i].host;
+                // As real agents do: a holder the tracker's (late) load reports put first may be full
+                // by the time the request arrives, and refuses it — a round trip that moves nothing,
+                // after which the asker passes over that holder for a while.
+                if let Origin::Peer(p) = from {
+                    if full(&agents, &flows, p, me, a.uploads) {
+                        let src = agents[p as usize].host;
+                        let queues = [busy_up[dst], busy_down[src], busy_up[src], busy_down[dst]].iter().filter(|b| **b).count();
+                        seq += 1;
+                        refusals += 1;
+                        transfers.push(Transfer { src, from, dst, block: b, left: 0.0, since: t, wait: rtt + queue * queues as f64, seq, refusal: true });
+                        if !agents[i].chooser.has_free_slot() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 let src = match from {
                     Origin::Relay => 0,
                     Origin::Peer(p) => agents[p as usize].host,
@@ -383,7 +429,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     }
                 }
                 seq += 1;
-                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq });
+                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq, refusal: false });
                 if !agents[i].chooser.has_free_slot() {
                     break;
                 }
@@ -407,6 +453,19 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         while i < transfers.len() {
             let x = &mut transfers[i];
             x.wait -= dt;
+            if x.refusal {
+                if x.wait > 0.0 {
+                    i += 1;
+                    continue;
+                }
+                let x = transfers.swap_remove(i);
+                rates.swap_remove(i);
+                let g = &mut agents[x.dst - 1];
+                if let (Some(Origin::Peer(p)), true) = (g.chooser.failed(x.block, false), g.alive) {
+                    g.chooser.refused(p, at(t));
+                }
+                continue;
+            }
             let moved = (rates[i] * dt).min(x.left);
             x.left -= moved;
             hosts[x.src].sent += moved;
@@ -448,6 +507,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         slowest_is_slow_host: slowest.is_some_and(|g| g.slow),
         failed: agents.iter().filter(|g| !g.alive).count(),
         unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
+        refusals_per_block: refusals as f64 / (n as f64 * blocks as f64),
     })
 }
 
@@ -471,13 +531,13 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.rtt_ms,
         a.queue_ms
     );
-    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for &n in &a.agents {
         let r = run_one(&a, n.max(1))?;
         println!(
-            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} |",
+            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} |",
             r.agents,
             r.secs,
             r.t_over_t1,
@@ -487,7 +547,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             r.slowest_secs,
             if r.slowest_is_slow_host { "yes" } else { "no" },
             r.failed,
-            r.unfinished
+            r.unfinished,
+            r.refusals_per_block
         );
         rows.push(r);
     }
