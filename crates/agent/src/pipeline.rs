@@ -518,7 +518,6 @@ impl<'a> Planner<'a> {
     fn done(&mut self, job: Job, took: Duration, rereads: u32) -> bool {
         let (b, bytes) = (job.block, u64::from(job.len));
         self.out.rereads += u64::from(rereads);
-        self.sched.reread(u64::from(rereads));
         if self.chooser.holds(b) {
             self.sched.abandoned(); // a duplicate: nothing to do with it
             self.reuse(job.buf);

@@ -34,7 +34,6 @@ pub struct Scheduler<B> {
     ready: BTreeMap<u64, B>,
     in_flight: u64,
     in_flight_max: u64,
-    reread: u64,
 }
 
 impl<B> Default for Scheduler<B> {
@@ -46,7 +45,7 @@ impl<B> Default for Scheduler<B> {
 impl<B> Scheduler<B> {
     /// A scheduler for a snapshot whose size is not known yet.
     pub fn new() -> Self {
-        Scheduler { total: None, next_write: 0, ready: BTreeMap::new(), in_flight: 0, in_flight_max: 0, reread: 0 }
+        Scheduler { total: None, next_write: 0, ready: BTreeMap::new(), in_flight: 0, in_flight_max: 0 }
     }
 
     /// The snapshot has `blocks` blocks (known once the relay has the RDB's length).
@@ -58,11 +57,6 @@ impl<B> Scheduler<B> {
     pub fn started(&mut self) {
         self.in_flight += 1;
         self.in_flight_max = self.in_flight_max.max(self.in_flight);
-    }
-
-    /// Blocks were read again after checksum mismatches (see [`after_mismatch`]).
-    pub fn reread(&mut self, n: u64) {
-        self.reread += n;
     }
 
     /// Block `index` was read and checked.
@@ -97,11 +91,6 @@ impl<B> Scheduler<B> {
     /// Most reads in flight at once so far.
     pub fn in_flight_max(&self) -> u64 {
         self.in_flight_max
-    }
-
-    /// Blocks read again after a mismatch.
-    pub fn rereads(&self) -> u64 {
-        self.reread
     }
 }
 
@@ -142,9 +131,6 @@ mod tests {
     fn one_reread_then_fail() {
         assert_eq!(after_mismatch(1), Mismatch::Reread);
         assert_eq!(after_mismatch(2), Mismatch::Fail);
-        let mut s: Scheduler<()> = Scheduler::new();
-        s.reread(1);
-        assert_eq!(s.rereads(), 1);
     }
 
     #[test]
