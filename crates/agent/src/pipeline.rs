@@ -396,7 +396,14 @@ impl<'a> Planner<'a> {
         }
         let answers: Vec<Located> = match self.p.peering.filter(|_| !self.solo) {
             Some(peering) => {
-                let ask = Locate { relay_slots: self.chooser.relay_slots().min(255) as u8, peer_slots: self.chooser.peer_slots().min(255) as u8, blocks: wanted };
+                let fetching = self.chooser.fetching();
+                let ask = Locate {
+                    relay_slots: self.chooser.relay_slots().min(255) as u8,
+                    peer_slots: self.chooser.peer_slots().min(255) as u8,
+                    blocks: wanted,
+                    flows_free: fetching.flows_free.min(255) as u8,
+                    open: fetching.open,
+                };
                 let located = peering.tracker().locate(&ask);
                 match located {
                     Ok(a) => a,

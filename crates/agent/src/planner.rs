@@ -55,13 +55,10 @@ pub struct Assigned {
 /// moment ago).
 pub fn assign(chooser: &mut Chooser, answers: &[Located], now: Instant) -> Assigned {
     let mut out = Assigned::default();
-    // Rarest first: the relay's blocks (no agent holds them), then by holders named, so that the
-    // blocks fewest agents hold spread first — the last ones decide when every agent is done.
-    let mut answers: Vec<&Located> = answers.iter().collect();
-    answers.sort_by_key(|a| match &a.at {
-        Where::Relay => 0,
-        Where::Peers(p) => p.len(),
-    });
+    // In the relay's order: rarest first (the blocks fewest agents hold spread first — the last ones
+    // decide when every agent is done), which is also the order in which the relay counted this
+    // agent's new connections to holders (swarm::Fetching): taken in another order, a holder it
+    // counted would go unused and one it did not would be asked.
     for a in answers {
         match &a.at {
             Where::Relay => {
@@ -123,13 +120,13 @@ mod tests {
         let peer = |id| Peer { id, addr: format!("10.0.0.{id}:1") };
         let answers = vec![
             Located { block: 2, at: Where::Relay },
+            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
             Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) },
             Located { block: 4, at: Where::Peers(vec![peer(9)]) },
-            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
         ];
         let a = assign(&mut c, &answers, now);
         assert_eq!(a.relay, vec![2]);
-        assert_eq!(a.peers, vec![(5, 4), (3, 5)], "rarest first (block 5 has one holder); block 3 opens a second flow");
+        assert_eq!(a.peers, vec![(5, 4), (3, 5)], "in the relay's order; block 3 opens a second flow");
         assert_eq!(a.shunned, vec![(9, 4)], "block 4's only holder is avoided");
     }
 }

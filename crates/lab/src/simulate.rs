@@ -161,6 +161,8 @@ struct Agent {
     /// Connections it serves blocks on (a connection's pipelined reads are served one after the
     /// other, in one upload slot).
     uploads: usize,
+    /// Times `uploads` changed: an agent reports every change, also one undone within a step.
+    load_changes: u64,
 }
 
 struct Transfer {
@@ -294,7 +296,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
             let mut chooser = Chooser::new(a.window, a.downloads).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0 }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0 }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -305,9 +307,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let (mut busy_up, mut busy_down) = (vec![false; hosts.len()], vec![false; hosts.len()]);
     let queue = a.queue_ms / 1000.0;
     let rtt = a.rtt_ms / 1000.0;
-    let mut load_history: std::collections::VecDeque<Vec<usize>> = std::collections::VecDeque::new();
+    let mut load_history: std::collections::VecDeque<Vec<(usize, u64)>> = std::collections::VecDeque::new();
     let load_lag_steps = (queue / dt).ceil() as usize;
-    let mut load_told = vec![0usize; n];
+    let mut load_told = vec![0u64; n];
     let mut t = 0.0;
     let mut refusals: u64 = 0;
     let mut seq: u64 = 0;
@@ -339,6 +341,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if let Origin::Peer(p) = x.from {
                 if closed {
                     agents[p as usize].uploads -= 1;
+                    agents[p as usize].load_changes += 1;
                 }
                 if dead_src && agents[x.dst - 1].alive {
                     gone.push((x.dst - 1, p));
@@ -353,13 +356,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         // Each agent's upload load reaches the tracker a queue's delay late (the report crosses the
         // agent's busy uplink).
         if !a.oracle_load {
-            load_history.push_back(agents.iter().map(|g| g.uploads).collect());
+            load_history.push_back(agents.iter().map(|g| (g.uploads, g.load_changes)).collect());
             if load_history.len() > load_lag_steps {
                 let seen = load_history.pop_front().unwrap_or_default();
-                for (g, (u, told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
-                    if g.alive && *u != *told {
+                for (g, ((u, changes), told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
+                    if g.alive && *changes != *told {
                         tracker.load(g.id, *u as u32);
-                        *told = *u;
+                        *told = *changes;
                     }
                 }
             }
@@ -377,7 +380,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             let wanted = agents[i].chooser.wanted(|b| tracker.holders(b));
             for b in wanted {
-                let answer = tracker.locate(agents[i].id, b, agents[i].chooser.may_claim(), at(t));
+                // Asked block by block, with the chooser's state of the moment (a real agent asks about
+                // its window at once, and the relay mirrors what its chooser will do with each answer).
+                let answer = tracker.locate(agents[i].id, b, &mut agents[i].chooser.fetching(), at(t));
                 let me = agents[i].host;
                 let answer = match answer {
                     // With `--oracle-load` askers see every holder's load and never ask a full one.
@@ -426,6 +431,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 if open(&mut flows, (src, dst)) {
                     if let Origin::Peer(p) = from {
                         agents[p as usize].uploads += 1;
+                        agents[p as usize].load_changes += 1;
                     }
                 }
                 seq += 1;
@@ -479,6 +485,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if let Origin::Peer(p) = x.from {
                 if closed {
                     agents[p as usize].uploads -= 1;
+                    agents[p as usize].load_changes += 1;
                 }
             }
             let g = &mut agents[x.dst - 1];

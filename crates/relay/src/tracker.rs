@@ -104,6 +104,9 @@ impl Swarms {
             blocks.sort_by_key(|b| s.tracker.holders(*b));
             let mut relay_left = usize::from(ask.relay_slots);
             let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
+            // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
+            // asker's chooser will (a holder it opens a connection to takes no further new ones).
+            let mut fetching = swarm::Fetching { may_claim: false, open: ask.open.clone(), flows_free: usize::from(ask.flows_free) };
             let local = s.local.contains(&id);
             let mut out = Vec::new();
             for b in blocks {
@@ -116,7 +119,12 @@ impl Swarms {
                     s.local_reads += 1;
                     continue;
                 }
-                match s.tracker.locate(id, b, relay_left > 0, now) {
+                fetching.may_claim = relay_left > 0;
+                if peers_left == 0 {
+                    fetching.flows_free = 0;
+                    fetching.open.clear();
+                }
+                match s.tracker.locate(id, b, &mut fetching, now) {
                     swarm::Answer::Relay => {
                         out.push(Located { block: b, at: Where::Relay });
                         relay_left -= 1;
@@ -185,7 +193,7 @@ mod tests {
         let a = sw.register(1, ip, member(7401, false), 4);
         let b = sw.register(1, "10.0.0.3".parse().unwrap(), Member { advertise: Some("peer.example:9".into()), ..member(1, false) }, 4);
         let now = Instant::now();
-        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3] };
+        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, open: Vec::new() };
         let got = sw.locate(1, a, &ask(1), 4, Some(4), now);
         assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
         sw.have(1, a, 0);
@@ -206,10 +214,10 @@ mod tests {
         let local = sw.register(3, ip, member(1, true), 8);
         let remote = sw.register(3, "10.0.0.9".parse().unwrap(), member(2, false), 8);
         let now = Instant::now();
-        let got = sw.locate(3, local, &Locate { relay_slots: 4, peer_slots: 2, blocks: (0..8).collect() }, 8, None, now);
+        let got = sw.locate(3, local, &Locate { relay_slots: 4, peer_slots: 2, blocks: (0..8).collect(), ..Locate::default() }, 8, None, now);
         assert_eq!(got.len(), 4);
         assert!(got.iter().all(|l| l.at == Where::Relay));
-        let got = sw.locate(3, remote, &Locate { relay_slots: 1, peer_slots: 0, blocks: vec![0] }, 8, None, now);
+        let got = sw.locate(3, remote, &Locate { relay_slots: 1, peer_slots: 0, blocks: vec![0], ..Locate::default() }, 8, None, now);
         assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "the local member's reads claimed nothing");
     }
 
@@ -217,6 +225,30 @@ mod tests {
     fn unpublished_blocks_are_not_answered() {
         let sw = Swarms::default();
         let a = sw.register(1, "10.0.0.2".parse().unwrap(), member(1, false), 0);
-        assert!(sw.locate(1, a, &Locate { relay_slots: 4, peer_slots: 2, blocks: vec![0, 1] }, 0, None, Instant::now()).is_empty());
+        assert!(sw.locate(1, a, &Locate { relay_slots: 4, peer_slots: 2, blocks: vec![0, 1], ..Locate::default() }, 0, None, Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
+        let sw = Swarms::default();
+        let ip = |i: u8| IpAddr::from([10, 0, 0, i]);
+        let holder = sw.register(1, ip(1), member(1, false), 2);
+        let other = sw.register(1, ip(2), member(2, false), 2);
+        let asker = sw.register(1, ip(3), member(3, false), 2);
+        let now = Instant::now();
+        sw.have(1, holder, 0);
+        sw.have(1, other, 1);
+        sw.load(1, holder, swarm::UPLOADS_MAX as u32);
+        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open };
+        let got = sw.locate(1, asker, &ask(2, Vec::new()), 2, Some(2), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1], "block 0's only holder is full: not named to a new reader: {got:?}");
+        let got = sw.locate(1, asker, &ask(0, vec![holder]), 2, Some(2), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![0], "named to an agent reading from it, which may open no other: {got:?}");
+        sw.load(1, holder, 0);
+        sw.have(1, holder, 1);
+        let got = sw.locate(1, asker, &ask(1, Vec::new()), 2, Some(2), now);
+        let named: Vec<u32> = got.iter().flat_map(|l| if let Where::Peers(p) = &l.at { p.iter().map(|p| p.id).collect() } else { Vec::new() }).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(named.iter().filter(|p| **p != holder).count(), 0, "one flow free: after the first holder named, the same one for the next block: {got:?}");
     }
 }

@@ -40,10 +40,24 @@ pub enum Answer {
     /// No peer holds it and nobody is fetching it from the relay: fetch it from the relay (the claim
     /// is yours).
     Relay,
-    /// These peers hold it (a few of them, a different few for different askers).
+    /// These peers hold it and can serve the asker: a few of them, a different few for different
+    /// askers, those it would open a new connection to first.
     Peers(Vec<AgentId>),
     /// Another agent is fetching it from the relay right now: ask again soon.
     Wait,
+}
+
+/// What an asker tells the tracker of its own fetching with each question, so that the tracker names
+/// only holders it can use: a holder serving its maximum of uploads refuses a new connection (a round
+/// trip lost, and the asker's slot idle meanwhile) but takes another read on one already open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fetching {
+    /// Its relay slot is free: the tracker may hand it a claim.
+    pub may_claim: bool,
+    /// Peers it reads from now with room for one more read on that connection.
+    pub open: Vec<AgentId>,
+    /// More peers it may start reading from (flows free).
+    pub flows_free: usize,
 }
 
 /// Most holders named in one answer.
@@ -55,6 +69,12 @@ pub const RELAY_FLOWS_MAX: usize = 4;
 /// Claims per relay flow: an agent keeps this many reads in flight on one connection
 /// ([`limits::READS_IN_FLIGHT_PER_CONNECTION`]), so that the flow never idles between blocks.
 pub const CLAIMS_PER_FLOW: usize = limits::READS_IN_FLIGHT_PER_CONNECTION;
+/// How long a holder named first to an asker counts as one more upload on it, unless its next load
+/// report comes sooner: about the time the asker's request and the holder's report take through busy
+/// queues (a shaped link queues up to 100 ms each way). An asker that went elsewhere leaves a
+/// reservation behind until then: the holder may look full to new askers for that long (chosen with
+/// the simulator: 250 ms against 0, 150 and 500 ms at 8 and 64 agents).
+pub const NAMED_HOLD: Duration = Duration::from_millis(250);
 /// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
 /// or dead): the repair that keeps one slow host from holding a block back from everyone.
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,6 +97,10 @@ pub struct Tracker {
     relay_grants: u64,
     /// Uploads each agent last reported serving: holders with a free upload slot are named first.
     uploads: HashMap<AgentId, u32>,
+    /// Per holder: the askers it was named first to since its last load report, and when. Reports
+    /// arrive a round trip late; without counting what it hands out, the tracker names the same idle
+    /// holder to every asker in that time and all but the first are refused (herding).
+    named: HashMap<AgentId, Vec<(AgentId, Instant)>>,
     /// Turns with every answer, so that an asker that was refused sees other holders next time.
     rotor: u64,
 }
@@ -117,6 +141,10 @@ impl Tracker {
     pub fn leave(&mut self, a: AgentId) {
         self.alive.remove(&a);
         self.uploads.remove(&a);
+        self.named.remove(&a);
+        for askers in self.named.values_mut() {
+            askers.retain(|(x, _)| *x != a);
+        }
         if let Some(got) = self.received.remove(&a) {
             if self.is_complete(got) {
                 self.complete -= 1;
@@ -157,11 +185,21 @@ impl Tracker {
         }
     }
 
-    /// Agent `a` serves `uploads` uploads right now (it reports when the number changes).
+    /// Agent `a` serves `uploads` uploads right now (it reports when the number changes). The report
+    /// counts the askers it was named to that have reached it: their reservations end.
     pub fn load(&mut self, a: AgentId, uploads: u32) {
         if self.alive.contains_key(&a) {
             self.uploads.insert(a, uploads);
+            self.named.remove(&a);
         }
+    }
+
+    /// Uploads holder `x` serves or will soon: its last report plus the distinct askers named to it
+    /// since, within [`NAMED_HOLD`].
+    fn expected_uploads(&self, x: AgentId, now: Instant) -> usize {
+        let reported = self.uploads.get(&x).map_or(0, |u| *u as usize);
+        let named = self.named.get(&x).map_or(0, |v| v.iter().filter(|(_, at)| now.saturating_duration_since(*at) < NAMED_HOLD).count());
+        reported + named
     }
 
     /// Agent `a` could not get `b` from peer `p` (refused, corrupt, gone): the tracker forgets that `p`
@@ -180,9 +218,14 @@ impl Tracker {
         }
     }
 
-    /// Where `a` should fetch block `b`. With `may_claim` false (the agent's relay slot is busy) the
-    /// relay is not offered: the answer is then peers or `Wait`.
-    pub fn locate(&mut self, a: AgentId, b: u64, may_claim: bool, now: Instant) -> Answer {
+    /// Where `a` should fetch block `b`, given what it fetches now (`f`; see [`Fetching`]). Without
+    /// `f.may_claim` the relay is not offered. A holder is named if the asker can use it: one it
+    /// reads from already (room on that connection), or, while it may open a flow, one with a free
+    /// upload slot as far as the tracker knows. Holders that exist but that the asker cannot use now
+    /// give `Wait` (never a claim: the block has a source). When the asker is expected to open a
+    /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
+    /// the next answers of one question agree with it.
+    pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         let Some(h) = self.holders.get(b as usize) else { return Answer::Wait };
         if h.iter().any(|x| *x != a) {
             // A different window of holders for each asker, so that load spreads over all of them
@@ -190,14 +233,29 @@ impl Tracker {
             self.rotor = self.rotor.wrapping_add(1);
             let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let start = (mix >> 16) as usize % h.len();
-            // Holders with a free upload slot (as last reported) first, the rotation among them: a
-            // holder serving its maximum would only refuse. The full ones are still named, after:
-            // a report may be stale, and a block must never be left without a source.
-            let full = |x: &AgentId| self.uploads.get(x).is_some_and(|u| *u as usize >= UPLOADS_MAX);
             let rotated = (0..h.len()).map(|i| h[(start + i) % h.len()]).filter(|x| *x != a);
-            let (free, busy): (Vec<AgentId>, Vec<AgentId>) = rotated.partition(|x| !full(x));
-            let named: Vec<AgentId> = free.into_iter().chain(busy).take(PEERS_PER_ANSWER).collect();
-            return Answer::Peers(named);
+            // Holders the asker reads from already take one more read on that connection whatever
+            // their load. Others only while the asker may open a flow, and only with a free upload
+            // slot: the last report plus the askers named to it since (reports arrive a round trip
+            // late; without counting what it hands out, the tracker would name the same idle holder
+            // to every asker in that time, and all but the first would be refused).
+            let (on_open, others): (Vec<AgentId>, Vec<AgentId>) = rotated.partition(|x| f.open.contains(x));
+            let fresh: Vec<AgentId> = if f.flows_free > 0 { others.into_iter().filter(|x| self.expected_uploads(*x, now) < UPLOADS_MAX).take(PEERS_PER_ANSWER).collect() } else { Vec::new() };
+            // The asker's chooser takes a holder it does not read from yet before deepening a
+            // connection: the first fresh one. Count it there until that holder's next report.
+            if let Some(&p) = fresh.first() {
+                let askers = self.named.entry(p).or_default();
+                askers.retain(|(_, at)| now.saturating_duration_since(*at) < NAMED_HOLD);
+                if let Some(r) = askers.iter_mut().find(|(x, _)| *x == a) {
+                    r.1 = now;
+                } else {
+                    askers.push((a, now));
+                }
+                f.flows_free -= 1;
+                f.open.push(p);
+            }
+            let named: Vec<AgentId> = fresh.into_iter().chain(on_open).take(PEERS_PER_ANSWER).collect();
+            return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
         }
         // Claims that went stale (slow or dead claimer) free their block and their relay flow.
         let alive = &self.alive;
@@ -209,7 +267,7 @@ impl Tracker {
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
         let mine = self.claims.values().filter(|(c, _)| *c == a).count();
         match self.claims.get(&b) {
-            _ if !may_claim => Answer::Wait,
+            _ if !f.may_claim => Answer::Wait,
             Some((c, _)) if *c != a => Answer::Wait,
             None if self.claims.len() >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => {
@@ -433,6 +491,29 @@ impl Chooser {
         self.in_flight.values().filter(|f| **f != Origin::Relay).count()
     }
 
+    /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
+    /// what [`Chooser::choose`] will accept from a peer — one it reads from with room on that
+    /// connection, or a new one while fewer than `peer_flows` are read from. Peers it avoids are
+    /// left out of `open`.
+    pub fn fetching(&self) -> Fetching {
+        let mut open: Vec<AgentId> = Vec::new();
+        let mut flows = 0;
+        for p in self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }) {
+            if open.contains(&p) {
+                continue;
+            }
+            open.push(p);
+            flows += 1;
+        }
+        open.retain(|p| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count() < self.depth && !self.avoid.contains_key(p));
+        let slots = self.peer_fetches() < self.peer_fetches_max();
+        Fetching {
+            may_claim: self.may_claim(),
+            open: if slots { open } else { Vec::new() },
+            flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
+        }
+    }
+
     /// Whether this agent may take a block from the relay now (its one relay fetch is free): what to
     /// tell the tracker when locating.
     pub fn may_claim(&self) -> bool {
@@ -572,8 +653,9 @@ mod tests {
     use super::*;
 
     impl Tracker {
+        /// Asked by an agent that may claim and open flows to any number of peers.
         fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
-            self.locate(a, b, true, now)
+            self.locate(a, b, &mut Fetching { may_claim: true, open: Vec::new(), flows_free: usize::MAX }, now)
         }
         fn have_t(&mut self, a: AgentId, b: u64) {
             self.have(a, b, Instant::now())
@@ -585,7 +667,7 @@ mod tests {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
         tr.join(0, true);
-        assert_eq!(tr.locate(0, 0, false, t), Answer::Wait);
+        assert_eq!(tr.locate(0, 0, &mut Fetching::default(), t), Answer::Wait);
         assert_eq!(tr.relay_grants(), 0, "nothing was claimed");
         let mut c = Chooser::new(4, 1);
         c.published(4);
@@ -702,7 +784,7 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_serving_its_maximum_is_named_after_the_free_ones() {
+    fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
         let t = Instant::now();
         let mut tr = Tracker::new(1);
         for a in 0..4 {
@@ -711,17 +793,64 @@ mod tests {
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32);
-        for _ in 0..8 {
-            assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![1, 0]), "the idle holder first, whatever the rotation");
-        }
+        let new_reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32);
-        let Answer::Peers(both) = tr.locate_t(3, 0, t) else { panic!("holders exist") };
-        assert_eq!(both.len(), 2, "all busy: still named (a report may be stale)");
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
+        assert_eq!(tr.relay_grants(), 0);
+        let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
+        assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
         tr.load(0, 0);
-        assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![0, 1]));
+        assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
         tr.leave(0);
         tr.load(0, 0);
-        assert_eq!(tr.locate_t(3, 0, t), Answer::Peers(vec![1]), "a departed agent's report is not kept");
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "a departed agent's report is not kept, nor it named");
+    }
+
+    #[test]
+    fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..6 {
+            tr.join(a, true);
+        }
+        tr.have_t(0, 0);
+        let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
+        // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
+        let mut f = reader();
+        assert_eq!(tr.locate(1, 0, &mut f, t), Answer::Peers(vec![0]));
+        assert_eq!(f, Fetching { may_claim: true, open: vec![0], flows_free: 1 }, "the asker's new connection, as its chooser will count it");
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "the same asker again: one connection, counted once");
+        for a in 2..UPLOADS_MAX as AgentId + 1 {
+            assert_eq!(tr.locate(a, 0, &mut reader(), t), Answer::Peers(vec![0]));
+        }
+        let next = UPLOADS_MAX as AgentId + 1;
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "its slots are taken by the askers sent there");
+        // Its report counts the askers that reached it: theirs end.
+        tr.load(0, 1);
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Peers(vec![0]), "one upload reported: one slot free");
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t), Answer::Wait);
+        // An asker that went elsewhere holds its count only for NAMED_HOLD.
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t + NAMED_HOLD), Answer::Peers(vec![0]));
+    }
+
+    #[test]
+    fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
+        assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
+        assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1 }, "room for a second read from peer 4 and on the relay's flow");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
+        assert_eq!(c.choose(3, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "peer 4's connection is at its depth");
+        assert_eq!(c.choose(4, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0 });
+        assert_eq!(c.choose(5, &Answer::Peers(vec![6])), None, "no flow free: the tracker was told");
+        c.failed(4, true);
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "an avoided peer is never open");
     }
 
     #[test]

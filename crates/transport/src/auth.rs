@@ -10,8 +10,9 @@ use std::io::{Read, Write};
 
 /// Protocol magic at the start of every connection.
 pub const MAGIC: &[u8; 8] = b"FASTREPL";
-/// Wire protocol version.
-pub const VERSION: u16 = 1;
+/// Wire protocol version. 2: agents report their upload load, and say which peers they read from
+/// when they ask where blocks are (a relay and its agents must be of one version).
+pub const VERSION: u16 = 2;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

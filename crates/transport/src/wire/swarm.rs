@@ -12,14 +12,16 @@ use crate::Error;
 pub const ADVERTISE_MAX: usize = 255;
 /// Most blocks asked about in one [`Locate`] (an agent's window at most).
 pub const LOCATE_BLOCKS_MAX: usize = limits::WINDOW_BLOCKS_MAX as usize;
-/// Encoded size bound of a [`Locate`].
-pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX;
-/// Most peers named for one block.
+/// Most peers named for one block, and most an agent says it reads from in one [`Locate`].
 pub const PEERS_PER_BLOCK_MAX: usize = 16;
+/// Encoded size bound of a [`Locate`].
+pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * PEERS_PER_BLOCK_MAX;
 
 /// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them,
-/// rarest first), with how many fetches of each kind the agent can start now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// rarest first), with how many fetches of each kind the agent can start now and which peers it can
+/// use: those it reads from with room on the connection, and how many more it may start reading from
+/// (the relay names a holder serving its maximum of uploads only to an agent already reading from it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Locate {
     /// Fetches from the relay the agent can start now: the relay grants at most this many claims.
     pub relay_slots: u8,
@@ -27,6 +29,10 @@ pub struct Locate {
     pub peer_slots: u8,
     /// The blocks wanted.
     pub blocks: Vec<u64>,
+    /// Peers the agent may open a connection to, besides those it reads from.
+    pub flows_free: u8,
+    /// Peers it reads from now with room for another read on that connection.
+    pub open: Vec<u32>,
 }
 
 /// A peer that holds a block.
@@ -71,19 +77,25 @@ pub fn check_addr(a: &[u8]) -> Result<String, Error> {
 }
 
 impl Locate {
-    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block`.
+    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u8 flows_free, u8 k, k × u32 open`.
     pub fn encode(&self) -> Vec<u8> {
         let n = self.blocks.len().min(LOCATE_BLOCKS_MAX);
-        let mut v = Vec::with_capacity(4 + 8 * n);
+        let k = self.open.len().min(PEERS_PER_BLOCK_MAX);
+        let mut v = Vec::with_capacity(6 + 8 * n + 4 * k);
         v.push(self.relay_slots);
         v.push(self.peer_slots);
         v.extend_from_slice(&(n as u16).to_be_bytes());
         for b in &self.blocks[..n] {
             v.extend_from_slice(&b.to_be_bytes());
         }
+        v.push(self.flows_free);
+        v.push(k as u8);
+        for p in &self.open[..k] {
+            v.extend_from_slice(&p.to_be_bytes());
+        }
         v
     }
-    /// Parse, bounding the count.
+    /// Parse, bounding the counts.
     pub fn decode(b: &[u8]) -> Result<Locate, Error> {
         let mut c = Cursor::new(b, WHAT);
         let relay_slots = c.u8()?;
@@ -93,8 +105,14 @@ impl Locate {
             return Err(bad("too many blocks asked"));
         }
         let blocks = (0..n).map(|_| c.u64()).collect::<Result<_, _>>()?;
+        let flows_free = c.u8()?;
+        let k = c.u8()? as usize;
+        if k > PEERS_PER_BLOCK_MAX {
+            return Err(bad("too many open peers"));
+        }
+        let open = (0..k).map(|_| c.u32()).collect::<Result<_, _>>()?;
         c.end()?;
-        Ok(Locate { relay_slots, peer_slots, blocks })
+        Ok(Locate { relay_slots, peer_slots, blocks, flows_free, open })
     }
 }
 
@@ -178,12 +196,18 @@ mod tests {
 
     #[test]
     fn locate_round_trips_and_is_bounded() {
-        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9] };
+        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], flows_free: 1, open: vec![7] };
         assert_eq!(Locate::decode(&l.encode()).unwrap(), l);
         let mut big = vec![0, 0];
         big.extend_from_slice(&(LOCATE_BLOCKS_MAX as u16 + 1).to_be_bytes());
         assert!(Locate::decode(&big).is_err());
         assert!(Locate::decode(&l.encode()[..10]).is_err(), "truncated");
+        let without_peers = Locate { open: Vec::new(), ..l.clone() }.encode();
+        assert!(Locate::decode(&without_peers[..without_peers.len() - 2]).is_err(), "the peer fields are not optional");
+        let mut many = Locate { open: Vec::new(), ..l }.encode();
+        *many.last_mut().unwrap() = PEERS_PER_BLOCK_MAX as u8 + 1;
+        many.extend(std::iter::repeat_n(0u8, 4 * (PEERS_PER_BLOCK_MAX + 1)));
+        assert!(Locate::decode(&many).is_err(), "too many open peers");
     }
 
     #[test]
