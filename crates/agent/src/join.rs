@@ -571,6 +571,7 @@ impl Driver<'_> {
             sources: stats.sources.clone(),
             peer_bad_blocks: stats.peer_bad_blocks,
             peer_failures: stats.peer_failures,
+            peer_refusals: stats.peer_refusals,
             bytes_served_to_peers: c.peering.as_ref().map_or(0, |p| p.served_bytes()),
             attempts: Vec::new(),
             staged: None,

@@ -597,9 +597,13 @@ pub struct Report {
     /// Blocks from peers that failed their checksum (thrown away, fetched elsewhere).
     #[serde(default)]
     pub peer_bad_blocks: u64,
-    /// Fetches from peers that failed or were refused and went elsewhere.
+    /// Fetches from peers that failed (timed out, connection lost, block not held) and went elsewhere.
     #[serde(default)]
     pub peer_failures: u64,
+    /// Fetches a peer refused because it served its maximum of uploads (asked elsewhere or later): the
+    /// tracker names only holders with a free slot, so these stay few.
+    #[serde(default)]
+    pub peer_refusals: u64,
     /// Bytes this agent served to other agents up to its handoff (it may serve more while it lingers).
     #[serde(default)]
     pub bytes_served_to_peers: u64,

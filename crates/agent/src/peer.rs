@@ -163,7 +163,7 @@ impl PeerServer {
         self.addr
     }
 
-    /// Uploads in progress now.
+    /// Uploads in progress now: connections sending a block, or with the asker's next read waiting.
     pub fn uploads(&self) -> usize {
         self.shared.uploads.load(Ordering::SeqCst)
     }
@@ -226,7 +226,13 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
         return Err(E::Protocol("peers open data connections only".into()));
     }
     raw.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
+    let mut slot = UploadSlot { uploads: &sh.uploads, held: false };
     loop {
+        // A slot is only kept into a read whose request is already waiting (below); a request that
+        // is not served gives it back here, before any wait for the next one.
+        if !next_request_waiting(raw) {
+            slot.give_back();
+        }
         let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {
             return Ok(());
@@ -243,16 +249,63 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             serve::send_error(&mut s, "block not held")?;
             continue;
         };
-        if sh.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
-            sh.uploads.fetch_sub(1, Ordering::SeqCst);
+        if !slot.take(sh) {
             serve::send_busy(&mut s)?;
             continue;
         }
-        let sent = s.write_all(&ResponseHeader::ok(len).encode()).and_then(|()| s.write_all(&block));
-        sh.uploads.fetch_sub(1, Ordering::SeqCst);
-        sent.map_err(E::io("send block to peer"))?;
+        s.write_all(&ResponseHeader::ok(len).encode()).and_then(|()| s.write_all(&block)).map_err(E::io("send block to peer"))?;
         sh.served.fetch_add(u64::from(len), Ordering::Relaxed);
+        // An asker's pipelined reads on one connection are one upload: while its next read is
+        // already waiting, the connection keeps its slot (checked at the top of the loop: another
+        // asker taking it in between would make this one's next read a refusal). The tracker counts
+        // uploads the same way.
     }
+}
+
+/// A connection's hold on one of the agent's upload slots; given back when dropped.
+struct UploadSlot<'a> {
+    uploads: &'a AtomicUsize,
+    held: bool,
+}
+
+impl UploadSlot<'_> {
+    /// Hold a slot (if this connection does not already): false when all are taken.
+    fn take(&mut self, sh: &ServeShared) -> bool {
+        if !self.held {
+            if self.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
+                self.uploads.fetch_sub(1, Ordering::SeqCst);
+                return false;
+            }
+            self.held = true;
+        }
+        true
+    }
+
+    fn give_back(&mut self) {
+        if std::mem::take(&mut self.held) {
+            self.uploads.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for UploadSlot<'_> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+/// Whether bytes of the asker's next request are already on the socket (checked without waiting).
+/// Under TLS a request already decrypted into the TLS layer's buffer is not seen: the slot is then
+/// given back and taken again, as without pipelining.
+fn next_request_waiting(raw: &TcpStream) -> bool {
+    if raw.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let waiting = matches!(raw.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+    // Back to blocking: the connection's reads rely on it (and on their timeout). Should this fail,
+    // the next read fails too and ends the connection with an error.
+    let _ = raw.set_nonblocking(false);
+    waiting
 }
 
 /// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,
@@ -458,5 +511,38 @@ mod tests {
         assert_eq!(&buf, b"abcd", "a plain read after pipelined ones");
         let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), transport::Token::new(b"fedcba9876543210").unwrap().into());
         assert!(matches!(transport::Transport::open(&wrong), Err(transport::Error::Auth(_))));
+    }
+
+    #[test]
+    fn a_connection_keeps_its_upload_slot_only_while_its_next_read_waits() {
+        let held = Arc::new(Held::new(1, 4, 0));
+        let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
+        let sh = ServeShared { held, token, uploads: AtomicUsize::new(0), uploads_max: 1, connections: AtomicUsize::new(0), served: Arc::default(), stop: Arc::default() };
+        let mut a = UploadSlot { uploads: &sh.uploads, held: false };
+        assert!(a.take(&sh));
+        assert!(a.take(&sh), "a connection holding the slot keeps it for its next read");
+        let mut b = UploadSlot { uploads: &sh.uploads, held: false };
+        assert!(!b.take(&sh), "one slot, held by the other connection");
+        a.give_back();
+        assert!(b.take(&sh));
+        drop(b);
+        assert_eq!(sh.uploads.load(Ordering::SeqCst), 0, "a connection that ends gives its slot back");
+
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut asker = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        assert!(!next_request_waiting(&server), "nothing sent yet");
+        asker.write_all(b"x").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !next_request_waiting(&server) {
+            assert!(std::time::Instant::now() < deadline, "the byte sent never showed");
+            std::thread::yield_now();
+        }
+        server.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut one = [0u8; 1];
+        (&server).read_exact(&mut one).unwrap();
+        assert_eq!(&one, b"x", "peeking consumed nothing, and the socket blocks again for reads");
+        drop(asker);
+        assert!(!next_request_waiting(&server), "a closed connection has no next read");
     }
 }

@@ -69,8 +69,10 @@ pub struct Stats {
     pub sources: Vec<SourceBytes>,
     /// Blocks from peers that failed their checksum (thrown away, fetched elsewhere).
     pub peer_bad_blocks: u64,
-    /// Fetches from peers that failed (refused, timed out, connection lost) and went elsewhere.
+    /// Fetches from peers that failed (timed out, connection lost, block not held) and went elsewhere.
     pub peer_failures: u64,
+    /// Fetches a peer refused, serving its maximum of uploads (asked elsewhere or later).
+    pub peer_refusals: u64,
     /// The tracker link failed during the pull: the rest came from the relay alone.
     pub swarm_lost: Option<String>,
 }
@@ -228,6 +230,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         stats.reads_in_flight_max = planned.in_flight_max;
         stats.peer_bad_blocks = planned.peer_bad_blocks;
         stats.peer_failures = planned.peer_failures;
+        stats.peer_refusals = planned.peer_refusals;
         stats.swarm_lost = planned.swarm_lost;
         let mut sources: Vec<SourceBytes> = planned.sources.into_iter().map(|(source, (bytes, blocks))| SourceBytes { source, bytes, blocks }).collect();
         sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
@@ -248,6 +251,7 @@ struct Planned {
     in_flight_max: u64,
     peer_bad_blocks: u64,
     peer_failures: u64,
+    peer_refusals: u64,
     swarm_lost: Option<String>,
     sources: BTreeMap<String, (u64, u64)>,
 }
@@ -404,7 +408,9 @@ impl<'a> Planner<'a> {
                     flows_free: fetching.flows_free.min(255) as u8,
                     open: fetching.open,
                 };
+                let asked = Instant::now();
                 let located = peering.tracker().locate(&ask);
+                tracing::debug!(secs = asked.elapsed().as_secs_f64(), "tracker answered a locate");
                 match located {
                     Ok(a) => a,
                     Err(e) => {
@@ -585,10 +591,62 @@ impl<'a> Planner<'a> {
             }
             PeerMiss::Dropped => {}
         }
-        self.out.peer_failures += 1;
+        if matches!(miss, PeerMiss::Busy) {
+            self.out.peer_refusals += 1;
+        } else {
+            self.out.peer_failures += 1;
+        }
         self.chooser.failed(b, matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
         self.sched.abandoned();
         self.reuse(job.buf);
+    }
+}
+
+/// What a fetcher takes next from the planner.
+enum Next {
+    Job(Job),
+    /// Nothing waiting, and reads are in flight: receive those.
+    Nothing,
+    /// The planner is done.
+    Gone,
+}
+
+/// The next job for a fetcher with `in_flight` reads on the wire: it waits for one only when nothing
+/// is in flight (otherwise it goes on to receive what it sent).
+fn next_job(jobs: &Receiver<Job>, in_flight: usize) -> Next {
+    let got = if in_flight == 0 { jobs.recv().map_err(|_| true) } else { jobs.try_recv().map_err(|e| e == TryRecvError::Disconnected) };
+    match got {
+        Ok(j) => Next::Job(j),
+        Err(true) => Next::Gone,
+        Err(false) => Next::Nothing,
+    }
+}
+
+/// How long each read took on a pipelined connection: from when it was sent or when the read before
+/// it arrived, whichever is later — its own time on the wire, not its wait behind the one before.
+struct ReadClock {
+    last: Instant,
+}
+
+impl ReadClock {
+    fn new() -> ReadClock {
+        ReadClock { last: Instant::now() }
+    }
+
+    /// A read is sent now, `in_flight` reads ahead of it; returns when.
+    fn sent(&mut self, in_flight: usize) -> Instant {
+        let now = Instant::now();
+        if in_flight == 0 {
+            self.last = now;
+        }
+        now
+    }
+
+    /// The read sent at `sent` arrived.
+    fn arrived(&mut self, sent: Instant) -> Duration {
+        let took = self.last.elapsed().min(sent.elapsed());
+        self.last = Instant::now();
+        took
     }
 }
 
@@ -599,21 +657,14 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
     let mut reader: Option<Box<dyn RangeReader>> = None;
     // Reads sent, oldest first: the job, when it was sent, its attempt.
     let mut wire: VecDeque<(Job, Instant, u32)> = VecDeque::new();
-    let mut last = Instant::now();
+    let mut clock = ReadClock::new();
     let fail = |e: Error| drop(reports.send(Report::Failed(e)));
     loop {
-        // Take what the planner gave: wait for the first only when nothing is in flight.
         while wire.len() < reader.as_ref().map_or(1, |r| r.depth()) {
-            let job = if wire.is_empty() {
-                match jobs.recv() {
-                    Ok(j) => j,
-                    Err(_) => return, // the planner is done
-                }
-            } else {
-                match jobs.try_recv() {
-                    Ok(j) => j,
-                    Err(_) => break,
-                }
+            let job = match next_job(jobs, wire.len()) {
+                Next::Job(j) => j,
+                Next::Nothing => break,
+                Next::Gone => return,
             };
             if reader.is_none() {
                 match p.transport.open() {
@@ -627,10 +678,8 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
                     return fail(Error::relay(e));
                 }
             }
-            if wire.is_empty() {
-                last = Instant::now();
-            }
-            wire.push_back((job, Instant::now(), 1));
+            let at = clock.sent(wire.len());
+            wire.push_back((job, at, 1));
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
@@ -638,8 +687,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         if let Err(e) = got {
             return fail(Error::relay(e));
         }
-        let took = last.elapsed().min(sent.elapsed());
-        last = Instant::now();
+        let took = clock.arrived(sent);
         if snapshot::block_checksum(&job.buf) != job.want {
             tracing::warn!(block = job.block, attempt, "block checksum mismatch");
             if crate::scheduler::after_mismatch(attempt) == Mismatch::Fail {
@@ -650,7 +698,8 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
                     return fail(Error::relay(e));
                 }
             }
-            wire.push_back((job, Instant::now(), attempt + 1));
+            let at = clock.sent(wire.len());
+            wire.push_back((job, at, attempt + 1));
             continue;
         }
         if reports.send(Report::Done { fetcher: FetcherId::Relay(me), job, took, rereads: attempt - 1 }).is_err() {
@@ -665,20 +714,21 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
     let mut wire: VecDeque<(Job, Instant)> = VecDeque::new();
-    let mut last = Instant::now();
+    let mut clock = ReadClock::new();
     let report = |job: Job, miss: PeerMiss| reports.send(Report::Missed { fetcher: FetcherId::Peer(me), job, miss }).is_ok();
+    // A connection that failed is closed; the reads still in flight on it are lost with it.
+    let close = |conns: &mut HashMap<u32, Box<dyn RangeReader>>, id: u32, wire: &mut VecDeque<(Job, Instant)>| {
+        conns.remove(&id);
+        for (j, _) in wire.drain(..) {
+            report(j, PeerMiss::Dropped);
+        }
+    };
     loop {
         while wire.len() < depth {
-            let job = if wire.is_empty() {
-                match jobs.recv() {
-                    Ok(j) => j,
-                    Err(_) => return,
-                }
-            } else {
-                match jobs.try_recv() {
-                    Ok(j) => j,
-                    Err(_) => break,
-                }
+            let job = match next_job(jobs, wire.len()) {
+                Next::Job(j) => j,
+                Next::Nothing => break,
+                Next::Gone => return,
             };
             let Source::Peer { id, addr } = &job.from else { continue };
             let (id, addr) = (*id, addr.clone());
@@ -688,19 +738,14 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             };
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
-                conns.remove(&id);
                 if !report(job, PeerMiss::Failed(e)) {
                     return;
                 }
-                while let Some((j, _)) = wire.pop_front() {
-                    report(j, PeerMiss::Dropped);
-                }
+                close(&mut conns, id, &mut wire);
                 continue;
             }
-            if wire.is_empty() {
-                last = Instant::now();
-            }
-            wire.push_back((job, Instant::now()));
+            let at = clock.sent(wire.len());
+            wire.push_back((job, at));
         }
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
@@ -708,8 +753,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             Some(c) => c.receive(&mut job.buf),
             None => Err(transport::Error::Protocol("connection to the peer closed".into())),
         };
-        let took = last.elapsed().min(sent.elapsed());
-        last = Instant::now();
+        let took = clock.arrived(sent);
         let miss = match got {
             Ok(()) if snapshot::block_checksum(&job.buf) == job.want => {
                 if reports.send(Report::Done { fetcher: FetcherId::Peer(me), job, took, rereads: 0 }).is_err() {
@@ -727,10 +771,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             return;
         }
         if drop_conn {
-            conns.remove(&id);
-            while let Some((j, _)) = wire.pop_front() {
-                report(j, PeerMiss::Dropped);
-            }
+            close(&mut conns, id, &mut wire);
         }
     }
 }

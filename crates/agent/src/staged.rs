@@ -573,6 +573,7 @@ impl Staging {
             sources: Vec::new(),
             peer_bad_blocks: 0,
             peer_failures: 0,
+            peer_refusals: 0,
             bytes_served_to_peers: 0,
             attempts: Vec::new(),
             staged: Some(crate::StagedReport {

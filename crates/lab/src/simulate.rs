@@ -61,6 +61,10 @@ pub struct SimulateArgs {
     /// Reads in flight on one connection to the relay (default: the TCP transport's).
     #[arg(long, default_value_t = limits::READS_IN_FLIGHT_PER_CONNECTION)]
     pub relay_depth: usize,
+    /// Connections to the relay per agent (the join's `--readers` over TCP: 4); the tracker's share of
+    /// relay claims decides how many carry reads.
+    #[arg(long, default_value_t = 4)]
+    pub relay_readers: usize,
     /// Uploads an agent serves at once; more requests are refused (the asker goes elsewhere).
     #[arg(long, default_value_t = swarm::UPLOADS_MAX)]
     pub uploads: usize,
@@ -286,7 +290,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let at = |t: f64| t0 + Duration::from_secs_f64(t);
 
     let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
-    let mut tracker = Tracker::new(blocks);
+    let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
     let mut agents: Vec<Agent> = (0..n)
         .map(|i| {
             let slow = rng.next() < a.slow_fraction;
@@ -294,7 +298,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             hosts.push(Host { up: rate, down: rate, sent: 0.0 });
             let start = rng.next() * a.join_spread;
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
-            let mut chooser = Chooser::new(a.window, a.downloads).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
+            let mut chooser = Chooser::new(a.window, a.downloads).with_relay_fetches(a.relay_readers).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
             chooser.published(blocks);
             Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0 }
         })

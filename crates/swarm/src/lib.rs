@@ -80,7 +80,7 @@ pub const NAMED_HOLD: Duration = Duration::from_millis(250);
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The relay's view of a generation's agents and what they hold.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tracker {
     /// Per block: the agents that hold it, verified.
     holders: Vec<Vec<AgentId>>,
@@ -103,12 +103,39 @@ pub struct Tracker {
     named: HashMap<AgentId, Vec<(AgentId, Instant)>>,
     /// Turns with every answer, so that an asker that was refused sees other holders next time.
     rotor: u64,
+    /// Uploads an agent serves at once ([`UPLOADS_MAX`]; another number only in the simulator).
+    uploads_max: usize,
+}
+
+impl Default for Tracker {
+    fn default() -> Tracker {
+        Tracker::new(0)
+    }
 }
 
 impl Tracker {
     /// A tracker for a snapshot of `blocks` blocks (it may grow while the relay captures).
     pub fn new(blocks: u64) -> Tracker {
-        Tracker { holders: vec![Vec::new(); blocks as usize], ..Default::default() }
+        Tracker {
+            holders: vec![Vec::new(); blocks as usize],
+            claims: HashMap::new(),
+            alive: HashMap::new(),
+            received: HashMap::new(),
+            total: None,
+            complete: 0,
+            relay_grants: 0,
+            uploads: HashMap::new(),
+            named: HashMap::new(),
+            rotor: 0,
+            uploads_max: UPLOADS_MAX,
+        }
+    }
+
+    /// A tracker for agents that serve `n` uploads at once (the simulator tries other numbers than
+    /// the agents' [`UPLOADS_MAX`]).
+    pub fn with_uploads_max(mut self, n: usize) -> Tracker {
+        self.uploads_max = n.max(1);
+        self
     }
 
     /// The relay published more blocks.
@@ -240,7 +267,7 @@ impl Tracker {
             // late; without counting what it hands out, the tracker would name the same idle holder
             // to every asker in that time, and all but the first would be refused).
             let (on_open, others): (Vec<AgentId>, Vec<AgentId>) = rotated.partition(|x| f.open.contains(x));
-            let fresh: Vec<AgentId> = if f.flows_free > 0 { others.into_iter().filter(|x| self.expected_uploads(*x, now) < UPLOADS_MAX).take(PEERS_PER_ANSWER).collect() } else { Vec::new() };
+            let fresh: Vec<AgentId> = if f.flows_free > 0 { others.into_iter().filter(|x| self.expected_uploads(*x, now) < self.uploads_max).take(PEERS_PER_ANSWER).collect() } else { Vec::new() };
             // The asker's chooser takes a holder it does not read from yet before deepening a
             // connection: the first fresh one. Count it there until that holder's next report.
             if let Some(&p) = fresh.first() {
@@ -255,8 +282,16 @@ impl Tracker {
                 f.open.push(p);
             }
             let named: Vec<AgentId> = fresh.into_iter().chain(on_open).take(PEERS_PER_ANSWER).collect();
+            // None usable: wait for one (a second copy from the relay would cost the master's host
+            // more than its one copy; see docs/design/flat-fanout.md on late joiners).
             return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
         }
+        self.claim(a, b, f, now)
+    }
+
+    /// The relay for `a`'s block `b`, if one of its flows is free for `a` and nobody else fetches the
+    /// block from it.
+    fn claim(&mut self, a: AgentId, b: u64, f: &Fetching, now: Instant) -> Answer {
         // Claims that went stale (slow or dead claimer) free their block and their relay flow.
         let alive = &self.alive;
         self.claims.retain(|_, (c, since)| alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT);

@@ -694,7 +694,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
                 "caught_up": at("caught_up"), "in_sync": at("handed_off"),
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
                 "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],
-                "peer_failures": report["peer_failures"], "peer_bad_blocks": report["peer_bad_blocks"],
+                "peer_failures": report["peer_failures"], "peer_refusals": report["peer_refusals"], "peer_bad_blocks": report["peer_bad_blocks"],
             });
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
             ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
