@@ -614,7 +614,9 @@ mod tests {
         assert!(queued.secs > fluid.secs * 1.02, "peer reads wait behind busy queues: {fluid:?} vs {queued:?}");
         let alone = run_one(&args(&[]), 1).unwrap();
         assert!((alone.t_over_t1 - 1.0).abs() < 0.05, "pipelined relay reads keep one agent's link full: {alone:?}");
-        let unpipelined = run_one(&args(&["--relay-depth", "1"]), 1).unwrap();
+        let one_connection = run_one(&args(&["--relay-readers", "1"]), 1).unwrap();
+        assert!((one_connection.t_over_t1 - 1.0).abs() < 0.05, "pipelined, one connection is enough: {one_connection:?}");
+        let unpipelined = run_one(&args(&["--relay-depth", "1", "--relay-readers", "1"]), 1).unwrap();
         assert!(unpipelined.secs > alone.secs * 1.02, "one read at a time idles a round trip per block: {alone:?} vs {unpipelined:?}");
     }
 
