@@ -10,7 +10,9 @@ use common::*;
 use fixtures::cluster::{self, Cluster, Node, NodeOpts};
 
 fn flavors() -> Vec<Flavor> {
-    [Flavor::Redis70, Flavor::Valkey81].into_iter().filter(|f| available(*f)).collect()
+    let all = [Flavor::Redis70, Flavor::Valkey81];
+    all.iter().for_each(|f| require_server(*f));
+    all.to_vec()
 }
 
 /// `fastrepl verify` between two nodes of one shard.

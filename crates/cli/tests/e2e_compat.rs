@@ -7,8 +7,8 @@ mod common;
 use common::*;
 
 fn pair(m: Flavor, r: Flavor) {
-    available(m);
-    available(r);
+    require_server(m);
+    require_server(r);
     let master = Server::start(m, &[]);
     data::fill_every_type(&mut master.client(), 1, m.has_functions());
     let replica = Server::start(r, &[]);
@@ -28,7 +28,7 @@ fn pair(m: Flavor, r: Flavor) {
 /// A replica that offers a newer replication mode (`extra` its setting) is fed over one channel: the
 /// agent declines the offer, as a master that does not choose that mode does, and says so.
 fn newer_mode(f: Flavor, extra: &[&str], offer: &str) {
-    available(f);
+    require_server(f);
     let master = Server::start(f, &[]);
     data::fill_every_type(&mut master.client(), 1, f.has_functions());
     let replica = Server::start(f, extra);
@@ -54,7 +54,7 @@ fn a_valkey81_replica_with_dual_channel_replication_is_fed_over_one() {
 fn a_valkey_source_is_told_the_replica_version_and_a_redis_source_is_not() {
     // Valkey picks the RDB version it writes from `REPLCONF version` (Valkey 9 writes RDB 11, without
     // hash-field TTLs, to a replica that says nothing); Redis refuses the option.
-    available(Flavor::Valkey81);
+    require_server(Flavor::Valkey81);
     let valkey = Server::start(Flavor::Valkey81, &[]);
     data::fill_small_mixed(&mut valkey.client(), 100);
     for (extra, said) in [(&[][..], "announced=8.1."), (&["--announce-version", "8.0.0"][..], "announced=8.0.0")] {

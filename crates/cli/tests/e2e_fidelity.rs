@@ -5,7 +5,7 @@ mod common;
 use common::*;
 
 fn fidelity(flavor: Flavor, diskless_master: bool) {
-    available(flavor);
+    require_server(flavor);
     let master = Server::start(flavor, &["--repl-diskless-sync", if diskless_master { "yes" } else { "no" }]);
     data::fill_every_type(&mut master.client(), 64, flavor.has_functions());
     let replica = Server::start(flavor, &[]);

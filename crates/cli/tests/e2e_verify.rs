@@ -26,9 +26,7 @@ fn detach(replica: &Server) {
 
 #[test]
 fn scores_printed_differently_are_the_same_doubles() {
-    if !available(Flavor::Valkey81) {
-        return;
-    }
+    require_server(Flavor::Valkey81);
     // Redis 7.0 prints scores with 17 significant digits, Valkey with the shortest round-trip form.
     let master = Server::start(Flavor::Redis70, &[]);
     let mut c = master.client();
@@ -54,9 +52,7 @@ fn scores_printed_differently_are_the_same_doubles() {
 
 #[test]
 fn field_ttls_and_vector_sets_on_redis_82() {
-    if !available(Flavor::Redis82) {
-        return;
-    }
+    require_server(Flavor::Redis82);
     let master = Server::start(Flavor::Redis82, &[]);
     fixtures::data::fill_newer_types(&mut master.client());
     let replica = Server::start(Flavor::Redis82, &[]);
@@ -92,7 +88,8 @@ fn field_ttls_and_vector_sets_on_redis_82() {
 #[test]
 fn a_type_verify_does_not_know_is_not_called_identical() {
     let module = fixtures::root().join(".cache/servers/redis-8.2/falkordb.so");
-    if !available(Flavor::Redis82) || !module.exists() {
+    require_server(Flavor::Redis82);
+    if !module.exists() {
         fixtures::skip("no Redis 8.2 with the falkordb module (scripts/setup.sh installs both)");
         return;
     }

@@ -90,6 +90,10 @@ pub struct Tracker {
     alive: HashMap<AgentId, bool>,
     /// Blocks each present agent has received (served or not): who still needs blocks.
     received: HashMap<AgentId, u64>,
+    /// Per present agent: the blocks it received, and those it is listed in `holders` for (every
+    /// per-agent question answered without scanning a block's holders: thousands of them per block).
+    got: HashMap<AgentId, Bits>,
+    listed: HashMap<AgentId, Bits>,
     /// Blocks in the snapshot, once the relay knows.
     total: Option<u64>,
     /// Present agents that have received every block (kept as a count: `locate` needs it per call).
@@ -121,6 +125,8 @@ impl Tracker {
             claims: HashMap::new(),
             alive: HashMap::new(),
             received: HashMap::new(),
+            got: HashMap::new(),
+            listed: HashMap::new(),
             total: None,
             complete: 0,
             relay_grants: 0,
@@ -162,6 +168,26 @@ impl Tracker {
     pub fn join(&mut self, a: AgentId, serves: bool) {
         self.alive.insert(a, serves);
         self.received.insert(a, 0);
+        self.got.insert(a, Bits::default());
+        self.listed.insert(a, Bits::default());
+    }
+
+    /// `a` is no longer named as a holder of `b`.
+    fn unlist(&mut self, a: AgentId, b: u64) {
+        if let Some(h) = self.holders.get_mut(b as usize) {
+            h.retain(|x| *x != a);
+        }
+        if let Some(l) = self.listed.get_mut(&a) {
+            l.set(b, false);
+        }
+    }
+
+    /// `a` is no longer named as a holder of anything.
+    fn unlist_all(&mut self, a: AgentId) {
+        let blocks: Vec<u64> = self.listed.get(&a).map(Bits::ones).unwrap_or_default();
+        for b in blocks {
+            self.unlist(a, b);
+        }
     }
 
     /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
@@ -177,9 +203,9 @@ impl Tracker {
                 self.complete -= 1;
             }
         }
-        for h in &mut self.holders {
-            h.retain(|x| *x != a);
-        }
+        self.unlist_all(a);
+        self.got.remove(&a);
+        self.listed.remove(&a);
         self.claims.retain(|_, (c, _)| *c != a);
     }
 
@@ -189,10 +215,12 @@ impl Tracker {
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
-        if let Some(h) = self.holders.get_mut(b as usize) {
-            if !h.contains(&a) {
+        if let (Some(h), Some(got)) = (self.holders.get_mut(b as usize), self.got.get_mut(&a)) {
+            if !got.get(b) {
+                got.set(b, true);
                 if serves {
                     h.push(a);
+                    self.listed.entry(a).or_default().set(b, true);
                 }
                 let got = self.received.entry(a).or_default();
                 *got += 1;
@@ -232,17 +260,15 @@ impl Tracker {
     /// Agent `a` could not get `b` from peer `p` (refused, corrupt, gone): the tracker forgets that `p`
     /// holds it, so that nobody else is sent there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
-        if let Some(h) = self.holders.get_mut(b as usize) {
-            h.retain(|x| *x != p);
+        if self.listed.get(&p).is_some_and(|l| l.get(b)) {
+            self.unlist(p, b);
         }
     }
 
     /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
     /// and may still fetch). A corrupt block is proof of a broken or hostile peer, not bad luck.
     pub fn forget(&mut self, p: AgentId) {
-        for h in &mut self.holders {
-            h.retain(|x| *x != p);
-        }
+        self.unlist_all(p);
     }
 
     /// Where `a` should fetch block `b`, given what it fetches now (`f`; see [`Fetching`]). Without
@@ -260,14 +286,23 @@ impl Tracker {
             self.rotor = self.rotor.wrapping_add(1);
             let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let start = (mix >> 16) as usize % h.len();
-            let rotated = (0..h.len()).map(|i| h[(start + i) % h.len()]).filter(|x| *x != a);
             // Holders the asker reads from already take one more read on that connection whatever
             // their load. Others only while the asker may open a flow, and only with a free upload
             // slot: the last report plus the askers named to it since (reports arrive a round trip
             // late; without counting what it hands out, the tracker would name the same idle holder
-            // to every asker in that time, and all but the first would be refused).
-            let (on_open, others): (Vec<AgentId>, Vec<AgentId>) = rotated.partition(|x| f.open.contains(x));
-            let fresh: Vec<AgentId> = if f.flows_free > 0 { others.into_iter().filter(|x| self.expected_uploads(*x, now) < self.uploads_max).take(PEERS_PER_ANSWER).collect() } else { Vec::new() };
+            // to every asker in that time, and all but the first would be refused). Taken lazily:
+            // a block may have thousands of holders.
+            let listed = |x: &AgentId| self.listed.get(x).is_some_and(|l| l.get(b));
+            let on_open: Vec<AgentId> = f.open.iter().copied().filter(|x| *x != a && listed(x)).collect();
+            let fresh: Vec<AgentId> = if f.flows_free > 0 {
+                (0..h.len())
+                    .map(|i| h[(start + i) % h.len()])
+                    .filter(|x| *x != a && !f.open.contains(x) && self.expected_uploads(*x, now) < self.uploads_max)
+                    .take(PEERS_PER_ANSWER)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             // The asker's chooser takes a holder it does not read from yet before deepening a
             // connection: the first fresh one. Count it there until that holder's next report.
             if let Some(&p) = fresh.first() {
@@ -680,6 +715,35 @@ impl Chooser {
         }
         self.avoid.insert(p, ());
         lost
+    }
+}
+
+/// A growable set of block numbers.
+#[derive(Debug, Default, Clone)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn get(&self, b: u64) -> bool {
+        self.0.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0)
+    }
+
+    fn set(&mut self, b: u64, on: bool) {
+        let i = (b / 64) as usize;
+        if i >= self.0.len() {
+            if !on {
+                return;
+            }
+            self.0.resize(i + 1, 0);
+        }
+        if on {
+            self.0[i] |= 1 << (b % 64);
+        } else {
+            self.0[i] &= !(1 << (b % 64));
+        }
+    }
+
+    fn ones(&self) -> Vec<u64> {
+        (0..self.0.len() as u64 * 64).filter(|b| self.get(*b)).collect()
     }
 }
 

@@ -204,10 +204,9 @@ pub fn assert_untouched(replica: &Server) {
     assert_eq!(replica.client().cmd(&["DBSIZE"]).unwrap().as_int(), Some(0));
 }
 
-pub fn available(f: Flavor) -> bool {
+pub fn require_server(f: Flavor) {
     // Server binaries are installed by scripts/setup.sh; a missing one is a set-up error, not a skip.
     assert!(f.available(), "{} missing at {}: run scripts/setup.sh", f.name(), f.binary().display());
-    true
 }
 
 /// Wait until the relay (the master's only replica in these tests) has acknowledged everything the

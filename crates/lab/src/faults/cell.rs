@@ -178,11 +178,7 @@ fn replica_state(s: &Server) -> (SeenRole, String, u64) {
         Ok(st) if st.role == Some(client::Role::Master) => (SeenRole::Standalone, String::new()),
         Ok(_) | Err(_) => (SeenRole::Unreachable, String::new()),
     };
-    // `db0:keys=3,expires=0,avg_ttl=0` per database.
-    let keys = c
-        .info("keyspace")
-        .map(|i| i.0.values().filter_map(|v| v.strip_prefix("keys=")?.split(',').next()?.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
+    let keys = agent::local::key_count(&mut c).unwrap_or(0);
     (role, following, keys)
 }
 
