@@ -3,9 +3,12 @@
 //!
 //! Threads, and what each owns (they talk over channels; none shares a lock with another):
 //! - the **planner** owns the decisions — the swarm's [`Chooser`] (which block next, from where), the
-//!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::planner`]) — and the
-//!   tracker link: it asks where blocks are, tells the tracker what this agent holds (without waiting
-//!   for the answers), and gives each read to a fetcher;
+//!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::planner`]) — and gives
+//!   each read to a fetcher;
+//! - in a swarm, the **tracker link**'s thread does the planner's talking to the relay's tracker:
+//!   where blocks are (one question at a time; the answer comes back as a report), what this agent
+//!   holds, dropped and uploads (sent without waiting for the answers), whether others still need
+//!   blocks;
 //! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
 //!   **peer fetchers** (one per peer flow) read what they are given — up to
 //!   [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on a TCP connection to the relay,
@@ -13,11 +16,10 @@
 //! - the caller's thread, the **writer**, passes the blocks the planner sends it, in order, to the
 //!   sink, and reports what it wrote (the window moves) and which cached blocks it dropped.
 //!
-//! A reader never waits for the tracker and the writer never waits for a reader's socket. The
-//! planner does wait for the tracker's answers to `locate` and `needed` (one round trip each, behind
-//! this host's uplink queue): meanwhile completions wait to be handled and blocks to be sent to the
-//! writer, while the reads already queued on each connection keep the links busy. Moving those two
-//! calls to a thread of their own would take that round trip out of the hand-on too.
+//! No thread waits on another's network round trip: a reader never waits for the tracker, the writer
+//! never for a reader's socket, and the planner never for the tracker (a round trip behind this
+//! host's busy uplink queue, up to 100 ms on the bench's links): completions are handled and blocks
+//! handed on while a question is out.
 //!
 //! Every block's CRC32C is checked against the relay's published checksum before it is used, kept or
 //! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
@@ -178,6 +180,52 @@ enum Report {
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
     /// buffers to reuse.
     Written { n: u64, dropped: Vec<u64>, freed: Vec<Vec<u8>> },
+    /// The tracker's answer to the planner's `locate`, and how long it took.
+    Located(Vec<Located>, Duration),
+    /// How many other agents still miss blocks.
+    Needed(u32),
+    /// The tracker link failed: the rest comes from the relay alone.
+    TrackerLost(transport::Error),
+}
+
+/// What the planner has the tracker link's thread say or ask.
+enum Ask {
+    /// Where are these blocks (answered with [`Report::Located`]).
+    Locate(Locate),
+    /// Do others still need blocks (answered with [`Report::Needed`]).
+    Needed,
+    Have(u64),
+    /// `peer` (or this agent itself) does not hold `block`.
+    NotAt { peer: u32, block: u64 },
+    Load(u32),
+}
+
+/// The tracker link's thread: does what the planner asks, in order, and reports the answers; stops
+/// at the link's first failure (reported) or when the planner is done.
+fn tracker_link(peering: &Peering, asks: &Receiver<Ask>, reports: &Sender<Report>) {
+    // The planner is the link's only user during the pull, through this thread.
+    let mut link = peering.tracker();
+    for ask in asks {
+        let answered = match ask {
+            Ask::Locate(l) => {
+                let asked = Instant::now();
+                link.locate(&l).map(|a| Some(Report::Located(a, asked.elapsed())))
+            }
+            Ask::Needed => link.needed().map(|n| Some(Report::Needed(n))),
+            Ask::Have(b) => link.have(b).map(|()| None),
+            Ask::NotAt { peer, block } => link.not_at(peer, block).map(|()| None),
+            Ask::Load(n) => link.load(n).map(|()| None),
+        };
+        let report = match answered {
+            Ok(None) => continue,
+            Ok(Some(r)) => r,
+            Err(e) => Report::TrackerLost(e),
+        };
+        let lost = matches!(report, Report::TrackerLost(_));
+        if reports.send(report).is_err() || lost {
+            return;
+        }
+    }
 }
 
 /// What the planner sends the writer.
@@ -215,7 +263,14 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
                 peer_jobs.push(tx);
             }
         }
-        let planner = Planner::new(p, window, relay_jobs, peer_jobs, feed_tx);
+        let mut tracker = None;
+        if let Some(peering) = p.peering {
+            let (tx, rx) = mpsc::channel();
+            let reports = report_tx.clone();
+            spawn_in(scope, "tracker-link".into(), move || tracker_link(peering, &rx, &reports))?;
+            tracker = Some(tx);
+        }
+        let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx);
         let over = &over;
         let planned = std::thread::Builder::new()
             .name("planner".into())
@@ -269,8 +324,14 @@ struct Planner<'a> {
     /// costs a page fault per 4 KiB. Bounded by `pool_max`.
     pool: Vec<Vec<u8>>,
     pool_max: usize,
-    /// No tracker (none, or its link failed): every block from the relay.
-    solo: bool,
+    /// The tracker link's thread; `None` without a tracker (none, or its link failed): every block
+    /// from the relay.
+    tracker: Option<Sender<Ask>>,
+    /// A `locate` is out (one at a time: its answer reflects what the chooser had then).
+    locating: bool,
+    /// No question before this (the last answer gave nothing to do; a report that frees a slot or
+    /// moves the window clears it).
+    quiet_until: Option<Instant>,
     asked_needed: Option<Instant>,
     /// The uploads last reported to the tracker.
     load_told: Option<usize>,
@@ -279,7 +340,7 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, feed: Sender<Feed>) -> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<Sender<Ask>>, feed: Sender<Feed>) -> Planner<'a> {
         let depth = limits::PEER_READS_IN_FLIGHT;
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.
@@ -295,7 +356,9 @@ impl<'a> Planner<'a> {
             peer_addrs: HashMap::new(),
             pool: Vec::new(),
             pool_max,
-            solo: p.peering.is_none(),
+            tracker,
+            locating: false,
+            quiet_until: None,
             asked_needed: None,
             load_told: None,
             feed,
@@ -317,8 +380,8 @@ impl<'a> Planner<'a> {
             self.poll_needed();
             self.report_load();
             let planned = self.plan();
-            // A completion or a write wakes us; otherwise look again soon (blocks being published,
-            // blocks another agent claimed).
+            // A completion, a write or the tracker's answer wakes us; otherwise look again soon
+            // (blocks being published, blocks another agent claimed).
             let first = if planned { reports.try_recv().map_err(|e| e == TryRecvError::Disconnected) } else { reports.recv_timeout(limits::LOCATE_RETRY_EVERY).map_err(|e| e == RecvTimeoutError::Disconnected) };
             let mut next = first;
             loop {
@@ -351,76 +414,76 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    /// Tell the tracker something that needs no answer; a failed link means pulling the rest from
-    /// the relay alone.
-    fn tell(&mut self, f: impl FnOnce(&mut transport::tracker::TrackerLink, u32) -> Result<(), transport::Error>) {
-        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
-        let told = f(&mut peering.tracker(), peering.id());
-        if let Err(e) = told {
-            self.lose_tracker(e);
+    /// Have the tracker link's thread say or ask something (a link already lost: nothing; its
+    /// failure comes back as a report).
+    fn tell(&mut self, ask: Ask) {
+        if let Some(t) = &self.tracker {
+            if t.send(ask).is_err() {
+                // The thread ended: its report of why is on its way.
+                self.tracker = None;
+            }
         }
     }
 
     fn lose_tracker(&mut self, e: transport::Error) {
         tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
-        self.solo = true;
+        self.tracker = None;
+        self.locating = false;
         self.out.swarm_lost = Some(e.to_string());
     }
 
     /// Whether anyone else still needs blocks decides whether fed blocks are kept for them (asked at
     /// most every [`limits::NEEDED_POLL_EVERY`]).
     fn poll_needed(&mut self) {
-        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
-        if matches!(self.asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
+        if self.tracker.is_none() || matches!(self.asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
             return;
         }
         self.asked_needed = Some(Instant::now());
-        let needed = peering.tracker().needed();
-        match needed {
-            Ok(n) => peering.held.set_others_need(n > 0),
-            Err(e) => self.lose_tracker(e),
-        }
+        self.tell(Ask::Needed);
     }
 
-    /// Keep the tracker told how many uploads this agent serves (it names free holders first).
+    /// Keep the tracker told how many uploads this agent serves, when it changed (it names holders
+    /// with a free upload slot).
     fn report_load(&mut self) {
-        let Some(peering) = self.p.peering.filter(|_| !self.solo) else { return };
-        if let Err(e) = peering.report_load(&mut self.load_told) {
-            self.lose_tracker(e);
+        let Some(peering) = self.p.peering.filter(|p| p.serves() && self.tracker.is_some()) else { return };
+        let now = peering.uploads();
+        if self.load_told != Some(now) {
+            self.load_told = Some(now);
+            self.tell(Ask::Load(u32::try_from(now).unwrap_or(u32::MAX)));
         }
     }
 
-    /// Ask where the blocks the chooser wants are and give the reads to fetchers; whether anything
-    /// was decided.
+    /// Find sources for the blocks the chooser wants: ask the tracker (the answer comes back as a
+    /// report), or, without one, read them from the relay. Whether anything was decided or asked.
     fn plan(&mut self) -> bool {
+        if self.locating || self.quiet_until.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
         let mut wanted = self.chooser.wanted(|_| 0);
         wanted.truncate(LOCATE_BLOCKS_MAX);
         if wanted.is_empty() {
             return false;
         }
-        let answers: Vec<Located> = match self.p.peering.filter(|_| !self.solo) {
-            Some(peering) => {
-                let fetching = self.chooser.fetching();
-                let ask = Locate {
-                    relay_slots: self.chooser.relay_slots().min(255) as u8,
-                    peer_slots: self.chooser.peer_slots().min(255) as u8,
-                    blocks: wanted,
-                    flows_free: fetching.flows_free.min(255) as u8,
-                    open: fetching.open,
-                };
-                let asked = Instant::now();
-                let located = peering.tracker().locate(&ask);
-                tracing::debug!(secs = asked.elapsed().as_secs_f64(), "tracker answered a locate");
-                match located {
-                    Ok(a) => a,
-                    Err(e) => {
-                        self.lose_tracker(e);
-                        return true;
-                    }
-                }
-            }
-            None => wanted.iter().take(self.chooser.relay_slots()).map(|b| Located { block: *b, at: Where::Relay }).collect(),
-        };
+        if self.tracker.is_none() {
+            let answers: Vec<Located> = wanted.iter().take(self.chooser.relay_slots()).map(|b| Located { block: *b, at: Where::Relay }).collect();
+            return self.assign(&answers);
+        }
+        let fetching = self.chooser.fetching();
+        self.tell(Ask::Locate(Locate {
+            relay_slots: self.chooser.relay_slots().min(255) as u8,
+            peer_slots: self.chooser.peer_slots().min(255) as u8,
+            blocks: wanted,
+            flows_free: fetching.flows_free.min(255) as u8,
+            open: fetching.open,
+        }));
+        self.locating = self.tracker.is_some();
+        true
+    }
+
+    /// Turn answers into reads given to fetchers; whether anything was decided. Blocks that arrived
+    /// or went out since the question are left alone.
+    fn assign(&mut self, answers: &[Located]) -> bool {
+        let answers: Vec<Located> = answers.iter().filter(|a| !self.chooser.holds(a.block) && !self.chooser.in_flight(a.block)).cloned().collect();
         for a in &answers {
             if let Where::Peers(peers) = &a.at {
                 for pe in peers {
@@ -430,7 +493,7 @@ impl<'a> Planner<'a> {
         }
         let assigned = planner::assign(&mut self.chooser, &answers, Instant::now());
         for (peer, b) in &assigned.shunned {
-            self.tell(|t, _| t.not_at(*peer, *b));
+            self.tell(Ask::NotAt { peer: *peer, block: *b });
         }
         for b in &assigned.relay {
             self.dispatch(*b, Source::Relay);
@@ -498,11 +561,33 @@ impl<'a> Planner<'a> {
         match r {
             Report::Done { fetcher, job, took, rereads } => {
                 self.fetcher(fetcher).outstanding -= 1;
+                self.quiet_until = None;
                 self.done(job, took, rereads)
             }
             Report::Missed { fetcher, job, miss } => {
                 self.fetcher(fetcher).outstanding -= 1;
+                self.quiet_until = None;
                 self.missed(job, miss);
+                true
+            }
+            Report::Located(answers, took) => {
+                tracing::debug!(secs = took.as_secs_f64(), "tracker answered a locate");
+                self.locating = false;
+                // An answer that gives nothing to do: ask again after a moment, or sooner when a read
+                // ends or the window moves.
+                if self.tracker.is_some() && !self.assign(&answers) {
+                    self.quiet_until = Some(Instant::now() + limits::LOCATE_RETRY_EVERY);
+                }
+                true
+            }
+            Report::Needed(n) => {
+                if let Some(peering) = self.p.peering {
+                    peering.held.set_others_need(n > 0);
+                }
+                true
+            }
+            Report::TrackerLost(e) => {
+                self.lose_tracker(e);
                 true
             }
             Report::Failed(e) => {
@@ -511,12 +596,13 @@ impl<'a> Planner<'a> {
             }
             Report::Written { n, dropped, freed } => {
                 self.chooser.written(n);
+                self.quiet_until = None;
                 // Cached blocks dropped: the tracker stops naming us for them (told here, not by the
                 // writer, so that the replica's feed never waits on the tracker; and after their
                 // `have`, which the planner sent when they arrived).
-                if self.p.peering.is_some_and(Peering::serves) {
+                if let Some(me) = self.p.peering.filter(|p| p.serves()).map(Peering::id) {
                     for b in dropped {
-                        self.tell(|t, me| t.not_at(me, b));
+                        self.tell(Ask::NotAt { peer: me, block: b });
                     }
                 }
                 for buf in freed {
@@ -546,7 +632,7 @@ impl<'a> Planner<'a> {
         // once, and that `not_at` must follow this `have`.
         if let Some(peering) = self.p.peering {
             peering.held.insert(b, block.clone());
-            self.tell(|t, _| t.have(b));
+            self.tell(Ask::Have(b));
         }
         self.chooser.done(b, bytes, took.as_secs_f64());
         self.sched.completed(b, block);
@@ -578,16 +664,16 @@ impl<'a> Planner<'a> {
             }
             PeerMiss::NotHeld => {
                 tracing::debug!(peer = %addr, block = b, "peer no longer holds the block");
-                self.tell(|t, _| t.not_at(peer, b));
+                self.tell(Ask::NotAt { peer, block: b });
             }
             PeerMiss::Corrupt => {
                 tracing::warn!(peer = %addr, block = b, "a peer sent a block that fails its checksum; never asking it again");
-                self.tell(|t, _| t.not_at(peer, transport::wire::ALL_BLOCKS));
+                self.tell(Ask::NotAt { peer, block: transport::wire::ALL_BLOCKS });
                 self.out.peer_bad_blocks += 1;
             }
             PeerMiss::Failed(e) => {
                 tracing::warn!(peer = %addr, block = b, error = %e, "peer failed; fetching its blocks elsewhere");
-                self.tell(|t, _| t.not_at(peer, b));
+                self.tell(Ask::NotAt { peer, block: b });
             }
             PeerMiss::Dropped => {}
         }

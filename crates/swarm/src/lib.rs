@@ -511,6 +511,11 @@ impl Chooser {
         self.avoid.contains_key(&p)
     }
 
+    /// Block `b` is being fetched.
+    pub fn in_flight(&self, b: u64) -> bool {
+        self.in_flight.contains_key(&b)
+    }
+
     /// Block `b` is held.
     pub fn holds(&self, b: u64) -> bool {
         self.have.get(b as usize).copied().unwrap_or(false)
