@@ -62,6 +62,11 @@ pub struct Fetching {
 
 /// Most holders named in one answer.
 pub const PEERS_PER_ANSWER: usize = 4;
+/// Most holders of a block looked at for one answer, from a different place for every answer: with
+/// thousands of holders per block, an answer must not cost a scan of all of them (at 10 000 agents
+/// asking every few milliseconds, that is the relay's whole CPU). When these are all full, the asker
+/// waits and asks again, and sees another stretch of holders.
+pub const HOLDERS_LOOKED_AT_MAX: usize = 16 * PEERS_PER_ANSWER;
 /// Most flows the relay sends blocks on at once. Few, so that each new block leaves the relay fast and
 /// starts spreading among agents: with one relay flow per agent, a thousand agents would each get a
 /// thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
@@ -290,12 +295,12 @@ impl Tracker {
             // their load. Others only while the asker may open a flow, and only with a free upload
             // slot: the last report plus the askers named to it since (reports arrive a round trip
             // late; without counting what it hands out, the tracker would name the same idle holder
-            // to every asker in that time, and all but the first would be refused). Taken lazily:
-            // a block may have thousands of holders.
+            // to every asker in that time, and all but the first would be refused). Taken lazily,
+            // and from a bounded stretch: a block may have thousands of holders.
             let listed = |x: &AgentId| self.listed.get(x).is_some_and(|l| l.get(b));
             let on_open: Vec<AgentId> = f.open.iter().copied().filter(|x| *x != a && listed(x)).collect();
             let fresh: Vec<AgentId> = if f.flows_free > 0 {
-                (0..h.len())
+                (0..h.len().min(HOLDERS_LOOKED_AT_MAX))
                     .map(|i| h[(start + i) % h.len()])
                     .filter(|x| *x != a && !f.open.contains(x) && self.expected_uploads(*x, now) < self.uploads_max)
                     .take(PEERS_PER_ANSWER)
