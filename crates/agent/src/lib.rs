@@ -36,6 +36,7 @@ pub mod stage;
 pub mod snapshot_file;
 pub mod staged;
 pub mod staging;
+mod tracker_link;
 #[cfg(feature = "ucx")]
 pub mod ucx_reader;
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::{Registration, TrackerLink};
@@ -128,6 +128,11 @@ struct ServeShared {
     token: Credentials,
     uploads: AtomicUsize,
     uploads_max: usize,
+    /// Upload slots taken by a connection that held none (askers arriving), ever.
+    arrivals: AtomicU64,
+    /// Bumped at every change of `uploads` (and at stop), for the load reporter to wait on.
+    load_changes: Mutex<u64>,
+    load_changed: Condvar,
     connections: AtomicUsize,
     served: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -146,6 +151,9 @@ impl PeerServer {
             token,
             uploads: AtomicUsize::new(0),
             uploads_max: uploads_max.max(1),
+            arrivals: AtomicU64::new(0),
+            load_changes: Mutex::new(0),
+            load_changed: Condvar::new(),
             connections: AtomicUsize::new(0),
             served: served.clone(),
             stop: stop.clone(),
@@ -172,6 +180,7 @@ impl PeerServer {
 impl Drop for PeerServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.shared.load_change();
         // Wake the accept loop; connections notice the flag at their next request (or idle timeout).
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         if let Some(t) = self.thread.take() {
@@ -226,13 +235,17 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
         return Err(E::Protocol("peers open data connections only".into()));
     }
     raw.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
-    let mut slot = UploadSlot { uploads: &sh.uploads, held: false };
+    let mut slot = UploadSlot { sh, held: false };
     loop {
         // A slot is only kept into a read whose request is already waiting (below); a request that
         // is not served gives it back here, before any wait for the next one.
         if !next_request_waiting(raw) {
             slot.give_back();
         }
+        // A kept slot is for a request already arriving: one that stalls must not pin it for the
+        // connection's idle timeout.
+        let wait = if slot.held { limits::PEER_IO_TIMEOUT } else { limits::DATA_IDLE_MAX };
+        raw.set_read_timeout(Some(wait)).map_err(E::io("configure peer socket"))?;
         let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {
             return Ok(());
@@ -249,7 +262,7 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             serve::send_error(&mut s, "block not held")?;
             continue;
         };
-        if !slot.take(sh) {
+        if !slot.take() {
             serve::send_busy(&mut s)?;
             continue;
         }
@@ -262,28 +275,38 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
     }
 }
 
+impl ServeShared {
+    fn load_change(&self) {
+        *self.load_changes.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.load_changed.notify_all();
+    }
+}
+
 /// A connection's hold on one of the agent's upload slots; given back when dropped.
 struct UploadSlot<'a> {
-    uploads: &'a AtomicUsize,
+    sh: &'a ServeShared,
     held: bool,
 }
 
 impl UploadSlot<'_> {
     /// Hold a slot (if this connection does not already): false when all are taken.
-    fn take(&mut self, sh: &ServeShared) -> bool {
+    fn take(&mut self) -> bool {
         if !self.held {
-            if self.uploads.fetch_add(1, Ordering::SeqCst) >= sh.uploads_max {
-                self.uploads.fetch_sub(1, Ordering::SeqCst);
+            if self.sh.uploads.fetch_add(1, Ordering::SeqCst) >= self.sh.uploads_max {
+                self.sh.uploads.fetch_sub(1, Ordering::SeqCst);
                 return false;
             }
             self.held = true;
+            self.sh.arrivals.fetch_add(1, Ordering::SeqCst);
+            self.sh.load_change();
         }
         true
     }
 
     fn give_back(&mut self) {
         if std::mem::take(&mut self.held) {
-            self.uploads.fetch_sub(1, Ordering::SeqCst);
+            self.sh.uploads.fetch_sub(1, Ordering::SeqCst);
+            self.sh.load_change();
         }
     }
 }
@@ -332,14 +355,60 @@ impl Default for PeerConfig {
 
 /// An agent's membership of its generation's swarm: the tracker link, the held blocks, the server.
 pub struct Peering {
-    /// The tracker link (used by the pipeline's planner alone during a pull).
-    pub(crate) tracker: Mutex<TrackerLink>,
+    /// The tracker link: during a pull, the pipeline's tracker-link thread uses it for one request
+    /// at a time; the load reporter, for its reports.
+    pub(crate) tracker: Arc<Mutex<TrackerLink>>,
     /// Verified blocks.
     pub(crate) held: Arc<Held>,
     /// The relay's token, for peer connections.
     pub(crate) token: Credentials,
     server: Option<PeerServer>,
+    /// The thread that reports this agent's upload load while it serves.
+    reporter: Option<std::thread::JoinHandle<()>>,
     id: u32,
+}
+
+impl Drop for Peering {
+    fn drop(&mut self) {
+        // The server's stop wakes the reporter; then the link closes with the last of its users.
+        drop(self.server.take());
+        if let Some(r) = self.reporter.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// Keep the tracker told how many uploads this agent serves and how many askers took a slot since
+/// the last report, at every change, for as long as it serves: during its pull and its linger, and
+/// in between, while its replica loads (a holder whose last report said "full" would be named to no
+/// new asker until it reports again).
+fn report_load(sh: &ServeShared, tracker: &Mutex<TrackerLink>) {
+    let mut seen = 0;
+    let mut told: Option<(usize, u64)> = None;
+    loop {
+        {
+            let mut changes = sh.load_changes.lock().unwrap_or_else(|p| p.into_inner());
+            while *changes == seen && !sh.stop.load(Ordering::SeqCst) {
+                changes = sh.load_changed.wait(changes).unwrap_or_else(|p| p.into_inner());
+            }
+            seen = *changes;
+        }
+        if sh.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = (sh.uploads.load(Ordering::SeqCst), sh.arrivals.load(Ordering::SeqCst));
+        if told == Some(now) {
+            continue;
+        }
+        let arrived = now.1 - told.map_or(0, |t| t.1);
+        let sent = tracker.lock().unwrap_or_else(|p| p.into_inner()).load(u32::try_from(now.0).unwrap_or(u32::MAX), u32::try_from(arrived).unwrap_or(u32::MAX));
+        if let Err(e) = sent {
+            // The pull's own requests on the link report its failure; nothing more to tell.
+            tracing::debug!(error = %e, "tracker link failed; no more load reports");
+            return;
+        }
+        told = Some(now);
+    }
 }
 
 impl Peering {
@@ -365,7 +434,15 @@ impl Peering {
         if let Some(s) = &server {
             tracing::info!(agent = id, listen = %s.local_addr(), advertise = cfg.advertise.as_deref().unwrap_or(""), "joined the swarm; serving peers");
         }
-        Ok(Peering { tracker: Mutex::new(link), held, token: token.clone(), server, id })
+        let tracker = Arc::new(Mutex::new(link));
+        let reporter = match &server {
+            Some(s) => {
+                let (sh, link) = (s.shared.clone(), tracker.clone());
+                Some(std::thread::Builder::new().name("load-report".into()).spawn(move || report_load(&sh, &link)).map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))?)
+            }
+            None => None,
+        };
+        Ok(Peering { tracker, held, token: token.clone(), server, reporter, id })
     }
 
     /// Our number in the swarm.
@@ -388,18 +465,6 @@ impl Peering {
         self.server.as_ref().map_or(0, PeerServer::uploads)
     }
 
-    /// Tell the tracker how many uploads this agent serves, when that changed since `last` (the
-    /// tracker names holders with a free slot first); returns what it was told, or the link's error.
-    pub(crate) fn report_load(&self, last: &mut Option<usize>) -> Result<(), transport::Error> {
-        let now = self.uploads();
-        if self.server.is_none() || *last == Some(now) {
-            return Ok(());
-        }
-        self.tracker().load(now as u32)?;
-        *last = Some(now);
-        Ok(())
-    }
-
     /// Bytes served to peers so far.
     pub fn served_bytes(&self) -> u64 {
         self.server.as_ref().map_or(0, |s| s.served.load(Ordering::Relaxed))
@@ -417,13 +482,7 @@ impl Peering {
             return Duration::ZERO;
         }
         let mut said = false;
-        let mut told = None;
         loop {
-            // Askers are sent to holders with a free upload slot first: keep the tracker told.
-            if let Err(e) = self.report_load(&mut told) {
-                tracing::info!(error = %e, "tracker link lost; no longer serving peers");
-                break;
-            }
             let needed = match self.tracker().needed() {
                 Ok(n) => n,
                 Err(e) => {
@@ -517,16 +576,30 @@ mod tests {
     fn a_connection_keeps_its_upload_slot_only_while_its_next_read_waits() {
         let held = Arc::new(Held::new(1, 4, 0));
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
-        let sh = ServeShared { held, token, uploads: AtomicUsize::new(0), uploads_max: 1, connections: AtomicUsize::new(0), served: Arc::default(), stop: Arc::default() };
-        let mut a = UploadSlot { uploads: &sh.uploads, held: false };
-        assert!(a.take(&sh));
-        assert!(a.take(&sh), "a connection holding the slot keeps it for its next read");
-        let mut b = UploadSlot { uploads: &sh.uploads, held: false };
-        assert!(!b.take(&sh), "one slot, held by the other connection");
+        let sh = ServeShared {
+            held,
+            token,
+            uploads: AtomicUsize::new(0),
+            uploads_max: 1,
+            arrivals: AtomicU64::new(0),
+            load_changes: Mutex::new(0),
+            load_changed: Condvar::new(),
+            connections: AtomicUsize::new(0),
+            served: Arc::default(),
+            stop: Arc::default(),
+        };
+        let mut a = UploadSlot { sh: &sh, held: false };
+        assert!(a.take());
+        assert!(a.take(), "a connection holding the slot keeps it for its next read");
+        assert_eq!(sh.arrivals.load(Ordering::SeqCst), 1, "one asker arrived, however many reads it sends");
+        let mut b = UploadSlot { sh: &sh, held: false };
+        assert!(!b.take(), "one slot, held by the other connection");
         a.give_back();
-        assert!(b.take(&sh));
+        assert!(b.take());
         drop(b);
         assert_eq!(sh.uploads.load(Ordering::SeqCst), 0, "a connection that ends gives its slot back");
+        assert_eq!(sh.arrivals.load(Ordering::SeqCst), 2);
+        assert_eq!(*sh.load_changes.lock().unwrap(), 4, "every take and give-back wakes the load reporter");
 
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut asker = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -541,8 +614,7 @@ mod tests {
         server.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut one = [0u8; 1];
         (&server).read_exact(&mut one).unwrap();
-        assert_eq!(&one, b"x", "peeking consumed nothing, and the socket blocks again for reads");
-        drop(asker);
-        assert!(!next_request_waiting(&server), "a closed connection has no next read");
+        assert_eq!(&one, b"x", "looking consumed nothing");
+        assert!(!next_request_waiting(&server), "read: nothing waits any more");
     }
 }

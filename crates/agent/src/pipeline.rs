@@ -7,8 +7,8 @@
 //!   each read to a fetcher;
 //! - in a swarm, the **tracker link**'s thread does the planner's talking to the relay's tracker:
 //!   where blocks are (one question at a time; the answer comes back as a report), what this agent
-//!   holds, dropped and uploads (sent without waiting for the answers), whether others still need
-//!   blocks;
+//!   holds and dropped (sent without waiting for the answers), whether others still need blocks
+//!   (its upload load is reported by [`crate::peer`]'s reporter, for as long as it serves);
 //! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
 //!   **peer fetchers** (one per peer flow) read what they are given — up to
 //!   [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on a TCP connection to the relay,
@@ -29,6 +29,7 @@ use crate::peer::Peering;
 use crate::planner::{self, Fetcher};
 use crate::progress::Progress;
 use crate::scheduler::{Mismatch, Scheduler};
+use crate::tracker_link::{self, Ask, Heard};
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use snapshot::State;
@@ -180,52 +181,8 @@ enum Report {
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
     /// buffers to reuse.
     Written { n: u64, dropped: Vec<u64>, freed: Vec<Vec<u8>> },
-    /// The tracker's answer to the planner's `locate`, and how long it took.
-    Located(Vec<Located>, Duration),
-    /// How many other agents still miss blocks.
-    Needed(u32),
-    /// The tracker link failed: the rest comes from the relay alone.
-    TrackerLost(transport::Error),
-}
-
-/// What the planner has the tracker link's thread say or ask.
-enum Ask {
-    /// Where are these blocks (answered with [`Report::Located`]).
-    Locate(Locate),
-    /// Do others still need blocks (answered with [`Report::Needed`]).
-    Needed,
-    Have(u64),
-    /// `peer` (or this agent itself) does not hold `block`.
-    NotAt { peer: u32, block: u64 },
-    Load(u32),
-}
-
-/// The tracker link's thread: does what the planner asks, in order, and reports the answers; stops
-/// at the link's first failure (reported) or when the planner is done.
-fn tracker_link(peering: &Peering, asks: &Receiver<Ask>, reports: &Sender<Report>) {
-    // The planner is the link's only user during the pull, through this thread.
-    let mut link = peering.tracker();
-    for ask in asks {
-        let answered = match ask {
-            Ask::Locate(l) => {
-                let asked = Instant::now();
-                link.locate(&l).map(|a| Some(Report::Located(a, asked.elapsed())))
-            }
-            Ask::Needed => link.needed().map(|n| Some(Report::Needed(n))),
-            Ask::Have(b) => link.have(b).map(|()| None),
-            Ask::NotAt { peer, block } => link.not_at(peer, block).map(|()| None),
-            Ask::Load(n) => link.load(n).map(|()| None),
-        };
-        let report = match answered {
-            Ok(None) => continue,
-            Ok(Some(r)) => r,
-            Err(e) => Report::TrackerLost(e),
-        };
-        let lost = matches!(report, Report::TrackerLost(_));
-        if reports.send(report).is_err() || lost {
-            return;
-        }
-    }
+    /// What the tracker link's thread heard back.
+    Tracker(Heard),
 }
 
 /// What the planner sends the writer.
@@ -267,7 +224,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         if let Some(peering) = p.peering {
             let (tx, rx) = mpsc::channel();
             let reports = report_tx.clone();
-            spawn_in(scope, "tracker-link".into(), move || tracker_link(peering, &rx, &reports))?;
+            spawn_in(scope, "tracker-link".into(), move || tracker_link::run(peering, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
         }
         let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx);
@@ -333,8 +290,6 @@ struct Planner<'a> {
     /// moves the window clears it).
     quiet_until: Option<Instant>,
     asked_needed: Option<Instant>,
-    /// The uploads last reported to the tracker.
-    load_told: Option<usize>,
     feed: Sender<Feed>,
     out: Planned,
 }
@@ -360,7 +315,6 @@ impl<'a> Planner<'a> {
             locating: false,
             quiet_until: None,
             asked_needed: None,
-            load_told: None,
             feed,
             out: Planned::default(),
         }
@@ -378,7 +332,6 @@ impl<'a> Planner<'a> {
                 break;
             }
             self.poll_needed();
-            self.report_load();
             let planned = self.plan();
             // A completion, a write or the tracker's answer wakes us; otherwise look again soon
             // (blocks being published, blocks another agent claimed).
@@ -419,8 +372,8 @@ impl<'a> Planner<'a> {
     fn tell(&mut self, ask: Ask) {
         if let Some(t) = &self.tracker {
             if t.send(ask).is_err() {
-                // The thread ended: its report of why is on its way.
-                self.tracker = None;
+                // The thread ended (its report of why, if it could send one, is on its way).
+                self.lose_tracker(transport::Error::Protocol("the tracker link's thread ended".into()));
             }
         }
     }
@@ -440,17 +393,6 @@ impl<'a> Planner<'a> {
         }
         self.asked_needed = Some(Instant::now());
         self.tell(Ask::Needed);
-    }
-
-    /// Keep the tracker told how many uploads this agent serves, when it changed (it names holders
-    /// with a free upload slot).
-    fn report_load(&mut self) {
-        let Some(peering) = self.p.peering.filter(|p| p.serves() && self.tracker.is_some()) else { return };
-        let now = peering.uploads();
-        if self.load_told != Some(now) {
-            self.load_told = Some(now);
-            self.tell(Ask::Load(u32::try_from(now).unwrap_or(u32::MAX)));
-        }
     }
 
     /// Find sources for the blocks the chooser wants: ask the tracker (the answer comes back as a
@@ -570,7 +512,7 @@ impl<'a> Planner<'a> {
                 self.missed(job, miss);
                 true
             }
-            Report::Located(answers, took) => {
+            Report::Tracker(Heard::Located(answers, took)) => {
                 tracing::debug!(secs = took.as_secs_f64(), "tracker answered a locate");
                 self.locating = false;
                 // An answer that gives nothing to do: ask again after a moment, or sooner when a read
@@ -580,13 +522,13 @@ impl<'a> Planner<'a> {
                 }
                 true
             }
-            Report::Needed(n) => {
+            Report::Tracker(Heard::Needed(n)) => {
                 if let Some(peering) = self.p.peering {
                     peering.held.set_others_need(n > 0);
                 }
                 true
             }
-            Report::TrackerLost(e) => {
+            Report::Tracker(Heard::Lost(e)) => {
                 self.lose_tracker(e);
                 true
             }

@@ -167,6 +167,8 @@ struct Agent {
     uploads: usize,
     /// Times `uploads` changed: an agent reports every change, also one undone within a step.
     load_changes: u64,
+    /// Connections it started serving (askers that arrived), for its load reports.
+    arrivals: u64,
 }
 
 struct Transfer {
@@ -300,7 +302,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
             let mut chooser = Chooser::new(a.window, a.downloads).with_relay_fetches(a.relay_readers).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0 }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0 }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -311,9 +313,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let (mut busy_up, mut busy_down) = (vec![false; hosts.len()], vec![false; hosts.len()]);
     let queue = a.queue_ms / 1000.0;
     let rtt = a.rtt_ms / 1000.0;
-    let mut load_history: std::collections::VecDeque<Vec<(usize, u64)>> = std::collections::VecDeque::new();
+    let mut load_history: std::collections::VecDeque<Vec<(usize, u64, u64)>> = std::collections::VecDeque::new();
     let load_lag_steps = (queue / dt).ceil() as usize;
-    let mut load_told = vec![0u64; n];
+    // Per agent: the changes and the arrivals its last report covered.
+    let mut load_told = vec![(0u64, 0u64); n];
     let mut t = 0.0;
     let mut refusals: u64 = 0;
     let mut seq: u64 = 0;
@@ -360,13 +363,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         // Each agent's upload load reaches the tracker a queue's delay late (the report crosses the
         // agent's busy uplink).
         if !a.oracle_load {
-            load_history.push_back(agents.iter().map(|g| (g.uploads, g.load_changes)).collect());
+            load_history.push_back(agents.iter().map(|g| (g.uploads, g.load_changes, g.arrivals)).collect());
             if load_history.len() > load_lag_steps {
                 let seen = load_history.pop_front().unwrap_or_default();
-                for (g, ((u, changes), told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
-                    if g.alive && *changes != *told {
-                        tracker.load(g.id, *u as u32);
-                        *told = *changes;
+                for (g, ((u, changes, arrivals), told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
+                    if g.alive && *changes != told.0 {
+                        tracker.load(g.id, *u as u32, (arrivals - told.1) as u32);
+                        *told = (*changes, *arrivals);
                     }
                 }
             }
@@ -436,6 +439,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     if let Origin::Peer(p) = from {
                         agents[p as usize].uploads += 1;
                         agents[p as usize].load_changes += 1;
+                        agents[p as usize].arrivals += 1;
                     }
                 }
                 seq += 1;

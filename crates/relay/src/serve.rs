@@ -368,7 +368,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Request::Have { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Have { block }, &body, &mut member)?,
             Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
             Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
-            Request::Load { uploads, .. } => answer_swarm(shared, &mut s, gen, Swarm::Load { uploads }, &body, &mut member)?,
+            Request::Load { uploads, arrived, .. } => answer_swarm(shared, &mut s, gen, Swarm::Load { uploads, arrived }, &body, &mut member)?,
             Request::Renew { min_offset, .. } => {
                 let renewal = shared.renew(gen, min_offset);
                 tracing::info!(generation = gen.id(), offset = gen.offset(), min_offset, ?renewal, "an agent asked for a snapshot at or after an offset");
@@ -395,7 +395,7 @@ enum Swarm {
     Have { block: u64 },
     NotAt { block: u64, peer: u32 },
     Needed,
-    Load { uploads: u32 },
+    Load { uploads: u32, arrived: u32 },
 }
 
 /// What a swarm request is answered: the bytes of a success, or a refusal. A connection registers once; the
@@ -441,8 +441,8 @@ fn swarm_request<'a, S: DataStream>(
             Ok(Vec::new())
         }
         (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
-        (Swarm::Load { uploads }, Some(id)) => {
-            shared.swarms.load(gen.id(), id, uploads);
+        (Swarm::Load { uploads, arrived }, Some(id)) => {
+            shared.swarms.load(gen.id(), id, uploads, arrived);
             Ok(Vec::new())
         }
     })

@@ -106,7 +106,10 @@ impl Swarms {
             let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
             // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
             // asker's chooser will (a holder it opens a connection to takes no further new ones).
-            let mut fetching = swarm::Fetching { may_claim: false, open: ask.open.clone(), flows_free: usize::from(ask.flows_free) };
+            let mut open = ask.open.clone();
+            open.sort_unstable();
+            open.dedup();
+            let mut fetching = swarm::Fetching { may_claim: false, open, flows_free: usize::from(ask.flows_free) };
             let local = s.local.contains(&id);
             let mut out = Vec::new();
             for b in blocks {
@@ -149,9 +152,9 @@ impl Swarms {
         self.with(generation, |s| s.tracker.have(id, block, std::time::Instant::now()));
     }
 
-    /// Member `id` serves `uploads` uploads now.
-    pub fn load(&self, generation: u64, id: u32, uploads: u32) {
-        self.with(generation, |s| s.tracker.load(id, uploads));
+    /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.
+    pub fn load(&self, generation: u64, id: u32, uploads: u32, arrived: u32) {
+        self.with(generation, |s| s.tracker.load(id, uploads, arrived));
     }
 
     /// `peer` does not hold `block`.
@@ -238,13 +241,13 @@ mod tests {
         let now = Instant::now();
         sw.have(1, holder, 0);
         sw.have(1, other, 1);
-        sw.load(1, holder, swarm::UPLOADS_MAX as u32);
+        sw.load(1, holder, swarm::UPLOADS_MAX as u32, 0);
         let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open };
         let got = sw.locate(1, asker, &ask(2, Vec::new()), 2, Some(2), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1], "block 0's only holder is full: not named to a new reader: {got:?}");
         let got = sw.locate(1, asker, &ask(0, vec![holder]), 2, Some(2), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![0], "named to an agent reading from it, which may open no other: {got:?}");
-        sw.load(1, holder, 0);
+        sw.load(1, holder, 0, 0);
         sw.have(1, holder, 1);
         let got = sw.locate(1, asker, &ask(1, Vec::new()), 2, Some(2), now);
         let named: Vec<u32> = got.iter().flat_map(|l| if let Where::Peers(p) = &l.at { p.iter().map(|p| p.id).collect() } else { Vec::new() }).collect();

@@ -112,9 +112,11 @@ impl TrackerLink {
         self.refused_later
     }
 
-    /// We serve `uploads` uploads now. Sent without waiting for the answer.
-    pub fn load(&mut self, uploads: u32) -> Result<(), Error> {
-        self.send_later(Request::Load { generation: self.generation, uploads: uploads.min(crate::wire::UPLOADS_REPORTED_MAX) })
+    /// We serve `uploads` uploads now, and `arrived` askers took a slot since the last report. Sent
+    /// without waiting for the answer.
+    pub fn load(&mut self, uploads: u32, arrived: u32) -> Result<(), Error> {
+        let max = crate::wire::UPLOADS_REPORTED_MAX;
+        self.send_later(Request::Load { generation: self.generation, uploads: uploads.min(max), arrived: arrived.min(max) })
     }
 
     /// Send a request whose answer is empty without waiting for it.

@@ -173,14 +173,16 @@ pub enum Request {
         /// The oldest snapshot offset the agent can use.
         min_offset: u64,
     },
-    /// How many uploads to peers the agent serves right now (sent when it changes): the tracker
-    /// names holders with a free upload slot first, so that askers are not sent where they would be
-    /// refused as busy.
+    /// How many uploads to peers the agent serves right now, and how many askers took an upload slot
+    /// since its last report (sent when either changes): the tracker names only holders with a free
+    /// upload slot, counting the askers it sent there that have not arrived yet.
     Load {
         /// Generation.
         generation: u64,
         /// Uploads in progress, at most [`UPLOADS_REPORTED_MAX`].
         uploads: u32,
+        /// Askers that took a slot since the last report, at most [`UPLOADS_REPORTED_MAX`].
+        arrived: u32,
     },
 }
 
@@ -232,7 +234,7 @@ impl Request {
             Request::NotAt { generation, block, peer } => (Op::NotAt, generation, block, peer),
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
             Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
-            Request::Load { generation, uploads } => (Op::Load, generation, 0, uploads),
+            Request::Load { generation, uploads, arrived } => (Op::Load, generation, u64::from(arrived), uploads),
         }
     }
 
@@ -281,8 +283,8 @@ impl Request {
             Op::Needed => Request::Needed { generation },
             Op::Renew => Request::Renew { generation, min_offset: a },
             Op::Load if b > UPLOADS_REPORTED_MAX => return Err(c.bad(&format!("load report of {b} uploads exceeds {UPLOADS_REPORTED_MAX}"))),
-            Op::Load if a != 0 => return Err(c.bad(&format!("load report with a nonzero unused field ({a})"))),
-            Op::Load => Request::Load { generation, uploads: b },
+            Op::Load if a > u64::from(UPLOADS_REPORTED_MAX) => return Err(c.bad(&format!("load report of {a} arrivals exceeds {UPLOADS_REPORTED_MAX}"))),
+            Op::Load => Request::Load { generation, uploads: b, arrived: a as u32 },
         })
     }
 
@@ -343,7 +345,7 @@ mod tests {
             Request::NotAt { generation: 1, block: ALL_BLOCKS, peer: 4 },
             Request::Needed { generation: 1 },
             Request::Renew { generation: 4, min_offset: 1 << 33 },
-            Request::Load { generation: 1, uploads: 2 },
+            Request::Load { generation: 1, uploads: 2, arrived: 3 },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -353,9 +355,12 @@ mod tests {
         let mut flags = Request::Register { generation: 1, port: 1, serves: true, local: true, advertise_len: 0 }.encode();
         flags[14] = 4;
         assert!(Request::decode(&flags).is_err(), "unknown registration flag");
-        let mut load = Request::Load { generation: 1, uploads: 0 }.encode();
+        let mut load = Request::Load { generation: 1, uploads: 0, arrived: 0 }.encode();
         load[17..21].copy_from_slice(&(UPLOADS_REPORTED_MAX + 1).to_be_bytes());
         assert!(Request::decode(&load).is_err(), "more uploads than any agent serves");
+        let mut arrivals = Request::Load { generation: 1, uploads: 0, arrived: 0 }.encode();
+        arrivals[9..17].copy_from_slice(&(u64::from(UPLOADS_REPORTED_MAX) + 1).to_be_bytes());
+        assert!(Request::decode(&arrivals).is_err(), "more arrivals than reported uploads could be");
         let mut locate = Request::Locate { generation: 1, body_len: 0 }.encode();
         locate[17..21].copy_from_slice(&(LOCATE_BODY_MAX as u32 + 1).to_be_bytes());
         assert!(Request::decode(&locate).is_err(), "locate body too long");

@@ -12,10 +12,13 @@ use crate::Error;
 pub const ADVERTISE_MAX: usize = 255;
 /// Most blocks asked about in one [`Locate`] (an agent's window at most).
 pub const LOCATE_BLOCKS_MAX: usize = limits::WINDOW_BLOCKS_MAX as usize;
-/// Most peers named for one block, and most an agent says it reads from in one [`Locate`].
+/// Most peers named for one block.
 pub const PEERS_PER_BLOCK_MAX: usize = 16;
+/// Most peers an agent says it reads from in one [`Locate`] (it reads from two at once; more are
+/// left out when encoding).
+pub const OPEN_PEERS_MAX: usize = 16;
 /// Encoded size bound of a [`Locate`].
-pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * PEERS_PER_BLOCK_MAX;
+pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX;
 
 /// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them,
 /// rarest first), with how many fetches of each kind the agent can start now and which peers it can
@@ -80,7 +83,7 @@ impl Locate {
     /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u8 flows_free, u8 k, k × u32 open`.
     pub fn encode(&self) -> Vec<u8> {
         let n = self.blocks.len().min(LOCATE_BLOCKS_MAX);
-        let k = self.open.len().min(PEERS_PER_BLOCK_MAX);
+        let k = self.open.len().min(OPEN_PEERS_MAX);
         let mut v = Vec::with_capacity(6 + 8 * n + 4 * k);
         v.push(self.relay_slots);
         v.push(self.peer_slots);
@@ -107,7 +110,7 @@ impl Locate {
         let blocks = (0..n).map(|_| c.u64()).collect::<Result<_, _>>()?;
         let flows_free = c.u8()?;
         let k = c.u8()? as usize;
-        if k > PEERS_PER_BLOCK_MAX {
+        if k > OPEN_PEERS_MAX {
             return Err(bad("too many open peers"));
         }
         let open = (0..k).map(|_| c.u32()).collect::<Result<_, _>>()?;
@@ -205,8 +208,8 @@ mod tests {
         let without_peers = Locate { open: Vec::new(), ..l.clone() }.encode();
         assert!(Locate::decode(&without_peers[..without_peers.len() - 2]).is_err(), "the peer fields are not optional");
         let mut many = Locate { open: Vec::new(), ..l }.encode();
-        *many.last_mut().unwrap() = PEERS_PER_BLOCK_MAX as u8 + 1;
-        many.extend(std::iter::repeat_n(0u8, 4 * (PEERS_PER_BLOCK_MAX + 1)));
+        *many.last_mut().unwrap() = OPEN_PEERS_MAX as u8 + 1;
+        many.extend(std::iter::repeat_n(0u8, 4 * (OPEN_PEERS_MAX + 1)));
         assert!(Locate::decode(&many).is_err(), "too many open peers");
     }
 

@@ -1,0 +1,470 @@
+//! An agent's side of the swarm: which blocks of its window to fetch next, and from which of the
+//! sources the tracker named (slow, busy and bad peers passed over). See the crate's documentation.
+
+use crate::{AgentId, Answer, Fetching, Origin};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A peer's measured rate, for telling slow sources from fast ones.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    bytes_per_sec: f64,
+    samples: u32,
+}
+
+/// One agent's side: which block to fetch next, and from which of the sources the tracker named.
+#[derive(Debug)]
+pub struct Chooser {
+    window: u64,
+    /// Peers fetched from at once (flows).
+    peer_flows: usize,
+    /// Connections to the relay (flows).
+    relay_flows: usize,
+    /// Reads in flight per flow to a peer, and per flow to the relay.
+    depth: usize,
+    relay_depth: usize,
+    next_write: u64,
+    published: u64,
+    have: Vec<bool>,
+    /// Blocks with `have` set.
+    held: u64,
+    in_flight: HashMap<u64, Origin>,
+    rates: HashMap<AgentId, Rate>,
+    /// Sum of the rates of peers with at least two samples, and how many: their mean is the yardstick
+    /// for "slow" (kept incrementally: a choice must not cost a sort of every peer's rate).
+    rate_sum: f64,
+    rated: u32,
+    avoid: HashMap<AgentId, ()>,
+    /// Peers that refused a fetch (busy), until when they are passed over.
+    busy: HashMap<AgentId, Instant>,
+    /// Peers that have refused in a row since this moment (and last refused at the second), without
+    /// serving us a block in between.
+    busy_since: HashMap<AgentId, (Instant, Instant)>,
+}
+
+/// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
+/// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
+pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
+/// A peer that answers "busy" for this long without serving a block is avoided (see
+/// [`Chooser::refused`]).
+pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
+/// Refusals further apart than this are not "in a row" for [`BUSY_GIVE_UP`].
+pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
+
+/// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
+pub const SLOW_FRACTION: f64 = 0.25;
+
+impl Chooser {
+    /// An agent that looks at most `window` blocks ahead of what it has handed on, fetching from at
+    /// most `peer_flows` peers at once and on one connection to the relay, one read in flight on each
+    /// (see [`Chooser::with_depth`]).
+    ///
+    /// Why one relay fetch per agent, and few in all: links share their rate among their flows (TCP is
+    /// fair per flow), so an agent with many flows gives its relay flow a small share of its downlink,
+    /// and the relay's uplink — the one resource that carries the only copy of new blocks — idles. One
+    /// relay flow per agent keeps the relay's uplink busy whenever any block is unclaimed, while the
+    /// peer flows fill the rest of each downlink.
+    pub fn new(window: u64, peer_flows: usize) -> Chooser {
+        Chooser {
+            window: window.max(1),
+            peer_flows: peer_flows.max(1),
+            relay_flows: 1,
+            depth: 1,
+            relay_depth: 1,
+            next_write: 0,
+            published: 0,
+            have: Vec::new(),
+            held: 0,
+            in_flight: HashMap::new(),
+            rates: HashMap::new(),
+            rate_sum: 0.0,
+            rated: 0,
+            avoid: HashMap::new(),
+            busy: HashMap::new(),
+            busy_since: HashMap::new(),
+        }
+    }
+
+    /// Allow `n` fetches from the relay at once (default 1). An agent alone, or one on the relay's host
+    /// (whose reads cost the relay's link nothing), needs several in flight to fill its link.
+    pub fn with_relay_fetches(mut self, n: usize) -> Chooser {
+        self.relay_flows = n.max(1);
+        self
+    }
+
+    /// Keep up to `d` reads in flight on each flow (pipelined requests: the flow does not idle for a
+    /// request's round trip between blocks). A peer gets up to `d` of our fetches at once; more
+    /// peers are only taken while fewer than `peer_flows` are fetched from.
+    pub fn with_depth(mut self, d: usize) -> Chooser {
+        self.depth = d.max(1);
+        self.relay_depth = self.depth;
+        self
+    }
+
+    /// Reads in flight per flow to the relay, when it differs from the peers' (shm and ucx reads are
+    /// one-sided: one at a time per reader).
+    pub fn with_relay_depth(mut self, d: usize) -> Chooser {
+        self.relay_depth = d.max(1);
+        self
+    }
+
+    fn relay_fetches_max(&self) -> usize {
+        self.relay_flows * self.relay_depth
+    }
+
+    fn peer_fetches_max(&self) -> usize {
+        self.peer_flows * self.depth
+    }
+
+    /// The relay published `blocks` blocks.
+    pub fn published(&mut self, blocks: u64) {
+        self.published = self.published.max(blocks);
+        if self.have.len() < blocks as usize {
+            self.have.resize(blocks as usize, false);
+        }
+    }
+
+    /// Blocks this agent holds, verified.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// This agent will not fetch from `p` any more (it sent a bad block, failed or vanished).
+    pub fn avoids(&self, p: AgentId) -> bool {
+        self.avoid.contains_key(&p)
+    }
+
+    /// Block `b` is being fetched.
+    pub fn in_flight(&self, b: u64) -> bool {
+        self.in_flight.contains_key(&b)
+    }
+
+    /// Block `b` is held.
+    pub fn holds(&self, b: u64) -> bool {
+        self.have.get(b as usize).copied().unwrap_or(false)
+    }
+
+    /// Blocks `0..n` held without a gap: what the replica can be fed.
+    pub fn held_prefix(&self) -> u64 {
+        let mut w = self.next_write;
+        while self.have.get(w as usize).copied().unwrap_or(false) {
+            w += 1;
+        }
+        w
+    }
+
+    /// Every published block is held.
+    pub fn complete(&self) -> bool {
+        self.published > 0 && self.held() == self.published
+    }
+
+    /// Blocks `0..n` were handed on to the replica: the window moves.
+    pub fn written(&mut self, n: u64) {
+        self.next_write = self.next_write.max(n);
+    }
+
+    fn relay_busy(&self) -> bool {
+        self.in_flight.values().filter(|f| **f == Origin::Relay).count() >= self.relay_fetches_max()
+    }
+
+    /// Fetches from the relay that may start now.
+    pub fn relay_slots(&self) -> usize {
+        self.relay_fetches_max() - self.in_flight.values().filter(|f| **f == Origin::Relay).count().min(self.relay_fetches_max())
+    }
+
+    /// Fetches from peers that may start now.
+    pub fn peer_slots(&self) -> usize {
+        self.peer_fetches_max().saturating_sub(self.peer_fetches())
+    }
+
+    /// Distinct peers with fetches in flight: the flows in use.
+    fn peers_fetched_from(&self) -> usize {
+        let mut ps: Vec<AgentId> = self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }).collect();
+        ps.sort_unstable();
+        ps.dedup();
+        ps.len()
+    }
+
+    fn peer_fetches(&self) -> usize {
+        self.in_flight.values().filter(|f| **f != Origin::Relay).count()
+    }
+
+    /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
+    /// what [`Chooser::choose`] will accept from a peer — one it reads from with room on that
+    /// connection, or a new one while fewer than `peer_flows` are read from. Peers it avoids are
+    /// left out of `open`.
+    pub fn fetching(&self) -> Fetching {
+        let mut open: Vec<AgentId> = Vec::new();
+        let mut flows = 0;
+        for p in self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }) {
+            if open.contains(&p) {
+                continue;
+            }
+            open.push(p);
+            flows += 1;
+        }
+        open.retain(|p| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count() < self.depth && !self.avoid.contains_key(p));
+        let slots = self.peer_fetches() < self.peer_fetches_max();
+        Fetching {
+            may_claim: self.may_claim(),
+            open: if slots { open } else { Vec::new() },
+            flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
+        }
+    }
+
+    /// Whether this agent may take a block from the relay now (its one relay fetch is free): what to
+    /// tell the tracker when locating.
+    pub fn may_claim(&self) -> bool {
+        !self.relay_busy()
+    }
+
+    /// Whether any fetch slot is free.
+    pub fn has_free_slot(&self) -> bool {
+        !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max()
+    }
+
+    /// The next blocks to locate: not held, not in flight, inside the window — rarest first (by
+    /// `holders`, the tracker's count), in order among equals, so that different agents work on
+    /// different blocks and every block spreads. Empty when every fetch slot is busy.
+    pub fn wanted(&self, holders: impl Fn(u64) -> usize) -> Vec<u64> {
+        if !self.has_free_slot() {
+            return Vec::new();
+        }
+        let end = (self.next_write + self.window).min(self.published);
+        let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
+        v.sort_by_key(|b| holders(*b));
+        v
+    }
+
+    /// Choose a source for `b` from the tracker's answer; `None` to skip it for now. Among peers: not
+    /// avoided, not slow (unless all are), fewest of our own fetches on it.
+    pub fn choose(&mut self, b: u64, answer: &Answer) -> Option<Origin> {
+        self.choose_among(b, answer, None)
+    }
+
+    /// [`Chooser::choose`], also passing over holders that refused this agent less than
+    /// [`BUSY_BACKOFF`] before `now` (see [`Chooser::refused`]).
+    pub fn choose_at(&mut self, b: u64, answer: &Answer, now: Instant) -> Option<Origin> {
+        self.choose_among(b, answer, Some(now))
+    }
+
+    /// Peer `p` refused a fetch (it serves its maximum): pass over it until `now + BUSY_BACKOFF`.
+    /// Without this an agent asks the one busy holder of a rare block again and again while blocks
+    /// that free holders could give it wait; the simulator's agents never ask a full holder at all.
+    /// A peer that has answered only "busy" for [`BUSY_GIVE_UP`] is avoided for good, as a failed one
+    /// is: a peer that never serves (overloaded, or hostile) must not hold the blocks it alone is
+    /// named for.
+    ///
+    /// Only refusals in a row count: asked again within a second of its last refusal. A popular peer
+    /// asked now and then is busy at each ask without ever being a dead end.
+    pub fn refused(&mut self, p: AgentId, now: Instant) {
+        self.busy.insert(p, now + BUSY_BACKOFF);
+        let (since, last) = self.busy_since.entry(p).or_insert((now, now));
+        if now.saturating_duration_since(*last) > BUSY_STREAK_GAP {
+            *since = now;
+        }
+        *last = now;
+        if now.saturating_duration_since(*since) >= BUSY_GIVE_UP {
+            self.avoid.insert(p, ());
+        }
+    }
+
+    /// Peer `p` refused this agent less than [`BUSY_BACKOFF`] before `now`.
+    pub fn is_busy(&self, p: AgentId, now: Instant) -> bool {
+        self.busy.get(&p).is_some_and(|until| *until > now)
+    }
+
+    fn choose_among(&mut self, b: u64, answer: &Answer, now: Option<Instant>) -> Option<Origin> {
+        let from = match answer {
+            Answer::Wait => return None,
+            Answer::Relay if self.relay_busy() => return None,
+            Answer::Relay => Origin::Relay,
+            Answer::Peers(_) if self.peer_fetches() >= self.peer_fetches_max() => return None,
+            Answer::Peers(ps) => {
+                let mean = (self.rated >= 2).then(|| self.rate_sum / f64::from(self.rated));
+                let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && mean.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
+                let busy = |p: &AgentId| now.is_some_and(|n| self.is_busy(*p, n));
+                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p)).collect();
+                let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
+                let pool = if fast.is_empty() { usable } else { fast };
+                let load = |p: &AgentId| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count();
+                // A new peer only while fewer than `peer_flows` are fetched from; else another read
+                // on a flow that has room. Least loaded first: flows fill before they deepen.
+                let flows_full = self.peers_fetched_from() >= self.peer_flows;
+                let open = |p: &AgentId| load(p) < self.depth && (load(p) > 0 || !flows_full);
+                Origin::Peer(*pool.iter().filter(|p| open(p)).min_by_key(|p| load(p))?)
+            }
+        };
+        self.in_flight.insert(b, from);
+        Some(from)
+    }
+
+    /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
+    pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
+        if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
+            self.busy_since.remove(&p);
+            let r = self.rates.entry(p).or_default();
+            let sample = bytes as f64 / secs.max(1e-6);
+            if r.samples >= 2 {
+                self.rate_sum -= r.bytes_per_sec;
+            }
+            // A moving average: a peer that became slow is noticed within a few blocks.
+            r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
+            r.samples += 1;
+            if r.samples >= 2 {
+                self.rate_sum += r.bytes_per_sec;
+                if r.samples == 2 {
+                    self.rated += 1;
+                }
+            }
+        }
+        if let Some(h) = self.have.get_mut(b as usize) {
+            // Counted as it changes: the pipeline's planner asks `held` every round.
+            self.held += u64::from(!*h);
+            *h = true;
+        }
+    }
+
+    /// Fetching `b` failed: refused or gone peer (try elsewhere), or a corrupt block (`bad`: never ask
+    /// that peer again). Returns the source it was asked from.
+    pub fn failed(&mut self, b: u64, bad: bool) -> Option<Origin> {
+        let from = self.in_flight.remove(&b)?;
+        if let (Origin::Peer(p), true) = (from, bad) {
+            self.avoid.insert(p, ());
+        }
+        Some(from)
+    }
+
+    /// A peer is gone: every fetch from it failed.
+    pub fn peer_gone(&mut self, p: AgentId) -> Vec<u64> {
+        let lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
+        for b in &lost {
+            self.in_flight.remove(b);
+        }
+        self.avoid.insert(p, ());
+        lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
+        assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
+        assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1 }, "room for a second read from peer 4 and on the relay's flow");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
+        assert_eq!(c.choose(3, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "peer 4's connection is at its depth");
+        assert_eq!(c.choose(4, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0 });
+        assert_eq!(c.choose(5, &Answer::Peers(vec![6])), None, "no flow free: the tracker was told");
+        // Peer 4's first read arrives; peer 5's turns out corrupt while a second read from it is out.
+        c.done(0, 1, 1.0);
+        assert_eq!(c.choose(6, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 });
+        c.failed(4, true);
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 }, "peer 5 has room on its connection, but it is avoided: never offered as open");
+    }
+
+    #[test]
+    fn relay_fetch_slots() {
+        let mut c = Chooser::new(8, 2).with_relay_fetches(3);
+        c.published(8);
+        assert_eq!((c.relay_slots(), c.peer_slots()), (3, 2));
+        for b in 0..3 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
+        }
+        assert_eq!(c.choose(3, &Answer::Relay), None);
+        assert!(!c.may_claim() && c.has_free_slot());
+        c.done(0, 1, 1.0);
+        assert_eq!(c.relay_slots(), 1);
+    }
+
+    #[test]
+    fn chooser_stays_in_its_window_and_within_its_slots() {
+        let mut c = Chooser::new(3, 1);
+        c.published(10);
+        assert_eq!(c.wanted(|_| 0), vec![0, 1, 2]);
+        assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
+        assert_eq!(c.choose(1, &Answer::Wait), None);
+        assert_eq!(c.wanted(|_| 0), vec![1, 2]);
+        assert_eq!(c.choose(2, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
+        assert!(c.wanted(|_| 0).is_empty(), "both slots busy");
+        c.done(0, 100, 1.0);
+        c.written(1);
+        assert_eq!(c.wanted(|_| 0), vec![1, 3]);
+        assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
+        assert_eq!(c.held(), 1);
+    }
+
+    #[test]
+    fn reads_deepen_on_the_flows_in_use_and_a_new_peer_waits_for_a_free_flow() {
+        let mut c = Chooser::new(16, 2).with_depth(3).with_relay_fetches(1);
+        c.published(16);
+        assert_eq!((c.relay_slots(), c.peer_slots()), (3, 6));
+        assert_eq!(c.choose(0, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
+        assert_eq!(c.choose(1, &Answer::Peers(vec![1, 2])), Some(Origin::Peer(2)), "a second flow before a deeper first one");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "two flows in use: a third peer waits");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3, 1])), Some(Origin::Peer(1)), "pipelined on a flow in use");
+        assert_eq!(c.choose(3, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
+        assert_eq!(c.choose(4, &Answer::Peers(vec![1])), None, "peer 1 has three reads in flight: the depth");
+        assert_eq!(c.peer_slots(), 2);
+        for b in 5..8 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay), "three reads on the relay's flow");
+        }
+        assert!(!c.may_claim());
+        c.done(1, 10, 1.0);
+        assert_eq!(c.choose(8, &Answer::Peers(vec![3])), Some(Origin::Peer(3)), "peer 2's flow is free: a new peer may take it");
+    }
+
+    #[test]
+    fn a_holder_that_refused_is_passed_over_for_a_while() {
+        let t = Instant::now();
+        let mut c = Chooser::new(10, 2);
+        c.published(10);
+        c.refused(4, t);
+        assert_eq!(c.choose_at(0, &Answer::Peers(vec![4, 5]), t), Some(Origin::Peer(5)));
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t), None, "its only holder is busy: another block takes the slot");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t + BUSY_BACKOFF), Some(Origin::Peer(4)));
+        c.done(1, 10, 1.0);
+        c.refused(4, t + BUSY_GIVE_UP);
+        assert!(!c.avoids(4), "it served a block since: the clock restarts");
+        c.refused(4, t + 2 * BUSY_GIVE_UP);
+        assert!(!c.avoids(4), "refusals far apart are not a streak");
+        let start = t + 3 * BUSY_GIVE_UP;
+        let mut at = start;
+        while at < start + BUSY_GIVE_UP {
+            c.refused(4, at);
+            assert!(!c.avoids(4));
+            at += BUSY_BACKOFF;
+        }
+        c.refused(4, at);
+        assert!(c.avoids(4), "busy at every ask for {BUSY_GIVE_UP:?} without serving anything: avoided");
+    }
+
+    #[test]
+    fn chooser_prefers_the_least_loaded_fast_peer_and_drops_bad_ones() {
+        let mut c = Chooser::new(100, 100);
+        c.published(100);
+        // Peer 1 fast, peer 2 slow, peer 3 fast: two samples each.
+        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 20.0), (2, 3, 1.0), (3, 1, 1.0), (4, 2, 20.0), (5, 3, 1.0)] {
+            c.choose(b, &Answer::Peers(vec![p]));
+            c.done(b, 1000, secs);
+        }
+        assert_eq!(c.choose(10, &Answer::Peers(vec![2, 1])), Some(Origin::Peer(1)), "slow peer 2 avoided");
+        assert_eq!(c.choose(11, &Answer::Peers(vec![1, 3])), Some(Origin::Peer(3)), "least loaded of the fast");
+        assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
+        assert_eq!(c.failed(12, true), Some(Origin::Peer(2)));
+        assert_eq!(c.choose(13, &Answer::Peers(vec![2])), None, "a peer that sent a bad block is never asked again");
+        let mut gone = c.peer_gone(1);
+        gone.sort();
+        assert_eq!(gone, vec![10], "the fetches from peer 1 failed with it");
+        assert_eq!(c.choose(14, &Answer::Peers(vec![1])), None);
+    }
+}

@@ -1,0 +1,604 @@
+//! The relay's side of the swarm: who holds which block, who may take one from the relay, and which
+//! holders an asker is sent to. See the crate's documentation for the design.
+
+use crate::bits::Bits;
+use crate::{AgentId, Answer, Fetching, UPLOADS_MAX};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Most holders named in one answer.
+pub const PEERS_PER_ANSWER: usize = 4;
+/// Most holders of a block looked at for one answer, from a different place for every answer: with
+/// thousands of holders per block, an answer must not cost a scan of all of them (at 10 000 agents
+/// asking every few milliseconds, that is the relay's whole CPU). When these are all full, the asker
+/// waits and asks again, and sees another stretch of holders.
+pub const HOLDERS_LOOKED_AT_MAX: usize = 16 * PEERS_PER_ANSWER;
+/// Most flows the relay sends blocks on at once. Few, so that each new block leaves the relay fast and
+/// starts spreading among agents: with one relay flow per agent, a thousand agents would each get a
+/// thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
+pub const RELAY_FLOWS_MAX: usize = 4;
+/// Claims per relay flow: an agent keeps this many reads in flight on one connection
+/// ([`limits::READS_IN_FLIGHT_PER_CONNECTION`]), so that the flow never idles between blocks.
+pub const CLAIMS_PER_FLOW: usize = limits::READS_IN_FLIGHT_PER_CONNECTION;
+/// How long an asker sent to a holder for a new connection counts as one more upload on it, unless
+/// the holder reports it arrived sooner: about the time the asker's request and the holder's report take through busy
+/// queues (a shaped link queues up to 100 ms each way). An asker that went elsewhere leaves a
+/// reservation behind until then: the holder may look full to new askers for that long (chosen with
+/// the simulator: 250 ms against 0, 150 and 500 ms at 8 and 64 agents).
+pub const NAMED_HOLD: Duration = Duration::from_millis(250);
+/// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
+/// or dead): the repair that keeps one slow host from holding a block back from everyone.
+pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The relay's view of a generation's agents and what they hold.
+#[derive(Debug)]
+pub struct Tracker {
+    /// Per block: the agents that hold it, verified — and some that no longer count (see `listed`):
+    /// an agent is taken off lazily, since a block may have thousands of holders and every agent
+    /// drops blocks from its cache.
+    holders: Vec<Vec<AgentId>>,
+    /// Per block: how many of `holders` are listed.
+    live: Vec<usize>,
+    /// Per block: the agent fetching it from the relay, and since when.
+    claims: HashMap<u64, (AgentId, Instant)>,
+    /// Agents present, and whether each serves what it holds (`join --no-serve` does not).
+    alive: HashMap<AgentId, bool>,
+    /// Blocks each present agent has received (served or not): who still needs blocks.
+    received: HashMap<AgentId, u64>,
+    /// Per present agent: the blocks it received, and those it is listed in `holders` for (every
+    /// per-agent question answered without scanning a block's holders: thousands of them per block).
+    got: HashMap<AgentId, Bits>,
+    listed: HashMap<AgentId, Bits>,
+    /// Blocks in the snapshot, once the relay knows.
+    total: Option<u64>,
+    /// Present agents that have received every block (kept as a count: `locate` needs it per call).
+    complete: usize,
+    relay_grants: u64,
+    /// Uploads each agent last reported serving: only holders with a free upload slot are named to
+    /// askers that would open a connection.
+    uploads: HashMap<AgentId, u32>,
+    /// Per holder: the askers sent there for a new connection that it has not reported yet, and when
+    /// (see [`Tracker::load`]). Reports arrive a round trip late; without counting what it hands out,
+    /// the tracker names the same idle holder to every asker in that time and all but the first are
+    /// refused (herding).
+    named: HashMap<AgentId, Vec<(AgentId, Instant)>>,
+    /// Turns with every answer, so that an asker that was refused sees other holders next time.
+    rotor: u64,
+    /// Uploads an agent serves at once ([`UPLOADS_MAX`]; another number only in the simulator).
+    uploads_max: usize,
+}
+
+impl Default for Tracker {
+    fn default() -> Tracker {
+        Tracker::new(0)
+    }
+}
+
+impl Tracker {
+    /// A tracker for a snapshot of `blocks` blocks (it may grow while the relay captures).
+    pub fn new(blocks: u64) -> Tracker {
+        Tracker {
+            holders: vec![Vec::new(); blocks as usize],
+            live: vec![0; blocks as usize],
+            claims: HashMap::new(),
+            alive: HashMap::new(),
+            received: HashMap::new(),
+            got: HashMap::new(),
+            listed: HashMap::new(),
+            total: None,
+            complete: 0,
+            relay_grants: 0,
+            uploads: HashMap::new(),
+            named: HashMap::new(),
+            rotor: 0,
+            uploads_max: UPLOADS_MAX,
+        }
+    }
+
+    /// A tracker for agents that serve `n` uploads at once (the simulator tries other numbers than
+    /// the agents' [`UPLOADS_MAX`]).
+    pub fn with_uploads_max(mut self, n: usize) -> Tracker {
+        self.uploads_max = n.max(1);
+        self
+    }
+
+    /// The relay published more blocks.
+    pub fn published(&mut self, blocks: u64) {
+        if blocks as usize > self.holders.len() {
+            self.holders.resize(blocks as usize, Vec::new());
+            self.live.resize(blocks as usize, 0);
+        }
+    }
+
+    /// The snapshot has exactly `blocks` blocks (the relay has the whole RDB).
+    pub fn set_total(&mut self, blocks: u64) {
+        self.published(blocks);
+        if self.total != Some(blocks) {
+            self.total = Some(blocks);
+            self.complete = self.received.values().filter(|got| **got >= blocks).count();
+        }
+    }
+
+    fn is_complete(&self, received: u64) -> bool {
+        self.total.is_some_and(|t| received >= t)
+    }
+
+    /// An agent joined; `serves` says whether it serves the blocks it holds to others.
+    pub fn join(&mut self, a: AgentId, serves: bool) {
+        self.alive.insert(a, serves);
+        self.received.insert(a, 0);
+        self.got.insert(a, Bits::default());
+        self.listed.insert(a, Bits::default());
+    }
+
+    /// Whether `a` is named as a holder of `b`.
+    fn is_listed(&self, a: AgentId, b: u64) -> bool {
+        self.listed.get(&a).is_some_and(|l| l.get(b))
+    }
+
+    /// `a` is no longer named as a holder of `b`. Its entry in the block's list goes when those no
+    /// longer listed outnumber the listed.
+    fn unlist(&mut self, a: AgentId, b: u64) {
+        let Some(l) = self.listed.get_mut(&a) else { return };
+        if !l.get(b) {
+            return;
+        }
+        l.set(b, false);
+        let i = b as usize;
+        self.live[i] -= 1;
+        if self.holders[i].len() > 2 * self.live[i] + PEERS_PER_ANSWER {
+            let listed = &self.listed;
+            self.holders[i].retain(|x| listed.get(x).is_some_and(|l| l.get(b)));
+        }
+    }
+
+    /// `a` is no longer named as a holder of anything.
+    fn unlist_all(&mut self, a: AgentId) {
+        let blocks: Vec<u64> = self.listed.get(&a).map(Bits::ones).unwrap_or_default();
+        for b in blocks {
+            self.unlist(a, b);
+        }
+    }
+
+    /// An agent left, finished or was dropped: it serves nothing any more, and its claims are free.
+    pub fn leave(&mut self, a: AgentId) {
+        self.alive.remove(&a);
+        self.uploads.remove(&a);
+        self.named.remove(&a);
+        for askers in self.named.values_mut() {
+            askers.retain(|(x, _)| *x != a);
+        }
+        if let Some(got) = self.received.remove(&a) {
+            if self.is_complete(got) {
+                self.complete -= 1;
+            }
+        }
+        self.unlist_all(a);
+        self.got.remove(&a);
+        self.listed.remove(&a);
+        self.claims.retain(|_, (c, _)| *c != a);
+    }
+
+    /// Agent `a` holds block `b`, verified, at `now`. Its other claims' clocks restart: an agent keeps
+    /// several reads in flight on its relay flow ([`CLAIMS_PER_FLOW`]), and the last of them waits
+    /// behind the others — a claimer that completes blocks is not slow, one that completes none for
+    /// [`CLAIM_TIMEOUT`] is.
+    pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
+        let Some(&serves) = self.alive.get(&a) else { return };
+        if let (Some(h), Some(got)) = (self.holders.get_mut(b as usize), self.got.get_mut(&a)) {
+            if !got.get(b) {
+                got.set(b, true);
+                if serves {
+                    h.push(a);
+                    self.live[b as usize] += 1;
+                    self.listed.entry(a).or_default().set(b, true);
+                }
+                let got = self.received.entry(a).or_default();
+                *got += 1;
+                let got = *got;
+                if self.total == Some(got) {
+                    self.complete += 1;
+                }
+            }
+        }
+        if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
+            self.claims.remove(&b);
+            for (c, since) in self.claims.values_mut() {
+                if *c == a {
+                    *since = now;
+                }
+            }
+        }
+    }
+
+    /// Agent `a` serves `uploads` uploads right now, and `arrived` askers took an upload slot since
+    /// its last report (it reports when either changes). That many of the askers sent there — the
+    /// longest waiting — have reached it and are counted in `uploads` now; the others are still on
+    /// their way (a report can overtake them) and stay counted.
+    pub fn load(&mut self, a: AgentId, uploads: u32, arrived: u32) {
+        if self.alive.contains_key(&a) {
+            self.uploads.insert(a, uploads);
+            if let Some(askers) = self.named.get_mut(&a) {
+                askers.sort_by_key(|(_, at)| *at);
+                askers.drain(..askers.len().min(arrived as usize));
+            }
+        }
+    }
+
+    /// Uploads holder `x` serves or will soon, as asker `a` sees it: its last report plus the other
+    /// askers sent there since, within [`NAMED_HOLD`].
+    fn expected_uploads(&self, x: AgentId, a: AgentId, now: Instant) -> usize {
+        let reported = self.uploads.get(&x).map_or(0, |u| *u as usize);
+        let named = self.named.get(&x).map_or(0, |v| v.iter().filter(|(y, at)| *y != a && now.saturating_duration_since(*at) < NAMED_HOLD).count());
+        reported + named
+    }
+
+    /// Agent `a` could not get `b` from peer `p` (refused, corrupt, gone): the tracker forgets that `p`
+    /// holds it, so that nobody else is sent there for it.
+    pub fn not_at(&mut self, p: AgentId, b: u64) {
+        self.unlist(p, b);
+    }
+
+    /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
+    /// and may still fetch). A corrupt block is proof of a broken or hostile peer, not bad luck.
+    pub fn forget(&mut self, p: AgentId) {
+        self.unlist_all(p);
+    }
+
+    /// Where `a` should fetch block `b`, given what it fetches now (`f`; see [`Fetching`]). Without
+    /// `f.may_claim` the relay is not offered. A holder is named if the asker can use it: one it
+    /// reads from already (room on that connection), or, while it may open a flow, one with a free
+    /// upload slot as far as the tracker knows. Holders that exist but that the asker cannot use now
+    /// give `Wait` (never a claim: the block has a source). When the asker is expected to open a
+    /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
+    /// the next answers of one question agree with it.
+    pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
+        let Some(h) = self.holders.get(b as usize) else { return Answer::Wait };
+        if self.live[b as usize] > usize::from(self.is_listed(a, b)) {
+            // A different window of holders for each asker, so that load spreads over all of them
+            // (and the answer costs O(PEERS_PER_ANSWER), not O(holders), for large fleets).
+            self.rotor = self.rotor.wrapping_add(1);
+            let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let start = (mix >> 16) as usize % h.len();
+            // Holders the asker reads from already take one more read on that connection whatever
+            // their load. Others only while the asker may open a flow, and only with a free upload
+            // slot: the last report plus the askers named to it since (reports arrive a round trip
+            // late; without counting what it hands out, the tracker would name the same idle holder
+            // to every asker in that time, and all but the first would be refused). Taken lazily,
+            // and from a bounded stretch: a block may have thousands of holders.
+            let on_open: Vec<AgentId> = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).collect();
+            let fresh: Vec<AgentId> = if f.flows_free > 0 {
+                (0..h.len().min(HOLDERS_LOOKED_AT_MAX))
+                    .map(|i| h[(start + i) % h.len()])
+                    .filter(|x| *x != a && self.is_listed(*x, b) && !f.open.contains(x) && self.expected_uploads(*x, a, now) < self.uploads_max)
+                    .take(PEERS_PER_ANSWER)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            // The asker's chooser takes a holder it does not read from yet before deepening a
+            // connection: the first fresh one. Count it there until that holder's next report.
+            if let Some(&p) = fresh.first() {
+                let askers = self.named.entry(p).or_default();
+                askers.retain(|(_, at)| now.saturating_duration_since(*at) < NAMED_HOLD);
+                if let Some(r) = askers.iter_mut().find(|(x, _)| *x == a) {
+                    r.1 = now;
+                } else {
+                    askers.push((a, now));
+                }
+                f.flows_free -= 1;
+                f.open.push(p);
+            }
+            let named: Vec<AgentId> = fresh.into_iter().chain(on_open).take(PEERS_PER_ANSWER).collect();
+            // None usable: wait for one (a second copy from the relay would cost the master's host
+            // more than its one copy; see docs/design/flat-fanout.md on late joiners).
+            return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
+        }
+        self.claim(a, b, f, now)
+    }
+
+    /// The relay for `a`'s block `b`, if one of its flows is free for `a` and nobody else fetches the
+    /// block from it.
+    fn claim(&mut self, a: AgentId, b: u64, f: &Fetching, now: Instant) -> Answer {
+        // Claims that went stale (slow or dead claimer) free their block and their relay flow.
+        let alive = &self.alive;
+        self.claims.retain(|_, (c, since)| alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT);
+        // The relay's flows are shared out among the agents still pulling: with one flow each, every
+        // agent gets new blocks from the relay at once and forwards them, instead of one agent taking
+        // all the fresh blocks while the others wait for it to finish each one.
+        let pulling = self.alive.len().saturating_sub(self.complete).max(1);
+        let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
+        let mine = self.claims.values().filter(|(c, _)| *c == a).count();
+        match self.claims.get(&b) {
+            _ if !f.may_claim => Answer::Wait,
+            Some((c, _)) if *c != a => Answer::Wait,
+            None if self.claims.len() >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
+            _ => {
+                self.claims.insert(b, (a, now));
+                self.relay_grants += 1;
+                Answer::Relay
+            }
+        }
+    }
+
+    /// How many agents hold block `b`: agents fetch the rarest blocks of their window first, so that
+    /// different agents work on different blocks and every block spreads.
+    pub fn holders(&self, b: u64) -> usize {
+        self.live.get(b as usize).copied().unwrap_or(0)
+    }
+
+    /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
+    /// agent that finished keeps serving while this is not zero.
+    pub fn needing(&self, a: AgentId) -> usize {
+        self.received.iter().filter(|(x, got)| **x != a && !matches!(self.total, Some(t) if **got >= t)).count()
+    }
+
+    /// Agents present.
+    pub fn agents(&self) -> usize {
+        self.alive.len()
+    }
+
+    /// Blocks the relay was asked to serve so far (copies of the snapshot = this / blocks).
+    pub fn relay_grants(&self) -> u64 {
+        self.relay_grants
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Chooser, Origin};
+
+    impl Tracker {
+        /// Asked by an agent that may claim and open flows to any number of peers.
+        fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
+            self.locate(a, b, &mut Fetching { may_claim: true, open: Vec::new(), flows_free: usize::MAX }, now)
+        }
+        fn have_t(&mut self, a: AgentId, b: u64) {
+            self.have(a, b, Instant::now())
+        }
+    }
+
+    #[test]
+    fn no_claim_while_the_relay_slot_is_busy() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0, true);
+        assert_eq!(tr.locate(0, 0, &mut Fetching::default(), t), Answer::Wait);
+        assert_eq!(tr.relay_grants(), 0, "nothing was claimed");
+        let mut c = Chooser::new(4, 1);
+        c.published(4);
+        assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
+        assert!(!c.may_claim());
+        assert_eq!(c.choose(1, &Answer::Relay), None, "one relay fetch at a time");
+        assert_eq!(c.choose(1, &Answer::Peers(vec![3])), Some(Origin::Peer(3)));
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "peer slots full");
+        assert!(!c.has_free_slot());
+    }
+
+    #[test]
+    fn the_relay_serves_each_block_once_and_peers_serve_the_rest() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(2);
+        for a in 0..3 {
+            tr.join(a, true);
+        }
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
+        assert_eq!(tr.locate_t(1, 1, t), Answer::Relay, "a different block: agent 1 claims it");
+        tr.have_t(0, 0);
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]));
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]));
+        assert_eq!(tr.relay_grants(), 2);
+    }
+
+    #[test]
+    fn blocks_published_later_can_be_claimed() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0, true);
+        assert_eq!(tr.locate_t(0, 3, t), Answer::Wait, "not published yet");
+        tr.published(4);
+        assert_eq!(tr.locate_t(0, 3, t), Answer::Relay);
+    }
+
+    #[test]
+    fn the_relays_flows_are_shared_among_the_agents_still_pulling() {
+        let t = Instant::now();
+        let all = RELAY_FLOWS_MAX * CLAIMS_PER_FLOW;
+        let mut tr = Tracker::new(64);
+        tr.join(0, true);
+        let alone: Vec<Answer> = (0..all as u64 + 1).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), all, "an agent alone may use every relay flow, each pipelined");
+        let mut tr = Tracker::new(64);
+        tr.set_total(64);
+        for a in 0..2 {
+            tr.join(a, true);
+        }
+        let first: Vec<Answer> = (0..all as u64).map(|b| tr.locate_t(0, b, t)).collect();
+        assert_eq!(first.iter().filter(|a| **a == Answer::Relay).count(), all / 2, "two agents pulling: half each");
+        assert_eq!(tr.locate_t(1, all as u64, t), Answer::Relay, "the other agent's share is free");
+        for b in 0..64 {
+            tr.have_t(1, b);
+        }
+        assert_eq!(tr.needing(0), 0);
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Peers(vec![1]));
+        tr.join(2, true);
+        tr.leave(1);
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Wait, "agents 0 and 2 pull: agent 0 holds its claims");
+        tr.have_t(0, 0);
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Relay, "a claim completed frees a read on the flow");
+    }
+
+    #[test]
+    fn a_stale_or_dead_claim_is_handed_on() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        tr.join(0, true);
+        tr.join(1, true);
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Wait);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "the claimer is too slow: repair from the relay");
+        let mut tr = Tracker::new(1);
+        tr.join(0, true);
+        tr.join(1, true);
+        tr.locate_t(0, 0, t);
+        tr.leave(0);
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
+        // Pipelined claims: completing one restarts the clock of the others.
+        let mut tr = Tracker::new(2);
+        tr.join(0, true);
+        tr.join(1, true);
+        assert_eq!((tr.locate_t(0, 0, t), tr.locate_t(0, 1, t)), (Answer::Relay, Answer::Relay));
+        tr.have(0, 0, t + CLAIM_TIMEOUT / 2);
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT), Answer::Wait, "the claimer makes progress: its next claim stands");
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT / 2 + CLAIM_TIMEOUT), Answer::Relay, "no progress for the timeout: handed on");
+    }
+
+    #[test]
+    fn a_departed_or_bad_holder_is_not_named() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..3 {
+            tr.join(a, true);
+        }
+        tr.have_t(0, 0);
+        tr.have_t(1, 0);
+        tr.leave(0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![1]));
+        tr.not_at(1, 0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
+        tr.have_t(7, 0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
+        let mut tr = Tracker::new(2);
+        for a in 0..2 {
+            tr.join(a, true);
+            tr.have_t(a, 0);
+            tr.have_t(a, 1);
+        }
+        tr.forget(0);
+        assert_eq!((tr.holders(0), tr.holders(1)), (1, 1), "a peer that sent a corrupt block is named for nothing");
+    }
+
+    #[test]
+    fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..4 {
+            tr.join(a, true);
+        }
+        tr.have_t(0, 0);
+        tr.have_t(1, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0);
+        let new_reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
+        tr.load(1, UPLOADS_MAX as u32, 0);
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
+        assert_eq!(tr.relay_grants(), 0);
+        let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
+        assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
+        tr.load(0, 0, 0);
+        assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
+        tr.leave(0);
+        tr.load(0, 0, 0);
+        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "a departed agent's report is not kept, nor it named");
+    }
+
+    #[test]
+    fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..6 {
+            tr.join(a, true);
+        }
+        tr.have_t(0, 0);
+        let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
+        // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
+        let mut f = reader();
+        assert_eq!(tr.locate(1, 0, &mut f, t), Answer::Peers(vec![0]));
+        assert_eq!(f, Fetching { may_claim: true, open: vec![0], flows_free: 1 }, "the asker's new connection, as its chooser will count it");
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "the same asker again: one connection, counted once");
+        for a in 2..UPLOADS_MAX as AgentId + 1 {
+            assert_eq!(tr.locate(a, 0, &mut reader(), t), Answer::Peers(vec![0]));
+        }
+        let next = UPLOADS_MAX as AgentId + 1;
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "its slots are taken by the askers sent there");
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "an asker's own count does not keep it out");
+        // A report that overtook the askers: they stay counted.
+        tr.load(0, 0, 0);
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "the askers sent there are still on their way");
+        // One arrived: counted in the report now, and its own count ends (the longest waiting's).
+        tr.load(0, 1, 1);
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "one serving, one on its way: full");
+        // It finished, and the other arrived.
+        tr.load(0, 1, 1);
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Peers(vec![0]), "one upload, nobody on the way: a slot free");
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t), Answer::Wait, "the slot went to the asker sent there just now");
+        // An asker that went elsewhere holds its count only for NAMED_HOLD.
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t + NAMED_HOLD), Answer::Peers(vec![0]));
+    }
+
+    #[test]
+    fn a_finished_agent_knows_whether_anyone_still_needs_blocks() {
+        let mut tr = Tracker::new(2);
+        tr.join(0, true);
+        tr.join(1, false);
+        tr.have_t(0, 0);
+        tr.have_t(0, 1);
+        assert_eq!(tr.needing(0), 1, "agent 1 has nothing yet");
+        assert_eq!(tr.needing(1), 1, "the snapshot's size is not known yet: agent 0 may need more");
+        tr.set_total(2);
+        assert_eq!(tr.needing(1), 0);
+        tr.have_t(1, 0);
+        assert_eq!(tr.holders(0), 1, "an agent that does not serve is never named as a holder");
+        tr.have_t(1, 1);
+        assert_eq!(tr.needing(0), 0);
+        tr.join(2, true);
+        assert_eq!(tr.needing(0), 1, "a late joiner");
+        tr.leave(2);
+        assert_eq!((tr.needing(0), tr.agents()), (0, 2));
+    }
+
+    #[test]
+    fn holders_taken_off_are_never_named_and_the_list_is_compacted() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..41 {
+            tr.join(a, true);
+        }
+        for a in 0..40 {
+            tr.have_t(a, 0);
+        }
+        for a in 0..36 {
+            tr.not_at(a, 0);
+        }
+        tr.not_at(0, 0);
+        assert_eq!(tr.holders(0), 4, "each taken off once");
+        assert!(tr.holders[0].len() <= 2 * 4 + PEERS_PER_ANSWER, "entries no longer listed are dropped once they outnumber the listed: {}", tr.holders[0].len());
+        for _ in 0..20 {
+            let Answer::Peers(named) = tr.locate_t(40, 0, t) else { panic!("four holders are listed") };
+            assert!(named.iter().all(|p| (36..40).contains(p)), "{named:?}");
+        }
+    }
+
+    #[test]
+    fn holders_are_spread_over_askers() {
+        let t = Instant::now();
+        let mut tr = Tracker::new(1);
+        for a in 0..40 {
+            tr.join(a, true);
+        }
+        for a in 0..20 {
+            tr.have_t(a, 0);
+        }
+        let mut named = std::collections::HashSet::new();
+        for a in 20..40 {
+            if let Answer::Peers(p) = tr.locate_t(a, 0, t) {
+                assert!(p.len() <= PEERS_PER_ANSWER && !p.contains(&a));
+                named.extend(p);
+            }
+        }
+        assert!(named.len() > PEERS_PER_ANSWER * 2, "answers name many different holders: {named:?}");
+    }
+}
