@@ -234,18 +234,21 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
     if auth::server(&mut s, sh.token.token())? != Kind::Data {
         return Err(E::Protocol("peers open data connections only".into()));
     }
-    raw.set_read_timeout(Some(limits::DATA_IDLE_MAX)).map_err(E::io("configure peer socket"))?;
     let mut slot = UploadSlot { sh, held: false };
+    let mut wait = None;
     loop {
         // A slot is only kept into a read whose request is already waiting (below); a request that
         // is not served gives it back here, before any wait for the next one.
-        if !next_request_waiting(raw) {
+        if slot.held && !next_request_waiting(raw) {
             slot.give_back();
         }
         // A kept slot is for a request already arriving: one that stalls must not pin it for the
-        // connection's idle timeout.
-        let wait = if slot.held { limits::PEER_IO_TIMEOUT } else { limits::DATA_IDLE_MAX };
-        raw.set_read_timeout(Some(wait)).map_err(E::io("configure peer socket"))?;
+        // connection's idle timeout. (Set only when it changes: this runs once per block.)
+        let want = Some(if slot.held { limits::PEER_IO_TIMEOUT } else { limits::DATA_IDLE_MAX });
+        if wait != want {
+            raw.set_read_timeout(want).map_err(E::io("configure peer socket"))?;
+            wait = want;
+        }
         let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {
             return Ok(());
@@ -321,14 +324,14 @@ impl Drop for UploadSlot<'_> {
 /// Under TLS a request already decrypted into the TLS layer's buffer is not seen: the slot is then
 /// given back and taken again, as without pipelining.
 fn next_request_waiting(raw: &TcpStream) -> bool {
-    if raw.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let waiting = matches!(raw.peek(&mut [0u8; 1]), Ok(n) if n > 0);
-    // Back to blocking: the connection's reads rely on it (and on their timeout). Should this fail,
-    // the next read fails too and ends the connection with an error.
-    let _ = raw.set_nonblocking(false);
-    waiting
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // One call, not three: a non-blocking peek for this call only (the socket stays blocking for the
+    // connection's reads and their timeouts).
+    // SAFETY: `raw` is an open socket for the duration of the call, and the buffer is one byte we own,
+    // of the length passed.
+    let n = unsafe { libc::recv(raw.as_raw_fd(), std::ptr::addr_of_mut!(byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n > 0
 }
 
 /// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,

@@ -372,8 +372,9 @@ impl<'a> Planner<'a> {
     fn tell(&mut self, ask: Ask) {
         if let Some(t) = &self.tracker {
             if t.send(ask).is_err() {
-                // The thread ended (its report of why, if it could send one, is on its way).
-                self.lose_tracker(transport::Error::Protocol("the tracker link's thread ended".into()));
+                // The thread ended at the link's failure: its `Heard::Lost`, already queued, says why.
+                self.tracker = None;
+                self.locating = false;
             }
         }
     }
@@ -408,7 +409,7 @@ impl<'a> Planner<'a> {
         }
         if self.tracker.is_none() {
             let answers: Vec<Located> = wanted.iter().take(self.chooser.relay_slots()).map(|b| Located { block: *b, at: Where::Relay }).collect();
-            return self.assign(&answers);
+            return self.assign(answers);
         }
         let fetching = self.chooser.fetching();
         self.tell(Ask::Locate(Locate {
@@ -424,8 +425,8 @@ impl<'a> Planner<'a> {
 
     /// Turn answers into reads given to fetchers; whether anything was decided. Blocks that arrived
     /// or went out since the question are left alone.
-    fn assign(&mut self, answers: &[Located]) -> bool {
-        let answers: Vec<Located> = answers.iter().filter(|a| !self.chooser.holds(a.block) && !self.chooser.in_flight(a.block)).cloned().collect();
+    fn assign(&mut self, mut answers: Vec<Located>) -> bool {
+        answers.retain(|a| !self.chooser.holds(a.block) && !self.chooser.in_flight(a.block));
         for a in &answers {
             if let Where::Peers(peers) = &a.at {
                 for pe in peers {
@@ -517,7 +518,7 @@ impl<'a> Planner<'a> {
                 self.locating = false;
                 // An answer that gives nothing to do: ask again after a moment, or sooner when a read
                 // ends or the window moves.
-                if self.tracker.is_some() && !self.assign(&answers) {
+                if self.tracker.is_some() && !self.assign(answers) {
                     self.quiet_until = Some(Instant::now() + limits::LOCATE_RETRY_EVERY);
                 }
                 true

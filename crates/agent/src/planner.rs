@@ -129,4 +129,19 @@ mod tests {
         assert_eq!(a.peers, vec![(5, 4), (3, 5)], "in the relay's order; block 3 opens a second flow");
         assert_eq!(a.shunned, vec![(9, 4)], "block 4's only holder is avoided");
     }
+
+    #[test]
+    fn answers_are_taken_in_the_trackers_order() {
+        // One flow, one read on it: the first answer takes it, whatever the number of holders named
+        // (the tracker counted this agent at the holder it named first, for that block).
+        let mut c = Chooser::new(8, 1).with_depth(1);
+        c.published(8);
+        let peer = |id| Peer { id, addr: format!("10.0.0.{id}:1") };
+        let answers = vec![
+            Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) },
+            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
+        ];
+        let a = assign(&mut c, &answers, Instant::now());
+        assert_eq!(a.peers, vec![(3, 4)], "fewer holders named does not go first");
+    }
 }

@@ -219,7 +219,7 @@ impl Tracker {
         if self.alive.contains_key(&a) {
             self.uploads.insert(a, uploads);
             if let Some(askers) = self.named.get_mut(&a) {
-                askers.sort_by_key(|(_, at)| *at);
+                // In the order named, oldest first (see `locate`).
                 askers.drain(..askers.len().min(arrived as usize));
             }
         }
@@ -266,30 +266,29 @@ impl Tracker {
             // late; without counting what it hands out, the tracker would name the same idle holder
             // to every asker in that time, and all but the first would be refused). Taken lazily,
             // and from a bounded stretch: a block may have thousands of holders.
-            let on_open: Vec<AgentId> = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).collect();
-            let fresh: Vec<AgentId> = if f.flows_free > 0 {
-                (0..h.len().min(HOLDERS_LOOKED_AT_MAX))
-                    .map(|i| h[(start + i) % h.len()])
-                    .filter(|x| *x != a && self.is_listed(*x, b) && !f.open.contains(x) && self.expected_uploads(*x, a, now) < self.uploads_max)
-                    .take(PEERS_PER_ANSWER)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            // The asker's chooser takes a holder it does not read from yet before deepening a
-            // connection: the first fresh one. Count it there until that holder's next report.
-            if let Some(&p) = fresh.first() {
+            // Fresh holders first (the asker opens a new flow before it deepens one), then the open ones.
+            let mut named: Vec<AgentId> = Vec::with_capacity(PEERS_PER_ANSWER);
+            if f.flows_free > 0 {
+                named.extend(
+                    (0..h.len().min(HOLDERS_LOOKED_AT_MAX))
+                        .map(|i| h[(start + i) % h.len()])
+                        .filter(|x| *x != a && self.is_listed(*x, b) && !f.open.contains(x) && self.expected_uploads(*x, a, now) < self.uploads_max)
+                        .take(PEERS_PER_ANSWER),
+                );
+            }
+            let first_fresh = named.first().copied();
+            let room = PEERS_PER_ANSWER - named.len();
+            named.extend(f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).take(room));
+            // The asker's chooser takes the first fresh holder: count it there until that holder
+            // reports it arrived. Kept in the order named (a refresh moves to the back): `load`
+            // takes the longest waiting first.
+            if let Some(p) = first_fresh {
                 let askers = self.named.entry(p).or_default();
-                askers.retain(|(_, at)| now.saturating_duration_since(*at) < NAMED_HOLD);
-                if let Some(r) = askers.iter_mut().find(|(x, _)| *x == a) {
-                    r.1 = now;
-                } else {
-                    askers.push((a, now));
-                }
+                askers.retain(|(x, at)| *x != a && now.saturating_duration_since(*at) < NAMED_HOLD);
+                askers.push((a, now));
                 f.flows_free -= 1;
                 f.open.push(p);
             }
-            let named: Vec<AgentId> = fresh.into_iter().chain(on_open).take(PEERS_PER_ANSWER).collect();
             // None usable: wait for one (a second copy from the relay would cost the master's host
             // more than its one copy; see docs/design/flat-fanout.md on late joiners).
             return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
@@ -359,6 +358,15 @@ mod tests {
         }
     }
 
+    /// A tracker for `blocks` blocks with agents `0..agents` joined, all serving.
+    fn joined(blocks: u64, agents: AgentId) -> Tracker {
+        let mut tr = Tracker::new(blocks);
+        for a in 0..agents {
+            tr.join(a, true);
+        }
+        tr
+    }
+
     #[test]
     fn no_claim_while_the_relay_slot_is_busy() {
         let t = Instant::now();
@@ -379,10 +387,7 @@ mod tests {
     #[test]
     fn the_relay_serves_each_block_once_and_peers_serve_the_rest() {
         let t = Instant::now();
-        let mut tr = Tracker::new(2);
-        for a in 0..3 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(2, 3);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
         assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
         assert_eq!(tr.locate_t(1, 1, t), Answer::Relay, "a different block: agent 1 claims it");
@@ -458,10 +463,7 @@ mod tests {
     #[test]
     fn a_departed_or_bad_holder_is_not_named() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        for a in 0..3 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(1, 3);
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.leave(0);
@@ -483,10 +485,7 @@ mod tests {
     #[test]
     fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        for a in 0..4 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(1, 4);
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32, 0);
@@ -508,10 +507,7 @@ mod tests {
     #[test]
     fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        for a in 0..6 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(1, 6);
         tr.have_t(0, 0);
         let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
@@ -563,10 +559,7 @@ mod tests {
     #[test]
     fn holders_taken_off_are_never_named_and_the_list_is_compacted() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        for a in 0..41 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(1, 41);
         for a in 0..40 {
             tr.have_t(a, 0);
         }
@@ -585,10 +578,7 @@ mod tests {
     #[test]
     fn holders_are_spread_over_askers() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        for a in 0..40 {
-            tr.join(a, true);
-        }
+        let mut tr = joined(1, 40);
         for a in 0..20 {
             tr.have_t(a, 0);
         }

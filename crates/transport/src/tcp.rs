@@ -102,9 +102,7 @@ impl<S: Read + Write> StreamReader<S> {
     /// Answers come in the order asked: a request that waits for its answer cannot overtake reads sent
     /// without waiting.
     fn no_reads_outstanding(&self, op: &'static str) -> Result<(), Error> {
-        if self.broken {
-            return Err(Error::Protocol(format!("{op} asked on a connection whose earlier block read failed part-way")));
-        }
+        self.in_step(op)?;
         if self.sent.is_empty() {
             Ok(())
         } else {
@@ -136,6 +134,22 @@ pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &
     })
 }
 
+impl<S> StreamReader<S> {
+    /// Whether the connection can take `op`: not after a block read failed part-way.
+    fn in_step(&self, op: &str) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Protocol(format!("{op} asked on a connection whose earlier block read failed part-way")));
+        }
+        Ok(())
+    }
+
+    /// A block read failed part-way: `e`, and the connection takes nothing more.
+    fn out_of_step(&mut self, e: Error) -> Error {
+        self.broken = true;
+        e
+    }
+}
+
 impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = u32::try_from(buf.len()).map_err(|_| Error::Protocol(format!("block read of {} bytes: too large", buf.len())))?;
@@ -153,15 +167,12 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if len > READ_MAX {
             return Err(Error::Protocol(format!("block read of {len} bytes: more than {READ_MAX}")));
         }
-        if self.broken {
-            return Err(Error::Protocol("block read asked on a connection whose earlier block read failed part-way".into()));
-        }
+        self.in_step("block read")?;
         if self.sent.len() >= self.depth() {
             return Err(Error::Protocol(format!("more than {} block reads in flight on one connection", self.depth())));
         }
         if let Err(e) = self.s.write_all(&Request::Range { generation, offset, len }.encode()) {
-            self.broken = true;
-            return Err(Error::io("send block read request")(e));
+            return Err(self.out_of_step(Error::io("send block read request")(e)));
         }
         self.sent.push_back(len);
         Ok(())
@@ -178,19 +189,12 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         let got = match self.response("block read") {
             Ok(got) => got,
             Err(e @ (Error::Refused { .. } | Error::Busy(_))) => return Err(e),
-            Err(e) => {
-                self.broken = true;
-                return Err(e);
-            }
+            Err(e) => return Err(self.out_of_step(e)),
         };
         if got != len {
-            self.broken = true;
-            return Err(Error::Protocol(format!("block read of {len} bytes answered with {got}")));
+            return Err(self.out_of_step(Error::Protocol(format!("block read of {len} bytes answered with {got}"))));
         }
-        self.s.read_exact(buf).map_err(|e| {
-            self.broken = true;
-            Error::io("read block bytes")(e)
-        })
+        self.s.read_exact(buf).map_err(|e| self.out_of_step(Error::io("read block bytes")(e)))
     }
 
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
@@ -247,8 +251,8 @@ mod tests {
         let mut buf = [0u8; 4];
         assert!(matches!(r.read(1, 0, &mut buf), Err(Error::Refused { .. })));
         r.send(1, 4, 4).unwrap();
-        assert!(matches!(r.receive(&mut [0u8; 3]), Err(Error::Protocol(_))), "a buffer of the wrong size is refused before anything is read");
-        assert!(matches!(r.receive(&mut buf), Err(Error::Protocol(_))), "3 bytes answered for a 4-byte read");
+        assert!(matches!(r.receive(&mut [0u8; 3]), Err(Error::Protocol(m)) if m.contains("3-byte buffer")), "a buffer of the wrong size is refused before anything is read");
+        assert!(matches!(r.receive(&mut buf), Err(Error::Protocol(m)) if m.contains("answered with 3")), "3 bytes answered for a 4-byte read (the read was still outstanding)");
         assert!(r.send(1, 8, 4).is_err() && r.read(1, 8, &mut buf).is_err(), "out of step: nothing more on this connection");
     }
 }
