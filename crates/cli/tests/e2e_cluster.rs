@@ -120,9 +120,14 @@ fn refusals_leave_the_node_as_it_was() {
     keys.client().cmd(&["DEBUG", "POPULATE", "3"]).unwrap();
     refused(&keys, "keys");
     let slots = c.add_empty_node(NodeOpts::default());
-    slots.client().cmd(&["CLUSTER", "DELSLOTS", "16383"]).ok();
+    // The slot's owner gives it up first; the new node then drops the owner's claim from its own view
+    // and takes the slot. A gossip message the owner sent before its DELSLOTS can still put the claim
+    // back ("Slot 16383 is already busy"): the new node tries again until the slot is its.
     c.master(0).client().cmd(&["CLUSTER", "DELSLOTS", "16383"]).unwrap();
-    slots.client().cmd(&["CLUSTER", "ADDSLOTS", "16383"]).unwrap();
+    fixtures::wait_until("the new node to take slot 16383", std::time::Duration::from_secs(30), || {
+        slots.client().cmd(&["CLUSTER", "DELSLOTS", "16383"]).ok();
+        slots.client().cmd(&["CLUSTER", "ADDSLOTS", "16383"]).ok()
+    });
     refused(&slots, "serves 1 slot");
     let aof = c.add_empty_node(NodeOpts { extra: vec!["appendonly yes".into()], ..Default::default() });
     refused(&aof, "appendonly yes");
