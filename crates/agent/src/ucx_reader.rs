@@ -8,6 +8,7 @@
 use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use transport::auth::Kind;
@@ -138,7 +139,16 @@ impl RangeReader for UcxReader {
                 buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
-            ep.get_into(&mut ops, &seg.rkey, deadline).map_err(|e| Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")))?;
+            // UCX's shared-memory transports cannot tell that the relay died; its data connection
+            // can, at once: a GET to a dead relay then fails now instead of at the deadline.
+            let conn = self.conn.s.tcp().as_raw_fd();
+            let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || peer_closed(conn).then(|| "the relay closed its data connection".to_string()));
+            if let Err(e) = got {
+                // The endpoint may have been closed to end the failed GETs: the next read starts over.
+                self.keys.clear();
+                self.ep = None;
+                return Err(Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")));
+            }
             done += n;
         }
         Ok(())
@@ -147,6 +157,14 @@ impl RangeReader for UcxReader {
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
         self.conn.read_log(generation, from, max)
     }
+}
+
+/// Has the other end of the TCP connection `fd` closed it (or is it broken)? Does not wait.
+fn peer_closed(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd on the stack; `fd` is an open socket owned by the caller's reader.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// The network device this host reaches `relay` through (the kernel's route choice, asked with an

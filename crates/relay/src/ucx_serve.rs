@@ -103,6 +103,7 @@ impl UcxServer {
                 };
                 let _ = tx.send(w.address());
                 let mut last_purge = std::time::Instant::now();
+                let mut wait_failed = false;
                 while !s.load(Ordering::SeqCst) {
                     if last_purge.elapsed() >= PURGE_EVERY {
                         purge(&r);
@@ -110,8 +111,14 @@ impl UcxServer {
                     }
                     if !w.progress() {
                         if let Err(e) = w.wait(Duration::from_millis(100)) {
-                            tracing::error!(error = %e, "UCX progress thread stops");
-                            return;
+                            // Stopping here would leave every agent's GET unanswered while the
+                            // relay still offers ucx: keep progressing, polling instead of sleeping
+                            // on the event descriptor, and say so once.
+                            if !wait_failed {
+                                tracing::error!(error = %e, "UCX progress thread cannot sleep on its worker's events; polling every millisecond instead");
+                                wait_failed = true;
+                            }
+                            std::thread::sleep(Duration::from_millis(1)); // Polling period, not synchronization.
                         }
                     }
                 }

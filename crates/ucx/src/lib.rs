@@ -350,7 +350,7 @@ impl Worker {
         // SAFETY: live worker; `remote` outlives the call (UCX copies the address); the error handler
         // argument points into a Box the Endpoint keeps until after the endpoint is closed.
         check("ucp_ep_create", unsafe { sys::ucp_ep_create(self.inner.h, &params, &mut h) })?;
-        Ok(Endpoint { inner: Rc::new(EndpointInner { h, worker: self.inner.clone(), failed }) })
+        Ok(Endpoint { inner: Rc::new(EndpointInner { h, worker: self.inner.clone(), failed, closed: Default::default(), close_incomplete: Default::default() }) })
     }
 }
 
@@ -367,6 +367,11 @@ struct EndpointInner {
     h: sys::ucp_ep_h,
     worker: Rc<WorkerInner>,
     failed: Box<std::sync::atomic::AtomicI32>,
+    /// Closed early, to end GETs that could not be cancelled (see [`Endpoint::get_into`]); the
+    /// handle is gone and nothing may be started on it.
+    closed: std::cell::Cell<bool>,
+    /// The close did not complete in time: UCX may still call the error handler.
+    close_incomplete: std::cell::Cell<bool>,
 }
 
 /// A connection to a remote worker.
@@ -425,6 +430,9 @@ impl Endpoint {
         if !Rc::ptr_eq(&rkey.ep, &self.inner) {
             return Err(Error { op: "ucp_get_nbx", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "remote key unpacked on another endpoint".into() });
         }
+        if self.inner.closed.get() {
+            return Err(Error::from_status("ucp_get_nbx (endpoint closed after a failed read)", sys::UCS_ERR_CANCELED));
+        }
         if let Some(e) = self.failure() {
             return Err(e);
         }
@@ -440,9 +448,18 @@ impl Endpoint {
     }
 
     /// Read every `(destination, remote address)` pair under `rkey`, all in flight together, and
-    /// return when all are complete. On error or when `deadline` passes, the rest are cancelled and
-    /// completed before this returns, so the borrowed slices are never written afterwards.
+    /// return when all are complete. On error or when `deadline` passes, the rest are ended before
+    /// this returns, so the borrowed slices are never written afterwards.
     pub fn get_into(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey, deadline: Instant) -> Result<(), Error> {
+        self.get_into_unless(ops, rkey, deadline, &mut || None)
+    }
+
+    /// As [`Endpoint::get_into`], and gives up early when `gone()` names a reason (checked whenever
+    /// the worker has been idle for a while, so at least every [`WAIT_MAX`]): the caller knows the
+    /// peer is gone by other means (its TCP connection closed), which UCX's shared-memory
+    /// transports cannot tell. Giving up closes this endpoint: GETs cannot be cancelled one by one
+    /// (`ucp_request_cancel` only cancels receives), but a forced close completes all of them.
+    pub fn get_into_unless(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey, deadline: Instant, gone: &mut dyn FnMut() -> Option<String>) -> Result<(), Error> {
         let worker = &self.inner.worker;
         let mut pending: Vec<*mut c_void> = Vec::with_capacity(ops.len());
         let mut result = Ok(());
@@ -469,31 +486,28 @@ impl Endpoint {
                     idle = 0;
                     if let Err(e) = worker.wait(WAIT_MAX) {
                         result = Err(e); // never `?` here: pending requests must be completed below
+                    } else if let Some(why) = gone() {
+                        result = Err(Error { op: "GET", status: sys::UCS_ERR_CONNECTION_RESET as i32, message: why });
                     }
                 }
             }
-            let mut i = 0;
-            while i < pending.len() {
-                // SAFETY: each pointer is a live request (not yet freed).
-                let st = unsafe { sys::ucp_request_check_status(pending[i]) };
-                if st == sys::UCS_INPROGRESS as sys::ucs_status_t {
-                    i += 1;
-                    continue;
-                }
-                // SAFETY: completed request, freed once and removed from the list.
-                unsafe { sys::ucp_request_free(pending.swap_remove(i)) };
-                if st != sys::UCS_OK as sys::ucs_status_t && result.is_ok() {
-                    result = Err(Error::from_status("GET", st));
-                }
-            }
+            free_completed(&mut pending, &mut result);
             if result.is_ok() && !pending.is_empty() && Instant::now() > deadline {
                 result = Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT));
             }
         }
-        // Whatever is left must finish before the borrows end.
-        for p in pending {
-            if !cancel_and_complete(worker, p) {
-                // UCX never released the request: the destination may still be written. We cannot
+        if !pending.is_empty() {
+            // Whatever is left must finish before the borrows end: close the endpoint by force, which
+            // completes every request on it, and progress until they have.
+            self.inner.close();
+            let until = Instant::now() + CLEANUP_MAX;
+            let mut ignored = Ok(());
+            while !pending.is_empty() && Instant::now() < until {
+                worker.progress();
+                free_completed(&mut pending, &mut ignored);
+            }
+            if !pending.is_empty() {
+                // UCX never released a request: the destination may still be written. We cannot
                 // return while that is possible; this is a UCX bug, so fail loudly.
                 std::process::abort();
             }
@@ -502,14 +516,38 @@ impl Endpoint {
     }
 }
 
-impl Drop for EndpointInner {
-    fn drop(&mut self) {
+/// Free the requests in `pending` that have completed; the first failure goes to `result`.
+fn free_completed(pending: &mut Vec<*mut c_void>, result: &mut Result<(), Error>) {
+    let mut i = 0;
+    while i < pending.len() {
+        // SAFETY: each pointer is a live request (not yet freed).
+        let st = unsafe { sys::ucp_request_check_status(pending[i]) };
+        if st == sys::UCS_INPROGRESS as sys::ucs_status_t {
+            i += 1;
+            continue;
+        }
+        // SAFETY: completed request, freed once and removed from the list.
+        unsafe { sys::ucp_request_free(pending.swap_remove(i)) };
+        if st != sys::UCS_OK as sys::ucs_status_t && result.is_ok() {
+            *result = Err(Error::from_status("GET", st));
+        }
+    }
+}
+
+impl EndpointInner {
+    /// Close the endpoint by force (its outstanding requests complete, cancelled), once, and
+    /// progress until the close itself completes or [`CLEANUP_MAX`] passes.
+    fn close(&self) {
+        if self.closed.replace(true) {
+            return;
+        }
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
             ..Default::default()
         };
-        // SAFETY: live endpoint, closed once; remote keys hold a reference to this inner, so all are destroyed.
+        // SAFETY: live endpoint, closed once (guarded by `closed`); remote keys unpacked on it may
+        // outlive it: destroying an rkey does not touch its endpoint.
         let p = unsafe { sys::ucp_ep_close_nbx(self.h, &param) };
         if sys::ucs_ptr_is_ptr(p) {
             let deadline = Instant::now() + CLEANUP_MAX;
@@ -523,11 +561,21 @@ impl Drop for EndpointInner {
                 }
                 if Instant::now() > deadline {
                     tracing::warn!("UCX endpoint close did not complete; leaving it to worker destruction");
-                    // The error-handler argument must outlive any late callback: leak it.
-                    std::mem::forget(std::mem::replace(&mut self.failed, Box::new(std::sync::atomic::AtomicI32::new(0))));
+                    // The error handler's argument must then outlive this inner (see Drop).
+                    self.close_incomplete.set(true);
                     break;
                 }
             }
+        }
+    }
+}
+
+impl Drop for EndpointInner {
+    fn drop(&mut self) {
+        self.close();
+        if self.close_incomplete.get() {
+            // UCX may still call the error handler: its argument must outlive that, so leak it.
+            std::mem::forget(std::mem::replace(&mut self.failed, Box::new(std::sync::atomic::AtomicI32::new(0))));
         }
     }
 }
@@ -755,6 +803,43 @@ mod tests {
         });
         drop(rkey);
         drop(ep);
+    }
+
+    /// GETs to a peer that never answers (its worker is never progressed, as when its process died
+    /// under a transport that cannot tell) end as soon as the caller says the peer is gone: the
+    /// endpoint is closed by force, which completes them, and nothing more can start on it.
+    #[test]
+    fn gets_to_a_silent_peer_end_when_the_caller_gives_up() {
+        // tcp only: GET is emulated by messages the silent worker would have to answer.
+        let ctx = Context::with_options(Some("tcp"), None).expect("ucp_init");
+        let data = vec![7u8; 1 << 20];
+        // SAFETY: `data` outlives `mr` (dropped at the end of the test, after mr).
+        let mr = unsafe { ctx.mem_map(data.as_ptr(), data.len()) }.expect("mem_map");
+        let silent = Worker::new(&ctx).unwrap();
+        let client = Worker::new(&ctx).unwrap();
+        let ep = client.connect(&silent.address().unwrap()).unwrap();
+        let rkey = ep.unpack_rkey(&mr.pack_rkey().unwrap()).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut asked = 0;
+        let far = Instant::now() + Duration::from_secs(600);
+        let e = ep
+            .get_into_unless(&mut [(&mut buf[..], mr.addr())], &rkey, far, &mut || {
+                asked += 1;
+                Some("the peer went away".to_string())
+            })
+            .expect_err("nobody answers these GETs");
+        assert_eq!(asked, 1, "gave up at the first check");
+        assert!(e.to_string().contains("the peer went away"), "{e}");
+        let again = ep.get_into(&mut [(&mut buf[..], mr.addr())], &rkey, far).expect_err("the endpoint is closed");
+        assert!(again.to_string().contains("endpoint closed"), "{again}");
+        drop(rkey);
+        drop(ep);
+        // A deadline ends them the same way (it used to cancel them one by one, which UCX does not
+        // do for GETs, and then abort the process).
+        let ep = client.connect(&silent.address().unwrap()).unwrap();
+        let rkey = ep.unpack_rkey(&mr.pack_rkey().unwrap()).unwrap();
+        let e = ep.get_into(&mut [(&mut buf[..], mr.addr())], &rkey, Instant::now() + Duration::from_millis(100)).expect_err("nobody answers");
+        assert!(e.to_string().contains("deadline passed"), "{e}");
     }
 
     struct SendPtr(*const Worker);

@@ -465,15 +465,25 @@ fn event_bytes(c: &Ctx) -> u64 {
 
 /// Wait until the master's host has sent `bytes` since `tx0`.
 fn wait_master_sent(c: &Ctx, tx0: Option<u64>, bytes: u64) -> Result<()> {
+    wait_master_sent_unless(c, tx0, bytes, || false).map(|_| ())
+}
+
+/// Wait until the master's host has sent `bytes` since `tx0`, or until `ended()` (the joins it waits
+/// on have exited: a join that failed early would otherwise keep this waiting for its whole
+/// deadline). True if the bytes were sent.
+fn wait_master_sent_unless(c: &Ctx, tx0: Option<u64>, bytes: u64, mut ended: impl FnMut() -> bool) -> Result<bool> {
     let (Some(lab), Some(tx0)) = (c.lab, tx0) else { bail!("this scenario needs namespace hosts") };
     let deadline = Instant::now() + Duration::from_secs(600);
     while lab.tx_bytes(0).map_err(|e| anyhow!(e))? - tx0 < bytes {
+        if ended() {
+            return Ok(false);
+        }
         if Instant::now() > deadline {
             bail!("the master's host did not send {bytes} bytes in 600 s");
         }
         std::thread::sleep(Duration::from_millis(20)); // Polling a byte counter with a deadline.
     }
-    Ok(())
+    Ok(true)
 }
 
 fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
@@ -662,8 +672,11 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         let started = t0.elapsed().as_secs_f64();
         let mut procs: Vec<(usize, f64, Proc)> = group.iter().map(|&i| (i, started, join(i))).collect();
         if g == 0 && (c.spec.kill_one || c.spec.arrival == Arrival::Late) {
-            wait_master_sent(c, tx0, event_bytes(c))?;
-            if c.spec.kill_one {
+            // A join that ended before the event (it failed) is reported below, with its error.
+            let event = wait_master_sent_unless(c, tx0, event_bytes(c), || procs.iter_mut().any(|(_, _, p)| !p.running()))?;
+            if !event {
+                tracing::warn!("a join ended before the scenario's event; its error follows");
+            } else if c.spec.kill_one {
                 // SIGKILL mid-pull: its peers must fetch what it served from someone else.
                 procs[0].2.kill();
                 ex.killed = Some(procs[0].0);
@@ -684,7 +697,10 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let report: serde_json::Value =
                 out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
             if code != Some(0) && code != Some(3) {
-                bail!("{} failed (exit {code:?}): {}", p.name, report["error"].as_str().unwrap_or(&out));
+                // A join that cannot reach its relay says little on its own: say whether the relay is
+                // still there, and if not, how it ended.
+                let relay_state = if relay.running() { String::new() } else { format!("\nthe relay had exited:\n{}", tail(&relay.output(), 40)) };
+                bail!("{} failed (exit {code:?}): {}{relay_state}", p.name, report["error"].as_str().unwrap_or(&out));
             }
             let ph = &report["phases"];
             let at = |k: &str| ph[k].as_f64().map(|s| started + s);
@@ -716,5 +732,15 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     ex.agent_rss = Some(agent_rss);
     ex.agent_pss = Some(agent_pss);
     relay.kill();
+    if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
+        let name = format!("{}-{}-n{}-{}-relay.log", c.spec.name, c.link, c.n, c.mode);
+        let _ = std::fs::write(Path::new(&dir).join(name), relay.output());
+    }
     Ok(ex)
+}
+
+/// The last `n` lines of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
