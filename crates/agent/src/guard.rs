@@ -87,8 +87,13 @@ pub fn arm_staged(cfg: &crate::Config, node: &StagedNode<'_>) -> Result<Guard, E
 
 /// The guard's command with what every guard needs: the replica and how to reach it.
 fn command(cfg: &crate::Config) -> Result<Command, Error> {
-    let exe = std::env::current_exe().map_err(|e| Error::Internal(format!("find our own binary for the replica guard: {e}")))?;
-    let mut cmd = Command::new(exe);
+    // The running binary by its inode, not by its path: a package upgrade that replaced the file
+    // while this join runs must not keep the guard from starting (the path would name another
+    // binary, or none: "No such file or directory"). argv[0] keeps the path, for `ps`.
+    let mut cmd = Command::new("/proc/self/exe");
+    if let Ok(path) = std::env::current_exe() {
+        std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
+    }
     cmd.arg(SUBCOMMAND)
         .env(ENV_REPLICA, &cfg.replica)
         .env_remove(ENV_FOLLOWS)
