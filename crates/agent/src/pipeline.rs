@@ -284,11 +284,8 @@ struct Planner<'a> {
     /// The tracker link's thread; `None` without a tracker (none, or its link failed): every block
     /// from the relay.
     tracker: Option<Sender<Ask>>,
-    /// A `locate` is out (one at a time: its answer reflects what the chooser had then).
-    locating: bool,
-    /// No question before this (the last answer gave nothing to do; a report that frees a slot or
-    /// moves the window clears it).
-    quiet_until: Option<Instant>,
+    /// When the next `locate` may go out.
+    asking: planner::Asking,
     asked_needed: Option<Instant>,
     feed: Sender<Feed>,
     out: Planned,
@@ -312,8 +309,7 @@ impl<'a> Planner<'a> {
             pool: Vec::new(),
             pool_max,
             tracker,
-            locating: false,
-            quiet_until: None,
+            asking: planner::Asking::default(),
             asked_needed: None,
             feed,
             out: Planned::default(),
@@ -374,7 +370,7 @@ impl<'a> Planner<'a> {
             if t.send(ask).is_err() {
                 // The thread ended at the link's failure: its `Heard::Lost`, already queued, says why.
                 self.tracker = None;
-                self.locating = false;
+                self.asking.tracker_lost();
             }
         }
     }
@@ -382,7 +378,7 @@ impl<'a> Planner<'a> {
     fn lose_tracker(&mut self, e: transport::Error) {
         tracing::warn!(error = %e, "the relay's tracker failed; pulling the rest from the relay alone");
         self.tracker = None;
-        self.locating = false;
+        self.asking.tracker_lost();
         self.out.swarm_lost = Some(e.to_string());
     }
 
@@ -399,7 +395,7 @@ impl<'a> Planner<'a> {
     /// Find sources for the blocks the chooser wants: ask the tracker (the answer comes back as a
     /// report), or, without one, read them from the relay. Whether anything was decided or asked.
     fn plan(&mut self) -> bool {
-        if self.locating || self.quiet_until.is_some_and(|t| Instant::now() < t) {
+        if !self.asking.may_ask(Instant::now()) {
             return false;
         }
         let mut wanted = self.chooser.wanted(|_| 0);
@@ -419,7 +415,9 @@ impl<'a> Planner<'a> {
             flows_free: fetching.flows_free.min(255) as u8,
             open: fetching.open,
         }));
-        self.locating = self.tracker.is_some();
+        if self.tracker.is_some() {
+            self.asking.asked();
+        }
         true
     }
 
@@ -504,23 +502,20 @@ impl<'a> Planner<'a> {
         match r {
             Report::Done { fetcher, job, took, rereads } => {
                 self.fetcher(fetcher).outstanding -= 1;
-                self.quiet_until = None;
+                self.asking.changed();
                 self.done(job, took, rereads)
             }
             Report::Missed { fetcher, job, miss } => {
                 self.fetcher(fetcher).outstanding -= 1;
-                self.quiet_until = None;
+                self.asking.changed();
                 self.missed(job, miss);
                 true
             }
             Report::Tracker(Heard::Located(answers, took)) => {
                 tracing::debug!(secs = took.as_secs_f64(), "tracker answered a locate");
-                self.locating = false;
-                // An answer that gives nothing to do: ask again after a moment, or sooner when a read
-                // ends or the window moves.
-                if self.tracker.is_some() && !self.assign(answers) {
-                    self.quiet_until = Some(Instant::now() + limits::LOCATE_RETRY_EVERY);
-                }
+                // Answers that come after the tracker was lost are left alone: the relay serves all.
+                let useful = self.tracker.is_none() || self.assign(answers);
+                self.asking.answered(useful, Instant::now());
                 true
             }
             Report::Tracker(Heard::Needed(n)) => {
@@ -539,7 +534,7 @@ impl<'a> Planner<'a> {
             }
             Report::Written { n, dropped, freed } => {
                 self.chooser.written(n);
-                self.quiet_until = None;
+                self.asking.changed();
                 // Cached blocks dropped: the tracker stops naming us for them (told here, not by the
                 // writer, so that the replica's feed never waits on the tracker; and after their
                 // `have`, which the planner sent when they arrived).

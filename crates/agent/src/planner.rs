@@ -81,6 +81,46 @@ pub fn assign(chooser: &mut Chooser, answers: &[Located], now: Instant) -> Assig
     out
 }
 
+/// When the planner may put its next `locate` to the tracker: one question at a time (its answer
+/// reflects what the chooser had when it was asked), and after an answer that gave nothing to do,
+/// not again for [`limits::LOCATE_RETRY_EVERY`] unless something changed first (a read ended, a
+/// block was written): asking again at once would get the same answer.
+#[derive(Debug, Default)]
+pub struct Asking {
+    out: bool,
+    quiet_until: Option<Instant>,
+}
+
+impl Asking {
+    /// May a question go out at `now`?
+    pub fn may_ask(&self, now: Instant) -> bool {
+        !self.out && !self.quiet_until.is_some_and(|t| now < t)
+    }
+
+    /// A question went out.
+    pub fn asked(&mut self) {
+        self.out = true;
+    }
+
+    /// Its answer came at `now`; `useful` if it gave anything to do.
+    pub fn answered(&mut self, useful: bool, now: Instant) {
+        self.out = false;
+        if !useful {
+            self.quiet_until = Some(now + limits::LOCATE_RETRY_EVERY);
+        }
+    }
+
+    /// Something changed that may change the answer: ask when ready.
+    pub fn changed(&mut self) {
+        self.quiet_until = None;
+    }
+
+    /// The tracker is gone: no answer will come to a question that is out.
+    pub fn tracker_lost(&mut self) {
+        self.out = false;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +183,28 @@ mod tests {
         ];
         let a = assign(&mut c, &answers, Instant::now());
         assert_eq!(a.peers, vec![(3, 4)], "fewer holders named does not go first");
+    }
+
+    #[test]
+    fn one_question_at_a_time_and_a_pause_after_a_useless_answer() {
+        let t0 = Instant::now();
+        let mut a = Asking::default();
+        assert!(a.may_ask(t0));
+        a.asked();
+        assert!(!a.may_ask(t0), "a question is out");
+        a.answered(true, t0);
+        assert!(a.may_ask(t0), "a useful answer: ask again at once");
+        a.asked();
+        a.answered(false, t0);
+        assert!(!a.may_ask(t0), "nothing to do: the same question now would get the same answer");
+        assert!(a.may_ask(t0 + limits::LOCATE_RETRY_EVERY), "after the pause");
+        a.changed();
+        assert!(a.may_ask(t0), "a change ends the pause");
+        a.asked();
+        a.tracker_lost();
+        assert!(a.may_ask(t0), "no answer will come from a lost tracker");
+        a.asked();
+        a.changed();
+        assert!(!a.may_ask(t0), "a change does not send a second question while one is out");
     }
 }
