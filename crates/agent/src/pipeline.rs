@@ -635,9 +635,6 @@ enum Next {
     Gone,
 }
 
-/// How often an idle relay reader looks whether block 0 is published, to prepare its reader.
-const PREPARE_POLL: Duration = Duration::from_millis(20);
-
 /// The next job for a fetcher with `in_flight` reads on the wire: it waits for one only when nothing
 /// is in flight (otherwise it goes on to receive what it sent).
 fn next_job(jobs: &Receiver<Job>, in_flight: usize) -> Next {
@@ -686,37 +683,9 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
     let mut wire: VecDeque<(Job, Instant, u32)> = VecDeque::new();
     let mut clock = ReadClock::new();
     let fail = |e: Error| drop(reports.send(Report::Failed(e)));
-    // UCX sets its endpoint up at the first read: do that as soon as block 0 is published, not when
-    // the planner first gives this reader work, which can be late in a swarm (see
-    // `RangeReader::prepare`, and the UCX 1.13 abort it keeps away from the middle of pulls).
-    let mut first: Option<Job> = None;
-    if p.transport.kind() == transport::TransportKind::Ucx {
-        loop {
-            match jobs.recv_timeout(PREPARE_POLL) {
-                Ok(j) => {
-                    first = Some(j);
-                    break;
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            if p.progress.with(|v| v.blocks_readable()) > 0 {
-                let prepared = p.transport.open().and_then(|mut r| r.prepare(generation).map(|()| r));
-                match prepared {
-                    Ok(r) => reader = Some(r),
-                    Err(e) => return fail(Error::relay(e)),
-                }
-                break;
-            }
-        }
-    }
     loop {
         while wire.len() < reader.as_ref().map_or(1, |r| r.depth()) {
-            let next = match first.take() {
-                Some(j) => Next::Job(j),
-                None => next_job(jobs, wire.len()),
-            };
-            let job = match next {
+            let job = match next_job(jobs, wire.len()) {
                 Next::Job(j) => j,
                 Next::Nothing => break,
                 Next::Gone => return,

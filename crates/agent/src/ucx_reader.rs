@@ -157,21 +157,6 @@ impl RangeReader for UcxReader {
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
         self.conn.read_log(generation, from, max)
     }
-
-    /// Attach segment 0 and wait for the endpoint's wire-up. A relay on UCX 1.13 that is answering a
-    /// wire-up when its agent dies can abort on one of UCX's own assertions (openucx/ucx#8175,
-    /// removed in later releases): wiring up at the start keeps that window off the middle of pulls,
-    /// where agents are killed more often (a relay reader first used late opened its endpoint then).
-    fn prepare(&mut self, generation: u64) -> Result<(), Error> {
-        self.segment(generation, 0)?;
-        let (_, ep) = self.ep.as_ref().expect("segment() connected");
-        if let Err(e) = ep.flush(Instant::now() + IO_TIMEOUT) {
-            self.keys.clear();
-            self.ep = None;
-            return Err(Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")));
-        }
-        Ok(())
-    }
 }
 
 /// Has the other end of the TCP connection `fd` closed it (or is it broken)? Does not wait.

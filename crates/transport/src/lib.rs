@@ -86,12 +86,6 @@ pub trait RangeReader: Send {
     /// Stream-log bytes of `generation` from absolute replication offset `from`, at most `max`, ending at
     /// a command boundary; empty when nothing new is there.
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error>;
-    /// Do now what this reader's first read of `generation` would set up (UCX: the endpoint to the
-    /// relay's worker and its wire-up), so that it does not happen in the middle of a pull. Block 0
-    /// must be published. Readers with nothing to set up do nothing.
-    fn prepare(&mut self, _generation: u64) -> Result<(), Error> {
-        Ok(())
-    }
     /// Reads this reader keeps in flight with [`RangeReader::send`]: 1 when it reads one range at a
     /// time (shm, ucx: their reads are one-sided and need no request on a wire).
     fn depth(&self) -> usize {

@@ -418,43 +418,6 @@ impl Endpoint {
         rma_lane(&self.describe())
     }
 
-    /// Wait until everything started on this endpoint is complete, its connection set-up (wire-up)
-    /// included, or `deadline` passes.
-    pub fn flush(&self, deadline: Instant) -> Result<(), Error> {
-        if self.inner.closed.get() {
-            return Err(Error::from_status("ucp_ep_flush_nbx (endpoint closed after a failed read)", sys::UCS_ERR_CANCELED));
-        }
-        let param = sys::ucp_request_param_t::default();
-        // SAFETY: live endpoint (not closed, checked above); no callback: completion is polled.
-        let p = unsafe { sys::ucp_ep_flush_nbx(self.inner.h, &param) };
-        if sys::ucs_ptr_is_err(p) {
-            return Err(Error::from_status("ucp_ep_flush_nbx", sys::ucs_ptr_status(p)));
-        }
-        if p.is_null() {
-            return Ok(()); // nothing outstanding
-        }
-        let mut pending = vec![p];
-        let mut result = Ok(());
-        while !pending.is_empty() && result.is_ok() {
-            if !self.inner.worker.progress() {
-                let _ = self.inner.worker.wait(WAIT_MAX);
-            }
-            free_completed(&mut pending, &mut result);
-            if !pending.is_empty() && Instant::now() > deadline {
-                // A flush holds no buffer of ours: closing the endpoint ends it like any request.
-                self.inner.close();
-                let mut ignored = Ok(());
-                let until = Instant::now() + CLEANUP_MAX;
-                while !pending.is_empty() && Instant::now() < until {
-                    self.inner.worker.progress();
-                    free_completed(&mut pending, &mut ignored);
-                }
-                return Err(Error::from_status("ucp_ep_flush_nbx (deadline passed)", sys::UCS_ERR_TIMED_OUT));
-            }
-        }
-        result.map_err(|e| Error { op: "ucp_ep_flush_nbx", ..e })
-    }
-
     /// Start one GET of `buf.len()` bytes from `remote_addr` under `rkey` into `buf`, which the
     /// returned [`Get`] owns until the read is complete.
     pub fn get(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Get, Error> {
@@ -828,7 +791,6 @@ mod tests {
                 }
             });
             let deadline = Instant::now() + Duration::from_secs(30);
-            ep.flush(deadline).expect("the endpoint wires up while the server progresses");
             let got = ep.get(vec![0u8; 1 << 20], mr.addr() + 4096, &rkey).unwrap().wait(deadline).unwrap();
             assert_eq!(got, data[4096..4096 + (1 << 20)]);
             let mut a = vec![0u8; 1000];
@@ -877,10 +839,6 @@ mod tests {
         let ep = client.connect(&silent.address().unwrap()).unwrap();
         let rkey = ep.unpack_rkey(&mr.pack_rkey().unwrap()).unwrap();
         let e = ep.get_into(&mut [(&mut buf[..], mr.addr())], &rkey, Instant::now() + Duration::from_millis(100)).expect_err("nobody answers");
-        assert!(e.to_string().contains("deadline passed"), "{e}");
-        // And a wire-up that never completes ends at its deadline too.
-        let ep = client.connect(&silent.address().unwrap()).unwrap();
-        let e = ep.flush(Instant::now() + Duration::from_millis(100)).expect_err("the silent worker never answers the wire-up");
         assert!(e.to_string().contains("deadline passed"), "{e}");
     }
 
