@@ -3,12 +3,32 @@
 
 use procfs::process::Process;
 
-/// CPU seconds (user + system) of process `pid`, plus those of children it has reaped (a server's
-/// fork children are counted once they exit and are waited for). `None` if it is gone.
+/// CPU seconds (user + system) of process `pid`, plus those of its children: those it has reaped
+/// (a server's fork children, once they exit and are waited for) and those still running (the
+/// relay's UCX side). `None` if it is gone.
 pub fn cpu_secs_with_children(pid: u32) -> Option<f64> {
+    Some(ticks_with_children(pid)? as f64 / procfs::ticks_per_second() as f64)
+}
+
+fn ticks_with_children(pid: u32) -> Option<u64> {
     let st = Process::new(pid as i32).ok()?.stat().ok()?;
-    let ticks = st.utime + st.stime + st.cutime.max(0) as u64 + st.cstime.max(0) as u64;
-    Some(ticks as f64 / procfs::ticks_per_second() as f64)
+    let own = st.utime + st.stime + st.cutime.max(0) as u64 + st.cstime.max(0) as u64;
+    Some(own + children(pid).into_iter().filter_map(ticks_with_children).sum::<u64>())
+}
+
+/// The running processes `pid` started (from every thread's `children` list).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    out
+}
+
+/// PSS in KiB of `pid` and the processes it started that still run (`None` if `pid` is gone).
+pub fn pss_kib_with_children(pid: u32) -> Option<u64> {
+    Some(pss_kib(pid)? + children(pid).into_iter().filter_map(pss_kib_with_children).sum::<u64>())
 }
 
 /// CPU seconds (user + system) this process has used so far, to the microsecond (`getrusage`; /proc

@@ -124,6 +124,24 @@ impl UcxReader {
 
 impl RangeReader for UcxReader {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        match self.read_once(generation, offset, buf) {
+            // The relay is still there but its UCX side failed: the relay starts another, whose
+            // address the next attach gives. Once: a second failure is the relay's.
+            Err(Error::Rma(e)) if !peer_closed(self.conn.s.tcp().as_raw_fd()) => {
+                tracing::warn!(error = %e, "a read over UCX failed; attaching to the relay's UCX side again");
+                self.read_once(generation, offset, buf)
+            }
+            r => r,
+        }
+    }
+
+    fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
+        self.conn.read_log(generation, from, max)
+    }
+}
+
+impl UcxReader {
+    fn read_once(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let deadline = Instant::now() + IO_TIMEOUT;
         let mut done = 0usize;
         while done < buf.len() {
@@ -152,10 +170,6 @@ impl RangeReader for UcxReader {
             done += n;
         }
         Ok(())
-    }
-
-    fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
-        self.conn.read_log(generation, from, max)
     }
 }
 

@@ -55,6 +55,10 @@ enum Cmd {
     /// Started by `join`: resets the replica if the join's process dies before the handoff.
     #[command(name = agent::guard::SUBCOMMAND, hide = true)]
     Guard,
+    /// Started by `relay`: holds UCX in a process of its own (see relay::ucx_side).
+    #[cfg(feature = "ucx")]
+    #[command(name = relay::ucx_side::SUBCOMMAND, hide = true)]
+    RelayUcxSide,
 }
 
 #[derive(clap::Args)]
@@ -476,6 +480,10 @@ fn main() -> ExitCode {
     if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
         std::env::set_var("UCX_NET_DEVICES", d);
     }
+    // The relay's UCX side process logs as the relay does.
+    if let Cmd::Relay(_) = &cli.cmd {
+        std::env::set_var("FASTREPL_LOG_FORMAT", if cli.log_format == LogFormat::Json { "json" } else { "text" });
+    }
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
@@ -485,6 +493,8 @@ fn main() -> ExitCode {
         Cmd::Stage(a) => stage(a),
         Cmd::Status(a) => status(a),
         Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
+        #[cfg(feature = "ucx")]
+        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run()).unwrap_or(1))),
     };
     match r {
         Ok(code) => code,

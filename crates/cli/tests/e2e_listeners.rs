@@ -45,6 +45,18 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
 }
 
 
+/// As [`listening`], for `pid` and every process it started, and theirs (the relay's UCX side).
+fn listening_tree(pid: u32) -> Vec<SocketAddr> {
+    let mut out = listening(pid);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.extend(listening_tree(child));
+        }
+    }
+    out
+}
+
 /// Relay with the default transports (auto: shm, ucx, tcp) on loopback; a join over ucx. Every
 /// listener of either process is on 127.0.0.1; the relay's UCX listeners are the ones its log and
 /// status name; a stranger's garbage on the UCX port gets no byte back and the join still works.
@@ -64,10 +76,12 @@ fn every_listener_is_where_it_was_asked_for() {
     assert!(!ucx.is_empty(), "the relay offers ucx here but names no UCX listener: {st}");
     let mut asked: Vec<SocketAddr> = vec![relay.addr.parse().unwrap(), metrics.parse().unwrap()];
     asked.extend(&ucx);
-    let mut found = listening(relay.proc.pid());
+    // UCX runs in a process the relay started (its UCX side): its listeners are the relay's too.
+    let mut found = listening_tree(relay.proc.pid());
     found.sort();
     asked.sort();
-    assert_eq!(found, asked, "the relay listens beyond what was asked (--listen, --metrics) and the UCX listeners it names");
+    assert_eq!(found, asked, "the relay (with its UCX side) listens beyond what was asked (--listen, --metrics) and the UCX listeners it names");
+    assert!(!listening(relay.proc.pid()).iter().any(|a| ucx.contains(a)), "UCX listens in the relay's own process, not in its side");
     assert!(ucx.iter().all(|a| a.ip() == loopback), "UCX listens off the --listen device: {ucx:?}");
     assert!(relay.proc.output().contains(&format!("ucx_listeners=[\"{}", ucx[0])), "start-up log does not name the UCX listener:\n{}", relay.proc.output());
 
@@ -105,7 +119,7 @@ fn every_listener_is_where_it_was_asked_for() {
     assert_identical(&master, &replica);
 
     // The relay after all of it: still only what was asked.
-    let mut after = listening(relay.proc.pid());
+    let mut after = listening_tree(relay.proc.pid());
     after.sort();
     assert_eq!(after, asked);
 }

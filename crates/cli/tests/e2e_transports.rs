@@ -157,3 +157,40 @@ fn a_join_to_a_dead_relay_names_it() {
     assert!(j.output.contains(&format!("(relay {relay}, replica {})", replica.addr())) && j.output.contains("connect to relay"), "{}", j.output);
     assert_untouched(&replica);
 }
+
+/// The processes `pid` started.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    out
+}
+
+/// The relay's UCX side process dies (as when UCX 1.13 aborts it on one of its assertions): the relay
+/// lives on with its snapshot, says how the side ended, starts another, and joins over ucx go on.
+#[test]
+fn the_relays_ucx_side_dying_takes_only_itself() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 8, 1 << 20);
+    let mut relay = relay_offering(&master.addr(), "ucx");
+    let ucx_join = |replica: &Server| {
+        let j = join_with(&relay.addr, &replica.addr(), &["--transport", "ucx"]);
+        assert_eq!((j.code, j.report["handoff"].as_str(), j.report["transport"].as_str()), (Some(0), Some("partial"), Some("ucx")), "{}", j.output);
+        assert_identical(&master, replica);
+        j
+    };
+    let first = ucx_join(&Server::start(Flavor::Redis70, &[]));
+    let sides = children_of(relay.proc.pid());
+    assert_eq!(sides.len(), 1, "the relay runs UCX in one process of its own: {sides:?}");
+    // SAFETY: kill(2) on the pid of the relay's child, which is alive (listed just above).
+    assert_eq!(unsafe { libc::kill(sides[0] as i32, libc::SIGKILL) }, 0);
+    wait_until("the relay to say its UCX side ended", Duration::from_secs(20), || relay.proc.output().contains("UCX side process ended").then_some(()));
+    assert!(relay.proc.running(), "the relay died with its UCX side:\n{}", relay.proc.output());
+    let second = ucx_join(&Server::start(Flavor::Redis70, &[]));
+    assert_eq!(first.report["generation"], second.report["generation"], "the relay kept its snapshot: no new capture");
+    let now = children_of(relay.proc.pid());
+    assert!(now.len() == 1 && now[0] != sides[0], "a new UCX side serves: {now:?} (was {sides:?})");
+    assert!(relay.proc.output().contains("signal: 9"), "the relay says how its side ended:\n{}", relay.proc.output());
+}

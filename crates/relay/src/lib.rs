@@ -33,6 +33,8 @@ pub mod stats;
 mod tracker;
 #[cfg(feature = "ucx")]
 mod ucx_serve;
+#[cfg(feature = "ucx")]
+pub mod ucx_side;
 
 
 use generations::{Action, Answer, Generations, Next, Ticket};

@@ -1,33 +1,34 @@
-//! The relay's UCX side: a context, a worker kept progressing by its own thread (UCX 1.13 emulates
-//! GET with active messages over tcp and shared memory, so the relay must answer them; verbs needs it
-//! for connection set-up and keep-alives), and registrations of generations' regions, one per
-//! segment, made when an agent first asks for that segment's key.
+//! The relay's UCX service as the relay sees it: a side process ([`crate::ucx_side`]) that holds UCX,
+//! started with the relay and again whenever it dies, and asked for the remote key of each segment
+//! an agent reads.
+//!
+//! UCX runs in a process of its own because UCX 1.13 can abort the process it runs in when a peer
+//! dies at the wrong moment (see [`crate::ucx_side`]). The relay's snapshot, stream log, tracker and
+//! every other agent must not go with it: when the side dies the relay logs how it ended and starts
+//! another, whose worker has a new address; agents reading over ucx see their reads fail, and their
+//! next attach hands them the new address (`agent::ucx_reader` reconnects when it changes).
 
-use ucx::{Context, MemRegion, Worker};
+use crate::ucx_side::{self, Answer, Ready, Request};
 use snapshot::Generation;
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use transport::wire::{UcxKey, UCX_SEGMENT};
 
-/// One generation's registrations over a read-only mapping of its memfd. Field order matters:
-/// segments unregister before the mapping goes.
-struct GenReg {
-    segments: HashMap<u64, MemRegion>,
-    map: memmap2::Mmap,
-    gen: Weak<Generation>,
-}
-
-/// Why the relay's UCX side failed.
+/// Why the relay's UCX service failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UcxServeError {
-    /// A UCX call failed.
-    #[error(transparent)]
-    Ucx(#[from] ucx::Error),
-    /// The progress thread could not start or died before it said its address.
-    #[error("UCX progress thread: {0}")]
-    Thread(String),
+    /// UCX could not start in the side process (no device holds `--listen`, no transport...).
+    #[error("UCX could not start: {0}")]
+    Start(String),
+    /// The side process could not be started, or failed while answering.
+    #[error("the relay's UCX side process: {0}")]
+    Side(String),
     /// An agent asked for a segment that is not (yet) readable.
     #[error("segment {segment}: {source}")]
     Segment {
@@ -43,148 +44,242 @@ pub enum UcxServeError {
         /// The segment.
         segment: u64,
     },
-    /// `--listen` is an address no network device here holds, so UCX's listener could not be kept
-    /// on it.
-    #[error("no network device holds {listen}, the relay's --listen address; UCX is restricted to that device (or to --ucx-devices)")]
-    NoDevice {
-        /// The relay's listen address.
-        listen: std::net::SocketAddr,
-    },
-    /// Mapping the generation for registration failed.
-    #[error("map region for ucx: {0}")]
-    Map(#[from] snapshot::MapError),
 }
 
-/// The relay's UCX context, progress thread and registrations.
+/// How long the side may take to start or to answer one request (a registration pins memory on
+/// RDMA devices, which takes a while for a large segment).
+const SIDE_ANSWER_MAX: Duration = Duration::from_secs(60);
+/// How often the watcher looks whether the side is alive and forgets dropped generations (their
+/// read mapping in the side would otherwise keep the whole snapshot's memory alive).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// A side that died is started again at most this often.
+const RESTART_EVERY: Duration = Duration::from_secs(1);
+
+/// The relay's UCX service: the side process, restarted when it dies.
 pub struct UcxServer {
-    ctx: Arc<Context>,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The side process and what the relay knows of it; `side` is `None` while it is dead.
+struct State {
+    listen: SocketAddr,
+    side: Option<Side>,
+    last_start: Instant,
+}
+
+/// One running side process.
+struct Side {
+    child: Child,
+    conn: UnixStream,
     address: Vec<u8>,
     transports: Vec<String>,
-    listeners: Vec<std::net::SocketAddr>,
-    regs: Arc<Mutex<HashMap<u64, GenReg>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    listeners: Vec<SocketAddr>,
+    /// Generations registered there, forgotten when the relay lets them go.
+    generations: HashMap<u64, Weak<Generation>>,
 }
 
-
 impl UcxServer {
-    /// Initialise UCX and start the progress thread. UCX's network devices are restricted to the
-    /// one that carries `listen` (UCX's tcp transport listens on every device it uses), unless
-    /// `listen` is unspecified (every device asked for) or `UCX_NET_DEVICES` names them
-    /// (`relay --ucx-devices`).
-    pub fn start(listen: std::net::SocketAddr) -> Result<UcxServer, UcxServeError> {
-        let devices = if std::env::var_os("UCX_NET_DEVICES").is_some() || listen.ip().is_unspecified() {
-            None
-        } else {
-            // An address no device holds cannot be listened on by UCX either: better no ucx than a
-            // listener elsewhere.
-            let device = ucx::netdev::device_of(listen.ip()).ok_or(UcxServeError::NoDevice { listen })?;
-            Some(Context::net_devices_listening_on(&device)?)
-        };
-        let before = ucx::netdev::listening();
-        let ctx = Context::with_options(None, devices.as_deref())?;
-        let transports = ctx.transports();
+    /// Start the side process (UCX restricted to the device that carries `listen`, unless `listen` is
+    /// unspecified or `UCX_NET_DEVICES` names devices) and the watcher that restarts it.
+    pub fn start(listen: SocketAddr) -> Result<UcxServer, UcxServeError> {
+        let side = Side::spawn(listen)?;
+        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now() }));
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let regs: Arc<Mutex<HashMap<u64, GenReg>>> = Arc::default();
-        let (c, s, r) = (ctx.clone(), stop.clone(), regs.clone());
-        // The worker is created, progressed and destroyed on its own thread: nothing else touches it.
-        // The same thread drops registrations of generations the relay has let go of: their read
-        // mapping would otherwise keep the whole snapshot's memory alive until the next ucx attach.
-        let thread = std::thread::Builder::new()
-            .name("ucx-progress".into())
+        let (st, s) = (state.clone(), stop.clone());
+        let watcher = std::thread::Builder::new()
+            .name("ucx-side-watch".into())
             .spawn(move || {
-                let w = match Worker::new(&c) {
-                    Ok(w) => w,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = tx.send(w.address());
-                let mut last_purge = std::time::Instant::now();
-                let mut wait_failed = false;
                 while !s.load(Ordering::SeqCst) {
-                    if last_purge.elapsed() >= PURGE_EVERY {
-                        purge(&r);
-                        last_purge = std::time::Instant::now();
+                    std::thread::park_timeout(WATCH_EVERY);
+                    if s.load(Ordering::SeqCst) {
+                        break;
                     }
-                    if !w.progress() {
-                        if let Err(e) = w.wait(Duration::from_millis(100)) {
-                            // Stopping here would leave every agent's GET unanswered while the
-                            // relay still offers ucx: keep progressing, polling instead of sleeping
-                            // on the event descriptor, and say so once.
-                            if !wait_failed {
-                                tracing::error!(error = %e, "UCX progress thread cannot sleep on its worker's events; polling every millisecond instead");
-                                wait_failed = true;
-                            }
-                            std::thread::sleep(Duration::from_millis(1)); // Polling period, not synchronization.
-                        }
+                    let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
+                    st.check();
+                    if st.side.is_none() {
+                        let _ = st.restart();
                     }
                 }
             })
-            .map_err(|e| UcxServeError::Thread(format!("spawn: {e}")))?;
-        let address = rx.recv().map_err(|_| UcxServeError::Thread("died before it started".into()))??;
-        // The worker's interfaces are open now: what this process listens on beyond what it did
-        // before is UCX's (relay start-up opens nothing else meanwhile).
-        let listeners = ucx::netdev::listening().into_iter().filter(|a| !before.contains(a)).collect();
-        Ok(UcxServer { ctx, address, transports, listeners, regs, stop, thread: Some(thread) })
+            .map_err(|e| UcxServeError::Side(format!("spawn its watcher: {e}")))?;
+        Ok(UcxServer { state, stop, watcher: Some(watcher) })
+    }
+
+    fn with_side<T>(&self, f: impl FnOnce(&Side) -> T, otherwise: T) -> T {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.side.as_ref().map(f).unwrap_or(otherwise)
     }
 
     /// The transports/devices UCX found here.
     pub fn transports(&self) -> Vec<String> {
-        self.transports.clone()
+        self.with_side(|s| s.transports.clone(), Vec::new())
     }
 
-    /// The TCP addresses UCX listens on for this relay (its tcp transport's interfaces).
-    pub fn listeners(&self) -> Vec<std::net::SocketAddr> {
-        self.listeners.clone()
+    /// The TCP addresses UCX listens on for this relay (its tcp transport's interfaces, in the side
+    /// process).
+    pub fn listeners(&self) -> Vec<SocketAddr> {
+        self.with_side(|s| s.listeners.clone(), Vec::new())
     }
 
-    /// The key an agent needs to read `segment` of `gen`, serialized. Registers the segment on first
-    /// use; forgets registrations of generations nobody holds any more.
+    /// The key an agent needs to read `segment` of `gen`, serialized. The side registers the
+    /// segment on first use.
     pub fn key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, UcxServeError> {
         let capacity = gen.region().capacity();
         let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or(UcxServeError::BeyondRegion { segment })?;
         gen.check_readable(start, 1).map_err(|source| UcxServeError::Segment { segment, source })?;
         let len = UCX_SEGMENT.min(capacity - start);
-        purge(&self.regs);
-        let mut regs = self.regs.lock().unwrap_or_else(|p| p.into_inner());
-        let reg = match regs.entry(gen.id()) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(GenReg { segments: HashMap::new(), map: map_read_only(gen)?, gen: Arc::downgrade(gen) }),
-        };
-        if !reg.segments.contains_key(&segment) {
-            // SAFETY: [start, start+len) lies inside `reg.map` (len <= capacity - start), which lives
-            // in the same GenReg and is dropped after its segments.
-            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }?;
-            tracing::debug!(generation = gen.id(), segment, bytes = len, "registered segment for ucx");
-            reg.segments.insert(segment, mr);
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.check();
+        if st.side.is_none() {
+            st.restart()?;
         }
-        let mr = &reg.segments[&segment];
-        let rkey = mr.pack_rkey()?;
-        Ok(UcxKey { worker: self.address.clone(), base: mr.addr(), len: mr.len() as u64, rkey }.encode())
+        let side = st.side.as_mut().expect("started above");
+        side.forget_dropped();
+        side.generations.insert(gen.id(), Arc::downgrade(gen));
+        let req = Request::Register { generation: gen.id(), fd: gen.region().file().as_raw_fd(), capacity, segment, start, len };
+        match side.ask(&req) {
+            Ok(Answer::Key { base, len, rkey }) => Ok(UcxKey { worker: side.address.clone(), base, len, rkey }.encode()),
+            Ok(Answer::Failed(e)) => Err(UcxServeError::Side(format!("register segment {segment} of generation {}: {e}", gen.id()))),
+            Ok(Answer::Done) => {
+                let e = format!("answered a registration with Done (segment {segment} of generation {})", gen.id());
+                st.lost(&e);
+                Err(UcxServeError::Side(e))
+            }
+            Err(e) => {
+                st.lost(&e);
+                Err(UcxServeError::Side(e))
+            }
+        }
     }
 }
 
-/// How often the progress thread looks for registrations of dropped generations.
-const PURGE_EVERY: Duration = Duration::from_secs(1);
+impl State {
+    /// If the side has exited, say how and let it go.
+    fn check(&mut self) {
+        let Some(side) = self.side.as_mut() else { return };
+        match side.child.try_wait() {
+            Ok(None) => side.forget_dropped(),
+            Ok(Some(status)) => {
+                tracing::error!(%status, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)");
+                self.side = None;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot tell whether the relay's UCX side process runs"),
+        }
+    }
 
-/// Unregister and unmap generations nobody holds any more.
-fn purge(regs: &Mutex<HashMap<u64, GenReg>>) {
-    regs.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, r| r.gen.strong_count() > 0);
+    /// The side failed while answering: stop it (it may be stuck); the next use starts another.
+    fn lost(&mut self, why: &str) {
+        tracing::error!(error = why, "the relay's UCX side process failed; starting another");
+        self.side = None;
+    }
+
+    /// Start a side again, at most every [`RESTART_EVERY`]: a side that crashes at once is not
+    /// restarted in a loop, and an agent that asks meanwhile waits for the next start (at most that
+    /// long) rather than fail its attempt.
+    fn restart(&mut self) -> Result<(), UcxServeError> {
+        if let Some(wait) = RESTART_EVERY.checked_sub(self.last_start.elapsed()) {
+            std::thread::sleep(wait); // Spacing restarts, not synchronization.
+        }
+        self.last_start = Instant::now();
+        match Side::spawn(self.listen) {
+            Ok(s) => {
+                tracing::info!(ucx_listeners = ?s.listeners, "the relay's UCX side process started again");
+                self.side = Some(s);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the relay's UCX side process could not start again; trying again in a second");
+                Err(e)
+            }
+        }
+    }
 }
 
-fn map_read_only(gen: &Generation) -> Result<memmap2::Mmap, UcxServeError> {
-    Ok(snapshot::map_sealed_read_only(gen.region().file(), gen.region().capacity())?)
+impl Side {
+    fn spawn(listen: SocketAddr) -> Result<Side, UcxServeError> {
+        let fail = |what: &str, e: std::io::Error| UcxServeError::Side(format!("{what}: {e}"));
+        let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socket pair", e))?;
+        // Our own binary by its inode, as the join's guard is started (an upgrade that replaced the
+        // file must not keep the relay from restarting its side).
+        let mut cmd = Command::new("/proc/self/exe");
+        if let Ok(path) = std::env::current_exe() {
+            std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
+        }
+        cmd.arg(ucx_side::SUBCOMMAND)
+            .env(ucx_side::ENV_LISTEN, listen.to_string())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::null());
+        let mut child = cmd.spawn().map_err(|e| fail("start it", e))?;
+        ours.set_read_timeout(Some(SIDE_ANSWER_MAX)).map_err(|e| fail("set its timeout", e))?;
+        let ready = ucx_side::receive::<Ready>(&mut ours);
+        let end = |child: &mut Child| {
+            let _ = child.kill();
+            let _ = child.wait();
+        };
+        match ready {
+            Ok(Some(Ready::Up { address, transports, listeners })) => Ok(Side { child, conn: ours, address, transports, listeners, generations: HashMap::new() }),
+            Ok(Some(Ready::Failed(e))) => {
+                end(&mut child);
+                Err(UcxServeError::Start(e))
+            }
+            Ok(None) => {
+                end(&mut child);
+                Err(UcxServeError::Side("it ended before it was ready".into()))
+            }
+            Err(e) => {
+                end(&mut child);
+                Err(fail("read its first message", e))
+            }
+        }
+    }
+
+    /// One request, one answer.
+    fn ask(&mut self, req: &Request) -> Result<Answer, String> {
+        ucx_side::send(&mut self.conn, req).map_err(|e| format!("send a request: {e}"))?;
+        match ucx_side::receive::<Answer>(&mut self.conn) {
+            Ok(Some(a)) => Ok(a),
+            Ok(None) => Err("it closed its socket".into()),
+            Err(e) => Err(format!("read an answer: {e}")),
+        }
+    }
+
+    /// Tell the side to forget generations the relay no longer holds.
+    fn forget_dropped(&mut self) {
+        let gone: Vec<u64> = self.generations.iter().filter(|(_, g)| g.strong_count() == 0).map(|(id, _)| *id).collect();
+        for generation in gone {
+            self.generations.remove(&generation);
+            if let Err(e) = self.ask(&Request::Forget { generation }) {
+                tracing::warn!(error = %e, generation, "the relay's UCX side did not forget a generation");
+            }
+        }
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        // It exits when its socket closes; a stuck one is killed.
+        let _ = self.conn.shutdown(std::net::Shutdown::Both);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10)); // Polling a child's exit with a deadline.
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for UcxServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = self.watcher.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
-        self.regs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).side = None;
     }
 }

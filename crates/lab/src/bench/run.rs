@@ -618,16 +618,16 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         cmd.env("UCX_TLS", &ucx_tls);
     }
     let mut relay = Proc::spawn("relay", cmd);
-    // The relay's memory as it really uses it (PSS): its region is mapped twice when it serves UCX,
-    // and RSS counts both mappings.
+    // The relay's memory as it really uses it (PSS), with its UCX side process's: the region is mapped
+    // in both when it serves UCX, and RSS would count it twice.
     let relay_pid = relay.pid();
     let relay_pss = Sampler::spawn(move |stop| {
         let mut peak = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            peak = peak.max(agent::procstat::pss_kib(relay_pid).unwrap_or(0));
+            peak = peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0));
             std::thread::sleep(Duration::from_millis(200)); // Sampling period, not synchronization.
         }
-        peak.max(agent::procstat::pss_kib(relay_pid).unwrap_or(0))
+        peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0))
     });
     let ra = relay_addr.clone();
     let deadline = Instant::now() + Duration::from_secs(60);

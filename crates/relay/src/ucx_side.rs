@@ -1,0 +1,309 @@
+//! The relay's UCX side: a process of its own, started by [`crate::ucx_serve::UcxServer`] from the
+//! relay's own binary (`fastrepl relay-ucx-side`, hidden).
+//!
+//! Why a process: UCX runs its protocol inside whoever calls it, and UCX 1.13 aborts that process on
+//! some of its own assertions when a peer dies at the wrong moment (an agent killed while the relay
+//! answers its endpoint's set-up: `ucp_request.c:684 … got REP message`, openucx/ucx#8175). In the
+//! relay's process that abort took the snapshot, the stream log and every other agent with it. Here
+//! it takes this process only; the relay starts another and agents reconnect to its new address.
+//!
+//! The side holds a UCX context, a worker kept progressing by its own thread, and registrations of
+//! generations' regions, one per segment. It opens a generation's memfd through the relay's
+//! `/proc/<relay>/fd/<n>` (a child of the relay, same user: no descriptor passing needed) and maps it
+//! read-only. The relay asks over a Unix socket (this process's stdin), one message at a time:
+//! [`Request`] in, [`Answer`] out, each a length-prefixed JSON object of at most [`MESSAGE_MAX`]
+//! bytes.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use ucx::{Context, MemRegion, Worker};
+
+/// The hidden subcommand that runs [`run`].
+pub const SUBCOMMAND: &str = "relay-ucx-side";
+/// Where the relay listens (the side restricts UCX's devices to the one that holds it).
+pub const ENV_LISTEN: &str = "FASTREPL_UCX_SIDE_LISTEN";
+/// Longest message either way (an address or a packed key is well under a KiB).
+pub const MESSAGE_MAX: usize = 1 << 20;
+
+/// The side's first message: it is ready, or why not.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Ready {
+    /// UCX is up.
+    Up {
+        /// The worker's address, for agents' endpoints.
+        address: Vec<u8>,
+        /// UCX's transports/devices here.
+        transports: Vec<String>,
+        /// The TCP addresses UCX listens on.
+        listeners: Vec<SocketAddr>,
+    },
+    /// UCX could not start.
+    Failed(String),
+}
+
+/// What the relay asks.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// Register `[start, start + len)` of generation `generation`'s region (`capacity` bytes, the
+    /// relay's descriptor `fd`) and pack its remote key.
+    Register {
+        /// The generation.
+        generation: u64,
+        /// The relay's descriptor of the generation's memfd.
+        fd: i32,
+        /// The region's size (mapped whole).
+        capacity: u64,
+        /// The segment's number (its key in the registrations).
+        segment: u64,
+        /// Where the segment starts in the region.
+        start: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// The relay let the generation go: drop its registrations and mapping.
+    Forget {
+        /// The generation.
+        generation: u64,
+    },
+}
+
+/// The side's answer to one [`Request`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Answer {
+    /// A segment's registration.
+    Key {
+        /// Its address in this process.
+        base: u64,
+        /// Its length.
+        len: u64,
+        /// The packed remote key.
+        rkey: Vec<u8>,
+    },
+    /// Done (a `Forget`).
+    Done,
+    /// The request failed.
+    Failed(String),
+}
+
+/// Write one message: its length (u32, big-endian), then its JSON.
+pub fn send<T: Serialize>(s: &mut impl Write, msg: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    if body.len() > MESSAGE_MAX {
+        return Err(std::io::Error::other(format!("message of {} bytes exceeds {MESSAGE_MAX}", body.len())));
+    }
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    s.write_all(&frame)
+}
+
+/// Read one message (bounded by [`MESSAGE_MAX`]); `Ok(None)` at a clean end of the stream.
+pub fn receive<T: for<'de> Deserialize<'de>>(s: &mut impl Read) -> std::io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MESSAGE_MAX {
+        return Err(std::io::Error::other(format!("message of {len} bytes exceeds {MESSAGE_MAX}")));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map(Some).map_err(|e| std::io::Error::other(format!("malformed message: {e}")))
+}
+
+/// One generation's registrations over a read-only mapping of its memfd. Field order matters:
+/// segments unregister before the mapping goes.
+struct GenReg {
+    segments: HashMap<u64, MemRegion>,
+    map: memmap2::Mmap,
+}
+
+/// The side's process: answer the relay until it closes the socket. The exit code is the outcome.
+pub fn run() -> i32 {
+    // Die with the relay (a relay killed by a signal cannot stop us), and not after it already did.
+    let relay = std::os::unix::process::parent_id();
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory of ours.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    if std::os::unix::process::parent_id() != relay {
+        return 1;
+    }
+    // SAFETY: the relay started us with one end of a Unix socket pair as stdin; nothing else in this
+    // process owns descriptor 0.
+    let mut conn = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(0) };
+    let listen: Option<SocketAddr> = std::env::var(ENV_LISTEN).ok().and_then(|a| a.parse().ok());
+    let Some(listen) = listen else {
+        let _ = send(&mut conn, &Ready::Failed(format!("{ENV_LISTEN} is not an address")));
+        return 1;
+    };
+    let side = match Side::start(listen) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = send(&mut conn, &Ready::Failed(e));
+            return 1;
+        }
+    };
+    if send(&mut conn, &Ready::Up { address: side.address.clone(), transports: side.ctx.transports(), listeners: side.listeners.clone() }).is_err() {
+        return 1;
+    }
+    let mut regs: HashMap<u64, GenReg> = HashMap::new();
+    loop {
+        let req: Request = match receive(&mut conn) {
+            Ok(Some(r)) => r,
+            Ok(None) => return 0, // the relay closed us: it is stopping
+            Err(e) => {
+                tracing::error!(error = %e, "the relay's UCX side: bad request; stopping");
+                return 1;
+            }
+        };
+        let answer = match req {
+            Request::Register { generation, fd, capacity, segment, start, len } => match side.register(&mut regs, relay, generation, fd, capacity, segment, start, len) {
+                Ok(a) => a,
+                Err(e) => Answer::Failed(e),
+            },
+            Request::Forget { generation } => {
+                regs.remove(&generation);
+                Answer::Done
+            }
+        };
+        if send(&mut conn, &answer).is_err() {
+            return 1;
+        }
+    }
+}
+
+/// UCX in this process: the context, its worker's address and listeners, the progress thread.
+struct Side {
+    ctx: Arc<Context>,
+    address: Vec<u8>,
+    listeners: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Side {
+    /// Initialise UCX and start the progress thread. UCX's network devices are restricted to the
+    /// one that carries `listen` (UCX's tcp transport listens on every device it uses), unless
+    /// `listen` is unspecified (every device asked for) or `UCX_NET_DEVICES` names them.
+    fn start(listen: SocketAddr) -> Result<Side, String> {
+        let devices = if std::env::var_os("UCX_NET_DEVICES").is_some() || listen.ip().is_unspecified() {
+            None
+        } else {
+            // An address no device holds cannot be listened on by UCX either: better no ucx than a
+            // listener elsewhere.
+            let device = ucx::netdev::device_of(listen.ip())
+                .ok_or_else(|| format!("no network device holds {listen}, the relay's --listen address; UCX is restricted to that device (or to --ucx-devices)"))?;
+            Some(Context::net_devices_listening_on(&device).map_err(|e| e.to_string())?)
+        };
+        let before = ucx::netdev::listening();
+        let ctx = Context::with_options(None, devices.as_deref()).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (c, s) = (ctx.clone(), stop.clone());
+        // The worker is created, progressed and destroyed on its own thread: nothing else touches it.
+        let thread = std::thread::Builder::new()
+            .name("ucx-progress".into())
+            .spawn(move || {
+                let w = match Worker::new(&c) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = tx.send(w.address());
+                let mut wait_failed = false;
+                while !s.load(Ordering::SeqCst) {
+                    if !w.progress() {
+                        if let Err(e) = w.wait(Duration::from_millis(100)) {
+                            // Stopping here would leave every agent's GET unanswered: keep
+                            // progressing, polling instead of sleeping on the event descriptor.
+                            if !wait_failed {
+                                tracing::error!(error = %e, "UCX progress thread cannot sleep on its worker's events; polling every millisecond instead");
+                                wait_failed = true;
+                            }
+                            std::thread::sleep(Duration::from_millis(1)); // Polling period, not synchronization.
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("spawn the UCX progress thread: {e}"))?;
+        let address = rx.recv().map_err(|_| "the UCX progress thread died before it started".to_string())?.map_err(|e| e.to_string())?;
+        // The worker's interfaces are open now: what this process listens on beyond what it did
+        // before is UCX's.
+        let listeners = ucx::netdev::listening().into_iter().filter(|a| !before.contains(a)).collect();
+        Ok(Side { ctx, address, listeners, stop, thread: Some(thread) })
+    }
+
+    /// Register one segment (mapping the generation's region on first use) and pack its key.
+    #[allow(clippy::too_many_arguments)]
+    fn register(&self, regs: &mut HashMap<u64, GenReg>, relay: u32, generation: u64, fd: i32, capacity: u64, segment: u64, start: u64, len: u64) -> Result<Answer, String> {
+        if start.checked_add(len).is_none_or(|end| end > capacity) || len == 0 {
+            return Err(format!("segment {segment} [{start}, +{len}) is not inside the region of {capacity} bytes"));
+        }
+        let reg = match regs.entry(generation) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let path = format!("/proc/{relay}/fd/{fd}");
+                let file = std::fs::File::open(&path).map_err(|e| format!("open generation {generation}'s region at {path}: {e}"))?;
+                let map = snapshot::map_sealed_read_only(&file, capacity).map_err(|e| format!("map generation {generation}'s region: {e}"))?;
+                e.insert(GenReg { segments: HashMap::new(), map })
+            }
+        };
+        if reg.map.len() as u64 != capacity {
+            return Err(format!("generation {generation}: region of {capacity} bytes asked, {} mapped", reg.map.len()));
+        }
+        if !reg.segments.contains_key(&segment) {
+            // SAFETY: [start, start+len) lies inside `reg.map` (checked above against capacity, which
+            // is the mapping's length), which lives in the same GenReg and is dropped after its
+            // segments.
+            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
+            tracing::debug!(generation, segment, bytes = len, "registered segment for ucx");
+            reg.segments.insert(segment, mr);
+        }
+        let mr = &reg.segments[&segment];
+        let rkey = mr.pack_rkey().map_err(|e| e.to_string())?;
+        Ok(Answer::Key { base: mr.addr(), len: mr.len() as u64, rkey })
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_are_bounded() {
+        let mut buf = Vec::new();
+        send(&mut buf, &Request::Register { generation: 3, fd: 9, capacity: 1 << 20, segment: 0, start: 0, len: 4096 }).unwrap();
+        send(&mut buf, &Request::Forget { generation: 3 }).unwrap();
+        let mut r = &buf[..];
+        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Register { generation: 3, fd: 9, segment: 0, len: 4096, .. })));
+        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Forget { generation: 3 })));
+        assert!(receive::<Request>(&mut r).unwrap().is_none(), "a clean end");
+        let mut too_long = ((MESSAGE_MAX + 1) as u32).to_be_bytes().to_vec();
+        too_long.extend_from_slice(b"{}");
+        assert!(receive::<Request>(&mut &too_long[..]).unwrap_err().to_string().contains("exceeds"));
+        let mut garbage = 5u32.to_be_bytes().to_vec();
+        garbage.extend_from_slice(b"nope!");
+        assert!(receive::<Request>(&mut &garbage[..]).unwrap_err().to_string().contains("malformed"));
+        let mut cut = 50u32.to_be_bytes().to_vec();
+        cut.extend_from_slice(b"{\"Forget\"");
+        assert!(receive::<Request>(&mut &cut[..]).is_err(), "cut off mid-message");
+    }
+}
