@@ -158,9 +158,12 @@ impl UcxReader {
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
             // UCX's shared-memory transports cannot tell that the relay died; its data connection
-            // can, at once: a GET to a dead relay then fails now instead of at the deadline.
+            // can, at once: a GET to a dead relay then fails now instead of at the deadline. Only a
+            // close seen during these GETs counts: the relay also closes a data connection idle for
+            // long (`DATA_IDLE_MAX`), and GETs to segments attached before that still work.
             let conn = self.conn.s.tcp().as_raw_fd();
-            let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || peer_closed(conn).then(|| "the relay closed its data connection".to_string()));
+            let was_open = !peer_closed(conn);
+            let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || (was_open && peer_closed(conn)).then(|| "the relay closed its data connection".to_string()));
             if let Err(e) = got {
                 // The endpoint may have been closed to end the failed GETs: the next read starts over.
                 self.keys.clear();

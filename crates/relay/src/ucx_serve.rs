@@ -47,8 +47,9 @@ pub enum UcxServeError {
 }
 
 /// How long the side may take to start or to answer one request (a registration pins memory on
-/// RDMA devices, which takes a while for a large segment).
-const SIDE_ANSWER_MAX: Duration = Duration::from_secs(60);
+/// RDMA devices, which takes a while for a large segment). Below the agents' I/O timeout, so that an
+/// agent waiting for its attach hears why rather than time out.
+const SIDE_ANSWER_MAX: Duration = Duration::from_secs(20);
 /// How often the watcher looks whether the side is alive and forgets dropped generations (their
 /// read mapping in the side would otherwise keep the whole snapshot's memory alive).
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -58,6 +59,8 @@ const RESTART_EVERY: Duration = Duration::from_secs(1);
 /// The relay's UCX service: the side process, restarted when it dies.
 pub struct UcxServer {
     state: Arc<Mutex<State>>,
+    /// What `status` shows, kept apart so that it never waits behind a restart or a registration.
+    info: Arc<Mutex<Info>>,
     stop: Arc<AtomicBool>,
     watcher: Option<std::thread::JoinHandle<()>>,
 }
@@ -67,6 +70,14 @@ struct State {
     listen: SocketAddr,
     side: Option<Side>,
     last_start: Instant,
+    info: Arc<Mutex<Info>>,
+}
+
+/// The running side's transports and listeners (empty while none runs).
+#[derive(Default, Clone)]
+struct Info {
+    transports: Vec<String>,
+    listeners: Vec<SocketAddr>,
 }
 
 /// One running side process.
@@ -85,7 +96,8 @@ impl UcxServer {
     /// unspecified or `UCX_NET_DEVICES` names devices) and the watcher that restarts it.
     pub fn start(listen: SocketAddr) -> Result<UcxServer, UcxServeError> {
         let side = Side::spawn(listen)?;
-        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now() }));
+        let info = Arc::new(Mutex::new(Info { transports: side.transports.clone(), listeners: side.listeners.clone() }));
+        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now(), info: info.clone() }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, s) = (state.clone(), stop.clone());
         let watcher = std::thread::Builder::new()
@@ -104,23 +116,22 @@ impl UcxServer {
                 }
             })
             .map_err(|e| UcxServeError::Side(format!("spawn its watcher: {e}")))?;
-        Ok(UcxServer { state, stop, watcher: Some(watcher) })
+        Ok(UcxServer { state, info, stop, watcher: Some(watcher) })
     }
 
-    fn with_side<T>(&self, f: impl FnOnce(&Side) -> T, otherwise: T) -> T {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.side.as_ref().map(f).unwrap_or(otherwise)
+    fn info(&self) -> Info {
+        self.info.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The transports/devices UCX found here.
+    /// The transports/devices UCX found here (none while the side restarts).
     pub fn transports(&self) -> Vec<String> {
-        self.with_side(|s| s.transports.clone(), Vec::new())
+        self.info().transports
     }
 
     /// The TCP addresses UCX listens on for this relay (its tcp transport's interfaces, in the side
-    /// process).
+    /// process; none while it restarts).
     pub fn listeners(&self) -> Vec<SocketAddr> {
-        self.with_side(|s| s.listeners.clone(), Vec::new())
+        self.info().listeners
     }
 
     /// The key an agent needs to read `segment` of `gen`, serialized. The side registers the
@@ -135,19 +146,25 @@ impl UcxServer {
         if st.side.is_none() {
             st.restart()?;
         }
+        let forgot = st.side.as_mut().expect("started above").forget_dropped();
+        if let Err(e) = forgot {
+            st.lost(&e);
+            st.restart()?;
+        }
         let side = st.side.as_mut().expect("started above");
-        side.forget_dropped();
         side.generations.insert(gen.id(), Arc::downgrade(gen));
+        let what = format!("register segment {segment} of generation {}", gen.id());
         let req = Request::Register { generation: gen.id(), fd: gen.region().file().as_raw_fd(), capacity, segment, start, len };
         match side.ask(&req) {
             Ok(Answer::Key { base, len, rkey }) => Ok(UcxKey { worker: side.address.clone(), base, len, rkey }.encode()),
-            Ok(Answer::Failed(e)) => Err(UcxServeError::Side(format!("register segment {segment} of generation {}: {e}", gen.id()))),
+            Ok(Answer::Failed(e)) => Err(UcxServeError::Side(format!("{what}: {e}"))),
             Ok(Answer::Done) => {
-                let e = format!("answered a registration with Done (segment {segment} of generation {})", gen.id());
+                let e = format!("{what}: answered Done, not a key");
                 st.lost(&e);
                 Err(UcxServeError::Side(e))
             }
             Err(e) => {
+                let e = format!("{what}: {e}");
                 st.lost(&e);
                 Err(UcxServeError::Side(e))
             }
@@ -160,10 +177,14 @@ impl State {
     fn check(&mut self) {
         let Some(side) = self.side.as_mut() else { return };
         match side.child.try_wait() {
-            Ok(None) => side.forget_dropped(),
+            Ok(None) => {
+                if let Err(e) = side.forget_dropped() {
+                    self.lost(&e);
+                }
+            }
             Ok(Some(status)) => {
                 tracing::error!(%status, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)");
-                self.side = None;
+                self.gone();
             }
             Err(e) => tracing::warn!(error = %e, "cannot tell whether the relay's UCX side process runs"),
         }
@@ -172,7 +193,12 @@ impl State {
     /// The side failed while answering: stop it (it may be stuck); the next use starts another.
     fn lost(&mut self, why: &str) {
         tracing::error!(error = why, "the relay's UCX side process failed; starting another");
+        self.gone();
+    }
+
+    fn gone(&mut self) {
         self.side = None;
+        *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Info::default();
     }
 
     /// Start a side again, at most every [`RESTART_EVERY`]: a side that crashes at once is not
@@ -186,6 +212,7 @@ impl State {
         match Side::spawn(self.listen) {
             Ok(s) => {
                 tracing::info!(ucx_listeners = ?s.listeners, "the relay's UCX side process started again");
+                *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Info { transports: s.transports.clone(), listeners: s.listeners.clone() };
                 self.side = Some(s);
                 Ok(())
             }
@@ -212,6 +239,9 @@ impl Side {
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null());
         let mut child = cmd.spawn().map_err(|e| fail("start it", e))?;
+        // The command holds the side's end of the socket: drop it, or a side that dies before it is
+        // ready would leave us waiting for the timeout instead of reading the end of the stream.
+        drop(cmd);
         ours.set_read_timeout(Some(SIDE_ANSWER_MAX)).map_err(|e| fail("set its timeout", e))?;
         let ready = ucx_side::receive::<Ready>(&mut ours);
         let end = |child: &mut Child| {
@@ -230,30 +260,43 @@ impl Side {
             }
             Err(e) => {
                 end(&mut child);
-                Err(fail("read its first message", e))
+                Err(UcxServeError::Side(format!("read its first message: {}", io_text(&e))))
             }
         }
     }
 
     /// One request, one answer.
     fn ask(&mut self, req: &Request) -> Result<Answer, String> {
-        ucx_side::send(&mut self.conn, req).map_err(|e| format!("send a request: {e}"))?;
+        ucx_side::send(&mut self.conn, req).map_err(|e| format!("send the request: {}", io_text(&e)))?;
         match ucx_side::receive::<Answer>(&mut self.conn) {
             Ok(Some(a)) => Ok(a),
             Ok(None) => Err("it closed its socket".into()),
-            Err(e) => Err(format!("read an answer: {e}")),
+            Err(e) => Err(format!("read its answer: {}", io_text(&e))),
         }
     }
 
-    /// Tell the side to forget generations the relay no longer holds.
-    fn forget_dropped(&mut self) {
+    /// Tell the side to forget generations the relay no longer holds. An error leaves the side in
+    /// an unknown state (a late answer would be read as the next one's): the caller drops it.
+    fn forget_dropped(&mut self) -> Result<(), String> {
         let gone: Vec<u64> = self.generations.iter().filter(|(_, g)| g.strong_count() == 0).map(|(id, _)| *id).collect();
         for generation in gone {
             self.generations.remove(&generation);
-            if let Err(e) = self.ask(&Request::Forget { generation }) {
-                tracing::warn!(error = %e, generation, "the relay's UCX side did not forget a generation");
+            match self.ask(&Request::Forget { generation }) {
+                Ok(Answer::Done) => {}
+                Ok(other) => return Err(format!("forget generation {generation}: answered {other:?}")),
+                Err(e) => return Err(format!("forget generation {generation}: {e}")),
             }
         }
+        Ok(())
+    }
+}
+
+/// An I/O error as the operator should read it: a read timeout is "no answer within …", not
+/// "Resource temporarily unavailable".
+fn io_text(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!("no answer within {SIDE_ANSWER_MAX:?}"),
+        _ => e.to_string(),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The relay's UCX side: a process of its own, started by [`crate::ucx_serve::UcxServer`] from the
-//! relay's own binary (`fastrepl relay-ucx-side`, hidden).
+//! relay's own binary (`fastrepl relay-ucx-side`, hidden). It ends when the relay closes its socket
+//! or ends.
 //!
-//! Why a process: UCX runs its protocol inside whoever calls it, and UCX 1.13 aborts that process on
-//! some of its own assertions when a peer dies at the wrong moment (an agent killed while the relay
-//! answers its endpoint's set-up: `ucp_request.c:684 … got REP message`, openucx/ucx#8175). In the
+//! Why a process: UCX runs its protocol inside whoever calls it, and UCX 1.13 aborts that process
+//! when a peer dies at the wrong moment: an agent killed while the relay answers its endpoint's
+//! set-up (`ucp_request.c:684 … got REP message`, an assertion removed upstream in openucx/ucx#8175),
+//! or while it answers the agent's GET (`ucp_request.inl:346 Fatal: … Endpoint timeout`). In the
 //! relay's process that abort took the snapshot, the stream log and every other agent with it. Here
 //! it takes this process only; the relay starts another and agents reconnect to its new address.
 //!
@@ -128,13 +130,10 @@ struct GenReg {
 
 /// The side's process: answer the relay until it closes the socket. The exit code is the outcome.
 pub fn run() -> i32 {
-    // Die with the relay (a relay killed by a signal cannot stop us), and not after it already did.
+    // We end when the relay's end of the socket closes, which the kernel does when the relay ends,
+    // however it ends. (Not PR_SET_PDEATHSIG: it fires when the *thread* that started us ends, and
+    // the relay may start a side from a connection's thread.)
     let relay = std::os::unix::process::parent_id();
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory of ours.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    if std::os::unix::process::parent_id() != relay {
-        return 1;
-    }
     // SAFETY: the relay started us with one end of a Unix socket pair as stdin; nothing else in this
     // process owns descriptor 0.
     let mut conn = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(0) };
@@ -157,7 +156,9 @@ pub fn run() -> i32 {
     loop {
         let req: Request = match receive(&mut conn) {
             Ok(Some(r)) => r,
-            Ok(None) => return 0, // the relay closed us: it is stopping
+            // The relay closed us, or ended. Exit at once: a progress thread stuck in UCX must not
+            // keep this process alive.
+            Ok(None) => std::process::exit(0),
             Err(e) => {
                 tracing::error!(error = %e, "the relay's UCX side: bad request; stopping");
                 return 1;

@@ -4,8 +4,9 @@
 //! - [`Worker`]: `ucp_worker_h`; progressed by whoever owns it.
 //! - [`Endpoint`]: `ucp_ep_h` to a remote worker; holds an `Arc` of its worker, closed on drop.
 //! - [`MemRegion`]: `ucp_mem_h` from `ucp_mem_map` of memory we own elsewhere; packs remote keys.
-//! - [`RemoteKey`]: `ucp_rkey_h` unpacked on an endpoint; holds an `Arc` of it, so the endpoint (and
-//!   its worker) cannot close while a key exists.
+//! - [`RemoteKey`]: `ucp_rkey_h` unpacked on an endpoint; holds an `Rc` of it, so the endpoint (and
+//!   its worker) is not destroyed while a key exists. An endpoint closed early to end GETs that could
+//!   not be cancelled (below) refuses everything after; its keys are destroyed as usual.
 //!
 //! Ownership follows rust-ibverbs: every child holds a counted reference to its parent's inner handle
 //! (the context by `Arc`, being thread-safe; a worker and its endpoints by `Rc`), so drop order is
@@ -14,10 +15,12 @@
 //! that must move a whole set to another thread wraps the set in one owner and vouches for it there
 //! (see the agent's UCX reader).
 //! - [`Get`]: one `ucp_get_nbx` in flight that **owns** its destination buffer until UCX is done
-//!   with it: dropping an in-flight `Get` cancels the request and waits for its completion; only if
-//!   UCX never completes it is the buffer leaked rather than freed under UCX's feet.
+//!   with it: dropping an in-flight `Get` closes its endpoint by force (`ucp_request_cancel` cancels
+//!   receives only; a forced close completes every request on the endpoint) and waits for the
+//!   completion; only if UCX never completes it is the buffer leaked rather than freed under UCX's feet.
 //! - [`Endpoint::get_into`]: many reads into borrowed slices, issued together and all completed (or
-//!   cancelled and completed) before it returns — the borrow cannot end while UCX writes.
+//!   ended by closing the endpoint by force) before it returns — the borrow cannot end while UCX
+//!   writes.
 //!
 //! Lessons from async-ucx, the nearest Rust wrapper: no panics on UCX errors (everything is a `Result`), no request
 //! pointer used after `ucp_request_free`, and no buffer released while a request may still write it.
@@ -399,8 +402,17 @@ impl Endpoint {
         }
     }
 
+    /// An error for `op` if this endpoint was closed early (its handle is gone).
+    fn open(&self, op: &'static str) -> Result<(), Error> {
+        if self.inner.closed.get() {
+            return Err(Error { op, status: sys::UCS_ERR_CANCELED as i32, message: "endpoint closed after a failed read".into() });
+        }
+        Ok(())
+    }
+
     /// Unpack a remote key the peer packed with [`MemRegion::pack_rkey`].
     pub fn unpack_rkey(&self, packed: &[u8]) -> Result<RemoteKey, Error> {
+        self.open("ucp_ep_rkey_unpack")?;
         let mut h: sys::ucp_rkey_h = ptr::null_mut();
         // SAFETY: live endpoint; `packed` is readable for the call (UCX copies what it needs).
         check("ucp_ep_rkey_unpack", unsafe { sys::ucp_ep_rkey_unpack(self.inner.h, packed.as_ptr().cast(), &mut h) })?;
@@ -409,6 +421,9 @@ impl Endpoint {
 
     /// What UCX chose for this endpoint: its lanes, as `ucp_ep_print_info` describes them.
     pub fn describe(&self) -> String {
+        if self.open("ucp_ep_print_info").is_err() {
+            return String::new();
+        }
         // SAFETY: live endpoint; the callback only writes to the stream.
         print_to_string(|f| unsafe { sys::ucp_ep_print_info(self.inner.h, f) })
     }
@@ -423,16 +438,14 @@ impl Endpoint {
     pub fn get(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Get, Error> {
         let mut buf = buf;
         let req = self.start_get(buf.as_mut_ptr(), buf.len(), remote_addr, rkey)?;
-        Ok(Get { req, buf: Some(buf), worker: self.inner.worker.clone() })
+        Ok(Get { req, buf: Some(buf), ep: self.inner.clone() })
     }
 
     fn start_get(&self, dst: *mut u8, len: usize, remote_addr: u64, rkey: &RemoteKey) -> Result<*mut c_void, Error> {
         if !Rc::ptr_eq(&rkey.ep, &self.inner) {
             return Err(Error { op: "ucp_get_nbx", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "remote key unpacked on another endpoint".into() });
         }
-        if self.inner.closed.get() {
-            return Err(Error::from_status("ucp_get_nbx (endpoint closed after a failed read)", sys::UCS_ERR_CANCELED));
-        }
+        self.open("ucp_get_nbx")?;
         if let Some(e) = self.failure() {
             return Err(e);
         }
@@ -454,8 +467,8 @@ impl Endpoint {
         self.get_into_unless(ops, rkey, deadline, &mut || None)
     }
 
-    /// As [`Endpoint::get_into`], and gives up early when `gone()` names a reason (checked whenever
-    /// the worker has been idle for a while, so at least every [`WAIT_MAX`]): the caller knows the
+    /// As [`Endpoint::get_into`], and gives up early when `gone()` names a reason (checked each time
+    /// the worker has been idle for [`SPIN_BEFORE_WAIT`] polls and before it sleeps): the caller knows the
     /// peer is gone by other means (its TCP connection closed), which UCX's shared-memory
     /// transports cannot tell. Giving up closes this endpoint: GETs cannot be cancelled one by one
     /// (`ucp_request_cancel` only cancels receives), but a forced close completes all of them.
@@ -580,24 +593,6 @@ impl Drop for EndpointInner {
     }
 }
 
-/// Cancel a request and progress until UCX completes it; false if it never did within CLEANUP_MAX.
-fn cancel_and_complete(worker: &WorkerInner, p: *mut c_void) -> bool {
-    // SAFETY: live worker and request.
-    unsafe { sys::ucp_request_cancel(worker.h, p) };
-    let deadline = Instant::now() + CLEANUP_MAX;
-    loop {
-        worker.progress();
-        // SAFETY: the request is still live (not freed).
-        if unsafe { sys::ucp_request_check_status(p) } != sys::UCS_INPROGRESS as sys::ucs_status_t {
-            // SAFETY: completed; freed once.
-            unsafe { sys::ucp_request_free(p) };
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-    }
-}
 
 /// Which transport carries GETs, from `ucp_ep_print_info`. Lane lines look like
 /// `#   lane[1]:  3:rc_mlx5/mlx5_0:1.0 md[2] -> md[2]/ib/sysdev[255] rma_bw#0 ...`, and GET protocols
@@ -691,11 +686,11 @@ impl Drop for MemRegion {
     }
 }
 
-/// One GET in flight, owning its destination buffer (and keeping its worker alive).
+/// One GET in flight, owning its destination buffer (and keeping its endpoint and worker alive).
 pub struct Get {
     req: *mut c_void,
     buf: Option<Vec<u8>>,
-    worker: Rc<WorkerInner>,
+    ep: Rc<EndpointInner>,
 }
 
 impl Get {
@@ -708,7 +703,7 @@ impl Get {
     /// Progress the worker until the read finishes or `deadline` passes; returns the filled buffer.
     pub fn wait(mut self, deadline: Instant) -> Result<Vec<u8>, Error> {
         while !self.is_done() {
-            self.worker.progress();
+            self.ep.worker.progress();
             if Instant::now() > deadline {
                 return Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT)); // Drop cancels
             }
@@ -733,9 +728,20 @@ impl Drop for Get {
         if self.req.is_null() {
             return;
         }
-        if !cancel_and_complete(&self.worker, self.req) {
+        // A GET cannot be cancelled alone: close its endpoint by force, which completes it.
+        if !self.is_done() {
+            self.ep.close();
+        }
+        let mut pending = vec![self.req];
+        let mut ignored = Ok(());
+        let until = Instant::now() + CLEANUP_MAX;
+        while !pending.is_empty() && Instant::now() < until {
+            self.ep.worker.progress();
+            free_completed(&mut pending, &mut ignored);
+        }
+        if !pending.is_empty() {
             // UCX may still write into the buffer: leak it rather than free memory under it.
-            tracing::error!("a cancelled UCX GET never completed; leaking its buffer");
+            tracing::error!("an abandoned UCX GET never completed; leaking its buffer");
             std::mem::forget(self.buf.take());
         }
     }
