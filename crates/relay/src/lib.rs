@@ -33,6 +33,7 @@ pub mod stats;
 mod tracker;
 #[cfg(feature = "ucx")]
 mod ucx_serve;
+pub mod ucx_messages;
 #[cfg(feature = "ucx")]
 pub mod ucx_side;
 

@@ -8,7 +8,8 @@
 //! another, whose worker has a new address; agents reading over ucx see their reads fail, and their
 //! next attach hands them the new address (`agent::ucx_reader` reconnects when it changes).
 
-use crate::ucx_side::{self, Answer, Ready, Request};
+use crate::ucx_messages::{self, Answer, Ready, Request};
+use crate::ucx_side;
 use snapshot::Generation;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -243,7 +244,7 @@ impl Side {
         // ready would leave us waiting for the timeout instead of reading the end of the stream.
         drop(cmd);
         ours.set_read_timeout(Some(SIDE_ANSWER_MAX)).map_err(|e| fail("set its timeout", e))?;
-        let ready = ucx_side::receive::<Ready>(&mut ours);
+        let ready = ucx_messages::receive::<Ready>(&mut ours);
         let end = |child: &mut Child| {
             let _ = child.kill();
             let _ = child.wait();
@@ -267,8 +268,8 @@ impl Side {
 
     /// One request, one answer.
     fn ask(&mut self, req: &Request) -> Result<Answer, String> {
-        ucx_side::send(&mut self.conn, req).map_err(|e| format!("send the request: {}", io_text(&e)))?;
-        match ucx_side::receive::<Answer>(&mut self.conn) {
+        ucx_messages::send(&mut self.conn, req).map_err(|e| format!("send the request: {}", io_text(&e)))?;
+        match ucx_messages::receive::<Answer>(&mut self.conn) {
             Ok(Some(a)) => Ok(a),
             Ok(None) => Err("it closed its socket".into()),
             Err(e) => Err(format!("read its answer: {}", io_text(&e))),

@@ -12,13 +12,11 @@
 //! The side holds a UCX context, a worker kept progressing by its own thread, and registrations of
 //! generations' regions, one per segment. It opens a generation's memfd through the relay's
 //! `/proc/<relay>/fd/<n>` (a child of the relay, same user: no descriptor passing needed) and maps it
-//! read-only. The relay asks over a Unix socket (this process's stdin), one message at a time:
-//! [`Request`] in, [`Answer`] out, each a length-prefixed JSON object of at most [`MESSAGE_MAX`]
-//! bytes.
+//! read-only. The relay asks over a Unix socket (this process's stdin), one message at a time
+//! ([`crate::ucx_messages`]).
 
-use serde::{Deserialize, Serialize};
+use crate::ucx_messages::{receive, send, Answer, Ready, Request};
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,96 +28,6 @@ use ucx::{Context, MemRegion, Worker};
 pub const SUBCOMMAND: &str = "relay-ucx-side";
 /// Where the relay listens (the side restricts UCX's devices to the one that holds it).
 pub const ENV_LISTEN: &str = "FASTREPL_UCX_SIDE_LISTEN";
-/// Longest message either way (an address or a packed key is well under a KiB).
-pub const MESSAGE_MAX: usize = 1 << 20;
-
-/// The side's first message: it is ready, or why not.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Ready {
-    /// UCX is up.
-    Up {
-        /// The worker's address, for agents' endpoints.
-        address: Vec<u8>,
-        /// UCX's transports/devices here.
-        transports: Vec<String>,
-        /// The TCP addresses UCX listens on.
-        listeners: Vec<SocketAddr>,
-    },
-    /// UCX could not start.
-    Failed(String),
-}
-
-/// What the relay asks.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Request {
-    /// Register `[start, start + len)` of generation `generation`'s region (`capacity` bytes, the
-    /// relay's descriptor `fd`) and pack its remote key.
-    Register {
-        /// The generation.
-        generation: u64,
-        /// The relay's descriptor of the generation's memfd.
-        fd: i32,
-        /// The region's size (mapped whole).
-        capacity: u64,
-        /// The segment's number (its key in the registrations).
-        segment: u64,
-        /// Where the segment starts in the region.
-        start: u64,
-        /// Its length.
-        len: u64,
-    },
-    /// The relay let the generation go: drop its registrations and mapping.
-    Forget {
-        /// The generation.
-        generation: u64,
-    },
-}
-
-/// The side's answer to one [`Request`].
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Answer {
-    /// A segment's registration.
-    Key {
-        /// Its address in this process.
-        base: u64,
-        /// Its length.
-        len: u64,
-        /// The packed remote key.
-        rkey: Vec<u8>,
-    },
-    /// Done (a `Forget`).
-    Done,
-    /// The request failed.
-    Failed(String),
-}
-
-/// Write one message: its length (u32, big-endian), then its JSON.
-pub fn send<T: Serialize>(s: &mut impl Write, msg: &T) -> std::io::Result<()> {
-    let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-    if body.len() > MESSAGE_MAX {
-        return Err(std::io::Error::other(format!("message of {} bytes exceeds {MESSAGE_MAX}", body.len())));
-    }
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    s.write_all(&frame)
-}
-
-/// Read one message (bounded by [`MESSAGE_MAX`]); `Ok(None)` at a clean end of the stream.
-pub fn receive<T: for<'de> Deserialize<'de>>(s: &mut impl Read) -> std::io::Result<Option<T>> {
-    let mut len = [0u8; 4];
-    match s.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MESSAGE_MAX {
-        return Err(std::io::Error::other(format!("message of {len} bytes exceeds {MESSAGE_MAX}")));
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map(Some).map_err(|e| std::io::Error::other(format!("malformed message: {e}")))
-}
 
 /// One generation's registrations over a read-only mapping of its memfd. Field order matters:
 /// segments unregister before the mapping goes.
@@ -281,30 +189,5 @@ impl Drop for Side {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_round_trip_and_are_bounded() {
-        let mut buf = Vec::new();
-        send(&mut buf, &Request::Register { generation: 3, fd: 9, capacity: 1 << 20, segment: 0, start: 0, len: 4096 }).unwrap();
-        send(&mut buf, &Request::Forget { generation: 3 }).unwrap();
-        let mut r = &buf[..];
-        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Register { generation: 3, fd: 9, segment: 0, len: 4096, .. })));
-        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Forget { generation: 3 })));
-        assert!(receive::<Request>(&mut r).unwrap().is_none(), "a clean end");
-        let mut too_long = ((MESSAGE_MAX + 1) as u32).to_be_bytes().to_vec();
-        too_long.extend_from_slice(b"{}");
-        assert!(receive::<Request>(&mut &too_long[..]).unwrap_err().to_string().contains("exceeds"));
-        let mut garbage = 5u32.to_be_bytes().to_vec();
-        garbage.extend_from_slice(b"nope!");
-        assert!(receive::<Request>(&mut &garbage[..]).unwrap_err().to_string().contains("malformed"));
-        let mut cut = 50u32.to_be_bytes().to_vec();
-        cut.extend_from_slice(b"{\"Forget\"");
-        assert!(receive::<Request>(&mut &cut[..]).is_err(), "cut off mid-message");
     }
 }
