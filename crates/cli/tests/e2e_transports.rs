@@ -202,3 +202,31 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
     wait_until("the relay to say how its UCX side ended", Duration::from_secs(20), || relay.proc.output().contains("UCX side process ended").then_some(()));
     assert!(relay.proc.output().contains("signal: 9"), "the relay says how its side ended:\n{}", relay.proc.output());
 }
+
+/// The relay's UCX side dies in the middle of a pull: the agent's next read fails, it attaches again
+/// once, gets the new side's address and finishes the same attempt (`--retries 0`).
+#[test]
+fn a_pull_over_ucx_goes_on_when_the_relays_ucx_side_dies_under_it() {
+    // A master slow to write its RDB: the pull reads blocks as they are published, for seconds.
+    let master = Server::start(Flavor::Redis70, &["--rdb-key-save-delay", "2000"]);
+    data::fill_big_values(&mut master.client(), 1500, 8 << 10);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let relay = spawn_relay(&master.addr(), |c| {
+        c.args(["--transport", "ucx", "--block-size", "65536"]);
+    });
+    // UCX over tcp: a dead side fails reads at once (over shared memory only the GET's deadline
+    // would tell).
+    let join = spawn_join(&relay.addr, &replica.addr(), |c| {
+        c.args(["--transport", "ucx", "--retries", "0"]).env("UCX_TLS", "tcp");
+    });
+    wait_until("the agent to attach over ucx", Duration::from_secs(30), || (status_json(&relay.addr)["attaches_total"]["ucx"].as_u64()? >= 1).then_some(()));
+    let sides = children_of(relay.proc.pid());
+    assert_eq!(sides.len(), 1, "{sides:?}");
+    // SAFETY: kill(2) on the pid of the relay's child, listed just above.
+    assert_eq!(unsafe { libc::kill(sides[0] as i32, libc::SIGKILL) }, 0);
+    let j = finish_join(join);
+    assert_eq!((j.code, j.report["handoff"].as_str(), j.report["transport"].as_str()), (Some(0), Some("partial"), Some("ucx")), "{}", j.output);
+    assert!(j.report["attempts"].as_array().is_none_or(|a| a.is_empty()), "one attempt: {}", j.output);
+    assert!(j.output.contains("attaching to the relay's UCX side again"), "the agent attached again:\n{}", j.output);
+    assert_identical(&master, &replica);
+}

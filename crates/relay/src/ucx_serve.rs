@@ -143,33 +143,34 @@ impl UcxServer {
         gen.check_readable(start, 1).map_err(|source| UcxServeError::Segment { segment, source })?;
         let len = UCX_SEGMENT.min(capacity - start);
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.check();
-        if st.side.is_none() {
-            st.restart()?;
-        }
-        let forgot = st.side.as_mut().expect("started above").forget_dropped();
-        if let Err(e) = forgot {
-            st.lost(&e);
-            st.restart()?;
-        }
-        let side = st.side.as_mut().expect("started above");
-        side.generations.insert(gen.id(), Arc::downgrade(gen));
         let what = format!("register segment {segment} of generation {}", gen.id());
-        let req = Request::Register { generation: gen.id(), fd: gen.region().file().as_raw_fd(), capacity, segment, start, len };
-        match side.ask(&req) {
-            Ok(Answer::Key { base, len, rkey }) => Ok(UcxKey { worker: side.address.clone(), base, len, rkey }.encode()),
-            Ok(Answer::Failed(e)) => Err(UcxServeError::Side(format!("{what}: {e}"))),
-            Ok(Answer::Done) => {
-                let e = format!("{what}: answered Done, not a key");
-                st.lost(&e);
-                Err(UcxServeError::Side(e))
+        // Twice: a side killed a moment ago may still look alive to `check` and fail the request;
+        // then the next side answers.
+        for attempt in 1..=2 {
+            st.check();
+            if st.side.is_none() {
+                st.restart()?;
             }
-            Err(e) => {
-                let e = format!("{what}: {e}");
+            let forgot = st.side.as_mut().expect("started above").forget_dropped();
+            if let Err(e) = forgot {
                 st.lost(&e);
-                Err(UcxServeError::Side(e))
+                st.restart()?;
+            }
+            let side = st.side.as_mut().expect("started above");
+            side.generations.insert(gen.id(), Arc::downgrade(gen));
+            let req = Request::Register { generation: gen.id(), fd: gen.region().file().as_raw_fd(), capacity, segment, start, len };
+            let e = match side.ask(&req) {
+                Ok(Answer::Key { base, len, rkey }) => return Ok(UcxKey { worker: side.address.clone(), base, len, rkey }.encode()),
+                Ok(Answer::Failed(e)) => return Err(UcxServeError::Side(format!("{what}: {e}"))),
+                Ok(Answer::Done) => format!("{what}: answered Done, not a key"),
+                Err(e) => format!("{what}: {e}"),
+            };
+            st.lost(&e);
+            if attempt == 2 {
+                return Err(UcxServeError::Side(e));
             }
         }
+        unreachable!("the loop returns")
     }
 }
 
