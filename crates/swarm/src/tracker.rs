@@ -370,8 +370,7 @@ mod tests {
     #[test]
     fn no_claim_while_the_relay_slot_is_busy() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        tr.join(0, true);
+        let mut tr = joined(1, 1);
         assert_eq!(tr.locate(0, 0, &mut Fetching::default(), t), Answer::Wait);
         assert_eq!(tr.relay_grants(), 0, "nothing was claimed");
         let mut c = Chooser::new(4, 1);
@@ -400,8 +399,7 @@ mod tests {
     #[test]
     fn blocks_published_later_can_be_claimed() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        tr.join(0, true);
+        let mut tr = joined(1, 1);
         assert_eq!(tr.locate_t(0, 3, t), Answer::Wait, "not published yet");
         tr.published(4);
         assert_eq!(tr.locate_t(0, 3, t), Answer::Relay);
@@ -411,8 +409,7 @@ mod tests {
     fn the_relays_flows_are_shared_among_the_agents_still_pulling() {
         let t = Instant::now();
         let all = RELAY_FLOWS_MAX * CLAIMS_PER_FLOW;
-        let mut tr = Tracker::new(64);
-        tr.join(0, true);
+        let mut tr = joined(64, 1);
         let alone: Vec<Answer> = (0..all as u64 + 1).map(|b| tr.locate_t(0, b, t)).collect();
         assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), all, "an agent alone may use every relay flow, each pipelined");
         let mut tr = Tracker::new(64);
@@ -438,22 +435,16 @@ mod tests {
     #[test]
     fn a_stale_or_dead_claim_is_handed_on() {
         let t = Instant::now();
-        let mut tr = Tracker::new(1);
-        tr.join(0, true);
-        tr.join(1, true);
+        let mut tr = joined(1, 2);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Wait);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "the claimer is too slow: repair from the relay");
-        let mut tr = Tracker::new(1);
-        tr.join(0, true);
-        tr.join(1, true);
+        let mut tr = joined(1, 2);
         tr.locate_t(0, 0, t);
         tr.leave(0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
         // Pipelined claims: completing one restarts the clock of the others.
-        let mut tr = Tracker::new(2);
-        tr.join(0, true);
-        tr.join(1, true);
+        let mut tr = joined(2, 2);
         assert_eq!((tr.locate_t(0, 0, t), tr.locate_t(0, 1, t)), (Answer::Relay, Answer::Relay));
         tr.have(0, 0, t + CLAIM_TIMEOUT / 2);
         assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT), Answer::Wait, "the claimer makes progress: its next claim stands");
@@ -472,11 +463,9 @@ mod tests {
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
         tr.have_t(7, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
-        let mut tr = Tracker::new(2);
-        for a in 0..2 {
-            tr.join(a, true);
-            tr.have_t(a, 0);
-            tr.have_t(a, 1);
+        let mut tr = joined(2, 2);
+        for (a, b) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            tr.have_t(a, b);
         }
         tr.forget(0);
         assert_eq!((tr.holders(0), tr.holders(1)), (1, 1), "a peer that sent a corrupt block is named for nothing");
