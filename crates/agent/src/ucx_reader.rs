@@ -143,6 +143,12 @@ impl RangeReader for UcxReader {
 impl UcxReader {
     fn read_once(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let deadline = Instant::now() + IO_TIMEOUT;
+        // UCX's shared-memory transports cannot tell that the relay died; its data connection can,
+        // at once: a GET to a dead relay then fails now instead of at the deadline. Only a close seen
+        // during this read counts: the relay also closes a data connection idle for long
+        // (`DATA_IDLE_MAX`), and GETs to segments attached before that still work.
+        let conn = self.conn.s.tcp().as_raw_fd();
+        let was_open = !peer_closed(conn);
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -157,12 +163,6 @@ impl UcxReader {
                 buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
-            // UCX's shared-memory transports cannot tell that the relay died; its data connection
-            // can, at once: a GET to a dead relay then fails now instead of at the deadline. Only a
-            // close seen during these GETs counts: the relay also closes a data connection idle for
-            // long (`DATA_IDLE_MAX`), and GETs to segments attached before that still work.
-            let conn = self.conn.s.tcp().as_raw_fd();
-            let was_open = !peer_closed(conn);
             let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || (was_open && peer_closed(conn)).then(|| "the relay closed its data connection".to_string()));
             if let Err(e) = got {
                 // The endpoint may have been closed to end the failed GETs: the next read starts over.

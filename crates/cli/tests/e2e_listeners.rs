@@ -48,11 +48,8 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
 /// As [`listening`], for `pid` and every process it started, and theirs (the relay's UCX side).
 fn listening_tree(pid: u32) -> Vec<SocketAddr> {
     let mut out = listening(pid);
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            out.extend(listening_tree(child));
-        }
+    for child in agent::procstat::children(pid) {
+        out.extend(listening_tree(child));
     }
     out
 }

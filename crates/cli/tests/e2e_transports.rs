@@ -158,16 +158,6 @@ fn a_join_to_a_dead_relay_names_it() {
     assert_untouched(&replica);
 }
 
-/// The processes `pid` started.
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-    }
-    out
-}
-
 /// The relay's UCX side process dies (as when UCX 1.13 aborts it on one of its assertions): the relay
 /// lives on with its snapshot, says how the side ended, starts another, and joins over ucx go on.
 #[test]
@@ -182,7 +172,7 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
         j
     };
     let first = ucx_join(&Server::start(Flavor::Redis70, &[]));
-    let sides = children_of(relay.proc.pid());
+    let sides = agent::procstat::children(relay.proc.pid());
     assert_eq!(sides.len(), 1, "the relay runs UCX in one process of its own: {sides:?}");
     // SAFETY: kill(2) on the pid of the relay's child, which is alive (listed just above).
     assert_eq!(unsafe { libc::kill(sides[0] as i32, libc::SIGKILL) }, 0);
@@ -191,11 +181,11 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
     let second = ucx_join(&Server::start(Flavor::Redis70, &[]));
     assert!(relay.proc.running(), "the relay died with its UCX side:
 {}", relay.proc.output());
-    let now = children_of(relay.proc.pid());
+    let now = agent::procstat::children(relay.proc.pid());
     assert!(now.len() == 1 && now[0] != sides[0], "a new UCX side serves: {now:?} (was {sides:?})");
     // The new side outlives the connection that may have started it.
     let third = ucx_join(&Server::start(Flavor::Redis70, &[]));
-    assert_eq!(children_of(relay.proc.pid()), now, "the side that served the second join serves the third");
+    assert_eq!(agent::procstat::children(relay.proc.pid()), now, "the side that served the second join serves the third");
     for j in [&second, &third] {
         assert_eq!(first.report["generation"], j.report["generation"], "the relay kept its snapshot: no new capture");
     }
@@ -220,7 +210,7 @@ fn a_pull_over_ucx_goes_on_when_the_relays_ucx_side_dies_under_it() {
         c.args(["--transport", "ucx", "--retries", "0"]).env("UCX_TLS", "tcp");
     });
     wait_until("the agent to attach over ucx", Duration::from_secs(30), || (status_json(&relay.addr)["attaches_total"]["ucx"].as_u64()? >= 1).then_some(()));
-    let sides = children_of(relay.proc.pid());
+    let sides = agent::procstat::children(relay.proc.pid());
     assert_eq!(sides.len(), 1, "{sides:?}");
     // SAFETY: kill(2) on the pid of the relay's child, listed just above.
     assert_eq!(unsafe { libc::kill(sides[0] as i32, libc::SIGKILL) }, 0);

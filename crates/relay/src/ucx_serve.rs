@@ -86,8 +86,8 @@ struct Side {
     child: Child,
     conn: UnixStream,
     address: Vec<u8>,
-    transports: Vec<String>,
-    listeners: Vec<SocketAddr>,
+    /// Its transports and listeners, published to `status` while it runs.
+    info: Info,
     /// Generations registered there, forgotten when the relay lets them go.
     generations: HashMap<u64, Weak<Generation>>,
 }
@@ -97,7 +97,7 @@ impl UcxServer {
     /// unspecified or `UCX_NET_DEVICES` names devices) and the watcher that restarts it.
     pub fn start(listen: SocketAddr) -> Result<UcxServer, UcxServeError> {
         let side = Side::spawn(listen)?;
-        let info = Arc::new(Mutex::new(Info { transports: side.transports.clone(), listeners: side.listeners.clone() }));
+        let info = Arc::new(Mutex::new(side.info.clone()));
         let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now(), info: info.clone() }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, s) = (state.clone(), stop.clone());
@@ -149,11 +149,6 @@ impl UcxServer {
         for attempt in 1..=2 {
             st.check();
             if st.side.is_none() {
-                st.restart()?;
-            }
-            let forgot = st.side.as_mut().expect("started above").forget_dropped();
-            if let Err(e) = forgot {
-                st.lost(&e);
                 st.restart()?;
             }
             let side = st.side.as_mut().expect("started above");
@@ -213,8 +208,8 @@ impl State {
         self.last_start = Instant::now();
         match Side::spawn(self.listen) {
             Ok(s) => {
-                tracing::info!(ucx_listeners = ?s.listeners, "the relay's UCX side process started again");
-                *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Info { transports: s.transports.clone(), listeners: s.listeners.clone() };
+                tracing::info!(ucx_listeners = ?s.info.listeners, "the relay's UCX side process started again");
+                *self.info.lock().unwrap_or_else(|p| p.into_inner()) = s.info.clone();
                 self.side = Some(s);
                 Ok(())
             }
@@ -251,7 +246,7 @@ impl Side {
             let _ = child.wait();
         };
         match ready {
-            Ok(Some(Ready::Up { address, transports, listeners })) => Ok(Side { child, conn: ours, address, transports, listeners, generations: HashMap::new() }),
+            Ok(Some(Ready::Up { address, transports, listeners })) => Ok(Side { child, conn: ours, address, info: Info { transports, listeners }, generations: HashMap::new() }),
             Ok(Some(Ready::Failed(e))) => {
                 end(&mut child);
                 Err(UcxServeError::Start(e))

@@ -509,21 +509,11 @@ impl Endpoint {
                 result = Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT));
             }
         }
-        if !pending.is_empty() {
-            // Whatever is left must finish before the borrows end: close the endpoint by force, which
-            // completes every request on it, and progress until they have.
-            self.inner.close();
-            let until = Instant::now() + CLEANUP_MAX;
-            let mut ignored = Ok(());
-            while !pending.is_empty() && Instant::now() < until {
-                worker.progress();
-                free_completed(&mut pending, &mut ignored);
-            }
-            if !pending.is_empty() {
-                // UCX never released a request: the destination may still be written. We cannot
-                // return while that is possible; this is a UCX bug, so fail loudly.
-                std::process::abort();
-            }
+        // Whatever is left must finish before the borrows end.
+        if !self.inner.end(&mut pending) {
+            // UCX never released a request: the destination may still be written. We cannot
+            // return while that is possible; this is a UCX bug, so fail loudly.
+            std::process::abort();
         }
         result
     }
@@ -548,6 +538,25 @@ fn free_completed(pending: &mut Vec<*mut c_void>, result: &mut Result<(), Error>
 }
 
 impl EndpointInner {
+    /// End the requests in `pending` (freeing each): if any is still in progress, close the endpoint
+    /// by force, which completes every request on it (a GET cannot be cancelled alone:
+    /// `ucp_request_cancel` cancels receives only), and progress until they have completed or
+    /// [`CLEANUP_MAX`] passes. False if one never completed: UCX may still write its destination.
+    fn end(&self, pending: &mut Vec<*mut c_void>) -> bool {
+        let mut ignored = Ok(());
+        free_completed(pending, &mut ignored);
+        if pending.is_empty() {
+            return true;
+        }
+        self.close();
+        let until = Instant::now() + CLEANUP_MAX;
+        while !pending.is_empty() && Instant::now() < until {
+            self.worker.progress();
+            free_completed(pending, &mut ignored);
+        }
+        pending.is_empty()
+    }
+
     /// Close the endpoint by force (its outstanding requests complete, cancelled), once, and
     /// progress until the close itself completes or [`CLEANUP_MAX`] passes.
     fn close(&self) {
@@ -728,18 +737,7 @@ impl Drop for Get {
         if self.req.is_null() {
             return;
         }
-        // A GET cannot be cancelled alone: close its endpoint by force, which completes it.
-        if !self.is_done() {
-            self.ep.close();
-        }
-        let mut pending = vec![self.req];
-        let mut ignored = Ok(());
-        let until = Instant::now() + CLEANUP_MAX;
-        while !pending.is_empty() && Instant::now() < until {
-            self.ep.worker.progress();
-            free_completed(&mut pending, &mut ignored);
-        }
-        if !pending.is_empty() {
+        if !self.ep.end(&mut vec![self.req]) {
             // UCX may still write into the buffer: leak it rather than free memory under it.
             tracing::error!("an abandoned UCX GET never completed; leaking its buffer");
             std::mem::forget(self.buf.take());
