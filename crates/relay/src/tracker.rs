@@ -142,6 +142,12 @@ impl Swarms {
                     swarm::Answer::Peers(_) | swarm::Answer::Wait => {}
                 }
             }
+            // Every question and answer, for working out afterwards why an asker was sent nowhere
+            // (docs/design/flat-fanout.md, "Where the time goes"); the relay ("R") or the holders named.
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let answer: Vec<String> = out.iter().map(|l| match &l.at { Where::Relay => format!("{}:R", l.block), Where::Peers(p) => format!("{}:{:?}", l.block, p.iter().map(|x| x.id).collect::<Vec<_>>()) }).collect();
+                tracing::debug!(id, open = ?ask.open, flows_free = ask.flows_free, peer_slots = ask.peer_slots, relay_slots = ask.relay_slots, asked = ?ask.blocks, answer = ?answer, "locate answered");
+            }
             out
         })
         .unwrap_or_default()
@@ -149,11 +155,13 @@ impl Swarms {
 
     /// Member `id` holds `block`.
     pub fn have(&self, generation: u64, id: u32, block: u64) {
+        tracing::debug!(id, block, "member holds a block");
         self.with(generation, |s| s.tracker.have(id, block, std::time::Instant::now()));
     }
 
     /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.
     pub fn load(&self, generation: u64, id: u32, uploads: u32, arrived: u32) {
+        tracing::debug!(id, uploads, arrived, "member's upload load");
         self.with(generation, |s| s.tracker.load(id, uploads, arrived));
     }
 
