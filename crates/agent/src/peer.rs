@@ -477,6 +477,25 @@ impl Peering {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Other agents still missing blocks, asked of the tracker without holding the link for the round
+    /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile.
+    fn needed(&self) -> Result<u32, transport::Error> {
+        let socket = {
+            let mut link = self.tracker();
+            link.ask_needed()?;
+            link.socket()?
+        };
+        let asked = Instant::now();
+        loop {
+            match self.tracker().poll_answer()? {
+                Some(transport::tracker::Answer::Needed(n)) => return Ok(n),
+                Some(transport::tracker::Answer::Located(_)) => return Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
+                None if asked.elapsed() > limits::IO_TIMEOUT => return Err(crate::tracker_link::unanswered()),
+                None => crate::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], limits::IO_TIMEOUT.saturating_sub(asked.elapsed()))?,
+            }
+        }
+    }
+
     /// After our own handoff: keep serving while the tracker says other agents still miss blocks, for
     /// at most `max`, or until `cancel`. Returns how long it lingered.
     pub fn linger(&self, max: Duration, cancel: &AtomicBool) -> Duration {
@@ -486,7 +505,7 @@ impl Peering {
         }
         let mut said = false;
         loop {
-            let needed = match self.tracker().needed() {
+            let needed = match self.needed() {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::info!(error = %e, "tracker link lost; no longer serving peers");

@@ -222,7 +222,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         }
         let mut tracker = None;
         if let Some(peering) = p.peering {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = tracker_link::channel().map_err(Error::relay)?;
             let reports = report_tx.clone();
             spawn_in(scope, "tracker-link".into(), move || tracker_link::run(peering, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
@@ -283,7 +283,7 @@ struct Planner<'a> {
     pool_max: usize,
     /// The tracker link's thread; `None` without a tracker (none, or its link failed): every block
     /// from the relay.
-    tracker: Option<Sender<Ask>>,
+    tracker: Option<tracker_link::AskSender>,
     /// When the next `locate` may go out.
     asking: planner::Asking,
     asked_needed: Option<Instant>,
@@ -292,7 +292,7 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<Sender<Ask>>, feed: Sender<Feed>) -> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>) -> Planner<'a> {
         let depth = limits::PEER_READS_IN_FLIGHT;
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.

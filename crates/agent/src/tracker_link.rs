@@ -1,11 +1,16 @@
 //! The pull's tracker-link thread: it does the planner's talking to the relay's tracker, so that the
 //! planner never waits on a round trip (one that crosses this host's busy uplink queue, up to 100 ms
-//! on the bench's links). Questions go one at a time and their answers come back as what was
-//! [`Heard`]; what needs no answer is sent without waiting for it.
+//! on the bench's links). Answers come back as what was [`Heard`]; what needs no answer is sent at
+//! once, also while a question is out, and no thread that shares the link waits for an answer.
 
 use crate::peer::Peering;
-use std::sync::mpsc::Receiver;
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
+use transport::tracker::Answer;
 use transport::wire::swarm::{Locate, Located};
 
 /// What the planner has the thread say or ask.
@@ -30,33 +35,138 @@ pub(crate) enum Heard {
     Lost(transport::Error),
 }
 
+/// The planner's end of the thread's channel: sending also wakes the thread where it waits on the
+/// link's socket for an answer (a channel and a socket cannot be waited on together).
+pub(crate) struct AskSender {
+    tx: Sender<Ask>,
+    wake: UnixStream,
+}
+
+/// The thread's end (see [`AskSender`]).
+pub(crate) struct AskReceiver {
+    rx: Receiver<Ask>,
+    wake: UnixStream,
+}
+
+/// A channel to the thread.
+pub(crate) fn channel() -> Result<(AskSender, AskReceiver), transport::Error> {
+    let (a, b) = UnixStream::pair().map_err(transport::Error::io("make the tracker link's wake-up socket"))?;
+    for s in [&a, &b] {
+        s.set_nonblocking(true).map_err(transport::Error::io("make the tracker link's wake-up socket"))?;
+    }
+    let (tx, rx) = mpsc::channel();
+    Ok((AskSender { tx, wake: a }, AskReceiver { rx, wake: b }))
+}
+
+impl AskSender {
+    /// Send `ask`; an error once the thread has ended.
+    pub(crate) fn send(&self, ask: Ask) -> Result<(), mpsc::SendError<Ask>> {
+        self.tx.send(ask)?;
+        // A full wake-up socket already holds a wake-up: nothing lost.
+        let _ = (&self.wake).write(&[1]);
+        Ok(())
+    }
+}
+
 /// Do what the planner asks, in order, and pass on what is heard (`hear` returns false once nobody
 /// listens); stop at the link's first failure or when the planner is done.
-pub(crate) fn run(peering: &Peering, asks: &Receiver<Ask>, hear: impl Fn(Heard) -> bool) {
-    for ask in asks {
-        // Locked per request: the load reporter shares the link.
-        let mut link = peering.tracker();
-        let answered = match ask {
-            Ask::Locate(l) => {
-                let asked = Instant::now();
-                link.locate(&l).map(|a| Some(Heard::Located(a, asked.elapsed())))
+///
+/// Everything is sent at once, also while a question's answer is awaited: a `have` never waits
+/// behind a `locate`'s round trip. The link is locked only to send or to read an answer that has
+/// arrived (the load reporter shares it); in between the thread waits on the link's socket and on
+/// the planner's wake-ups, holding nothing.
+pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
+    let socket = match peering.tracker().socket() {
+        Ok(s) => s,
+        Err(e) => {
+            hear(Heard::Lost(e));
+            return;
+        }
+    };
+    // When each question whose answer was not read yet went out, oldest first.
+    let mut awaited: VecDeque<Instant> = VecDeque::new();
+    loop {
+        let ask = if awaited.is_empty() {
+            match asks.rx.recv() {
+                Ok(a) => Some(a),
+                Err(_) => return,
             }
-            Ask::Needed => link.needed().map(|n| Some(Heard::Needed(n))),
-            Ask::Have(b) => link.have(b).map(|()| None),
-            Ask::NotAt { peer, block } => link.not_at(peer, block).map(|()| None),
+        } else {
+            match asks.rx.try_recv() {
+                Ok(a) => Some(a),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return,
+            }
         };
+        let said = ask.is_some();
+        let mut link = peering.tracker();
+        let sent = match ask {
+            None => Ok(()),
+            Some(Ask::Locate(l)) => link.ask_locate(&l).map(|()| awaited.push_back(Instant::now())),
+            Some(Ask::Needed) => link.ask_needed().map(|()| awaited.push_back(Instant::now())),
+            Some(Ask::Have(b)) => link.have(b),
+            Some(Ask::NotAt { peer, block }) => link.not_at(peer, block),
+        };
+        let heard = sent.and_then(|()| if awaited.is_empty() { Ok(None) } else { link.poll_answer() });
         drop(link);
-        match answered {
-            Ok(None) => {}
-            Ok(Some(h)) => {
-                if !hear(h) {
-                    return;
+        let heard = match heard {
+            Ok(Some(answer)) => {
+                let asked = awaited.pop_front().unwrap_or_else(Instant::now);
+                match answer {
+                    Answer::Located(l) => Heard::Located(l, asked.elapsed()),
+                    Answer::Needed(n) => Heard::Needed(n),
                 }
             }
-            Err(e) => {
-                hear(Heard::Lost(e));
-                return;
+            Ok(None) => match awaited.front() {
+                None => continue,
+                Some(asked) if asked.elapsed() > limits::IO_TIMEOUT => Heard::Lost(unanswered()),
+                // Nothing said and nothing arrived: wait for either.
+                Some(asked) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], limits::IO_TIMEOUT.saturating_sub(asked.elapsed())) {
+                    Ok(()) => {
+                        drain(&asks.wake);
+                        continue;
+                    }
+                    Err(e) => Heard::Lost(e),
+                },
+                Some(_) => continue,
+            },
+            Err(e) => Heard::Lost(e),
+        };
+        let lost = matches!(heard, Heard::Lost(_));
+        if !hear(heard) || lost {
+            return;
+        }
+    }
+}
+
+/// The tracker did not answer a question within the link's I/O timeout.
+pub(crate) fn unanswered() -> transport::Error {
+    transport::Error::io("wait for the tracker's answer")(std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+/// Wait until one of `fds` has something to read (or is closed), at most `timeout`.
+pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), transport::Error> {
+    let mut polled: Vec<libc::pollfd> = fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `polled` is a live array of `polled.len()` pollfd structs for the duration of the call,
+    // and every descriptor in it is borrowed from an open file for at least as long.
+    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
+    match n {
+        n if n > 0 => Ok(()),
+        0 => Ok(()), // Timed out: the caller looks at its deadline.
+        _ => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(transport::Error::io("wait for the tracker's answer")(e))
             }
         }
     }
+}
+
+/// Read every wake-up waiting (they only say "look at the channel").
+fn drain(wake: &UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
 }

@@ -179,6 +179,27 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Whether a read would find bytes without waiting: decrypted by TLS already, or on the socket
+    /// (also at the end of the stream, so that the read that follows reports it). Under TLS, bytes on
+    /// the socket may be a record's first part: the read that follows then waits for the rest.
+    pub fn readable_now(&mut self) -> std::io::Result<bool> {
+        if let Conn::Tls(s) = self {
+            let state = s.conn.process_new_packets().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            if state.plaintext_bytes_to_read() > 0 {
+                return Ok(true);
+            }
+        }
+        let mut byte = [0u8; 1];
+        match rustix::net::recv(self.tcp(), &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
+            Ok(_) => Ok(true),
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Ok(false),
+            // Let the read report it.
+            Err(_) => Ok(true),
+        }
+    }
+}
+
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {

@@ -8,7 +8,10 @@
 //! `have`, `not_at` and `load` are *sent without waiting*: the relay answers every request in order, so their
 //! (empty) answers are read before the next answer that matters. Waiting would cost a round trip per
 //! block — behind whatever the agent's uplink has queued — on the one link every block's bookkeeping
-//! crosses.
+//! crosses. Questions (`locate`, `needed`) can be split the same way: [`TrackerLink::ask_locate`] sends
+//! one, [`TrackerLink::poll_answer`] reads its answer if it has arrived, never waiting for it. The agent shares the link between threads behind a lock,
+//! and holds the lock only to send or to read what has arrived, never for a round trip: a load report
+//! or a `have` is never held back by a question on its way.
 
 use crate::auth::Kind;
 use crate::Credentials;
@@ -16,6 +19,7 @@ use crate::tcp::StreamReader;
 use crate::wire::swarm::{check_addr, decode_located, Locate, Located, LOCATE_ANSWER_MAX};
 use crate::wire::Request;
 use crate::Error;
+use std::collections::VecDeque;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,9 +33,30 @@ pub struct TrackerLink {
     conn: StreamReader<crate::tls::Conn>,
     generation: u64,
     id: Option<u32>,
-    /// Answers owed to requests sent without waiting, read before the next answer that matters.
-    owed: u32,
+    /// What the answers not read yet are for, in the order the requests went out (the relay answers
+    /// in that order).
+    owed: VecDeque<Owed>,
     refused_later: u64,
+}
+
+/// What an answer not read yet answers.
+#[derive(Debug)]
+enum Owed {
+    /// A request sent without waiting (`have`, `not_at`, `load`): an empty answer.
+    Nothing,
+    /// A `locate` for these blocks.
+    Located(Vec<u64>),
+    /// A `needed`.
+    Needed,
+}
+
+/// The answer to a question sent with [`TrackerLink::ask_locate`] or [`TrackerLink::ask_needed`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Where to fetch the blocks asked about (blocks to wait for are left out).
+    Located(Vec<Located>),
+    /// Other agents still missing blocks.
+    Needed(u32),
 }
 
 /// Most requests sent without waiting before their answers are read: the relay's answers then never
@@ -55,7 +80,7 @@ impl TrackerLink {
     /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next.
     pub fn connect(relay: SocketAddr, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
         let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
-        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: 0, refused_later: 0 })
+        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: VecDeque::new(), refused_later: 0 })
     }
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
@@ -78,22 +103,103 @@ impl TrackerLink {
         Ok(id)
     }
 
+    /// The link's socket (another descriptor for it), to wait on for an answer without holding the
+    /// link: see [`TrackerLink::poll_answer`].
+    pub fn socket(&self) -> Result<std::net::TcpStream, Error> {
+        self.conn.s.tcp().try_clone().map_err(Error::io("duplicate the tracker link's socket"))
+    }
+
     /// Our number in the swarm, once registered.
     pub fn id(&self) -> Option<u32> {
         self.id
     }
 
-    /// Where to fetch `ask.blocks` from; blocks to wait for are left out of the answer.
+    /// Where to fetch `ask.blocks` from; blocks to wait for are left out of the answer. Waits for the
+    /// answer: only when no other question is owed.
     pub fn locate(&mut self, ask: &Locate) -> Result<Vec<Located>, Error> {
-        self.settle()?;
+        self.no_question_owed("locate")?;
+        self.ask_locate(ask)?;
+        match self.next_answer()? {
+            Answer::Located(l) => Ok(l),
+            Answer::Needed(_) => Err(bad("a needed answer where a locate's was due")),
+        }
+    }
+
+    /// Ask where to fetch `ask.blocks` from, without waiting: the answer comes from
+    /// [`TrackerLink::next_answer`], after those of any questions asked before.
+    pub fn ask_locate(&mut self, ask: &Locate) -> Result<(), Error> {
         let body = ask.encode();
         let req = Request::Locate { generation: self.generation, body_len: body.len() as u32 };
-        let len = self.conn.request_with_body(req, &body, "locate")?;
-        let answer = decode_located(&read_body(&mut self.conn.s, len, LOCATE_ANSWER_MAX)?)?;
-        if answer.iter().any(|a| !ask.blocks.contains(&a.block)) {
-            return Err(bad("answer about a block that was not asked"));
+        let mut out = req.encode().to_vec();
+        out.extend_from_slice(&body);
+        std::io::Write::write_all(&mut self.conn.s, &out).map_err(Error::io("send locate"))?;
+        self.owed.push_back(Owed::Located(ask.blocks.clone()));
+        Ok(())
+    }
+
+    /// Ask whether other agents still miss blocks, without waiting (see [`TrackerLink::ask_locate`]).
+    pub fn ask_needed(&mut self) -> Result<(), Error> {
+        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(Error::io("send needed"))?;
+        self.owed.push_back(Owed::Needed);
+        Ok(())
+    }
+
+    /// Questions asked whose answers were not read yet.
+    pub fn questions_owed(&self) -> usize {
+        self.owed.iter().filter(|o| !matches!(o, Owed::Nothing)).count()
+    }
+
+    /// Whether bytes of the next owed answer have arrived (never waits). A link that failed says yes:
+    /// the read that follows reports how.
+    fn answer_arrived(&mut self) -> bool {
+        !self.owed.is_empty() && self.conn.s.readable_now().unwrap_or(true)
+    }
+
+    /// The first question's answer if it has arrived, reading (and settling) the answers before it
+    /// as far as they have: never waits for an answer that has not begun to arrive (one that has is
+    /// read to its end). `None` when it has not arrived, or no question is owed.
+    pub fn poll_answer(&mut self) -> Result<Option<Answer>, Error> {
+        while self.questions_owed() > 0 && self.answer_arrived() {
+            if !matches!(self.owed.front(), Some(Owed::Nothing)) {
+                return self.next_answer().map(Some);
+            }
+            self.settle_one()?;
         }
-        Ok(answer)
+        Ok(None)
+    }
+
+    /// Read answers in order up to the first question's, and return that: the empty answers before it
+    /// are settled on the way. Waits for it (within the link's I/O timeout); an error when no
+    /// question is owed.
+    pub fn next_answer(&mut self) -> Result<Answer, Error> {
+        loop {
+            match self.owed.front() {
+                None => return Err(Error::Protocol("tracker link: an answer read where no question was asked".into())),
+                Some(Owed::Nothing) => self.settle_one()?,
+                Some(Owed::Located(_)) => {
+                    let Some(Owed::Located(asked)) = self.owed.pop_front() else { unreachable!("front checked above") };
+                    let len = self.conn.response("locate")?;
+                    let answer = decode_located(&read_body(&mut self.conn.s, len, LOCATE_ANSWER_MAX)?)?;
+                    if answer.iter().any(|a| !asked.contains(&a.block)) {
+                        return Err(bad("answer about a block that was not asked"));
+                    }
+                    return Ok(Answer::Located(answer));
+                }
+                Some(Owed::Needed) => {
+                    self.owed.pop_front();
+                    let len = self.conn.response("needed")?;
+                    let n = u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?);
+                    return Ok(Answer::Needed(n));
+                }
+            }
+        }
+    }
+
+    fn no_question_owed(&self, op: &str) -> Result<(), Error> {
+        match self.questions_owed() {
+            0 => Ok(()),
+            n => Err(Error::Protocol(format!("tracker link: {op} waited for while {n} earlier questions are unanswered"))),
+        }
     }
 
     /// We hold `block`, verified. Sent without waiting for the answer.
@@ -121,34 +227,56 @@ impl TrackerLink {
 
     /// Send a request whose answer is empty without waiting for it.
     fn send_later(&mut self, req: Request) -> Result<(), Error> {
-        if self.owed >= OWED_MAX {
-            self.settle()?;
+        if self.owed.len() >= OWED_MAX as usize {
+            // Those that have arrived first; if nobody read answers for that long, wait for the
+            // empty ones (the relay answers at once: its side must not fill while we do not read).
+            self.settle_arrived()?;
+            if self.owed.len() >= OWED_MAX as usize {
+                self.settle()?;
+            }
         }
         std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(Error::io("send tracker request"))?;
-        self.owed += 1;
+        self.owed.push_back(Owed::Nothing);
         Ok(())
     }
 
-    /// Read the answers owed. A refusal of one of those requests (a block the relay no longer
-    /// publishes, a generation replaced) changes nothing for this agent: it is counted
-    /// ([`TrackerLink::refused_later`]), and the link stays; a broken or garbled answer fails it.
+    /// Read the empty answers owed before any question's. A refusal of one of those requests (a
+    /// block the relay no longer publishes, a generation replaced) changes nothing for this agent: it
+    /// is counted ([`TrackerLink::refused_later`]), and the link stays; a broken or garbled answer
+    /// fails it.
     pub fn settle(&mut self) -> Result<(), Error> {
-        while self.owed > 0 {
-            match self.conn.response("have, not-at or load") {
-                Ok(len) => drop(read_body(&mut self.conn.s, len, 0)?),
-                Err(Error::Refused { .. } | Error::Busy(_)) => self.refused_later += 1,
-                Err(e) => return Err(e),
-            }
-            self.owed -= 1;
+        while matches!(self.owed.front(), Some(Owed::Nothing)) {
+            self.settle_one()?;
         }
         Ok(())
     }
 
-    /// Other agents still missing blocks.
+    /// [`TrackerLink::settle`] as far as the answers have arrived (never waits for one that has not).
+    fn settle_arrived(&mut self) -> Result<(), Error> {
+        while matches!(self.owed.front(), Some(Owed::Nothing)) && self.answer_arrived() {
+            self.settle_one()?;
+        }
+        Ok(())
+    }
+
+    fn settle_one(&mut self) -> Result<(), Error> {
+        match self.conn.response("have, not-at or load") {
+            Ok(len) => drop(read_body(&mut self.conn.s, len, 0)?),
+            Err(Error::Refused { .. } | Error::Busy(_)) => self.refused_later += 1,
+            Err(e) => return Err(e),
+        }
+        self.owed.pop_front();
+        Ok(())
+    }
+
+    /// Other agents still missing blocks. Waits for the answer: only when no other question is owed.
     pub fn needed(&mut self) -> Result<u32, Error> {
-        self.settle()?;
-        let len = self.conn.request(Request::Needed { generation: self.generation }, "needed")?;
-        Ok(u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?))
+        self.no_question_owed("needed")?;
+        self.ask_needed()?;
+        match self.next_answer()? {
+            Answer::Needed(n) => Ok(n),
+            Answer::Located(_) => Err(bad("a locate answer where a needed's was due")),
+        }
     }
 }
 
@@ -159,4 +287,111 @@ fn read_body<S: Read>(s: &mut S, len: u32, max: usize) -> Result<Vec<u8>, Error>
     let mut b = vec![0u8; len as usize];
     s.read_exact(&mut b).map_err(Error::io("read tracker answer"))?;
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Token;
+    use crate::wire::response::ResponseHeader;
+    use crate::wire::swarm::{encode_located, Where};
+    use crate::wire::{read_request, Status};
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A relay that reads requests (reporting each, with a Locate's body skipped) and sends the
+    /// answers the test gives it, when the test gives them.
+    fn scripted_relay() -> (TrackerLink, mpsc::Receiver<Request>, mpsc::Sender<Vec<u8>>) {
+        let token = Token::new(b"0123456789abcdef").unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (heard_tx, heard) = mpsc::channel();
+        let (say, say_rx) = mpsc::channel::<Vec<u8>>();
+        let t = token.clone();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            crate::auth::server(&mut s, &t).unwrap();
+            let mut w = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                for bytes in say_rx {
+                    if w.write_all(&bytes).is_err() {
+                        return;
+                    }
+                }
+            });
+            while let Ok(Some(req)) = read_request(&mut s) {
+                if let Request::Locate { body_len, .. } = req {
+                    std::io::copy(&mut (&mut s).take(u64::from(body_len)), &mut std::io::sink()).unwrap();
+                }
+                if heard_tx.send(req).is_err() {
+                    return;
+                }
+            }
+        });
+        let link = TrackerLink::connect(addr, &Credentials::from(token), Duration::from_secs(10)).unwrap();
+        (link, heard, say)
+    }
+
+    fn empty() -> Vec<u8> {
+        ResponseHeader::ok(0).encode().to_vec()
+    }
+
+    fn located(blocks: &[Located]) -> Vec<u8> {
+        let body = encode_located(blocks);
+        [ResponseHeader::ok(body.len() as u32).encode().to_vec(), body].concat()
+    }
+
+    /// Wait (within a deadline) for what `f` waits for to be true of the link.
+    fn eventually<T>(link: &mut TrackerLink, mut f: impl FnMut(&mut TrackerLink) -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = f(link) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing within 10 s");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn what_needs_no_answer_goes_out_while_a_question_is_unanswered_and_answers_are_read_in_order() {
+        let (mut link, heard, say) = scripted_relay();
+        link.load(1, 1).unwrap();
+        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3, 4], flows_free: 1, open: Vec::new() }).unwrap();
+        link.have(7).unwrap();
+        link.not_at(2, 5).unwrap();
+        // The relay has the have and the not-at although it has not answered the locate.
+        let got: Vec<Request> = (0..4).map(|_| heard.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        assert!(matches!(got[0], Request::Load { .. }) && matches!(got[1], Request::Locate { .. }));
+        assert!(matches!(got[2], Request::Have { block: 7, .. }) && matches!(got[3], Request::NotAt { block: 5, peer: 2, .. }));
+        assert_eq!(link.poll_answer().unwrap(), None, "nothing answered yet");
+        assert_eq!(link.questions_owed(), 1);
+        // The load's answer alone: settled, the locate still awaited.
+        say.send(empty()).unwrap();
+        eventually(&mut link, |l| (l.owed.len() == 3 || l.poll_answer().unwrap().is_some()).then_some(()));
+        assert_eq!(link.owed.len(), 3, "the load's answer was read and nothing else");
+        let answer = vec![Located { block: 4, at: Where::Relay }];
+        // The locate's, then the have's refused (counted, the link stays) and the not-at's.
+        let refusal = [ResponseHeader { status: Status::Error, len: 2 }.encode().to_vec(), b"no".to_vec()].concat();
+        say.send([located(&answer), refusal, empty()].concat()).unwrap();
+        let got = eventually(&mut link, |l| l.poll_answer().unwrap());
+        assert_eq!(got, Answer::Located(answer));
+        assert_eq!(link.questions_owed(), 0);
+        // The answers after it are read before the next question's.
+        say.send([ResponseHeader::ok(4).encode().to_vec(), 2u32.to_be_bytes().to_vec()].concat()).unwrap();
+        assert_eq!(link.needed().unwrap(), 2);
+        assert_eq!(link.refused_later(), 1);
+        assert!(link.owed.is_empty());
+    }
+
+    #[test]
+    fn an_answer_about_blocks_not_asked_fails_the_link() {
+        let (mut link, _heard, say) = scripted_relay();
+        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3], flows_free: 1, open: Vec::new() }).unwrap();
+        assert!(link.needed().is_err(), "a question waited for while another is unanswered");
+        say.send(located(&[Located { block: 9, at: Where::Relay }])).unwrap();
+        let e = eventually(&mut link, |l| l.poll_answer().err());
+        assert!(e.to_string().contains("not asked"), "{e}");
+    }
 }
