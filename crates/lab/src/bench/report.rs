@@ -194,6 +194,60 @@ pub fn phase_table(s: &ScenarioResult) -> String {
     t
 }
 
+/// How busy the links were while the master's host sent at half its rate or more (with fastrepl: while
+/// the relay sent its copy), from the links sampled through each run: then the replicas' downlinks
+/// and uplinks, as a share of what they could carry, and how long after that window ended the last
+/// replica was in sync. At the physical limit the downlinks run full from the start and the last
+/// replica is in sync about when the master's host stops (plus loading and handoff).
+pub fn link_table(runs: &[RunResult]) -> Option<String> {
+    let mut rows = Vec::new();
+    for r in runs.iter().filter(|r| r.error.is_none()) {
+        let (Some(l), Some(secs)) = (&r.links, r.secs) else { continue };
+        let (Some(rate), Some(w)) = (l.rate_bytes_per_sec, busy_window(l)) else { continue };
+        let (a, b) = (w.0, w.1);
+        let n = r.replicas;
+        let span = l.secs[b] - l.secs[a];
+        if span <= 0.0 || n == 0 {
+            continue;
+        }
+        let share = |v: &[Vec<u64>]| (1..=n).map(|h| v[b][h] - v[a][h]).sum::<u64>() as f64 / (n as f64 * rate * span);
+        rows.push(format!(
+            "| {} | {} | {} | {:.2}–{:.2} | {:.0} % | {:.0} % | {:.2} |",
+            r.link,
+            n,
+            r.mode,
+            l.secs[a],
+            l.secs[b],
+            100.0 * share(&l.received),
+            100.0 * share(&l.sent),
+            secs - l.secs[b]
+        ));
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut t = String::new();
+    let _ = writeln!(t, "| link | N | mode | master's host at ≥ half its rate (s from the start) | replicas' downlinks used then | their uplinks used then | all in sync after it (s) |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
+    for row in rows {
+        let _ = writeln!(t, "{row}");
+    }
+    Some(t)
+}
+
+/// The first and last samples bounding the intervals in which the master's host sent at half its
+/// link's rate or more.
+fn busy_window(l: &crate::bench::run::LinkSeries) -> Option<(usize, usize)> {
+    let rate = l.rate_bytes_per_sec?;
+    let busy: Vec<usize> = (1..l.secs.len())
+        .filter(|&i| {
+            let dt = l.secs[i] - l.secs[i - 1];
+            dt > 0.0 && (l.sent[i][0] - l.sent[i - 1][0]) as f64 / dt >= rate / 2.0
+        })
+        .collect();
+    Some((busy.first()? - 1, *busy.last()?))
+}
+
 /// Write everything and print the tables.
 pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) -> Result<()> {
     let doc = serde_json::json!({
@@ -254,6 +308,15 @@ pub fn render(dir: &Path, doc: &serde_json::Value, all: &[ScenarioResult]) -> Re
                  milestones: first RDB byte received, transfer complete, loaded, in sync):\n"
             );
             md.push_str(&phase_table(s));
+            md.push('\n');
+        }
+        if let Some(t) = link_table(&s.runs) {
+            let _ = writeln!(
+                md,
+                "Links (sampled every 250 ms): while the master's host sent at half its rate or more, how much of their \
+                 links' capacity the replicas' hosts received and sent, and how long after that the last replica was in sync:\n"
+            );
+            md.push_str(&t);
             md.push('\n');
         }
         for png in charts_for(dir, s)? {
@@ -331,4 +394,25 @@ fn charts_for(dir: &Path, s: &ScenarioResult) -> Result<Vec<String>> {
         files.push(name);
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::run::LinkSeries;
+
+    #[test]
+    fn the_link_table_measures_the_window_in_which_the_masters_host_sends() {
+        // 1 000 B/s links, two replicas; samples every second. The master's host sends at full rate
+        // from 1 s to 4 s, the replicas receive 800 B/s each then and send 400 B/s; in sync at 6 s.
+        let secs: Vec<f64> = (0..7).map(f64::from).collect();
+        let master = [0, 100, 1100, 2100, 3100, 3200, 3200];
+        let sent = secs.iter().enumerate().map(|(i, _)| vec![master[i], 400 * (i.clamp(1, 4) as u64 - 1), 400 * (i.clamp(1, 4) as u64 - 1)]).collect();
+        let received = secs.iter().enumerate().map(|(i, _)| vec![0, 800 * (i.clamp(1, 4) as u64 - 1), 800 * (i.clamp(1, 4) as u64 - 1)]).collect();
+        let run = RunResult { link: "x".into(), replicas: 2, mode: "m".into(), secs: Some(6.0), links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received }), ..Default::default() };
+        let t = link_table(&[run]).expect("a row");
+        assert!(t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"), "{t}");
+        let unshaped = RunResult { secs: Some(1.0), links: Some(LinkSeries::default()), ..Default::default() };
+        assert!(link_table(&[unshaped]).is_none(), "no rate, no table");
+    }
 }

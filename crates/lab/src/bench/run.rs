@@ -74,7 +74,26 @@ pub struct RunResult {
     pub source_forks: Option<i64>,
     /// CPU seconds of the source replica, fork children included (from-replica modes).
     pub source_cpu_secs: Option<f64>,
+    /// The master's and the replicas' hosts' links through the run (namespace hosts only).
+    pub links: Option<LinkSeries>,
 }
+
+/// Hosts' links sampled through a run: how busy each link was when (see `report::link_table`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct LinkSeries {
+    /// Every link's rate, bytes per second (None: unshaped).
+    pub rate_bytes_per_sec: Option<f64>,
+    /// Each sample's time, seconds from the run's start.
+    pub secs: Vec<f64>,
+    /// Per sample, per host (0: the master's, i: replica i's): bytes sent since the run's start.
+    pub sent: Vec<Vec<u64>>,
+    /// Per sample, per host: bytes received since the run's start.
+    pub received: Vec<Vec<u64>>,
+}
+
+/// How often links are sampled during a run.
+const LINK_SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// `master_rdb` as written: an end still unknown is `null` in JSON (NaN in memory).
 fn spans<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<[f64; 2]>, D::Error> {
@@ -367,10 +386,17 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
     let txs0: Option<Vec<u64>> = c.lab.map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>()).transpose().map_err(|e| anyhow!(e))?;
     let tx0 = txs0.as_ref().map(|v| v[0]);
+    let link_stop = Arc::new(AtomicBool::new(false));
+    let link_sampler = c.lab.map(|l| l.sample_links(LINK_SAMPLE_EVERY, link_stop.clone()));
     let t0 = Instant::now();
     let rdb_watch = watch_rdb(c.master, t0)?;
     let outcome = if native { run_native(c, &replicas, t0, tx0) } else { run_fastrepl(c, &replicas, t0, tx0) };
     let secs = t0.elapsed().as_secs_f64();
+    link_stop.store(true, Ordering::SeqCst);
+    if let (Some(l), Some(sampler)) = (c.lab, link_sampler) {
+        let samples = sampler.join().map_err(|_| anyhow!("the link sampler panicked"))?.map_err(|e| anyhow!(e))?;
+        r.links = Some(link_series(&samples, c.n, l.rate_bytes_per_sec(0)));
+    }
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
     r.latency_ms = probe.map(|p| latency_summary(p.finish()));
@@ -737,6 +763,18 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         let _ = std::fs::write(Path::new(&dir).join(name), relay.output());
     }
     Ok(ex)
+}
+
+/// The samples of hosts `0..=n`, counted from the first sample (taken just before the run's start).
+fn link_series(samples: &[fixtures::netns::LinkSample], n: usize, rate: Option<f64>) -> LinkSeries {
+    let Some(first) = samples.first() else { return LinkSeries { rate_bytes_per_sec: rate, ..Default::default() } };
+    let since = |now: &[u64], then: &[u64]| (0..=n).map(|h| now[h].saturating_sub(then[h])).collect::<Vec<u64>>();
+    LinkSeries {
+        rate_bytes_per_sec: rate,
+        secs: samples.iter().map(|x| x.secs).collect(),
+        sent: samples.iter().map(|x| since(&x.sent, &first.sent)).collect(),
+        received: samples.iter().map(|x| since(&x.received, &first.received)).collect(),
+    }
 }
 
 /// The last `n` lines of `s`.
