@@ -358,8 +358,9 @@ impl Default for PeerConfig {
 
 /// An agent's membership of its generation's swarm: the tracker link, the held blocks, the server.
 pub struct Peering {
-    /// The tracker link: during a pull, the pipeline's tracker-link thread uses it for one request
-    /// at a time; the load reporter, for its reports.
+    /// The tracker link: during a pull, the pipeline's tracker-link thread asks and tells on it, and
+    /// after it the linger; the load reporter, for its reports. Each holds the lock to send or to read
+    /// an answer that has begun to arrive, not for a round trip.
     pub(crate) tracker: Arc<Mutex<TrackerLink>>,
     /// Verified blocks.
     pub(crate) held: Arc<Held>,
@@ -478,22 +479,33 @@ impl Peering {
     }
 
     /// Other agents still missing blocks, asked of the tracker without holding the link for the round
-    /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile.
+    /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile. A question
+    /// that fails or goes unanswered is given up (its late answer is dropped).
     fn needed(&self) -> Result<u32, transport::Error> {
-        let socket = {
+        let (socket, timeout) = {
             let mut link = self.tracker();
+            let socket = link.socket()?;
             link.ask_needed()?;
-            link.socket()?
+            (socket, link.timeout())
         };
         let asked = Instant::now();
-        loop {
-            match self.tracker().poll_answer()? {
-                Some(transport::tracker::Answer::Needed(n)) => return Ok(n),
-                Some(transport::tracker::Answer::Located(_)) => return Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
-                None if asked.elapsed() > limits::IO_TIMEOUT => return Err(crate::tracker_link::unanswered()),
-                None => crate::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], limits::IO_TIMEOUT.saturating_sub(asked.elapsed()))?,
+        let got = loop {
+            match self.tracker().poll_answer() {
+                Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
+                Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
+                Ok(None) if asked.elapsed() > timeout => break Err(crate::tracker_link::unanswered()),
+                Ok(None) => {
+                    if let Err(e) = crate::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], crate::tracker_link::WAIT_SLICE) {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Err(e),
             }
+        };
+        if got.is_err() {
+            self.tracker().abandon_questions();
         }
+        got
     }
 
     /// After our own handoff: keep serving while the tracker says other agents still miss blocks, for

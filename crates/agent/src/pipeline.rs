@@ -6,8 +6,9 @@
 //!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::planner`]) — and gives
 //!   each read to a fetcher;
 //! - in a swarm, the **tracker link**'s thread does the planner's talking to the relay's tracker:
-//!   where blocks are (one question at a time; the answer comes back as a report), what this agent
-//!   holds and dropped (sent without waiting for the answers), whether others still need blocks
+//!   where blocks are (one `locate` out at a time, as [`crate::planner::Asking`] decides; the answer
+//!   comes back as a report), what this agent holds and dropped (sent at once, also while a question
+//!   is out, without waiting for the answers), whether others still need blocks
 //!   (its upload load is reported by [`crate::peer`]'s reporter, for as long as it serves);
 //! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
 //!   **peer fetchers** (one per peer flow) read what they are given — up to

@@ -71,16 +71,29 @@ impl AskSender {
 /// Do what the planner asks, in order, and pass on what is heard (`hear` returns false once nobody
 /// listens); stop at the link's first failure or when the planner is done.
 ///
-/// Everything is sent at once, also while a question's answer is awaited: a `have` never waits
-/// behind a `locate`'s round trip. The link is locked only to send or to read an answer that has
-/// arrived (the load reporter shares it); in between the thread waits on the link's socket and on
-/// the planner's wake-ups, holding nothing.
+/// Everything is sent at once, also while a question's answer is awaited: a `have` does not wait
+/// behind a `locate`'s round trip. The link is locked to send or to read an answer that has begun to
+/// arrive (the load reporter shares it); in between the thread waits on the link's socket and on the
+/// planner's wake-ups, holding nothing. Questions still out when it ends are given up.
 pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
-    let socket = match peering.tracker().socket() {
-        Ok(s) => s,
-        Err(e) => {
-            hear(Heard::Lost(e));
-            return;
+    // However this ends, questions still out are given up: their answers must not reach whoever asks
+    // next on the link (the agent's linger).
+    struct GiveUp<'a>(&'a Peering);
+    impl Drop for GiveUp<'_> {
+        fn drop(&mut self) {
+            self.0.tracker().abandon_questions();
+        }
+    }
+    let _give_up = GiveUp(peering);
+    let (socket, timeout) = {
+        let link = peering.tracker();
+        match link.socket() {
+            Ok(s) => (s, link.timeout()),
+            Err(e) => {
+                drop(link);
+                hear(Heard::Lost(e));
+                return;
+            }
         }
     };
     // When each question whose answer was not read yet went out, oldest first.
@@ -119,9 +132,9 @@ pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) ->
             }
             Ok(None) => match awaited.front() {
                 None => continue,
-                Some(asked) if asked.elapsed() > limits::IO_TIMEOUT => Heard::Lost(unanswered()),
+                Some(asked) if asked.elapsed() > timeout => Heard::Lost(unanswered()),
                 // Nothing said and nothing arrived: wait for either.
-                Some(asked) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], limits::IO_TIMEOUT.saturating_sub(asked.elapsed())) {
+                Some(_) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
                     Ok(()) => {
                         drain(&asks.wake);
                         continue;
@@ -138,6 +151,12 @@ pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) ->
         }
     }
 }
+
+/// The longest a thread waits on the link's socket before it looks again. Under TLS, another thread
+/// reading the link (the load reporter settling answers) may take the awaited answer's bytes off the
+/// socket into the TLS layer's buffer, where the socket no longer shows them: this bounds how late
+/// such an answer is noticed.
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// The tracker did not answer a question within the link's I/O timeout.
 pub(crate) fn unanswered() -> transport::Error {

@@ -368,7 +368,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 let seen = load_history.pop_front().unwrap_or_default();
                 for (g, ((u, changes, arrivals), told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
                     if g.alive && *changes != told.0 {
-                        tracker.load(g.id, *u as u32, (arrivals - told.1) as u32);
+                        tracker.load(g.id, *u as u32, (arrivals - told.1) as u32, at(t));
                         *told = (*changes, *arrivals);
                     }
                 }

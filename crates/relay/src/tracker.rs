@@ -162,7 +162,7 @@ impl Swarms {
     /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.
     pub fn load(&self, generation: u64, id: u32, uploads: u32, arrived: u32) {
         tracing::debug!(id, uploads, arrived, "member's upload load");
-        self.with(generation, |s| s.tracker.load(id, uploads, arrived));
+        self.with(generation, |s| s.tracker.load(id, uploads, arrived, std::time::Instant::now()));
     }
 
     /// `peer` does not hold `block`.

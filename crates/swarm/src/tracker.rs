@@ -214,13 +214,16 @@ impl Tracker {
     }
 
     /// Agent `a` serves `uploads` uploads right now, and `arrived` askers took an upload slot since
-    /// its last report (it reports when either changes). That many of the askers sent there — the
-    /// longest waiting — have reached it and are counted in `uploads` now; the others are still on
-    /// their way (a report can overtake them) and stay counted.
-    pub fn load(&mut self, a: AgentId, uploads: u32, arrived: u32) {
+    /// its last report (it reports when either changes), reported at `now`. That many of the askers
+    /// sent there — the longest waiting — have reached it and are counted in `uploads` now; the others
+    /// are still on their way (a report can overtake them) and stay counted. Askers named longer than
+    /// [`NAMED_HOLD`] ago no longer count (they went elsewhere): they are dropped first, or an arrival
+    /// would be spent on one of them and a fresh asker counted twice, in the report and as on its way.
+    pub fn load(&mut self, a: AgentId, uploads: u32, arrived: u32, now: Instant) {
         if self.alive.contains_key(&a) {
             self.uploads.insert(a, uploads);
             if let Some(askers) = self.named.get_mut(&a) {
+                askers.retain(|(_, at)| now.saturating_duration_since(*at) < NAMED_HOLD);
                 // In the order named, oldest first (see `locate`).
                 askers.drain(..askers.len().min(arrived as usize));
             }
@@ -331,7 +334,11 @@ impl Tracker {
     /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
     /// agent that finished keeps serving while this is not zero.
     pub fn needing(&self, a: AgentId) -> usize {
-        self.received.iter().filter(|(x, got)| **x != a && !self.is_complete(**got)).count()
+        // From the counts (agents that linger ask this every few hundred milliseconds: a scan would
+        // cost O(fleet) per question); `complete` is 0 while the size is unknown.
+        let incomplete = self.received.len() - self.complete;
+        let a_incomplete = self.received.get(&a).is_some_and(|got| !self.is_complete(*got));
+        incomplete - usize::from(a_incomplete)
     }
 
     /// Agents present.
@@ -479,20 +486,20 @@ mod tests {
         let mut tr = joined(1, 4);
         tr.have_t(0, 0);
         tr.have_t(1, 0);
-        tr.load(0, UPLOADS_MAX as u32, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
         let new_reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
-        tr.load(1, UPLOADS_MAX as u32, 0);
+        tr.load(1, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
         assert_eq!(tr.relay_grants(), 0);
         let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
         assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
-        tr.load(0, 0, 0);
+        tr.load(0, 0, 0, t);
         assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
         tr.leave(0);
         assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "a departed agent is not named");
-        tr.load(0, 0, 0);
+        tr.load(0, 0, 0, t);
         assert!(!tr.uploads.contains_key(&0), "a departed agent's report is not kept");
     }
 
@@ -514,17 +521,32 @@ mod tests {
         assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "its slots are taken by the askers sent there");
         assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "an asker's own count does not keep it out");
         // A report that overtook the askers: they stay counted.
-        tr.load(0, 0, 0);
+        tr.load(0, 0, 0, t);
         assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "the askers sent there are still on their way");
         // One arrived: counted in the report now, and its own count ends (the longest waiting's).
-        tr.load(0, 1, 1);
+        tr.load(0, 1, 1, t);
         assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "one serving, one on its way: full");
         // It finished, and the other arrived.
-        tr.load(0, 1, 1);
+        tr.load(0, 1, 1, t);
         assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Peers(vec![0]), "one upload, nobody on the way: a slot free");
         assert_eq!(tr.locate(next + 1, 0, &mut reader(), t), Answer::Wait, "the slot went to the asker sent there just now");
         // An asker that went elsewhere holds its count only for NAMED_HOLD.
         assert_eq!(tr.locate(next + 1, 0, &mut reader(), t + NAMED_HOLD), Answer::Peers(vec![0]));
+    }
+
+    #[test]
+    fn an_asker_that_went_elsewhere_does_not_take_the_place_of_one_that_arrives() {
+        let t = Instant::now();
+        let mut tr = joined(1, 4);
+        tr.have_t(0, 0);
+        let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
+        // Agent 1 is sent to holder 0 and goes elsewhere; later agent 2 is sent there and arrives.
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]));
+        let later = t + NAMED_HOLD;
+        assert_eq!(tr.locate(2, 0, &mut reader(), later), Answer::Peers(vec![0]));
+        // The holder reports one upload, one arrival: agent 2's (agent 1's count had run out).
+        tr.load(0, 1, 1, later);
+        assert_eq!(tr.locate(3, 0, &mut reader(), later), Answer::Peers(vec![0]), "one upload and nobody on the way: a slot free");
     }
 
     #[test]

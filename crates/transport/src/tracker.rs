@@ -9,9 +9,11 @@
 //! (empty) answers are read before the next answer that matters. Waiting would cost a round trip per
 //! block — behind whatever the agent's uplink has queued — on the one link every block's bookkeeping
 //! crosses. Questions (`locate`, `needed`) can be split the same way: [`TrackerLink::ask_locate`] sends
-//! one, [`TrackerLink::poll_answer`] reads its answer if it has arrived, never waiting for it. The agent shares the link between threads behind a lock,
-//! and holds the lock only to send or to read what has arrived, never for a round trip: a load report
-//! or a `have` is never held back by a question on its way.
+//! one, and [`TrackerLink::poll_answer`] reads its answer once its first bytes have arrived, without
+//! waiting for it before that. The agent shares the link between threads behind a lock and holds the
+//! lock to send or to read what has begun to arrive, not for a round trip: a load report or a `have`
+//! is not held back by a question on its way. A question whose asker gave up
+//! ([`TrackerLink::abandon_questions`]) has its answer read and dropped, never handed to the next.
 
 use crate::auth::Kind;
 use crate::Credentials;
@@ -37,6 +39,11 @@ pub struct TrackerLink {
     /// in that order).
     owed: VecDeque<Owed>,
     refused_later: u64,
+    /// The I/O timeout the link was connected with: also how long a question may go unanswered.
+    timeout: Duration,
+    /// An answer could not be read whole (or made no sense): where the next one starts is unknown, so
+    /// the link takes nothing more.
+    failed: bool,
 }
 
 /// What an answer not read yet answers.
@@ -44,10 +51,17 @@ pub struct TrackerLink {
 enum Owed {
     /// A request sent without waiting (`have`, `not_at`, `load`): an empty answer.
     Nothing,
-    /// A `locate` for these blocks.
-    Located(Vec<u64>),
-    /// A `needed`.
-    Needed,
+    /// A `locate` for these blocks; `wanted` until whoever asked gives up on it (its answer is then
+    /// read and dropped, never handed to a later question).
+    Located { asked: Vec<u64>, wanted: bool },
+    /// A `needed` (`wanted` as above).
+    Needed { wanted: bool },
+}
+
+impl Owed {
+    fn wanted(&self) -> bool {
+        matches!(self, Owed::Located { wanted: true, .. } | Owed::Needed { wanted: true })
+    }
 }
 
 /// The answer to a question sent with [`TrackerLink::ask_locate`] or [`TrackerLink::ask_needed`].
@@ -77,10 +91,11 @@ pub struct Registration {
 }
 
 impl TrackerLink {
-    /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next.
+    /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next. Every read
+    /// and write must complete within `timeout`, and every question be answered within it.
     pub fn connect(relay: SocketAddr, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
         let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
-        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: VecDeque::new(), refused_later: 0 })
+        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: VecDeque::new(), refused_later: 0, timeout, failed: false })
     }
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
@@ -95,6 +110,9 @@ impl TrackerLink {
             check_addr(advertise)?;
         }
         self.settle()?;
+        if !self.owed.is_empty() {
+            return Err(Error::Protocol("tracker link: registration asked while questions are unanswered".into()));
+        }
         let req = Request::Register { generation, port: reg.port, serves: reg.serves, local: reg.local, advertise_len: advertise.len() as u32 };
         let len = self.conn.request_with_body(req, advertise, "swarm registration")?;
         let id = u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("registration answer is not 4 bytes"))?);
@@ -107,6 +125,11 @@ impl TrackerLink {
     /// link: see [`TrackerLink::poll_answer`].
     pub fn socket(&self) -> Result<std::net::TcpStream, Error> {
         self.conn.s.tcp().try_clone().map_err(Error::io("duplicate the tracker link's socket"))
+    }
+
+    /// How long a question may go unanswered (the link's I/O timeout).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Our number in the swarm, once registered.
@@ -126,27 +149,41 @@ impl TrackerLink {
     }
 
     /// Ask where to fetch `ask.blocks` from, without waiting: the answer comes from
-    /// [`TrackerLink::next_answer`], after those of any questions asked before.
+    /// [`TrackerLink::poll_answer`] or [`TrackerLink::next_answer`], after those of any questions
+    /// asked before.
     pub fn ask_locate(&mut self, ask: &Locate) -> Result<(), Error> {
+        self.in_step()?;
         let body = ask.encode();
         let req = Request::Locate { generation: self.generation, body_len: body.len() as u32 };
         let mut out = req.encode().to_vec();
         out.extend_from_slice(&body);
-        std::io::Write::write_all(&mut self.conn.s, &out).map_err(Error::io("send locate"))?;
-        self.owed.push_back(Owed::Located(ask.blocks.clone()));
+        std::io::Write::write_all(&mut self.conn.s, &out).map_err(|e| self.fail(Error::io("send locate")(e)))?;
+        self.owed.push_back(Owed::Located { asked: ask.blocks.clone(), wanted: true });
         Ok(())
     }
 
     /// Ask whether other agents still miss blocks, without waiting (see [`TrackerLink::ask_locate`]).
     pub fn ask_needed(&mut self) -> Result<(), Error> {
-        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(Error::io("send needed"))?;
-        self.owed.push_back(Owed::Needed);
+        self.in_step()?;
+        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(|e| self.fail(Error::io("send needed")(e)))?;
+        self.owed.push_back(Owed::Needed { wanted: true });
         Ok(())
     }
 
-    /// Questions asked whose answers were not read yet.
+    /// Questions asked whose answers are still wanted and not read yet.
     pub fn questions_owed(&self) -> usize {
-        self.owed.iter().filter(|o| !matches!(o, Owed::Nothing)).count()
+        self.owed.iter().filter(|o| o.wanted()).count()
+    }
+
+    /// Nobody waits for the answers to the questions asked so far any more (whoever asked gave up or
+    /// ended): they are read and dropped when they come, never handed to a later question.
+    pub fn abandon_questions(&mut self) {
+        for o in &mut self.owed {
+            match o {
+                Owed::Located { wanted, .. } | Owed::Needed { wanted } => *wanted = false,
+                Owed::Nothing => {}
+            }
+        }
     }
 
     /// Whether bytes of the next owed answer have arrived (never waits). A link that failed says yes:
@@ -155,12 +192,14 @@ impl TrackerLink {
         !self.owed.is_empty() && self.conn.s.readable_now().unwrap_or(true)
     }
 
-    /// The first question's answer if it has arrived, reading (and settling) the answers before it
-    /// as far as they have: never waits for an answer that has not begun to arrive (one that has is
-    /// read to its end). `None` when it has not arrived, or no question is owed.
+    /// The first wanted question's answer if it has arrived, reading (and dropping) the answers before
+    /// it as far as they have. Waits only for the rest of an answer whose first bytes are here (within
+    /// the link's timeout; the relay sends each answer whole). `None` when it has not arrived, or no
+    /// question is owed.
     pub fn poll_answer(&mut self) -> Result<Option<Answer>, Error> {
+        self.in_step()?;
         while self.questions_owed() > 0 && self.answer_arrived() {
-            if !matches!(self.owed.front(), Some(Owed::Nothing)) {
+            if self.owed.front().is_some_and(Owed::wanted) {
                 return self.next_answer().map(Some);
             }
             self.settle_one()?;
@@ -168,31 +207,42 @@ impl TrackerLink {
         Ok(None)
     }
 
-    /// Read answers in order up to the first question's, and return that: the empty answers before it
-    /// are settled on the way. Waits for it (within the link's I/O timeout); an error when no
-    /// question is owed.
+    /// Read answers in order up to the first wanted question's, and return that: the answers before
+    /// it are read and dropped on the way. Waits for it (within the link's timeout); an error when no
+    /// question is owed. A refusal of the question is returned as the error it is (the link stays);
+    /// an answer that cannot be read whole fails the link.
     pub fn next_answer(&mut self) -> Result<Answer, Error> {
+        self.in_step()?;
         loop {
             match self.owed.front() {
                 None => return Err(Error::Protocol("tracker link: an answer read where no question was asked".into())),
-                Some(Owed::Nothing) => self.settle_one()?,
-                Some(Owed::Located(_)) => {
-                    let Some(Owed::Located(asked)) = self.owed.pop_front() else { unreachable!("front checked above") };
-                    let len = self.conn.response("locate")?;
-                    let answer = decode_located(&read_body(&mut self.conn.s, len, LOCATE_ANSWER_MAX)?)?;
-                    if answer.iter().any(|a| !asked.contains(&a.block)) {
-                        return Err(bad("answer about a block that was not asked"));
-                    }
-                    return Ok(Answer::Located(answer));
-                }
-                Some(Owed::Needed) => {
-                    self.owed.pop_front();
-                    let len = self.conn.response("needed")?;
-                    let n = u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?);
-                    return Ok(Answer::Needed(n));
-                }
+                Some(o) if !o.wanted() => self.settle_one()?,
+                Some(_) => break,
             }
         }
+        let got = match self.owed.pop_front() {
+            Some(Owed::Located { asked, .. }) => self.read_located(&asked).map(Answer::Located),
+            Some(Owed::Needed { .. }) => self.read_needed().map(Answer::Needed),
+            _ => unreachable!("the front was checked to be a wanted question"),
+        };
+        got.map_err(|e| match e {
+            Error::Refused { .. } | Error::Busy(_) => e,
+            e => self.fail(e),
+        })
+    }
+
+    fn read_located(&mut self, asked: &[u64]) -> Result<Vec<Located>, Error> {
+        let len = self.conn.response("locate")?;
+        let answer = decode_located(&read_body(&mut self.conn.s, len, LOCATE_ANSWER_MAX)?)?;
+        if answer.iter().any(|a| !asked.contains(&a.block)) {
+            return Err(bad("answer about a block that was not asked"));
+        }
+        Ok(answer)
+    }
+
+    fn read_needed(&mut self) -> Result<u32, Error> {
+        let len = self.conn.response("needed")?;
+        Ok(u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?))
     }
 
     fn no_question_owed(&self, op: &str) -> Result<(), Error> {
@@ -200,6 +250,18 @@ impl TrackerLink {
             0 => Ok(()),
             n => Err(Error::Protocol(format!("tracker link: {op} waited for while {n} earlier questions are unanswered"))),
         }
+    }
+
+    fn in_step(&self) -> Result<(), Error> {
+        if self.failed {
+            return Err(Error::Protocol("tracker link: an earlier answer could not be read whole; the link takes nothing more".into()));
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        self.failed = true;
+        e
     }
 
     /// We hold `block`, verified. Sent without waiting for the answer.
@@ -227,43 +289,57 @@ impl TrackerLink {
 
     /// Send a request whose answer is empty without waiting for it.
     fn send_later(&mut self, req: Request) -> Result<(), Error> {
+        self.in_step()?;
         if self.owed.len() >= OWED_MAX as usize {
             // Those that have arrived first; if nobody read answers for that long, wait for the
-            // empty ones (the relay answers at once: its side must not fill while we do not read).
+            // ones before the first wanted question (the relay answers at once: its side must not
+            // fill while we do not read; a wanted question's answer is its asker's to read).
             self.settle_arrived()?;
             if self.owed.len() >= OWED_MAX as usize {
                 self.settle()?;
             }
         }
-        std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(Error::io("send tracker request"))?;
+        std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(|e| self.fail(Error::io("send tracker request")(e)))?;
         self.owed.push_back(Owed::Nothing);
         Ok(())
     }
 
-    /// Read the empty answers owed before any question's. A refusal of one of those requests (a
-    /// block the relay no longer publishes, a generation replaced) changes nothing for this agent: it
-    /// is counted ([`TrackerLink::refused_later`]), and the link stays; a broken or garbled answer
-    /// fails it.
+    /// Read the answers owed before the first wanted question's (empty ones, and those of questions
+    /// given up on). A refusal of a request sent without waiting (a block the relay no longer
+    /// publishes, a generation replaced) changes nothing for this agent: it is counted
+    /// ([`TrackerLink::refused_later`]), and the link stays; a broken or garbled answer fails it.
     pub fn settle(&mut self) -> Result<(), Error> {
-        while matches!(self.owed.front(), Some(Owed::Nothing)) {
+        self.in_step()?;
+        while self.owed.front().is_some_and(|o| !o.wanted()) {
             self.settle_one()?;
         }
         Ok(())
     }
 
-    /// [`TrackerLink::settle`] as far as the answers have arrived (never waits for one that has not).
+    /// [`TrackerLink::settle`] as far as the answers have arrived (waits only for the rest of one
+    /// that has begun to).
     fn settle_arrived(&mut self) -> Result<(), Error> {
-        while matches!(self.owed.front(), Some(Owed::Nothing)) && self.answer_arrived() {
+        while self.owed.front().is_some_and(|o| !o.wanted()) && self.answer_arrived() {
             self.settle_one()?;
         }
         Ok(())
     }
 
+    /// Read the front answer, which nobody wants, and drop it.
     fn settle_one(&mut self) -> Result<(), Error> {
-        match self.conn.response("have, not-at or load") {
-            Ok(len) => drop(read_body(&mut self.conn.s, len, 0)?),
+        let read = match self.owed.front() {
+            Some(Owed::Located { asked, .. }) => {
+                let asked = asked.clone();
+                self.read_located(&asked).map(drop)
+            }
+            Some(Owed::Needed { .. }) => self.read_needed().map(drop),
+            Some(Owed::Nothing) => self.conn.response("have, not-at or load").and_then(|len| read_body(&mut self.conn.s, len, 0).map(drop)),
+            None => return Ok(()),
+        };
+        match read {
+            Ok(()) => {}
             Err(Error::Refused { .. } | Error::Busy(_)) => self.refused_later += 1,
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.fail(e)),
         }
         self.owed.pop_front();
         Ok(())
@@ -385,13 +461,46 @@ mod tests {
         assert!(link.owed.is_empty());
     }
 
+    fn ask(blocks: Vec<u64>) -> Locate {
+        Locate { relay_slots: 1, peer_slots: 1, blocks, flows_free: 1, open: Vec::new() }
+    }
+
     #[test]
-    fn an_answer_about_blocks_not_asked_fails_the_link() {
+    fn an_answer_about_blocks_not_asked_fails_the_link_for_good() {
         let (mut link, _heard, say) = scripted_relay();
-        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3], flows_free: 1, open: Vec::new() }).unwrap();
-        assert!(link.needed().is_err(), "a question waited for while another is unanswered");
+        link.ask_locate(&ask(vec![3])).unwrap();
+        let e = link.needed().unwrap_err();
+        assert!(e.to_string().contains("1 earlier questions are unanswered"), "a question waited for while another is out: {e}");
         say.send(located(&[Located { block: 9, at: Where::Relay }])).unwrap();
         let e = eventually(&mut link, |l| l.poll_answer().err());
         assert!(e.to_string().contains("not asked"), "{e}");
+        say.send(located(&[Located { block: 3, at: Where::Relay }])).unwrap();
+        for e in [link.have(1).unwrap_err(), link.ask_locate(&ask(vec![3])).unwrap_err(), link.poll_answer().unwrap_err()] {
+            assert!(e.to_string().contains("takes nothing more"), "where the next answer starts is unknown: {e}");
+        }
+    }
+
+    #[test]
+    fn a_question_given_up_has_its_answer_dropped_not_handed_to_the_next() {
+        let (mut link, heard, say) = scripted_relay();
+        link.ask_locate(&ask(vec![3])).unwrap();
+        link.ask_needed().unwrap();
+        link.abandon_questions();
+        assert_eq!(link.questions_owed(), 0);
+        assert_eq!(link.poll_answer().unwrap(), None, "nothing wanted");
+        link.ask_needed().unwrap();
+        for _ in 0..3 {
+            heard.recv_timeout(Duration::from_secs(10)).unwrap();
+        }
+        let needed = |n: u32| [ResponseHeader::ok(4).encode().to_vec(), n.to_be_bytes().to_vec()].concat();
+        // The relay answers the given-up locate and needed, then the new needed; a busy refusal of a
+        // request sent without waiting after it is counted and the link goes on.
+        link.have(1).unwrap();
+        let busy = [ResponseHeader { status: Status::Busy, len: 4 }.encode().to_vec(), b"busy".to_vec()].concat();
+        say.send([located(&[Located { block: 3, at: Where::Relay }]), needed(7), needed(2), busy].concat()).unwrap();
+        assert_eq!(eventually(&mut link, |l| l.poll_answer().unwrap()), Answer::Needed(2), "the answer to the question still wanted");
+        link.settle().unwrap();
+        assert_eq!(link.refused_later(), 1);
+        assert!(link.owed.is_empty());
     }
 }

@@ -210,7 +210,9 @@ pub fn link_table(runs: &[RunResult]) -> Option<String> {
         if span <= 0.0 || n == 0 {
             continue;
         }
-        let share = |v: &[Vec<u64>]| (1..=n).map(|h| v[b][h] - v[a][h]).sum::<u64>() as f64 / (n as f64 * rate * span);
+        // Each replica host's own rate (a slow host's link is slower), else the master's.
+        let capacity: f64 = (1..=n).map(|h| l.host_rates_bytes_per_sec.get(h).copied().unwrap_or(rate)).sum::<f64>() * span;
+        let share = |v: &[Vec<u64>]| (1..=n).map(|h| v[b].get(h).copied().unwrap_or(0).saturating_sub(v[a].get(h).copied().unwrap_or(0))).sum::<u64>() as f64 / capacity;
         rows.push(format!(
             "| {} | {} | {} | {:.2}–{:.2} | {:.0} % | {:.0} % | {:.2} |",
             r.link,
@@ -242,7 +244,7 @@ fn busy_window(l: &crate::bench::run::LinkSeries) -> Option<(usize, usize)> {
     let busy: Vec<usize> = (1..l.secs.len())
         .filter(|&i| {
             let dt = l.secs[i] - l.secs[i - 1];
-            dt > 0.0 && (l.sent[i][0] - l.sent[i - 1][0]) as f64 / dt >= rate / 2.0
+            dt > 0.0 && l.sent[i][0].saturating_sub(l.sent[i - 1][0]) as f64 / dt >= rate / 2.0
         })
         .collect();
     Some((busy.first()? - 1, *busy.last()?))
@@ -409,9 +411,14 @@ mod tests {
         let master = [0, 100, 1100, 2100, 3100, 3200, 3200];
         let sent = secs.iter().enumerate().map(|(i, _)| vec![master[i], 400 * (i.clamp(1, 4) as u64 - 1), 400 * (i.clamp(1, 4) as u64 - 1)]).collect();
         let received = secs.iter().enumerate().map(|(i, _)| vec![0, 800 * (i.clamp(1, 4) as u64 - 1), 800 * (i.clamp(1, 4) as u64 - 1)]).collect();
-        let run = RunResult { link: "x".into(), replicas: 2, mode: "m".into(), secs: Some(6.0), links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received }), ..Default::default() };
-        let t = link_table(&[run]).expect("a row");
+        let run = RunResult { link: "x".into(), replicas: 2, mode: "m".into(), secs: Some(6.0), links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received, ..Default::default() }), ..Default::default() };
+        let t = link_table(&[run.clone()]).expect("a row");
         assert!(t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"), "{t}");
+        // Replica 2 on a link half as fast: its 800 B/s fill it.
+        let mut slow = run.clone();
+        slow.links.as_mut().unwrap().host_rates_bytes_per_sec = vec![1000.0, 1000.0, 500.0];
+        let t = link_table(&[slow]).expect("a row");
+        assert!(t.contains("| x | 2 | m | 1.00–4.00 | 107 % | 53 % | 2.00 |"), "(800 + 800) / (1000 + 500): {t}");
         let unshaped = RunResult { secs: Some(1.0), links: Some(LinkSeries::default()), ..Default::default() };
         assert!(link_table(&[unshaped]).is_none(), "no rate, no table");
     }

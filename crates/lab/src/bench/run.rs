@@ -82,8 +82,11 @@ pub struct RunResult {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct LinkSeries {
-    /// Every link's rate, bytes per second (None: unshaped).
+    /// The master's host's link rate, bytes per second (None: unshaped).
     pub rate_bytes_per_sec: Option<f64>,
+    /// Every host's link rate (0: the master's), bytes per second; empty when unshaped (and in sets
+    /// written before it was recorded: every link then has the master's rate).
+    pub host_rates_bytes_per_sec: Vec<f64>,
     /// Each sample's time, seconds from the run's start.
     pub secs: Vec<f64>,
     /// Per sample, per host (0: the master's, i: replica i's): bytes sent since the run's start.
@@ -386,16 +389,17 @@ fn one(c: &Ctx) -> Result<RunResult> {
     let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
     let txs0: Option<Vec<u64>> = c.lab.map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>()).transpose().map_err(|e| anyhow!(e))?;
     let tx0 = txs0.as_ref().map(|v| v[0]);
-    let link_stop = Arc::new(AtomicBool::new(false));
-    let link_sampler = c.lab.map(|l| l.sample_links(LINK_SAMPLE_EVERY, link_stop.clone()));
     let t0 = Instant::now();
+    let links = c.lab.map(|l| LinkSampling::start(l, t0));
     let rdb_watch = watch_rdb(c.master, t0)?;
     let outcome = if native { run_native(c, &replicas, t0, tx0) } else { run_fastrepl(c, &replicas, t0, tx0) };
     let secs = t0.elapsed().as_secs_f64();
-    link_stop.store(true, Ordering::SeqCst);
-    if let (Some(l), Some(sampler)) = (c.lab, link_sampler) {
-        let samples = sampler.join().map_err(|_| anyhow!("the link sampler panicked"))?.map_err(|e| anyhow!(e))?;
-        r.links = Some(link_series(&samples, c.n, l.rate_bytes_per_sec(0)));
+    if let (Some(l), Some(sampling)) = (c.lab, links) {
+        // A diagnostic: a sampler that failed costs its table, not the run.
+        match sampling.finish() {
+            Ok(samples) => r.links = Some(link_series(&samples, c.n, (0..=c.n).map(|h| l.rate_bytes_per_sec(h)).collect())),
+            Err(e) => eprintln!("links not sampled in this run: {e}"),
+        }
     }
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
@@ -765,12 +769,42 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     Ok(ex)
 }
 
-/// The samples of hosts `0..=n`, counted from the first sample (taken just before the run's start).
-fn link_series(samples: &[fixtures::netns::LinkSample], n: usize, rate: Option<f64>) -> LinkSeries {
-    let Some(first) = samples.first() else { return LinkSeries { rate_bytes_per_sec: rate, ..Default::default() } };
-    let since = |now: &[u64], then: &[u64]| (0..=n).map(|h| now[h].saturating_sub(then[h])).collect::<Vec<u64>>();
+/// A run's link sampler: stopped when finished, or dropped (a run that ends early must not leave it
+/// sampling).
+struct LinkSampling {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<std::result::Result<Vec<fixtures::netns::LinkSample>, String>>>,
+}
+
+impl LinkSampling {
+    fn start(lab: &Lab, origin: Instant) -> LinkSampling {
+        let stop = Arc::new(AtomicBool::new(false));
+        LinkSampling { thread: Some(lab.sample_links(LINK_SAMPLE_EVERY, stop.clone(), origin)), stop }
+    }
+
+    fn finish(mut self) -> Result<Vec<fixtures::netns::LinkSample>> {
+        self.stop.store(true, Ordering::SeqCst);
+        let thread = self.thread.take().ok_or_else(|| anyhow!("the link sampler was already stopped"))?;
+        thread.join().map_err(|_| anyhow!("the link sampler panicked"))?.map_err(|e| anyhow!(e))
+    }
+}
+
+impl Drop for LinkSampling {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The samples of hosts `0..=n`, counted from the first sample (taken at the run's start);
+/// `rates[h]`: host h's link rate, bytes per second.
+fn link_series(samples: &[fixtures::netns::LinkSample], n: usize, rates: Vec<Option<f64>>) -> LinkSeries {
+    let since = |now: &[u64], then: &[u64]| (0..=n).map(|h| now.get(h).copied().unwrap_or(0).saturating_sub(then.get(h).copied().unwrap_or(0))).collect::<Vec<u64>>();
+    let rate = rates.first().copied().flatten();
+    let host_rates = if rates.iter().all(Option::is_some) { rates.into_iter().flatten().collect() } else { Vec::new() };
+    let Some(first) = samples.first() else { return LinkSeries { rate_bytes_per_sec: rate, host_rates_bytes_per_sec: host_rates, ..Default::default() } };
     LinkSeries {
         rate_bytes_per_sec: rate,
+        host_rates_bytes_per_sec: host_rates,
         secs: samples.iter().map(|x| x.secs).collect(),
         sent: samples.iter().map(|x| since(&x.sent, &first.sent)).collect(),
         received: samples.iter().map(|x| since(&x.received, &first.received)).collect(),
