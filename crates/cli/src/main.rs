@@ -1092,11 +1092,12 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     )?;
     writeln!(
         o,
-        "served: {:.1} MiB of blocks over tcp, {} of log; one-sided attaches (not agents: one agent may attach more than once): shm {}, ucx {}",
+        "served: {:.1} MiB of blocks over tcp, {} of log; one-sided attaches (not agents: one agent may attach more than once): shm {}, ucx {}{}",
         mib(at(&st.served_bytes_total, "tcp")),
         bytes_text(st.log_served_bytes_total),
         at(&st.attaches_total, "shm"),
-        at(&st.attaches_total, "ucx")
+        at(&st.attaches_total, "ucx"),
+        if st.ucx_side_restarts_total > 0 { format!(" (UCX side process started again {} times)", st.ucx_side_restarts_total) } else { String::new() }
     )?;
     writeln!(
         o,

@@ -172,6 +172,7 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
         j
     };
     let first = ucx_join(&Server::start(Flavor::Redis70, &[]));
+    assert_eq!(status_json(&relay.addr)["ucx_side_restarts_total"].as_u64(), Some(0));
     let sides = agent::procstat::children(relay.proc.pid());
     assert_eq!(sides.len(), 1, "the relay runs UCX in one process of its own: {sides:?}");
     // SAFETY: kill(2) on the pid of the relay's child, which is alive (listed just above).
@@ -191,6 +192,7 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
     }
     wait_until("the relay to say how its UCX side ended", Duration::from_secs(20), || relay.proc.output().contains("UCX side process ended").then_some(()));
     assert!(relay.proc.output().contains("signal: 9"), "the relay says how its side ended:\n{}", relay.proc.output());
+    assert_eq!(status_json(&relay.addr)["ucx_side_restarts_total"].as_u64(), Some(1), "status and metrics count the restart");
 }
 
 /// The relay's UCX side dies in the middle of a pull: the agent's next read fails, it attaches again

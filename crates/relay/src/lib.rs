@@ -451,6 +451,15 @@ impl Shared {
         Vec::new()
     }
 
+    /// Times the UCX side process was started again (0 without ucx).
+    pub(crate) fn ucx_side_restarts(&self) -> u64 {
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &self.ucx {
+            return u.restarts();
+        }
+        0
+    }
+
     fn ucx_transports(&self) -> Vec<String> {
         #[cfg(feature = "ucx")]
         if let Some(u) = &self.ucx {

@@ -140,6 +140,7 @@ pub fn prometheus(st: &Status) -> String {
     labelled(&mut e, "served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", "transport", &st.served_bytes_total);
     e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], st.log_served_bytes_total as f64);
     labelled(&mut e, "attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", "transport", &st.attaches_total);
+    e.counter("ucx_side_restarts_total", "Times the UCX side process was started again after it died or failed.", &[], st.ucx_side_restarts_total as f64);
     labelled(&mut e, "errors_total", "Connections closed on an error, by kind; capture: failed captures.", "kind", &st.errors_total);
     e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.resident_memory_bytes as f64);
     e.finish()
@@ -211,6 +212,7 @@ pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> St
         served_bytes_total: [("tcp".to_string(), get(&s.tcp_block_bytes))].into(),
         log_served_bytes_total: get(&s.log_bytes_served),
         attaches_total: [("shm".to_string(), get(&s.shm_attaches)), ("ucx".to_string(), get(&s.ucx_attaches))].into(),
+        ucx_side_restarts_total: shared.ucx_side_restarts(),
         errors_total: [
             ("auth".to_string(), get(&s.errors_auth)),
             ("protocol".to_string(), get(&s.errors_protocol)),
@@ -282,6 +284,7 @@ mod tests {
             served_bytes_total: by(&["tcp"]),
             log_served_bytes_total: 1,
             attaches_total: by(&["shm", "ucx"]),
+            ucx_side_restarts_total: 1,
             errors_total: by(&["auth", "io"]),
             resident_memory_bytes: 1,
         }

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use transport::wire::{UcxKey, UCX_SEGMENT};
@@ -60,6 +60,8 @@ const RESTART_EVERY: Duration = Duration::from_secs(1);
 /// The relay's UCX service: the side process, restarted when it dies.
 pub struct UcxServer {
     state: Arc<Mutex<State>>,
+    /// Sides started again after one died or failed (read without the state's lock, for `status`).
+    restarts: Arc<AtomicU64>,
     /// What `status` shows, kept apart so that it never waits behind a restart or a registration.
     info: Arc<Mutex<Info>>,
     stop: Arc<AtomicBool>,
@@ -72,6 +74,7 @@ struct State {
     side: Option<Side>,
     last_start: Instant,
     info: Arc<Mutex<Info>>,
+    restarts: Arc<AtomicU64>,
 }
 
 /// The running side's transports and listeners (empty while none runs).
@@ -98,7 +101,8 @@ impl UcxServer {
     pub fn start(listen: SocketAddr) -> Result<UcxServer, UcxServeError> {
         let side = Side::spawn(listen)?;
         let info = Arc::new(Mutex::new(side.info.clone()));
-        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now(), info: info.clone() }));
+        let restarts = Arc::new(AtomicU64::new(0));
+        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now(), info: info.clone(), restarts: restarts.clone() }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, s) = (state.clone(), stop.clone());
         let watcher = std::thread::Builder::new()
@@ -117,7 +121,12 @@ impl UcxServer {
                 }
             })
             .map_err(|e| UcxServeError::Side(format!("spawn its watcher: {e}")))?;
-        Ok(UcxServer { state, info, stop, watcher: Some(watcher) })
+        Ok(UcxServer { state, restarts, info, stop, watcher: Some(watcher) })
+    }
+
+    /// Sides started again after one died or failed.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     fn info(&self) -> Info {
@@ -209,6 +218,7 @@ impl State {
         match Side::spawn(self.listen) {
             Ok(s) => {
                 tracing::info!(ucx_listeners = ?s.info.listeners, "the relay's UCX side process started again");
+                self.restarts.fetch_add(1, Ordering::Relaxed);
                 *self.info.lock().unwrap_or_else(|p| p.into_inner()) = s.info.clone();
                 self.side = Some(s);
                 Ok(())

@@ -122,6 +122,9 @@ pub struct RelayStatus {
     /// One-sided attaches by transport (shm: a mapping handed out; ucx: remote keys handed out); the
     /// agent then reads without the relay's CPU. One agent may attach more than once.
     pub attaches_total: BTreeMap<String, u64>,
+    /// Times the relay started its UCX side process again after it died or failed (0 without ucx).
+    #[serde(default)]
+    pub ucx_side_restarts_total: u64,
     /// Connections closed on an error, by kind: auth, protocol, io; and capture (the same count as
     /// `capture_failures_total`).
     pub errors_total: BTreeMap<String, u64>,
@@ -181,6 +184,7 @@ mod tests {
             served_bytes_total: [("tcp".to_string(), 3)].into(),
             log_served_bytes_total: 0,
             attaches_total: [("shm".to_string(), 0), ("ucx".to_string(), 0)].into(),
+            ucx_side_restarts_total: 0,
             errors_total: Default::default(),
             resident_memory_bytes: 0,
         };
