@@ -73,8 +73,10 @@ pub enum Answer {
     Needed(u32),
 }
 
-/// Most requests sent without waiting before their answers are read: the relay's answers then never
-/// fill its side of the connection while the agent does not read.
+/// Answers owed at which a request sent without waiting first reads those that have arrived, then
+/// waits for the rest before the first wanted question's: the relay's answers must not fill its side
+/// of the connection while the agent does not read. (Answers behind a wanted question are its
+/// asker's to reach: until it reads, more may be owed.)
 pub const OWED_MAX: u32 = 256;
 
 /// How an agent registers.
