@@ -30,10 +30,12 @@ pub struct Chooser {
     held: u64,
     in_flight: HashMap<u64, Origin>,
     rates: HashMap<AgentId, Rate>,
-    /// Sum of the rates of peers with at least two samples, and how many: their mean is the yardstick
-    /// for "slow" (kept incrementally: a choice must not cost a sort of every peer's rate).
-    rate_sum: f64,
-    rated: u32,
+    /// The median rate of the peers with at least two samples: the yardstick for "slow", kept as the
+    /// rates change (a choice must not cost a pass over every peer's rate). The median, not the
+    /// mean: a block already waiting in the socket's buffer arrives in milliseconds, and one such
+    /// sample (hundreds of MB/s) lifted the mean until peers at their fair share looked slow — and a
+    /// peer passed over is never measured again.
+    yardstick: Option<f64>,
     avoid: HashMap<AgentId, ()>,
     /// Peers that refused a fetch (busy), until when they are passed over.
     busy: HashMap<AgentId, Instant>,
@@ -51,8 +53,19 @@ pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
 /// Refusals further apart than this are not "in a row" for [`BUSY_GIVE_UP`].
 pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
 
-/// A source slower than this fraction of the mean peer rate is avoided while others hold the block.
+/// A source slower than this fraction of the median peer rate is avoided while others hold the block.
 pub const SLOW_FRACTION: f64 = 0.25;
+
+/// The median of `v` (the upper one of an even count); `None` below two values: one peer is no
+/// yardstick for another.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mid = v.len() / 2;
+    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
+    Some(*m)
+}
 
 impl Chooser {
     /// An agent that looks at most `window` blocks ahead of what it has handed on, fetching from at
@@ -77,8 +90,7 @@ impl Chooser {
             held: 0,
             in_flight: HashMap::new(),
             rates: HashMap::new(),
-            rate_sum: 0.0,
-            rated: 0,
+            yardstick: None,
             avoid: HashMap::new(),
             busy: HashMap::new(),
             busy_since: HashMap::new(),
@@ -281,8 +293,7 @@ impl Chooser {
             Answer::Relay => Origin::Relay,
             Answer::Peers(_) if self.peer_fetches() >= self.peer_fetches_max() => return None,
             Answer::Peers(ps) => {
-                let mean = (self.rated >= 2).then(|| self.rate_sum / f64::from(self.rated));
-                let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && mean.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
+                let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && self.yardstick.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
                 let busy = |p: &AgentId| now.is_some_and(|n| self.is_busy(*p, n));
                 let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p)).collect();
                 let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
@@ -305,17 +316,11 @@ impl Chooser {
             self.busy_since.remove(&p);
             let r = self.rates.entry(p).or_default();
             let sample = bytes as f64 / secs.max(1e-6);
-            if r.samples >= 2 {
-                self.rate_sum -= r.bytes_per_sec;
-            }
             // A moving average: a peer that became slow is noticed within a few blocks.
             r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
             r.samples += 1;
             if r.samples >= 2 {
-                self.rate_sum += r.bytes_per_sec;
-                if r.samples == 2 {
-                    self.rated += 1;
-                }
+                self.yardstick = median(self.rates.values().filter(|r| r.samples >= 2).map(|r| r.bytes_per_sec).collect());
             }
         }
         if let Some(h) = self.have.get_mut(b as usize) {
@@ -446,6 +451,25 @@ mod tests {
         }
         c.refused(4, at);
         assert!(c.avoids(4), "busy at every ask for {BUSY_GIVE_UP:?} without serving anything: avoided");
+    }
+
+    #[test]
+    fn one_block_that_arrived_at_once_does_not_make_the_other_peers_slow() {
+        let mut c = Chooser::new(100, 100);
+        c.published(100);
+        // Peers 1–3 at their fair share (1000 B/s); peer 4's second block was already in the socket's
+        // buffer (a millisecond): with the mean as the yardstick, 1–3 fell below a quarter of it.
+        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0), (4, 1, 1.0), (5, 2, 1.0), (6, 3, 1.0), (7, 4, 0.001)] {
+            c.choose(b, &Answer::Peers(vec![p]));
+            c.done(b, 1000, secs);
+        }
+        assert_eq!(c.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "peer 1 is not slow: the first of two equally loaded is taken");
+        // A peer five times slower than the rest still is.
+        for (b, p, secs) in [(20, 5, 5.0), (21, 5, 5.0)] {
+            c.choose(b, &Answer::Peers(vec![p]));
+            c.done(b, 1000, secs);
+        }
+        assert_eq!(c.choose(22, &Answer::Peers(vec![5, 2])), Some(Origin::Peer(2)), "slow peer 5 avoided");
     }
 
     #[test]
