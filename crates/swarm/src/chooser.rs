@@ -31,7 +31,7 @@ pub struct Chooser {
     in_flight: HashMap<u64, Origin>,
     rates: HashMap<AgentId, Rate>,
     /// The median rate of the peers with at least two samples: the yardstick for "slow", kept as the
-    /// rates change (a choice must not cost a pass over every peer's rate). The median, not the
+    /// rates change (a pass over the rated peers per block received, none per choice). The median, not the
     /// mean: a block already waiting in the socket's buffer arrives in milliseconds, and one such
     /// sample (hundreds of MB/s) lifted the mean until peers at their fair share looked slow — and a
     /// peer passed over is never measured again.
@@ -56,13 +56,14 @@ pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
 /// A source slower than this fraction of the median peer rate is avoided while others hold the block.
 pub const SLOW_FRACTION: f64 = 0.25;
 
-/// The median of `v` (the upper one of an even count); `None` below two values: one peer is no
-/// yardstick for another.
+/// The median of `v` (the lower one of an even count: of two peers, the faster is never the
+/// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
+/// values: one peer is no yardstick for another.
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.len() < 2 {
         return None;
     }
-    let mid = v.len() / 2;
+    let mid = (v.len() - 1) / 2;
     let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
     Some(*m)
 }
@@ -464,6 +465,14 @@ mod tests {
             c.done(b, 1000, secs);
         }
         assert_eq!(c.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "peer 1 is not slow: the first of two equally loaded is taken");
+        // With two rated peers only, the burst does not make the other one slow either.
+        let mut two = Chooser::new(100, 100);
+        two.published(100);
+        for (b, p, secs) in [(0, 1, 1.0), (1, 4, 1.0), (2, 1, 1.0), (3, 4, 0.001)] {
+            two.choose(b, &Answer::Peers(vec![p]));
+            two.done(b, 1000, secs);
+        }
+        assert_eq!(two.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "of two peers, the faster is not the yardstick");
         // A peer five times slower than the rest still is.
         for (b, p, secs) in [(20, 5, 5.0), (21, 5, 5.0)] {
             c.choose(b, &Answer::Peers(vec![p]));

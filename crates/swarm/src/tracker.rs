@@ -336,9 +336,9 @@ impl Tracker {
     pub fn needing(&self, a: AgentId) -> usize {
         // From the counts (agents that linger ask this every few hundred milliseconds: a scan would
         // cost O(fleet) per question); `complete` is 0 while the size is unknown.
-        let incomplete = self.received.len() - self.complete;
+        let incomplete = self.received.len().saturating_sub(self.complete);
         let a_incomplete = self.received.get(&a).is_some_and(|got| !self.is_complete(*got));
-        incomplete - usize::from(a_incomplete)
+        incomplete.saturating_sub(usize::from(a_incomplete))
     }
 
     /// Agents present.
@@ -540,13 +540,13 @@ mod tests {
         let mut tr = joined(1, 4);
         tr.have_t(0, 0);
         let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
-        // Agent 1 is sent to holder 0 and goes elsewhere; later agent 2 is sent there and arrives.
+        // Agent 1 is sent to holder 0 and goes elsewhere; half a hold later agent 2 is sent there.
         assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]));
-        let later = t + NAMED_HOLD;
-        assert_eq!(tr.locate(2, 0, &mut reader(), later), Answer::Peers(vec![0]));
-        // The holder reports one upload, one arrival: agent 2's (agent 1's count had run out).
-        tr.load(0, 1, 1, later);
-        assert_eq!(tr.locate(3, 0, &mut reader(), later), Answer::Peers(vec![0]), "one upload and nobody on the way: a slot free");
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + NAMED_HOLD / 2), Answer::Peers(vec![0]));
+        // Agent 1's count has run out when the holder reports one upload, one arrival: agent 2's.
+        let now = t + NAMED_HOLD;
+        tr.load(0, 1, 1, now);
+        assert_eq!(tr.locate(3, 0, &mut reader(), now), Answer::Peers(vec![0]), "one upload and nobody on the way: a slot free");
     }
 
     #[test]
