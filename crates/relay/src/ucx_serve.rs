@@ -196,9 +196,13 @@ impl State {
         }
     }
 
-    /// The side failed while answering: stop it (it may be stuck); the next use starts another.
+    /// The side failed while answering: stop it (it may be stuck); the next use starts another. A side
+    /// that has exited is said to have ended, with its status, as the watcher would say it.
     fn lost(&mut self, why: &str) {
-        tracing::error!(error = why, "the relay's UCX side process failed; starting another");
+        match self.side.as_mut().and_then(|s| s.child.try_wait().ok().flatten()) {
+            Some(status) => tracing::error!(%status, error = why, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)"),
+            None => tracing::error!(error = why, "the relay's UCX side process failed; starting another"),
+        }
         self.gone();
     }
 
