@@ -324,14 +324,7 @@ impl Drop for UploadSlot<'_> {
 /// Under TLS a request already decrypted into the TLS layer's buffer is not seen: the slot is then
 /// given back and taken again, as without pipelining.
 fn next_request_waiting(raw: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut byte = 0u8;
-    // One call, not three: a non-blocking peek for this call only (the socket stays blocking for the
-    // connection's reads and their timeouts).
-    // SAFETY: `raw` is an open socket for the duration of the call, and the buffer is one byte we own,
-    // of the length passed.
-    let n = unsafe { libc::recv(raw.as_raw_fd(), std::ptr::addr_of_mut!(byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    n > 0
+    transport::tcp::bytes_waiting(raw) == Some(true)
 }
 
 /// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,

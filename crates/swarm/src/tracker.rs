@@ -367,6 +367,11 @@ mod tests {
         }
     }
 
+    /// What an asker that reads from no peer yet and may open two flows says.
+    fn reader() -> Fetching {
+        Fetching { may_claim: true, open: Vec::new(), flows_free: 2 }
+    }
+
     /// A tracker for `blocks` blocks with agents `0..agents` joined, all serving.
     fn joined(blocks: u64, agents: AgentId) -> Tracker {
         let mut tr = Tracker::new(blocks);
@@ -487,10 +492,9 @@ mod tests {
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
-        let new_reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
-        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32, 0, t);
-        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
         assert_eq!(tr.relay_grants(), 0);
         let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
@@ -498,7 +502,7 @@ mod tests {
         tr.load(0, 0, 0, t);
         assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
         tr.leave(0);
-        assert_eq!(tr.locate(3, 0, &mut new_reader(), t), Answer::Wait, "a departed agent is not named");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "a departed agent is not named");
         tr.load(0, 0, 0, t);
         assert!(!tr.uploads.contains_key(&0), "a departed agent's report is not kept");
     }
@@ -508,7 +512,6 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 6);
         tr.have_t(0, 0);
-        let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
         let mut f = reader();
         assert_eq!(tr.locate(1, 0, &mut f, t), Answer::Peers(vec![0]));
@@ -539,7 +542,6 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 4);
         tr.have_t(0, 0);
-        let reader = || Fetching { may_claim: true, open: Vec::new(), flows_free: 2 };
         // Agent 1 is sent to holder 0 and goes elsewhere; half a hold later agent 2 is sent there.
         assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]));
         assert_eq!(tr.locate(2, 0, &mut reader(), t + NAMED_HOLD / 2), Answer::Peers(vec![0]));

@@ -20,6 +20,19 @@ pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Durat
     connect_with(addr, creds, kind, timeout, timeout, "connect to relay")
 }
 
+/// What a socket holds to read, looked at without waiting (one non-blocking peek for this call only:
+/// the socket stays blocking for its reads and their timeouts): `Some(true)` bytes, `Some(false)`
+/// nothing yet, `None` closed by the other end or failed (a read would say which).
+pub fn bytes_waiting(s: &TcpStream) -> Option<bool> {
+    let mut byte = [0u8; 1];
+    match rustix::net::recv(s, &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
+        Ok((0, _)) => None,
+        Ok(_) => Some(true),
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors.
 pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {

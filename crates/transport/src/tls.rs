@@ -177,9 +177,7 @@ impl Conn {
             Conn::Tls(s) => s.get_ref(),
         }
     }
-}
 
-impl Conn {
     /// Whether a read would find bytes without waiting: decrypted by TLS already, or on the socket
     /// (also at the end of the stream, so that the read that follows reports it). Under TLS, bytes on
     /// the socket may be a record's first part: the read that follows then waits for the rest.
@@ -190,13 +188,8 @@ impl Conn {
                 return Ok(true);
             }
         }
-        let mut byte = [0u8; 1];
-        match rustix::net::recv(self.tcp(), &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
-            Ok(_) => Ok(true),
-            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Ok(false),
-            // Let the read report it.
-            Err(_) => Ok(true),
-        }
+        // Closed or failed counts as readable: the read that follows reports it.
+        Ok(crate::tcp::bytes_waiting(self.tcp()) != Some(false))
     }
 }
 
