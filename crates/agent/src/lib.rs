@@ -15,6 +15,7 @@
 //! happened ([`ReplicaState`]), and its [`Error`] kind decides whether it is tried again.
 #![deny(missing_docs)]
 
+mod arrival;
 pub mod cluster;
 pub mod events;
 pub mod fetch;

@@ -5,8 +5,9 @@
 //! it fetches from a peer it verifies the same way before using or serving it. Peers authenticate with
 //! the relay's token, both ways, exactly like relay connections.
 
+use crate::arrival::{Arrival, Next};
 use crate::Error;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -36,21 +37,25 @@ struct HeldInner {
     others_need: bool,
     /// Total length of the RDB once known (the last block is short).
     length: Option<u64>,
+    /// Blocks being received, served while they arrive (see [`crate::arrival`]).
+    arriving: HashMap<u64, Arc<Arrival>>,
 }
 
 impl Held {
     /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
     pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None }) }
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new() }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keep verified block `b`.
+    /// Keep verified block `b` (its arrival, if it was served while arriving, is over: readers still
+    /// on it finish from it).
     pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
         let mut h = self.lock();
+        h.arriving.remove(&b);
         if b < h.fed {
             h.cached_bytes += bytes.len() as u64;
         }
@@ -60,6 +65,33 @@ impl Held {
     /// Block `b`, if held.
     pub fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
         self.lock().blocks.get(&b).cloned()
+    }
+
+    /// Block `b`, `len` bytes, starts to arrive: peers may read it from the returned arrival as it
+    /// fills. None when it is held or arriving already (a second read of it is not served).
+    pub fn start_arrival(&self, b: u64, len: usize) -> Option<Arc<Arrival>> {
+        let mut h = self.lock();
+        if h.blocks.contains_key(&b) || h.arriving.contains_key(&b) {
+            return None;
+        }
+        let a = Arc::new(Arrival::new(len));
+        h.arriving.insert(b, a.clone());
+        Some(a)
+    }
+
+    /// Block `b`'s arrival failed: cut off the peers reading it and stop serving it.
+    pub fn fail_arrival(&self, b: u64, a: &Arrival) {
+        a.settle(false);
+        let mut h = self.lock();
+        if h.arriving.get(&b).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), a)) {
+            h.arriving.remove(&b);
+        }
+    }
+
+    /// What a peer can be served of block `b`: held whole, or arriving.
+    fn serve(&self, b: u64) -> Option<Serve> {
+        let h = self.lock();
+        h.blocks.get(&b).map(|v| Serve::Whole(v.clone())).or_else(|| h.arriving.get(&b).map(|a| Serve::Arriving(a.clone())))
     }
 
     /// Whether other agents still miss blocks (from the tracker): an agent alone caches nothing.
@@ -111,6 +143,17 @@ impl Held {
         (u64::from(len) == want).then_some(b)
     }
 }
+
+/// A block as a peer can be served it.
+enum Serve {
+    Whole(Arc<Vec<u8>>),
+    Arriving(Arc<Arrival>),
+}
+
+/// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
+/// asker's own wait for bytes ([`limits::PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and
+/// goes elsewhere for the block) rather than a peer that stalls (and avoids it for good).
+const ARRIVAL_STALL_MAX: Duration = Duration::from_secs(limits::PEER_IO_TIMEOUT.as_secs() / 2);
 
 /// Serves held blocks to other agents over TCP: the same authentication and range requests as the
 /// relay's data connections, for whole blocks only.
@@ -261,7 +304,7 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             }
             _ => return Err(E::Protocol("peers answer block reads only".into())),
         };
-        let Some(block) = sh.held.block_of(offset, len).and_then(|b| sh.held.get(b)) else {
+        let Some(block) = sh.held.block_of(offset, len).and_then(|b| sh.held.serve(b)) else {
             serve::send_error(&mut s, "block not held")?;
             continue;
         };
@@ -269,12 +312,60 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             serve::send_busy(&mut s)?;
             continue;
         }
-        s.write_all(&ResponseHeader::ok(len).encode()).and_then(|()| s.write_all(&block)).map_err(E::io("send block to peer"))?;
+        s.write_all(&ResponseHeader::ok(len).encode()).map_err(E::io("send block to peer"))?;
+        match block {
+            Serve::Whole(bytes) => s.write_all(&bytes).map_err(E::io("send block to peer"))?,
+            Serve::Arriving(a) => {
+                if let Err(e) = send_arriving(&mut s, &a) {
+                    cut_off(raw);
+                    return Err(e);
+                }
+            }
+        }
         sh.served.fetch_add(u64::from(len), Ordering::Relaxed);
         // An asker's pipelined reads on one connection are one upload: while its next read is
         // already waiting, the connection keeps its slot (checked at the top of the loop: another
         // asker taking it in between would make this one's next read a refusal). The tracker counts
         // uploads the same way.
+    }
+}
+
+/// Send an arriving block's bytes as they come. Its last byte goes only once the block passed its
+/// checksum here; if it fails or stalls the read is cut off (an error: the connection closes), so
+/// the asker never completes it from bad bytes.
+fn send_arriving<S: Write>(s: &mut S, a: &Arrival) -> Result<(), transport::Error> {
+    use transport::Error as E;
+    let mut sent = 0;
+    loop {
+        match a.next(sent, ARRIVAL_STALL_MAX) {
+            Next::Bytes(parts) => {
+                for (p, r) in parts {
+                    s.write_all(&p[r.clone()]).map_err(E::io("send arriving block to peer"))?;
+                    sent += r.len();
+                }
+            }
+            Next::End => return Ok(()),
+            Next::Failed => return Err(E::Protocol("the block failed while it arrived: its read is cut off".into())),
+            Next::Stalled => return Err(E::Protocol(format!("no bytes of the arriving block for {ARRIVAL_STALL_MAX:?}: its read is cut off"))),
+        }
+    }
+}
+
+/// End a connection part-way through a block so that the asker reads an early end of the stream (a
+/// cut-off), not a reset (a failure, which would make it avoid this agent for good): no more bytes
+/// from us, then its pipelined requests read and dropped until it closes (a socket closed with
+/// unread bytes sends a reset), for a second at most.
+fn cut_off(raw: &TcpStream) {
+    let _ = raw.shutdown(std::net::Shutdown::Write);
+    let _ = raw.set_read_timeout(Some(Duration::from_secs(1)));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut sink = [0u8; 4096];
+    let mut r = raw;
+    while Instant::now() < deadline {
+        match r.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
     }
 }
 
@@ -561,6 +652,72 @@ mod tests {
         h.set_length(10);
         assert_eq!(h.block_of(8, 2), Some(2), "the short last block");
         assert_eq!(h.block_of(12, 4), None, "past the end");
+    }
+
+    /// Wait for `cond` (a few seconds at most).
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_block_is_served_while_it_arrives_and_its_last_byte_only_once_checked() {
+        use transport::tcp::connect_with;
+        let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
+        let held = Arc::new(Held::new(7, 8, 0));
+        let a = held.start_arrival(1, 8).unwrap();
+        assert!(held.start_arrival(1, 8).is_none(), "one arrival per block");
+        a.push(b"abcd");
+        let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held.clone(), 2).unwrap();
+        // A raw connection whose reads give up after 300 ms, to see what has been sent so far.
+        let mut c = connect_with(srv.local_addr(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), "connect to peer").unwrap();
+        c.write_all(&Request::Range { generation: 7, offset: 8, len: 8 }.encode()).unwrap();
+        let mut header = [0u8; transport::wire::RESPONSE_HEADER_LEN];
+        c.read_exact(&mut header).unwrap();
+        assert_eq!(ResponseHeader::decode(&header).unwrap().len, 8);
+        let mut got = [0u8; 8];
+        c.read_exact(&mut got[..4]).unwrap();
+        assert_eq!(&got[..4], b"abcd", "the bytes here are sent before the block is whole");
+        a.push(b"efgh");
+        c.read_exact(&mut got[4..7]).unwrap();
+        assert_eq!(&got[4..7], b"efg");
+        let mut last = [0u8; 1];
+        assert!(c.read_exact(&mut last).is_err(), "the last byte waits for the block's checksum");
+        a.settle(true);
+        let mut c2 = c;
+        // The timed-out read consumed nothing: the last byte comes once the block is verified.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match c2.read_exact(&mut last) {
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+                Err(e) => panic!("last byte: {e}"),
+            }
+        }
+        assert_eq!(&last, b"h");
+        held.insert(1, Arc::new(b"abcdefgh".to_vec()));
+
+        // An arrival that fails cuts its readers off before the end: the asker reads an early end
+        // of the stream (a cut-off, told apart from a corrupt block), never a whole block.
+        let b = held.start_arrival(2, 8).unwrap();
+        b.push(b"ABCDEFGH");
+        let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
+        let mut r = transport::Transport::open(&t).unwrap();
+        r.send(7, 16, 8).unwrap();
+        let asker = std::thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            r.receive(&mut buf)
+        });
+        wait_for("the read to take an upload slot", || srv.uploads() == 1);
+        held.fail_arrival(2, &b);
+        match asker.join().unwrap() {
+            Err(transport::Error::Io { source, .. }) => assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof),
+            other => panic!("a cut-off read, got {other:?}"),
+        }
+        assert!(held.serve(2).is_none(), "a failed arrival is served no more");
     }
 
     #[test]

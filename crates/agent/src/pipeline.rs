@@ -26,7 +26,8 @@
 //! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
 //! block is fetched elsewhere.
 
-use crate::peer::Peering;
+use crate::arrival::Arrival;
+use crate::peer::{Held, Peering};
 use crate::planner::{self, Fetcher};
 use crate::progress::Progress;
 use crate::scheduler::{Mismatch, Scheduler};
@@ -34,7 +35,7 @@ use crate::tracker_link::{self, Ask, Heard};
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use snapshot::State;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
@@ -161,6 +162,10 @@ enum PeerMiss {
     Failed(transport::Error),
     /// Not answered: the connection was closed for an earlier read's miss (corrupt or failed).
     Dropped,
+    /// The peer closed the connection part-way through the block: it served the block while it
+    /// arrived and the arrival failed (see [`crate::arrival`]), or it stopped. The tracker stops
+    /// naming it for this block; it is not avoided for it (a dead peer fails its next connection).
+    CutOff,
 }
 
 /// A fetcher thread, by kind and number.
@@ -177,6 +182,10 @@ enum Report {
     Done { fetcher: FetcherId, job: Job, took: Duration, rereads: u32 },
     /// A read from a peer gave no block.
     Missed { fetcher: FetcherId, job: Job, miss: PeerMiss },
+    /// A block's bytes started to arrive and peers may read it from us while they do.
+    Arriving(u64),
+    /// A block that was arriving will not complete from that read (its `Done` or `Missed` follows).
+    ArrivalFailed(u64),
     /// A relay reader failed: so does the pull.
     Failed(Error),
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
@@ -290,6 +299,8 @@ struct Planner<'a> {
     asked_needed: Option<Instant>,
     feed: Sender<Feed>,
     out: Planned,
+    /// Blocks the tracker was told are arriving here and that are not held yet.
+    arriving: HashSet<u64>,
 }
 
 impl<'a> Planner<'a> {
@@ -314,6 +325,7 @@ impl<'a> Planner<'a> {
             asked_needed: None,
             feed,
             out: Planned::default(),
+            arriving: HashSet::new(),
         }
     }
 
@@ -512,6 +524,21 @@ impl<'a> Planner<'a> {
                 self.missed(job, miss);
                 true
             }
+            Report::Arriving(b) => {
+                if !self.chooser.holds(b) && self.arriving.insert(b) {
+                    self.tell(Ask::Arriving(b));
+                }
+                true
+            }
+            Report::ArrivalFailed(b) => {
+                // Taken back like a dropped block (the tracker lists us again on the block's `have`).
+                if self.arriving.remove(&b) {
+                    if let Some(me) = self.p.peering.map(Peering::id) {
+                        self.tell(Ask::NotAt { peer: me, block: b });
+                    }
+                }
+                true
+            }
             Report::Tracker(Heard::Located(answers, took)) => {
                 tracing::debug!(secs = took.as_secs_f64(), "tracker answered a locate");
                 // Answers that come after the tracker was lost are left alone: the relay serves all.
@@ -571,6 +598,7 @@ impl<'a> Planner<'a> {
         // once, and that `not_at` must follow this `have`.
         if let Some(peering) = self.p.peering {
             peering.held.insert(b, block.clone());
+            self.arriving.remove(&b);
             self.tell(Ask::Have(b));
         }
         self.chooser.done(b, bytes, took.as_secs_f64());
@@ -612,6 +640,10 @@ impl<'a> Planner<'a> {
             }
             PeerMiss::Failed(e) => {
                 tracing::warn!(peer = %addr, block = b, error = %e, "peer failed; fetching its blocks elsewhere");
+                self.tell(Ask::NotAt { peer, block: b });
+            }
+            PeerMiss::CutOff => {
+                tracing::debug!(peer = %addr, block = b, "peer cut its block off part-way");
                 self.tell(Ask::NotAt { peer, block: b });
             }
             PeerMiss::Dropped => {}
@@ -679,6 +711,7 @@ impl ReadClock {
 /// reader's depth in flight, and checks each block (a mismatch is read again once, behind what is in
 /// flight; twice fails the pull).
 fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+    let serving = p.peering.filter(|pe| pe.serves()).map(|pe| &*pe.held);
     let mut reader: Option<Box<dyn RangeReader>> = None;
     // Reads sent, oldest first: the job, when it was sent, its attempt.
     let mut wire: VecDeque<(Job, Instant, u32)> = VecDeque::new();
@@ -708,12 +741,14 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let got = if r.depth() > 1 { r.receive(&mut job.buf) } else { r.read(generation, job.offset, &mut job.buf) };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             return fail(Error::relay(e));
         }
         let took = clock.arrived(sent);
-        if snapshot::block_checksum(&job.buf) != job.want {
+        let verified = snapshot::block_checksum(&job.buf) == job.want;
+        settle(arrival, verified, job.block, serving, reports);
+        if !verified {
             tracing::warn!(block = job.block, attempt, "block checksum mismatch");
             if crate::scheduler::after_mismatch(attempt) == Mismatch::Fail {
                 return fail(Error::Checksum { block: job.block, offset: job.offset });
@@ -736,6 +771,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
 /// A peer fetcher: reads what the planner gives it from one peer at a time, up to the depth in flight
 /// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
 fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+    let serving = peering.serves().then_some(&*peering.held);
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
     let mut wire: VecDeque<(Job, Instant)> = VecDeque::new();
@@ -774,13 +810,15 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
         }
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
-        let got = match conns.get_mut(&id) {
-            Some(c) => c.receive(&mut job.buf),
-            None => Err(transport::Error::Protocol("connection to the peer closed".into())),
+        let (got, arrival) = match conns.get_mut(&id) {
+            Some(c) => receive_serving(c.as_mut(), &mut job, serving, reports),
+            None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
+        let verified = got.is_ok() && snapshot::block_checksum(&job.buf) == job.want;
+        settle(arrival, verified, job.block, serving, reports);
         let miss = match got {
-            Ok(()) if snapshot::block_checksum(&job.buf) == job.want => {
+            Ok(()) if verified => {
                 if reports.send(Report::Done { fetcher: FetcherId::Peer(me), job, took, rereads: 0 }).is_err() {
                     return;
                 }
@@ -789,15 +827,50 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             Ok(()) => PeerMiss::Corrupt,
             Err(transport::Error::Busy(_)) => PeerMiss::Busy,
             Err(transport::Error::Refused { .. }) => PeerMiss::NotHeld,
+            Err(transport::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => PeerMiss::CutOff,
             Err(e) => PeerMiss::Failed(e),
         };
-        let drop_conn = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
+        let drop_conn = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_) | PeerMiss::CutOff);
         if !report(job, miss) {
             return;
         }
         if drop_conn {
             close(&mut conns, id, &mut wire);
         }
+    }
+}
+
+/// Receive the oldest pipelined read's block into `job.buf`. An agent that serves peers serves the
+/// block while it arrives: its arrival starts with the first bytes (the planner tells the tracker)
+/// and follows every piece. Returns the arrival, to be settled once the block is checked.
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+    let Some(held) = serving else { return (r.receive(&mut job.buf), None) };
+    let (block, len) = (job.block, job.buf.len());
+    let mut arrival: Option<Arc<Arrival>> = None;
+    let mut first = true;
+    let got = r.receive_pieces(&mut job.buf, &mut |piece| {
+        if std::mem::take(&mut first) {
+            arrival = held.start_arrival(block, len);
+            if arrival.is_some() {
+                let _ = reports.send(Report::Arriving(block));
+            }
+        }
+        if let Some(a) = &arrival {
+            a.push(piece);
+        }
+    });
+    (got, arrival)
+}
+
+/// A block that was arriving was checked (`verified`) or its read failed: peers reading it get its
+/// last byte, or are cut off (and the planner takes the arrival back from the tracker).
+fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Option<&Held>, reports: &Sender<Report>) {
+    let (Some(a), Some(held)) = (arrival, serving) else { return };
+    if verified {
+        a.settle(true);
+    } else {
+        held.fail_arrival(block, &a);
+        let _ = reports.send(Report::ArrivalFailed(block));
     }
 }
 

@@ -21,6 +21,8 @@ pub(crate) enum Ask {
     Needed,
     /// This agent holds the block, verified.
     Have(u64),
+    /// This agent is receiving the block and serves it while it arrives.
+    Arriving(u64),
     /// `peer` (or this agent itself) does not hold `block`.
     NotAt { peer: u32, block: u64 },
 }
@@ -118,6 +120,7 @@ pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) ->
             Some(Ask::Locate(l)) => link.ask_locate(&l).map(|()| awaited.push_back(Instant::now())),
             Some(Ask::Needed) => link.ask_needed().map(|()| awaited.push_back(Instant::now())),
             Some(Ask::Have(b)) => link.have(b),
+            Some(Ask::Arriving(b)) => link.arriving(b),
             Some(Ask::NotAt { peer, block }) => link.not_at(peer, block),
         };
         let heard = sent.and_then(|()| if awaited.is_empty() { Ok(None) } else { link.poll_answer() });

@@ -185,6 +185,12 @@ struct Transfer {
     /// When it was asked for, among all transfers (reads on one connection are answered in this
     /// order; the vector's order is not kept, transfers are swap-removed).
     seq: u64,
+    /// Its first bytes moved, and the tracker was told the block is arriving at `dst` (served from
+    /// there while it arrives, as real agents do).
+    announced: bool,
+    /// From a holder still receiving the block: that arrival (its `seq`). Cut off when it ends
+    /// without the block, as a real holder cuts its readers off.
+    upstream: Option<u64>,
 }
 
 /// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
@@ -354,6 +360,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     gone.push((x.dst - 1, p));
                 }
             }
+            // An arrival that will not complete is taken back, as a real agent does.
+            if x.announced && agents[x.dst - 1].alive {
+                tracker.not_at(agents[x.dst - 1].id, x.block);
+            }
             false
         });
         gone.dedup();
@@ -385,7 +395,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !agents[i].started || !agents[i].alive || agents[i].finished.is_some() {
                 continue;
             }
-            let wanted = agents[i].chooser.wanted(|b| tracker.holders(b));
+            let wanted = agents[i].chooser.wanted(|b| tracker.precedence(b));
             for b in wanted {
                 // Asked block by block, with the chooser's state of the moment (a real agent asks about
                 // its window at once, and the relay mirrors what its chooser will do with each answer).
@@ -413,7 +423,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                         let queues = [busy_up[dst], busy_down[src], busy_up[src], busy_down[dst]].iter().filter(|b| **b).count();
                         seq += 1;
                         refusals += 1;
-                        transfers.push(Transfer { src, from, dst, block: b, left: 0.0, since: t, wait: rtt + queue * queues as f64, seq, refusal: true });
+                        transfers.push(Transfer { src, from, dst, block: b, left: 0.0, since: t, wait: rtt + queue * queues as f64, seq, refusal: true, announced: false, upstream: None });
                         if !agents[i].chooser.has_free_slot() {
                             break;
                         }
@@ -443,7 +453,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     }
                 }
                 seq += 1;
-                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq, refusal: false });
+                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq, refusal: false, announced: false, upstream: None });
                 if !agents[i].chooser.has_free_slot() {
                     break;
                 }
@@ -463,6 +473,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         }
         t += dt;
         step += 1;
+        // Bytes of each block each host has received so far, for blocks still arriving: a holder
+        // serves such a block while it arrives, and its reader can be no further along than it.
+        let arrived: HashMap<(usize, u64), (u64, f64)> = transfers.iter().filter(|x| !x.refusal).map(|x| ((x.dst, x.block), (x.seq, block - x.left))).collect();
+        let mut cut_off: Vec<(usize, AgentId, u64, bool)> = Vec::new();
         let mut i = 0;
         while i < transfers.len() {
             let x = &mut transfers[i];
@@ -480,7 +494,33 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 }
                 continue;
             }
-            let moved = (rates[i] * dt).min(x.left);
+            let mut moved = (rates[i] * dt).min(x.left);
+            if let Origin::Peer(p) = x.from {
+                if !agents[p as usize].chooser.holds(x.block) {
+                    // From a holder still receiving the block: as far as it got, at most; cut off if
+                    // its own arrival ended without the block.
+                    match arrived.get(&(x.src, x.block)) {
+                        Some((from, ahead)) if x.upstream.unwrap_or(*from) == *from => {
+                            x.upstream = Some(*from);
+                            moved = moved.min((ahead - (block - x.left)).max(0.0));
+                        }
+                        _ => {
+                            let x = transfers.swap_remove(i);
+                            rates.swap_remove(i);
+                            if close(&mut flows, (x.src, x.dst)) {
+                                agents[p as usize].uploads -= 1;
+                                agents[p as usize].load_changes += 1;
+                            }
+                            cut_off.push((x.dst - 1, p, x.block, x.announced));
+                            continue;
+                        }
+                    }
+                }
+            }
+            if moved > 0.0 && !x.announced && agents[x.dst - 1].alive {
+                x.announced = true;
+                tracker.arriving(agents[x.dst - 1].id, x.block);
+            }
             x.left -= moved;
             hosts[x.src].sent += moved;
             if x.left > 0.5 {
@@ -503,6 +543,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             g.chooser.written(g.chooser.held_prefix());
             if g.chooser.complete() {
                 g.finished = Some(t);
+            }
+        }
+        for (g, p, b, announced) in cut_off {
+            agents[g].chooser.failed(b, false);
+            tracker.not_at(p, b);
+            if announced {
+                tracker.not_at(agents[g].id, b);
             }
         }
     }

@@ -366,6 +366,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Request::Register { port, serves, local, .. } => answer_swarm(shared, &mut s, gen, Swarm::Register { port, serves, local }, &body, &mut member)?,
             Request::Locate { .. } => answer_swarm(shared, &mut s, gen, Swarm::Locate, &body, &mut member)?,
             Request::Have { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Have { block }, &body, &mut member)?,
+            Request::Arriving { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Arriving { block }, &body, &mut member)?,
             Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
             Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
             Request::Load { uploads, arrived, .. } => answer_swarm(shared, &mut s, gen, Swarm::Load { uploads, arrived }, &body, &mut member)?,
@@ -393,6 +394,7 @@ enum Swarm {
     Register { port: u16, serves: bool, local: bool },
     Locate,
     Have { block: u64 },
+    Arriving { block: u64 },
     NotAt { block: u64, peer: u32 },
     Needed,
     Load { uploads: u32, arrived: u32 },
@@ -436,6 +438,11 @@ fn swarm_request<'a, S: DataStream>(
             Ok(Vec::new())
         }
         (Swarm::Have { block }, Some(_)) => Err(format!("block {block} is not published")),
+        (Swarm::Arriving { block }, Some(id)) if block < published => {
+            shared.swarms.arriving(gen.id(), id, block);
+            Ok(Vec::new())
+        }
+        (Swarm::Arriving { block }, Some(_)) => Err(format!("block {block} is not published")),
         (Swarm::NotAt { block, peer }, Some(_)) => {
             shared.swarms.not_at(gen.id(), peer, block);
             Ok(Vec::new())

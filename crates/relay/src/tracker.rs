@@ -99,9 +99,8 @@ impl Swarms {
             let mut blocks: Vec<u64> = ask.blocks.iter().copied().filter(|b| *b < published).collect();
             blocks.sort_unstable();
             blocks.dedup();
-            // Rarest first (stable: in block order among equals), so that the members of a swarm
-            // work on different blocks and every block spreads.
-            blocks.sort_by_key(|b| s.tracker.holders(*b));
+            // Held whole first, then rarest first (stable: in block order among equals).
+            blocks.sort_by_key(|b| s.tracker.precedence(*b));
             let mut relay_left = usize::from(ask.relay_slots);
             let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
             // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
@@ -159,6 +158,12 @@ impl Swarms {
         self.with(generation, |s| s.tracker.have(id, block, std::time::Instant::now()));
     }
 
+    /// Member `id` is receiving `block` and serves it while it arrives.
+    pub fn arriving(&self, generation: u64, id: u32, block: u64) {
+        tracing::debug!(id, block, "member receives a block");
+        self.with(generation, |s| s.tracker.arriving(id, block));
+    }
+
     /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.
     pub fn load(&self, generation: u64, id: u32, uploads: u32, arrived: u32) {
         tracing::debug!(id, uploads, arrived, "member's upload load");
@@ -209,8 +214,16 @@ mod tests {
         assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
         sw.have(1, a, 0);
         let got = sw.locate(1, b, &ask(1), 4, Some(4), now);
-        assert_eq!(got[0], Located { block: 1, at: Where::Relay }, "rarest first: block 0 has a holder");
-        assert!(got.contains(&Located { block: 0, at: Where::Peers(vec![Peer { id: a, addr: "10.0.0.2:7401".into() }]) }), "{got:?}");
+        assert_eq!(got[0], Located { block: 0, at: Where::Peers(vec![Peer { id: a, addr: "10.0.0.2:7401".into() }]) }, "a block held whole first");
+        assert_eq!(got[1], Located { block: 1, at: Where::Relay }, "then the rarest: {got:?}");
+        // A block only arriving somewhere comes after those held whole, however rare.
+        let (x, y, z) = (sw.register(2, ip, member(1, false), 3), sw.register(2, ip, member(2, false), 3), sw.register(2, ip, member(3, false), 3));
+        sw.have(2, x, 0);
+        sw.have(2, y, 0);
+        sw.have(2, x, 1);
+        sw.arriving(2, y, 2);
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, open: Vec::new() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "{got:?}");
         assert_eq!(sw.needing(1, a, Some(4)), 1);
         sw.leave(1, b);
         assert_eq!(sw.needing(1, a, Some(4)), 0);

@@ -236,16 +236,17 @@ impl Chooser {
         !self.relay_busy() || self.peer_fetches() < self.peer_fetches_max()
     }
 
-    /// The next blocks to locate: not held, not in flight, inside the window — rarest first (by
-    /// `holders`, the tracker's count), in order among equals, so that different agents work on
-    /// different blocks and every block spreads. Empty when every fetch slot is busy.
-    pub fn wanted(&self, holders: impl Fn(u64) -> usize) -> Vec<u64> {
+    /// The next blocks to locate: not held, not in flight, inside the window — lowest `order` first
+    /// (the tracker's [`crate::Tracker::precedence`]: held whole, then rarest), in order among equals,
+    /// so that different agents work on different blocks and every block spreads. Empty when every
+    /// fetch slot is busy.
+    pub fn wanted<K: Ord>(&self, order: impl Fn(u64) -> K) -> Vec<u64> {
         if !self.has_free_slot() {
             return Vec::new();
         }
         let end = (self.next_write + self.window).min(self.published);
         let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
-        v.sort_by_key(|b| holders(*b));
+        v.sort_by_key(|b| order(*b));
         v
     }
 

@@ -39,6 +39,8 @@ pub struct Tracker {
     holders: Vec<Vec<AgentId>>,
     /// Per block: how many of `holders` are listed.
     live: Vec<usize>,
+    /// Per block: how many of the listed hold it whole (the others are receiving it).
+    whole: Vec<usize>,
     /// Per block: the agent fetching it from the relay, and since when.
     claims: HashMap<u64, (AgentId, Instant)>,
     /// Agents present, and whether each serves what it holds (`join --no-serve` does not).
@@ -80,6 +82,7 @@ impl Tracker {
         Tracker {
             holders: vec![Vec::new(); blocks as usize],
             live: vec![0; blocks as usize],
+            whole: vec![0; blocks as usize],
             claims: HashMap::new(),
             alive: HashMap::new(),
             received: HashMap::new(),
@@ -107,6 +110,7 @@ impl Tracker {
         if blocks as usize > self.holders.len() {
             self.holders.resize(blocks as usize, Vec::new());
             self.live.resize(blocks as usize, 0);
+            self.whole.resize(blocks as usize, 0);
         }
     }
 
@@ -148,6 +152,9 @@ impl Tracker {
         l.set(b, false);
         let i = b as usize;
         self.live[i] -= 1;
+        if self.got.get(&a).is_some_and(|g| g.get(b)) {
+            self.whole[i] -= 1;
+        }
         if self.holders[i].len() > 2 * self.live[i] + PEERS_PER_ANSWER {
             let listed = &self.listed;
             self.holders[i].retain(|x| listed.get(x).is_some_and(|l| l.get(b)));
@@ -181,19 +188,43 @@ impl Tracker {
         self.claims.retain(|_, (c, _)| *c != a);
     }
 
+    /// Agent `a` is receiving block `b` and serves it while it arrives: it is named as a holder from
+    /// now on (after those that hold it whole: see `locate`), but has not received it. An arrival that
+    /// fails is taken back like a dropped block ([`Tracker::not_at`] with `a` itself); one that
+    /// completes is a [`Tracker::have`].
+    pub fn arriving(&mut self, a: AgentId, b: u64) {
+        let Some(&serves) = self.alive.get(&a) else { return };
+        let got = self.got.get(&a).is_some_and(|g| g.get(b));
+        if serves && !got && (b as usize) < self.holders.len() {
+            self.list(a, b);
+        }
+    }
+
+    /// Name `a` as a holder of `b` (unless it is already). An agent listed, taken off and listed again
+    /// (an arrival that failed, then the block) may have a stale entry left in the block's list
+    /// besides the new one: `locate` names nobody twice.
+    fn list(&mut self, a: AgentId, b: u64) {
+        let Some(l) = self.listed.get_mut(&a) else { return };
+        if !l.get(b) {
+            l.set(b, true);
+            self.holders[b as usize].push(a);
+            self.live[b as usize] += 1;
+        }
+    }
+
     /// Agent `a` holds block `b`, verified, at `now`. Its other claims' clocks restart: an agent keeps
     /// several reads in flight on its relay flow ([`CLAIMS_PER_FLOW`]), and the last of them waits
     /// behind the others — a claimer that completes blocks is not slow, one that completes none for
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
-        if let (Some(h), Some(got)) = (self.holders.get_mut(b as usize), self.got.get_mut(&a)) {
+        let known = (b as usize) < self.holders.len();
+        if let (true, Some(got)) = (known, self.got.get_mut(&a)) {
             if !got.get(b) {
                 got.set(b, true);
                 if serves {
-                    h.push(a);
-                    self.live[b as usize] += 1;
-                    self.listed.entry(a).or_default().set(b, true);
+                    self.list(a, b);
+                    self.whole[b as usize] += 1;
                 }
                 let got = self.received.entry(a).or_default();
                 *got += 1;
@@ -273,13 +304,26 @@ impl Tracker {
             // and from a bounded stretch: a block may have thousands of holders.
             // Fresh holders first (the asker opens a new flow before it deepens one), then the open ones.
             let mut named: Vec<AgentId> = Vec::with_capacity(PEERS_PER_ANSWER);
+            // Holders of the whole block before those still receiving it (whose uploads go no faster
+            // than their own download of it).
             if f.flows_free > 0 {
-                named.extend(
-                    (0..h.len().min(HOLDERS_LOOKED_AT_MAX))
-                        .map(|i| h[(start + i) % h.len()])
-                        .filter(|x| *x != a && self.is_listed(*x, b) && !f.open.contains(x) && self.expected_uploads(*x, a, now) < self.uploads_max)
-                        .take(PEERS_PER_ANSWER),
-                );
+                let mut arriving: Vec<AgentId> = Vec::new();
+                for x in (0..h.len().min(HOLDERS_LOOKED_AT_MAX)).map(|i| h[(start + i) % h.len()]) {
+                    if named.len() == PEERS_PER_ANSWER {
+                        break;
+                    }
+                    let usable = x != a && self.is_listed(x, b) && !f.open.contains(&x) && self.expected_uploads(x, a, now) < self.uploads_max;
+                    if !usable || named.contains(&x) || arriving.contains(&x) {
+                        continue;
+                    }
+                    if self.got.get(&x).is_some_and(|g| g.get(b)) {
+                        named.push(x);
+                    } else if arriving.len() < PEERS_PER_ANSWER {
+                        arriving.push(x);
+                    }
+                }
+                let room = PEERS_PER_ANSWER - named.len();
+                named.extend(arriving.into_iter().take(room));
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
@@ -329,6 +373,19 @@ impl Tracker {
     /// different agents work on different blocks and every block spreads.
     pub fn holders(&self, b: u64) -> usize {
         self.live.get(b as usize).copied().unwrap_or(0)
+    }
+
+    /// How many agents hold block `b` whole (not counting those still receiving it).
+    pub fn whole_holders(&self, b: u64) -> usize {
+        self.whole.get(b as usize).copied().unwrap_or(0)
+    }
+
+    /// Where block `b` comes in the order an asker's blocks are answered (lowest first): blocks some
+    /// agent holds whole first — a read of a block still arriving goes no faster than its holder's
+    /// own, so it takes a flow only when no whole block is there for it — then the rarest first, so
+    /// that the members of a swarm work on different blocks and every block spreads.
+    pub fn precedence(&self, b: u64) -> (bool, usize) {
+        (self.whole_holders(b) == 0, self.holders(b))
     }
 
     /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
@@ -463,6 +520,49 @@ mod tests {
         tr.have(0, 0, t + CLAIM_TIMEOUT / 2);
         assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT), Answer::Wait, "the claimer makes progress: its next claim stands");
         assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT / 2 + CLAIM_TIMEOUT), Answer::Relay, "no progress for the timeout: handed on");
+    }
+
+    #[test]
+    fn an_agent_receiving_a_block_is_named_after_those_holding_it_whole() {
+        let t = Instant::now();
+        let mut tr = joined(1, 4);
+        tr.set_total(1);
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
+        tr.arriving(0, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 0));
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]), "served while it arrives: no waiting for the whole block");
+        tr.arriving(2, 0);
+        tr.have_t(2, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 1), "arriving, then held: listed once");
+        assert_eq!(tr.needing(3), 2, "agents 0 and 1 still miss the block: an arrival is not a receipt");
+        for _ in 0..8 {
+            let Answer::Peers(named) = tr.locate_t(3, 0, t) else { panic!("holders named") };
+            assert_eq!(named[0], 2, "a whole holder before one still receiving: {named:?}");
+        }
+        tr.have_t(0, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 2));
+        assert_eq!(tr.needing(3), 1);
+    }
+
+    #[test]
+    fn a_failed_arrival_is_taken_back_and_named_once_when_it_comes_again() {
+        let t = Instant::now();
+        let mut tr = joined(1, 3);
+        tr.set_total(1);
+        tr.arriving(0, 0);
+        tr.not_at(0, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0));
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "no holder: from the relay");
+        tr.arriving(0, 0);
+        tr.have_t(0, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 1));
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]), "its stale entry and its new one: named once");
+        tr.not_at(0, 0);
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0), "a whole holder taken off counts as neither");
+        let mut quiet = joined(1, 2);
+        quiet.join(5, false);
+        quiet.arriving(5, 0);
+        assert_eq!(quiet.holders(0), 0, "an agent that does not serve is never named");
     }
 
     #[test]

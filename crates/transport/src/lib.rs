@@ -100,6 +100,14 @@ pub trait RangeReader: Send {
     fn receive(&mut self, _buf: &mut [u8]) -> Result<(), Error> {
         Err(Error::Protocol("this reader does not pipeline reads".into()))
     }
+    /// [`RangeReader::receive`], telling `arrived` about each piece of `buf` as it is filled, in
+    /// order and once each (an agent serves a block to peers while it arrives). A reader that cannot
+    /// tell pieces apart tells the whole at the end.
+    fn receive_pieces(&mut self, buf: &mut [u8], arrived: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
+        self.receive(buf)?;
+        arrived(buf);
+        Ok(())
+    }
 }
 
 /// A way to reach a relay's data; opens readers.

@@ -76,6 +76,11 @@ impl Transport for TcpTransport {
     }
 }
 
+/// The pieces a block's bytes are read and told in ([`RangeReader::receive_pieces`]): small enough
+/// that a peer served the block while it arrives lags little behind, large enough that a 4 MiB block
+/// costs a few dozen reads.
+pub const PIECE: usize = limits::READ_CHUNK_BYTES * 2;
+
 /// One data connection over a byte stream (TCP, or the shm transport's unix socket).
 pub struct StreamReader<S> {
     /// The authenticated connection.
@@ -192,6 +197,10 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     }
 
     fn receive(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        self.receive_pieces(buf, &mut |_| {})
+    }
+
+    fn receive_pieces(&mut self, buf: &mut [u8], arrived: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
         let len = *self.sent.front().ok_or_else(|| Error::Protocol("block read answer awaited with no block read outstanding".into()))?;
         if buf.len() != len as usize {
             return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte block read", buf.len())));
@@ -207,7 +216,18 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if got != len {
             return Err(self.out_of_step(Error::Protocol(format!("block read of {len} bytes answered with {got}"))));
         }
-        self.s.read_exact(buf).map_err(|e| self.out_of_step(Error::io("read block bytes")(e)))
+        // In pieces, each told as soon as it is here: what a peer is sent of a block still arriving
+        // follows this loop, one piece behind at most.
+        let mut at = 0;
+        while at < buf.len() {
+            let end = (at + PIECE).min(buf.len());
+            if let Err(e) = self.s.read_exact(&mut buf[at..end]) {
+                return Err(self.out_of_step(Error::io("read block bytes")(e)));
+            }
+            arrived(&buf[at..end]);
+            at = end;
+        }
+        Ok(())
     }
 
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
@@ -245,6 +265,28 @@ mod tests {
 
     fn answers(parts: &[&[u8]]) -> StreamReader<Scripted> {
         StreamReader::new(Scripted(std::io::Cursor::new(parts.concat())))
+    }
+
+    #[test]
+    fn a_block_is_told_in_pieces_as_it_is_read() {
+        let len = 2 * PIECE + 7;
+        let body: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut r = answers(&[&ResponseHeader::ok(len as u32).encode(), &body]);
+        r.send(1, 0, len as u32).unwrap();
+        let mut buf = vec![0u8; len];
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        r.receive_pieces(&mut buf, &mut |p| pieces.push(p.to_vec())).unwrap();
+        assert_eq!(pieces.iter().map(Vec::len).collect::<Vec<_>>(), vec![PIECE, PIECE, 7]);
+        assert_eq!(pieces.concat(), body, "every byte told once, in order");
+        assert_eq!(buf, body);
+        // A body that ends early: the pieces read are told, the connection takes nothing more.
+        let mut r = answers(&[&ResponseHeader::ok(len as u32).encode(), &body[..PIECE + 1]]);
+        r.send(1, 0, len as u32).unwrap();
+        let mut told = 0;
+        let e = r.receive_pieces(&mut buf, &mut |p| told += p.len()).unwrap_err();
+        assert!(matches!(e, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof), "{e:?}");
+        assert_eq!(told, PIECE);
+        assert!(r.send(1, 0, 4).is_err(), "out of step after a body cut short");
     }
 
     #[test]

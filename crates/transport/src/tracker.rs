@@ -271,6 +271,11 @@ impl TrackerLink {
         self.send_later(Request::Have { generation: self.generation, block })
     }
 
+    /// We are receiving `block` and serve it while it arrives. Sent without waiting for the answer.
+    pub fn arriving(&mut self, block: u64) -> Result<(), Error> {
+        self.send_later(Request::Arriving { generation: self.generation, block })
+    }
+
     /// `peer` (or we ourselves) do not hold `block` ([`crate::wire::ALL_BLOCKS`]: `peer` sent a
     /// corrupt block). Sent without waiting for the answer.
     pub fn not_at(&mut self, peer: u32, block: u64) -> Result<(), Error> {

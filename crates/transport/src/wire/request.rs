@@ -40,11 +40,13 @@ pub enum Op {
     Renew,
     /// [`Request::Load`].
     Load,
+    /// [`Request::Arriving`].
+    Arriving,
 }
 
 impl Op {
     /// Every op with its byte on the wire: the one table encode and decode both use.
-    const TABLE: [(Op, u8); 10] = [
+    const TABLE: [(Op, u8); 11] = [
         (Op::Range, 1),
         (Op::Log, 2),
         (Op::Attach, 3),
@@ -55,6 +57,7 @@ impl Op {
         (Op::Needed, 8),
         (Op::Renew, 9),
         (Op::Load, 10),
+        (Op::Arriving, 11),
     ];
 
     fn byte(self) -> u8 {
@@ -147,6 +150,16 @@ pub enum Request {
         /// Block number.
         block: u64,
     },
+    /// The agent is receiving `block` and serves it while it arrives (every byte but the last as it
+    /// comes, the last once the whole block passed its checksum): it may be named as a holder before
+    /// its [`Request::Have`]. An arrival that fails is taken back with a [`Request::NotAt`] naming the
+    /// agent itself.
+    Arriving {
+        /// Generation.
+        generation: u64,
+        /// Block number.
+        block: u64,
+    },
     /// `peer` does not hold `block` (any more): it failed the asker, or is the asker itself, which
     /// dropped it from its cache. `block` = [`ALL_BLOCKS`]: `peer` sent a corrupt block; name it for
     /// nothing.
@@ -231,6 +244,7 @@ impl Request {
             }
             Request::Locate { generation, body_len } => (Op::Locate, generation, 0, body_len),
             Request::Have { generation, block } => (Op::Have, generation, block, 0),
+            Request::Arriving { generation, block } => (Op::Arriving, generation, block, 0),
             Request::NotAt { generation, block, peer } => (Op::NotAt, generation, block, peer),
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
             Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
@@ -279,6 +293,7 @@ impl Request {
             Op::Locate if b as usize > LOCATE_BODY_MAX => return Err(c.bad(&format!("locate body of {b} bytes exceeds {LOCATE_BODY_MAX}"))),
             Op::Locate => Request::Locate { generation, body_len: b },
             Op::Have => Request::Have { generation, block: a },
+            Op::Arriving => Request::Arriving { generation, block: a },
             Op::NotAt => Request::NotAt { generation, block: a, peer: b },
             Op::Needed => Request::Needed { generation },
             Op::Renew => Request::Renew { generation, min_offset: a },
@@ -342,6 +357,7 @@ mod tests {
             Request::Register { generation: 1, port: 0, serves: false, local: true, advertise_len: 0 },
             Request::Locate { generation: 1, body_len: 40 },
             Request::Have { generation: 1, block: 9 },
+            Request::Arriving { generation: 1, block: 9 },
             Request::NotAt { generation: 1, block: ALL_BLOCKS, peer: 4 },
             Request::Needed { generation: 1 },
             Request::Renew { generation: 4, min_offset: 1 << 33 },
