@@ -124,6 +124,9 @@ pub struct Pull<'a> {
 }
 
 
+/// Reads a peer may cut off part-way before this agent stops asking it (see [`PeerMiss::CutOff`]).
+const CUT_OFFS_MAX: u32 = 3;
+
 /// Longest the writer waits for the next block before it checks for a cancel.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
 
@@ -301,6 +304,8 @@ struct Planner<'a> {
     out: Planned,
     /// Blocks the tracker was told are arriving here and that are not held yet.
     arriving: HashSet<u64>,
+    /// Reads each peer cut off part-way (see [`PeerMiss::CutOff`]).
+    cut_offs: HashMap<u32, u32>,
 }
 
 impl<'a> Planner<'a> {
@@ -326,6 +331,7 @@ impl<'a> Planner<'a> {
             feed,
             out: Planned::default(),
             arriving: HashSet::new(),
+            cut_offs: HashMap::new(),
         }
     }
 
@@ -653,7 +659,17 @@ impl<'a> Planner<'a> {
         } else {
             self.out.peer_failures += 1;
         }
-        self.chooser.failed(b, matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
+        // An honest holder cuts a read off only when its own arrival of the block failed (rare); one
+        // that keeps doing it wastes the asker's flows like a failing peer, and is avoided like one.
+        let cut_off_too_often = matches!(miss, PeerMiss::CutOff) && {
+            let n = self.cut_offs.entry(peer).or_default();
+            *n += 1;
+            *n > CUT_OFFS_MAX
+        };
+        if cut_off_too_often {
+            tracing::warn!(peer = %addr, cut_offs = CUT_OFFS_MAX + 1, "a peer keeps cutting blocks off part-way; no longer asking it");
+        }
+        self.chooser.failed(b, cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
         self.sched.abandoned();
         self.reuse(job.buf);
     }

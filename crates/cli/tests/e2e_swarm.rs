@@ -159,6 +159,8 @@ enum Fake {
     Corrupt,
     /// "block not held" (a holder the tracker still names after it dropped the block).
     NotHeld,
+    /// Half the block, then an end of stream (as a holder whose own arrival of the block failed).
+    CutOff,
     /// Always busy.
     Busy,
 }
@@ -191,6 +193,15 @@ fn fake_peer(relay: &str, token: &transport::Credentials, how: Fake) -> (transpo
                         Fake::Corrupt => {
                             s.write_all(&transport::wire::ResponseHeader::ok(len).encode()).ok()?;
                             s.write_all(&vec![0xAB; len as usize]).ok()?;
+                        }
+                        Fake::CutOff => {
+                            s.write_all(&transport::wire::ResponseHeader::ok(len).encode()).ok()?;
+                            s.write_all(&vec![0; len as usize / 2]).ok()?;
+                            s.shutdown(std::net::Shutdown::Write).ok()?;
+                            // Read what the asker still sends until it closes: closing with unread
+                            // bytes would be a reset, not an end of stream.
+                            while s.read(&mut [0u8; 4096]).ok()? > 0 {}
+                            return None;
                         }
                         Fake::NotHeld => transport::serve::send_error(&mut s, "block not held").ok()?,
                         Fake::Busy => transport::serve::send_busy(&mut s).ok()?,
@@ -290,6 +301,31 @@ fn join_past_a_peer_that_never_serves(how: Fake, counted_in: &str) {
 #[test]
 fn a_holder_that_no_longer_holds_its_blocks_is_passed_over() {
     join_past_a_peer_that_never_serves(Fake::NotHeld, "peer_failures");
+}
+
+#[test]
+fn a_peer_that_keeps_cutting_blocks_off_is_given_up_on() {
+    // A cut-off (an end of stream part-way through a block) is what an honest holder does when its
+    // own arrival of the block failed: not a reason to avoid it. One that does it every time is.
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 12, 1 << 20);
+    let relay = spawn_relay(&master.addr(), |c| {
+        c.args(["--transport", "tcp", "--block-size", "1048576"]);
+    });
+    wait_relay_acked(&master);
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
+    let (_fake, asked) = fake_peer(&relay.addr, &token, Fake::CutOff);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
+        c.args(["--transport", "tcp"]);
+    }));
+    assert_eq!(j.code, Some(0), "{}", j.output);
+    let asked = asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(asked >= 4, "the fake peer was asked {asked} times: the test tests nothing");
+    assert!(asked <= 6, "asked for {asked} of its 12 blocks: a peer that cuts every block off is given up on after a few");
+    assert!(j.output.contains("keeps cutting blocks off"), "{}", j.output);
+    assert_eq!(j.report["received_bytes_total"]["relay"], j.report["rdb_length_bytes"], "{}", j.output);
+    assert_identical(&master, &replica);
 }
 
 #[test]
