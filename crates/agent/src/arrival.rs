@@ -26,17 +26,62 @@ pub enum Standing {
     Failed,
 }
 
+/// The size of an arrival's piece buffers: a TCP read's piece ([`transport::tcp::PIECE`]).
+pub const PIECE: usize = transport::tcp::PIECE;
+
+/// Bytes of piece buffers kept for the next arrivals: a few blocks in flight. A freed buffer of this
+/// size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a page fault
+/// per 4 KiB: for every byte an agent receives (docs/results/issue22-cut-through).
+pub const SPARE_BYTES_MAX: usize = 32 << 20;
+
+/// Piece buffers no arrival uses any more, for the next ones (shared by an agent's arrivals).
+#[derive(Default)]
+pub struct Spares {
+    free: Mutex<Vec<Arc<[u8]>>>,
+}
+
+impl Spares {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<[u8]>>> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A buffer of [`PIECE`] bytes nobody else holds.
+    fn take(&self) -> Arc<[u8]> {
+        self.lock().pop().unwrap_or_else(|| Arc::from(vec![0u8; PIECE].into_boxed_slice()))
+    }
+
+    /// Keep `a` for reuse, if nobody else holds it and there is room.
+    fn give(&self, mut a: Arc<[u8]>) {
+        let mut free = self.lock();
+        if Arc::get_mut(&mut a).is_some() && (free.len() + 1) * PIECE <= SPARE_BYTES_MAX {
+            free.push(a);
+        }
+    }
+}
+
 /// One block's bytes as they arrive, in pieces (shared with the readers serving it, without copies).
 pub struct Arrival {
     len: usize,
     inner: Mutex<Inner>,
     changed: Condvar,
+    spares: Arc<Spares>,
 }
 
 struct Inner {
-    pieces: Vec<Arc<[u8]>>,
+    /// Buffers of [`PIECE`] bytes, each with how many of them are the block's.
+    pieces: Vec<(Arc<[u8]>, usize)>,
     filled: usize,
     standing: Standing,
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        // Every reader is done (each holds the arrival while it sends): its buffers go back.
+        let pieces = std::mem::take(&mut self.inner.get_mut().unwrap_or_else(|p| p.into_inner()).pieces);
+        for (p, _) in pieces {
+            self.spares.give(p);
+        }
+    }
 }
 
 /// What a reader serving the arrival may send next.
@@ -53,9 +98,9 @@ pub enum Next {
 }
 
 impl Arrival {
-    /// An arrival of a `len`-byte block.
-    pub fn new(len: usize) -> Arrival {
-        Arrival { len, inner: Mutex::new(Inner { pieces: Vec::new(), filled: 0, standing: Standing::Filling }), changed: Condvar::new() }
+    /// An arrival of a `len`-byte block, its buffers from (and back to) `spares`.
+    pub fn new(len: usize, spares: Arc<Spares>) -> Arrival {
+        Arrival { len, inner: Mutex::new(Inner { pieces: Vec::new(), filled: 0, standing: Standing::Filling }), changed: Condvar::new(), spares }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -74,7 +119,16 @@ impl Arrival {
         if take == 0 || g.standing != Standing::Filling {
             return;
         }
-        g.pieces.push(Arc::from(&piece[..take]));
+        // Copied under the lock: readers only look at what `filled` covers, and the copy of a piece is
+        // a few microseconds.
+        for part in piece[..take].chunks(PIECE) {
+            let mut buf = self.spares.take();
+            match Arc::get_mut(&mut buf) {
+                Some(b) => b[..part.len()].copy_from_slice(part),
+                None => buf = Arc::from(part),
+            }
+            g.pieces.push((buf, part.len()));
+        }
         g.filled += take;
         drop(g);
         self.changed.notify_all();
@@ -122,12 +176,12 @@ impl Arrival {
     }
 }
 
-/// The parts of `pieces` (laid end to end) that cover `want`.
-fn slices(pieces: &[Arc<[u8]>], want: Range<usize>) -> Vec<(Arc<[u8]>, Range<usize>)> {
+/// The parts of `pieces` (their used lengths laid end to end) that cover `want`.
+fn slices(pieces: &[(Arc<[u8]>, usize)], want: Range<usize>) -> Vec<(Arc<[u8]>, Range<usize>)> {
     let mut out = Vec::new();
     let mut at = 0;
-    for p in pieces {
-        let (start, end) = (at, at + p.len());
+    for (p, used) in pieces {
+        let (start, end) = (at, at + used);
         at = end;
         if end <= want.start {
             continue;
@@ -155,7 +209,7 @@ mod tests {
 
     #[test]
     fn the_last_byte_waits_for_the_checksum() {
-        let a = Arrival::new(6);
+        let a = Arrival::new(6, Arc::default());
         a.push(b"abc");
         assert_eq!(sent(a.next(0, Duration::ZERO)), b"abc");
         a.push(b"def");
@@ -168,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_failed_arrival_cuts_its_readers_off_before_the_end() {
-        let a = Arrival::new(4);
+        let a = Arrival::new(4, Arc::default());
         a.push(b"abcd");
         assert_eq!(sent(a.next(0, Duration::ZERO)), b"abc");
         a.settle(false);
@@ -179,7 +233,7 @@ mod tests {
 
     #[test]
     fn an_arrival_short_of_its_length_is_never_verified() {
-        let a = Arrival::new(4);
+        let a = Arrival::new(4, Arc::default());
         a.push(b"ab");
         a.settle(true);
         assert_eq!(a.standing(), Standing::Failed);
@@ -187,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_reader_waiting_for_bytes_wakes_when_they_come() {
-        let a = Arc::new(Arrival::new(4));
+        let a = Arc::new(Arrival::new(4, Arc::default()));
         let w = {
             let a = a.clone();
             std::thread::spawn(move || sent(a.next(0, Duration::from_secs(30))))
@@ -197,8 +251,32 @@ mod tests {
     }
 
     #[test]
+    fn piece_buffers_are_kept_for_the_next_arrival_once_no_reader_holds_them() {
+        let spares = Arc::new(Spares::default());
+        let a = Arrival::new(PIECE + 3, spares.clone());
+        a.push(&vec![7u8; PIECE + 3]);
+        let held = match a.next(0, Duration::ZERO) {
+            Next::Bytes(parts) => parts,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(held.iter().map(|(_, r)| r.len()).sum::<usize>(), PIECE + 2, "one push longer than a piece: two buffers");
+        drop(a);
+        assert_eq!(spares.lock().len(), 0, "a reader still holds both buffers");
+        drop(held);
+        let b = Arrival::new(PIECE, spares.clone());
+        b.push(&vec![1u8; 4]);
+        drop(b);
+        assert_eq!(spares.lock().len(), 1, "a buffer a reader held until the arrival ended is not taken back; the new one's is");
+        let c = Arrival::new(2, spares.clone());
+        c.push(b"xy");
+        c.settle(true);
+        assert_eq!(spares.lock().len(), 0, "reused");
+        assert_eq!(sent(c.next(0, Duration::ZERO)), b"xy", "only the bytes of this block, not a reused buffer's");
+    }
+
+    #[test]
     fn pieces_are_cut_where_the_reader_stands() {
-        let a = Arrival::new(10);
+        let a = Arrival::new(10, Arc::default());
         for p in [&b"012"[..], b"3456", b"789"] {
             a.push(p);
         }

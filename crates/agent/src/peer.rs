@@ -5,7 +5,7 @@
 //! it fetches from a peer it verifies the same way before using or serving it. Peers authenticate with
 //! the relay's token, both ways, exactly like relay connections.
 
-use crate::arrival::{Arrival, Next};
+use crate::arrival::{Arrival, Next, Spares};
 use crate::Error;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -39,12 +39,14 @@ struct HeldInner {
     length: Option<u64>,
     /// Blocks being received, served while they arrive (see [`crate::arrival`]).
     arriving: HashMap<u64, Arc<Arrival>>,
+    /// Their buffers, kept from one arrival to the next.
+    spares: Arc<Spares>,
 }
 
 impl Held {
     /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
     pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new() }) }
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
@@ -74,7 +76,7 @@ impl Held {
         if h.blocks.contains_key(&b) || h.arriving.contains_key(&b) {
             return None;
         }
-        let a = Arc::new(Arrival::new(len));
+        let a = Arc::new(Arrival::new(len, h.spares.clone()));
         h.arriving.insert(b, a.clone());
         Some(a)
     }
