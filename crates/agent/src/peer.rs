@@ -1,9 +1,10 @@
 //! An agent as a member of its generation's swarm: the blocks it holds ([`Held`]), the server that
 //! gives them to other agents ([`PeerServer`]), and its link to the relay's tracker ([`Peering`]).
 //!
-//! What a peer serves is what this agent verified against the relay's checksum before it kept it; what
-//! it fetches from a peer it verifies the same way before using or serving it. Peers authenticate with
-//! the relay's token, both ways, exactly like relay connections.
+//! What a peer serves is what this agent verified against the relay's checksum before it kept it, or a
+//! block still arriving, whose last byte goes only once it is verified (see [`crate::arrival`]); what it
+//! fetches from a peer it verifies the same way before using or keeping it. Peers authenticate with the
+//! relay's token, both ways, exactly like relay connections.
 
 use crate::arrival::{Arrival, Next, Spares};
 use crate::Error;
@@ -19,7 +20,7 @@ use transport::wire::{Request, ResponseHeader};
 use transport::{serve, Credentials};
 
 /// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
-/// a bounded cache of those already fed, kept for peers.
+/// a bounded cache of those already fed, kept for peers; and those arriving, served while they do.
 pub struct Held {
     generation: u64,
     block_size: u64,
@@ -155,7 +156,7 @@ enum Serve {
 /// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
 /// asker's own wait for bytes ([`limits::PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and
 /// goes elsewhere for the block) rather than a peer that stalls (and avoids it for good).
-const ARRIVAL_STALL_MAX: Duration = Duration::from_secs(limits::PEER_IO_TIMEOUT.as_secs() / 2);
+const ARRIVAL_STALL_MAX: Duration = Duration::from_millis(limits::PEER_IO_TIMEOUT.as_millis() as u64 / 2);
 
 /// Serves held blocks to other agents over TCP: the same authentication and range requests as the
 /// relay's data connections, for whole blocks only.
@@ -319,6 +320,7 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             Serve::Whole(bytes) => s.write_all(&bytes).map_err(E::io("send block to peer"))?,
             Serve::Arriving(a) => {
                 if let Err(e) = send_arriving(&mut s, &a) {
+                    slot.give_back();
                     cut_off(raw);
                     return Err(e);
                 }
@@ -706,6 +708,8 @@ mod tests {
         // of the stream (a cut-off, told apart from a corrupt block), never a whole block.
         let b = held.start_arrival(2, 8).unwrap();
         b.push(b"ABCDEFGH");
+        drop(c2);
+        wait_for("the first connection's upload slot to come back", || srv.uploads() == 0);
         let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
         let mut r = transport::Transport::open(&t).unwrap();
         r.send(7, 16, 8).unwrap();

@@ -22,9 +22,10 @@
 //! host's busy uplink queue, up to 100 ms on the bench's links): completions are handled and blocks
 //! handed on while a question is out.
 //!
-//! Every block's CRC32C is checked against the relay's published checksum before it is used, kept or
-//! served: a peer's block that does not match is thrown away, that peer is never asked again, and the
-//! block is fetched elsewhere.
+//! Every block's CRC32C is checked against the relay's published checksum before it is used or kept:
+//! a peer's block that does not match is thrown away, that peer is never asked again, and the block is
+//! fetched elsewhere. A block is served to peers while it arrives, all but its last byte, which goes
+//! only once the check passed ([`crate::arrival`]).
 
 use crate::arrival::Arrival;
 use crate::peer::{Held, Peering};
@@ -124,7 +125,8 @@ pub struct Pull<'a> {
 }
 
 
-/// Reads a peer may cut off part-way before this agent stops asking it (see [`PeerMiss::CutOff`]).
+/// Reads a peer may cut off part-way in a row (without a block served in between) before this agent
+/// stops asking it (see [`PeerMiss::CutOff`]).
 const CUT_OFFS_MAX: u32 = 3;
 
 /// Longest the writer waits for the next block before it checks for a cancel.
@@ -165,9 +167,10 @@ enum PeerMiss {
     Failed(transport::Error),
     /// Not answered: the connection was closed for an earlier read's miss (corrupt or failed).
     Dropped,
-    /// The peer closed the connection part-way through the block: it served the block while it
-    /// arrived and the arrival failed (see [`crate::arrival`]), or it stopped. The tracker stops
-    /// naming it for this block; it is not avoided for it (a dead peer fails its next connection).
+    /// The peer ended the connection part-way through the block's bytes (an orderly end of stream,
+    /// [`transport::Error::is_cut_off`]): it served the block while it arrived and the arrival failed
+    /// (see [`crate::arrival`]). The tracker stops naming it for this block; it is not avoided unless
+    /// it does so more than [`CUT_OFFS_MAX`] times without a block served in between.
     CutOff,
 }
 
@@ -609,6 +612,9 @@ impl<'a> Planner<'a> {
         }
         self.chooser.done(b, bytes, took.as_secs_f64());
         self.sched.completed(b, block);
+        if let Source::Peer { id, .. } = &job.from {
+            self.cut_offs.remove(id);
+        }
         let e = self.out.sources.entry(source).or_default();
         e.0 += bytes;
         e.1 += 1;
@@ -661,13 +667,15 @@ impl<'a> Planner<'a> {
         }
         // An honest holder cuts a read off only when its own arrival of the block failed (rare); one
         // that keeps doing it wastes the asker's flows like a failing peer, and is avoided like one.
+        // Counted since the last block it served us whole (one upstream failure cuts off everyone
+        // below it; an honest holder serves blocks in between).
         let cut_off_too_often = matches!(miss, PeerMiss::CutOff) && {
             let n = self.cut_offs.entry(peer).or_default();
             *n += 1;
             *n > CUT_OFFS_MAX
         };
         if cut_off_too_often {
-            tracing::warn!(peer = %addr, cut_offs = CUT_OFFS_MAX + 1, "a peer keeps cutting blocks off part-way; no longer asking it");
+            tracing::warn!(peer = %addr, cut_offs = CUT_OFFS_MAX + 1, "a peer keeps cutting blocks off part-way without serving one; no longer asking it");
         }
         self.chooser.failed(b, cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
         self.sched.abandoned();
@@ -759,6 +767,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         let r = reader.as_mut().expect("opened with the first read");
         let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
+            settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
         }
         let took = clock.arrived(sent);
@@ -843,7 +852,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             Ok(()) => PeerMiss::Corrupt,
             Err(transport::Error::Busy(_)) => PeerMiss::Busy,
             Err(transport::Error::Refused { .. }) => PeerMiss::NotHeld,
-            Err(transport::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => PeerMiss::CutOff,
+            Err(e) if e.is_cut_off() => PeerMiss::CutOff,
             Err(e) => PeerMiss::Failed(e),
         };
         let drop_conn = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_) | PeerMiss::CutOff);

@@ -33,7 +33,8 @@ pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// The relay's view of a generation's agents and what they hold.
 #[derive(Debug)]
 pub struct Tracker {
-    /// Per block: the agents that hold it, verified — and some that no longer count (see `listed`):
+    /// Per block: the agents that hold it, verified, or receive it (served while it arrives; see
+    /// `whole`) — and some that no longer count (see `listed`):
     /// an agent is taken off lazily, since a block may have thousands of holders and every agent
     /// drops blocks from its cache.
     holders: Vec<Vec<AgentId>>,
@@ -269,8 +270,9 @@ impl Tracker {
         reported + named
     }
 
-    /// Agent `a` could not get `b` from peer `p` (refused, corrupt, gone): the tracker forgets that `p`
-    /// holds it, so that nobody else is sent there for it.
+    /// Agent `a` could not get `b` from peer `p` (refused, gone, cut off), or `p` itself dropped it or
+    /// its arrival of it failed: the tracker forgets that `p` holds it, so that nobody else is sent
+    /// there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         self.unlist(p, b);
     }
@@ -290,6 +292,13 @@ impl Tracker {
     /// the next answers of one question agree with it.
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         let Some(h) = self.holders.get(b as usize) else { return Answer::Wait };
+        // A relay claim not completed within CLAIM_TIMEOUT goes to the next asker, also when its
+        // claimer is named as the block's holder while it arrives (its readers go no faster than it):
+        // while nobody holds the block whole, the repair is another copy from the relay.
+        let claim_stale = self.claims.get(&b).is_some_and(|(c, since)| *c != a && now.saturating_duration_since(*since) >= CLAIM_TIMEOUT);
+        if self.whole[b as usize] == 0 && claim_stale {
+            return self.claim(a, b, f, now);
+        }
         if self.live[b as usize] > usize::from(self.is_listed(a, b)) {
             // A different window of holders for each asker, so that load spreads over all of them
             // (and the answer costs O(PEERS_PER_ANSWER), not O(holders), for large fleets).
@@ -369,8 +378,8 @@ impl Tracker {
         }
     }
 
-    /// How many agents hold block `b`: agents fetch the rarest blocks of their window first, so that
-    /// different agents work on different blocks and every block spreads.
+    /// How many agents are named for block `b`, holding it whole or receiving it: agents fetch the
+    /// rarest blocks of their window first (see [`Tracker::precedence`]).
     pub fn holders(&self, b: u64) -> usize {
         self.live.get(b as usize).copied().unwrap_or(0)
     }
@@ -542,6 +551,21 @@ mod tests {
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 2));
         assert_eq!(tr.needing(3), 1);
+    }
+
+    #[test]
+    fn a_claimer_too_slow_is_repaired_from_the_relay_even_while_it_serves_the_block_arriving() {
+        let t = Instant::now();
+        let mut tr = joined(1, 2);
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
+        tr.arriving(0, 0);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Peers(vec![0]), "served while it arrives");
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "no block for the timeout: from the relay");
+        let mut tr = joined(1, 3);
+        tr.locate_t(0, 0, t);
+        tr.arriving(0, 0);
+        tr.have_t(2, 0);
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Peers(vec![2, 0]), "held whole elsewhere: no second copy from the relay");
     }
 
     #[test]

@@ -76,6 +76,13 @@ impl Error {
     pub fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
         move |source| Error::Io { op, source }
     }
+
+    /// Whether a block read's body ended early in an orderly end of stream: what a holder serving a
+    /// block while it arrives does when that arrival fails (a cut-off). An end of stream anywhere
+    /// else (before the answer's header, in an error message) or a reset is not one.
+    pub fn is_cut_off(&self) -> bool {
+        matches!(self, Error::Io { op, source } if *op == tcp::READ_BLOCK_BYTES && source.kind() == std::io::ErrorKind::UnexpectedEof)
+    }
 }
 
 /// Reads ranges of a relay's regions into local buffers. One reader is one channel (a connection,

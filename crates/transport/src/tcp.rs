@@ -81,6 +81,9 @@ impl Transport for TcpTransport {
 /// costs a few dozen reads.
 pub const PIECE: usize = limits::READ_CHUNK_BYTES * 2;
 
+/// The operation named when a block read's body fails ([`Error::is_cut_off`] tells its early end).
+pub const READ_BLOCK_BYTES: &str = "read block bytes";
+
 /// One data connection over a byte stream (TCP, or the shm transport's unix socket).
 pub struct StreamReader<S> {
     /// The authenticated connection.
@@ -222,7 +225,7 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         while at < buf.len() {
             let end = (at + PIECE).min(buf.len());
             if let Err(e) = self.s.read_exact(&mut buf[at..end]) {
-                return Err(self.out_of_step(Error::io("read block bytes")(e)));
+                return Err(self.out_of_step(Error::io(READ_BLOCK_BYTES)(e)));
             }
             arrived(&buf[at..end]);
             at = end;
@@ -284,9 +287,14 @@ mod tests {
         r.send(1, 0, len as u32).unwrap();
         let mut told = 0;
         let e = r.receive_pieces(&mut buf, &mut |p| told += p.len()).unwrap_err();
-        assert!(matches!(e, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof), "{e:?}");
+        assert!(e.is_cut_off(), "{e:?}");
         assert_eq!(told, PIECE);
         assert!(r.send(1, 0, 4).is_err(), "out of step after a body cut short");
+        // An end of stream before the answer's header is a peer that stopped, not a cut-off.
+        let mut r = answers(&[]);
+        r.send(1, 0, 4).unwrap();
+        let e = r.receive(&mut buf[..4]).unwrap_err();
+        assert!(!e.is_cut_off(), "{e:?}");
     }
 
     #[test]

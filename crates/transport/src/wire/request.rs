@@ -160,8 +160,8 @@ pub enum Request {
         /// Block number.
         block: u64,
     },
-    /// `peer` does not hold `block` (any more): it failed the asker, or is the asker itself, which
-    /// dropped it from its cache. `block` = [`ALL_BLOCKS`]: `peer` sent a corrupt block; name it for
+    /// `peer` does not hold `block` (any more): it failed the asker or cut its read off, or is the
+    /// asker itself, which dropped it from its cache or whose arrival of it failed. `block` = [`ALL_BLOCKS`]: `peer` sent a corrupt block; name it for
     /// nothing.
     NotAt {
         /// Generation.
