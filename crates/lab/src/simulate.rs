@@ -395,7 +395,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !agents[i].started || !agents[i].alive || agents[i].finished.is_some() {
                 continue;
             }
-            let wanted = agents[i].chooser.wanted(|b| tracker.precedence(b));
+            let me = agents[i].id;
+            let wanted = agents[i].chooser.wanted(|b| tracker.precedence(me, b));
             for b in wanted {
                 // Asked block by block, with the chooser's state of the moment (a real agent asks about
                 // its window at once, and the relay mirrors what its chooser will do with each answer).

@@ -99,8 +99,8 @@ impl Swarms {
             let mut blocks: Vec<u64> = ask.blocks.iter().copied().filter(|b| *b < published).collect();
             blocks.sort_unstable();
             blocks.dedup();
-            // Held whole first, then rarest first (stable: in block order among equals).
-            blocks.sort_by_key(|b| s.tracker.precedence(*b));
+            // Held whole first, then rarest first, equals in an order of the asker's own.
+            blocks.sort_by_key(|b| s.tracker.precedence(id, *b));
             let mut relay_left = usize::from(ask.relay_slots);
             let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
             // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
