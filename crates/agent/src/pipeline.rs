@@ -125,8 +125,8 @@ pub struct Pull<'a> {
 }
 
 
-/// Reads a peer may cut off part-way in a row (without a block served in between) before this agent
-/// stops asking it (see [`PeerMiss::CutOff`]).
+/// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
+/// asking it (see [`PeerMiss::CutOff`]).
 const CUT_OFFS_MAX: u32 = 3;
 
 /// Longest the writer waits for the next block before it checks for a cancel.
@@ -170,7 +170,7 @@ enum PeerMiss {
     /// The peer ended the connection part-way through the block's bytes (an orderly end of stream,
     /// [`transport::Error::is_cut_off`]): it served the block while it arrived and the arrival failed
     /// (see [`crate::arrival`]). The tracker stops naming it for this block; it is not avoided unless
-    /// it does so more than [`CUT_OFFS_MAX`] times without a block served in between.
+    /// its cut-offs exceed the blocks it served this agent by more than [`CUT_OFFS_MAX`].
     CutOff,
 }
 
@@ -612,8 +612,12 @@ impl<'a> Planner<'a> {
         }
         self.chooser.done(b, bytes, took.as_secs_f64());
         self.sched.completed(b, block);
+        // A block served takes one cut-off off the peer's count (not all: one that serves a block
+        // and then cuts three off would never be avoided).
         if let Source::Peer { id, .. } = &job.from {
-            self.cut_offs.remove(id);
+            if let Some(n) = self.cut_offs.get_mut(id) {
+                *n = n.saturating_sub(1);
+            }
         }
         let e = self.out.sources.entry(source).or_default();
         e.0 += bytes;
@@ -667,8 +671,8 @@ impl<'a> Planner<'a> {
         }
         // An honest holder cuts a read off only when its own arrival of the block failed (rare); one
         // that keeps doing it wastes the asker's flows like a failing peer, and is avoided like one.
-        // Counted since the last block it served us whole (one upstream failure cuts off everyone
-        // below it; an honest holder serves blocks in between).
+        // Counted less the blocks it served us whole (one upstream failure cuts off everyone below
+        // it; an honest holder serves blocks in between).
         let cut_off_too_often = matches!(miss, PeerMiss::CutOff) && {
             let n = self.cut_offs.entry(peer).or_default();
             *n += 1;

@@ -215,7 +215,7 @@ mod tests {
         sw.have(1, a, 0);
         let got = sw.locate(1, b, &ask(1), 4, Some(4), now);
         assert_eq!(got[0], Located { block: 0, at: Where::Peers(vec![Peer { id: a, addr: "10.0.0.2:7401".into() }]) }, "a block held whole first");
-        assert_eq!(got[1], Located { block: 1, at: Where::Relay }, "then the rarest: {got:?}");
+        assert!(got[1].at == Where::Relay && (1..4).contains(&got[1].block), "then the rarest (among equals in the asker's own order): {got:?}");
         // A block only arriving somewhere comes after those held whole, however rare.
         let (x, y, z) = (sw.register(2, ip, member(1, false), 3), sw.register(2, ip, member(2, false), 3), sw.register(2, ip, member(3, false), 3));
         sw.have(2, x, 0);

@@ -237,9 +237,9 @@ impl Chooser {
     }
 
     /// The next blocks to locate: not held, not in flight, inside the window — lowest `order` first
-    /// (the tracker's [`crate::Tracker::precedence`]: held whole, then rarest), in order among equals,
-    /// so that different agents work on different blocks and every block spreads. Empty when every
-    /// fetch slot is busy.
+    /// (the tracker's [`crate::Tracker::precedence`]: held whole, then rarest, then an order of the
+    /// asker's own), so that different agents work on different blocks and every block spreads.
+    /// Empty when every fetch slot is busy.
     pub fn wanted<K: Ord>(&self, order: impl Fn(u64) -> K) -> Vec<u64> {
         if !self.has_free_slot() {
             return Vec::new();

@@ -30,6 +30,13 @@ pub const NAMED_HOLD: Duration = Duration::from_millis(250);
 /// or dead): the repair that keeps one slow host from holding a block back from everyone.
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 /// The relay's view of a generation's agents and what they hold.
 #[derive(Debug)]
 pub struct Tracker {
@@ -291,14 +298,17 @@ impl Tracker {
     /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
     /// the next answers of one question agree with it.
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
-        let Some(h) = self.holders.get(b as usize) else { return Answer::Wait };
+        if b as usize >= self.holders.len() {
+            return Answer::Wait;
+        }
         // A relay claim not completed within CLAIM_TIMEOUT goes to the next asker, also when its
         // claimer is named as the block's holder while it arrives (its readers go no faster than it):
         // while nobody holds the block whole, the repair is another copy from the relay.
-        let claim_stale = self.claims.get(&b).is_some_and(|(c, since)| *c != a && now.saturating_duration_since(*since) >= CLAIM_TIMEOUT);
-        if self.whole[b as usize] == 0 && claim_stale {
-            return self.claim(a, b, f, now);
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && !self.stands(x, now));
+        if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
+            return Answer::Relay;
         }
+        let h = &self.holders[b as usize];
         if self.live[b as usize] > usize::from(self.is_listed(a, b)) {
             // A different window of holders for each asker, so that load spreads over all of them
             // (and the answer costs O(PEERS_PER_ANSWER), not O(holders), for large fleets).
@@ -357,25 +367,37 @@ impl Tracker {
     /// The relay for `a`'s block `b`, if one of its flows is free for `a` and nobody else fetches the
     /// block from it.
     fn claim(&mut self, a: AgentId, b: u64, f: &Fetching, now: Instant) -> Answer {
-        // Claims that went stale (slow or dead claimer) free their block and their relay flow.
-        let alive = &self.alive;
-        self.claims.retain(|_, (c, since)| alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT);
+        // Claims that went stale (slow or dead claimer) free their block and their relay flow. They
+        // stay in the map until replaced, completed or their claimer leaves: `locate` must still see
+        // that a block's claim went stale (its claimer may be named as the block's holder meanwhile).
         // The relay's flows are shared out among the agents still pulling: with one flow each, every
         // agent gets new blocks from the relay at once and forwards them, instead of one agent taking
         // all the fresh blocks while the others wait for it to finish each one.
         let pulling = self.alive.len().saturating_sub(self.complete).max(1);
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
-        let mine = self.claims.values().filter(|(c, _)| *c == a).count();
+        let standing = self.claims.values().filter(|x| self.stands(x, now)).count();
+        let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some((c, _)) if *c != a => Answer::Wait,
-            None if self.claims.len() >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
+            Some(x) if x.0 != a && self.stands(x, now) => Answer::Wait,
+            Some(x) if x.0 == a && self.stands(x, now) => {
+                self.claims.insert(b, (a, now));
+                self.relay_grants += 1;
+                Answer::Relay
+            }
+            _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
                 Answer::Relay
             }
         }
+    }
+
+    /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
+    /// block within [`CLAIM_TIMEOUT`].
+    fn stands(&self, (c, since): &(AgentId, Instant), now: Instant) -> bool {
+        self.alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT
     }
 
     /// How many agents are named for block `b`, holding it whole or receiving it: agents fetch the
@@ -398,8 +420,7 @@ impl Tracker {
     /// same holder's uplink, with nothing to trade among themselves (in the simulator, four agents
     /// joining over 30 s at 100 Mbit/s took 1.98× one agent's time in block order, 1.31× so).
     pub fn precedence(&self, a: AgentId, b: u64) -> (bool, usize, u64) {
-        let tie = (b ^ u64::from(a).rotate_left(20)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (self.whole_holders(b) == 0, self.holders(b), tie)
+        (self.whole_holders(b) == 0, self.holders(b), mix((u64::from(a) << 40) ^ b))
     }
 
     /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
@@ -571,6 +592,14 @@ mod tests {
         tr.arriving(0, 0);
         tr.have_t(2, 0);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Peers(vec![2, 0]), "held whole elsewhere: no second copy from the relay");
+        // Another claim answered after the timeout does not wipe the stale one out of sight first.
+        let mut tr = joined(2, 3);
+        tr.locate_t(0, 0, t);
+        tr.arriving(0, 0);
+        assert_eq!(tr.locate_t(2, 1, t + CLAIM_TIMEOUT), Answer::Relay);
+        let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT), Answer::Peers(vec![0]), "an asker that may not claim still gets the arriving holder");
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "still repaired");
     }
 
     #[test]
@@ -579,7 +608,6 @@ mod tests {
         for b in 0..16 {
             tr.have_t(2, b);
         }
-        tr.arriving(2, 15);
         let order = |tr: &Tracker, a: AgentId| {
             let mut v: Vec<u64> = (0..16).collect();
             v.sort_by_key(|b| tr.precedence(a, *b));
@@ -587,6 +615,12 @@ mod tests {
         };
         let (o0, o1) = (order(&tr, 0), order(&tr, 1));
         assert_ne!(o0, o1, "two agents that joined together would ask one holder for the same blocks in the same order");
+        // Not one cycle entered at different points: the first blocks differ between any two askers.
+        for x in 0..16 {
+            for y in x + 1..16 {
+                assert_ne!(order(&tr, x)[..3], order(&tr, y)[..3], "agents {x} and {y} start alike");
+            }
+        }
         let mut sorted = o0.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, (0..16).collect::<Vec<_>>());
