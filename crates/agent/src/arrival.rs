@@ -47,13 +47,13 @@ impl Spares {
 
     /// A buffer of [`PIECE`] bytes nobody else holds.
     fn take(&self) -> Arc<[u8]> {
-        self.lock().pop().unwrap_or_else(|| Arc::from(vec![0u8; PIECE].into_boxed_slice()))
+        self.lock().pop().unwrap_or_else(|| std::iter::repeat_n(0u8, PIECE).collect())
     }
 
     /// Keep `a` for reuse, if nobody else holds it and there is room.
     fn give(&self, mut a: Arc<[u8]>) {
         let mut free = self.lock();
-        if Arc::get_mut(&mut a).is_some() && (free.len() + 1) * PIECE <= SPARE_BYTES_MAX {
+        if a.len() == PIECE && Arc::get_mut(&mut a).is_some() && (free.len() + 1) * PIECE <= SPARE_BYTES_MAX {
             free.push(a);
         }
     }

@@ -65,8 +65,9 @@ impl Held {
         h.blocks.insert(b, bytes);
     }
 
-    /// Block `b`, if held.
-    pub fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
+    /// Block `b`, if held whole (peers are served through `serve`, which also sees arrivals).
+    #[cfg(test)]
+    fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
         self.lock().blocks.get(&b).cloned()
     }
 

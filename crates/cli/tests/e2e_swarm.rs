@@ -276,11 +276,12 @@ fn a_peer_that_sends_corrupt_blocks_is_dropped_and_nothing_it_sent_is_used() {
     assert_identical(&master, &replica);
 }
 
-/// A holder the tracker names that refuses every read, as "not held" or as "busy" for ever: the agent
-/// must get those blocks elsewhere (here: the relay), not ask it for ever.
-fn join_past_a_peer_that_never_serves(how: Fake, counted_in: &str) {
+/// A holder the tracker names that refuses every read, as "not held" or as "busy" for ever, or cuts
+/// every block off: the agent must get those blocks elsewhere (here: the relay), not ask it for ever.
+/// Returns the join and how many reads the holder was asked (`blocks` values of 1 MiB).
+fn join_past_a_peer_that_never_serves(how: Fake, blocks: u32, counted_in: &str) -> (Joined, u64) {
     let master = Server::start(Flavor::Redis70, &[]);
-    data::fill_big_values(&mut master.client(), 6, 1 << 20);
+    data::fill_big_values(&mut master.client(), blocks as usize, 1 << 20);
     let relay = spawn_relay(&master.addr(), |c| {
         c.args(["--transport", "tcp", "--block-size", "1048576"]);
     });
@@ -292,45 +293,32 @@ fn join_past_a_peer_that_never_serves(how: Fake, counted_in: &str) {
         c.args(["--transport", "tcp"]);
     }));
     assert_eq!(j.code, Some(0), "{}", j.output);
-    assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the fake peer was never asked: the test tests nothing");
+    let asked = asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(asked >= 1, "the fake peer was never asked: the test tests nothing");
     assert!(j.report[counted_in].as_u64().unwrap() >= 1, "{}", j.output);
     assert_eq!(j.report["received_bytes_total"]["relay"], j.report["rdb_length_bytes"], "{}", j.output);
     assert_identical(&master, &replica);
+    (j, asked)
 }
 
 #[test]
 fn a_holder_that_no_longer_holds_its_blocks_is_passed_over() {
-    join_past_a_peer_that_never_serves(Fake::NotHeld, "peer_failures");
+    join_past_a_peer_that_never_serves(Fake::NotHeld, 6, "peer_failures");
 }
 
 #[test]
 fn a_peer_that_keeps_cutting_blocks_off_is_given_up_on() {
     // A cut-off (an end of stream part-way through a block) is what an honest holder does when its
     // own arrival of the block failed: not a reason to avoid it. One that does it every time is.
-    let master = Server::start(Flavor::Redis70, &[]);
-    data::fill_big_values(&mut master.client(), 12, 1 << 20);
-    let relay = spawn_relay(&master.addr(), |c| {
-        c.args(["--transport", "tcp", "--block-size", "1048576"]);
-    });
-    wait_relay_acked(&master);
-    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
-    let (_fake, asked) = fake_peer(&relay.addr, &token, Fake::CutOff);
-    let replica = Server::start(Flavor::Redis70, &[]);
-    let j = finish_join(spawn_join(&relay.addr, &replica.addr(), |c| {
-        c.args(["--transport", "tcp"]);
-    }));
-    assert_eq!(j.code, Some(0), "{}", j.output);
-    let asked = asked.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(asked >= 4, "the fake peer was asked {asked} times: the test tests nothing");
+    let (j, asked) = join_past_a_peer_that_never_serves(Fake::CutOff, 12, "peer_failures");
+    assert!(asked >= 4, "the fake peer was asked {asked} times: the limit is not reached");
     assert!(asked <= 6, "asked for {asked} of its 12 blocks: a peer that cuts every block off is given up on after a few");
     assert!(j.output.contains("keeps cutting blocks off"), "{}", j.output);
-    assert_eq!(j.report["received_bytes_total"]["relay"], j.report["rdb_length_bytes"], "{}", j.output);
-    assert_identical(&master, &replica);
 }
 
 #[test]
 fn a_peer_that_is_always_busy_is_given_up_on() {
-    join_past_a_peer_that_never_serves(Fake::Busy, "peer_refusals");
+    join_past_a_peer_that_never_serves(Fake::Busy, 6, "peer_refusals");
 }
 
 #[test]

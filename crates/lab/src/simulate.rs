@@ -284,6 +284,17 @@ fn close(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> bo
     false
 }
 
+/// A read from `from` (host `src`) to host `dst` ended, whatever its end: one read fewer on its
+/// connection, and a peer's upload slot given back when that closed it.
+fn end_read(flows: &mut HashMap<(usize, usize), usize>, agents: &mut [Agent], from: Origin, src: usize, dst: usize) {
+    if close(flows, (src, dst)) {
+        if let Origin::Peer(p) = from {
+            agents[p as usize].uploads -= 1;
+            agents[p as usize].load_changes += 1;
+        }
+    }
+}
+
 /// Simulate one fleet of `n` agents.
 pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let bps = link_bps(&a.link)? / 8.0;
@@ -350,12 +361,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !dead_src && agents[x.dst - 1].alive {
                 return true;
             }
-            let closed = !x.refusal && close(&mut flows, (x.src, x.dst));
+            if !x.refusal {
+                end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
+            }
             if let Origin::Peer(p) = x.from {
-                if closed {
-                    agents[p as usize].uploads -= 1;
-                    agents[p as usize].load_changes += 1;
-                }
                 if dead_src && agents[x.dst - 1].alive {
                     gone.push((x.dst - 1, p));
                 }
@@ -508,10 +517,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                         _ => {
                             let x = transfers.swap_remove(i);
                             rates.swap_remove(i);
-                            if close(&mut flows, (x.src, x.dst)) {
-                                agents[p as usize].uploads -= 1;
-                                agents[p as usize].load_changes += 1;
-                            }
+                            end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
                             cut_off.push((x.dst - 1, p, x.block, x.announced));
                             continue;
                         }
@@ -530,13 +536,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             let x = transfers.swap_remove(i);
             rates.swap_remove(i);
-            let closed = close(&mut flows, (x.src, x.dst));
-            if let Origin::Peer(p) = x.from {
-                if closed {
-                    agents[p as usize].uploads -= 1;
-                    agents[p as usize].load_changes += 1;
-                }
-            }
+            end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
             let g = &mut agents[x.dst - 1];
             g.chooser.done(x.block, block as u64, t - x.since);
             tracker.have(g.id, x.block, at(t));
