@@ -6,70 +6,12 @@
 //! Process-wide like the log itself: opened once by the binary, written from wherever the join
 //! logs the same moment, so the join's code needs no sink passed through it.
 
+pub use crate::phase::JoinPhase;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// The stream's version (the first line's `version`).
 pub const VERSION: u32 = 1;
-
-/// A join's phase, as its log's `phase: <name>` line names it; ordered as a join goes through them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JoinPhase {
-    /// Preparing the replica, waiting for the snapshot's length.
-    Preparing,
-    /// Blocks stream to the replica.
-    Pulling,
-    /// Every block sent; the replica loads.
-    Loading,
-    /// The relay's log streams to the replica.
-    StreamingLog,
-    /// Checking the master, `REPLICAOF`, reading the outcome.
-    HandingOff,
-    /// A staged join (a cluster node), after `pulling`: recording the node as the master's replica,
-    /// placing the snapshot as its RDB file, its shutdown. (A staged join's order: pulling,
-    /// recording, restarting, loading, linking, done.)
-    Recording,
-    /// A staged join: the node is down until its supervisor (or `--restart-command`) starts it.
-    Restarting,
-    /// A staged join: the restarted, loaded node links to its master.
-    Linking,
-    /// Over (handed off, or failed).
-    Done,
-}
-
-impl JoinPhase {
-    /// The name the log's `phase: <name>` line uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            JoinPhase::Preparing => "preparing",
-            JoinPhase::Pulling => "pulling",
-            JoinPhase::Loading => "loading",
-            JoinPhase::StreamingLog => "streaming log",
-            JoinPhase::HandingOff => "handing off",
-            JoinPhase::Recording => "recording",
-            JoinPhase::Restarting => "restarting",
-            JoinPhase::Linking => "linking",
-            JoinPhase::Done => "done",
-        }
-    }
-
-    /// From the name [`crate::machine::Join::phase_name`] reports.
-    pub fn from_name(name: &str) -> Option<JoinPhase> {
-        const ALL: [JoinPhase; 9] = [
-            JoinPhase::Preparing,
-            JoinPhase::Pulling,
-            JoinPhase::Loading,
-            JoinPhase::StreamingLog,
-            JoinPhase::HandingOff,
-            JoinPhase::Recording,
-            JoinPhase::Restarting,
-            JoinPhase::Linking,
-            JoinPhase::Done,
-        ];
-        ALL.into_iter().find(|p| p.name() == name)
-    }
-}
 
 /// One line of the stream. `at_ms`: milliseconds since the stream was opened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,11 +48,9 @@ pub fn open(path: &Path) -> std::io::Result<()> {
     STREAM.open(path, &Event::Start { version: VERSION, process: "join".into() })
 }
 
-/// The join entered the phase `name` ([`crate::machine::Join::phase_name`]).
-pub fn phase(name: &str) {
-    if let Some(phase) = JoinPhase::from_name(name) {
-        STREAM.write(|at_ms| Event::Phase { phase, at_ms });
-    }
+/// The join entered `phase`.
+pub fn phase(phase: JoinPhase) {
+    STREAM.write(|at_ms| Event::Phase { phase, at_ms });
 }
 
 /// The join handed the replica over at `offset`.
@@ -126,13 +66,6 @@ pub fn parse(text: &str) -> Result<Vec<Event>, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_phase_name_has_a_type() {
-        for name in crate::machine::PHASE_NAMES {
-            assert!(JoinPhase::from_name(name).is_some(), "{name}");
-        }
-    }
 
     #[test]
     fn lines_are_lower_case_and_typed() {

@@ -10,7 +10,7 @@
 //! replica already handed to its master is never touched. Credentials go through the environment,
 //! never argv.
 
-use crate::Error;
+use crate::error::Error;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 
@@ -42,7 +42,7 @@ pub struct Guard {
 }
 
 /// Start a guard for `cfg.replica`, which is about to follow `follows` (the agent's listener).
-pub fn arm(cfg: &crate::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
+pub fn arm(cfg: &crate::config::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
     let mut cmd = command(cfg)?;
     cmd.env(ENV_FOLLOWS, follows.to_string());
     if let Some(v) = diskless_load_before {
@@ -67,11 +67,11 @@ pub struct StagedNode<'a> {
 }
 
 /// Start a guard for a cluster node about to be parked and recorded as a replica (see
-/// [`crate::staged`]): if the agent dies before the node's shutdown, the guard finds it parked and
+/// [`crate::staged::cluster_node`]): if the agent dies before the node's shutdown, the guard finds it parked and
 /// undoes it — `CLUSTER RESET SOFT`, `CLUSTER MEET` the master, the link's settings back, the staged
 /// file removed (the one before put back). A node already down is left to its supervisor: it starts
 /// as the master's replica and resyncs.
-pub fn arm_staged(cfg: &crate::Config, node: &StagedNode<'_>) -> Result<Guard, Error> {
+pub fn arm_staged(cfg: &crate::config::Config, node: &StagedNode<'_>) -> Result<Guard, Error> {
     let mut cmd = command(cfg)?;
     cmd.env(ENV_STAGED_MASTER, node.master).env(ENV_STAGED_RDB, node.rdb).env(ENV_STAGED_RDB_ASIDE, node.rdb_aside);
     // The password travels in the environment of our own child, never in argv.
@@ -86,7 +86,7 @@ pub fn arm_staged(cfg: &crate::Config, node: &StagedNode<'_>) -> Result<Guard, E
 }
 
 /// The guard's command with what every guard needs: the replica and how to reach it.
-fn command(cfg: &crate::Config) -> Result<Command, Error> {
+fn command(cfg: &crate::config::Config) -> Result<Command, Error> {
     // The running binary by its inode, not by its path: a package upgrade that replaced the file
     // while this join runs must not keep the guard from starting (the path would name another
     // binary, or none: "No such file or directory"). argv[0] keeps the path, for `ps`.
@@ -211,7 +211,7 @@ fn undo_staged(node: &str, auth: Option<&replication::replica::Auth>, tls: Optio
         Err(_) => return 0,
     };
     match c.config_get("masteruser") {
-        Ok(Some(u)) if u == crate::staged::PARKED_USER => {}
+        Ok(Some(u)) if u == crate::staged::cluster_node::PARKED_USER => {}
         _ => return 0,
     }
     let env = |k: &str| std::env::var(k).unwrap_or_default();

@@ -1,7 +1,7 @@
 //! The local server: checks before we touch it, the settings we change and restore, and how we
 //! read its replication state.
 
-use crate::Error;
+use crate::error::Error;
 use client::{Client, Info, Role};
 use replication::rdb::Server;
 use replication::replica::Auth;

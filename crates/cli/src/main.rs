@@ -621,8 +621,8 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let live = agent::Live::default();
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
-    let cfg = agent::stage::StageConfig {
-        source: agent::snapshot_file::Source { relay: a.relay, token: &token, transport: a.pull.transport.kind(), readers: a.pull.readers as usize, window: a.pull.window_blocks, cancel: &cancel, live: &live },
+    let cfg = agent::staged::stage::StageConfig {
+        source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, transport: a.pull.transport.kind(), readers: a.pull.readers as usize, window: a.pull.window_blocks, cancel: &cancel, live: &live },
         master: a.master,
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         tls: tls.as_ref(),
@@ -631,7 +631,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
         cluster_config: a.cluster_config,
         server_config: a.server_config,
     };
-    let r = match agent::stage::stage(&cfg) {
+    let r = match agent::staged::stage::stage(&cfg) {
         Ok(r) => r,
         Err(e) => {
             if a.json {
@@ -680,7 +680,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
     let choice = a.pull.transport.kind();
-    let r = agent::fetch::fetch(a.relay, &token, choice, a.pull.readers as usize, a.pull.window_blocks, &cancel, &mut |b| {
+    let r = agent::pull::fetch::fetch(a.relay, &token, choice, a.pull.readers as usize, a.pull.window_blocks, &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
@@ -742,19 +742,19 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
         live: Default::default(),
         cancel: Default::default(),
         transport: a.pull.transport.kind(),
-        peers: agent::peer::PeerConfig {
+        peers: agent::peers::member::PeerConfig {
             serve: !a.no_serve,
             listen: a.peer_listen,
             advertise: a.advertise,
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
             linger: Duration::from_secs(a.serve_linger_secs),
         },
-        retry: agent::retry::Policy {
+        retry: agent::join::retry::Policy {
             retries: a.retries,
             base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
             max: Duration::from_secs(a.retry_max_secs),
         },
-        restart: agent::staged::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
+        restart: agent::staged::cluster_node::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
     };
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = a.join_metrics {
@@ -932,18 +932,19 @@ impl Rate {
 
 /// What the display shows for the join's state: a spinner and a line while the size is unknown
 /// (waiting for the relay's capture, pulling while the master still produces), a bar once it is.
-fn progress_line(phase: &str, since_phase: Duration, sent: u64, total: u64, rate: Option<f64>, peers: Option<(u64, u64)>) -> (bool, String) {
+fn progress_line(phase: Option<agent::JoinPhase>, since_phase: Duration, sent: u64, total: u64, rate: Option<f64>, peers: Option<(u64, u64)>) -> (bool, String) {
     use indicatif::HumanBytes;
     let rate = rate.map(|r| format!("{}/s", HumanBytes(r as u64))).unwrap_or_else(|| "-".into());
     let sources = peers.map(|(relay, peers)| format!(" (relay {}, peers {})", HumanBytes(relay), HumanBytes(peers))).unwrap_or_default();
-    if phase == agent::WAITING_FOR_CAPTURE {
+    if phase == Some(agent::JoinPhase::WaitingForCapture) {
         return (false, format!("waiting for the relay's capture ({} s)", since_phase.as_secs()));
     }
     if total == 0 {
         // The master is still producing the snapshot: its size is not known yet.
+        let phase = phase.map(agent::JoinPhase::name).unwrap_or_default();
         return (false, format!("{phase}: {} so far, size not known yet (the master is still writing it), {rate}{sources}", HumanBytes(sent)));
     }
-    (true, format!("{phase}  {rate}{sources}"))
+    (true, format!("{}  {rate}{sources}", phase.map(agent::JoinPhase::name).unwrap_or_default()))
 }
 
 /// A progress display on stderr, only when stderr is a terminal: phase, RDB bytes sent, rate.
@@ -961,10 +962,10 @@ fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std
     let s = stop.clone();
     let h = std::thread::spawn(move || {
         let mut rate = Rate::new();
-        let (mut phase_was, mut phase_since, mut as_bar) = ("", std::time::Instant::now(), false);
+        let (mut phase_was, mut phase_since, mut as_bar) = (None, std::time::Instant::now(), false);
         while !s.load(Ordering::SeqCst) {
             let now = std::time::Instant::now();
-            let phase = *live.phase.lock().unwrap_or_else(|e| e.into_inner());
+            let phase = live.phase();
             if phase != phase_was {
                 (phase_was, phase_since) = (phase, now);
             }
@@ -1205,11 +1206,11 @@ mod tests {
 
     #[test]
     fn the_display_says_what_the_join_is_doing() {
-        let (bar, msg) = progress_line(agent::WAITING_FOR_CAPTURE, Duration::from_secs(7), 0, 0, None, None);
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::WaitingForCapture), Duration::from_secs(7), 0, 0, None, None);
         assert!(!bar && msg == "waiting for the relay's capture (7 s)", "{msg}");
-        let (bar, msg) = progress_line("pulling", Duration::ZERO, 36 << 20, 0, Some(93.0 * 1048576.0), None);
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::Pulling), Duration::ZERO, 36 << 20, 0, Some(93.0 * 1048576.0), None);
         assert!(!bar && msg.contains("36.00 MiB so far") && msg.contains("size not known yet") && msg.contains("93.00 MiB/s"), "{msg}");
-        let (bar, msg) = progress_line("loading", Duration::ZERO, 1 << 20, 1 << 20, None, Some((1 << 20, 2 << 20)));
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::Loading), Duration::ZERO, 1 << 20, 1 << 20, None, Some((1 << 20, 2 << 20)));
         assert!(bar && msg.starts_with("loading") && msg.contains("peers 2.00 MiB"), "{msg}");
     }
 

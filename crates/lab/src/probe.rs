@@ -188,7 +188,7 @@ fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
 }
 
 /// A transport to probe, by name.
-fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered) -> Result<Box<dyn Transport>> {
+fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered) -> Result<Box<dyn Transport>> {
     let t = <LabTransport as clap::ValueEnum>::from_str(name, false).map_err(|e| anyhow::anyhow!("transport {name:?}: {e}"))?;
     Ok(match t {
         LabTransport::Tcp => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
@@ -197,7 +197,7 @@ fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &
             Box::new(transport::shm::ShmTransport::new(sock, token.token().clone()))
         }
         #[cfg(feature = "ucx")]
-        LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::ucx_reader::UcxTransport::with_tls(relay, token.clone(), t.ucx_tls())?),
+        LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::pull::ucx_reader::UcxTransport::with_tls(relay, token.clone(), t.ucx_tls())?),
         other => bail!("the probe cannot open {:?} here (tcp, shm, ucx, ucx-tcp, ucx-sm; ucx needs the ucx feature)", other.name()),
     })
 }
@@ -434,8 +434,8 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
 }
 
 /// Attach and wait for a complete snapshot; returns the attachment and (generation, length).
-fn attach_complete(relay: SocketAddr, token: &Credentials) -> Result<(agent::progress::Attached, u64, u64)> {
-    let attached = agent::progress::attach(relay, token, Duration::from_secs(120)).context("attach to the relay")?;
+fn attach_complete(relay: SocketAddr, token: &Credentials) -> Result<(agent::pull::progress::Attached, u64, u64)> {
+    let attached = agent::pull::progress::attach(relay, token, Duration::from_secs(120)).context("attach to the relay")?;
     let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
     let region = view.desc.length.context("the relay's snapshot is not complete")?;
     Ok((attached, view.desc.generation, region))
@@ -603,7 +603,7 @@ fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json
 /// of the same size. Every row is measured `--repeat` times, interleaved (round-robin over the rows,
 /// so a noisy minute on a shared machine hits all of them alike); the table shows medians and the JSON
 /// keeps every run.
-fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
+fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
     let mib = bytes as f64 / (1 << 20) as f64;
     let mut modes: Vec<(String, usize)> = vec![("memcpy (baseline)".into(), 1), ("memcpy from a fresh memfd mapping (reference)".into(), 1), ("tcp-stream (baseline)".into(), 1)];
     for t in &a.transports {
@@ -716,7 +716,7 @@ fn tcp_stream_once(bytes: u64) -> Result<f64> {
 
 /// `conc` concurrent pulls of the relay's snapshot over transport `name`; one JSON run record.
 #[allow(clippy::too_many_arguments)]
-fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Credentials, offered: &agent::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
+fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
     let cancel = AtomicBool::new(false);
     let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
     let cpu0 = agent::procstat::own_cpu_secs();
@@ -727,12 +727,12 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
                 let cancel = &cancel;
                 s.spawn(move || -> Result<(f64, String)> {
                     let t = open_transport(name, relay, token, offered)?;
-                    let attached = agent::progress::attach(relay, token, Duration::from_secs(60))?;
+                    let attached = agent::pull::progress::attach(relay, token, Duration::from_secs(60))?;
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                    let pull = agent::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: 16, cancel, peering: None, counters: None };
-                    agent::pipeline::pull(&pull, &mut |b| {
+                    let pull = agent::pull::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: 16, cancel, peering: None, counters: None };
+                    agent::pull::pipeline::pull(&pull, &mut |b| {
                         n += b.len() as u64;
                         Ok(())
                     })?;

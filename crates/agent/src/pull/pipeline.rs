@@ -3,13 +3,13 @@
 //!
 //! Threads, and what each owns (they talk over channels; none shares a lock with another):
 //! - the **planner** owns the decisions — the swarm's [`Chooser`] (which block next, from where), the
-//!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::planner`]) — and gives
+//!   [`Scheduler`] (the in-order hand-on), the fetchers' bookkeeping ([`crate::pull::planner`]) — and gives
 //!   each read to a fetcher;
 //! - in a swarm, the **tracker link**'s thread does the planner's talking to the relay's tracker:
-//!   where blocks are (one `locate` out at a time, as [`crate::planner::Asking`] decides; the answer
+//!   where blocks are (one `locate` out at a time, as [`crate::pull::planner::Asking`] decides; the answer
 //!   comes back as a report), what this agent holds and dropped (sent at once, also while a question
 //!   is out, without waiting for the answers), whether others still need blocks
-//!   (its upload load is reported by [`crate::peer`]'s reporter, for as long as it serves);
+//!   (its upload load is reported by [`crate::peers::member`]'s reporter, for as long as it serves);
 //! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
 //!   **peer fetchers** (one per peer flow) read what they are given — up to
 //!   [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on a TCP connection to the relay,
@@ -25,15 +25,15 @@
 //! Every block's CRC32C is checked against the relay's published checksum before it is used or kept:
 //! a peer's block that does not match is thrown away, that peer is never asked again, and the block is
 //! fetched elsewhere. A block is served to peers while it arrives, all but its last byte, which goes
-//! only once the check passed ([`crate::arrival`]).
+//! only once the check passed ([`crate::peers::arrival`]).
 
-use crate::arrival::Arrival;
-use crate::peer::{Held, Peering};
-use crate::planner::{self, Fetcher};
-use crate::progress::Progress;
-use crate::scheduler::{Mismatch, Scheduler};
-use crate::tracker_link::{self, Ask, Heard};
-use crate::Error;
+use crate::peers::arrival::Arrival;
+use crate::peers::member::{Held, Peering};
+use crate::pull::planner::{self, Fetcher};
+use crate::pull::progress::Progress;
+use crate::pull::scheduler::{Mismatch, Scheduler};
+use crate::peers::tracker_link::{self, Ask, Heard};
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -169,7 +169,7 @@ enum PeerMiss {
     Dropped,
     /// The peer ended the connection part-way through the block's bytes (an orderly end of stream,
     /// [`transport::Error::is_cut_off`]): it served the block while it arrived and the arrival failed
-    /// (see [`crate::arrival`]). The tracker stops naming it for this block; it is not avoided unless
+    /// (see [`crate::peers::arrival`]). The tracker stops naming it for this block; it is not avoided unless
     /// its cut-offs exceed the blocks it served this agent by more than [`CUT_OFFS_MAX`].
     CutOff,
 }
@@ -779,7 +779,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         settle(arrival, verified, job.block, serving, reports);
         if !verified {
             tracing::warn!(block = job.block, attempt, "block checksum mismatch");
-            if crate::scheduler::after_mismatch(attempt) == Mismatch::Fail {
+            if crate::pull::scheduler::after_mismatch(attempt) == Mismatch::Fail {
                 return fail(Error::Checksum { block: job.block, offset: job.offset });
             }
             if r.depth() > 1 {
@@ -922,7 +922,7 @@ fn resolve(addr: &str) -> Result<std::net::SocketAddr, transport::Error> {
 fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
     let mut stats = Stats::default();
     loop {
-        crate::check_cancel(p.cancel)?;
+        crate::error::check_cancel(p.cancel)?;
         let buf = match feed.recv_timeout(POLL) {
             Ok(Feed::Block(b)) => b,
             Ok(Feed::End) => return Ok(stats),
@@ -946,5 +946,15 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
         };
         let freed = freed.into_iter().filter_map(|v| Arc::try_unwrap(v).ok()).collect();
         let _ = reports.send(Report::Written { n: stats.blocks, dropped, freed });
+    }
+}
+
+
+/// Readers to use: as asked, or the transport's default when `asked` is 0.
+pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
+    if asked == 0 {
+        transport.default_readers()
+    } else {
+        asked
     }
 }

@@ -1,8 +1,10 @@
 //! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
 //! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
 
-use crate::select;
-use crate::{pipeline, progress, Error};
+use crate::pull::select;
+use crate::pull::pipeline;
+use crate::pull::progress;
+use crate::error::Error;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -49,7 +51,7 @@ pub fn fetch(
     let pull = pipeline::Pull {
         transport: transport.as_ref(),
         progress: &attached.progress,
-        readers: crate::readers(readers, transport.as_ref()),
+        readers: crate::pull::pipeline::readers(readers, transport.as_ref()),
         window,
         cancel,
         peering: None,

@@ -2,7 +2,7 @@
 //! a thread that keeps reading what the replica sends back (its ACKs tell how far it has applied,
 //! and an unread socket would stall it).
 
-use crate::Error;
+use crate::error::Error;
 use replication::framing::{Framing, EOF_MARK_LEN};
 use replication::master::{AckReader, Event, Handshake};
 use std::io::{Read, Write};
@@ -63,15 +63,15 @@ pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>
             Ok((s, _)) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
-                    return Err(Error::unavailable(crate::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log)")));
+                    return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log)")));
                 }
                 std::thread::sleep(Duration::from_millis(10)); // Polling a non-blocking accept with a deadline.
             }
-            Err(e) => return Err(Error::unavailable(crate::Party::ReplicaLink, format!("accept the replica: {e}"))),
+            Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
         }
     };
-    s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
-    s.set_read_timeout(Some(limits::IO_TIMEOUT)).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
+    s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
+    s.set_read_timeout(Some(limits::IO_TIMEOUT)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     match tls {
         None => accept_plain(s),
         Some(t) => accept_tls(s, t),
@@ -83,13 +83,13 @@ fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     loop {
-        let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
+        let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
         if n == 0 {
-            return Err(Error::unavailable(crate::Party::ReplicaLink, "the replica closed the link during its handshake"));
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, "the replica closed the link during its handshake"));
         }
-        for ev in hs.on_bytes(&buf[..n]).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("replica handshake: {e}")))? {
+        for ev in hs.on_bytes(&buf[..n]).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("replica handshake: {e}")))? {
             match ev {
-                Event::Reply(r) => io.write_all(&r).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("answer the replica's handshake: {e}")))?,
+                Event::Reply(r) => io.write_all(&r).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("answer the replica's handshake: {e}")))?,
                 Event::Psync { capa_eof, offered, .. } => {
                     let declined = offered.declined();
                     tracing::info!(
@@ -154,11 +154,11 @@ fn spawn_acks(f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
 }
 
 fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error> {
-    let raw = s.try_clone().map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
-    let mut t = tls.accept(s).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("TLS with the replica (tls-replication yes): {e}")))?;
+    let raw = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
+    let mut t = tls.accept(s).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("TLS with the replica (tls-replication yes): {e}")))?;
     let capa_eof = handshake(&mut t)?;
     // Reads time out quickly so the ACK thread never holds the link long; writes are not bounded by it.
-    raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
+    raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let link: TlsLink = Arc::new(std::sync::Mutex::new(t));
     let acks = Acks::new();
     let out = acks.link(raw, Some(link.clone()), capa_eof);
@@ -187,8 +187,8 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error
 
 fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
     let capa_eof = handshake(&mut s)?;
-    s.set_read_timeout(None).map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
-    let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
+    s.set_read_timeout(None).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
+    let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let acks = Acks::new();
     let out = acks.link(s, None, capa_eof);
     spawn_acks(move || {
@@ -212,7 +212,7 @@ impl ReplicaLink {
             None => self.s.write_all(bytes),
             Some(t) => t.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes),
         };
-        r.map_err(|e| Error::unavailable(crate::Party::ReplicaLink, format!("send {what} to the replica: {e}{}", self.why_suffix())))
+        r.map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("send {what} to the replica: {e}{}", self.why_suffix())))
     }
 
     /// Why the replica side closed, if it did.
@@ -226,7 +226,7 @@ impl ReplicaLink {
     /// Fail if the replica has gone.
     pub fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::unavailable(crate::Party::ReplicaLink, format!("lost the replica{}", self.why_suffix())));
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("lost the replica{}", self.why_suffix())));
         }
         Ok(())
     }

@@ -7,9 +7,11 @@
 //! The server must load the RDB: with `appendonly yes` it would load its AOF instead, so staging is
 //! refused when its config says so or an AOF is in the directory.
 
-use crate::cluster::{self, Role};
-use crate::snapshot_file::{self, Source};
-use crate::{local, Error, Party};
+use crate::staged::cluster::{self, Role};
+use crate::staged::snapshot_file::{self, Source};
+use crate::local;
+use crate::error::Error;
+use crate::error::Party;
 use client::Client;
 use replication::replica::Auth;
 use serde::Serialize;
@@ -83,7 +85,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     refuse_aof(&cfg.dir, cfg.server_config.as_deref())?;
     let master_addr = match &cfg.master {
         Some(m) => m.clone(),
-        None => crate::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master,
+        None => crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master,
     };
     let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls).map_err(Error::master)?;
     // A cluster node's config is prepared (and checked) before the pull, so a refusal costs nothing.

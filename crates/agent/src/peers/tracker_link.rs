@@ -3,7 +3,7 @@
 //! on the bench's links). Answers come back as what was [`Heard`]; what needs no answer is sent at
 //! once, also while a question is out, and no thread that shares the link waits for an answer.
 
-use crate::peer::Peering;
+use crate::peers::member::Peering;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};

@@ -1,4 +1,4 @@
-//! The join after its checks, as a state machine: no socket, no clock. The driver ([`crate::join`])
+//! The join after its checks, as a state machine: no socket, no clock. The driver ([`crate::join::driver`])
 //! feeds it what it observed, with the time, and does the [`Action`] it returns.
 //!
 //! ```text
@@ -24,7 +24,9 @@
 //!   reports as such (exit 3), never as success.
 
 use crate::local::ReplState;
-use crate::{Error, Handoff};
+use crate::phase::JoinPhase;
+use crate::error::Error;
+use crate::report::Handoff;
 use client::Role;
 use std::time::{Duration, Instant};
 
@@ -237,9 +239,6 @@ enum Phase {
     Over,
 }
 
-/// Every phase name a join reports ([`Join::phase_name`]), in order.
-pub const PHASE_NAMES: &[&str] = &["preparing", "pulling", "loading", "streaming log", "handing off", "done"];
-
 /// The join from the replica's preparation to the end of the handoff.
 #[derive(Debug)]
 pub struct Join {
@@ -282,15 +281,16 @@ impl Join {
         self.streamed
     }
 
-    /// The phase, for a person watching (the progress display); one of [`PHASE_NAMES`].
-    pub fn phase_name(&self) -> &'static str {
+    /// The phase as the join reports it (display, metrics, log, event stream): several of the
+    /// machine's own steps are one reported phase.
+    pub fn join_phase(&self) -> JoinPhase {
         match self.phase {
-            Phase::Preparing | Phase::Pointing | Phase::WaitingLength => "preparing",
-            Phase::Pulling { .. } => "pulling",
-            Phase::Loading { .. } => "loading",
-            Phase::StreamingLog | Phase::CatchingUp { .. } => "streaming log",
-            Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => "handing off",
-            Phase::Over => "done",
+            Phase::Preparing | Phase::Pointing | Phase::WaitingLength => JoinPhase::Preparing,
+            Phase::Pulling { .. } => JoinPhase::Pulling,
+            Phase::Loading { .. } => JoinPhase::Loading,
+            Phase::StreamingLog | Phase::CatchingUp { .. } => JoinPhase::StreamingLog,
+            Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => JoinPhase::HandingOff,
+            Phase::Over => JoinPhase::Done,
         }
     }
 
@@ -377,7 +377,7 @@ impl Join {
             }
             (Phase::StreamingLog, Input::LogRead { got, asked }) => {
                 if got > asked {
-                    return self.fail(Error::protocol(crate::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
+                    return self.fail(Error::protocol(crate::error::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
                 }
                 self.streamed += got;
                 // A short read: we have everything the relay had when we asked.
@@ -606,13 +606,13 @@ mod tests {
     fn the_snapshot_matters_until_the_replica_has_loaded_it() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        assert!(!j.snapshot_in_use() && j.phase_name() == "preparing");
+        assert!(!j.snapshot_in_use() && j.join_phase() == JoinPhase::Preparing);
         j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
-        assert!(j.snapshot_in_use() && j.phase_name() == "pulling");
+        assert!(j.snapshot_in_use() && j.join_phase() == JoinPhase::Pulling);
         j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
-        assert!(j.snapshot_in_use() && j.phase_name() == "loading");
+        assert!(j.snapshot_in_use() && j.join_phase() == JoinPhase::Loading);
         j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
-        assert!(!j.snapshot_in_use() && j.phase_name() == "streaming log", "loaded: a relay that drops the snapshot now no longer matters");
+        assert!(!j.snapshot_in_use() && j.join_phase() == JoinPhase::StreamingLog, "loaded: a relay that drops the snapshot now no longer matters");
     }
 
     #[test]
@@ -839,7 +839,7 @@ mod tests {
     fn a_failure_before_the_replica_is_pointed_at_the_agent_leaves_it_untouched() {
         let t = Instant::now();
         let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
-        assert_eq!(j.phase_name(), "preparing");
+        assert_eq!(j.join_phase(), JoinPhase::Preparing);
         match j.on(t, Input::Failed(Error::Precondition("tls-replication yes without --tls".into()))) {
             Action::Fail { reset_replica: false, error: Error::Precondition(_) } => {}
             other => panic!("{other:?}"),
@@ -851,7 +851,7 @@ mod tests {
         assert!(!j.pointed());
         // Once pointed (REPLICAOF <agent> may have taken effect), a failure resets it.
         let mut j = prepared("m:1", t);
-        assert_eq!(j.phase_name(), "preparing");
-        assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::Party::ReplicaLink, "no connection"))), Action::Fail { reset_replica: true, .. }));
+        assert_eq!(j.join_phase(), JoinPhase::Preparing);
+        assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::error::Party::ReplicaLink, "no connection"))), Action::Fail { reset_replica: true, .. }));
     }
 }

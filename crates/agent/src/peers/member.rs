@@ -2,12 +2,12 @@
 //! gives them to other agents ([`PeerServer`]), and its link to the relay's tracker ([`Peering`]).
 //!
 //! What a peer serves is what this agent verified against the relay's checksum before it kept it, or a
-//! block still arriving, whose last byte goes only once it is verified (see [`crate::arrival`]); what it
+//! block still arriving, whose last byte goes only once it is verified (see [`crate::peers::arrival`]); what it
 //! fetches from a peer it verifies the same way before using or keeping it. Peers authenticate with the
 //! relay's token, both ways, exactly like relay connections.
 
-use crate::arrival::{Arrival, Next, Spares};
-use crate::Error;
+use crate::peers::arrival::{Arrival, Next, Spares};
+use crate::error::Error;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -38,7 +38,7 @@ struct HeldInner {
     others_need: bool,
     /// Total length of the RDB once known (the last block is short).
     length: Option<u64>,
-    /// Blocks being received, served while they arrive (see [`crate::arrival`]).
+    /// Blocks being received, served while they arrive (see [`crate::peers::arrival`]).
     arriving: HashMap<u64, Arc<Arrival>>,
     /// Their buffers, kept from one arrival to the next.
     spares: Arc<Spares>,
@@ -582,9 +582,9 @@ impl Peering {
             match self.tracker().poll_answer() {
                 Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
                 Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
-                Ok(None) if asked.elapsed() > timeout => break Err(crate::tracker_link::unanswered()),
+                Ok(None) if asked.elapsed() > timeout => break Err(crate::peers::tracker_link::unanswered()),
                 Ok(None) => {
-                    if let Err(e) = crate::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], crate::tracker_link::WAIT_SLICE) {
+                    if let Err(e) = crate::peers::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], crate::peers::tracker_link::WAIT_SLICE) {
                         break Err(e);
                     }
                 }

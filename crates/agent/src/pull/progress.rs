@@ -23,12 +23,12 @@ pub struct View {
 
 impl View {
     /// Fail if the relay's control link is lost or its snapshot failed.
-    pub fn check(&self) -> Result<(), crate::Error> {
+    pub fn check(&self) -> Result<(), crate::error::Error> {
         if let Some(l) = &self.lost {
-            return Err(crate::Error::unavailable(crate::Party::Relay, l.clone()));
+            return Err(crate::error::Error::unavailable(crate::error::Party::Relay, l.clone()));
         }
         if self.desc.state == snapshot::State::Failed {
-            return Err(crate::Error::unavailable(crate::Party::Relay, format!("its snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
+            return Err(crate::error::Error::unavailable(crate::error::Party::Relay, format!("its snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
         }
         Ok(())
     }
@@ -118,22 +118,22 @@ pub struct Attached {
 }
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
-pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::Error> {
-    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::Error::relay)?;
-    let (master, offered) = match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
+pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::error::Error> {
+    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::error::Error::relay)?;
+    let (master, offered) = match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
-        other => return Err(crate::Error::protocol(crate::Party::Relay, format!("expected hello, got {other:?}"))),
+        other => return Err(crate::error::Error::protocol(crate::error::Party::Relay, format!("expected hello, got {other:?}"))),
     };
     let deadline = Instant::now() + wait_max;
     let desc = loop {
-        match wire::recv_control(&mut s).map_err(crate::Error::relay)? {
-            Control::Descriptor(d) => break d.validate(0).map_err(crate::Error::relay)?,
+        match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
+            Control::Descriptor(d) => break d.validate(0).map_err(crate::error::Error::relay)?,
             Control::Heartbeat if Instant::now() < deadline => continue,
-            Control::Heartbeat => return Err(crate::Error::unavailable(crate::Party::Relay, "it has no snapshot yet (timed out waiting)")),
-            Control::CaptureFailed { kind, message } => return Err(crate::Error::Capture { kind, message }),
-            Control::Error(e) => return Err(crate::Error::unavailable(crate::Party::Relay, e)),
-            Control::Hello { .. } => return Err(crate::Error::protocol(crate::Party::Relay, "unexpected second hello")),
-            Control::Status(_) => return Err(crate::Error::protocol(crate::Party::Relay, "unexpected status on a control connection")),
+            Control::Heartbeat => return Err(crate::error::Error::unavailable(crate::error::Party::Relay, "it has no snapshot yet (timed out waiting)")),
+            Control::CaptureFailed { kind, message } => return Err(crate::error::Error::Capture { kind, message }),
+            Control::Error(e) => return Err(crate::error::Error::unavailable(crate::error::Party::Relay, e)),
+            Control::Hello { .. } => return Err(crate::error::Error::protocol(crate::error::Party::Relay, "unexpected second hello")),
+            Control::Status(_) => return Err(crate::error::Error::protocol(crate::error::Party::Relay, "unexpected status on a control connection")),
         }
     };
     let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
@@ -141,7 +141,7 @@ pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Res
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || follow(s, p))
-        .map_err(|e| crate::Error::Internal(format!("spawn control thread: {e}")))?;
+        .map_err(|e| crate::error::Error::Internal(format!("spawn control thread: {e}")))?;
     Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 

@@ -2,14 +2,14 @@
 //! snapshot fresh enough for the master's backlog, what the master's counters say the node's resync
 //! was, and what must be undone after a failure at each step.
 //!
-//! The staged path ([`crate::staged`]) is how a server that cannot be pointed at the agent (a cluster
+//! The staged path ([`crate::staged::cluster_node`]) is how a server that cannot be pointed at the agent (a cluster
 //! node refuses `REPLICAOF`) or is not running yet (`fastrepl stage`) becomes a replica: the snapshot
 //! is written into its data directory, it is recorded as the master's replica, and at its next start
 //! it loads the RDB, takes the replication ID and offset from the RDB's aux fields and asks the master
 //! for `PSYNC <id> <offset+1>`. That succeeds only while the master's backlog still holds that offset,
 //! which is what [`freshness`] judges.
 
-use crate::cluster::{Node, Role};
+use crate::staged::cluster::{Node, Role};
 
 /// What the checks learned about the node to be staged.
 #[derive(Debug, Clone)]
@@ -265,7 +265,7 @@ pub fn undo(step: Step, running: bool) -> Vec<Undo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::parse;
+    use crate::staged::cluster::parse;
 
     const M: &str = "3d5b146b14cd6bb37f9bfdcca967e98e328a6b43";
     const N: &str = "ef2e1056432fabcc1a72b09e1effa9f519bce09b";

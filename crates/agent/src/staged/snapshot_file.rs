@@ -1,5 +1,5 @@
 //! A fresh enough snapshot, as a file in a server's data directory: what a staged start loads. Shared
-//! by the staged join of a cluster node ([`crate::staged`]) and `fastrepl stage` ([`crate::stage`]).
+//! by the staged join of a cluster node ([`crate::staged::cluster_node`]) and `fastrepl stage` ([`crate::staged::stage`]).
 //!
 //! The relay's generation is checked against the master (same history, and its offset still in the
 //! master's backlog with room for the time the start needs: [`staging::freshness`]), pulled into an
@@ -7,8 +7,14 @@
 //! offset from them), and judged again with the pull's real duration. A snapshot too old is renewed
 //! by the relay ([`transport::renew`]), a bounded number of times.
 
-use crate::staging::{self, Backlog, Freshness};
-use crate::{check_cancel, pipeline, progress, select, Error, Party};
+use crate::phase::JoinPhase;
+use crate::staged::staging::{self, Backlog, Freshness};
+use crate::error::check_cancel;
+use crate::pull::pipeline;
+use crate::pull::progress;
+use crate::pull::select;
+use crate::error::Error;
+use crate::error::Party;
 use client::{Client, Info};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -41,12 +47,12 @@ pub struct Source<'a> {
     /// Set from outside to stop.
     pub cancel: &'a AtomicBool,
     /// Progress for the display and the metrics.
-    pub live: &'a crate::Live,
+    pub live: &'a crate::report::Live,
 }
 
 impl<'a> Source<'a> {
     /// A join's.
-    pub fn of(cfg: &'a crate::Config) -> Source<'a> {
+    pub fn of(cfg: &'a crate::config::Config) -> Source<'a> {
         Source { relay: cfg.relay, token: &cfg.token, transport: cfg.transport, readers: cfg.readers, window: cfg.window_blocks, cancel: &cfg.cancel, live: &cfg.live }
     }
 }
@@ -86,7 +92,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
     let mut renewals = 0;
     loop {
         check_cancel(src.cancel)?;
-        src.live.set_phase(crate::WAITING_FOR_CAPTURE);
+        src.live.set_phase(JoinPhase::WaitingForCapture);
         let attached = progress::attach(src.relay, src.token, limits::GENERATION_WAIT_MAX)?;
         let v = attached.progress.wait_until(limits::GENERATION_WAIT_MAX, |v| v.desc.rdb_version.is_some());
         v.check()?;
@@ -94,7 +100,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         let rdb_version = desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
         loads(rdb_version)?;
         let repl = master.info("replication").map_err(Error::master)?;
-        if !crate::join::master_repl(&repl).knows(&desc.replid) {
+        if !crate::join::driver::master_repl(&repl).knows(&desc.replid) {
             return Err(Error::Changed(format!("the master's replication ID is no longer the snapshot's ({}): it restarted or failed over", desc.replid)));
         }
         // Judged before the pull (a snapshot already out of the backlog is renewed now), then after
@@ -108,12 +114,12 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         let (transport, why) = select::select(src.transport, src.relay, src.token, &attached.offered)?;
         tracing::info!(transport = %transport.kind(), reason = %why, generation = desc.generation, offset = desc.offset, dir = %dir.display(), "pulling the snapshot into the server's directory");
         let mut file = Staged::create(dir)?;
-        src.live.set_phase("pulling");
-        crate::events::phase("pulling");
+        src.live.set_phase(JoinPhase::Pulling);
+        crate::events::phase(JoinPhase::Pulling);
         let pull = pipeline::Pull {
             transport: transport.as_ref(),
             progress: &attached.progress,
-            readers: crate::readers(src.readers, transport.as_ref()),
+            readers: crate::pull::pipeline::readers(src.readers, transport.as_ref()),
             window: src.window,
             cancel: src.cancel,
             peering: None,
@@ -159,7 +165,7 @@ fn offset_of(repl: &Info) -> u64 {
 
 /// The RDB's aux fields must carry the snapshot's replication ID and offset.
 fn check_head(head: &[u8], desc: &snapshot::Descriptor) -> Result<(), Error> {
-    match crate::rdb_aux::replication(head) {
+    match crate::staged::rdb_aux::replication(head) {
         Ok(Some((id, off))) if id == desc.replid && off == desc.offset => Ok(()),
         Ok(Some((id, off))) => Err(Error::protocol(Party::Relay, format!("the snapshot's RDB says replication {id}:{off}, its descriptor {}:{}", desc.replid, desc.offset))),
         Ok(None) => Err(Error::Incompatible(

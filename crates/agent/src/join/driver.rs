@@ -1,24 +1,30 @@
 //! The join's driver: the checks before the replica is touched, then a loop that does what the
-//! [`machine`](crate::machine) says and tells it what happened. All decisions (which framing, when
+//! [`machine`](crate::join::machine) says and tells it what happened. All decisions (which framing, when
 //! the replica is loaded, caught up, ready to hand over, whether the handoff was partial, whether to
 //! reset the replica after a failure) are the machine's.
 
 use crate::local::{self, Local, ReplState};
-use crate::machine::{Action, Counters, Input, Join, MasterRepl, Outcome, Snapshot, Timeouts};
-use crate::replica_link::{self, ReplicaLink};
-use crate::retry::{Attempt, Retries, Verdict};
-use crate::{check_cancel, pipeline, progress, readers, select, Config, Error, Party, Phases, ReplicaState, Report};
+use crate::phase::JoinPhase;
+use crate::join::machine::{Action, Counters, Input, Join, MasterRepl, Outcome, Snapshot, Timeouts};
+use crate::join::replica_link::{self, ReplicaLink};
+use crate::join::retry::{Attempt, Retries, Verdict};
+use crate::error::check_cancel;
+use crate::pull::pipeline;
+use crate::pull::progress;
+use crate::pull::pipeline::readers;
+use crate::pull::select;
+use crate::config::Config;
+use crate::error::Error;
+use crate::error::Party;
+use crate::report::Phases;
+use crate::report::ReplicaState;
+use crate::report::Report;
 use client::{Client, Info};
 use replication::framing::Framing;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::Transport;
 
-/// The phase shown between attempts.
-pub const WAITING_TO_RETRY: &str = "waiting to retry";
-/// The phase (display, `fastrepl_join_phase`) while the relay has no snapshot to give yet: an
-/// on-demand capture starting, or the master's fork not yet writing.
-pub const WAITING_FOR_CAPTURE: &str = "waiting for capture";
 
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
@@ -39,15 +45,15 @@ struct Checked {
     capture_ready: Instant,
     connected: Instant,
     /// The swarm membership (`None`: every block from the relay), and what to report about it.
-    peering: Option<crate::peer::Peering>,
+    peering: Option<crate::peers::member::Peering>,
     swarm: String,
 }
 
-/// Run a join, trying again after failures that time can mend ([`crate::retry`]): each attempt
+/// Run a join, trying again after failures that time can mend ([`crate::join::retry`]): each attempt
 /// checks, syncs and hands off; a failure after the replica followed the agent resets it (one before
 /// leaves it untouched), so the next attempt starts from the server as it was or empty and standalone,
 /// on the relay's current generation.
-pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
+pub fn join(cfg: &Config) -> Result<crate::join::driver::Joined, crate::report::Failed> {
     let mut retries = Retries::new(cfg.retry);
     let mut attempts: Vec<Attempt> = Vec::new();
     loop {
@@ -61,7 +67,7 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
             Err(f) => f,
         };
         let secs = started.elapsed().as_secs_f64();
-        let verdict = retries.failed(&error, &replica, crate::retry::jitter());
+        let verdict = retries.failed(&error, &replica, crate::join::retry::jitter());
         let waited = match verdict {
             Verdict::Retry(w) => w,
             Verdict::GiveUp(why) => {
@@ -70,15 +76,15 @@ pub fn join(cfg: &Config) -> Result<crate::Joined, crate::Failed> {
                     tracing::error!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
                 }
                 attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: 0.0 });
-                return Err(crate::Failed { error, attempts, replica });
+                return Err(crate::report::Failed { error, attempts, replica });
             }
         };
         tracing::warn!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
         attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: waited.as_secs_f64() });
-        cfg.live.set_phase(WAITING_TO_RETRY);
+        cfg.live.set_phase(JoinPhase::WaitingToRetry);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
             attempts.last_mut().expect("pushed above").waited_secs = 0.0;
-            return Err(crate::Failed { error: e, attempts, replica });
+            return Err(crate::report::Failed { error: e, attempts, replica });
         }
     }
 }
@@ -97,10 +103,10 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
 }
 
 /// One attempt; on failure, the error and what became of the replica.
-fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
-    // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged).
-    if crate::staged::is_cluster_node(cfg).map_err(|e| (e, ReplicaState::Untouched))? {
-        return crate::staged::attempt(cfg);
+fn attempt(cfg: &Config) -> Result<crate::join::driver::Joined, (Error, ReplicaState)> {
+    // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged::cluster_node).
+    if crate::staged::cluster_node::is_cluster_node(cfg).map_err(|e| (e, ReplicaState::Untouched))? {
+        return crate::staged::cluster_node::attempt(cfg);
     }
     let t0 = Instant::now();
     let c = check(cfg).map_err(|e| (e, ReplicaState::Untouched))?;
@@ -119,7 +125,7 @@ fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
         }
     }
     let report = d.report(&outcome, notes);
-    Ok(crate::Joined { report, peering: d.c.peering.take() })
+    Ok(crate::join::driver::Joined { report, peering: d.c.peering.take() })
 }
 
 /// Connect to everything and check it, changing nothing: the local server (reachable, empty or
@@ -127,7 +133,7 @@ fn attempt(cfg: &Config) -> Result<crate::Joined, (Error, ReplicaState)> {
 /// master's RDB version and the master still has the snapshot's history.
 fn check(cfg: &Config) -> Result<Checked, Error> {
     let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), cfg.force)?;
-    cfg.live.set_phase(WAITING_FOR_CAPTURE);
+    cfg.live.set_phase(JoinPhase::WaitingForCapture);
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
@@ -166,8 +172,8 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
 
 /// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
 /// failure here is reported, not fatal: every block then comes from the relay.
-fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<crate::peer::Peering>, String) {
-    match crate::peer::Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
+fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<crate::peers::member::Peering>, String) {
+    match crate::peers::member::Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
         Ok(p) if p.serves() => {
             let at = cfg.peers.advertise.clone().unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
             let s = format!("agent {} of generation {}, serving peers on {at}", p.id(), desc.generation);
@@ -216,15 +222,16 @@ impl Driver<'_> {
             Ok(()) => m.on(Instant::now(), Input::Prepared),
             Err(e) => m.on(Instant::now(), Input::Failed(e)),
         };
-        let mut phase = "";
+        let mut phase = None;
         loop {
-            if m.phase_name() != phase {
+            if Some(m.join_phase()) != phase {
                 // One line per phase: operators read it, and the lab's fault matrix strikes on it.
-                phase = m.phase_name();
-                tracing::info!("phase: {phase}");
-                crate::events::phase(phase);
+                let p = m.join_phase();
+                phase = Some(p);
+                tracing::info!("phase: {p}");
+                crate::events::phase(p);
+                self.cfg.live.set_phase(p);
             }
-            self.cfg.live.set_phase(phase);
             action = match action {
                 Action::PointReplica => match self.point_replica() {
                     Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
@@ -567,7 +574,7 @@ impl Driver<'_> {
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
             agent_peak_pss_kib: self.peak_pss_kib.max(crate::procstat::own_pss_kib()),
             swarm: c.swarm.clone(),
-            received_bytes_total: crate::ReceivedBytes { relay: stats.relay_bytes(), peers: stats.peer_bytes() },
+            received_bytes_total: crate::report::ReceivedBytes { relay: stats.relay_bytes(), peers: stats.peer_bytes() },
             sources: stats.sources.clone(),
             peer_bad_blocks: stats.peer_bad_blocks,
             peer_failures: stats.peer_failures,
@@ -602,4 +609,25 @@ pub(crate) fn master_repl(i: &Info) -> MasterRepl {
 pub(crate) fn split_host_port(addr: &str) -> Result<(String, String), Error> {
     let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;
     Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
+}
+
+
+/// A join that succeeded, with its swarm membership: the caller reports, then lets the agent serve
+/// the peers that still pull ([`Joined::linger`]) before exiting.
+pub struct Joined {
+    /// What happened.
+    pub report: Report,
+    /// The swarm membership, when the agent is in one.
+    pub peering: Option<crate::peers::member::Peering>,
+}
+
+impl Joined {
+    /// Serve peers that still need blocks for at most `max` (or until `cancel`); returns the seconds
+    /// lingered and the bytes served in all.
+    pub fn linger(&self, max: Duration, cancel: &std::sync::atomic::AtomicBool) -> (f64, u64) {
+        match &self.peering {
+            Some(p) => (p.linger(max, cancel).as_secs_f64(), p.served_bytes()),
+            None => (0.0, 0),
+        }
+    }
 }

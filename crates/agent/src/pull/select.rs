@@ -1,7 +1,7 @@
 //! Choosing the transport for a join from what the relay offers and what works from here.
 
-use crate::progress::Offered;
-use crate::Error;
+use crate::pull::progress::Offered;
+use crate::error::Error;
 use std::net::SocketAddr;
 use transport::{Credentials, Transport, TransportKind};
 
@@ -29,7 +29,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
         },
         #[cfg(feature = "ucx")]
         Some(Ucx) if offers(Ucx) => {
-            let t = crate::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::unavailable(crate::Party::Relay, format!("ucx transport: {e}")))?;
+            let t = crate::pull::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::unavailable(crate::error::Party::Relay, format!("ucx transport: {e}")))?;
             Ok((Box::new(t), "asked for".into()))
         }
         #[cfg(not(feature = "ucx"))]
@@ -43,7 +43,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
             #[cfg(feature = "ucx")]
             if offers(Ucx) && offered.ucx_transports.iter().any(|t| ucx::is_rdma_transport(t)) {
                 // One UCX context serves both the check and, if it passes, the reads.
-                match crate::ucx_reader::UcxTransport::connect(relay, token.clone()) {
+                match crate::pull::ucx_reader::UcxTransport::connect(relay, token.clone()) {
                     Ok(t) if t.local_transports().iter().any(|l| ucx::is_rdma_transport(l)) => {
                         return Ok((Box::new(t), "auto: UCX found an RDMA device on both ends".into()));
                     }

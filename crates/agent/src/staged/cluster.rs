@@ -282,6 +282,6 @@ mod tests {
             fuzz(&seed.as_bytes()[..cut]);
         }
         fuzz(&[0xff, 0xfe, b' ', b'\n']);
-        crate::rdb_aux::fuzz(b"REDIS0011\xfa\xc3\x05\x0a\x00a\xe0\x00\x00");
+        crate::staged::rdb_aux::fuzz(b"REDIS0011\xfa\xc3\x05\x0a\x00a\xe0\x00\x00");
     }
 }

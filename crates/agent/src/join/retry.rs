@@ -17,7 +17,8 @@
 //! - the waits grow exponentially from `base` up to `max`, each drawn uniformly from its upper half
 //!   ("equal jitter"), so agents that failed together do not come back together.
 
-use crate::{Error, ReplicaState};
+use crate::error::Error;
+use crate::report::ReplicaState;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ pub struct Attempt {
     pub error: String,
     /// The error's kind (absent from reports written before kinds existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<crate::Kind>,
+    pub error_kind: Option<crate::error::Kind>,
     /// Seconds it ran.
     pub secs: f64,
     /// Seconds waited after this attempt failed, before the next one started (0: none followed, or
@@ -133,7 +134,7 @@ mod tests {
     }
 
     fn relay_gone() -> Error {
-        Error::unavailable(crate::Party::Relay, "the relay closed the connection")
+        Error::unavailable(crate::error::Party::Relay, "the relay closed the connection")
     }
 
     const RESET: ReplicaState = ReplicaState::Reset;
@@ -170,7 +171,7 @@ mod tests {
 
     #[test]
     fn never_after_the_handoff_nor_a_failed_reset_nor_for_what_time_cannot_mend() {
-        use crate::Party;
+        use crate::error::Party;
         use transport::wire::CaptureFailure;
         let mut r = Retries::new(policy(5));
         assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), &ReplicaState::HandedOver, 0.5), Verdict::GiveUp("the replica was already handed to the master"));

@@ -22,11 +22,20 @@
 //! 5. See it through: loaded, linked, the master's counters showing a partial resync (never claimed
 //!    when they do not), the master's table listing it as its replica.
 
-use crate::cluster::{self, Role};
+use crate::staged::cluster::{self, Role};
 use crate::local;
-use crate::snapshot_file::{self, Pulled, Source, Staged};
-use crate::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
-use crate::{check_cancel, progress, Config, Error, Handoff, Party, Phases, ReplicaState, Report};
+use crate::phase::JoinPhase;
+use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
+use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
+use crate::error::check_cancel;
+use crate::pull::progress;
+use crate::config::Config;
+use crate::error::Error;
+use crate::report::Handoff;
+use crate::error::Party;
+use crate::report::Phases;
+use crate::report::ReplicaState;
+use crate::report::Report;
 use client::Client;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -37,11 +46,6 @@ const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
 const GOSSIP_MAX: Duration = Duration::from_secs(30);
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
 const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
-/// The phases only a staged join has (display, `fastrepl_join_phase`, the event stream): recording
-/// the role and placing the file, the node down until started again, linking. (It also passes
-/// through the ordinary join's `pulling` and `loading`.)
-pub const PHASES: [&str; 3] = ["recording", "restarting", "linking"];
-
 /// The user name a parked link presents (no master has it: its `AUTH` fails).
 pub const PARKED_USER: &str = "fastrepl-parked-link";
 
@@ -66,7 +70,7 @@ pub fn is_cluster_node(cfg: &Config) -> Result<bool, Error> {
 type Failure = (Error, ReplicaState);
 
 /// One staged attempt.
-pub(crate) fn attempt(cfg: &Config) -> Result<crate::Joined, Failure> {
+pub(crate) fn attempt(cfg: &Config) -> Result<crate::join::driver::Joined, Failure> {
     let t0 = Instant::now();
     let untouched = |e: Error| (e, ReplicaState::Untouched);
     let mut s = Staging::check(cfg).map_err(untouched)?;
@@ -195,7 +199,7 @@ impl Staging {
         })
     }
 
-    /// Pull a fresh enough snapshot into the node's directory (see [`crate::snapshot_file`]).
+    /// Pull a fresh enough snapshot into the node's directory (see [`crate::staged::snapshot_file`]).
     fn pull_fresh(&mut self, cfg: &Config) -> Result<Pulled, Error> {
         let source = Source::of(cfg);
         let node = &mut self.node;
@@ -219,7 +223,7 @@ impl Staging {
     fn apply(&mut self, cfg: &Config) -> Result<Done, Error> {
         let t = Instant::now();
         check_cancel(&cfg.cancel)?;
-        phase(cfg, "recording");
+        phase(cfg, JoinPhase::Recording);
         // The shard's nodes and their counters: the node may end up following another of them if
         // the master fails over meanwhile, and is judged by the one it follows.
         let shard = self.shard(cfg)?;
@@ -276,12 +280,12 @@ impl Staging {
         if let Some(g) = self.guard.take() {
             g.disarm();
         }
-        phase(cfg, "restarting");
+        phase(cfg, JoinPhase::Restarting);
         let restarted = self.wait_restart(cfg)?;
         self.step = Some(Step::Restarted);
-        phase(cfg, "loading");
+        phase(cfg, JoinPhase::Loading);
         let loaded = self.wait_loaded(cfg)?;
-        phase(cfg, "linking");
+        phase(cfg, JoinPhase::Linking);
         let (linked, offset) = self.wait_linked(cfg)?;
         // A replica of the shard now: from here a failure leaves it as it is.
         self.step = Some(Step::Linked);
@@ -520,7 +524,7 @@ impl Staging {
         }
     }
 
-    fn report(&mut self, cfg: &Config, done: Done, connected: f64, pulled: Pulled) -> crate::Joined {
+    fn report(&mut self, cfg: &Config, done: Done, connected: f64, pulled: Pulled) -> crate::join::driver::Joined {
         let desc = self.desc.clone().expect("set by the pull");
         let base = connected + pulled.secs;
         let mut notes = done.notes;
@@ -569,17 +573,17 @@ impl Staging {
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
             agent_peak_pss_kib: 0,
             swarm: "not in a swarm (staged join)".into(),
-            received_bytes_total: crate::ReceivedBytes { relay: s.bytes, peers: 0 },
+            received_bytes_total: crate::report::ReceivedBytes { relay: s.bytes, peers: 0 },
             sources: Vec::new(),
             peer_bad_blocks: 0,
             peer_failures: 0,
             peer_refusals: 0,
             bytes_served_to_peers: 0,
             attempts: Vec::new(),
-            staged: Some(crate::StagedReport {
+            staged: Some(crate::report::StagedReport {
                 node_id: self.node_id.clone(),
                 master_id: self.master_id.clone(),
-                restart: if cfg.restart.command.is_some() { crate::RestartBy::Command } else { crate::RestartBy::Supervisor },
+                restart: if cfg.restart.command.is_some() { crate::report::RestartBy::Command } else { crate::report::RestartBy::Supervisor },
                 met: self.plan.meet,
                 backlog_headroom_bytes: self.headroom.0,
                 backlog_headroom_secs: self.headroom.1,
@@ -587,14 +591,14 @@ impl Staging {
                 renewals: self.renewals,
             }),
         };
-        crate::Joined { report, peering: None }
+        crate::join::driver::Joined { report, peering: None }
     }
 }
 
 /// The master's address as `CLUSTER MEET` takes it: an IP (a name is resolved here) and a port.
 fn meet_address(addr: &str) -> Result<(String, String), Error> {
     use std::net::ToSocketAddrs;
-    let (host, port) = crate::join::split_host_port(addr)?;
+    let (host, port) = crate::join::driver::split_host_port(addr)?;
     let ip = (host.as_str(), port.parse::<u16>().map_err(|_| Error::Precondition(format!("bad port in {addr}")))?)
         .to_socket_addrs()
         .ok()
@@ -612,9 +616,9 @@ struct ShardNode {
 }
 
 /// Enter a phase: the display and metrics, and the event stream.
-fn phase(cfg: &Config, name: &'static str) {
-    cfg.live.set_phase(name);
-    crate::events::phase(name);
+fn phase(cfg: &Config, p: JoinPhase) {
+    cfg.live.set_phase(p);
+    crate::events::phase(p);
 }
 
 fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {

@@ -1,0 +1,7 @@
+//! The join of a running replica: the driver, its decisions (machine), the link the replica
+//! follows, and when to try again.
+
+pub mod driver;
+pub mod machine;
+pub mod replica_link;
+pub mod retry;

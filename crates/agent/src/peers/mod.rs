@@ -1,0 +1,6 @@
+//! This agent among the other agents of its generation: the blocks it holds and serves, the
+//! arrivals it forwards while they come, and its link to the relay's tracker.
+
+pub mod arrival;
+pub mod member;
+pub mod tracker_link;
