@@ -39,6 +39,43 @@ impl Server {
         Some(Server { flavour: flavour.into(), version: (it.next()?, it.next().unwrap_or(0), it.next().unwrap_or(0)) })
     }
 
+    /// From what `redis-server --version` / `valkey-server --version` prints (`Redis server v=7.0.15
+    /// sha=…`, `Valkey server v=8.1.8 …`): how `fastrepl stage` learns what the server in the pod
+    /// loads when it is given the binary rather than a running server.
+    pub fn from_version_output(text: &str) -> Option<Server> {
+        let line = text.lines().next()?.trim();
+        let (name, rest) = line.split_once(' ')?;
+        let flavour = match name {
+            n if n.eq_ignore_ascii_case("redis") => "redis",
+            n if n.eq_ignore_ascii_case("valkey") => "valkey",
+            _ => return None,
+        };
+        let v = rest.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+        Server::parse_version(flavour, v)
+    }
+
+    /// From an operator's name for it: `redis-7.2`, `valkey-9.0.1` (a missing minor or patch is 0).
+    pub fn from_spec(spec: &str) -> Option<Server> {
+        let (name, v) = spec.trim().split_once('-')?;
+        let flavour = match name.to_ascii_lowercase().as_str() {
+            "redis" => "redis",
+            "valkey" => "valkey",
+            _ => return None,
+        };
+        Server::parse_version(flavour, v)
+    }
+
+    fn parse_version(flavour: &str, v: &str) -> Option<Server> {
+        let mut parts = v.split('.');
+        let mut next = |required: bool| match parts.next() {
+            Some(p) => p.parse::<u32>().ok(),
+            None if required => None,
+            None => Some(0),
+        };
+        let version = (next(true)?, next(false)?, next(false)?);
+        parts.next().is_none().then(|| Server { flavour: flavour.into(), version })
+    }
+
     /// Can this server load an RDB of `version`? `rdb_version_check` is its `rdb-version-check`
     /// setting (Valkey 9+: `strict` by default refuses the "foreign" versions 12–79, which other
     /// servers write; `relaxed` tries them). `Err` says why not, in the operator's terms.
@@ -82,6 +119,19 @@ mod loads_tests {
 
     fn server(flavour: &str, v: (u32, u32, u32)) -> Server {
         Server { flavour: flavour.into(), version: v }
+    }
+
+    #[test]
+    fn a_server_from_its_version_output_or_a_name() {
+        assert_eq!(Server::from_version_output("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=ae4d7c971a948f0\n"), Some(server("redis", (7, 0, 15))));
+        assert_eq!(Server::from_version_output("Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64 build=7eb4ebc9d7e91f4e"), Some(server("valkey", (8, 1, 8))));
+        assert_eq!(Server::from_version_output("KeyDB server v=6.3.4"), None);
+        assert_eq!(Server::from_version_output("Redis server sha=0"), None);
+        assert_eq!(Server::from_spec("redis-7.2"), Some(server("redis", (7, 2, 0))));
+        assert_eq!(Server::from_spec("Valkey-9.0.1"), Some(server("valkey", (9, 0, 1))));
+        for bad in ["redis", "redis-", "redis-7.x", "dragonfly-1.0", "redis-7.2.4.1"] {
+            assert_eq!(Server::from_spec(bad), None, "{bad}");
+        }
     }
 
     #[test]

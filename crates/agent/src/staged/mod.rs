@@ -7,3 +7,4 @@ pub mod rdb_aux;
 pub mod snapshot_file;
 pub mod stage;
 pub mod staging;
+pub mod start;
