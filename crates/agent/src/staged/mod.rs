@@ -8,3 +8,4 @@ pub mod snapshot_file;
 pub mod stage;
 pub mod staging;
 pub mod start;
+pub mod volume;
