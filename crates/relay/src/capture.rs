@@ -4,7 +4,7 @@
 //! the machine and the generation (the RDB straight into its region, the stream into its log).
 
 use crate::generations::{Action, Ended, Failure};
-use crate::Shared;
+use crate::shared::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::Generation;
 use std::io::{ErrorKind, Read, Write};
@@ -222,7 +222,7 @@ fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Ev
         }
         if run.writer.is_none() {
             // Idle release is decided on a tick (not on every read: the lock stays off the hot path).
-            if run.ticked.is_none_or(|t| t.elapsed() >= crate::IDLE_TICK) {
+            if run.ticked.is_none_or(|t| t.elapsed() >= crate::shared::IDLE_TICK) {
                 run.ticked = Some(Instant::now());
                 shared.idle_tick();
             }

@@ -2,7 +2,8 @@
 //! file's bytes, read once into the region and then served like any RDB. This makes the data path
 //! measurable on its own (`fastrepl fetch`, the remote-read benchmark, after the Alluxio-over-RDMA experiments).
 
-use crate::{Error, Shared};
+use crate::error::Error;
+use crate::shared::Shared;
 use replication::ReplId;
 use snapshot::Generation;
 use std::io::Read;

@@ -4,7 +4,7 @@
 //! (with `now` where time matters) and returns [`Action`]s. The threads feed it under one lock and
 //! carry the actions out on the real generations (see `Shared` in lib.rs).
 
-use crate::CapturePolicy;
+use crate::capture_policy::CapturePolicy;
 use std::time::{Duration, Instant};
 
 /// Why a generation was sealed (agents already on it finish from it; new agents need a new capture).

@@ -3,7 +3,8 @@
 
 use crate::generations::Answer;
 use crate::stats::Stats;
-use crate::{tracker, Shared};
+use crate::shared::Shared;
+use crate::tracker;
 use snapshot::Generation;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -203,7 +204,7 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
             let local = raw.local_addr().map_err(Error::io("local address"))?;
-            let status = crate::stats::status(shared, local);
+            let status = crate::status::status(shared, local);
             wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {

@@ -260,7 +260,7 @@ impl Drop for RawRdb {
 
 /// Saved settings as one log field: a list of `name=value` ([`crate::json_list`]).
 fn settings_text(saved: &[(&'static str, String)]) -> String {
-    crate::json_list(&saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>())
+    crate::json_list::json_list(&saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The relay as the swarm's tracker: one [`swarm::Tracker`] per generation with agents, plus what the
 //! wire needs around it (each member's address, who reads over shared memory). No sockets here: the
-//! data connections in [`crate::serve`] call in with what an agent said and `now`.
+//! data connections (`serve`) call in with what an agent said and `now`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! The messages between the relay and its UCX side process ([`crate::ucx_side`]): typed, each a
+//! The messages between the relay and its UCX side process (`ucx_side`, which reads them): typed, each a
 //! length-prefixed (u32, big-endian) JSON object of at most [`MESSAGE_MAX`] bytes. Not behind the
 //! `ucx` feature, so that the parser is fuzzed without UCX (`fuzz/fuzz_targets/ucx_messages.rs`).
 

@@ -1,4 +1,4 @@
-//! The relay's UCX side: a process of its own, started by [`crate::ucx_serve::UcxServer`] from the
+//! The relay's UCX side: a process of its own, started by the relay's UCX service (`ucx_serve`) from the
 //! relay's own binary (`fastrepl relay-ucx-side`, hidden). It ends when the relay closes its socket
 //! or ends.
 //!
