@@ -26,7 +26,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
         let spare = writer.spare((len - done).min(limits::RDB_READ_BYTES_MAX));
         let n = f.read(spare).map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
         if n == 0 {
-            gen.fail("the file shrank while being read");
+            shared.rdb_failed(gen.id(), "the file shrank while being read".into());
             return Err(Error::Config(format!("{} shrank while being read", path.display())));
         }
         writer.commit(n);

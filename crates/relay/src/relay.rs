@@ -11,7 +11,6 @@ use crate::shared::{Life, Shared};
 use crate::stats;
 use crate::tracker;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 use transport::Token;
@@ -62,8 +61,6 @@ impl Relay {
             config,
             life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
             changed: Condvar::new(),
-            master_changes: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
             shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
             swarms: tracker::Swarms::default(),
             stats: stats::Stats::new(),
@@ -87,7 +84,7 @@ impl Relay {
             threads.push(spawn(
                 "sentinel",
                 Box::new(move || {
-                    let stop = || s.stop.load(Ordering::SeqCst);
+                    let stop = || s.stopping();
                     sentinels.follow(s.master(), &stop, &mut |new| s.set_master(new))
                 }),
             )?);
@@ -137,7 +134,6 @@ impl Relay {
 
     /// Stop capturing and serving (for embedding; the daemon runs until killed).
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.feed(|g| ((), g.stop()));
         let _ = std::net::TcpStream::connect(self.local_addr);
         if let Some(name) = &self.shared.shm_socket {

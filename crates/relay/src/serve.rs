@@ -92,7 +92,7 @@ fn accept_each<S: Send + 'static>(
     serve: fn(&Shared, S) -> Result<(), ConnError>,
 ) {
     for conn in conns {
-        if shared.stop.load(Ordering::SeqCst) {
+        if shared.stopping() {
             break;
         }
         let s = match conn {
@@ -253,7 +253,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
             }
             Err(_) => {}
         }
-        if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {
+        if Instant::now() >= deadline || shared.stopping() {
             wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;
             return Ok(());
         }
@@ -275,7 +275,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         if agent_left(raw)? {
             return Ok(());
         }
-        if shared.stop.load(Ordering::SeqCst) {
+        if shared.stopping() {
             return Ok(());
         }
         // Coalesce bursts of changes (a block every few ms) into one push.

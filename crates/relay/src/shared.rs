@@ -5,11 +5,10 @@
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::generations::{self, Action, Answer, Generations, Next, Ticket};
+use crate::generations::{self, Action, Answer, Generations, Next, Ticket, Turn};
 use crate::stats;
 use crate::tracker;
-use snapshot::Generation;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use snapshot::{Generation, State};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 use transport::Token;
@@ -26,11 +25,6 @@ pub(crate) struct Shared {
     pub(crate) life: Mutex<Life>,
     /// Signalled after every change of `life` (the capture thread and waiting agents wait on it).
     pub(crate) changed: Condvar,
-    /// How many times the master changed, a copy of the machine's count: what the capture loop
-    /// compares on every read, instead of taking the lock.
-    pub(crate) master_changes: AtomicU64,
-    /// The relay stops (a copy of the machine's flag, for loops that check it on every turn).
-    pub(crate) stop: AtomicBool,
     /// The abstract unix socket of the shm transport, when offered.
     pub(crate) shm_socket: Option<String>,
     /// Each generation's swarm of agents (who holds which block).
@@ -58,7 +52,7 @@ impl Life {
 }
 
 impl Shared {
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Life> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Life> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -71,21 +65,26 @@ impl Shared {
     }
 
     /// The one place generations are sealed, failed and released (so each is counted once).
-    pub(crate) fn carry_out(&self, life: &mut Life, actions: Vec<Action>) {
+    fn carry_out(&self, life: &mut Life, actions: Vec<Action>) {
         let mut wake = false;
         for action in actions {
             match action {
                 Action::StartCapture | Action::TellWaiters => wake = true,
+                Action::Complete { id } => {
+                    if let Some(g) = life.find(id) {
+                        g.record(State::Complete, None);
+                    }
+                }
                 Action::Seal { id, reason } => {
                     self.stats.sealed(reason);
                     if let Some(g) = life.find(id) {
-                        g.seal(reason.describe());
+                        g.record(State::Sealed, Some(reason.describe()));
                         tracing::info!(generation = id, reason = reason.describe(), log_bytes = g.log_len(), "generation sealed");
                     }
                 }
                 Action::Fail { id, why } => {
                     if let Some(g) = life.find(id) {
-                        g.fail(&why);
+                        g.record(State::Failed, Some(&why));
                     }
                 }
                 Action::CountFailure => stats::Stats::add(&self.stats.capture_failures, 1),
@@ -116,7 +115,22 @@ impl Shared {
 
     /// Generation `id`'s RDB is complete.
     pub(crate) fn rdb_complete(&self, id: u64) {
-        self.lock().machine.rdb_complete(id);
+        self.feed(|g| ((), g.rdb_complete(id)));
+    }
+
+    /// Generation `id`'s RDB could not be completed (a served file shrank).
+    pub(crate) fn rdb_failed(&self, id: u64, why: String) {
+        self.feed(|g| ((), g.rdb_failed(id, why)));
+    }
+
+    /// The relay is stopping (loops check it on every turn).
+    pub(crate) fn stopping(&self) -> bool {
+        self.lock().machine.stopped()
+    }
+
+    /// Whether capture `id` goes on (see [`Generations::capture_turn`]).
+    pub(crate) fn capture_turn(&self, id: u64, master_changes: u64, rdb_done: bool) -> Turn {
+        self.lock().machine.capture_turn(id, master_changes, rdb_done)
     }
 
     /// The current generation's id.
@@ -149,9 +163,7 @@ impl Shared {
     pub(crate) fn set_master(&self, new: &str) {
         let old = self.feed(|g| {
             let old = g.master().0.to_string();
-            let actions = g.master_changed(new.to_string());
-            self.master_changes.store(g.master().1, Ordering::SeqCst);
-            (old, actions)
+            (old, g.master_changed(new.to_string()))
         });
         tracing::warn!(%old, %new, "Sentinel switched the master; the current generation is sealed, the next agent triggers a capture from the new master");
     }

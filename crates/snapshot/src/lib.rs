@@ -72,10 +72,22 @@ pub enum State {
     Capturing,
     /// The RDB is complete; the log may still grow.
     Complete,
-    /// The log stopped growing (bound reached or master link lost); the snapshot stays readable.
+    /// The log stopped growing (a bound, the source's link lost, a failover, an idle release, a
+    /// renewal); the snapshot stays readable.
     Sealed,
     /// The capture failed; nothing here may be used.
     Failed,
+}
+
+/// What [`Generation::append_log`] did with the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// Appended; the log is within its bounds.
+    Taken,
+    /// Appended, and the log reached its bound (bytes or age): the generation should be sealed.
+    AtBound,
+    /// Not appended: the generation was recorded sealed or failed.
+    Refused,
 }
 
 /// What an agent needs to know about a generation: sent over the control connection.
@@ -192,7 +204,7 @@ impl Generation {
             changed: Condvar::new(),
         });
         let holdback = if length.is_some() { 0 } else { replication::framing::EOF_MARK_LEN as u64 };
-        let writer = Writer { gen: gen.clone(), map, written: 0, holdback, capacity };
+        let writer = Writer { gen: gen.clone(), map, written: 0, holdback, capacity, published: 0 };
         Ok((gen, writer))
     }
 
@@ -281,35 +293,37 @@ impl Generation {
     }
 
     /// Append stream bytes after the RDB; `complete_end` is the offset after the last complete command.
-    /// Returns true if the log has reached a bound and the generation should be sealed.
-    pub fn append_log(&self, bytes: &[u8], complete_end: u64) -> bool {
+    /// A generation recorded sealed or failed takes no more bytes (readers may already have taken its
+    /// log's end as final): [`Appended::Refused`].
+    pub fn append_log(&self, bytes: &[u8], complete_end: u64) -> Appended {
         let mut inner = self.lock();
         if matches!(inner.state, State::Sealed | State::Failed) {
-            // Sealed by someone else (a failover, an idle release): readers may already have
-            // taken its end as final.
-            return true;
+            return Appended::Refused;
         }
         inner.log.append(bytes, complete_end);
         let full = inner.log.len() as u64 >= self.config.log_bytes_max || self.created.elapsed() >= self.config.log_age_max;
         self.bump(&mut inner);
-        full
-    }
-
-    /// The log stops growing: readers catch up to its end and hand off.
-    pub fn seal(&self, reason: &str) {
-        let mut inner = self.lock();
-        if inner.state == State::Complete || inner.state == State::Capturing {
-            inner.state = if inner.state == State::Capturing { State::Failed } else { State::Sealed };
-            inner.error = Some(reason.to_string());
-            self.bump(&mut inner);
+        if full {
+            Appended::AtBound
+        } else {
+            Appended::Taken
         }
     }
 
-    /// Mark the capture failed.
-    pub fn fail(&self, reason: &str) {
+    /// Record the state the relay's lifecycle decided (complete, sealed, failed), and why for the last
+    /// two: the descriptor tells agents. This store decides no transition; sealed and failed are final.
+    pub fn record(&self, state: State, why: Option<&str>) {
         let mut inner = self.lock();
-        inner.state = State::Failed;
-        inner.error = Some(reason.to_string());
+        debug_assert!(
+            !matches!(inner.state, State::Sealed | State::Failed),
+            "generation {}: {:?} is final, {state:?} recorded after it (a sealed generation takes no more log bytes)",
+            self.id,
+            inner.state
+        );
+        inner.state = state;
+        if let Some(why) = why {
+            inner.error = Some(why.to_string());
+        }
         self.bump(&mut inner);
     }
 
@@ -339,6 +353,9 @@ pub struct Writer {
     /// Bytes at the end that may turn out to be the EOF mark; not published until the length is known.
     holdback: u64,
     capacity: u64,
+    /// The watermark as this writer last moved it (only it moves it): [`Writer::spare`] never hands
+    /// out room below it, because published bytes never change.
+    published: u64,
 }
 
 impl Writer {
@@ -349,6 +366,7 @@ impl Writer {
 
     /// Room to read the next bytes into, at most `max`. Empty when the region is full.
     pub fn spare(&mut self, max: u64) -> &mut [u8] {
+        debug_assert!(self.written >= self.published, "room below the watermark: published bytes never change");
         let start = self.written as usize;
         let end = (self.capacity.min(self.written.saturating_add(max))) as usize;
         &mut self.map[start..end]
@@ -385,13 +403,16 @@ impl Writer {
             inner.published += bs;
             changed = true;
         }
+        debug_assert!(inner.published >= self.published && inner.published <= publishable, "the watermark only moves forward, never over held-back bytes");
+        debug_assert_eq!(inner.checksums.len() as u64, inner.published / bs, "one checksum per published block");
+        self.published = inner.published;
         if changed {
             self.gen.bump(&mut inner);
         }
     }
 
     /// The payload is complete and its RDB bytes are `length` long (any EOF mark excluded): publish the
-    /// last partial block.
+    /// last partial block. The generation's state is the relay's to record ([`Generation::record`]).
     pub fn finish(self, length: u64) {
         assert!(length <= self.written, "RDB length beyond the bytes written");
         let bs = self.gen.config.block_size;
@@ -403,8 +424,8 @@ impl Writer {
             inner.checksums.push(crc32c::crc32c(&self.map[start..end]));
             inner.published = end as u64;
         }
+        debug_assert_eq!(inner.checksums.len() as u64, length.div_ceil(bs), "one checksum per published block");
         inner.length = Some(length);
-        inner.state = State::Complete;
         self.gen.bump(&mut inner);
     }
 }
@@ -469,11 +490,16 @@ mod tests {
     fn log_reads_stop_at_command_boundaries() {
         let (gen, w) = Generation::create(1, rid(), 100, Some(0), cfg(8)).unwrap();
         w.finish(0);
-        assert!(!gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114));
+        assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114), Appended::Taken);
         assert_eq!(gen.read_log(101, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"");
         assert!(gen.read_log(99, 10).is_err());
         gen.append_log(b"\r\nPING\r\n", 128);
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
+        gen.record(State::Sealed, Some("log bound"));
+        assert_eq!(gen.append_log(b"*1\r\n", 132), Appended::Refused, "a sealed generation takes no more log bytes");
+        assert_eq!(gen.read_log(129, 1000).unwrap(), b"");
+        let (d, _) = gen.descriptor(0);
+        assert_eq!((d.state, d.error.as_deref()), (State::Sealed, Some("log bound")));
     }
 }
