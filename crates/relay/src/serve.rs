@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request};
-use transport::{serve as reply, Error};
+use transport::{serve as reply, Error, TransportKind};
 
 use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
@@ -341,7 +341,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 Ok(()) => {
                     s.send_range(gen.region().file(), offset, len)?;
                     if S::IS_TCP {
-                        Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
+                        shared.stats.served(TransportKind::Tcp, u64::from(len));
                     }
                 }
                 Err(e) => reply::send_error(&mut s, &e.to_string())?,
@@ -355,12 +355,12 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             },
             Request::Attach { transport: wire::AttachKind::Shm, .. } => {
                 s.attach_shm(gen)?;
-                Stats::add(&shared.stats.shm_attaches, 1);
+                shared.stats.attached(TransportKind::Shm);
             }
             Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
                 Ok(bytes) => {
                     reply::send_bytes(&mut s, &bytes)?;
-                    Stats::add(&shared.stats.ucx_attaches, 1);
+                    shared.stats.attached(TransportKind::Ucx);
                 }
                 Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },

@@ -9,6 +9,7 @@ use crate::generations::SealReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+use transport::TransportKind;
 
 /// Counters, bumped where things happen.
 pub(crate) struct Stats {
@@ -21,10 +22,11 @@ pub(crate) struct Stats {
     pub released_idle: AtomicU64,
     pub agents_attached: AtomicU64,
     pub agents_attached_total: AtomicU64,
-    pub tcp_block_bytes: AtomicU64,
+    /// Snapshot bytes the relay's CPU sent, by transport (only [`SERVED_OVER`] count).
+    served_bytes: ByTransport,
     pub log_bytes_served: AtomicU64,
-    pub shm_attaches: AtomicU64,
-    pub ucx_attaches: AtomicU64,
+    /// One-sided attaches, by transport (only [`ATTACHED_OVER`] count).
+    attaches: ByTransport,
     pub refused_over_limit: AtomicU64,
     pub errors_auth: AtomicU64,
     pub errors_protocol: AtomicU64,
@@ -47,10 +49,9 @@ impl Stats {
             released_idle: AtomicU64::new(0),
             agents_attached: AtomicU64::new(0),
             agents_attached_total: AtomicU64::new(0),
-            tcp_block_bytes: AtomicU64::new(0),
+            served_bytes: ByTransport::default(),
             log_bytes_served: AtomicU64::new(0),
-            shm_attaches: AtomicU64::new(0),
-            ucx_attaches: AtomicU64::new(0),
+            attaches: ByTransport::default(),
             refused_over_limit: AtomicU64::new(0),
             errors_auth: AtomicU64::new(0),
             errors_protocol: AtomicU64::new(0),
@@ -69,6 +70,26 @@ impl Stats {
     pub fn sealed(&self, reason: SealReason) {
         Stats::add(&self.sealed, 1);
         Stats::add(&self.sealed_by[reason.index()], 1);
+    }
+
+    /// The relay's CPU sent `n` snapshot bytes over `kind`.
+    pub fn served(&self, kind: TransportKind, n: u64) {
+        Stats::add(self.served_bytes.of(kind), n);
+    }
+
+    /// An agent attached over the one-sided `kind` (its reads then bypass the relay).
+    pub fn attached(&self, kind: TransportKind) {
+        Stats::add(self.attaches.of(kind), 1);
+    }
+
+    /// Snapshot bytes sent over each transport that passes through the relay's CPU, by name.
+    pub fn served_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
+        SERVED_OVER.iter().map(|k| (k.name().to_string(), get(self.served_bytes.of(*k)))).collect()
+    }
+
+    /// Attaches over each one-sided transport, by name.
+    pub fn attaches_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
+        ATTACHED_OVER.iter().map(|k| (k.name().to_string(), get(self.attaches.of(*k)))).collect()
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -100,6 +121,33 @@ impl Stats {
 
 pub(crate) fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
+}
+
+/// The transports whose reads pass through the relay's CPU, the keys of `served_bytes_total`: TCP
+/// range reads (`sendfile`).
+pub const SERVED_OVER: [TransportKind; 1] = [TransportKind::Tcp];
+/// The one-sided transports, the keys of `attaches_total`: their reads never reach the relay.
+pub const ATTACHED_OVER: [TransportKind; 2] = [TransportKind::Shm, TransportKind::Ucx];
+
+/// One counter per transport.
+#[derive(Default)]
+struct ByTransport([AtomicU64; TransportKind::ALL.len()]);
+
+impl ByTransport {
+    fn of(&self, kind: TransportKind) -> &AtomicU64 {
+        let i = TransportKind::ALL.iter().position(|k| *k == kind).expect("every kind is in TransportKind::ALL");
+        &self.0[i]
+    }
+}
+
+/// Snapshot bytes a status says the relay's CPU sent over `kind` (0 for a transport it does not count).
+pub fn served_bytes(st: &Status, kind: TransportKind) -> u64 {
+    st.served_bytes_total.get(kind.name()).copied().unwrap_or(0)
+}
+
+/// One-sided attaches a status counts over `kind` (0 for a transport it does not count).
+pub fn attaches(st: &Status, kind: TransportKind) -> u64 {
+    st.attaches_total.get(kind.name()).copied().unwrap_or(0)
 }
 
 /// The status is a wire message (the answer on a status connection); the relay fills it here.
@@ -238,6 +286,21 @@ mod tests {
             assert!(g.get(field).is_some(), "generation field {field}");
             assert!(has(&format!("fastrepl_relay_generation_{field}")), "generation field {field} has no metric");
         }
+    }
+
+    /// The maps' keys are the transports' names, as the status and the metrics' labels always had them.
+    #[test]
+    fn counters_by_transport_keep_their_names() {
+        let s = Stats::new();
+        s.served(TransportKind::Tcp, 7);
+        s.attached(TransportKind::Ucx);
+        s.attached(TransportKind::Ucx);
+        assert_eq!(s.served_by_transport(), [("tcp".to_string(), 7)].into());
+        assert_eq!(s.attaches_by_transport(), [("shm".to_string(), 0), ("ucx".to_string(), 2)].into());
+        let mut st = sample();
+        st.served_bytes_total = s.served_by_transport();
+        st.attaches_total = s.attaches_by_transport();
+        assert_eq!((served_bytes(&st, TransportKind::Tcp), attaches(&st, TransportKind::Shm), attaches(&st, TransportKind::Ucx)), (7, 0, 2));
     }
 
     #[test]

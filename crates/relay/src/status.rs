@@ -61,9 +61,9 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         connections_refused_total: get(&s.refused_over_limit),
         agents_attached: get(&s.agents_attached),
         agents_attached_total: get(&s.agents_attached_total),
-        served_bytes_total: [("tcp".to_string(), get(&s.tcp_block_bytes))].into(),
+        served_bytes_total: s.served_by_transport(),
         log_served_bytes_total: get(&s.log_bytes_served),
-        attaches_total: [("shm".to_string(), get(&s.shm_attaches)), ("ucx".to_string(), get(&s.ucx_attaches))].into(),
+        attaches_total: s.attaches_by_transport(),
         ucx_side_restarts_total: shared.ucx_side_restarts(),
         errors_total: [
             ("auth".to_string(), get(&s.errors_auth)),
