@@ -4,7 +4,7 @@
 //! the machine and the generation (the RDB straight into its region, the stream into its log).
 
 use crate::generations::{Action, Ended, Failure, Turn};
-use crate::shared::{Shared, IDLE_TICK};
+use crate::shared::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::{Appended, Generation};
 use std::io::{ErrorKind, Read, Write};
@@ -204,7 +204,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
 fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Event, t0: Instant) -> Result<(), Error> {
     let mut events = vec![first];
     loop {
-        if run.writer.is_none() && run.ticked.is_none_or(|t| t.elapsed() >= IDLE_TICK) {
+        if run.writer.is_none() && run.ticked.is_none_or(|t| t.elapsed() >= limits::IDLE_RELEASE_TICK) {
             // Idle release is decided on a tick (not on every turn: a tick walks the whole machine).
             run.ticked = Some(Instant::now());
             shared.idle_tick();

@@ -10,12 +10,12 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request};
 use transport::{serve as reply, Error, TransportKind};
 
-use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
+use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write {
@@ -280,7 +280,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         }
         // Coalesce bursts of changes (a block every few ms) into one push.
         gen.wait_change(version, HEARTBEAT);
-        std::thread::sleep(Duration::from_millis(5)); // Rate limit for pushes, not synchronization.
+        std::thread::sleep(DESCRIPTOR_PUSH_GAP); // Rate limit for pushes, not synchronization.
     }
 }
 

@@ -13,9 +13,6 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 use transport::Token;
 
-/// How often the lifecycle is ticked (idle release) by the capture thread.
-pub(crate) const IDLE_TICK: Duration = Duration::from_millis(500);
-
 /// State shared by the capture loop and every connection.
 pub(crate) struct Shared {
     pub(crate) config: Config,
@@ -208,7 +205,7 @@ impl Shared {
                 Next::Stop => return None,
                 Next::Wait => {}
             }
-            life = self.changed.wait_timeout(life, IDLE_TICK).unwrap_or_else(|p| p.into_inner()).0;
+            life = self.changed.wait_timeout(life, limits::IDLE_RELEASE_TICK).unwrap_or_else(|p| p.into_inner()).0;
             let actions = life.machine.idle_tick(Instant::now());
             self.carry_out(&mut life, actions);
         }

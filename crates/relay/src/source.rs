@@ -96,7 +96,7 @@ pub struct Listed {
 
 /// The replicas the master's `INFO replication` lists.
 pub fn listed(master: &Info) -> Vec<Listed> {
-    let count = master.num("connected_slaves").unwrap_or(0).clamp(0, 10_000);
+    let count = master.num("connected_slaves").unwrap_or(0).clamp(0, limits::SOURCE_REPLICAS_LISTED_MAX);
     (0..count)
         .filter_map(|i| master.get(&format!("slave{i}")))
         .filter_map(|line| {

@@ -133,10 +133,10 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            block_size: 4 << 20,
-            snapshot_bytes_max: 64 << 30,
-            log_bytes_max: 256 << 20,
-            log_age_max: Duration::from_secs(3600),
+            block_size: limits::BLOCK_BYTES_DEFAULT,
+            snapshot_bytes_max: limits::SNAPSHOT_BYTES_DEFAULT,
+            log_bytes_max: limits::LOG_BYTES_DEFAULT,
+            log_age_max: limits::LOG_AGE_DEFAULT,
         }
     }
 }
@@ -175,7 +175,7 @@ impl Generation {
     /// A new generation for the RDB that follows `+FULLRESYNC <replid> <offset>`. `length` is known for
     /// the `$<len>` framing. Returns the shared generation and its only writer.
     pub fn create(id: u64, replid: ReplId, offset: u64, length: Option<u64>, config: Config) -> Result<(std::sync::Arc<Generation>, Writer), Error> {
-        assert!(config.block_size > 0 && config.block_size <= 1 << 30, "block size out of range");
+        assert!(config.block_size > 0 && config.block_size <= limits::GENERATION_BLOCK_BYTES_MAX, "block size out of range");
         let capacity = match length {
             Some(n) if n > config.snapshot_bytes_max => return Err(Error::TooLarge { max: config.snapshot_bytes_max }),
             // Room for the EOF mark too: it lands in the region before we know it is the mark.
