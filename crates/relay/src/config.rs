@@ -26,7 +26,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The agents' shared secret.
     pub token: Token,
-    /// More tokens accepted besides `token` (a rotation in progress); replaced by [`Relay::set_tokens`].
+    /// More tokens accepted besides `token` (a rotation in progress); replaced by `Relay::set_tokens`.
     pub extra_tokens: Vec<Token>,
     /// Port announced to the master with `REPLCONF listening-port` (default: the listen port).
     pub announce_port: Option<u16>,

@@ -1,6 +1,6 @@
 //! What an append to a generation's stream log did.
 
-/// What [`Generation::append_log`] did with the bytes.
+/// What `Generation::append_log` did with the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Appended {
     /// Appended; the log is within its bounds.
