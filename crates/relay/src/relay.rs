@@ -7,11 +7,10 @@ use crate::file;
 use crate::generations::Generations;
 use crate::json_list::json_list;
 use crate::serve;
-use crate::shared::{Life, Shared};
+use crate::shared::Shared;
 use crate::stats;
-use crate::tracker;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use transport::Token;
 
@@ -54,19 +53,12 @@ impl Relay {
             Some(s) => s.master(limits::CONNECT_TIMEOUT).map_err(Error::Config)?,
             None => config.master.clone(),
         };
-        let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
         let machine = Generations::new(config.capture, config.idle_release, master, Instant::now());
-        let shared = Arc::new(Shared {
-            tokens: std::sync::RwLock::new(tokens),
-            config,
-            life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
-            changed: Condvar::new(),
-            shm_socket: shm.as_ref().map(|(name, _)| name.clone()),
-            swarms: tracker::Swarms::default(),
-            stats: stats::Stats::new(),
-            #[cfg(feature = "ucx")]
-            ucx,
-        });
+        let shm_socket = shm.as_ref().map(|(name, _)| name.clone());
+        #[cfg(feature = "ucx")]
+        let shared = Arc::new(Shared::new(config, machine, shm_socket, ucx));
+        #[cfg(not(feature = "ucx"))]
+        let shared = Arc::new(Shared::new(config, machine, shm_socket));
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::Config(format!("spawn {name} thread: {e}")))
@@ -115,7 +107,7 @@ impl Relay {
         if tokens.is_empty() || (tokens.iter().any(Token::is_empty) && !self.local_addr.ip().is_loopback()) {
             return Err(Error::Config("refusing an empty token on a non-loopback relay".into()));
         }
-        *self.shared.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
+        self.shared.set_tokens(tokens);
         Ok(())
     }
 

@@ -17,11 +17,11 @@ use transport::Token;
 pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Tokens accepted now (the configured ones, or those a reload set).
-    pub(crate) tokens: std::sync::RwLock<Vec<Token>>,
+    tokens: std::sync::RwLock<Vec<Token>>,
     /// The generations' lifecycle and the generations it speaks of, under one lock.
-    pub(crate) life: Mutex<Life>,
+    life: Mutex<Life>,
     /// Signalled after every change of `life` (the capture thread and waiting agents wait on it).
-    pub(crate) changed: Condvar,
+    changed: Condvar,
     /// The abstract unix socket of the shm transport, when offered.
     pub(crate) shm_socket: Option<String>,
     /// Each generation's swarm of agents (who holds which block).
@@ -34,21 +34,37 @@ pub(crate) struct Shared {
 }
 
 /// What `Shared::life` guards: the machine, and the generations whose ids it holds.
-pub(crate) struct Life {
-    pub(crate) machine: Generations,
+struct Life {
+    machine: Generations,
     /// The generation agents arriving now are handed (the machine's current one).
-    pub(crate) current: Option<Arc<Generation>>,
+    current: Option<Arc<Generation>>,
     /// Every generation an agent may still hold.
-    pub(crate) all: Vec<Weak<Generation>>,
+    all: Vec<Weak<Generation>>,
 }
 
 impl Life {
-    pub(crate) fn find(&self, id: u64) -> Option<Arc<Generation>> {
+    fn find(&self, id: u64) -> Option<Arc<Generation>> {
         self.all.iter().filter_map(Weak::upgrade).find(|g| g.id() == id)
     }
 }
 
 impl Shared {
+    /// A relay's shared state, before any generation: tokens from the configuration, `machine` fresh.
+    pub(crate) fn new(config: Config, machine: Generations, shm_socket: Option<String>, #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>) -> Shared {
+        let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
+        Shared {
+            tokens: std::sync::RwLock::new(tokens),
+            config,
+            life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
+            changed: Condvar::new(),
+            shm_socket,
+            swarms: tracker::Swarms::default(),
+            stats: stats::Stats::new(),
+            #[cfg(feature = "ucx")]
+            ucx,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Life> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -168,6 +184,11 @@ impl Shared {
     /// The tokens accepted now.
     pub(crate) fn tokens(&self) -> Vec<Token> {
         self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Accept these tokens from now on.
+    pub(crate) fn set_tokens(&self, tokens: Vec<Token>) {
+        *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
     }
 
     /// Every generation still held (the current one and sealed ones agents still read).
