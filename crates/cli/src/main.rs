@@ -1091,13 +1091,14 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
         "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
         st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total
     )?;
+    use transport::TransportKind::{Shm, Tcp, Ucx};
     writeln!(
         o,
-        "served: {:.1} MiB of blocks over tcp, {} of log; one-sided attaches (not agents: one agent may attach more than once): shm {}, ucx {}{}",
-        mib(at(&st.served_bytes_total, "tcp")),
+        "served: {:.1} MiB of blocks over {Tcp}, {} of log; one-sided attaches (not agents: one agent may attach more than once): {Shm} {}, {Ucx} {}{}",
+        mib(relay::stats::served_bytes(st, Tcp)),
         bytes_text(st.log_served_bytes_total),
-        at(&st.attaches_total, "shm"),
-        at(&st.attaches_total, "ucx"),
+        relay::stats::attaches(st, Shm),
+        relay::stats::attaches(st, Ucx),
         if st.ucx_side_restarts_total > 0 { format!(" (UCX side process started again {} times)", st.ucx_side_restarts_total) } else { String::new() }
     )?;
     writeln!(
@@ -1202,6 +1203,28 @@ mod tests {
         assert_eq!(bytes_text(512), "512 B");
         assert_eq!(bytes_text(22 * 1024), "22.0 KiB");
         assert_eq!(bytes_text(3 << 20), "3.0 MiB");
+    }
+
+    /// The status's per-transport lines read the counters by `TransportKind` and print their names.
+    #[test]
+    fn the_status_names_each_transports_counters() {
+        let zero = |keys: &[&str]| serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), 0.into())).collect());
+        let mut st: relay::stats::Status = serde_json::from_value(serde_json::json!({
+            "version": "0", "listen": "l", "master": "m", "source_policy": "master", "source": "", "capture_policy": "on-start",
+            "uptime_seconds": 1.0, "captures_total": 0, "capture_failures_total": 0, "generations_sealed_total": 0,
+            "generations_sealed_by_reason_total": {}, "generations_released_idle_total": 0, "source_bytes_total": 0,
+            "generations": [], "held_bytes": 0, "connections": 0, "connections_max": 1, "connections_refused_total": 0,
+            "agents_attached": 0, "agents_attached_total": 0, "served_bytes_total": zero(&["tcp"]), "log_served_bytes_total": 0,
+            "attaches_total": zero(&["shm", "ucx"]), "ucx_side_restarts_total": 0, "errors_total": zero(&["auth"]), "resident_memory_bytes": 0,
+        }))
+        .unwrap();
+        st.served_bytes_total.insert("tcp".into(), 3 << 20);
+        st.attaches_total.insert("shm".into(), 4);
+        st.attaches_total.insert("ucx".into(), 5);
+        let mut out = Vec::new();
+        print_status(&mut out, &st).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("served: 3.0 MiB of blocks over tcp, 0 B of log; one-sided attaches (not agents: one agent may attach more than once): shm 4, ucx 5\n"), "{text}");
     }
 
     #[test]

@@ -145,6 +145,62 @@ pub const UCX_CLEANUP_MAX: Duration = Duration::from_secs(10);
 /// this only bounds how late a deadline is noticed).
 pub const UCX_WAIT_MAX: Duration = Duration::from_millis(50);
 
+// ---- relay and snapshot ----
+
+/// Default oldest a generation's stream log may grow before the generation is sealed (`fastrepl relay
+/// --log-max-age-secs`): an old snapshot plus a long log loads slower than a fresh capture.
+pub const LOG_AGE_DEFAULT: Duration = Duration::from_secs(3600);
+/// Largest block a generation's store accepts: a sanity bound on its offsets' arithmetic. The relay
+/// holds its configuration to one read ([`READ_BYTES_MAX`]), well below.
+pub const GENERATION_BLOCK_BYTES_MAX: u64 = 1 << 30;
+/// How often the relay ticks its generations' lifecycle for `--idle-release-secs`: how late an idle
+/// release may come, and how often the capture thread takes the lifecycle's lock for it.
+pub const IDLE_RELEASE_TICK: Duration = Duration::from_millis(500);
+/// Least time between two descriptor pushes on an agent's control connection: a burst of published
+/// blocks (one every few milliseconds) becomes one push.
+pub const DESCRIPTOR_PUSH_GAP: Duration = Duration::from_millis(5);
+/// Peers the tracker names beyond an agent's free peer slots: some may turn out busy or bad.
+pub const LOCATE_SPARE_PEERS: usize = 2;
+/// Most replicas the relay reads from a master's `INFO replication` (the count there is the server's
+/// word: a bogus one must not make the relay walk billions of fields).
+pub const SOURCE_REPLICAS_LISTED_MAX: i64 = 10_000;
+/// Longest message between the relay and its UCX side process, either way (an address or a packed
+/// key is well under a KiB; the bound keeps a broken side from making the relay allocate).
+pub const UCX_SIDE_MESSAGE_BYTES_MAX: usize = 1 << 20;
+/// How long the UCX side may take to start or to answer one request (a registration pins memory on
+/// RDMA devices, which takes a while for a large segment). Below the agents' I/O timeout, so that an
+/// agent waiting for its attach hears why rather than time out.
+pub const UCX_SIDE_ANSWER_MAX: Duration = Duration::from_secs(20);
+/// How often the relay looks whether its UCX side is alive and forgets dropped generations (their
+/// read mapping in the side would otherwise keep the whole snapshot's memory alive).
+pub const UCX_SIDE_WATCH_EVERY: Duration = Duration::from_secs(1);
+/// A UCX side that died is started again at most this often (one that crashes at once does not spin).
+pub const UCX_SIDE_RESTART_EVERY: Duration = Duration::from_secs(1);
+/// How long a UCX side let go of may take to exit after its socket closed, before it is killed.
+pub const UCX_SIDE_EXIT_MAX: Duration = Duration::from_secs(2);
+/// How often its exit is polled meanwhile.
+pub const UCX_SIDE_EXIT_POLL_EVERY: Duration = Duration::from_millis(10);
+/// Longest sleep of the UCX side's progress thread on its worker's events (it checks whether to stop
+/// in between).
+pub const UCX_SIDE_PROGRESS_WAIT_MAX: Duration = Duration::from_millis(100);
+/// How often that thread polls its worker when it cannot sleep on the worker's events.
+pub const UCX_SIDE_PROGRESS_POLL_EVERY: Duration = Duration::from_millis(1);
+
+// The relay's configured blocks (one read each) are within what its store accepts.
+const _: () = assert!(READ_BYTES_MAX as u64 <= GENERATION_BLOCK_BYTES_MAX && BLOCK_BYTES_DEFAULT <= GENERATION_BLOCK_BYTES_MAX);
+// The capture's loop turns at least every CAPTURE_TICK, so it can tick the lifecycle this often.
+const _: () = assert!(ms(CAPTURE_TICK) <= ms(IDLE_RELEASE_TICK));
+// Coalescing pushes delays a published block much less than an agent waits for one.
+const _: () = assert!(10 * ms(DESCRIPTOR_PUSH_GAP) <= ms(BLOCK_WAIT_MAX) && ms(DESCRIPTOR_PUSH_GAP) < ms(HEARTBEAT));
+// A packed UCX key or worker address fits one message to or from the side.
+const _: () = assert!(UCX_BLOB_BYTES_MAX <= UCX_SIDE_MESSAGE_BYTES_MAX);
+// An agent waiting for its attach hears the side's failure before its own I/O timeout.
+const _: () = assert!(ms(UCX_SIDE_ANSWER_MAX) < ms(IO_TIMEOUT));
+// The watcher notices a dead side at least as often as a new one may start.
+const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
+// Polls are much shorter than the waits they serve.
+const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
+
 // ---- Relationships, checked when this crate builds -----------------------------------------------
 
 const fn ms(d: Duration) -> u128 {

@@ -3,12 +3,11 @@
 //! [`replication::capture::Capture`]'s; this module only moves bytes between the master's socket,
 //! the machine and the generation (the RDB straight into its region, the stream into its log).
 
-use crate::generations::{Action, Ended, Failure};
-use crate::Shared;
+use crate::generations::{Action, Ended, Failure, Turn};
+use crate::shared::Shared;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
-use snapshot::Generation;
+use snapshot::{Appended, Generation};
 use std::io::{ErrorKind, Read, Write};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use transport::wire::CaptureFailure;
@@ -205,29 +204,24 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
 fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Event, t0: Instant) -> Result<(), Error> {
     let mut events = vec![first];
     loop {
-        if shared.stop.load(Ordering::SeqCst) {
-            return Err(Error::Stopped);
+        if run.writer.is_none() && run.ticked.is_none_or(|t| t.elapsed() >= limits::IDLE_RELEASE_TICK) {
+            // Idle release is decided on a tick (not on every turn: a tick walks the whole machine).
+            run.ticked = Some(Instant::now());
+            shared.idle_tick();
+        }
+        // One look at the machine per turn (its lock, uncontended but for a moment per agent event).
+        match shared.capture_turn(id, run.master_changes, run.writer.is_none() && run.gen.is_some()) {
+            Turn::Go => {}
+            Turn::Stop => return Err(Error::Stopped),
+            Turn::MasterChanged => {
+                tracing::info!(master = %shared.master(), "the master changed (Sentinel): this capture ends");
+                return Ok(());
+            }
+            // Sealed (by an idle release, a failover or a renewal): the link to the source goes with it.
+            Turn::Sealed => return Ok(()),
         }
         for ev in events.drain(..) {
             if apply(shared, id, link, run, ev, t0)? == Applied::Sealed {
-                return Ok(());
-            }
-        }
-        // Sentinel named another master: this capture's history is the old master's. The machine
-        // has sealed (or failed, mid-RDB) its generation already, and keeps any demand for a capture
-        // from the new master: this capture just ends, it did not fail.
-        if shared.master_changes.load(Ordering::SeqCst) != run.master_changes {
-            tracing::info!(master = %shared.master(), "the master changed (Sentinel): this capture ends");
-            return Ok(());
-        }
-        if run.writer.is_none() {
-            // Idle release is decided on a tick (not on every read: the lock stays off the hot path).
-            if run.ticked.is_none_or(|t| t.elapsed() >= crate::IDLE_TICK) {
-                run.ticked = Some(Instant::now());
-                shared.idle_tick();
-            }
-            // Sealed (by an idle release or a failover): the link to the source goes with it.
-            if run.gen.as_ref().is_some_and(|g| g.state() == snapshot::State::Sealed) {
                 return Ok(());
             }
         }
@@ -279,12 +273,14 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         }
         Event::Log { bytes, complete_offset } => {
             let gen = run.gen.as_ref().expect("a generation before the stream");
-            if gen.state() == snapshot::State::Sealed {
-                return Ok(Applied::Sealed); // by a failover or an idle release, not by its bound
-            }
-            if gen.append_log(&bytes, complete_offset) {
-                shared.feed(|g| ((), g.log_bound(id)));
-                return Ok(Applied::Sealed);
+            match gen.append_log(&bytes, complete_offset) {
+                Appended::Taken => {}
+                Appended::AtBound => {
+                    shared.feed(|g| ((), g.log_bound(id)));
+                    return Ok(Applied::Sealed);
+                }
+                // Sealed by a failover, an idle release or a renewal, not by its bound.
+                Appended::Refused => return Ok(Applied::Sealed),
             }
         }
     }

@@ -2,7 +2,8 @@
 //! file's bytes, read once into the region and then served like any RDB. This makes the data path
 //! measurable on its own (`fastrepl fetch`, the remote-read benchmark, after the Alluxio-over-RDMA experiments).
 
-use crate::{Error, Shared};
+use crate::error::Error;
+use crate::shared::Shared;
 use replication::ReplId;
 use snapshot::Generation;
 use std::io::Read;
@@ -25,7 +26,7 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
         let spare = writer.spare((len - done).min(limits::RDB_READ_BYTES_MAX));
         let n = f.read(spare).map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
         if n == 0 {
-            gen.fail("the file shrank while being read");
+            shared.rdb_failed(gen.id(), "the file shrank while being read".into());
             return Err(Error::Config(format!("{} shrank while being read", path.display())));
         }
         writer.commit(n);

@@ -2,9 +2,9 @@
 //! fork on the source) starts, when a generation is sealed or let go of, and what waiting agents are
 //! told. No sockets, no clock, no snapshot memory: it holds generation ids and states, takes events
 //! (with `now` where time matters) and returns [`Action`]s. The threads feed it under one lock and
-//! carry the actions out on the real generations (see `Shared` in lib.rs).
+//! carry the actions out on the real generations (see `shared::Shared`).
 
-use crate::CapturePolicy;
+use crate::capture_policy::CapturePolicy;
 use std::time::{Duration, Instant};
 
 /// Why a generation was sealed (agents already on it finish from it; new agents need a new capture).
@@ -87,6 +87,11 @@ pub(crate) enum Action {
         /// Why.
         reason: SealReason,
     },
+    /// Record generation `id` complete: its whole RDB is published, the stream log grows.
+    Complete {
+        /// Which.
+        id: u64,
+    },
     /// Mark generation `id` failed (its capture broke mid-RDB, or its master changed under it).
     Fail {
         /// Which.
@@ -127,6 +132,23 @@ pub(crate) enum Next {
     Wait,
     /// The relay stops.
     Stop,
+}
+
+/// What a running capture does after a turn of its loop (asked with what it knew when it began).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Go on with its source.
+    Go,
+    /// The relay stops.
+    Stop,
+    /// Sentinel named another master since the capture began: its history is the old master's. The
+    /// machine has sealed (or failed, mid-RDB) its generation already and keeps any demand for a
+    /// capture from the new master: the capture ends, it did not fail.
+    MasterChanged,
+    /// Its generation's RDB is complete and the generation is no longer current and complete (sealed
+    /// by a failover, an idle release or an agent's renewal, or released): the link to the source
+    /// goes with it.
+    Sealed,
 }
 
 /// What an agent waiting for a generation gets.
@@ -238,6 +260,26 @@ impl Generations {
         self.connections
     }
 
+    /// The relay is stopping.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Capture `id`, begun when the master had changed `master_changes` times, asks whether to go on;
+    /// `rdb_done`: its RDB is complete (before that, only a master change ends it).
+    pub(crate) fn capture_turn(&self, id: u64, master_changes: u64, rdb_done: bool) -> Turn {
+        if self.stopped {
+            return Turn::Stop;
+        }
+        if self.master_changes != master_changes {
+            return Turn::MasterChanged;
+        }
+        if rdb_done && self.current != Some((id, Phase::Complete)) {
+            return Turn::Sealed;
+        }
+        Turn::Go
+    }
+
     /// The relay stops: the capture thread ends, waiters are told.
     pub(crate) fn stop(&mut self) -> Vec<Action> {
         self.stopped = true;
@@ -295,6 +337,7 @@ impl Generations {
             return Next::Wait;
         }
         self.captures += 1;
+        debug_assert!(self.current.is_none_or(|(cur, _)| cur < self.captures), "generation ids only move forward");
         self.running = Some(self.captures);
         Next::Capture(self.captures)
     }
@@ -308,12 +351,25 @@ impl Generations {
         vec![Action::TellWaiters]
     }
 
-    /// Capture `id`'s RDB is complete.
-    pub(crate) fn rdb_complete(&mut self, id: u64) {
-        if self.current == Some((id, Phase::Capturing)) {
-            self.current = Some((id, Phase::Complete));
-            self.completed_any = true;
+    /// Capture `id`'s RDB is complete: recorded so, unless the machine failed it meanwhile (its
+    /// master changed mid-RDB), which stands.
+    pub(crate) fn rdb_complete(&mut self, id: u64) -> Vec<Action> {
+        if self.current != Some((id, Phase::Capturing)) {
+            return Vec::new();
         }
+        self.current = Some((id, Phase::Complete));
+        self.completed_any = true;
+        vec![Action::Complete { id }]
+    }
+
+    /// Generation `id`'s RDB could not be completed other than by a capture (a served file shrank
+    /// while being read): it fails, and its waiters are told.
+    pub(crate) fn rdb_failed(&mut self, id: u64, why: String) -> Vec<Action> {
+        if self.current != Some((id, Phase::Capturing)) {
+            return Vec::new();
+        }
+        self.current = Some((id, Phase::Failed));
+        vec![Action::Fail { id, why }, Action::TellWaiters]
     }
 
     /// An agent needs a snapshot at replication offset `min_offset` or later, and holds generation
@@ -708,5 +764,73 @@ mod tests {
         // Asking again about the sealed one seals and starts nothing more.
         assert_eq!(g.renew(id, 100, 500), (Renewed::Sealed, vec![]));
         assert_eq!(g.next_capture(), Next::Wait, "one capture runs");
+    }
+
+    #[test]
+    fn a_complete_rdb_is_recorded_once_and_not_over_a_failure() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.rdb_started(id);
+        assert_eq!(g.rdb_complete(id), vec![Action::Complete { id }]);
+        assert!(g.rdb_complete(id).is_empty(), "recorded once");
+        // A master change mid-RDB fails the generation; its RDB completing afterwards does not undo that.
+        g.log_bound(id);
+        g.capture_ended(id, Ended::Sealed);
+        let t = g.ticket();
+        g.want(t);
+        let Next::Capture(two) = g.next_capture() else { panic!() };
+        g.rdb_started(two);
+        g.master_changed("m2:6379".into());
+        assert!(g.rdb_complete(two).is_empty());
+        assert_eq!(g.current(), Some((two, Phase::Failed)));
+    }
+
+    #[test]
+    fn a_served_file_that_breaks_fails_its_generation_once() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        g.rdb_started(1);
+        assert_eq!(g.rdb_failed(1, "shrank".into()), vec![Action::Fail { id: 1, why: "shrank".into() }, Action::TellWaiters]);
+        assert_eq!(g.current(), Some((1, Phase::Failed)));
+        assert!(g.rdb_failed(1, "again".into()).is_empty(), "failed once");
+        assert!(g.rdb_complete(1).is_empty(), "a failed generation is not completed");
+    }
+
+    #[test]
+    fn a_capture_goes_on_until_its_master_changes_or_its_generation_is_sealed() {
+        let (mut g, t0) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        assert_eq!(g.capture_turn(id, 0, false), Turn::Go, "handshake");
+        g.rdb_started(id);
+        assert_eq!(g.capture_turn(id, 0, false), Turn::Go, "mid-RDB");
+        g.rdb_complete(id);
+        assert_eq!(g.capture_turn(id, 0, true), Turn::Go, "streaming");
+        g.renew(id, 1, 2);
+        assert_eq!(g.capture_turn(id, 0, true), Turn::Sealed, "sealed by a renewal");
+
+        // Released when idle.
+        g.capture_ended(id, Ended::Sealed);
+        let Next::Capture(two) = g.next_capture() else { panic!() };
+        g.rdb_started(two);
+        g.rdb_complete(two);
+        g.idle_tick(t0 + IDLE * 2);
+        assert_eq!(g.current(), None);
+        assert_eq!(g.capture_turn(two, 0, true), Turn::Sealed, "released");
+
+        // A master change ends a capture at any stage.
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        g.master_changed("m2:6379".into());
+        assert_eq!(g.capture_turn(id, 0, false), Turn::MasterChanged);
+        assert_eq!(g.capture_turn(id, 1, false), Turn::Go, "a capture begun after the change");
+    }
+
+    #[test]
+    fn stop_is_told() {
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        assert!(!g.stopped());
+        g.stop();
+        assert!(g.stopped());
+        assert_eq!(g.capture_turn(id, 0, false), Turn::Stop);
     }
 }

@@ -3,18 +3,19 @@
 
 use crate::generations::Answer;
 use crate::stats::Stats;
-use crate::{tracker, Shared};
+use crate::shared::Shared;
+use crate::tracker;
 use snapshot::Generation;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request};
-use transport::{serve as reply, Error};
+use transport::{serve as reply, Error, TransportKind};
 
-use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
+use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write {
@@ -91,7 +92,7 @@ fn accept_each<S: Send + 'static>(
     serve: fn(&Shared, S) -> Result<(), ConnError>,
 ) {
     for conn in conns {
-        if shared.stop.load(Ordering::SeqCst) {
+        if shared.stopping() {
             break;
         }
         let s = match conn {
@@ -203,7 +204,7 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
             let local = raw.local_addr().map_err(Error::io("local address"))?;
-            let status = crate::stats::status(shared, local);
+            let status = crate::status::status(shared, local);
             wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {
@@ -252,7 +253,7 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
             }
             Err(_) => {}
         }
-        if Instant::now() >= deadline || shared.stop.load(Ordering::SeqCst) {
+        if Instant::now() >= deadline || shared.stopping() {
             wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;
             return Ok(());
         }
@@ -274,12 +275,12 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         if agent_left(raw)? {
             return Ok(());
         }
-        if shared.stop.load(Ordering::SeqCst) {
+        if shared.stopping() {
             return Ok(());
         }
         // Coalesce bursts of changes (a block every few ms) into one push.
         gen.wait_change(version, HEARTBEAT);
-        std::thread::sleep(Duration::from_millis(5)); // Rate limit for pushes, not synchronization.
+        std::thread::sleep(DESCRIPTOR_PUSH_GAP); // Rate limit for pushes, not synchronization.
     }
 }
 
@@ -340,7 +341,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 Ok(()) => {
                     s.send_range(gen.region().file(), offset, len)?;
                     if S::IS_TCP {
-                        Stats::add(&shared.stats.tcp_block_bytes, u64::from(len));
+                        shared.stats.served(TransportKind::Tcp, u64::from(len));
                     }
                 }
                 Err(e) => reply::send_error(&mut s, &e.to_string())?,
@@ -354,12 +355,12 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             },
             Request::Attach { transport: wire::AttachKind::Shm, .. } => {
                 s.attach_shm(gen)?;
-                Stats::add(&shared.stats.shm_attaches, 1);
+                shared.stats.attached(TransportKind::Shm);
             }
             Request::Attach { arg: segment, .. } => match shared.ucx_key(gen, segment) {
                 Ok(bytes) => {
                     reply::send_bytes(&mut s, &bytes)?;
-                    Stats::add(&shared.stats.ucx_attaches, 1);
+                    shared.stats.attached(TransportKind::Ucx);
                 }
                 Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },

@@ -96,7 +96,7 @@ pub struct Listed {
 
 /// The replicas the master's `INFO replication` lists.
 pub fn listed(master: &Info) -> Vec<Listed> {
-    let count = master.num("connected_slaves").unwrap_or(0).clamp(0, 10_000);
+    let count = master.num("connected_slaves").unwrap_or(0).clamp(0, limits::SOURCE_REPLICAS_LISTED_MAX);
     (0..count)
         .filter_map(|i| master.get(&format!("slave{i}")))
         .filter_map(|line| {
@@ -260,7 +260,7 @@ impl Drop for RawRdb {
 
 /// Saved settings as one log field: a list of `name=value` ([`crate::json_list`]).
 fn settings_text(saved: &[(&'static str, String)]) -> String {
-    crate::json_list(&saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>())
+    crate::json_list::json_list(&saved.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use crate::generations::SealReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+use transport::TransportKind;
 
 /// Counters, bumped where things happen.
 pub(crate) struct Stats {
@@ -21,10 +22,11 @@ pub(crate) struct Stats {
     pub released_idle: AtomicU64,
     pub agents_attached: AtomicU64,
     pub agents_attached_total: AtomicU64,
-    pub tcp_block_bytes: AtomicU64,
+    /// Snapshot bytes the relay's CPU sent, by transport (only [`SERVED_OVER`] count).
+    served_bytes: ByTransport,
     pub log_bytes_served: AtomicU64,
-    pub shm_attaches: AtomicU64,
-    pub ucx_attaches: AtomicU64,
+    /// One-sided attaches, by transport (only [`ATTACHED_OVER`] count).
+    attaches: ByTransport,
     pub refused_over_limit: AtomicU64,
     pub errors_auth: AtomicU64,
     pub errors_protocol: AtomicU64,
@@ -47,10 +49,9 @@ impl Stats {
             released_idle: AtomicU64::new(0),
             agents_attached: AtomicU64::new(0),
             agents_attached_total: AtomicU64::new(0),
-            tcp_block_bytes: AtomicU64::new(0),
+            served_bytes: ByTransport::default(),
             log_bytes_served: AtomicU64::new(0),
-            shm_attaches: AtomicU64::new(0),
-            ucx_attaches: AtomicU64::new(0),
+            attaches: ByTransport::default(),
             refused_over_limit: AtomicU64::new(0),
             errors_auth: AtomicU64::new(0),
             errors_protocol: AtomicU64::new(0),
@@ -69,6 +70,26 @@ impl Stats {
     pub fn sealed(&self, reason: SealReason) {
         Stats::add(&self.sealed, 1);
         Stats::add(&self.sealed_by[reason.index()], 1);
+    }
+
+    /// The relay's CPU sent `n` snapshot bytes over `kind`.
+    pub fn served(&self, kind: TransportKind, n: u64) {
+        Stats::add(self.served_bytes.of(kind), n);
+    }
+
+    /// An agent attached over the one-sided `kind` (its reads then bypass the relay).
+    pub fn attached(&self, kind: TransportKind) {
+        Stats::add(self.attaches.of(kind), 1);
+    }
+
+    /// Snapshot bytes sent over each transport that passes through the relay's CPU, by name.
+    pub fn served_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
+        SERVED_OVER.iter().map(|k| (k.name().to_string(), get(self.served_bytes.of(*k)))).collect()
+    }
+
+    /// Attaches over each one-sided transport, by name.
+    pub fn attaches_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
+        ATTACHED_OVER.iter().map(|k| (k.name().to_string(), get(self.attaches.of(*k)))).collect()
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -98,8 +119,35 @@ impl Stats {
     }
 }
 
-fn get(c: &AtomicU64) -> u64 {
+pub(crate) fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
+}
+
+/// The transports whose reads pass through the relay's CPU, the keys of `served_bytes_total`: TCP
+/// range reads (`sendfile`).
+pub const SERVED_OVER: [TransportKind; 1] = [TransportKind::Tcp];
+/// The one-sided transports, the keys of `attaches_total`: their reads never reach the relay.
+pub const ATTACHED_OVER: [TransportKind; 2] = [TransportKind::Shm, TransportKind::Ucx];
+
+/// One counter per transport.
+#[derive(Default)]
+struct ByTransport([AtomicU64; TransportKind::ALL.len()]);
+
+impl ByTransport {
+    fn of(&self, kind: TransportKind) -> &AtomicU64 {
+        let i = TransportKind::ALL.iter().position(|k| *k == kind).expect("every kind is in TransportKind::ALL");
+        &self.0[i]
+    }
+}
+
+/// Snapshot bytes a status says the relay's CPU sent over `kind` (0 for a transport it does not count).
+pub fn served_bytes(st: &Status, kind: TransportKind) -> u64 {
+    st.served_bytes_total.get(kind.name()).copied().unwrap_or(0)
+}
+
+/// One-sided attaches a status counts over `kind` (0 for a transport it does not count).
+pub fn attaches(st: &Status, kind: TransportKind) -> u64 {
+    st.attaches_total.get(kind.name()).copied().unwrap_or(0)
 }
 
 /// The status is a wire message (the answer on a status connection); the relay fills it here.
@@ -151,85 +199,6 @@ fn labelled(e: &mut metrics::Exposition, name: &str, help: &str, label: &str, va
     for (i, (key, n)) in values.iter().enumerate() {
         e.counter(name, if i == 0 { help } else { "" }, &[(label, key.as_str())], *n as f64);
     }
-}
-
-/// Take the status of `shared` now.
-pub(crate) fn status(shared: &crate::Shared, listen: std::net::SocketAddr) -> Status {
-    let s = &shared.stats;
-    let current = shared.current_id();
-    let mut generations: Vec<GenerationStatus> = shared
-        .held()
-        .iter()
-        .map(|g| {
-            let (d, _) = g.descriptor(usize::MAX);
-            let (blocks, blocks_total) = g.blocks();
-            GenerationStatus {
-                id: d.generation,
-                state: format!("{:?}", d.state).to_lowercase(),
-                current: Some(d.generation) == current,
-                replid: d.replid,
-                offset: d.offset,
-                rdb_bytes: d.published,
-                rdb_length: d.length,
-                rdb_version: d.rdb_version,
-                blocks,
-                blocks_total,
-                log_bytes: g.log_len() as u64,
-                age_seconds: g.age().as_secs_f64(),
-                agents: shared.swarms.members(d.generation) as u64,
-                error: d.error,
-            }
-        })
-        .collect();
-    generations.sort_by_key(|g| g.id);
-    let last_capture_error = shared.capture_failures().1.map(|f| f.why);
-    Status {
-        schema_version: transport::wire::status::STATUS_SCHEMA_VERSION,
-        ok: true,
-        version: env!("CARGO_PKG_VERSION").into(),
-        listen: listen.to_string(),
-        ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
-        master: shared.master(),
-        source_policy: shared.config.source.to_string(),
-        source: s.source(),
-        capture_policy: shared.config.capture.to_string(),
-        uptime_seconds: s.uptime_secs(),
-        captures_total: get(&s.captures),
-        capture_failures_total: get(&s.capture_failures),
-        last_capture_error,
-        generations_sealed_total: get(&s.sealed),
-        generations_sealed_by_reason_total: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
-        generations_released_idle_total: get(&s.released_idle),
-        source_last_io_seconds: s.source_silent_secs(),
-        source_bytes_total: get(&s.source_bytes),
-        held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
-        generations,
-        connections: shared.connections() as u64,
-        connections_max: shared.config.connections_max as u64,
-        connections_refused_total: get(&s.refused_over_limit),
-        agents_attached: get(&s.agents_attached),
-        agents_attached_total: get(&s.agents_attached_total),
-        served_bytes_total: [("tcp".to_string(), get(&s.tcp_block_bytes))].into(),
-        log_served_bytes_total: get(&s.log_bytes_served),
-        attaches_total: [("shm".to_string(), get(&s.shm_attaches)), ("ucx".to_string(), get(&s.ucx_attaches))].into(),
-        ucx_side_restarts_total: shared.ucx_side_restarts(),
-        errors_total: [
-            ("auth".to_string(), get(&s.errors_auth)),
-            ("protocol".to_string(), get(&s.errors_protocol)),
-            ("io".to_string(), get(&s.errors_io)),
-            ("capture".to_string(), get(&s.capture_failures)),
-        ]
-        .into(),
-        resident_memory_bytes: rss_bytes(),
-    }
-}
-
-/// Resident memory from /proc/self/statm (0 where there is none).
-fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok())).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions; it only reads a system constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * u64::try_from(page).unwrap_or(4096)
 }
 
 #[cfg(test)]
@@ -317,6 +286,21 @@ mod tests {
             assert!(g.get(field).is_some(), "generation field {field}");
             assert!(has(&format!("fastrepl_relay_generation_{field}")), "generation field {field} has no metric");
         }
+    }
+
+    /// The maps' keys are the transports' names, as the status and the metrics' labels always had them.
+    #[test]
+    fn counters_by_transport_keep_their_names() {
+        let s = Stats::new();
+        s.served(TransportKind::Tcp, 7);
+        s.attached(TransportKind::Ucx);
+        s.attached(TransportKind::Ucx);
+        assert_eq!(s.served_by_transport(), [("tcp".to_string(), 7)].into());
+        assert_eq!(s.attaches_by_transport(), [("shm".to_string(), 0), ("ucx".to_string(), 2)].into());
+        let mut st = sample();
+        st.served_bytes_total = s.served_by_transport();
+        st.attaches_total = s.attaches_by_transport();
+        assert_eq!((served_bytes(&st, TransportKind::Tcp), attaches(&st, TransportKind::Shm), attaches(&st, TransportKind::Ucx)), (7, 0, 2));
     }
 
     #[test]

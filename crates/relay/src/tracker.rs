@@ -1,6 +1,6 @@
 //! The relay as the swarm's tracker: one [`swarm::Tracker`] per generation with agents, plus what the
 //! wire needs around it (each member's address, who reads over shared memory). No sockets here: the
-//! data connections in [`crate::serve`] call in with what an agent said and `now`.
+//! data connections (`serve`) call in with what an agent said and `now`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -8,8 +8,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 use transport::wire::swarm::{Locate, Located, Peer, Where};
 
-/// Candidates named beyond the agent's free peer slots: some may turn out busy or bad.
-const SPARE_PEER_ANSWERS: usize = 2;
 
 /// One generation's swarm.
 #[derive(Default)]
@@ -102,7 +100,7 @@ impl Swarms {
             // Held whole first, then rarest first, equals in an order of the asker's own.
             blocks.sort_by_key(|b| s.tracker.precedence(id, *b));
             let mut relay_left = usize::from(ask.relay_slots);
-            let mut peers_left = usize::from(ask.peer_slots) + SPARE_PEER_ANSWERS;
+            let mut peers_left = usize::from(ask.peer_slots) + limits::LOCATE_SPARE_PEERS;
             // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
             // asker's chooser will (a holder it opens a connection to takes no further new ones).
             let mut open = ask.open.clone();

@@ -1,13 +1,12 @@
-//! The messages between the relay and its UCX side process ([`crate::ucx_side`]): typed, each a
-//! length-prefixed (u32, big-endian) JSON object of at most [`MESSAGE_MAX`] bytes. Not behind the
+//! The messages between the relay and its UCX side process (`ucx_side`, which reads them): typed, each a
+//! length-prefixed (u32, big-endian) JSON object of at most [`limits::UCX_SIDE_MESSAGE_BYTES_MAX`] bytes. Not behind the
 //! `ucx` feature, so that the parser is fuzzed without UCX (`fuzz/fuzz_targets/ucx_messages.rs`).
 
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 
-/// Longest message either way (an address or a packed key is well under a KiB).
-pub const MESSAGE_MAX: usize = 1 << 20;
+use limits::UCX_SIDE_MESSAGE_BYTES_MAX as MESSAGE_MAX;
 
 /// The side's first message: it is ready, or why not.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,7 +79,7 @@ pub fn send<T: Serialize>(s: &mut impl Write, msg: &T) -> std::io::Result<()> {
     s.write_all(&frame)
 }
 
-/// Read one message (bounded by [`MESSAGE_MAX`]); `Ok(None)` at a clean end of the stream.
+/// Read one message (bounded by [`limits::UCX_SIDE_MESSAGE_BYTES_MAX`]); `Ok(None)` at a clean end of the stream.
 pub fn receive<T: for<'de> Deserialize<'de>>(s: &mut impl Read) -> std::io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len) {

@@ -18,7 +18,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use transport::wire::{UcxKey, UCX_SEGMENT};
 
 /// Why the relay's UCX service failed.
@@ -47,15 +47,7 @@ pub enum UcxServeError {
     },
 }
 
-/// How long the side may take to start or to answer one request (a registration pins memory on
-/// RDMA devices, which takes a while for a large segment). Below the agents' I/O timeout, so that an
-/// agent waiting for its attach hears why rather than time out.
-const SIDE_ANSWER_MAX: Duration = Duration::from_secs(20);
-/// How often the watcher looks whether the side is alive and forgets dropped generations (their
-/// read mapping in the side would otherwise keep the whole snapshot's memory alive).
-const WATCH_EVERY: Duration = Duration::from_secs(1);
-/// A side that died is started again at most this often.
-const RESTART_EVERY: Duration = Duration::from_secs(1);
+use limits::{UCX_SIDE_ANSWER_MAX as SIDE_ANSWER_MAX, UCX_SIDE_RESTART_EVERY as RESTART_EVERY, UCX_SIDE_WATCH_EVERY as WATCH_EVERY};
 
 /// The relay's UCX service: the side process, restarted when it dies.
 pub struct UcxServer {
@@ -315,12 +307,12 @@ impl Drop for Side {
     fn drop(&mut self) {
         // It exits when its socket closes; a stuck one is killed.
         let _ = self.conn.shutdown(std::net::Shutdown::Both);
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + limits::UCX_SIDE_EXIT_MAX;
         while Instant::now() < deadline {
             if !matches!(self.child.try_wait(), Ok(None)) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(10)); // Polling a child's exit with a deadline.
+            std::thread::sleep(limits::UCX_SIDE_EXIT_POLL_EVERY); // Polling a child's exit with a deadline.
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

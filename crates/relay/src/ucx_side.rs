@@ -1,4 +1,4 @@
-//! The relay's UCX side: a process of its own, started by [`crate::ucx_serve::UcxServer`] from the
+//! The relay's UCX side: a process of its own, started by the relay's UCX service (`ucx_serve`) from the
 //! relay's own binary (`fastrepl relay-ucx-side`, hidden). It ends when the relay closes its socket
 //! or ends.
 //!
@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use ucx::{Context, MemRegion, Worker};
 
 /// The hidden subcommand that runs [`run`].
@@ -131,14 +130,14 @@ impl Side {
                 let mut wait_failed = false;
                 while !s.load(Ordering::SeqCst) {
                     if !w.progress() {
-                        if let Err(e) = w.wait(Duration::from_millis(100)) {
+                        if let Err(e) = w.wait(limits::UCX_SIDE_PROGRESS_WAIT_MAX) {
                             // Stopping here would leave every agent's GET unanswered: keep
                             // progressing, polling instead of sleeping on the event descriptor.
                             if !wait_failed {
                                 tracing::error!(error = %e, "UCX progress thread cannot sleep on its worker's events; polling every millisecond instead");
                                 wait_failed = true;
                             }
-                            std::thread::sleep(Duration::from_millis(1)); // Polling period, not synchronization.
+                            std::thread::sleep(limits::UCX_SIDE_PROGRESS_POLL_EVERY); // Polling period, not synchronization.
                         }
                     }
                 }

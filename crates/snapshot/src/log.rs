@@ -41,9 +41,9 @@ impl StreamLog {
 
     /// Bytes from absolute offset `from` (first byte of the log = `start + 1`), at most `max`, never
     /// past the end of the last complete command.
-    pub fn read(&self, from: u64, max: usize) -> Result<Vec<u8>, crate::Error> {
+    pub fn read(&self, from: u64, max: usize) -> Result<Vec<u8>, crate::error::Error> {
         if from <= self.start || from > self.complete_end + 1 {
-            return Err(crate::Error::LogRange { from, first: self.start + 1, end: self.complete_end + 1 });
+            return Err(crate::error::Error::LogRange { from, first: self.start + 1, end: self.complete_end + 1 });
         }
         let i = (from - self.start - 1) as usize;
         let end = ((self.complete_end - self.start) as usize).min(i.saturating_add(max));

@@ -1,0 +1,85 @@
+//! The relay's status taken now: the counters of [`crate::stats`], the machine's view and every
+//! generation held, as one [`Status`] (what `fastrepl status` prints and `--metrics` exposes).
+
+use crate::generations::SealReason;
+use crate::shared::Shared;
+use crate::stats::{get, GenerationStatus, Status};
+
+/// Take the status of `shared` now.
+pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
+    let s = &shared.stats;
+    let current = shared.current_id();
+    let mut generations: Vec<GenerationStatus> = shared
+        .held()
+        .iter()
+        .map(|g| {
+            let (d, _) = g.descriptor(usize::MAX);
+            let (blocks, blocks_total) = g.blocks();
+            GenerationStatus {
+                id: d.generation,
+                state: format!("{:?}", d.state).to_lowercase(),
+                current: Some(d.generation) == current,
+                replid: d.replid,
+                offset: d.offset,
+                rdb_bytes: d.published,
+                rdb_length: d.length,
+                rdb_version: d.rdb_version,
+                blocks,
+                blocks_total,
+                log_bytes: g.log_len() as u64,
+                age_seconds: g.age().as_secs_f64(),
+                agents: shared.swarms.members(d.generation) as u64,
+                error: d.error,
+            }
+        })
+        .collect();
+    generations.sort_by_key(|g| g.id);
+    let last_capture_error = shared.capture_failures().1.map(|f| f.why);
+    Status {
+        schema_version: transport::wire::status::STATUS_SCHEMA_VERSION,
+        ok: true,
+        version: env!("CARGO_PKG_VERSION").into(),
+        listen: listen.to_string(),
+        ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
+        master: shared.master(),
+        source_policy: shared.config.source.to_string(),
+        source: s.source(),
+        capture_policy: shared.config.capture.to_string(),
+        uptime_seconds: s.uptime_secs(),
+        captures_total: get(&s.captures),
+        capture_failures_total: get(&s.capture_failures),
+        last_capture_error,
+        generations_sealed_total: get(&s.sealed),
+        generations_sealed_by_reason_total: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
+        generations_released_idle_total: get(&s.released_idle),
+        source_last_io_seconds: s.source_silent_secs(),
+        source_bytes_total: get(&s.source_bytes),
+        held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
+        generations,
+        connections: shared.connections() as u64,
+        connections_max: shared.config.connections_max as u64,
+        connections_refused_total: get(&s.refused_over_limit),
+        agents_attached: get(&s.agents_attached),
+        agents_attached_total: get(&s.agents_attached_total),
+        served_bytes_total: s.served_by_transport(),
+        log_served_bytes_total: get(&s.log_bytes_served),
+        attaches_total: s.attaches_by_transport(),
+        ucx_side_restarts_total: shared.ucx_side_restarts(),
+        errors_total: [
+            ("auth".to_string(), get(&s.errors_auth)),
+            ("protocol".to_string(), get(&s.errors_protocol)),
+            ("io".to_string(), get(&s.errors_io)),
+            ("capture".to_string(), get(&s.capture_failures)),
+        ]
+        .into(),
+        resident_memory_bytes: rss_bytes(),
+    }
+}
+
+/// Resident memory from /proc/self/statm (0 where there is none).
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok())).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}

@@ -1,0 +1,46 @@
+//! What can go wrong in the snapshot store.
+
+/// Errors of the snapshot store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Creating or sizing the memfd failed.
+    #[error("create snapshot region: {0}")]
+    Region(#[source] std::io::Error),
+    /// The RDB does not fit the configured bound.
+    #[error("snapshot exceeds --snapshot-max-bytes ({max} bytes)")]
+    TooLarge {
+        /// The bound.
+        max: u64,
+    },
+    /// Reading a range that is not published (yet).
+    #[error("range {offset}+{len} is beyond the published {published} bytes")]
+    NotPublished {
+        /// Requested start.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Bytes published.
+        published: u64,
+    },
+    /// A log read outside what the log holds.
+    #[error("log offset {from} outside {first}..={end}")]
+    LogRange {
+        /// Requested offset.
+        from: u64,
+        /// First offset held.
+        first: u64,
+        /// One past the last complete command.
+        end: u64,
+    },
+    /// Mapping a region failed.
+    #[error("map the snapshot region: {0}")]
+    Map(#[from] crate::region::MapError),
+    /// The capture of this generation failed.
+    #[error("snapshot generation {generation} failed: {reason}")]
+    Failed {
+        /// Which generation.
+        generation: u64,
+        /// Why.
+        reason: String,
+    },
+}
