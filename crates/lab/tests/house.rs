@@ -1013,29 +1013,45 @@ pub mod front_door {
             problems.push(format!("{} bytes, over the budget of {BUDGET}: move detail to docs/design/", doc.len()));
         }
         let decisions = doc.split("\n## ").find(|s| s.starts_with("Decisions")).unwrap_or("");
-        for line in decisions.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        // Past the heading and any introduction, every line is a decision of its own.
+        for line in decisions.lines().skip_while(|l| !l.starts_with("- ")).filter(|l| !l.trim().is_empty()) {
             if !line.starts_with("- ") {
                 problems.push(format!("a decision runs over more than one line: {line:?}"));
             } else if !line.contains("](docs/") {
                 problems.push(format!("a decision does not link to its detail under docs/: {line:?}"));
             }
         }
-        for link in links(doc) {
-            if !ws.join(&link).exists() {
-                problems.push(format!("a link to {link}, which does not exist"));
+        for (file, anchor) in links(doc) {
+            let path = ws.join(&file);
+            if !path.exists() {
+                problems.push(format!("a link to {file}, which does not exist"));
+            } else if let Some(anchor) = anchor.filter(|_| file.ends_with(".md")) {
+                let text = fs::read_to_string(&path).unwrap_or_default();
+                if !text.lines().filter(|l| l.starts_with('#')).any(|h| slug(h) == anchor) {
+                    problems.push(format!("a link to {file}#{anchor}, a heading {file} does not have"));
+                }
             }
         }
         problems
     }
 
-    /// Relative link targets, without their anchors.
-    pub fn links(doc: &str) -> Vec<String> {
+    /// Relative link targets: the file, and the anchor if any.
+    pub fn links(doc: &str) -> Vec<(String, Option<String>)> {
         doc.split("](")
             .skip(1)
             .filter_map(|rest| rest.split(')').next())
-            .map(|t| t.split('#').next().unwrap_or("").to_string())
-            .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+            .filter(|t| !t.is_empty() && !t.starts_with('#') && !t.contains("://") && !t.starts_with("mailto:"))
+            .map(|t| match t.split_once('#') {
+                Some((file, anchor)) => (file.to_string(), Some(anchor.to_string())),
+                None => (t.to_string(), None),
+            })
             .collect()
+    }
+
+    /// A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens.
+    pub fn slug(heading: &str) -> String {
+        let text = heading.trim_start_matches('#').trim().to_lowercase();
+        text.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_').map(|c| if c == ' ' { '-' } else { c }).collect()
     }
 }
 
@@ -1119,6 +1135,14 @@ mod rules {
         // `super::` in an inline module of a.rs is a.rs itself, not lib.rs.
         let files = [("lib.rs", "mod a;\npub fn f() { crate::a::g() }\n"), ("a.rs", "pub fn g() {}\nmod inner {\n    use super::g;\n}\n")];
         assert!(circles(&files).is_empty());
+    }
+
+    #[test]
+    fn links_and_anchors_are_read_as_github_makes_them() {
+        assert_eq!(front_door::slug("## The handoff preconditions, and why each exists"), "the-handoff-preconditions-and-why-each-exists");
+        assert_eq!(front_door::slug("### `transport` on a leaf codec"), "transport-on-a-leaf-codec");
+        let links = front_door::links("[a](docs/x.md#y) [b](https://e.org) [c](#local) [d](CHANGELOG.md)");
+        assert_eq!(links, [("docs/x.md".to_string(), Some("y".to_string())), ("CHANGELOG.md".to_string(), None)]);
     }
 
     #[test]
