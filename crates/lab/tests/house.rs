@@ -337,7 +337,7 @@ mod scan {
 
         /// The inline module the scan is in (`None` inside a function or other block).
         fn module(&self) -> Option<Vec<String>> {
-            self.frames.iter().map(|f| f.clone()).collect()
+            self.frames.iter().cloned().collect()
         }
 
         /// The inline module path around the scan, ignoring blocks (for paths named in a body).
