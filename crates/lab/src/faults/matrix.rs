@@ -1,5 +1,6 @@
 //! The fault matrix as data: which faults, in which phases, and how a cell's outcome is judged. No
-//! processes here (the driver is [`super::cell`]), so the invariant itself is unit-tested.
+//! processes here (`faults::cell` runs the cells, on top of this module), so the invariant itself is
+//! unit-tested.
 
 use agent::events::JoinPhase;
 use serde::{Deserialize, Serialize};
