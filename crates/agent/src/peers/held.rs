@@ -124,7 +124,7 @@ impl Held {
 
     /// The block a request names, if the request is exactly one whole block of ours.
     pub(crate) fn block_of(&self, offset: u64, len: u32) -> Option<u64> {
-        if offset % self.block_size != 0 {
+        if !offset.is_multiple_of(self.block_size) {
             return None;
         }
         let b = offset / self.block_size;

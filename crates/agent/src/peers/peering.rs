@@ -45,7 +45,7 @@ impl Peering {
     pub fn join(relay: SocketAddr, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
         let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
-        let serve = cfg.serve && token.relay_tls().map_or(true, |t| t.peer_server().is_some());
+        let serve = cfg.serve && token.relay_tls().is_none_or(|t| t.peer_server().is_some());
         let cache = if serve { cfg.cache_bytes } else { 0 };
         let held = Arc::new(Held::new(generation, block_size, cache));
         let server = if serve {
