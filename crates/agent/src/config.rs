@@ -3,6 +3,7 @@
 //! node's restart. A root of the crate: it names nothing of the rooms (join, pull, peers, staged)
 //! that read it.
 
+use crate::master::MasterAccess;
 use crate::node::Node;
 use crate::report::Live;
 use replication::replica::Auth;
@@ -63,6 +64,11 @@ impl Config {
     /// The local server as the join's steps reach it: made once, handed down.
     pub fn node(&self) -> Node {
         Node { addr: self.replica.clone(), auth: self.replica_auth.clone(), tls: self.replica_tls().cloned(), cancel: self.cancel.clone() }
+    }
+
+    /// How the master is reached.
+    pub fn master(&self) -> MasterAccess<'_> {
+        MasterAccess { given: self.master.as_deref(), sentinel: self.sentinel.as_ref(), auth: self.master_auth.as_ref(), tls: self.tls.as_ref() }
     }
 }
 

@@ -1,9 +1,41 @@
-//! The master as the join and the staged path see it: its replication state from `INFO replication`
-//! (what the handoff and the snapshot's freshness are judged by), and its address as `REPLICAOF` and
-//! `CLUSTER MEET` take it.
+//! The master as the join and the staged path see it: how it is reached (found through Sentinel,
+//! given, or as the relay reaches it; with its credentials and TLS), its replication state from `INFO
+//! replication` (what the handoff and the snapshot's freshness are judged by), and its address as
+//! `REPLICAOF` and `CLUSTER MEET` take it.
 
 use crate::error::Error;
-use client::{Info, Role};
+use client::{Client, Info, Role};
+use replication::replica::Auth;
+
+/// How the agent reaches the master (`--master`, `--sentinel`, the master's credentials, `--tls`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MasterAccess<'a> {
+    /// The master as given (`--master`).
+    pub given: Option<&'a str>,
+    /// Sentinels that name the master; they win over `given`.
+    pub sentinel: Option<&'a client::sentinel::Sentinels>,
+    /// Its credentials (also for the other nodes of its shard).
+    pub auth: Option<&'a Auth>,
+    /// TLS to it (and to the sentinels).
+    pub tls: Option<&'a client::tls::Tls>,
+}
+
+impl MasterAccess<'_> {
+    /// The master's address: what Sentinel names now, else as given, else the relay's (`relays`, asked
+    /// only then).
+    pub fn find(&self, relays: impl FnOnce() -> Result<String, Error>) -> Result<String, Error> {
+        match (self.sentinel, self.given) {
+            (Some(s), _) => s.find_master(limits::COMMAND_TIMEOUT).map_err(Error::sentinel),
+            (None, Some(m)) => Ok(m.to_string()),
+            (None, None) => relays(),
+        }
+    }
+
+    /// A connection to the master at `addr` (or another node of its shard), with the command timeout.
+    pub fn connect(&self, addr: &str) -> Result<Client, client::Error> {
+        Client::connect_tls(addr, self.auth, limits::COMMAND_TIMEOUT, self.tls)
+    }
+}
 
 /// The master's replication state (from `INFO replication`), what the handoff decision needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

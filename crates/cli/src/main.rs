@@ -629,11 +629,10 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let pull = a.pull.config();
+    let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
     let cfg = agent::staged::stage::StageConfig {
         source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
-        master: a.master,
-        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
-        tls: tls.as_ref(),
+        master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: None, auth: master_auth.as_ref(), tls: tls.as_ref() },
         dir: a.dir,
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,

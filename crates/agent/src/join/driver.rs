@@ -140,10 +140,7 @@ fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
     StagedConfig {
         node,
         source: Source { relay: cfg.relay, token: &cfg.token, pull: &cfg.pull, cancel: &cfg.cancel, live: &cfg.live },
-        master: cfg.master.as_deref(),
-        sentinel: cfg.sentinel.as_ref(),
-        master_auth: cfg.master_auth.as_ref(),
-        tls: cfg.tls.as_ref(),
+        master: cfg.master(),
         restart: &cfg.restart,
         load_timeout: cfg.load_timeout,
         handoff_timeout: cfg.handoff_timeout,
@@ -159,12 +156,8 @@ fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
     let (transport, why) = select::select(cfg.pull.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
-    let master_addr = match (&cfg.sentinel, &cfg.master) {
-        (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
-        (None, Some(m)) => m.clone(),
-        (None, None) => attached.master.clone(),
-    };
-    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+    let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
+    let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
     // A refused INFO is said now, as the permission it is, not later as something else.
     let master_server = match master.info("server") {
         Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
@@ -486,7 +479,7 @@ impl Driver<'_> {
     fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
         match f(&mut self.c.master) {
             Err(client::Error::Io { .. }) => {
-                self.c.master = Client::connect_tls(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
+                self.c.master = self.cfg.master().connect(&self.c.master_addr).map_err(Error::master)?;
                 f(&mut self.c.master).map_err(Error::master)
             }
             r => r.map_err(Error::master),
@@ -501,7 +494,7 @@ impl Driver<'_> {
         let now = s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
-            self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
+            self.c.master = self.cfg.master().connect(&now).map_err(Error::master)?;
             (self.host, self.port) = split_host_port(&now)?;
             self.c.master_addr = now;
         }

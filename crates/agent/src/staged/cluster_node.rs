@@ -30,6 +30,7 @@ use crate::guard::PARKED_USER;
 use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
 use crate::pull::progress;
 use crate::config::Restart;
+use crate::master::MasterAccess;
 use crate::node::Node;
 use crate::error::Error;
 use crate::report::Handoff;
@@ -54,27 +55,14 @@ pub struct StagedConfig<'a> {
     pub node: &'a Node,
     /// The relay, how to pull from it, and the live progress.
     pub source: Source<'a>,
-    /// The master as given (`--master`; `None`: through `sentinel`, else as the relay reaches it).
-    pub master: Option<&'a str>,
-    /// Sentinels that name the master.
-    pub sentinel: Option<&'a client::sentinel::Sentinels>,
-    /// Credentials for the master and the shard's other nodes.
-    pub master_auth: Option<&'a replication::replica::Auth>,
-    /// TLS to the master and the shard's other nodes.
-    pub tls: Option<&'a client::tls::Tls>,
+    /// How the master (and the other nodes of its shard) is reached.
+    pub master: MasterAccess<'a>,
     /// How the node is restarted.
     pub restart: &'a Restart,
     /// How long the node may take to load the snapshot.
     pub load_timeout: Duration,
     /// How long its link to the master may take to come up.
     pub handoff_timeout: Duration,
-}
-
-impl StagedConfig<'_> {
-    /// A connection to the master or another node of its shard.
-    fn connect_master(&self, addr: &str) -> Result<Client, client::Error> {
-        Client::connect_tls(addr, self.master_auth, local::CMD_TIMEOUT, self.tls)
-    }
 }
 
 /// Whether the local server is a cluster node (`cluster_enabled:1`).
@@ -161,12 +149,8 @@ impl Staging {
         let config_name = node.config_get("cluster-config-file").map_err(Error::replica)?.unwrap_or_else(|| "nodes.conf".into());
         let parked_from = (node.config_get("masteruser").map_err(Error::replica)?, node.config_get("masterauth").map_err(Error::replica)?);
 
-        let master_addr = match (cfg.sentinel, cfg.master) {
-            (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
-            (None, Some(m)) => m.to_string(),
-            (None, None) => progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master,
-        };
-        let mut master = cfg.connect_master(&master_addr).map_err(Error::master)?;
+        let master_addr = cfg.master.find(|| Ok(progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master))?;
+        let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
         let master_server = match master.info("server") {
             Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
             Err(e) => return Err(Error::master(e)),
@@ -184,7 +168,7 @@ impl Staging {
             aof,
             knows_master,
             has_masterauth: parked_from.1.as_deref().is_some_and(|a| !a.is_empty()),
-            master_needs_auth: cfg.master_auth.is_some(),
+            master_needs_auth: cfg.master.auth.is_some(),
         };
         let plan = staging::check(&facts, &MasterFacts { addr: master_addr.clone(), me: master_me.clone() }).map_err(Error::Precondition)?;
         let dir = cfg.restart.dir.clone().unwrap_or_else(|| PathBuf::from(&dir_conf));
@@ -317,7 +301,7 @@ impl Staging {
                 if m.id != self.master_id {
                     notes.push(format!("the master failed over during the staging: the node follows the shard's new master {master_addr} ({master_id})"));
                 }
-                let mut c = cfg.connect_master(&m.addr).map_err(Error::master)?;
+                let mut c = cfg.master.connect(&m.addr).map_err(Error::master)?;
                 staging::judge(m.before, sync_counters(&mut c)?)
             }
         };
@@ -431,7 +415,7 @@ impl Staging {
             let Some(id) = table.iter().find(|n| n.myself).and_then(|me| me.master.clone()) else { return Ok(false) };
             let Some(m) = table.iter().find(|n| n.id == id && n.role == Role::Master && !n.unsettled) else { return Ok(false) };
             let addr = if m.addr.starts_with(':') { self.master_addr.clone() } else { m.addr.clone() };
-            let Ok(mut c) = cfg.connect_master(&addr) else { return Ok(false) };
+            let Ok(mut c) = cfg.master.connect(&addr) else { return Ok(false) };
             let listed = cluster_nodes(&mut c)
                 .ok()
                 .and_then(|t| cluster::parse(&t).ok())
@@ -454,7 +438,7 @@ impl Staging {
                 sync_counters(&mut self.master)?
             } else {
                 // A replica that does not answer now is no candidate to judge by later.
-                match cfg.connect_master(&n.addr) {
+                match cfg.master.connect(&n.addr) {
                     Ok(mut c) => sync_counters(&mut c)?,
                     Err(_) => continue,
                 }
