@@ -88,7 +88,7 @@ impl PeerServer {
 impl PeerServer {
     /// Start the thread that keeps the tracker told of this server's upload load ([`report_load`]);
     /// it ends when the server stops or the link fails.
-    pub(crate) fn report_load(&self, tracker: Arc<Mutex<TrackerLink>>) -> Result<std::thread::JoinHandle<()>, Error> {
+    pub(crate) fn start_load_reporter(&self, tracker: Arc<Mutex<TrackerLink>>) -> Result<std::thread::JoinHandle<()>, Error> {
         let sh = self.shared.clone();
         std::thread::Builder::new().name("load-report".into()).spawn(move || report_load(&sh, &tracker)).map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))
     }

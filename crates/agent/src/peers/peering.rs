@@ -64,9 +64,7 @@ impl Peering {
         }
         let tracker = Arc::new(Mutex::new(link));
         let reporter = match &server {
-            Some(s) => {
-                Some(s.report_load(tracker.clone())?)
-            }
+            Some(s) => Some(s.start_load_reporter(tracker.clone())?),
             None => None,
         };
         Ok(Peering { tracker, held, token: token.clone(), server, reporter, id })
