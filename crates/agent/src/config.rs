@@ -1,11 +1,14 @@
-//! The join's configuration, as the binary builds it from flags and the environment.
+//! The join's configuration, as the binary builds it from flags and the environment, and the small
+//! configurations its steps take from it: the pull's settings, the swarm's, the retries', a staged
+//! node's restart. A root of the crate: it names nothing of the rooms (join, pull, peers, staged)
+//! that read it.
 
-use crate::join::retry;
-use crate::peers::member as peer;
+use crate::master::MasterAccess;
+use crate::node::Node;
 use crate::report::Live;
-use crate::staged::cluster_node as staged;
 use replication::replica::Auth;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 use transport::Credentials;
 
@@ -34,10 +37,8 @@ pub struct Config {
     pub force: bool,
     /// Where the agent listens for its replica (loopback, port 0 by default).
     pub listen: SocketAddr,
-    /// Reads in flight.
-    pub readers: usize,
-    /// Blocks buffered ahead of the replica at most.
-    pub window_blocks: u64,
+    /// How the snapshot is pulled (`--transport`, `--readers`, `--window-blocks`).
+    pub pull: PullConfig,
     /// How long to wait for the replica to load the snapshot.
     pub load_timeout: Duration,
     /// How long to wait for the replica to be in sync with the master after the handoff.
@@ -46,14 +47,12 @@ pub struct Config {
     pub live: std::sync::Arc<Live>,
     /// Set from outside (a signal) to abandon the join; before the handoff the replica is reset.
     pub cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// The transport for the snapshot (`--transport`); `None` for `auto`.
-    pub transport: Option<transport::TransportKind>,
     /// How this agent takes part in its generation's swarm.
-    pub peers: peer::PeerConfig,
+    pub peers: PeerConfig,
     /// How often and how patiently a failed join is tried again.
-    pub retry: retry::Policy,
+    pub retry: RetryPolicy,
     /// How a cluster node is restarted by a staged join.
-    pub restart: staged::Restart,
+    pub restart: Restart,
 }
 
 impl Config {
@@ -61,4 +60,76 @@ impl Config {
     pub fn replica_tls(&self) -> Option<&client::tls::Tls> {
         self.tls.as_ref().filter(|_| self.replica_tls)
     }
+
+    /// The local server as the join's steps reach it: made once, handed down.
+    pub fn node(&self) -> Node {
+        Node { addr: self.replica.clone(), auth: self.replica_auth.clone(), tls: self.replica_tls().cloned(), cancel: self.cancel.clone() }
+    }
+
+    /// How the master is reached.
+    pub fn master(&self) -> MasterAccess<'_> {
+        MasterAccess { given: self.master.as_deref(), sentinel: self.sentinel.as_ref(), auth: self.master_auth.as_ref(), tls: self.tls.as_ref() }
+    }
+}
+
+/// How a snapshot is pulled from the relay (`join`, `stage` and `fetch` take the same flags).
+#[derive(Debug, Clone, Default)]
+pub struct PullConfig {
+    /// The transport (`--transport`); `None` for `auto`.
+    pub transport: Option<transport::TransportKind>,
+    /// Reads in flight (0: the transport's default).
+    pub readers: usize,
+    /// Blocks buffered ahead of the consumer at most.
+    pub window_blocks: u64,
+}
+
+/// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,
+/// `--serve-cache-mib`).
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// Serve held blocks to other agents.
+    pub serve: bool,
+    /// Where to listen for peers (default: the address this agent reaches the relay from, any port).
+    pub listen: Option<SocketAddr>,
+    /// The address to give peers, when they cannot reach the listen address (NAT).
+    pub advertise: Option<String>,
+    /// Bytes of blocks already fed to the replica kept for peers.
+    pub cache_bytes: u64,
+    /// Longest an agent keeps serving after its own handoff while others still pull.
+    pub linger: Duration,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig { serve: true, listen: None, advertise: None, cache_bytes: limits::SERVE_CACHE_BYTES_DEFAULT, linger: limits::SERVE_LINGER_DEFAULT }
+    }
+}
+
+/// How many times, and how patiently, a failed join is tried again (`--retries`, `--retry-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts after the first (0: never retry).
+    pub retries: u32,
+    /// The first wait (before jitter).
+    pub base: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy { retries: limits::JOIN_RETRIES_DEFAULT, base: limits::JOIN_RETRY_BASE, max: limits::JOIN_RETRY_MAX }
+    }
+}
+
+/// How a staged join restarts a cluster node (`--restart-command`, `--restart-timeout-secs`,
+/// `--replica-dir`).
+#[derive(Debug, Clone, Default)]
+pub struct Restart {
+    /// A shell command that starts the node (`sh -c`); `None`: its supervisor does.
+    pub command: Option<String>,
+    /// How long the node may take to answer again.
+    pub timeout: Duration,
+    /// The node's data directory as this agent sees it (`None`: the node's `dir`).
+    pub dir: Option<PathBuf>,
 }

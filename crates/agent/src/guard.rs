@@ -11,6 +11,8 @@
 //! never argv.
 
 use crate::error::Error;
+use crate::local::{self, Reset};
+use crate::node::Node;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 
@@ -33,6 +35,10 @@ const ENV_STAGED_MASTERAUTH: &str = "FASTREPL_GUARD_STAGED_MASTERAUTH";
 const ENV_STAGED_RDB: &str = "FASTREPL_GUARD_STAGED_RDB";
 const ENV_STAGED_RDB_ASIDE: &str = "FASTREPL_GUARD_STAGED_RDB_ASIDE";
 
+/// The user name a parked link presents (no master has it: its `AUTH` fails). A staged join parks a
+/// cluster node's link with it; the guard knows a node still parked by it.
+pub const PARKED_USER: &str = "fastrepl-parked-link";
+
 /// The hidden subcommand that runs a guard.
 pub const SUBCOMMAND: &str = "__guard";
 
@@ -41,9 +47,9 @@ pub struct Guard {
     child: Child,
 }
 
-/// Start a guard for `cfg.replica`, which is about to follow `follows` (the agent's listener).
-pub fn arm(cfg: &crate::config::Config, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
-    let mut cmd = command(cfg)?;
+/// Start a guard for the local server `node`, which is about to follow `follows` (the agent's listener).
+pub fn arm(node: &Node, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
+    let mut cmd = command(node)?;
     cmd.env(ENV_FOLLOWS, follows.to_string());
     if let Some(v) = diskless_load_before {
         cmd.env(ENV_DISKLESS, v);
@@ -67,15 +73,15 @@ pub struct StagedNode<'a> {
 }
 
 /// Start a guard for a cluster node about to be parked and recorded as a replica (see
-/// [`crate::staged::cluster_node`]): if the agent dies before the node's shutdown, the guard finds it parked and
+/// the staged join): if the agent dies before the node's shutdown, the guard finds it parked and
 /// undoes it — `CLUSTER RESET SOFT`, `CLUSTER MEET` the master, the link's settings back, the staged
 /// file removed (the one before put back). A node already down is left to its supervisor: it starts
 /// as the master's replica and resyncs.
-pub fn arm_staged(cfg: &crate::config::Config, node: &StagedNode<'_>) -> Result<Guard, Error> {
-    let mut cmd = command(cfg)?;
-    cmd.env(ENV_STAGED_MASTER, node.master).env(ENV_STAGED_RDB, node.rdb).env(ENV_STAGED_RDB_ASIDE, node.rdb_aside);
+pub fn arm_staged(node: &Node, staged: &StagedNode<'_>) -> Result<Guard, Error> {
+    let mut cmd = command(node)?;
+    cmd.env(ENV_STAGED_MASTER, staged.master).env(ENV_STAGED_RDB, staged.rdb).env(ENV_STAGED_RDB_ASIDE, staged.rdb_aside);
     // The password travels in the environment of our own child, never in argv.
-    for (k, v) in [(ENV_STAGED_MASTERUSER, node.masteruser), (ENV_STAGED_MASTERAUTH, node.masterauth)] {
+    for (k, v) in [(ENV_STAGED_MASTERUSER, staged.masteruser), (ENV_STAGED_MASTERAUTH, staged.masterauth)] {
         match v {
             Some(v) => cmd.env(k, v),
             None => cmd.env_remove(k),
@@ -86,7 +92,7 @@ pub fn arm_staged(cfg: &crate::config::Config, node: &StagedNode<'_>) -> Result<
 }
 
 /// The guard's command with what every guard needs: the replica and how to reach it.
-fn command(cfg: &crate::config::Config) -> Result<Command, Error> {
+fn command(node: &Node) -> Result<Command, Error> {
     // The running binary by its inode, not by its path: a package upgrade that replaced the file
     // while this join runs must not keep the guard from starting (the path would name another
     // binary, or none: "No such file or directory"). argv[0] keeps the path, for `ps`.
@@ -95,7 +101,7 @@ fn command(cfg: &crate::config::Config) -> Result<Command, Error> {
         std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
     }
     cmd.arg(SUBCOMMAND)
-        .env(ENV_REPLICA, &cfg.replica)
+        .env(ENV_REPLICA, &node.addr)
         .env_remove(ENV_FOLLOWS)
         .env_remove(ENV_DISKLESS)
         .env_remove(ENV_STAGED_MASTER)
@@ -103,7 +109,7 @@ fn command(cfg: &crate::config::Config) -> Result<Command, Error> {
         .env_remove(ENV_PASSWORD)
         .stdin(Stdio::piped())
         .stdout(Stdio::null());
-    if let Some(a) = &cfg.replica_auth {
+    if let Some(a) = &node.auth {
         if let Some(u) = &a.user {
             cmd.env(ENV_USER, u);
         }
@@ -113,7 +119,7 @@ fn command(cfg: &crate::config::Config) -> Result<Command, Error> {
     for k in [ENV_TLS, ENV_TLS_CACERT, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_NAME] {
         cmd.env_remove(k);
     }
-    if let Some(t) = cfg.replica_tls() {
+    if let Some(t) = &node.tls {
         let o = t.options();
         cmd.env(ENV_TLS, "1");
         for (k, v) in [(ENV_TLS_CACERT, &o.cacert), (ENV_TLS_CERT, &o.cert), (ENV_TLS_KEY, &o.key)] {
@@ -166,19 +172,20 @@ pub fn run() -> i32 {
         Ok(t) => t,
         Err(code) => return code,
     };
+    let node = Node { addr: replica.clone(), auth, tls, cancel: Default::default() };
     if let Some(master) = staged {
-        return undo_staged(&replica, auth.as_ref(), tls.as_ref(), &master);
+        return undo_staged(&node, &master);
     }
     let follows = follows.unwrap_or_default();
-    match crate::local::reset(&replica, auth.as_ref(), tls.as_ref(), std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
-        Ok(crate::local::Reset::Done) => {
+    match local::reset(&node, std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
+        Ok(Reset::Done) => {
             eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
             0
         }
         // Handed over already, or reconfigured by someone else: not ours to touch, nothing to say
         // about its data.
-        Ok(crate::local::Reset::NotOurs) => 0,
-        Ok(crate::local::Reset::Unreachable(e)) => {
+        Ok(Reset::NotOurs) => 0,
+        Ok(Reset::Unreachable(e)) => {
             eprintln!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role");
             1
         }
@@ -204,18 +211,19 @@ fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
 
 /// The staged join's agent died: undo a node still parked (its `masteruser` is ours), leave one that
 /// is down or was changed by someone else.
-fn undo_staged(node: &str, auth: Option<&replication::replica::Auth>, tls: Option<&client::tls::Tls>, master: &str) -> i32 {
-    let mut c = match client::Client::connect_tls(node, auth, crate::local::CMD_TIMEOUT, tls) {
+fn undo_staged(n: &Node, master: &str) -> i32 {
+    let node = &n.addr;
+    let mut c = match n.connect() {
         Ok(c) => c,
         // Down: its supervisor starts it as the master's replica, on the staged snapshot.
         Err(_) => return 0,
     };
     match c.config_get("masteruser") {
-        Ok(Some(u)) if u == crate::staged::cluster_node::PARKED_USER => {}
+        Ok(Some(u)) if u == PARKED_USER => {}
         _ => return 0,
     }
     let env = |k: &str| std::env::var(k).unwrap_or_default();
-    let (host, port) = master.rsplit_once(':').map(|(h, p)| (h.trim_matches(['[', ']']).to_string(), p.to_string())).unwrap_or_default();
+    let (host, port) = crate::master::split_host_port(master).unwrap_or_default();
     let (user, pass) = (env(ENV_STAGED_MASTERUSER), env(ENV_STAGED_MASTERAUTH));
     // The restored values may be empty: that is "none", as the node had before.
     let steps: [(&str, &[&str]); 4] = [

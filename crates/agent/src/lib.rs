@@ -21,6 +21,8 @@ pub mod events;
 pub mod guard;
 pub mod join;
 pub mod local;
+pub mod master;
+pub mod node;
 pub mod peers;
 pub mod phase;
 pub mod procstat;

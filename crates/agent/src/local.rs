@@ -2,9 +2,9 @@
 //! read its replication state.
 
 use crate::error::Error;
+use crate::node::Node;
 use client::{Client, Info, Role};
 use replication::rdb::Server;
-use replication::replica::Auth;
 use std::time::Duration;
 
 /// Timeout for commands to local and master servers.
@@ -23,8 +23,9 @@ pub struct Local {
 }
 
 /// Connect and check: reachable, version known, empty (or `force`).
-pub fn check(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, force: bool) -> Result<Local, Error> {
-    let mut client = Client::connect_tls(addr, auth, CMD_TIMEOUT, tls).map_err(Error::replica)?;
+pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
+    let addr = node.addr.as_str();
+    let mut client = node.connect()?;
     let info = client.info("server").map_err(Error::replica)?;
     let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
     let keys = key_count(&mut client).map_err(Error::replica)?;
@@ -117,10 +118,10 @@ pub enum Reset {
 /// A replica still loading from a closed link answers `-LOADING` until it has read to the link's
 /// end, so refusals are retried up to [`limits::REPLICA_RESET_MAX`]; the last refusal is the error.
 /// Shared by the join's own reset and by the guard's.
-pub fn reset(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
+pub fn reset(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
     let deadline = std::time::Instant::now() + limits::REPLICA_RESET_MAX;
     loop {
-        let refused = match reset_once(addr, auth, tls, diskless_load_before, only_if_following) {
+        let refused = match reset_once(node, diskless_load_before, only_if_following) {
             Ok(r) => return Ok(r),
             Err(e) => e,
         };
@@ -145,8 +146,8 @@ impl From<client::Error> for Refused {
     }
 }
 
-fn reset_once(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
-    let mut c = match Client::connect_tls(addr, auth, CMD_TIMEOUT, tls) {
+fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
+    let mut c = match node.connect_within(CMD_TIMEOUT) {
         Ok(c) => c,
         Err(e @ client::Error::Io { .. }) => return Ok(Reset::Unreachable(e.to_string())),
         Err(e) => return Err(e.into()),

@@ -2,9 +2,7 @@
 //! and what became of the local server when it failed.
 
 use crate::error::Error;
-use crate::join::retry;
 use crate::phase::JoinPhase;
-use crate::pull::pipeline;
 use serde::{Deserialize, Serialize};
 
 /// What became of the local server when a join failed: the machine knows whether it was ever
@@ -24,7 +22,7 @@ pub enum ReplicaState {
     /// `REPLICAOF <master>` was issued: the replica is the master's.
     HandedOver,
     /// A cluster node's staging was undone after it was recorded as a replica: its staged files
-    /// removed, it is an empty master of the cluster again ([`staged`]).
+    /// removed, it is an empty master of the cluster again (the staged path).
     Unstaged,
     /// A cluster node shut down for its staged start did not come back (no supervisor started it, or
     /// `--restart-command` failed): its staged files were removed and its config restored, so it
@@ -67,7 +65,7 @@ pub struct Failed {
     /// Why the last attempt failed.
     pub error: Error,
     /// Every attempt, in order.
-    pub attempts: Vec<retry::Attempt>,
+    pub attempts: Vec<Attempt>,
     /// What became of the replica in the last attempt.
     pub replica: ReplicaState,
 }
@@ -77,6 +75,43 @@ impl Failed {
     pub fn handed_over(&self) -> bool {
         self.replica == ReplicaState::HandedOver
     }
+}
+
+/// One failed attempt, as reported (log and `--json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Why it failed.
+    pub error: String,
+    /// The error's kind (absent from reports written before kinds existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::error::Kind>,
+    /// Seconds it ran.
+    pub secs: f64,
+    /// Seconds waited after this attempt failed, before the next one started (0: none followed, or
+    /// the wait was interrupted).
+    pub waited_secs: f64,
+}
+
+/// Verified bytes received so far, by source: counters a display reads while the pull runs.
+#[derive(Debug, Default)]
+pub struct SourceCounters {
+    /// Verified bytes from the relay.
+    pub from_relay: std::sync::atomic::AtomicU64,
+    /// Verified bytes from peers.
+    pub from_peers: std::sync::atomic::AtomicU64,
+}
+
+/// Bytes that came from one source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceBytes {
+    /// `relay`, or the peer's address.
+    pub source: String,
+    /// Bytes of verified blocks.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: u64,
 }
 
 /// Progress that a display can poll while a join runs.
@@ -89,7 +124,7 @@ pub struct Live {
     /// Current phase (`None` before the first).
     pub phase: std::sync::Mutex<Option<JoinPhase>>,
     /// RDB bytes received from the relay and from peers.
-    pub sources: pipeline::Counters,
+    pub sources: SourceCounters,
 }
 
 impl Live {
@@ -237,7 +272,7 @@ pub struct Report {
     pub received_bytes_total: ReceivedBytes,
     /// Where the RDB bytes came from: the relay, then each peer by address.
     #[serde(default)]
-    pub sources: Vec<pipeline::SourceBytes>,
+    pub sources: Vec<SourceBytes>,
     /// Blocks from peers that failed their checksum (thrown away, fetched elsewhere).
     #[serde(default)]
     pub peer_bad_blocks: u64,
@@ -253,7 +288,7 @@ pub struct Report {
     pub bytes_served_to_peers: u64,
     /// Attempts that failed before this one (each was reset and retried).
     #[serde(default)]
-    pub attempts: Vec<retry::Attempt>,
+    pub attempts: Vec<Attempt>,
     /// A cluster node's staged join: how it went (absent for a join through the agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged: Option<StagedReport>,

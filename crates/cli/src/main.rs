@@ -371,6 +371,13 @@ struct PullArgs {
     window_blocks: u64,
 }
 
+impl PullArgs {
+    /// The pull's settings, as the agent takes them.
+    fn config(&self) -> agent::config::PullConfig {
+        agent::config::PullConfig { transport: self.transport.kind(), readers: self.readers as usize, window_blocks: self.window_blocks }
+    }
+}
+
 #[derive(clap::Args)]
 struct StageArgs {
     #[command(flatten)]
@@ -621,11 +628,11 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let live = agent::Live::default();
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
+    let pull = a.pull.config();
+    let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
     let cfg = agent::staged::stage::StageConfig {
-        source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, transport: a.pull.transport.kind(), readers: a.pull.readers as usize, window: a.pull.window_blocks, cancel: &cancel, live: &live },
-        master: a.master,
-        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
-        tls: tls.as_ref(),
+        source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
+        master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: None, auth: master_auth.as_ref(), tls: tls.as_ref() },
         dir: a.dir,
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,
@@ -679,8 +686,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let choice = a.pull.transport.kind();
-    let r = agent::pull::fetch::fetch(a.relay, &token, choice, a.pull.readers as usize, a.pull.window_blocks, &cancel, &mut |b| {
+    let r = agent::pull::fetch::fetch(a.relay, &token, &a.pull.config(), &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
@@ -735,26 +741,24 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
         master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.replica_listen,
-        readers: a.pull.readers as usize,
-        window_blocks: a.pull.window_blocks,
+        pull: a.pull.config(),
         load_timeout: Duration::from_secs(a.load_timeout_secs),
         handoff_timeout: Duration::from_secs(a.handoff_timeout_secs),
         live: Default::default(),
         cancel: Default::default(),
-        transport: a.pull.transport.kind(),
-        peers: agent::peers::member::PeerConfig {
+        peers: agent::config::PeerConfig {
             serve: !a.no_serve,
             listen: a.peer_listen,
             advertise: a.advertise,
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
             linger: Duration::from_secs(a.serve_linger_secs),
         },
-        retry: agent::join::retry::Policy {
+        retry: agent::config::RetryPolicy {
             retries: a.retries,
             base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
             max: Duration::from_secs(a.retry_max_secs),
         },
-        restart: agent::staged::cluster_node::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
+        restart: agent::config::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
     };
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = a.join_metrics {

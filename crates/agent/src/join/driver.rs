@@ -5,9 +5,15 @@
 
 use crate::local::{self, Local, ReplState};
 use crate::phase::JoinPhase;
-use crate::join::machine::{Action, Counters, Input, Join, MasterRepl, Outcome, Snapshot, Timeouts};
+use crate::join::machine::{Action, Counters, Input, Join, Outcome, Snapshot, Timeouts};
+use crate::master::{split_host_port, MasterRepl};
+use crate::node::Node;
+use crate::peers::peering::Peering;
+use crate::staged::cluster_node::{self, StagedConfig};
+use crate::staged::snapshot_file::Source;
 use crate::join::replica_link::{self, ReplicaLink};
-use crate::join::retry::{Attempt, Retries, Verdict};
+use crate::join::retry::{Retries, Verdict};
+use crate::report::Attempt;
 use crate::error::check_cancel;
 use crate::pull::pipeline;
 use crate::pull::progress;
@@ -45,7 +51,7 @@ struct Checked {
     capture_ready: Instant,
     connected: Instant,
     /// The swarm membership (`None`: every block from the relay), and what to report about it.
-    peering: Option<crate::peers::member::Peering>,
+    peering: Option<Peering>,
     swarm: String,
 }
 
@@ -53,13 +59,14 @@ struct Checked {
 /// checks, syncs and hands off; a failure after the replica followed the agent resets it (one before
 /// leaves it untouched), so the next attempt starts from the server as it was or empty and standalone,
 /// on the relay's current generation.
-pub fn join(cfg: &Config) -> Result<crate::join::driver::Joined, crate::report::Failed> {
+pub fn join(cfg: &Config) -> Result<Joined, crate::report::Failed> {
+    let node = cfg.node();
     let mut retries = Retries::new(cfg.retry);
     let mut attempts: Vec<Attempt> = Vec::new();
     loop {
         let n = retries.attempt();
         let started = Instant::now();
-        let (error, replica) = match attempt(cfg) {
+        let (error, replica) = match attempt(cfg, &node) {
             Ok(mut joined) => {
                 joined.report.attempts = attempts;
                 return Ok(joined);
@@ -103,20 +110,20 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
 }
 
 /// One attempt; on failure, the error and what became of the replica.
-fn attempt(cfg: &Config) -> Result<crate::join::driver::Joined, (Error, ReplicaState)> {
+fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
     // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged::cluster_node).
-    if crate::staged::cluster_node::is_cluster_node(cfg).map_err(|e| (e, ReplicaState::Untouched))? {
-        return crate::staged::cluster_node::attempt(cfg);
+    if cluster_node::is_cluster_node(node).map_err(|e| (e, ReplicaState::Untouched))? {
+        return cluster_node::attempt(&staged_config(cfg, node)).map(|report| Joined { report, peering: None });
     }
     let t0 = Instant::now();
-    let c = check(cfg).map_err(|e| (e, ReplicaState::Untouched))?;
+    let c = check(cfg, node).map_err(|e| (e, ReplicaState::Untouched))?;
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
     let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
+    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -125,24 +132,32 @@ fn attempt(cfg: &Config) -> Result<crate::join::driver::Joined, (Error, ReplicaS
         }
     }
     let report = d.report(&outcome, notes);
-    Ok(crate::join::driver::Joined { report, peering: d.c.peering.take() })
+    Ok(Joined { report, peering: d.c.peering.take() })
+}
+
+/// What a staged join needs of the configuration (see [`StagedConfig`]).
+fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
+    StagedConfig {
+        node,
+        source: Source { relay: cfg.relay, token: &cfg.token, pull: &cfg.pull, cancel: &cfg.cancel, live: &cfg.live },
+        master: cfg.master(),
+        restart: &cfg.restart,
+        load_timeout: cfg.load_timeout,
+        handoff_timeout: cfg.handoff_timeout,
+    }
 }
 
 /// Connect to everything and check it, changing nothing: the local server (reachable, empty or
 /// `--force`), the relay's generation and transport, the master, and that the replica loads the
 /// master's RDB version and the master still has the snapshot's history.
-fn check(cfg: &Config) -> Result<Checked, Error> {
-    let local = local::check(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), cfg.force)?;
+fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
+    let local = local::check(node, cfg.force)?;
     cfg.live.set_phase(JoinPhase::WaitingForCapture);
     let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
-    let (transport, why) = select::select(cfg.transport, cfg.relay, &cfg.token, &attached.offered)?;
+    let (transport, why) = select::select(cfg.pull.transport, cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
-    let master_addr = match (&cfg.sentinel, &cfg.master) {
-        (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
-        (None, Some(m)) => m.clone(),
-        (None, None) => attached.master.clone(),
-    };
-    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+    let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
+    let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
     // A refused INFO is said now, as the permission it is, not later as something else.
     let master_server = match master.info("server") {
         Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
@@ -159,7 +174,7 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
         )));
     }
     let desc = v.desc.clone();
-    let m = master_repl(&master.info("replication").map_err(Error::master)?);
+    let m = MasterRepl::from_info(&master.info("replication").map_err(Error::master)?);
     if !m.knows(&desc.replid) {
         return Err(Error::Changed(format!(
             "the master's replication ID is no longer the snapshot's ({}): it restarted or failed over. The relay takes a new snapshot for the next join; retry",
@@ -172,8 +187,8 @@ fn check(cfg: &Config) -> Result<Checked, Error> {
 
 /// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
 /// failure here is reported, not fatal: every block then comes from the relay.
-fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<crate::peers::member::Peering>, String) {
-    match crate::peers::member::Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
+fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<Peering>, String) {
+    match Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
         Ok(p) if p.serves() => {
             let at = cfg.peers.advertise.clone().unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
             let s = format!("agent {} of generation {}, serving peers on {at}", p.id(), desc.generation);
@@ -199,6 +214,8 @@ enum Pointing {
 
 struct Driver<'a> {
     cfg: &'a Config,
+    /// The local server, as every connection to it is opened.
+    node: &'a Node,
     c: Checked,
     host: String,
     port: String,
@@ -255,7 +272,7 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::CheckMaster => match self.follow_sentinel().and_then(|()| self.master(|m| m.info("replication"))) {
-                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: format!("{}:{}", self.host, self.port), ..master_repl(&i) })),
+                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: format!("{}:{}", self.host, self.port), ..MasterRepl::from_info(&i) })),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {
@@ -315,7 +332,7 @@ impl Driver<'_> {
             c.config_set("masterauth", &a.password).map_err(Error::replica)?;
         }
         let (listener, at) = replica_link::listen(cfg.listen)?;
-        self.guard = Some(crate::guard::arm(cfg, at, self.c.local.diskless_load_before.as_deref())?);
+        self.guard = Some(crate::guard::arm(self.node, at, self.c.local.diskless_load_before.as_deref())?);
         self.listener = Some((listener, at, serve_tls));
         Ok(())
     }
@@ -375,8 +392,8 @@ impl Driver<'_> {
             let pull = pipeline::Pull {
                 transport: transport.as_ref(),
                 progress: &progress,
-                readers: readers(cfg.readers, transport.as_ref()),
-                window: cfg.window_blocks,
+                readers: readers(cfg.pull.readers, transport.as_ref()),
+                window: cfg.pull.window_blocks,
                 cancel: &cfg.cancel,
                 peering,
                 counters: Some(&cfg.live.sources),
@@ -428,7 +445,7 @@ impl Driver<'_> {
             Err(client::Error::Io { source, .. }) if handed_over && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 tracing::info!("the replica does not answer (loading the master's sync?); still waiting");
                 // A timed-out request leaves its reply in flight on that connection: use a new one.
-                if let Ok(c) = Client::connect_tls(&self.cfg.replica, self.cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.replica_tls()) {
+                if let Ok(c) = self.node.connect() {
                     self.c.local.client = c;
                 }
                 Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
@@ -462,7 +479,7 @@ impl Driver<'_> {
     fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
         match f(&mut self.c.master) {
             Err(client::Error::Io { .. }) => {
-                self.c.master = Client::connect_tls(&self.c.master_addr, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
+                self.c.master = self.cfg.master().connect(&self.c.master_addr).map_err(Error::master)?;
                 f(&mut self.c.master).map_err(Error::master)
             }
             r => r.map_err(Error::master),
@@ -477,7 +494,7 @@ impl Driver<'_> {
         let now = s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
-            self.c.master = Client::connect_tls(&now, self.cfg.master_auth.as_ref(), local::CMD_TIMEOUT, self.cfg.tls.as_ref()).map_err(Error::master)?;
+            self.c.master = self.cfg.master().connect(&now).map_err(Error::master)?;
             (self.host, self.port) = split_host_port(&now)?;
             self.c.master_addr = now;
         }
@@ -511,7 +528,7 @@ impl Driver<'_> {
         // Closes the link: a replica loading from us reads to its end, fails the load, and then
         // accepts commands again (meanwhile it answers -LOADING; `local::reset` waits that out).
         self.link = None;
-        match local::reset(&cfg.replica, cfg.replica_auth.as_ref(), cfg.replica_tls(), self.c.local.diskless_load_before.as_deref(), None) {
+        match local::reset(self.node, self.c.local.diskless_load_before.as_deref(), None) {
             Ok(local::Reset::Unreachable(e)) => {
                 tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying");
                 Ok(ReplicaState::Unreachable(e))
@@ -556,7 +573,7 @@ impl Driver<'_> {
             log_bytes: o.log_bytes,
             blocks: stats.blocks,
             blocks_reread: stats.reread,
-            readers: readers(cfg.readers, c.transport.as_ref()),
+            readers: readers(cfg.pull.readers, c.transport.as_ref()),
             reads_in_flight_max: stats.reads_in_flight_max,
             streamed_while_capturing: stats.streamed_while_capturing,
             phases: Phases {
@@ -592,33 +609,13 @@ fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
     Ok(Counters { full: s.num("sync_full").unwrap_or(0), partial_ok: s.num("sync_partial_ok").unwrap_or(0), replica_input_bytes })
 }
 
-/// The master's `INFO replication`, as the handoff decision needs it.
-pub(crate) fn master_repl(i: &Info) -> MasterRepl {
-    let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
-    MasterRepl {
-        addr: String::new(),
-        role: i.role().ok(),
-        replid: i.get("master_replid").unwrap_or_default().to_string(),
-        replid2: i.get("master_replid2").unwrap_or_default().to_string(),
-        backlog_active: i.get("repl_backlog_active") == Some("1"),
-        backlog_first: num("repl_backlog_first_byte_offset"),
-        offset: num("master_repl_offset"),
-    }
-}
-
-pub(crate) fn split_host_port(addr: &str) -> Result<(String, String), Error> {
-    let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;
-    Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
-}
-
-
 /// A join that succeeded, with its swarm membership: the caller reports, then lets the agent serve
 /// the peers that still pull ([`Joined::linger`]) before exiting.
 pub struct Joined {
     /// What happened.
     pub report: Report,
     /// The swarm membership, when the agent is in one.
-    pub peering: Option<crate::peers::member::Peering>,
+    pub peering: Option<Peering>,
 }
 
 impl Joined {

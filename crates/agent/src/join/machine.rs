@@ -1,4 +1,4 @@
-//! The join after its checks, as a state machine: no socket, no clock. The driver ([`crate::join::driver`])
+//! The join after its checks, as a state machine: no socket, no clock. The driver (`join::driver`)
 //! feeds it what it observed, with the time, and does the [`Action`] it returns.
 //!
 //! ```text
@@ -24,6 +24,7 @@
 //!   reports as such (exit 3), never as success.
 
 use crate::local::ReplState;
+use crate::master::MasterRepl;
 use crate::phase::JoinPhase;
 use crate::error::Error;
 use crate::report::Handoff;
@@ -49,33 +50,6 @@ pub struct Timeouts {
     pub load: Duration,
     /// For the replica's link to the master after the handoff.
     pub handoff: Duration,
-}
-
-/// The master's replication state (from `INFO replication`), what the handoff decision needs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MasterRepl {
-    /// Where the replica will be told to follow it (`host:port`, as `REPLICAOF` gets it); empty: the
-    /// master the join started with. Differs when Sentinel named another master since.
-    pub addr: String,
-    /// `role` (`None`: none or one we do not know).
-    pub role: Option<Role>,
-    /// `master_replid`.
-    pub replid: String,
-    /// `master_replid2` (the history before its last promotion).
-    pub replid2: String,
-    /// `repl_backlog_active:1`.
-    pub backlog_active: bool,
-    /// `repl_backlog_first_byte_offset`.
-    pub backlog_first: Option<u64>,
-    /// `master_repl_offset`.
-    pub offset: Option<u64>,
-}
-
-impl MasterRepl {
-    /// Does the master's history include `replid` (current or previous ID)?
-    pub fn knows(&self, replid: &str) -> bool {
-        self.replid == replid || self.replid2 == replid
-    }
 }
 
 /// Counters that tell a partial resync from a full one.

@@ -18,43 +18,9 @@
 //!   ("equal jitter"), so agents that failed together do not come back together.
 
 use crate::error::Error;
+use crate::config::RetryPolicy;
 use crate::report::ReplicaState;
-use serde::{Deserialize, Serialize};
 use std::time::Duration;
-
-/// How many times, and how patiently, a failed join is tried again (`--retries`, `--retry-*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    /// Attempts after the first (0: never retry).
-    pub retries: u32,
-    /// The first wait (before jitter).
-    pub base: Duration,
-    /// The longest wait.
-    pub max: Duration,
-}
-
-impl Default for Policy {
-    fn default() -> Policy {
-        Policy { retries: limits::JOIN_RETRIES_DEFAULT, base: limits::JOIN_RETRY_BASE, max: limits::JOIN_RETRY_MAX }
-    }
-}
-
-/// One failed attempt, as reported (log and `--json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Attempt {
-    /// 1 for the first attempt.
-    pub attempt: u32,
-    /// Why it failed.
-    pub error: String,
-    /// The error's kind (absent from reports written before kinds existed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<crate::error::Kind>,
-    /// Seconds it ran.
-    pub secs: f64,
-    /// Seconds waited after this attempt failed, before the next one started (0: none followed, or
-    /// the wait was interrupted).
-    pub waited_secs: f64,
-}
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,13 +39,13 @@ pub fn retryable(e: &Error) -> bool {
 /// The attempts of one join so far.
 #[derive(Debug, Clone)]
 pub struct Retries {
-    policy: Policy,
+    policy: RetryPolicy,
     failed: u32,
 }
 
 impl Retries {
     /// No attempt has failed yet.
-    pub fn new(policy: Policy) -> Retries {
+    pub fn new(policy: RetryPolicy) -> Retries {
         Retries { policy, failed: 0 }
     }
 
@@ -129,8 +95,8 @@ pub fn jitter() -> f64 {
 mod tests {
     use super::*;
 
-    fn policy(retries: u32) -> Policy {
-        Policy { retries, base: Duration::from_secs(1), max: Duration::from_secs(8) }
+    fn policy(retries: u32) -> RetryPolicy {
+        RetryPolicy { retries, base: Duration::from_secs(1), max: Duration::from_secs(8) }
     }
 
     fn relay_gone() -> Error {

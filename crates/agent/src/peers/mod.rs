@@ -2,5 +2,7 @@
 //! arrivals it forwards while they come, and its link to the relay's tracker.
 
 pub mod arrival;
-pub mod member;
+pub mod held;
+pub mod peer_server;
+pub mod peering;
 pub mod tracker_link;

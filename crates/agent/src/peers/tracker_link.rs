@@ -3,14 +3,14 @@
 //! on the bench's links). Answers come back as what was [`Heard`]; what needs no answer is sent at
 //! once, also while a question is out, and no thread that shares the link waits for an answer.
 
-use crate::peers::member::Peering;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
-use transport::tracker::Answer;
+use std::sync::{Mutex, MutexGuard};
+use transport::tracker::{Answer, TrackerLink};
 use transport::wire::swarm::{Locate, Located};
 
 /// What the planner has the thread say or ask.
@@ -77,18 +77,18 @@ impl AskSender {
 /// behind a `locate`'s round trip. The link is locked to send or to read an answer that has begun to
 /// arrive (the load reporter shares it); in between the thread waits on the link's socket and on the
 /// planner's wake-ups, holding nothing. Questions still out when it ends are given up.
-pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
+pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
     // However this ends, questions still out are given up: their answers must not reach whoever asks
     // next on the link (the agent's linger).
-    struct GiveUp<'a>(&'a Peering);
+    struct GiveUp<'a>(&'a Mutex<TrackerLink>);
     impl Drop for GiveUp<'_> {
         fn drop(&mut self) {
-            self.0.tracker().abandon_questions();
+            lock(self.0).abandon_questions();
         }
     }
-    let _give_up = GiveUp(peering);
+    let _give_up = GiveUp(tracker);
     let (socket, timeout) = {
-        let link = peering.tracker();
+        let link = lock(tracker);
         match link.socket() {
             Ok(s) => (s, link.timeout()),
             Err(e) => {
@@ -114,7 +114,7 @@ pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) ->
             }
         };
         let said = ask.is_some();
-        let mut link = peering.tracker();
+        let mut link = lock(tracker);
         let sent = match ask {
             None => Ok(()),
             Some(Ask::Locate(l)) => link.ask_locate(&l).map(|()| awaited.push_back(Instant::now())),
@@ -153,6 +153,11 @@ pub(crate) fn run(peering: &Peering, asks: &AskReceiver, hear: impl Fn(Heard) ->
             return;
         }
     }
+}
+
+/// The link, locked (a thread that panicked holding it left nothing half-written that matters here).
+pub(crate) fn lock(tracker: &Mutex<TrackerLink>) -> MutexGuard<'_, TrackerLink> {
+    tracker.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The longest a thread waits on the link's socket before it looks again. Under TLS, another thread

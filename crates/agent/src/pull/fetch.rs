@@ -4,6 +4,7 @@
 use crate::pull::select;
 use crate::pull::pipeline;
 use crate::pull::progress;
+use crate::config::PullConfig;
 use crate::error::Error;
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -37,22 +38,20 @@ pub struct FetchReport {
 pub fn fetch(
     relay: SocketAddr,
     token: &Credentials,
-    choice: Option<TransportKind>,
-    readers: usize,
-    window: u64,
+    settings: &PullConfig,
     cancel: &std::sync::atomic::AtomicBool,
     sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<FetchReport, Error> {
     let t0 = Instant::now();
     let cpu0 = crate::procstat::own_cpu_secs();
     let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;
-    let (transport, why) = select::select(choice, relay, token, &attached.offered)?;
+    let (transport, why) = select::select(settings.transport, relay, token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let pull = pipeline::Pull {
         transport: transport.as_ref(),
         progress: &attached.progress,
-        readers: crate::pull::pipeline::readers(readers, transport.as_ref()),
-        window,
+        readers: crate::pull::pipeline::readers(settings.readers, transport.as_ref()),
+        window: settings.window_blocks,
         cancel,
         peering: None,
         counters: None,

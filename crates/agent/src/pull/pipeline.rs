@@ -9,7 +9,7 @@
 //!   where blocks are (one `locate` out at a time, as [`crate::pull::planner::Asking`] decides; the answer
 //!   comes back as a report), what this agent holds and dropped (sent at once, also while a question
 //!   is out, without waiting for the answers), whether others still need blocks
-//!   (its upload load is reported by [`crate::peers::member`]'s reporter, for as long as it serves);
+//!   (its upload load is reported by [`crate::peers::peer_server`]'s reporter, for as long as it serves);
 //! - **relay readers** (`readers` of them, each with its own connection or endpoint) and, in a swarm,
 //!   **peer fetchers** (one per peer flow) read what they are given — up to
 //!   [`limits::READS_IN_FLIGHT_PER_CONNECTION`] reads in flight on a TCP connection to the relay,
@@ -28,33 +28,23 @@
 //! only once the check passed ([`crate::peers::arrival`]).
 
 use crate::peers::arrival::Arrival;
-use crate::peers::member::{Held, Peering};
+use crate::peers::held::Held;
+use crate::peers::peering::Peering;
+use crate::report::{SourceBytes, SourceCounters};
 use crate::pull::planner::{self, Fetcher};
 use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
 use crate::peers::tracker_link::{self, Ask, Heard};
 use crate::error::Error;
-use serde::{Deserialize, Serialize};
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use swarm::Chooser;
 use transport::wire::swarm::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
 use transport::{RangeReader, Transport};
-
-/// Bytes that came from one source.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceBytes {
-    /// `relay`, or the peer's address.
-    pub source: String,
-    /// Bytes of verified blocks.
-    pub bytes: u64,
-    /// Blocks.
-    pub blocks: u64,
-}
 
 /// How a pull went.
 #[derive(Debug, Clone, Default)]
@@ -97,15 +87,6 @@ impl Stats {
 /// The source name of the relay in [`SourceBytes`].
 pub const RELAY: &str = "relay";
 
-/// Counters a display reads while the pull runs.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Verified bytes from the relay.
-    pub from_relay: AtomicU64,
-    /// Verified bytes from peers.
-    pub from_peers: AtomicU64,
-}
-
 /// What to pull and how.
 pub struct Pull<'a> {
     /// The transport to the relay.
@@ -121,7 +102,7 @@ pub struct Pull<'a> {
     /// The swarm, when the agent is in one; `None`: every block from the relay.
     pub peering: Option<&'a Peering>,
     /// Live counters for a display.
-    pub counters: Option<&'a Counters>,
+    pub counters: Option<&'a SourceCounters>,
 }
 
 
@@ -240,7 +221,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         if let Some(peering) = p.peering {
             let (tx, rx) = tracker_link::channel().map_err(Error::relay)?;
             let reports = report_tx.clone();
-            spawn_in(scope, "tracker-link".into(), move || tracker_link::run(peering, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
+            spawn_in(scope, "tracker-link".into(), move || tracker_link::run(&peering.tracker, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
         }
         let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx);

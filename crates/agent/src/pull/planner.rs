@@ -1,6 +1,6 @@
 //! The pull's planning decisions that are not the swarm's: what the tracker's answers become (reads
 //! from the relay, reads from peers, holders to report) and which fetcher thread takes each read. No
-//! thread, socket or clock: [`crate::pull::pipeline`]'s planner thread drives it; the swarm's
+//! thread, socket or clock: the pipeline's planner thread drives it; the swarm's
 //! [`Chooser`] decides which block and from which source.
 //!
 //! A fetcher keeps up to the depth's reads in flight on one connection (see

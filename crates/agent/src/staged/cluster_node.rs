@@ -26,10 +26,12 @@ use crate::staged::cluster::{self, Role};
 use crate::local;
 use crate::phase::JoinPhase;
 use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
+use crate::guard::PARKED_USER;
 use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
-use crate::error::check_cancel;
 use crate::pull::progress;
-use crate::config::Config;
+use crate::config::Restart;
+use crate::master::MasterAccess;
+use crate::node::Node;
 use crate::error::Error;
 use crate::report::Handoff;
 use crate::error::Party;
@@ -46,23 +48,26 @@ const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
 const GOSSIP_MAX: Duration = Duration::from_secs(30);
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
 const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
-/// The user name a parked link presents (no master has it: its `AUTH` fails).
-pub const PARKED_USER: &str = "fastrepl-parked-link";
-
-/// How the staging restarts the node.
-#[derive(Debug, Clone, Default)]
-pub struct Restart {
-    /// A shell command that starts the node (`sh -c`); `None`: its supervisor does.
-    pub command: Option<String>,
-    /// How long the node may take to answer again.
-    pub timeout: Duration,
-    /// The node's data directory as this agent sees it (`None`: the node's `dir`).
-    pub dir: Option<PathBuf>,
+/// What a staged join takes from the join's configuration: the node, where the snapshot comes from,
+/// how to reach the master, and how the node restarts.
+pub struct StagedConfig<'a> {
+    /// The local server (a cluster node), and the join's cancel flag.
+    pub node: &'a Node,
+    /// The relay, how to pull from it, and the live progress.
+    pub source: Source<'a>,
+    /// How the master (and the other nodes of its shard) is reached.
+    pub master: MasterAccess<'a>,
+    /// How the node is restarted.
+    pub restart: &'a Restart,
+    /// How long the node may take to load the snapshot.
+    pub load_timeout: Duration,
+    /// How long its link to the master may take to come up.
+    pub handoff_timeout: Duration,
 }
 
 /// Whether the local server is a cluster node (`cluster_enabled:1`).
-pub fn is_cluster_node(cfg: &Config) -> Result<bool, Error> {
-    let mut c = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).map_err(Error::replica)?;
+pub fn is_cluster_node(node: &Node) -> Result<bool, Error> {
+    let mut c = node.connect()?;
     Ok(c.info("cluster").map_err(Error::replica)?.get("cluster_enabled") == Some("1"))
 }
 
@@ -70,13 +75,13 @@ pub fn is_cluster_node(cfg: &Config) -> Result<bool, Error> {
 type Failure = (Error, ReplicaState);
 
 /// One staged attempt.
-pub(crate) fn attempt(cfg: &Config) -> Result<crate::join::driver::Joined, Failure> {
+pub(crate) fn attempt(cfg: &StagedConfig<'_>) -> Result<Report, Failure> {
     let t0 = Instant::now();
     let untouched = |e: Error| (e, ReplicaState::Untouched);
     let mut s = Staging::check(cfg).map_err(untouched)?;
     let connected = t0.elapsed().as_secs_f64();
     let pulled = s.pull_fresh(cfg).map_err(untouched)?;
-    tracing::info!(node = %cfg.replica, master = %s.master_addr, dir = %s.dir.display(), headroom_bytes = s.headroom.0, "snapshot staged in the node's directory; recording the node as the master's replica and restarting it");
+    tracing::info!(node = %cfg.node.addr, master = %s.master_addr, dir = %s.dir.display(), headroom_bytes = s.headroom.0, "snapshot staged in the node's directory; recording the node as the master's replica and restarting it");
     let result = s.apply(cfg);
     match result {
         Ok(done) => Ok(s.report(cfg, done, connected, pulled)),
@@ -128,11 +133,11 @@ struct Staging {
 
 impl Staging {
     /// Connect to the node, the relay and the master and check them all; nothing is changed.
-    fn check(cfg: &Config) -> Result<Staging, Error> {
-        let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).map_err(Error::replica)?;
+    fn check(cfg: &StagedConfig<'_>) -> Result<Staging, Error> {
+        let mut node = cfg.node.connect()?;
         let server_info = node.info("server").map_err(Error::replica)?;
         let node_server = replication::rdb::Server::from_info(&local::info_text(&server_info))
-            .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.replica)))?;
+            .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.node.addr)))?;
         let node_run_id = server_info.get("run_id").unwrap_or_default().to_string();
         let keys = local::key_count(&mut node).map_err(Error::replica)?;
         let node_table_text = cluster_nodes(&mut node).map_err(Error::replica)?;
@@ -144,35 +149,31 @@ impl Staging {
         let config_name = node.config_get("cluster-config-file").map_err(Error::replica)?.unwrap_or_else(|| "nodes.conf".into());
         let parked_from = (node.config_get("masteruser").map_err(Error::replica)?, node.config_get("masterauth").map_err(Error::replica)?);
 
-        let master_addr = match (&cfg.sentinel, &cfg.master) {
-            (Some(s), _) => s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?,
-            (None, Some(m)) => m.clone(),
-            (None, None) => progress::attach(cfg.relay, &cfg.token, limits::GENERATION_WAIT_MAX)?.master,
-        };
-        let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+        let master_addr = cfg.master.find(|| Ok(progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master))?;
+        let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
         let master_server = match master.info("server") {
             Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
             Err(e) => return Err(Error::master(e)),
         };
         if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
-            return Err(Error::Precondition(format!("{master_addr} is not a cluster node, and {} is: name the shard's master with --master", cfg.replica)));
+            return Err(Error::Precondition(format!("{master_addr} is not a cluster node, and {} is: name the shard's master with --master", cfg.node.addr)));
         }
         let master_table = cluster::parse(&cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let master_me = cluster::myself(&master_table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?.clone();
         let knows_master = node_table.iter().any(|n| n.id == master_me.id && !n.unsettled);
         let facts = NodeFacts {
-            addr: cfg.replica.clone(),
+            addr: cfg.node.addr.clone(),
             keys,
             me: me.clone(),
             aof,
             knows_master,
             has_masterauth: parked_from.1.as_deref().is_some_and(|a| !a.is_empty()),
-            master_needs_auth: cfg.master_auth.is_some(),
+            master_needs_auth: cfg.master.auth.is_some(),
         };
         let plan = staging::check(&facts, &MasterFacts { addr: master_addr.clone(), me: master_me.clone() }).map_err(Error::Precondition)?;
         let dir = cfg.restart.dir.clone().unwrap_or_else(|| PathBuf::from(&dir_conf));
         if cfg.restart.command.is_none() {
-            tracing::info!(node = %cfg.replica, "no --restart-command: the node's supervisor must start it again after its shutdown");
+            tracing::info!(node = %cfg.node.addr, "no --restart-command: the node's supervisor must start it again after its shutdown");
         }
         Ok(Staging {
             node,
@@ -200,8 +201,8 @@ impl Staging {
     }
 
     /// Pull a fresh enough snapshot into the node's directory (see [`crate::staged::snapshot_file`]).
-    fn pull_fresh(&mut self, cfg: &Config) -> Result<Pulled, Error> {
-        let source = Source::of(cfg);
+    fn pull_fresh(&mut self, cfg: &StagedConfig<'_>) -> Result<Pulled, Error> {
+        let source = &cfg.source;
         let node = &mut self.node;
         let master_server = self.master_server.clone();
         let loads = |rdb_version: u32| -> Result<(), Error> {
@@ -210,7 +211,7 @@ impl Staging {
             let check = local::rdb_version_check(node, &server)?;
             server.loads(rdb_version, check.as_deref()).map_err(|why| Error::Incompatible(format!("the master ({master_server}) writes RDB version {rdb_version}: {why}. Nothing was changed")))
         };
-        let f = snapshot_file::pull_fresh(&source, &mut self.master, &self.dir, loads)?;
+        let f = snapshot_file::pull_fresh(source, &mut self.master, &self.dir, loads)?;
         self.headroom = f.headroom;
         self.renewals = f.renewals;
         self.desc = Some(f.desc);
@@ -220,9 +221,9 @@ impl Staging {
     }
 
     /// From the meet to the node's end: each step recorded, so a failure knows what to undo.
-    fn apply(&mut self, cfg: &Config) -> Result<Done, Error> {
+    fn apply(&mut self, cfg: &StagedConfig<'_>) -> Result<Done, Error> {
         let t = Instant::now();
-        check_cancel(&cfg.cancel)?;
+        cfg.node.check_cancel()?;
         phase(cfg, JoinPhase::Recording);
         // The shard's nodes and their counters: the node may end up following another of them if
         // the master fails over meanwhile, and is judged by the one it follows.
@@ -246,7 +247,7 @@ impl Staging {
         let (meet_host, meet_port) = meet_address(&self.master_addr)?;
         let meet_at = format!("{meet_host}:{meet_port}");
         let guard = crate::guard::arm_staged(
-            cfg,
+            cfg.node,
             &crate::guard::StagedNode { master: &meet_at, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
         )?;
         self.guard = Some(guard);
@@ -300,7 +301,7 @@ impl Staging {
                 if m.id != self.master_id {
                     notes.push(format!("the master failed over during the staging: the node follows the shard's new master {master_addr} ({master_id})"));
                 }
-                let mut c = Client::connect_tls(&m.addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()).map_err(Error::master)?;
+                let mut c = cfg.master.connect(&m.addr).map_err(Error::master)?;
                 staging::judge(m.before, sync_counters(&mut c)?)
             }
         };
@@ -320,9 +321,9 @@ impl Staging {
     }
 
     /// Wait for the node to go down and answer again as a new process (its run id changes).
-    fn wait_restart(&mut self, cfg: &Config) -> Result<Instant, Error> {
-        let addr = cfg.replica.clone();
-        let connect = || Client::connect_tls(&addr, cfg.replica_auth.as_ref(), Duration::from_secs(2), cfg.replica_tls());
+    fn wait_restart(&mut self, cfg: &StagedConfig<'_>) -> Result<Instant, Error> {
+        let addr = cfg.node.addr.clone();
+        let connect = || cfg.node.connect_within(Duration::from_secs(2));
         if let Some(cmd) = &cfg.restart.command {
             wait_for(SHUTDOWN_MAX, "the node to exit after SHUTDOWN NOSAVE", || Ok(connect().is_err()))?;
             tracing::info!(node = %addr, "node down; running --restart-command");
@@ -336,7 +337,7 @@ impl Staging {
         let old = self.node_run_id.clone();
         let mut back: Option<Client> = None;
         wait_for(cfg.restart.timeout, "the node to be started again (by its supervisor or --restart-command)", || {
-            check_cancel(&cfg.cancel)?;
+            cfg.node.check_cancel()?;
             if let Ok(mut c) = connect() {
                 match c.info("server") {
                     Ok(i) if i.get("run_id").is_some_and(|r| r != old) => {
@@ -361,9 +362,9 @@ impl Staging {
     /// A node that dies while it loads (or links) is started again by its supervisor and loads the
     /// same file again: a lost connection is waited through (up to the phase's deadline), not a
     /// failure.
-    fn wait_loaded(&mut self, cfg: &Config) -> Result<Instant, Error> {
+    fn wait_loaded(&mut self, cfg: &StagedConfig<'_>) -> Result<Instant, Error> {
         wait_for(cfg.load_timeout, "the node to load the snapshot", || {
-            check_cancel(&cfg.cancel)?;
+            cfg.node.check_cancel()?;
             match self.node.info("persistence") {
                 Ok(i) => Ok(i.get("loading") == Some("0")),
                 Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => Ok(false),
@@ -375,19 +376,19 @@ impl Staging {
     }
 
     /// The connection to the node broke: connect again if it answers (`Ok(false)`: not done yet).
-    fn reconnect(&mut self, cfg: &Config, e: client::Error) -> Result<bool, Error> {
-        tracing::warn!(node = %cfg.replica, error = %e, "lost the node; waiting for it to answer again");
-        if let Ok(c) = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()) {
+    fn reconnect(&mut self, cfg: &StagedConfig<'_>, e: client::Error) -> Result<bool, Error> {
+        tracing::warn!(node = %cfg.node.addr, error = %e, "lost the node; waiting for it to answer again");
+        if let Ok(c) = cfg.node.connect() {
             self.node = c;
         }
         Ok(false)
     }
 
     /// Wait until the node is a replica with its link up and no sync in progress; its offset then.
-    fn wait_linked(&mut self, cfg: &Config) -> Result<(Instant, u64), Error> {
+    fn wait_linked(&mut self, cfg: &StagedConfig<'_>) -> Result<(Instant, u64), Error> {
         let mut offset = 0;
         wait_for(cfg.handoff_timeout, "the node's link to the master", || {
-            check_cancel(&cfg.cancel)?;
+            cfg.node.check_cancel()?;
             let st = match local::repl_state(&mut self.node) {
                 Ok(st) => st,
                 Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
@@ -401,7 +402,7 @@ impl Staging {
 
     /// Wait until the master the node's own table names (id, address) is a master and lists the
     /// node as its replica.
-    fn wait_cluster_agrees(&mut self, cfg: &Config) -> Result<(String, String), Error> {
+    fn wait_cluster_agrees(&mut self, cfg: &StagedConfig<'_>) -> Result<(String, String), Error> {
         let node_id = self.node_id.clone();
         let mut agreed = (String::new(), String::new());
         wait_for(GOSSIP_MAX, "the cluster to list the node as its master's replica (CLUSTER NODES on the master)", || {
@@ -414,7 +415,7 @@ impl Staging {
             let Some(id) = table.iter().find(|n| n.myself).and_then(|me| me.master.clone()) else { return Ok(false) };
             let Some(m) = table.iter().find(|n| n.id == id && n.role == Role::Master && !n.unsettled) else { return Ok(false) };
             let addr = if m.addr.starts_with(':') { self.master_addr.clone() } else { m.addr.clone() };
-            let Ok(mut c) = Client::connect_tls(&addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()) else { return Ok(false) };
+            let Ok(mut c) = cfg.master.connect(&addr) else { return Ok(false) };
             let listed = cluster_nodes(&mut c)
                 .ok()
                 .and_then(|t| cluster::parse(&t).ok())
@@ -429,7 +430,7 @@ impl Staging {
 
     /// The shard's master and replicas as the master's table lists them (addresses as the cluster
     /// knows them: what a replica's `master_host` says), each with its sync counters now.
-    fn shard(&mut self, cfg: &Config) -> Result<Vec<ShardNode>, Error> {
+    fn shard(&mut self, cfg: &StagedConfig<'_>) -> Result<Vec<ShardNode>, Error> {
         let table = cluster::parse(&cluster_nodes(&mut self.master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let mut out = Vec::new();
         for n in table.iter().filter(|n| n.id == self.master_id || (n.role == Role::Replica && n.master.as_deref() == Some(self.master_id.as_str()) && !n.unsettled)) {
@@ -437,7 +438,7 @@ impl Staging {
                 sync_counters(&mut self.master)?
             } else {
                 // A replica that does not answer now is no candidate to judge by later.
-                match Client::connect_tls(&n.addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls.as_ref()) {
+                match cfg.master.connect(&n.addr) {
                     Ok(mut c) => sync_counters(&mut c)?,
                     Err(_) => continue,
                 }
@@ -450,7 +451,7 @@ impl Staging {
     }
 
     /// Undo what the staging did, as far as it got; the node's state to report.
-    fn unwind(&mut self, cfg: &Config) -> ReplicaState {
+    fn unwind(&mut self, cfg: &StagedConfig<'_>) -> ReplicaState {
         let state = self.undo(cfg);
         // Undone here (or failed to be: said in the state): the guard must not try again.
         if let Some(g) = self.guard.take() {
@@ -459,12 +460,12 @@ impl Staging {
         state
     }
 
-    fn undo(&mut self, cfg: &Config) -> ReplicaState {
+    fn undo(&mut self, cfg: &StagedConfig<'_>) -> ReplicaState {
         let Some(step) = self.step else { return ReplicaState::Untouched };
         if step == Step::Linked {
             return ReplicaState::HandedOver;
         }
-        let mut node = Client::connect_tls(&cfg.replica, cfg.replica_auth.as_ref(), local::CMD_TIMEOUT, cfg.replica_tls()).ok();
+        let mut node = cfg.node.connect().ok();
         let running = node.as_mut().is_some_and(|c| c.cmd(&["PING"]).is_ok());
         let mut failed: Vec<String> = Vec::new();
         let mut done: Vec<&str> = Vec::new();
@@ -501,7 +502,7 @@ impl Staging {
             return ReplicaState::Down(done.join(", "));
         }
         let met = if self.plan.meet { " (it stays known to the cluster: the join introduced it)" } else { "" };
-        tracing::warn!(node = %cfg.replica, "staging undone: {}{met}", done.join(", "));
+        tracing::warn!(node = %cfg.node.addr, "staging undone: {}{met}", done.join(", "));
         ReplicaState::Unstaged
     }
 
@@ -524,7 +525,7 @@ impl Staging {
         }
     }
 
-    fn report(&mut self, cfg: &Config, done: Done, connected: f64, pulled: Pulled) -> crate::join::driver::Joined {
+    fn report(&mut self, cfg: &StagedConfig<'_>, done: Done, connected: f64, pulled: Pulled) -> Report {
         let desc = self.desc.clone().expect("set by the pull");
         let base = connected + pulled.secs;
         let mut notes = done.notes;
@@ -538,12 +539,12 @@ impl Staging {
             notes.push("the node did not know the master: the join introduced it (CLUSTER MEET)".into());
         }
         let s = &pulled.stats;
-        let report = Report {
+        Report {
             handoff: done.resync,
             transport: pulled.transport,
             transport_detail: pulled.detail,
-            relay: cfg.relay.to_string(),
-            replica: cfg.replica.clone(),
+            relay: cfg.source.relay.to_string(),
+            replica: cfg.node.addr.clone(),
             master: self.master_addr.clone(),
             replica_server: self.node_server.clone(),
             master_server: self.master_server.clone(),
@@ -590,15 +591,14 @@ impl Staging {
                 restarted_secs: done.restarted,
                 renewals: self.renewals,
             }),
-        };
-        crate::join::driver::Joined { report, peering: None }
+        }
     }
 }
 
 /// The master's address as `CLUSTER MEET` takes it: an IP (a name is resolved here) and a port.
 fn meet_address(addr: &str) -> Result<(String, String), Error> {
     use std::net::ToSocketAddrs;
-    let (host, port) = crate::join::driver::split_host_port(addr)?;
+    let (host, port) = crate::master::split_host_port(addr)?;
     let ip = (host.as_str(), port.parse::<u16>().map_err(|_| Error::Precondition(format!("bad port in {addr}")))?)
         .to_socket_addrs()
         .ok()
@@ -616,8 +616,8 @@ struct ShardNode {
 }
 
 /// Enter a phase: the display and metrics, and the event stream.
-fn phase(cfg: &Config, p: JoinPhase) {
-    cfg.live.set_phase(p);
+fn phase(cfg: &StagedConfig<'_>, p: JoinPhase) {
+    cfg.source.live.set_phase(p);
     crate::events::phase(p);
 }
 

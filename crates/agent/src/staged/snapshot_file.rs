@@ -1,5 +1,5 @@
 //! A fresh enough snapshot, as a file in a server's data directory: what a staged start loads. Shared
-//! by the staged join of a cluster node ([`crate::staged::cluster_node`]) and `fastrepl stage` ([`crate::staged::stage`]).
+//! by the staged join of a cluster node (`staged::cluster_node`) and `fastrepl stage` (`staged::stage`).
 //!
 //! The relay's generation is checked against the master (same history, and its offset still in the
 //! master's backlog with room for the time the start needs: [`staging::freshness`]), pulled into an
@@ -15,6 +15,8 @@ use crate::pull::progress;
 use crate::pull::select;
 use crate::error::Error;
 use crate::error::Party;
+use crate::config::PullConfig;
+use crate::master::MasterRepl;
 use client::{Client, Info};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -38,23 +40,12 @@ pub struct Source<'a> {
     pub relay: SocketAddr,
     /// Its token (and TLS).
     pub token: &'a Credentials,
-    /// `--transport`.
-    pub transport: Option<TransportKind>,
-    /// Readers (0: the transport's default).
-    pub readers: usize,
-    /// Blocks fetched ahead at most.
-    pub window: u64,
+    /// How to pull (`--transport`, `--readers`, `--window-blocks`).
+    pub pull: &'a PullConfig,
     /// Set from outside to stop.
     pub cancel: &'a AtomicBool,
     /// Progress for the display and the metrics.
     pub live: &'a crate::report::Live,
-}
-
-impl<'a> Source<'a> {
-    /// A join's.
-    pub fn of(cfg: &'a crate::config::Config) -> Source<'a> {
-        Source { relay: cfg.relay, token: &cfg.token, transport: cfg.transport, readers: cfg.readers, window: cfg.window_blocks, cancel: &cfg.cancel, live: &cfg.live }
-    }
 }
 
 /// What the pull did.
@@ -100,7 +91,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         let rdb_version = desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
         loads(rdb_version)?;
         let repl = master.info("replication").map_err(Error::master)?;
-        if !crate::join::driver::master_repl(&repl).knows(&desc.replid) {
+        if !MasterRepl::from_info(&repl).knows(&desc.replid) {
             return Err(Error::Changed(format!("the master's replication ID is no longer the snapshot's ({}): it restarted or failed over", desc.replid)));
         }
         // Judged before the pull (a snapshot already out of the backlog is renewed now), then after
@@ -111,7 +102,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
             renew(src, &desc, &repl, &why, &mut renewals)?;
             continue;
         }
-        let (transport, why) = select::select(src.transport, src.relay, src.token, &attached.offered)?;
+        let (transport, why) = select::select(src.pull.transport, src.relay, src.token, &attached.offered)?;
         tracing::info!(transport = %transport.kind(), reason = %why, generation = desc.generation, offset = desc.offset, dir = %dir.display(), "pulling the snapshot into the server's directory");
         let mut file = Staged::create(dir)?;
         src.live.set_phase(JoinPhase::Pulling);
@@ -119,8 +110,8 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         let pull = pipeline::Pull {
             transport: transport.as_ref(),
             progress: &attached.progress,
-            readers: crate::pull::pipeline::readers(src.readers, transport.as_ref()),
-            window: src.window,
+            readers: crate::pull::pipeline::readers(src.pull.readers, transport.as_ref()),
+            window: src.pull.window_blocks,
             cancel: src.cancel,
             peering: None,
             counters: Some(&src.live.sources),

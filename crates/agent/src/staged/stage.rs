@@ -9,11 +9,10 @@
 
 use crate::staged::cluster::{self, Role};
 use crate::staged::snapshot_file::{self, Source};
-use crate::local;
+use crate::master::MasterAccess;
 use crate::error::Error;
 use crate::error::Party;
 use client::Client;
-use replication::replica::Auth;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,12 +21,9 @@ use std::time::Instant;
 pub struct StageConfig<'a> {
     /// The relay and how to pull from it.
     pub source: Source<'a>,
-    /// The master the server will follow, as it reaches it (`None`: as the relay reaches it).
-    pub master: Option<String>,
-    /// Credentials for the master.
-    pub master_auth: Option<Auth>,
-    /// TLS for the master.
-    pub tls: Option<&'a client::tls::Tls>,
+    /// The master the server will follow, as it reaches it (`given`; `None`: as the relay reaches
+    /// it), and its credentials and TLS.
+    pub master: MasterAccess<'a>,
     /// The server's data directory.
     pub dir: PathBuf,
     /// Its RDB file name.
@@ -83,11 +79,8 @@ pub struct ClusterStaged {
 pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     let t0 = Instant::now();
     refuse_aof(&cfg.dir, cfg.server_config.as_deref())?;
-    let master_addr = match &cfg.master {
-        Some(m) => m.clone(),
-        None => crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master,
-    };
-    let mut master = Client::connect_tls(&master_addr, cfg.master_auth.as_ref(), local::CMD_TIMEOUT, cfg.tls).map_err(Error::master)?;
+    let master_addr = cfg.master.find(|| Ok(crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master))?;
+    let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
     // A cluster node's config is prepared (and checked) before the pull, so a refusal costs nothing.
     let cluster = match &cfg.cluster_config {
         None => None,

@@ -2,7 +2,7 @@
 //! snapshot fresh enough for the master's backlog, what the master's counters say the node's resync
 //! was, and what must be undone after a failure at each step.
 //!
-//! The staged path ([`crate::staged::cluster_node`]) is how a server that cannot be pointed at the agent (a cluster
+//! The staged path (`staged::cluster_node`) is how a server that cannot be pointed at the agent (a cluster
 //! node refuses `REPLICAOF`) or is not running yet (`fastrepl stage`) becomes a replica: the snapshot
 //! is written into its data directory, it is recorded as the master's replica, and at its next start
 //! it loads the RDB, takes the replication ID and offset from the RDB's aux fields and asks the master

@@ -135,7 +135,7 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         StagedFault::KillAgent => {
             o.exit = None;
             // The guard undoes a parked node; a node already down comes back as the master's replica.
-            let parked = || node.try_client().ok().and_then(|mut cl| cl.config_get("masteruser").ok().flatten()).is_some_and(|u| u == agent::staged::cluster_node::PARKED_USER);
+            let parked = || node.try_client().ok().and_then(|mut cl| cl.config_get("masteruser").ok().flatten()).is_some_and(|u| u == agent::guard::PARKED_USER);
             let deadline = Instant::now() + SETTLE;
             while Instant::now() < deadline && (seen(&node).0 == SeenRole::Unreachable || parked()) {
                 std::thread::sleep(Duration::from_millis(100)); // Waiting for the guard or the supervisor, with a deadline.

@@ -1,158 +1,19 @@
-//! An agent as a member of its generation's swarm: the blocks it holds ([`Held`]), the server that
-//! gives them to other agents ([`PeerServer`]), and its link to the relay's tracker ([`Peering`]).
-//!
-//! What a peer serves is what this agent verified against the relay's checksum before it kept it, or a
-//! block still arriving, whose last byte goes only once it is verified (see [`crate::peers::arrival`]); what it
-//! fetches from a peer it verifies the same way before using or keeping it. Peers authenticate with the
-//! relay's token, both ways, exactly like relay connections.
+//! The server that gives an agent's held blocks ([`Held`]) to other agents. Peers authenticate with
+//! the relay's token, both ways, exactly like relay connections; what an agent fetches from a peer it
+//! verifies against the relay's checksum before using or keeping it.
 
-use crate::peers::arrival::{Arrival, Next, Spares};
 use crate::error::Error;
-use std::collections::{BTreeMap, HashMap};
+use crate::peers::arrival::{Arrival, Next};
+use crate::peers::held::{Held, Serve};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
-use transport::tracker::{Registration, TrackerLink};
+use transport::tracker::TrackerLink;
 use transport::wire::{Request, ResponseHeader};
 use transport::{serve, Credentials};
-
-/// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
-/// a bounded cache of those already fed, kept for peers; and those arriving, served while they do.
-pub struct Held {
-    generation: u64,
-    block_size: u64,
-    inner: Mutex<HeldInner>,
-}
-
-struct HeldInner {
-    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
-    /// Blocks `0..fed` went to the replica: they are the cache, evicted oldest first.
-    fed: u64,
-    cached_bytes: u64,
-    cache_max: u64,
-    /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
-    /// memory stays the window's), and starts keeping again as soon as someone joins.
-    others_need: bool,
-    /// Total length of the RDB once known (the last block is short).
-    length: Option<u64>,
-    /// Blocks being received, served while they arrive (see [`crate::peers::arrival`]).
-    arriving: HashMap<u64, Arc<Arrival>>,
-    /// Their buffers, kept from one arrival to the next.
-    spares: Arc<Spares>,
-}
-
-impl Held {
-    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
-    pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Keep verified block `b` (its arrival, if it was served while arriving, is over: readers still
-    /// on it finish from it).
-    pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
-        let mut h = self.lock();
-        h.arriving.remove(&b);
-        if b < h.fed {
-            h.cached_bytes += bytes.len() as u64;
-        }
-        h.blocks.insert(b, bytes);
-    }
-
-    /// Block `b`, if held whole (peers are served through `serve`, which also sees arrivals).
-    #[cfg(test)]
-    fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
-        self.lock().blocks.get(&b).cloned()
-    }
-
-    /// Block `b`, `len` bytes, starts to arrive: peers may read it from the returned arrival as it
-    /// fills. None when it is held or arriving already (a second read of it is not served).
-    pub fn start_arrival(&self, b: u64, len: usize) -> Option<Arc<Arrival>> {
-        let mut h = self.lock();
-        if h.blocks.contains_key(&b) || h.arriving.contains_key(&b) {
-            return None;
-        }
-        let a = Arc::new(Arrival::new(len, h.spares.clone()));
-        h.arriving.insert(b, a.clone());
-        Some(a)
-    }
-
-    /// Block `b`'s arrival failed: cut off the peers reading it and stop serving it.
-    pub fn fail_arrival(&self, b: u64, a: &Arrival) {
-        a.settle(false);
-        let mut h = self.lock();
-        if h.arriving.get(&b).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), a)) {
-            h.arriving.remove(&b);
-        }
-    }
-
-    /// What a peer can be served of block `b`: held whole, or arriving.
-    fn serve(&self, b: u64) -> Option<Serve> {
-        let h = self.lock();
-        h.blocks.get(&b).map(|v| Serve::Whole(v.clone())).or_else(|| h.arriving.get(&b).map(|a| Serve::Arriving(a.clone())))
-    }
-
-    /// Whether other agents still miss blocks (from the tracker): an agent alone caches nothing.
-    pub fn set_others_need(&self, need: bool) {
-        self.lock().others_need = need;
-    }
-
-    /// The RDB's length is known.
-    pub fn set_length(&self, length: u64) {
-        self.lock().length = Some(length);
-    }
-
-    /// Blocks `0..n` were fed to the replica: they join the cache, and the oldest cached blocks beyond
-    /// its bound are dropped. Returns the dropped blocks (the tracker must stop naming us for them)
-    /// and their buffers (for reuse).
-    pub fn fed(&self, n: u64) -> Vec<(u64, Arc<Vec<u8>>)> {
-        let mut h = self.lock();
-        let h = &mut *h;
-        let newly: u64 = h.blocks.range(h.fed..n).map(|(_, v)| v.len() as u64).sum();
-        h.cached_bytes += newly;
-        h.fed = h.fed.max(n);
-        let mut dropped = Vec::new();
-        let bound = if h.others_need { h.cache_max } else { 0 };
-        while h.cached_bytes > bound {
-            let Some((&b, _)) = h.blocks.range(..h.fed).next() else { break };
-            let v = h.blocks.remove(&b).expect("present");
-            h.cached_bytes -= v.len() as u64;
-            dropped.push((b, v));
-        }
-        dropped
-    }
-
-    /// Bytes held now (window and cache).
-    #[cfg(test)]
-    fn bytes(&self) -> u64 {
-        self.lock().blocks.values().map(|v| v.len() as u64).sum()
-    }
-
-    /// The block a request names, if the request is exactly one whole block of ours.
-    fn block_of(&self, offset: u64, len: u32) -> Option<u64> {
-        if offset % self.block_size != 0 {
-            return None;
-        }
-        let b = offset / self.block_size;
-        let want = match self.lock().length {
-            Some(l) => self.block_size.min(l.checked_sub(offset)?),
-            None => self.block_size,
-        };
-        (u64::from(len) == want).then_some(b)
-    }
-}
-
-/// A block as a peer can be served it.
-enum Serve {
-    Whole(Arc<Vec<u8>>),
-    Arriving(Arc<Arrival>),
-}
 
 /// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
 /// asker's own wait for bytes ([`limits::PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and
@@ -221,6 +82,48 @@ impl PeerServer {
     /// Uploads in progress now: connections sending a block, or with the asker's next read waiting.
     pub fn uploads(&self) -> usize {
         self.shared.uploads.load(Ordering::SeqCst)
+    }
+}
+
+impl PeerServer {
+    /// Start the thread that keeps the tracker told of this server's upload load ([`report_load`]);
+    /// it ends when the server stops or the link fails.
+    pub(crate) fn start_load_reporter(&self, tracker: Arc<Mutex<TrackerLink>>) -> Result<std::thread::JoinHandle<()>, Error> {
+        let sh = self.shared.clone();
+        std::thread::Builder::new().name("load-report".into()).spawn(move || report_load(&sh, &tracker)).map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))
+    }
+}
+
+/// Keep the tracker told how many uploads this agent serves and how many askers took a slot since
+/// the last report, at every change, for as long as it serves: during its pull and its linger, and
+/// in between, while its replica loads (a holder whose last report said "full" would be named to no
+/// new asker until it reports again).
+fn report_load(sh: &ServeShared, tracker: &Mutex<TrackerLink>) {
+    let mut seen = 0;
+    let mut told: Option<(usize, u64)> = None;
+    loop {
+        {
+            let mut changes = sh.load_changes.lock().unwrap_or_else(|p| p.into_inner());
+            while *changes == seen && !sh.stop.load(Ordering::SeqCst) {
+                changes = sh.load_changed.wait(changes).unwrap_or_else(|p| p.into_inner());
+            }
+            seen = *changes;
+        }
+        if sh.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = (sh.uploads.load(Ordering::SeqCst), sh.arrivals.load(Ordering::SeqCst));
+        if told == Some(now) {
+            continue;
+        }
+        let arrived = now.1 - told.map_or(0, |t| t.1);
+        let sent = tracker.lock().unwrap_or_else(|p| p.into_inner()).load(u32::try_from(now.0).unwrap_or(u32::MAX), u32::try_from(arrived).unwrap_or(u32::MAX));
+        if let Err(e) = sent {
+            // The pull's own requests on the link report its failure; nothing more to tell.
+            tracing::debug!(error = %e, "tracker link failed; no more load reports");
+            return;
+        }
+        told = Some(now);
     }
 }
 
@@ -423,241 +326,9 @@ fn next_request_waiting(raw: &TcpStream) -> bool {
     transport::tcp::bytes_waiting(raw) == Some(true)
 }
 
-/// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,
-/// `--serve-cache-mib`).
-#[derive(Debug, Clone)]
-pub struct PeerConfig {
-    /// Serve held blocks to other agents.
-    pub serve: bool,
-    /// Where to listen for peers (default: the address this agent reaches the relay from, any port).
-    pub listen: Option<SocketAddr>,
-    /// The address to give peers, when they cannot reach the listen address (NAT).
-    pub advertise: Option<String>,
-    /// Bytes of blocks already fed to the replica kept for peers.
-    pub cache_bytes: u64,
-    /// Longest an agent keeps serving after its own handoff while others still pull.
-    pub linger: Duration,
-}
-
-impl Default for PeerConfig {
-    fn default() -> Self {
-        PeerConfig { serve: true, listen: None, advertise: None, cache_bytes: limits::SERVE_CACHE_BYTES_DEFAULT, linger: limits::SERVE_LINGER_DEFAULT }
-    }
-}
-
-/// An agent's membership of its generation's swarm: the tracker link, the held blocks, the server.
-pub struct Peering {
-    /// The tracker link: during a pull, the pipeline's tracker-link thread asks and tells on it, and
-    /// after it the linger; the load reporter, for its reports. Each holds the lock to send or to read
-    /// an answer that has begun to arrive, not for a round trip.
-    pub(crate) tracker: Arc<Mutex<TrackerLink>>,
-    /// Verified blocks.
-    pub(crate) held: Arc<Held>,
-    /// The relay's token, for peer connections.
-    pub(crate) token: Credentials,
-    server: Option<PeerServer>,
-    /// The thread that reports this agent's upload load while it serves.
-    reporter: Option<std::thread::JoinHandle<()>>,
-    id: u32,
-}
-
-impl Drop for Peering {
-    fn drop(&mut self) {
-        // The server's stop wakes the reporter; then the link closes with the last of its users.
-        drop(self.server.take());
-        if let Some(r) = self.reporter.take() {
-            let _ = r.join();
-        }
-    }
-}
-
-/// Keep the tracker told how many uploads this agent serves and how many askers took a slot since
-/// the last report, at every change, for as long as it serves: during its pull and its linger, and
-/// in between, while its replica loads (a holder whose last report said "full" would be named to no
-/// new asker until it reports again).
-fn report_load(sh: &ServeShared, tracker: &Mutex<TrackerLink>) {
-    let mut seen = 0;
-    let mut told: Option<(usize, u64)> = None;
-    loop {
-        {
-            let mut changes = sh.load_changes.lock().unwrap_or_else(|p| p.into_inner());
-            while *changes == seen && !sh.stop.load(Ordering::SeqCst) {
-                changes = sh.load_changed.wait(changes).unwrap_or_else(|p| p.into_inner());
-            }
-            seen = *changes;
-        }
-        if sh.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let now = (sh.uploads.load(Ordering::SeqCst), sh.arrivals.load(Ordering::SeqCst));
-        if told == Some(now) {
-            continue;
-        }
-        let arrived = now.1 - told.map_or(0, |t| t.1);
-        let sent = tracker.lock().unwrap_or_else(|p| p.into_inner()).load(u32::try_from(now.0).unwrap_or(u32::MAX), u32::try_from(arrived).unwrap_or(u32::MAX));
-        if let Err(e) = sent {
-            // The pull's own requests on the link report its failure; nothing more to tell.
-            tracing::debug!(error = %e, "tracker link failed; no more load reports");
-            return;
-        }
-        told = Some(now);
-    }
-}
-
-impl Peering {
-    /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
-    /// shared memory.
-    pub fn join(relay: SocketAddr, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
-        let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
-        // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
-        let serve = cfg.serve && token.relay_tls().map_or(true, |t| t.peer_server().is_some());
-        let cache = if serve { cfg.cache_bytes } else { 0 };
-        let held = Arc::new(Held::new(generation, block_size, cache));
-        let server = if serve {
-            let listen = match cfg.listen {
-                Some(l) => l,
-                None => SocketAddr::new(link.local_ip().map_err(Error::relay)?, 0),
-            };
-            Some(PeerServer::start(listen, token.clone(), held.clone(), swarm::UPLOADS_MAX)?)
-        } else {
-            None
-        };
-        let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: serve, local, advertise: cfg.advertise.clone() };
-        let id = link.register(generation, &reg).map_err(Error::relay)?;
-        if let Some(s) = &server {
-            tracing::info!(agent = id, listen = %s.local_addr(), advertise = cfg.advertise.as_deref().unwrap_or(""), "joined the swarm; serving peers");
-        }
-        let tracker = Arc::new(Mutex::new(link));
-        let reporter = match &server {
-            Some(s) => {
-                let (sh, link) = (s.shared.clone(), tracker.clone());
-                Some(std::thread::Builder::new().name("load-report".into()).spawn(move || report_load(&sh, &link)).map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))?)
-            }
-            None => None,
-        };
-        Ok(Peering { tracker, held, token: token.clone(), server, reporter, id })
-    }
-
-    /// Our number in the swarm.
-    pub fn id(&self) -> u32 {
-        self.id
-    }
-
-    /// Where this agent serves peers.
-    pub fn listen_addr(&self) -> Option<SocketAddr> {
-        self.server.as_ref().map(PeerServer::local_addr)
-    }
-
-    /// This agent serves what it holds.
-    pub fn serves(&self) -> bool {
-        self.server.is_some()
-    }
-
-    /// Uploads to peers in progress now (0 when not serving).
-    pub fn uploads(&self) -> usize {
-        self.server.as_ref().map_or(0, PeerServer::uploads)
-    }
-
-    /// Bytes served to peers so far.
-    pub fn served_bytes(&self) -> u64 {
-        self.server.as_ref().map_or(0, |s| s.served.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, TrackerLink> {
-        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Other agents still missing blocks, asked of the tracker without holding the link for the round
-    /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile. A question
-    /// that fails or goes unanswered is given up (its late answer is dropped).
-    fn needed(&self) -> Result<u32, transport::Error> {
-        let (socket, timeout) = {
-            let mut link = self.tracker();
-            let socket = link.socket()?;
-            link.ask_needed()?;
-            (socket, link.timeout())
-        };
-        let asked = Instant::now();
-        let got = loop {
-            match self.tracker().poll_answer() {
-                Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
-                Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
-                Ok(None) if asked.elapsed() > timeout => break Err(crate::peers::tracker_link::unanswered()),
-                Ok(None) => {
-                    if let Err(e) = crate::peers::tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], crate::peers::tracker_link::WAIT_SLICE) {
-                        break Err(e);
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        if got.is_err() {
-            self.tracker().abandon_questions();
-        }
-        got
-    }
-
-    /// After our own handoff: keep serving while the tracker says other agents still miss blocks, for
-    /// at most `max`, or until `cancel`. Returns how long it lingered.
-    pub fn linger(&self, max: Duration, cancel: &AtomicBool) -> Duration {
-        let t0 = Instant::now();
-        if self.server.is_none() {
-            return Duration::ZERO;
-        }
-        let mut said = false;
-        loop {
-            let needed = match self.needed() {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::info!(error = %e, "tracker link lost; no longer serving peers");
-                    break;
-                }
-            };
-            if needed == 0 || t0.elapsed() >= max || cancel.load(Ordering::SeqCst) {
-                break;
-            }
-            if !said {
-                tracing::info!(agents = needed, linger_max_secs = max.as_secs(), "serving peers that still pull");
-                said = true;
-            }
-            std::thread::sleep(limits::LINGER_POLL_EVERY); // Polling the tracker, bounded by `max`.
-        }
-        t0.elapsed()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn held_keeps_a_bounded_cache_of_fed_blocks_oldest_out_first() {
-        let h = Held::new(1, 4, 8);
-        for b in 0..4 {
-            h.insert(b, Arc::new(vec![b as u8; 4]));
-        }
-        assert!(h.fed(1).is_empty(), "4 bytes cached, bound 8");
-        let dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
-        assert_eq!(dropped, vec![0, 1], "16 bytes fed, 8 kept: the oldest go");
-        assert!(h.get(0).is_none() && h.get(3).is_some());
-        h.insert(4, Arc::new(vec![4; 2]));
-        assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
-        assert_eq!(h.bytes(), 10);
-        h.set_others_need(false);
-        let dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
-        assert_eq!(dropped, vec![2, 3, 4], "alone, an agent keeps nothing it has fed");
-    }
-
-    #[test]
-    fn only_whole_blocks_are_served() {
-        let h = Held::new(1, 4, 0);
-        assert_eq!(h.block_of(8, 4), Some(2));
-        assert_eq!(h.block_of(6, 4), None, "unaligned");
-        assert_eq!(h.block_of(8, 3), None, "partial");
-        h.set_length(10);
-        assert_eq!(h.block_of(8, 2), Some(2), "the short last block");
-        assert_eq!(h.block_of(12, 4), None, "past the end");
-    }
 
     /// Wait for `cond` (a few seconds at most).
     fn wait_for(what: &str, cond: impl Fn() -> bool) {

@@ -1,0 +1,179 @@
+//! The blocks an agent holds, verified, for its replica and for other agents: what a peer is served
+//! is what this agent verified against the relay's checksum before it kept it, or a block still
+//! arriving, whose last byte goes only once it is verified (see [`crate::peers::arrival`]).
+
+use crate::peers::arrival::{Arrival, Spares};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// The blocks an agent holds, verified: those not yet fed to the replica (the pipeline's window) and
+/// a bounded cache of those already fed, kept for peers; and those arriving, served while they do.
+pub struct Held {
+    /// The generation whose blocks these are.
+    pub(crate) generation: u64,
+    block_size: u64,
+    inner: Mutex<HeldInner>,
+}
+
+struct HeldInner {
+    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// Blocks `0..fed` went to the replica: they are the cache, evicted oldest first.
+    fed: u64,
+    cached_bytes: u64,
+    cache_max: u64,
+    /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
+    /// memory stays the window's), and starts keeping again as soon as someone joins.
+    others_need: bool,
+    /// Total length of the RDB once known (the last block is short).
+    length: Option<u64>,
+    /// Blocks being received, served while they arrive (see [`crate::peers::arrival`]).
+    arriving: HashMap<u64, Arc<Arrival>>,
+    /// Their buffers, kept from one arrival to the next.
+    spares: Arc<Spares>,
+}
+
+impl Held {
+    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
+    pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep verified block `b` (its arrival, if it was served while arriving, is over: readers still
+    /// on it finish from it).
+    pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
+        let mut h = self.lock();
+        h.arriving.remove(&b);
+        if b < h.fed {
+            h.cached_bytes += bytes.len() as u64;
+        }
+        h.blocks.insert(b, bytes);
+    }
+
+    /// Block `b`, if held whole (peers are served through `serve`, which also sees arrivals).
+    #[cfg(test)]
+    fn get(&self, b: u64) -> Option<Arc<Vec<u8>>> {
+        self.lock().blocks.get(&b).cloned()
+    }
+
+    /// Block `b`, `len` bytes, starts to arrive: peers may read it from the returned arrival as it
+    /// fills. None when it is held or arriving already (a second read of it is not served).
+    pub fn start_arrival(&self, b: u64, len: usize) -> Option<Arc<Arrival>> {
+        let mut h = self.lock();
+        if h.blocks.contains_key(&b) || h.arriving.contains_key(&b) {
+            return None;
+        }
+        let a = Arc::new(Arrival::new(len, h.spares.clone()));
+        h.arriving.insert(b, a.clone());
+        Some(a)
+    }
+
+    /// Block `b`'s arrival failed: cut off the peers reading it and stop serving it.
+    pub fn fail_arrival(&self, b: u64, a: &Arrival) {
+        a.settle(false);
+        let mut h = self.lock();
+        if h.arriving.get(&b).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), a)) {
+            h.arriving.remove(&b);
+        }
+    }
+
+    /// What a peer can be served of block `b`: held whole, or arriving.
+    pub(crate) fn serve(&self, b: u64) -> Option<Serve> {
+        let h = self.lock();
+        h.blocks.get(&b).map(|v| Serve::Whole(v.clone())).or_else(|| h.arriving.get(&b).map(|a| Serve::Arriving(a.clone())))
+    }
+
+    /// Whether other agents still miss blocks (from the tracker): an agent alone caches nothing.
+    pub fn set_others_need(&self, need: bool) {
+        self.lock().others_need = need;
+    }
+
+    /// The RDB's length is known.
+    pub fn set_length(&self, length: u64) {
+        self.lock().length = Some(length);
+    }
+
+    /// Blocks `0..n` were fed to the replica: they join the cache, and the oldest cached blocks beyond
+    /// its bound are dropped. Returns the dropped blocks (the tracker must stop naming us for them)
+    /// and their buffers (for reuse).
+    pub fn fed(&self, n: u64) -> Vec<(u64, Arc<Vec<u8>>)> {
+        let mut h = self.lock();
+        let h = &mut *h;
+        let newly: u64 = h.blocks.range(h.fed..n).map(|(_, v)| v.len() as u64).sum();
+        h.cached_bytes += newly;
+        h.fed = h.fed.max(n);
+        let mut dropped = Vec::new();
+        let bound = if h.others_need { h.cache_max } else { 0 };
+        while h.cached_bytes > bound {
+            let Some((&b, _)) = h.blocks.range(..h.fed).next() else { break };
+            let v = h.blocks.remove(&b).expect("present");
+            h.cached_bytes -= v.len() as u64;
+            dropped.push((b, v));
+        }
+        dropped
+    }
+
+    /// Bytes held now (window and cache).
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.lock().blocks.values().map(|v| v.len() as u64).sum()
+    }
+
+    /// The block a request names, if the request is exactly one whole block of ours.
+    pub(crate) fn block_of(&self, offset: u64, len: u32) -> Option<u64> {
+        if !offset.is_multiple_of(self.block_size) {
+            return None;
+        }
+        let b = offset / self.block_size;
+        let want = match self.lock().length {
+            Some(l) => self.block_size.min(l.checked_sub(offset)?),
+            None => self.block_size,
+        };
+        (u64::from(len) == want).then_some(b)
+    }
+}
+
+/// A block as a peer can be served it.
+pub(crate) enum Serve {
+    /// Held whole, verified.
+    Whole(Arc<Vec<u8>>),
+    /// Arriving: served as it fills, its last byte once verified.
+    Arriving(Arc<Arrival>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_keeps_a_bounded_cache_of_fed_blocks_oldest_out_first() {
+        let h = Held::new(1, 4, 8);
+        for b in 0..4 {
+            h.insert(b, Arc::new(vec![b as u8; 4]));
+        }
+        assert!(h.fed(1).is_empty(), "4 bytes cached, bound 8");
+        let dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
+        assert_eq!(dropped, vec![0, 1], "16 bytes fed, 8 kept: the oldest go");
+        assert!(h.get(0).is_none() && h.get(3).is_some());
+        h.insert(4, Arc::new(vec![4; 2]));
+        assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
+        assert_eq!(h.bytes(), 10);
+        h.set_others_need(false);
+        let dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
+        assert_eq!(dropped, vec![2, 3, 4], "alone, an agent keeps nothing it has fed");
+    }
+
+    #[test]
+    fn only_whole_blocks_are_served() {
+        let h = Held::new(1, 4, 0);
+        assert_eq!(h.block_of(8, 4), Some(2));
+        assert_eq!(h.block_of(6, 4), None, "unaligned");
+        assert_eq!(h.block_of(8, 3), None, "partial");
+        h.set_length(10);
+        assert_eq!(h.block_of(8, 2), Some(2), "the short last block");
+        assert_eq!(h.block_of(12, 4), None, "past the end");
+    }
+}
