@@ -173,6 +173,8 @@ impl Chooser {
 
     /// Blocks `0..n` were handed on to the replica: the window moves.
     pub fn written(&mut self, n: u64) {
+        // Only what was held is handed on, and the window only moves forward.
+        debug_assert!(n <= self.held_prefix().max(self.next_write), "blocks up to {n} handed on, {} held in order", self.held_prefix());
         self.next_write = self.next_write.max(n);
     }
 
@@ -308,8 +310,21 @@ impl Chooser {
                 Origin::Peer(*pool.iter().filter(|p| open(p)).min_by_key(|p| load(p))?)
             }
         };
+        debug_assert!(!self.in_flight.contains_key(&b), "block {b} chosen while it is being fetched");
         self.in_flight.insert(b, from);
+        self.debug_check();
         Some(from)
+    }
+
+    /// The fetches in flight stay within the flows and depths given (checked in debug builds): the
+    /// relay's fetches, the peers' fetches, and the peers fetched from at once; the blocks held are
+    /// some of those published.
+    fn debug_check(&self) {
+        let relay = self.in_flight.values().filter(|f| **f == Origin::Relay).count();
+        debug_assert!(relay <= self.relay_fetches_max(), "{relay} relay fetches of {}", self.relay_fetches_max());
+        debug_assert!(self.peer_fetches() <= self.peer_fetches_max(), "{} peer fetches of {}", self.peer_fetches(), self.peer_fetches_max());
+        debug_assert!(self.peers_fetched_from() <= self.peer_flows, "{} peers fetched from of {}", self.peers_fetched_from(), self.peer_flows);
+        debug_assert!(self.held <= self.published && self.have.len() as u64 == self.published, "{} held of {} published ({} known)", self.held, self.published, self.have.len());
     }
 
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
@@ -330,6 +345,7 @@ impl Chooser {
             self.held += u64::from(!*h);
             *h = true;
         }
+        self.debug_check();
     }
 
     /// Fetching `b` failed: refused or gone peer (try elsewhere), or a corrupt block (`bad`: never ask

@@ -167,6 +167,17 @@ impl Tracker {
             let listed = &self.listed;
             self.holders[i].retain(|x| listed.get(x).is_some_and(|l| l.get(b)));
         }
+        self.debug_check(b);
+    }
+
+    /// The counts kept per block and per fleet agree (checked in debug builds): a block's holders
+    /// whole are some of those listed, every listed one has an entry in its list, and the agents
+    /// complete are some of those present.
+    fn debug_check(&self, b: u64) {
+        let i = b as usize;
+        debug_assert!(self.whole[i] <= self.live[i] && self.live[i] <= self.holders[i].len(), "block {b}: {} whole, {} listed, {} entries", self.whole[i], self.live[i], self.holders[i].len());
+        debug_assert!(self.complete <= self.received.len(), "{} complete of {} agents", self.complete, self.received.len());
+        debug_assert!(self.holders.len() == self.live.len() && self.live.len() == self.whole.len(), "per-block counts of different lengths");
     }
 
     /// `a` is no longer named as a holder of anything.
@@ -218,6 +229,7 @@ impl Tracker {
             self.holders[b as usize].push(a);
             self.live[b as usize] += 1;
         }
+        self.debug_check(b);
     }
 
     /// Agent `a` holds block `b`, verified, at `now`. Its other claims' clocks restart: an agent keeps
@@ -240,6 +252,7 @@ impl Tracker {
                 if self.total == Some(got) {
                     self.complete += 1;
                 }
+                self.debug_check(b);
             }
         }
         if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
@@ -375,6 +388,7 @@ impl Tracker {
         // all the fresh blocks while the others wait for it to finish each one.
         let pulling = self.alive.len().saturating_sub(self.complete).max(1);
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
+        debug_assert!(per_agent <= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW, "one agent's share of the relay's flows is more than all of them");
         let standing = self.claims.values().filter(|x| self.stands(x, now)).count();
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
