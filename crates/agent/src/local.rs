@@ -128,7 +128,7 @@ pub fn reset(addr: &str, auth: Option<&Auth>, tls: Option<&client::tls::Tls>, di
         if refused.permanent || std::time::Instant::now() >= deadline {
             return Err(refused.why);
         }
-        std::thread::sleep(Duration::from_millis(100)); // Waiting for the server to finish a load, with a deadline.
+        std::thread::sleep(limits::LOADING_POLL_EVERY); // Waiting for the server to finish a load, with a deadline.
     }
 }
 

@@ -44,17 +44,17 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
 }
 
-/// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
-/// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
-pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a holder that refused a fetch (busy) is passed over ([`limits::PEER_BUSY_BACKOFF`]).
+pub const BUSY_BACKOFF: Duration = limits::PEER_BUSY_BACKOFF;
 /// A peer that answers "busy" for this long without serving a block is avoided (see
-/// [`Chooser::refused`]).
-pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
+/// [`Chooser::refused`], [`limits::PEER_BUSY_GIVE_UP`]).
+pub const BUSY_GIVE_UP: Duration = limits::PEER_BUSY_GIVE_UP;
 /// Refusals further apart than this are not "in a row" for [`BUSY_GIVE_UP`].
-pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
+pub const BUSY_STREAK_GAP: Duration = limits::PEER_BUSY_STREAK_GAP;
 
-/// A source slower than this fraction of the median peer rate is avoided while others hold the block.
-pub const SLOW_FRACTION: f64 = 0.25;
+/// A source slower than this fraction of the median peer rate is avoided while others hold the block
+/// ([`limits::PEER_SLOW_FRACTION`]).
+pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two

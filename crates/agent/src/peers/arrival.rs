@@ -29,10 +29,8 @@ pub enum Standing {
 /// The size of an arrival's piece buffers: a TCP read's piece ([`transport::tcp::PIECE`]).
 pub const PIECE: usize = transport::tcp::PIECE;
 
-/// Bytes of piece buffers kept for the next arrivals: a few blocks in flight. A freed buffer of this
-/// size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a page fault
-/// per 4 KiB: for every byte an agent receives (docs/results/issue22-cut-through).
-pub const SPARE_BYTES_MAX: usize = 32 << 20;
+/// Bytes of piece buffers kept for the next arrivals ([`limits::ARRIVAL_SPARE_BYTES_MAX`]).
+pub const SPARE_BYTES_MAX: usize = limits::ARRIVAL_SPARE_BYTES_MAX;
 
 /// Piece buffers no arrival uses any more, for the next ones (shared by an agent's arrivals).
 #[derive(Default)]

@@ -126,8 +126,8 @@ pub struct Pull<'a> {
 
 
 /// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
-/// asking it (see [`PeerMiss::CutOff`]).
-const CUT_OFFS_MAX: u32 = 3;
+/// asking it (see [`PeerMiss::CutOff`]; [`limits::PEER_CUT_OFFS_MAX`]).
+const CUT_OFFS_MAX: u32 = limits::PEER_CUT_OFFS_MAX;
 
 /// Longest the writer waits for the next block before it checks for a cancel.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;

@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
-/// Times a block is read again after a checksum mismatch before the pull fails.
-pub const REREADS_MAX: u32 = 1;
+/// Times a block is read again after a checksum mismatch before the pull fails
+/// ([`limits::BLOCK_REREADS_MAX`]).
+pub const REREADS_MAX: u32 = limits::BLOCK_REREADS_MAX;
 
 /// After a checksum mismatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

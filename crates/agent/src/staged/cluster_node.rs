@@ -41,11 +41,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long the node may take to record a role change in its config file.
-const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
+const CONFIG_SAVE_MAX: Duration = limits::CLUSTER_CONFIG_SAVE_MAX;
 /// How long a node may take to learn of another after `CLUSTER MEET`, and a master to list a new replica.
-const GOSSIP_MAX: Duration = Duration::from_secs(30);
+const GOSSIP_MAX: Duration = limits::CLUSTER_GOSSIP_MAX;
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
-const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+const SHUTDOWN_MAX: Duration = limits::NODE_SHUTDOWN_MAX;
 /// The user name a parked link presents (no master has it: its `AUTH` fails).
 pub const PARKED_USER: &str = "fastrepl-parked-link";
 
@@ -351,7 +351,7 @@ impl Staging {
     /// Wait for the node to go down and answer again as a new process (its run id changes).
     fn wait_restart(&mut self, cfg: &Config) -> Result<Instant, Error> {
         let addr = cfg.replica.clone();
-        let connect = || Client::connect_tls(&addr, cfg.replica_auth.as_ref(), Duration::from_secs(2), cfg.replica_tls());
+        let connect = || Client::connect_tls(&addr, cfg.replica_auth.as_ref(), limits::NODE_RESTART_CONNECT_TIMEOUT, cfg.replica_tls());
         if let Some(cmd) = &cfg.restart.command {
             wait_for(SHUTDOWN_MAX, "the node to exit after SHUTDOWN NOSAVE", || Ok(connect().is_err()))?;
             tracing::info!(node = %addr, "node down; running --restart-command");
