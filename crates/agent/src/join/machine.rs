@@ -619,15 +619,31 @@ mod tests {
         j
     }
 
-    /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
-    fn caught_up_join(t: Instant) -> Join {
+    /// A join whose replica loaded the snapshot (offset 1000), reading the log.
+    fn streaming_join(t: Instant) -> Join {
         let mut j = prepared("10.0.0.1:6379", t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
         assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
         let st = replica(true, false, ID, Some(1000));
         assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::ReadLog { from: 1001, max: LOG_CHUNK }));
+        j
+    }
+
+    /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
+    fn caught_up_join(t: Instant) -> Join {
+        let mut j = streaming_join(t);
         assert!(matches!(j.on(t, Input::LogRead { got: 300, asked: LOG_CHUNK }), Action::PollReplica));
         assert_eq!(j.streamed(), 1300);
+        j
+    }
+
+    /// A join driven past `REPLICAOF <master>` (a partial plan), waiting for the replica's link.
+    fn handed_over_join(t: Instant) -> Join {
+        let mut j = caught_up_join(t);
+        assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
+        assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::PollReplica));
+        assert!(j.handed_over());
         j
     }
 
@@ -895,10 +911,7 @@ mod tests {
     #[test]
     fn a_log_read_longer_than_asked_is_the_relays_fault() {
         let t = Instant::now();
-        let mut j = prepared("m:1", t);
-        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
-        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
-        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
+        let mut j = streaming_join(t);
         match j.on(t, Input::LogRead { got: 11, asked: 10 }) {
             Action::Fail { reset_replica: true, error } => assert!(error.to_string().contains("11 bytes for 10 asked"), "{error}"),
             other => panic!("{other:?}"),
@@ -923,10 +936,7 @@ mod tests {
         let t = Instant::now();
         // Counters twice before the link is up: the second is out of order, and the replica (the
         // master's now) is not reset.
-        let mut j = caught_up_join(t);
-        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
-        j.on(t, Input::Master(&master_ok()));
-        j.on(t, Input::Counters(Counters::default()));
+        let mut j = handed_over_join(t);
         assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::Fail { reset_replica: false, error: Error::Internal(_) }));
         // Anything after the end.
         let mut j = prepared("m:1", t);
