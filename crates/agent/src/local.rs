@@ -129,7 +129,7 @@ pub fn reset(node: &Node, diskless_load_before: Option<&str>, only_if_following:
         if refused.permanent || std::time::Instant::now() >= deadline {
             return Err(refused.why);
         }
-        std::thread::sleep(Duration::from_millis(100)); // Waiting for the server to finish a load, with a deadline.
+        std::thread::sleep(limits::LOADING_POLL_EVERY); // Waiting for the server to finish a load, with a deadline.
     }
 }
 

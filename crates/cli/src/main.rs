@@ -724,12 +724,33 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
-    let (relay_addr, replica_addr) = (a.relay, a.replica.clone());
+    let (relay_addr, replica_addr, json, join_metrics) = (a.relay, a.replica.clone(), a.json, a.join_metrics);
+    let cfg = join_config(a)?;
+    on_interrupt(cfg.cancel.clone())?;
+    if let Some(addr) = join_metrics {
+        let live = cfg.live.clone();
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        tracing::info!("join metrics on http://{bound}/metrics");
+    }
+    let bar = progress_bar(cfg.live.clone());
+    let result = agent::join(&cfg);
+    if let Some((stop, h)) = bar {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = h.join();
+    }
+    match result {
+        Ok(joined) => join_succeeded(&joined, &cfg, json),
+        Err(f) => Ok(join_failed(&f, json, log_format, relay_addr, &replica_addr)),
+    }
+}
+
+/// The agent's configuration from `fastrepl join`'s flags (secrets read from their files or the
+/// environment).
+fn join_config(a: JoinArgs) -> Result<agent::Config> {
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
     let token = a.relay_tls.credentials_serving(secrets::token(a.token_file.as_deref())?, peer_cert)?;
-
     let tls = a.tls.load()?;
-    let cfg = agent::Config {
+    Ok(agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,
         tls,
         replica_tls: a.replica_tls,
@@ -759,79 +780,70 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
             max: Duration::from_secs(a.retry_max_secs),
         },
         restart: agent::config::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
-    };
-    on_interrupt(cfg.cancel.clone())?;
-    if let Some(addr) = a.join_metrics {
-        let live = cfg.live.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
-        tracing::info!("join metrics on http://{bound}/metrics");
+    })
+}
+
+/// A join that ended: its report, then serving other agents a while; exit 0 for a partial resync,
+/// 3 for a full one.
+fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Result<ExitCode> {
+    let report = &joined.report;
+    if json {
+        println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
+    } else {
+        print_report(report);
     }
-    let bar = progress_bar(cfg.live.clone());
-    let result = agent::join(&cfg);
-    if let Some((stop, h)) = bar {
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = h.join();
+    // The replica is done; other agents of the snapshot may still be pulling from this one.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let (secs, served) = joined.linger(cfg.peers.linger, &cfg.cancel);
+    if served > 0 || secs >= 1.0 {
+        tracing::info!(served_mib = served as f64 / 1048576.0, lingered_secs = secs, "done serving other agents");
     }
-    match result {
-        Ok(joined) => {
-            let report = &joined.report;
-            if a.json {
-                println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
-            } else {
-                print_report(report);
-            }
-            // The replica is done; other agents of the snapshot may still be pulling from this one.
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            let (secs, served) = joined.linger(cfg.peers.linger, &cfg.cancel);
-            if served > 0 || secs >= 1.0 {
-                tracing::info!(served_mib = served as f64 / 1048576.0, lingered_secs = secs, "done serving other agents");
-            }
-            Ok(match report.handoff {
-                agent::Handoff::Partial => ExitCode::SUCCESS,
-                agent::Handoff::Full => ExitCode::from(3),
+    Ok(match report.handoff {
+        agent::Handoff::Partial => ExitCode::SUCCESS,
+        agent::Handoff::Full => ExitCode::from(3),
+    })
+}
+
+/// A join that failed: said from what happened to the replica; exit 130 when interrupted, else 1.
+fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr: SocketAddr, replica_addr: &str) -> ExitCode {
+    let e = &f.error;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "schema_version": agent::REPORT_SCHEMA_VERSION,
+                "ok": false,
+                "error": e.to_string(),
+                "error_kind": e.kind(),
+                "retryable": e.retryable(),
+                "attempts": f.attempts,
+                "handed_over": f.handed_over(),
+                "replica": f.replica.name(),
             })
-        }
-        Err(f) => {
-            let e = &f.error;
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "schema_version": agent::REPORT_SCHEMA_VERSION,
-                        "ok": false,
-                        "error": e.to_string(),
-                        "error_kind": e.kind(),
-                        "retryable": e.retryable(),
-                        "attempts": f.attempts,
-                        "handed_over": f.handed_over(),
-                        "replica": f.replica.name(),
-                    })
-                );
-            }
-            let tries = match f.attempts.len() {
-                0 | 1 => String::new(),
-                n => format!(" (after {n} attempts)"),
-            };
-            // Said from what happened to the replica in the last attempt, never a fixed sentence.
-            // The addresses as given: "connect to relay: Connection refused" alone names no one.
-            match log_format {
-                LogFormat::Text => eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
-                // Under --log-format json the last word is a log object like every other line.
-                LogFormat::Json => tracing::error!(
-                    relay = %relay_addr,
-                    replica_addr = %replica_addr,
-                    attempts = f.attempts.len(),
-                    error = %e,
-                    error_kind = %e.kind(),
-                    replica = f.replica.name(),
-                    explain = %f.replica.explain(),
-                    "fastrepl join failed"
-                ),
-            }
-            Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }))
-        }
+        );
     }
+    let tries = match f.attempts.len() {
+        0 | 1 => String::new(),
+        n => format!(" (after {n} attempts)"),
+    };
+    // Said from what happened to the replica in the last attempt, never a fixed sentence.
+    // The addresses as given: "connect to relay: Connection refused" alone names no one.
+    match log_format {
+        LogFormat::Text => eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
+        // Under --log-format json the last word is a log object like every other line.
+        LogFormat::Json => tracing::error!(
+            relay = %relay_addr,
+            replica_addr = %replica_addr,
+            attempts = f.attempts.len(),
+            error = %e,
+            error_kind = %e.kind(),
+            replica = f.replica.name(),
+            explain = %f.replica.explain(),
+            "fastrepl join failed"
+        ),
+    }
+    ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 })
 }
 
 /// A `--json` object with its schema version and `ok` first, then the object's own fields.

@@ -201,6 +201,145 @@ const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
 // Polls are much shorter than the waits they serve.
 const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
 
+// ---- agent and swarm ----------------------------------------------------------------------------
+
+/// Times a block is read again after a checksum mismatch before the pull fails (invariant 1: re-read
+/// once): a flipped bit on the way is worth one more read; a block that fails twice is broken at its
+/// source.
+pub const BLOCK_REREADS_MAX: u32 = 1;
+/// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
+/// asking it: an honest holder cuts a read off only when its own arrival of the block failed (rare);
+/// one that keeps doing it wastes the asker's flows like a failing peer.
+pub const PEER_CUT_OFFS_MAX: u32 = 3;
+/// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
+/// asker's own wait for bytes ([`PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and goes
+/// elsewhere for the block) rather than a peer that stalls (and avoids it for good).
+pub const PEER_ARRIVAL_STALL_MAX: Duration = Duration::from_millis(PEER_IO_TIMEOUT.as_millis() as u64 / 2);
+/// Bytes of piece buffers an agent keeps for its next arrivals: a few blocks in flight. A freed buffer
+/// of a piece's size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a
+/// page fault per 4 KiB, for every byte an agent receives (docs/results/issue22-cut-through).
+pub const ARRIVAL_SPARE_BYTES_MAX: usize = 32 << 20;
+/// The longest a thread waits on the tracker link's socket before it looks again. Under TLS, another
+/// thread reading the link (the load reporter settling answers) may take the awaited answer's bytes
+/// off the socket into the TLS layer's buffer, where the socket no longer shows them: this bounds how
+/// late such an answer is noticed.
+pub const TRACKER_WAIT_SLICE: Duration = Duration::from_millis(50);
+/// How long the replica link's ACK thread waits for readable bytes before letting the writer have
+/// the TLS link (both take one lock; the writer must not wait long behind a silent replica).
+pub const TLS_ACK_WAIT_MAX: Duration = Duration::from_millis(20);
+/// How often the agent looks for the replica's connection (a non-blocking accept, with a deadline).
+pub const REPLICA_ACCEPT_POLL_EVERY: Duration = Duration::from_millis(10);
+/// How often a server that answers `-LOADING` is asked again (with a deadline): a load takes seconds.
+pub const LOADING_POLL_EVERY: Duration = Duration::from_millis(100);
+/// The longest slice of a wait between join attempts: a signal (Ctrl-C) is noticed within it.
+pub const RETRY_WAIT_SLICE: Duration = Duration::from_millis(100);
+/// The agent's memory (PSS) is sampled this often while it pulls, by a thread of its own: often
+/// enough to see the peak of a pull lasting seconds, rarely enough to cost nothing.
+pub const PSS_SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// Most nodes a `CLUSTER NODES` table may list (Redis advises 1000; room for more).
+pub const CLUSTER_NODES_MAX: usize = 16_384;
+/// How long a cluster node may take to record a role change in its config file.
+pub const CLUSTER_CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
+/// How long a node may take to learn of another after `CLUSTER MEET`, and a master to list a new
+/// replica (the cluster bus gossips once a second, to a few nodes each time).
+pub const CLUSTER_GOSSIP_MAX: Duration = Duration::from_secs(30);
+/// How long a staged node may take to exit after `SHUTDOWN NOSAVE`.
+pub const NODE_SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+/// Connecting to a staged node while it restarts (each try; the wait has its own deadline): a node
+/// that is up answers at once.
+pub const NODE_RESTART_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Aux fields read at most from a snapshot's RDB head (a server writes about ten).
+pub const RDB_AUX_FIELDS_MAX: usize = 64;
+/// Longest aux string accepted from a snapshot's RDB head.
+pub const RDB_AUX_STRING_BYTES_MAX: usize = 4096;
+/// Bytes of a staged snapshot's RDB head kept to read its aux fields (they come first).
+pub const RDB_HEAD_BYTES: usize = 64 << 10;
+/// Most times a stale snapshot is renewed before a staging gives up (the master writes faster than a
+/// snapshot can be staged within its backlog).
+pub const SNAPSHOT_RENEWALS_MAX: u32 = 3;
+/// The shortest window the master's write rate is measured over (shorter: one burst is the rate).
+pub const WRITE_RATE_WINDOW_MIN: Duration = Duration::from_secs(1);
+/// How many times the time a staging is expected to take the master's backlog must last: load rates
+/// vary with the data's shape, and a restart by a supervisor has its own delay.
+pub const STAGED_HEADROOM_FACTOR: f64 = 2.0;
+/// A server loads an RDB at least this fast (bytes per second): a low figure, so that the estimate of
+/// a load's time errs long (Redis and Valkey load several hundred MB/s of plain strings).
+pub const RDB_LOAD_BYTES_PER_SEC_MIN: f64 = 50.0 * 1024.0 * 1024.0;
+/// Time allowed for a shutdown and a supervisor's restart, before the load (seconds).
+pub const NODE_RESTART_SECS: f64 = 5.0;
+
+/// Peers an agent fetches from at once (besides the relay), and uploads an agent serves at once
+/// (it refuses more: the asker goes to another holder). Each is one flow, with up to
+/// [`PEER_READS_IN_FLIGHT`] reads in flight on it. Equal, so that the swarm's download slots match
+/// its upload slots; small, so that each flow gets a large share of its links. Chosen with the
+/// simulator and on the bench: 3 and 3 since blocks are served while they arrive (issue 22, fifth
+/// session): at N = 8 on the bench's 100 Mbit/s links T(8)/T(1) 1.15 against 1.24 with 2 and 2
+/// (medians of 3), in the simulator 1.11–1.16 over five seeds, and 1 000 agents at 1 Gbit/s 2.0×
+/// against 2.8× before cut-through (docs/results/issue22-cut-through). Before cut-through more slots
+/// were worse: an asker with three flows took its downlink from blocks that spread, and holders
+/// waited whole blocks before passing anything on (issue 10: 1.3–1.6× with 3 and 2 or 4 and 4 at
+/// 1 000 agents). Unequal counts stay worse (3 uploads and 2 fetches: 1.29–1.38 at N = 8 in the
+/// simulator).
+pub const PEER_FETCHES_MAX: usize = 3;
+/// See [`PEER_FETCHES_MAX`].
+pub const UPLOADS_MAX: usize = 3;
+/// Most holders the tracker names in one answer.
+pub const PEERS_PER_ANSWER: usize = 4;
+/// Most holders of a block the tracker looks at for one answer, from a different place for every
+/// answer: with thousands of holders per block, an answer must not cost a scan of all of them (at
+/// 10 000 agents asking every few milliseconds, that is the relay's whole CPU). When these are all
+/// full, the asker waits and asks again, and sees another stretch of holders.
+pub const HOLDERS_LOOKED_AT_MAX: usize = 16 * PEERS_PER_ANSWER;
+/// Most flows the relay sends blocks on at once. Few, so that each new block leaves the relay fast
+/// and starts spreading among agents: with one relay flow per agent, a thousand agents would each get
+/// a thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
+pub const RELAY_FLOWS_MAX: usize = 4;
+/// How long an asker sent to a holder for a new connection counts as one more upload on it, unless
+/// the holder reports it arrived sooner: about the time the asker's request and the holder's report
+/// take through busy queues (a shaped link queues up to 100 ms each way). An asker that went
+/// elsewhere leaves a reservation behind until then: the holder may look full to new askers for that
+/// long (chosen with the simulator: 250 ms against 0, 150 and 500 ms at 8 and 64 agents).
+pub const TRACKER_NAMED_HOLD: Duration = Duration::from_millis(250);
+/// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
+/// or dead): the repair that keeps one slow host from holding a block back from everyone.
+pub const RELAY_CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
+/// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
+pub const PEER_BUSY_BACKOFF: Duration = Duration::from_millis(100);
+/// A peer that answers "busy" this long in a row without serving a block is avoided: a peer that
+/// never serves (overloaded, or hostile) must not hold the blocks it alone is named for.
+pub const PEER_BUSY_GIVE_UP: Duration = Duration::from_secs(5);
+/// Refusals further apart than this are not "in a row" for [`PEER_BUSY_GIVE_UP`]: a popular peer
+/// asked now and then is busy at each ask without ever being a dead end.
+pub const PEER_BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
+/// A source slower than this fraction of the median peer rate is avoided while others hold the block.
+pub const PEER_SLOW_FRACTION: f64 = 0.25;
+
+// A mismatch is re-read once (invariant 1), and a peer is avoided after at least one cut-off too many.
+const _: () = assert!(BLOCK_REREADS_MAX == 1 && PEER_CUT_OFFS_MAX >= 1);
+// A read of an arriving block is cut off before the asker's own wait for bytes gives the peer up.
+const _: () = assert!(2 * ms(PEER_ARRIVAL_STALL_MAX) <= ms(PEER_IO_TIMEOUT));
+// The spares hold a piece buffer for every read an agent has in flight at the default block size: its
+// peer flows at their depth and its relay flow at its own.
+const _: () = assert!(
+    (PEER_FETCHES_MAX * PEER_READS_IN_FLIGHT + READS_IN_FLIGHT_PER_CONNECTION) as u64 * BLOCK_BYTES_DEFAULT <= ARRIVAL_SPARE_BYTES_MAX as u64
+);
+// Polls and slices are short beside the waits they serve.
+const _: () = assert!(10 * ms(TRACKER_WAIT_SLICE) <= ms(HEARTBEAT) && 10 * ms(TLS_ACK_WAIT_MAX) <= ms(ACK_EVERY));
+const _: () = assert!(10 * ms(REPLICA_ACCEPT_POLL_EVERY) <= ms(REPLICA_CONNECT_MAX) && 10 * ms(LOADING_POLL_EVERY) <= ms(COMMAND_TIMEOUT));
+const _: () = assert!(ms(RETRY_WAIT_SLICE) <= ms(JOIN_RETRY_BASE) && ms(NODE_RESTART_CONNECT_TIMEOUT) < ms(NODE_SHUTDOWN_MAX));
+// One aux field (its name and its value) fits the RDB head kept to read them.
+const _: () = assert!(2 * RDB_AUX_STRING_BYTES_MAX <= RDB_HEAD_BYTES);
+// The staging's margin on its estimate is a margin (at least the estimate itself).
+const _: () = assert!(STAGED_HEADROOM_FACTOR >= 1.0 && RDB_LOAD_BYTES_PER_SEC_MIN > 0.0 && NODE_RESTART_SECS > 0.0);
+// The swarm's download slots match its upload slots; an answer names fewer holders than it looks at.
+const _: () = assert!(PEER_FETCHES_MAX == UPLOADS_MAX && PEERS_PER_ANSWER <= HOLDERS_LOOKED_AT_MAX);
+// A holder passed over for being busy is asked again within the streak gap (its refusals count as in
+// a row), and giving it up takes several such refusals.
+const _: () = assert!(ms(PEER_BUSY_BACKOFF) < ms(PEER_BUSY_STREAK_GAP) && ms(PEER_BUSY_STREAK_GAP) < ms(PEER_BUSY_GIVE_UP));
+// A fraction of the median rate.
+const _: () = assert!(PEER_SLOW_FRACTION > 0.0 && PEER_SLOW_FRACTION < 1.0);
+
 // ---- Relationships, checked when this crate builds -----------------------------------------------
 
 const fn ms(d: Duration) -> u128 {

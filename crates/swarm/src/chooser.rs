@@ -44,17 +44,17 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
 }
 
-/// How long a holder that refused a fetch (busy) is passed over: a fraction of a block's time on a
-/// 100 Mbit/s link, a few blocks' on 1 Gbit/s.
-pub const BUSY_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a holder that refused a fetch (busy) is passed over ([`limits::PEER_BUSY_BACKOFF`]).
+pub const BUSY_BACKOFF: Duration = limits::PEER_BUSY_BACKOFF;
 /// A peer that answers "busy" for this long without serving a block is avoided (see
-/// [`Chooser::refused`]).
-pub const BUSY_GIVE_UP: Duration = Duration::from_secs(5);
+/// [`Chooser::refused`], [`limits::PEER_BUSY_GIVE_UP`]).
+pub const BUSY_GIVE_UP: Duration = limits::PEER_BUSY_GIVE_UP;
 /// Refusals further apart than this are not "in a row" for [`BUSY_GIVE_UP`].
-pub const BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
+pub const BUSY_STREAK_GAP: Duration = limits::PEER_BUSY_STREAK_GAP;
 
-/// A source slower than this fraction of the median peer rate is avoided while others hold the block.
-pub const SLOW_FRACTION: f64 = 0.25;
+/// A source slower than this fraction of the median peer rate is avoided while others hold the block
+/// ([`limits::PEER_SLOW_FRACTION`]).
+pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
@@ -173,6 +173,8 @@ impl Chooser {
 
     /// Blocks `0..n` were handed on to the replica: the window moves.
     pub fn written(&mut self, n: u64) {
+        // Only what was held is handed on, and the window only moves forward.
+        debug_assert!(n <= self.held_prefix().max(self.next_write), "blocks up to {n} handed on, {} held in order", self.held_prefix());
         self.next_write = self.next_write.max(n);
     }
 
@@ -308,8 +310,21 @@ impl Chooser {
                 Origin::Peer(*pool.iter().filter(|p| open(p)).min_by_key(|p| load(p))?)
             }
         };
+        debug_assert!(!self.in_flight.contains_key(&b), "block {b} chosen while it is being fetched");
         self.in_flight.insert(b, from);
+        self.debug_check();
         Some(from)
+    }
+
+    /// The fetches in flight stay within the flows and depths given (checked in debug builds): the
+    /// relay's fetches, the peers' fetches, and the peers fetched from at once; the blocks held are
+    /// some of those published.
+    fn debug_check(&self) {
+        let relay = self.in_flight.values().filter(|f| **f == Origin::Relay).count();
+        debug_assert!(relay <= self.relay_fetches_max(), "{relay} relay fetches of {}", self.relay_fetches_max());
+        debug_assert!(self.peer_fetches() <= self.peer_fetches_max(), "{} peer fetches of {}", self.peer_fetches(), self.peer_fetches_max());
+        debug_assert!(self.peers_fetched_from() <= self.peer_flows, "{} peers fetched from of {}", self.peers_fetched_from(), self.peer_flows);
+        debug_assert!(self.held <= self.published && self.have.len() as u64 == self.published, "{} held of {} published ({} known)", self.held, self.published, self.have.len());
     }
 
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
@@ -330,6 +345,7 @@ impl Chooser {
             self.held += u64::from(!*h);
             *h = true;
         }
+        self.debug_check();
     }
 
     /// Fetching `b` failed: refused or gone peer (try elsewhere), or a corrupt block (`bad`: never ask

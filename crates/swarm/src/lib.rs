@@ -64,17 +64,8 @@ pub struct Fetching {
     pub flows_free: usize,
 }
 
-/// Peers an agent fetches from at once (besides the relay), and uploads an agent serves at once
-/// (it refuses more: the asker goes to another holder). Each is one flow, with up to
-/// [`limits::PEER_READS_IN_FLIGHT`] reads in flight on it. Equal, so that the swarm's download slots
-/// match its upload slots; small, so that each flow gets a large share of its links. Chosen with the
-/// simulator and on the bench: 3 and 3 since blocks are served while they arrive (issue 22, fifth
-/// session): at N = 8 on the bench's 100 Mbit/s links T(8)/T(1) 1.15 against 1.24 with 2 and 2
-/// (medians of 3), in the simulator 1.11–1.16 over five seeds, and 1 000 agents at 1 Gbit/s 2.0×
-/// against 2.8× before cut-through (docs/results/issue22-cut-through). Before cut-through more slots were worse: an
-/// asker with three flows took its downlink from blocks that spread, and holders waited whole blocks
-/// before passing anything on (issue 10: 1.3–1.6× with 3 and 2 or 4 and 4 at 1 000 agents).
-/// Unequal counts stay worse (3 uploads and 2 fetches: 1.29–1.38 at N = 8 in the simulator).
-pub const PEER_FETCHES_MAX: usize = 3;
-/// See [`PEER_FETCHES_MAX`].
-pub const UPLOADS_MAX: usize = 3;
+/// Peers an agent fetches from at once (besides the relay): one flow each, as many as the uploads an
+/// agent serves ([`limits::PEER_FETCHES_MAX`], with how they were chosen).
+pub const PEER_FETCHES_MAX: usize = limits::PEER_FETCHES_MAX;
+/// Uploads an agent serves at once; it refuses more ([`limits::UPLOADS_MAX`]).
+pub const UPLOADS_MAX: usize = limits::UPLOADS_MAX;

@@ -6,29 +6,23 @@ use crate::{AgentId, Answer, Fetching, UPLOADS_MAX};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Most holders named in one answer.
-pub const PEERS_PER_ANSWER: usize = 4;
-/// Most holders of a block looked at for one answer, from a different place for every answer: with
-/// thousands of holders per block, an answer must not cost a scan of all of them (at 10 000 agents
-/// asking every few milliseconds, that is the relay's whole CPU). When these are all full, the asker
-/// waits and asks again, and sees another stretch of holders.
-pub const HOLDERS_LOOKED_AT_MAX: usize = 16 * PEERS_PER_ANSWER;
-/// Most flows the relay sends blocks on at once. Few, so that each new block leaves the relay fast and
-/// starts spreading among agents: with one relay flow per agent, a thousand agents would each get a
-/// thousandth of the relay's uplink, and every new block would be held back by its slow first copy.
-pub const RELAY_FLOWS_MAX: usize = 4;
+/// Most holders named in one answer ([`limits::PEERS_PER_ANSWER`]).
+pub const PEERS_PER_ANSWER: usize = limits::PEERS_PER_ANSWER;
+/// Most holders of a block looked at for one answer, from a different place for every answer
+/// ([`limits::HOLDERS_LOOKED_AT_MAX`]: an answer must not cost a scan of thousands).
+pub const HOLDERS_LOOKED_AT_MAX: usize = limits::HOLDERS_LOOKED_AT_MAX;
+/// Most flows the relay sends blocks on at once ([`limits::RELAY_FLOWS_MAX`]: few, so that each new
+/// block leaves the relay fast).
+pub const RELAY_FLOWS_MAX: usize = limits::RELAY_FLOWS_MAX;
 /// Claims per relay flow: an agent keeps this many reads in flight on one connection
 /// ([`limits::READS_IN_FLIGHT_PER_CONNECTION`]), so that the flow never idles between blocks.
 pub const CLAIMS_PER_FLOW: usize = limits::READS_IN_FLIGHT_PER_CONNECTION;
 /// How long an asker sent to a holder for a new connection counts as one more upload on it, unless
-/// the holder reports it arrived sooner: about the time the asker's request and the holder's report take through busy
-/// queues (a shaped link queues up to 100 ms each way). An asker that went elsewhere leaves a
-/// reservation behind until then: the holder may look full to new askers for that long (chosen with
-/// the simulator: 250 ms against 0, 150 and 500 ms at 8 and 64 agents).
-pub const NAMED_HOLD: Duration = Duration::from_millis(250);
-/// A relay claim not completed within this is given to the next agent that asks (the claimer is slow
-/// or dead): the repair that keeps one slow host from holding a block back from everyone.
-pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+/// the holder reports it arrived sooner ([`limits::TRACKER_NAMED_HOLD`]).
+pub const NAMED_HOLD: Duration = limits::TRACKER_NAMED_HOLD;
+/// A relay claim not completed within this is given to the next agent that asks
+/// ([`limits::RELAY_CLAIM_TIMEOUT`]).
+pub const CLAIM_TIMEOUT: Duration = limits::RELAY_CLAIM_TIMEOUT;
 
 /// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
 fn mix(mut x: u64) -> u64 {
@@ -167,6 +161,17 @@ impl Tracker {
             let listed = &self.listed;
             self.holders[i].retain(|x| listed.get(x).is_some_and(|l| l.get(b)));
         }
+        self.debug_check(b);
+    }
+
+    /// The counts kept per block and per fleet agree (checked in debug builds): a block's holders
+    /// whole are some of those listed, every listed one has an entry in its list, and the agents
+    /// complete are some of those present.
+    fn debug_check(&self, b: u64) {
+        let i = b as usize;
+        debug_assert!(self.whole[i] <= self.live[i] && self.live[i] <= self.holders[i].len(), "block {b}: {} whole, {} listed, {} entries", self.whole[i], self.live[i], self.holders[i].len());
+        debug_assert!(self.complete <= self.received.len(), "{} complete of {} agents", self.complete, self.received.len());
+        debug_assert!(self.holders.len() == self.live.len() && self.live.len() == self.whole.len(), "per-block counts of different lengths");
     }
 
     /// `a` is no longer named as a holder of anything.
@@ -218,6 +223,7 @@ impl Tracker {
             self.holders[b as usize].push(a);
             self.live[b as usize] += 1;
         }
+        self.debug_check(b);
     }
 
     /// Agent `a` holds block `b`, verified, at `now`. Its other claims' clocks restart: an agent keeps
@@ -240,6 +246,7 @@ impl Tracker {
                 if self.total == Some(got) {
                     self.complete += 1;
                 }
+                self.debug_check(b);
             }
         }
         if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
@@ -375,6 +382,7 @@ impl Tracker {
         // all the fresh blocks while the others wait for it to finish each one.
         let pulling = self.alive.len().saturating_sub(self.complete).max(1);
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
+        debug_assert!(per_agent <= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW, "one agent's share of the relay's flows is more than all of them");
         let standing = self.claims.values().filter(|x| self.stands(x, now)).count();
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {

@@ -35,7 +35,7 @@ use transport::Transport;
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
 /// The agent's memory is sampled this often while it pulls, by a thread of its own.
-const PSS_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+const PSS_SAMPLE_EVERY: std::time::Duration = limits::PSS_SAMPLE_EVERY;
 
 /// What the checks established; nothing has been changed yet.
 struct Checked {
@@ -105,7 +105,7 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
         if now >= until {
             return Ok(());
         }
-        std::thread::sleep((until - now).min(Duration::from_millis(100))); // A backoff, watching for a signal.
+        std::thread::sleep((until - now).min(limits::RETRY_WAIT_SLICE)); // A backoff, watching for a signal.
     }
 }
 

@@ -298,137 +298,194 @@ impl Join {
 
     /// Take one observation at `now`; returns what to do next.
     ///
-    /// Longer than our usual limit on purpose: one arm per transition, so the whole transition table
-    /// reads in one place, in the order the phases run; each arm is a few lines.
+    /// The transition table: one row per (phase, observation), in the order the phases run, each row
+    /// naming the transition it takes (the functions below, in the same order). A failure ends the
+    /// join in any phase; an observation no row expects is an internal error, not a panic.
     pub fn on(&mut self, now: Instant, input: Input<'_>) -> Action {
-        let input = match input {
-            Input::Failed(e) => return self.fail(e),
-            Input::PointRefused(e) => {
-                // Refused while pointing: the replica's role and data are as they were.
-                if self.phase == Phase::Pointing {
-                    self.pointed = false;
-                }
-                return self.fail(e);
-            }
-            other => other,
+        let action = match (self.phase, input) {
+            (_, Input::Failed(e)) => self.fail(e),
+            (_, Input::PointRefused(e)) => self.point_refused(e),
+            (Phase::Preparing, Input::Prepared) => self.point(),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: true, .. }) => self.send_snapshot(true, None),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) => self.send_snapshot(false, Some(len)),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: None }) => self.wait_length(),
+            (Phase::WaitingLength, Input::Length(len)) => self.send_snapshot(false, Some(len)),
+            (Phase::Pulling { eof }, Input::Pulled { first_byte, rdb_bytes }) => self.pulled(now, eof, first_byte, rdb_bytes),
+            (Phase::Loading { eof, deadline }, Input::Replica { state, ack_seen }) => self.poll_loading(now, deadline, loaded(state, &self.snapshot.replid, ack_seen || !eof)),
+            (Phase::StreamingLog, Input::LogRead { got, asked }) => self.log_read(now, got, asked),
+            (Phase::CatchingUp { deadline }, Input::Replica { state, .. }) => self.poll_catching_up(now, deadline, state),
+            (Phase::CheckingMaster, Input::Master(m)) => self.master_checked(now, m),
+            (Phase::HandingOff { .. }, Input::Counters(c)) if self.before.is_none() => self.replicaof_issued(c),
+            (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => self.poll_handing_off(now, deadline, state),
+            (Phase::Classifying, Input::Counters(after)) => self.classified(after),
+            (_, input) => self.unexpected(&format!("{input:?}")),
         };
-        match (self.phase, input) {
-            (Phase::Preparing, Input::Prepared) => {
-                self.phase = Phase::Pointing;
-                self.pointed = true;
-                Action::PointReplica
-            }
-            (Phase::Pointing, Input::ReplicaConnected { capa_eof: true, .. }) => {
-                self.phase = Phase::Pulling { eof: true };
-                Action::SendSnapshot { eof: true, length: None }
-            }
-            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) | (Phase::WaitingLength, Input::Length(len)) => {
-                self.rdb_length = Some(len);
-                self.phase = Phase::Pulling { eof: false };
-                Action::SendSnapshot { eof: false, length: Some(len) }
-            }
-            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: None }) => {
-                self.phase = Phase::WaitingLength;
-                Action::WaitLength
-            }
-            (Phase::Pulling { eof }, Input::Pulled { first_byte, rdb_bytes }) => {
-                self.rdb_length = Some(rdb_bytes);
-                self.timeline.first_byte = Some(first_byte.unwrap_or(now));
-                self.timeline.pulled = Some(now);
-                self.phase = Phase::Loading { eof, deadline: now + self.timeouts.load };
-                Action::PollReplica
-            }
-            (Phase::Loading { eof, deadline }, Input::Replica { state, ack_seen }) => {
-                if loaded(state, &self.snapshot.replid, ack_seen || !eof) {
-                    self.timeline.loaded = Some(now);
-                    self.phase = Phase::StreamingLog;
-                    return self.read_log();
-                }
-                if now > deadline {
-                    return self.fail(Error::Timeout(format!("the replica to load the snapshot (after {:?})", self.timeouts.load)));
-                }
-                Action::PollReplica
-            }
-            (Phase::StreamingLog, Input::LogRead { got, asked }) => {
-                if got > asked {
-                    return self.fail(Error::protocol(crate::error::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
-                }
-                self.streamed += got;
-                // A short read: we have everything the relay had when we asked.
-                if got < asked {
-                    self.phase = Phase::CatchingUp { deadline: now + APPLY_TIMEOUT };
-                    return Action::PollReplica;
-                }
-                self.read_log()
-            }
-            (Phase::CatchingUp { deadline }, Input::Replica { state, .. }) => {
-                if not_ready_for_handoff(state, &self.snapshot.replid, self.streamed).is_none() {
-                    self.timeline.caught_up = Some(now);
-                    self.phase = Phase::CheckingMaster;
-                    return Action::CheckMaster;
-                }
-                if now > deadline {
-                    let why = not_ready_for_handoff(state, &self.snapshot.replid, self.streamed).unwrap_or_default();
-                    return self.fail(Error::Timeout(format!("the replica to apply the stream up to offset {} ({why}; after {APPLY_TIMEOUT:?})", self.streamed)));
-                }
-                Action::PollReplica
-            }
-            (Phase::CheckingMaster, Input::Master(m)) => match plan_handoff(m, &self.snapshot.replid, self.streamed + 1) {
-                Err(e) => self.fail(e),
-                Ok(plan) => {
-                    if !m.addr.is_empty() && m.addr != self.master {
-                        self.notes.push(format!("handed to {} (Sentinel's master at handoff time) instead of {}", m.addr, self.master));
-                        self.master = m.addr.clone();
-                    }
-                    if let Plan::Full(why) = &plan {
-                        self.notes.push(why.clone());
-                    }
-                    self.plan = Some(plan);
-                    self.phase = Phase::HandingOff { deadline: now + self.timeouts.handoff };
-                    Action::HandOff
-                }
-            },
-            (Phase::HandingOff { .. }, Input::Counters(c)) if self.before.is_none() => {
-                self.before = Some(c);
-                Action::PollReplica
-            }
-            (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => {
-                if state.role == Some(Role::Master) {
-                    // It answered, standalone: restarted (a runtime REPLICAOF does not survive that)
-                    // or reconfigured by someone else. It will never link up; waiting is pointless.
-                    return self.fail(Error::Changed(
-                        "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
-                    ));
-                }
-                if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
-                    self.timeline.handed_off = Some(now);
-                    self.phase = Phase::Classifying;
-                    return Action::ReadOutcome;
-                }
-                if now > deadline {
-                    return self.fail(Error::Timeout(format!("the replica's link to the master (after {:?})", self.timeouts.handoff)));
-                }
-                Action::PollReplica
-            }
-            (Phase::Classifying, Input::Counters(after)) => {
-                let before = self.before.expect("counters are read before the handoff");
-                let handoff = classify(&before, &after, self.rdb_length);
-                if handoff == Handoff::Full {
-                    self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
-                }
-                self.phase = Phase::Over;
-                Action::Done(Outcome {
-                    handoff,
-                    offset: self.streamed,
-                    log_bytes: self.streamed - self.snapshot.offset,
-                    timeline: self.timeline,
-                    notes: std::mem::take(&mut self.notes),
-                })
-            }
-            (_, input) => {
-                let what = format!("{input:?}");
-                self.unexpected(&what)
-            }
+        self.debug_check();
+        action
+    }
+
+    /// Refused while pointing: the replica's role and data are as they were. Later (a stray refusal)
+    /// it may follow the agent already, so it is reset as any failure would.
+    fn point_refused(&mut self, error: Error) -> Action {
+        if self.phase == Phase::Pointing {
+            self.pointed = false;
+        }
+        self.fail(error)
+    }
+
+    /// Prepared: point the replica at the agent; from here it may follow us.
+    fn point(&mut self) -> Action {
+        self.phase = Phase::Pointing;
+        self.pointed = true;
+        Action::PointReplica
+    }
+
+    /// The replica's framing is known (EOF, or `$<length>` with the length): send the snapshot.
+    fn send_snapshot(&mut self, eof: bool, length: Option<u64>) -> Action {
+        if !eof {
+            self.rdb_length = length;
+        }
+        self.phase = Phase::Pulling { eof };
+        Action::SendSnapshot { eof, length }
+    }
+
+    /// The replica takes only `$<length>` framing and the relay does not know the length yet.
+    fn wait_length(&mut self) -> Action {
+        self.phase = Phase::WaitingLength;
+        Action::WaitLength
+    }
+
+    /// Every block was sent: wait for the replica to load them.
+    fn pulled(&mut self, now: Instant, eof: bool, first_byte: Option<Instant>, rdb_bytes: u64) -> Action {
+        self.rdb_length = Some(rdb_bytes);
+        self.timeline.first_byte = Some(first_byte.unwrap_or(now));
+        self.timeline.pulled = Some(now);
+        self.phase = Phase::Loading { eof, deadline: now + self.timeouts.load };
+        Action::PollReplica
+    }
+
+    /// The replica's state while it loads: loaded, start the log; past the deadline, fail; else poll.
+    fn poll_loading(&mut self, now: Instant, deadline: Instant, is_loaded: bool) -> Action {
+        if is_loaded {
+            self.timeline.loaded = Some(now);
+            self.phase = Phase::StreamingLog;
+            return self.read_log();
+        }
+        if now > deadline {
+            return self.fail(Error::Timeout(format!("the replica to load the snapshot (after {:?})", self.timeouts.load)));
+        }
+        Action::PollReplica
+    }
+
+    /// A log read was sent on: read on, or after a short read (everything the relay had when we
+    /// asked) wait for the replica to apply it.
+    fn log_read(&mut self, now: Instant, got: u64, asked: u64) -> Action {
+        if got > asked {
+            return self.fail(Error::protocol(crate::error::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
+        }
+        self.streamed += got;
+        if got < asked {
+            self.phase = Phase::CatchingUp { deadline: now + APPLY_TIMEOUT };
+            return Action::PollReplica;
+        }
+        self.read_log()
+    }
+
+    /// The replica's state while it applies the log: every handoff precondition holds, check the
+    /// master; past the deadline, fail with the one that does not; else poll.
+    fn poll_catching_up(&mut self, now: Instant, deadline: Instant, state: &ReplState) -> Action {
+        let Some(why) = not_ready_for_handoff(state, &self.snapshot.replid, self.streamed) else {
+            self.timeline.caught_up = Some(now);
+            self.phase = Phase::CheckingMaster;
+            return Action::CheckMaster;
+        };
+        if now > deadline {
+            return self.fail(Error::Timeout(format!("the replica to apply the stream up to offset {} ({why}; after {APPLY_TIMEOUT:?})", self.streamed)));
+        }
+        Action::PollReplica
+    }
+
+    /// The master's state: hand over (partial or full, noted), or fail when it is no master any more.
+    fn master_checked(&mut self, now: Instant, m: &MasterRepl) -> Action {
+        let plan = match plan_handoff(m, &self.snapshot.replid, self.streamed + 1) {
+            Err(e) => return self.fail(e),
+            Ok(plan) => plan,
+        };
+        if !m.addr.is_empty() && m.addr != self.master {
+            self.notes.push(format!("handed to {} (Sentinel's master at handoff time) instead of {}", m.addr, self.master));
+            self.master = m.addr.clone();
+        }
+        if let Plan::Full(why) = &plan {
+            self.notes.push(why.clone());
+        }
+        self.plan = Some(plan);
+        self.phase = Phase::HandingOff { deadline: now + self.timeouts.handoff };
+        Action::HandOff
+    }
+
+    /// `REPLICAOF <master>` succeeded, with the counters read right before it: the replica is the
+    /// master's now.
+    fn replicaof_issued(&mut self, before: Counters) -> Action {
+        self.before = Some(before);
+        Action::PollReplica
+    }
+
+    /// The replica's state after `REPLICAOF <master>`: linked to the master, read the outcome;
+    /// standalone or past the deadline, fail (never reset); else poll.
+    fn poll_handing_off(&mut self, now: Instant, deadline: Instant, state: &ReplState) -> Action {
+        if state.role == Some(Role::Master) {
+            // It answered, standalone: restarted (a runtime REPLICAOF does not survive that)
+            // or reconfigured by someone else. It will never link up; waiting is pointless.
+            return self.fail(Error::Changed(
+                "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
+            ));
+        }
+        if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
+            self.timeline.handed_off = Some(now);
+            self.phase = Phase::Classifying;
+            return Action::ReadOutcome;
+        }
+        if now > deadline {
+            return self.fail(Error::Timeout(format!("the replica's link to the master (after {:?})", self.timeouts.handoff)));
+        }
+        Action::PollReplica
+    }
+
+    /// The counters after the link came up: partial or full (in doubt, full), and the join is over.
+    fn classified(&mut self, after: Counters) -> Action {
+        let before = self.before.expect("counters are read before the handoff");
+        let handoff = classify(&before, &after, self.rdb_length);
+        if handoff == Handoff::Full {
+            self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
+        }
+        self.phase = Phase::Over;
+        Action::Done(Outcome {
+            handoff,
+            offset: self.streamed,
+            log_bytes: self.streamed - self.snapshot.offset,
+            timeline: self.timeline,
+            notes: std::mem::take(&mut self.notes),
+        })
+    }
+
+    /// What holds between any two observations (checked in debug builds): the replica is pointed
+    /// at the agent from `Pointing` on (it may follow us), handed over only after `REPLICAOF
+    /// <master>`, and fed the log only after the snapshot, which the log only adds to (invariant 3).
+    fn debug_check(&self) {
+        debug_assert!(self.streamed >= self.snapshot.offset, "the log only adds to the snapshot's offset");
+        match self.phase {
+            Phase::Preparing => debug_assert!(!self.pointed, "pointed before prepared"),
+            Phase::Over => {}
+            _ => debug_assert!(self.pointed, "{:?} without the replica pointed at the agent", self.phase),
+        }
+        if matches!(self.phase, Phase::Preparing | Phase::Pointing | Phase::WaitingLength | Phase::Pulling { .. } | Phase::Loading { .. }) {
+            debug_assert_eq!(self.streamed, self.snapshot.offset, "log bytes streamed before the replica loaded the snapshot");
+        }
+        if self.before.is_some() {
+            debug_assert!(matches!(self.phase, Phase::HandingOff { .. } | Phase::Classifying | Phase::Over), "handed over in {:?}", self.phase);
+        }
+        if matches!(self.phase, Phase::HandingOff { .. } | Phase::Classifying) {
+            debug_assert!(self.plan.is_some(), "handing off without a plan");
         }
     }
 
@@ -536,15 +593,31 @@ mod tests {
         j
     }
 
-    /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
-    fn caught_up_join(t: Instant) -> Join {
+    /// A join whose replica loaded the snapshot (offset 1000), reading the log.
+    fn streaming_join(t: Instant) -> Join {
         let mut j = prepared("10.0.0.1:6379", t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
         assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
         let st = replica(true, false, ID, Some(1000));
         assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::ReadLog { from: 1001, max: LOG_CHUNK }));
+        j
+    }
+
+    /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
+    fn caught_up_join(t: Instant) -> Join {
+        let mut j = streaming_join(t);
         assert!(matches!(j.on(t, Input::LogRead { got: 300, asked: LOG_CHUNK }), Action::PollReplica));
         assert_eq!(j.streamed(), 1300);
+        j
+    }
+
+    /// A join driven past `REPLICAOF <master>` (a partial plan), waiting for the replica's link.
+    fn handed_over_join(t: Instant) -> Join {
+        let mut j = caught_up_join(t);
+        assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
+        assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::PollReplica));
+        assert!(j.handed_over());
         j
     }
 
@@ -807,6 +880,56 @@ mod tests {
         assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
         let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
         assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::Fail { reset_replica: false, error: Error::Internal(_) }), "connected before pointed");
+    }
+
+    #[test]
+    fn a_log_read_longer_than_asked_is_the_relays_fault() {
+        let t = Instant::now();
+        let mut j = streaming_join(t);
+        match j.on(t, Input::LogRead { got: 11, asked: 10 }) {
+            Action::Fail { reset_replica: true, error } => assert!(error.to_string().contains("11 bytes for 10 asked"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(j.streamed(), 1000, "nothing of a bad read counts as streamed");
+    }
+
+    #[test]
+    fn a_catching_up_replica_that_never_applies_the_log_times_out_and_is_reset() {
+        let t = Instant::now();
+        let mut j = caught_up_join(t);
+        let behind = replica(true, false, ID, Some(1200));
+        let late = t + APPLY_TIMEOUT + Duration::from_millis(1);
+        match j.on(late, Input::Replica { state: &behind, ack_seen: true }) {
+            Action::Fail { reset_replica: true, error: Error::Timeout(w) } => assert!(w.contains("up to offset 1300") && w.contains("1200"), "{w}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rows_no_phase_expects_are_internal_errors() {
+        let t = Instant::now();
+        // Counters twice before the link is up: the second is out of order, and the replica (the
+        // master's now) is not reset.
+        let mut j = handed_over_join(t);
+        assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::Fail { reset_replica: false, error: Error::Internal(_) }));
+        // Anything after the end.
+        let mut j = prepared("m:1", t);
+        j.on(t, Input::Failed(Error::Interrupted));
+        assert_eq!(j.join_phase(), JoinPhase::Done);
+        assert!(matches!(j.on(t, Input::Prepared), Action::Fail { error: Error::Internal(_), .. }));
+        // A length nobody waits for.
+        let mut j = prepared("m:1", t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(matches!(j.on(t, Input::Length(5)), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
+    }
+
+    #[test]
+    fn a_refusal_after_the_replica_followed_the_agent_still_resets_it() {
+        let t = Instant::now();
+        let mut j = prepared("m:1", t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(matches!(j.on(t, Input::PointRefused(Error::Precondition("late".into()))), Action::Fail { reset_replica: true, .. }));
+        assert!(j.pointed());
     }
 
     #[test]

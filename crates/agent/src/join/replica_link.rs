@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 type TlsLink = Arc<std::sync::Mutex<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>>;
 
 /// How long the ACK thread waits for readable bytes before letting the writer have the TLS link.
-const TLS_ACK_POLL: Duration = Duration::from_millis(20);
+const TLS_ACK_POLL: Duration = limits::TLS_ACK_WAIT_MAX;
 
 /// The replica's connection to us, after its handshake.
 pub struct ReplicaLink {
@@ -65,7 +65,7 @@ pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>
                 if Instant::now() > deadline {
                     return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log)")));
                 }
-                std::thread::sleep(Duration::from_millis(10)); // Polling a non-blocking accept with a deadline.
+                std::thread::sleep(limits::REPLICA_ACCEPT_POLL_EVERY); // Polling a non-blocking accept with a deadline.
             }
             Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
         }

@@ -29,10 +29,8 @@ pub enum Standing {
 /// The size of an arrival's piece buffers: a TCP read's piece ([`transport::tcp::PIECE`]).
 pub const PIECE: usize = transport::tcp::PIECE;
 
-/// Bytes of piece buffers kept for the next arrivals: a few blocks in flight. A freed buffer of this
-/// size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a page fault
-/// per 4 KiB: for every byte an agent receives (docs/results/issue22-cut-through).
-pub const SPARE_BYTES_MAX: usize = 32 << 20;
+/// Bytes of piece buffers kept for the next arrivals ([`limits::ARRIVAL_SPARE_BYTES_MAX`]).
+pub const SPARE_BYTES_MAX: usize = limits::ARRIVAL_SPARE_BYTES_MAX;
 
 /// Piece buffers no arrival uses any more, for the next ones (shared by an agent's arrivals).
 #[derive(Default)]
@@ -130,6 +128,7 @@ impl Arrival {
             g.pieces.push((buf, part.len()));
         }
         g.filled += take;
+        debug_assert!(g.filled <= self.len && g.pieces.iter().map(|(_, used)| used).sum::<usize>() == g.filled, "pieces and filled disagree");
         drop(g);
         self.changed.notify_all();
     }
@@ -141,6 +140,7 @@ impl Arrival {
         if g.standing == Standing::Filling {
             g.standing = if verified && g.filled == self.len { Standing::Verified } else { Standing::Failed };
         }
+        debug_assert!(g.standing != Standing::Verified || g.filled == self.len, "verified with bytes missing");
         drop(g);
         self.changed.notify_all();
     }
@@ -165,7 +165,12 @@ impl Arrival {
                 return Next::End;
             }
             if may > sent {
-                return Next::Bytes(slices(&g.pieces, sent..may));
+                // Invariant 1: a block's last byte leaves only once its own check passed, so no peer
+                // completes a block that failed.
+                debug_assert!(may < self.len || g.standing == Standing::Verified, "the last byte of an unverified block");
+                let out = slices(&g.pieces, sent..may);
+                debug_assert_eq!(out.iter().map(|(_, r)| r.len()).sum::<usize>(), may - sent, "slices cover what may be sent");
+                return Next::Bytes(out);
             }
             let now = Instant::now();
             if now >= deadline {

@@ -15,10 +15,9 @@ use transport::tracker::TrackerLink;
 use transport::wire::{Request, ResponseHeader};
 use transport::{serve, Credentials};
 
-/// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
-/// asker's own wait for bytes ([`limits::PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and
-/// goes elsewhere for the block) rather than a peer that stalls (and avoids it for good).
-const ARRIVAL_STALL_MAX: Duration = Duration::from_millis(limits::PEER_IO_TIMEOUT.as_millis() as u64 / 2);
+/// Longest a read of an arriving block waits for its next bytes before it is cut off (see
+/// [`limits::PEER_ARRIVAL_STALL_MAX`]).
+const ARRIVAL_STALL_MAX: Duration = limits::PEER_ARRIVAL_STALL_MAX;
 
 /// Serves held blocks to other agents over TCP: the same authentication and range requests as the
 /// relay's data connections, for whole blocks only.

@@ -160,11 +160,9 @@ pub(crate) fn lock(tracker: &Mutex<TrackerLink>) -> MutexGuard<'_, TrackerLink> 
     tracker.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The longest a thread waits on the link's socket before it looks again. Under TLS, another thread
-/// reading the link (the load reporter settling answers) may take the awaited answer's bytes off the
-/// socket into the TLS layer's buffer, where the socket no longer shows them: this bounds how late
-/// such an answer is noticed.
-pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
+/// The longest a thread waits on the link's socket before it looks again
+/// ([`limits::TRACKER_WAIT_SLICE`]: under TLS an answer may sit in the TLS layer's buffer).
+pub(crate) const WAIT_SLICE: Duration = limits::TRACKER_WAIT_SLICE;
 
 /// The tracker did not answer a question within the link's I/O timeout.
 pub(crate) fn unanswered() -> transport::Error {

@@ -107,8 +107,8 @@ pub struct Pull<'a> {
 
 
 /// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
-/// asking it (see [`PeerMiss::CutOff`]).
-const CUT_OFFS_MAX: u32 = 3;
+/// asking it (see [`PeerMiss::CutOff`]; [`limits::PEER_CUT_OFFS_MAX`]).
+const CUT_OFFS_MAX: u32 = limits::PEER_CUT_OFFS_MAX;
 
 /// Longest the writer waits for the next block before it checks for a cancel.
 const POLL: Duration = limits::BLOCK_WAIT_MAX;
@@ -572,6 +572,8 @@ impl<'a> Planner<'a> {
     /// Block `job.block` arrived verified: keep it, announce it, hand it on in order.
     fn done(&mut self, job: Job, took: Duration, rereads: u32) -> bool {
         let (b, bytes) = (job.block, u64::from(job.len));
+        // Invariant 1: a block is kept, served or fed only after its checksum passed.
+        debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want, "block {b} reported done unverified");
         self.out.rereads += u64::from(rereads);
         if self.chooser.holds(b) {
             self.sched.abandoned(); // a duplicate: nothing to do with it

@@ -25,6 +25,7 @@ pub struct Fetcher {
 /// The relay reader that takes the next read: the busiest one that still has room, else an idle
 /// one; `None` when every reader is full.
 pub fn relay_reader(readers: &[Fetcher], depth: usize) -> Option<usize> {
+    debug_assert!(readers.iter().all(|f| f.outstanding <= depth), "a relay reader beyond its depth {depth}");
     let room = |f: &Fetcher| f.outstanding < depth;
     readers.iter().enumerate().filter(|(_, f)| room(f)).max_by_key(|(i, f)| (f.outstanding, std::cmp::Reverse(*i))).map(|(i, _)| i)
 }
@@ -33,6 +34,7 @@ pub fn relay_reader(readers: &[Fetcher], depth: usize) -> Option<usize> {
 /// has room, else an idle one; `None` otherwise (the chooser keeps the peers read from at once within
 /// the fetchers, so this is only a transient state).
 pub fn peer_fetcher(fetchers: &[Fetcher], peer: u32, depth: usize) -> Option<usize> {
+    debug_assert!(fetchers.iter().filter(|f| f.outstanding > 0 && f.serving == Some(peer)).count() <= 1, "peer {peer} read by two fetchers at once");
     if let Some((i, f)) = fetchers.iter().enumerate().find(|(_, f)| f.outstanding > 0 && f.serving == Some(peer)) {
         return (f.outstanding < depth).then_some(i);
     }
@@ -78,7 +80,17 @@ pub fn assign(chooser: &mut Chooser, answers: &[Located], now: Instant) -> Assig
             }
         }
     }
+    debug_assert!(assigned_once(&out), "a block assigned twice: {out:?}");
     out
+}
+
+/// No block is read twice at once: each block the answers became is one read, from one source.
+fn assigned_once(out: &Assigned) -> bool {
+    let mut blocks: Vec<u64> = out.relay.iter().copied().chain(out.peers.iter().map(|(b, _)| *b)).collect();
+    let n = blocks.len();
+    blocks.sort_unstable();
+    blocks.dedup();
+    blocks.len() == n
 }
 
 /// When the planner may put its next `locate` to the tracker: one question at a time (its answer

@@ -7,8 +7,8 @@
 //! <pong received> <config epoch> <link state> <slot ranges…>`; the config file ends with
 //! `vars currentEpoch N lastVoteEpoch M`.
 
-/// Most nodes a table may list (Redis advises 1000; room for more).
-pub const NODES_MAX: usize = 16_384;
+/// Most nodes a table may list ([`limits::CLUSTER_NODES_MAX`]).
+pub const NODES_MAX: usize = limits::CLUSTER_NODES_MAX;
 /// Slots in a cluster.
 pub const SLOTS: u32 = 16_384;
 /// Length of a node id (hex digits).

@@ -43,11 +43,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long the node may take to record a role change in its config file.
-const CONFIG_SAVE_MAX: Duration = Duration::from_secs(10);
+const CONFIG_SAVE_MAX: Duration = limits::CLUSTER_CONFIG_SAVE_MAX;
 /// How long a node may take to learn of another after `CLUSTER MEET`, and a master to list a new replica.
-const GOSSIP_MAX: Duration = Duration::from_secs(30);
+const GOSSIP_MAX: Duration = limits::CLUSTER_GOSSIP_MAX;
 /// How long a node may take to exit after `SHUTDOWN NOSAVE`.
-const SHUTDOWN_MAX: Duration = Duration::from_secs(30);
+const SHUTDOWN_MAX: Duration = limits::NODE_SHUTDOWN_MAX;
 /// What a staged join takes from the join's configuration: the node, where the snapshot comes from,
 /// how to reach the master, and how the node restarts.
 pub struct StagedConfig<'a> {
@@ -229,20 +229,52 @@ impl Staging {
         // the master fails over meanwhile, and is judged by the one it follows.
         let shard = self.shard(cfg)?;
         if self.plan.meet {
-            let (host, port) = meet_address(&self.master_addr)?;
-            self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
-            self.step = Some(Step::Met);
-            let id = self.master_id.clone();
-            wait_for(GOSSIP_MAX, "the node to know the master after CLUSTER MEET", || {
-                let t = cluster_nodes(&mut self.node).map_err(Error::replica)?;
-                Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
-            })?;
+            self.meet()?;
         }
+        self.park_and_record(cfg)?;
+        self.place_and_shut_down()?;
+        phase(cfg, JoinPhase::Restarting);
+        let restarted = self.wait_restart(cfg)?;
+        self.step = Some(Step::Restarted);
+        phase(cfg, JoinPhase::Loading);
+        let loaded = self.wait_loaded(cfg)?;
+        phase(cfg, JoinPhase::Linking);
+        let (linked, offset) = self.wait_linked(cfg)?;
+        // A replica of the shard now: from here a failure leaves it as it is.
+        self.step = Some(Step::Linked);
+        crate::events::handed_off(offset);
+        let (resync, notes) = self.judge_resync(cfg, &shard)?;
+        if let Some(aside) = self.rdb_aside.take() {
+            let _ = std::fs::remove_file(aside); // The node holds the data now; the old empty file is no use.
+        }
+        let secs = |i: Instant| i.duration_since(t).as_secs_f64();
+        Ok(Done { resync, notes, restarted: secs(restarted), loaded: secs(loaded), linked: secs(linked), offset })
+    }
+
+    /// Introduce the node to the master (`CLUSTER MEET`) and wait until it knows it.
+    fn meet(&mut self) -> Result<(), Error> {
+        let (host, port) = meet_address(&self.master_addr)?;
+        self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
+        self.step = Some(Step::Met);
+        let id = self.master_id.clone();
+        wait_for(GOSSIP_MAX, "the node to know the master after CLUSTER MEET", || {
+            let t = cluster_nodes(&mut self.node).map_err(Error::replica)?;
+            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
+        })
+    }
+
+    /// The node's RDB file, and where the one there before is kept aside.
+    fn rdb_paths(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join(&self.rdb_name), self.dir.join(format!("{}.before-fastrepl", self.rdb_name)))
+    }
+
+    /// Arm the guard, park the node's link and record it as the master's replica (`CLUSTER
+    /// REPLICATE`), then wait until its cluster config file says so.
+    fn park_and_record(&mut self, cfg: &Config) -> Result<(), Error> {
         self.config_before = std::fs::read(self.dir.join(&self.config_name)).ok();
         // From the park to the shutdown the node would be left half-staged if this process died: a
         // guard process undoes it then.
-        let target = self.dir.join(&self.rdb_name);
-        let aside = self.dir.join(format!("{}.before-fastrepl", self.rdb_name));
+        let (target, aside) = self.rdb_paths();
         let (user_before, auth_before) = self.parked_from.clone();
         let (meet_host, meet_port) = meet_address(&self.master_addr)?;
         let meet_at = format!("{meet_host}:{meet_port}");
@@ -261,8 +293,13 @@ impl Staging {
         wait_for(CONFIG_SAVE_MAX, "the node's cluster config file to record it as the master's replica", || {
             let text = std::fs::read_to_string(&config_path).unwrap_or_default();
             Ok(cluster::parse(&text).ok().and_then(|ns| cluster::myself(&ns).ok().cloned()).is_some_and(|me| me.id == node_id && me.role == Role::Replica && me.master.as_deref() == Some(&master_id)))
-        })?;
-        // The snapshot becomes its RDB file.
+        })
+    }
+
+    /// Make the snapshot the node's RDB file (the one there before kept aside), shut the node down
+    /// without saving, and disarm the guard.
+    fn place_and_shut_down(&mut self) -> Result<(), Error> {
+        let (target, aside) = self.rdb_paths();
         if target.exists() {
             std::fs::rename(&target, &aside).map_err(|e| Error::Resource(format!("keep the node's RDB file aside ({}): {e}", target.display())))?;
             self.rdb_aside = Some(aside);
@@ -281,16 +318,12 @@ impl Staging {
         if let Some(g) = self.guard.take() {
             g.disarm();
         }
-        phase(cfg, JoinPhase::Restarting);
-        let restarted = self.wait_restart(cfg)?;
-        self.step = Some(Step::Restarted);
-        phase(cfg, JoinPhase::Loading);
-        let loaded = self.wait_loaded(cfg)?;
-        phase(cfg, JoinPhase::Linking);
-        let (linked, offset) = self.wait_linked(cfg)?;
-        // A replica of the shard now: from here a failure leaves it as it is.
-        self.step = Some(Step::Linked);
-        crate::events::handed_off(offset);
+        Ok(())
+    }
+
+    /// Partial or full, from the counters of the master the node follows once the cluster agrees
+    /// (in doubt, full, with the reason in the notes).
+    fn judge_resync(&mut self, cfg: &Config, shard: &[ShardNode]) -> Result<(Handoff, Vec<String>), Error> {
         let mut notes = Vec::new();
         // The cluster agrees once the master the node's own table names lists it as its replica
         // (after a failover during the staging, that is the shard's new master).
@@ -313,17 +346,13 @@ impl Staging {
                 Handoff::Full
             }
         };
-        if let Some(aside) = self.rdb_aside.take() {
-            let _ = std::fs::remove_file(aside); // The node holds the data now; the old empty file is no use.
-        }
-        let secs = |i: Instant| i.duration_since(t).as_secs_f64();
-        Ok(Done { resync, notes, restarted: secs(restarted), loaded: secs(loaded), linked: secs(linked), offset })
+        Ok((resync, notes))
     }
 
     /// Wait for the node to go down and answer again as a new process (its run id changes).
     fn wait_restart(&mut self, cfg: &StagedConfig<'_>) -> Result<Instant, Error> {
         let addr = cfg.node.addr.clone();
-        let connect = || cfg.node.connect_within(Duration::from_secs(2));
+        let connect = || cfg.node.connect_within(limits::NODE_RESTART_CONNECT_TIMEOUT);
         if let Some(cmd) = &cfg.restart.command {
             wait_for(SHUTDOWN_MAX, "the node to exit after SHUTDOWN NOSAVE", || Ok(connect().is_err()))?;
             tracing::info!(node = %addr, "node down; running --restart-command");

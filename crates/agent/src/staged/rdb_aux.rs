@@ -8,10 +8,10 @@
 //! 32-bit or 64-bit big-endian), or an integer encoding (8/16/32-bit little-endian), or LZF-compressed
 //! (compressed length, plain length, data). The first other opcode ends the aux fields.
 
-/// Aux fields read at most (a server writes about ten).
-pub const FIELDS_MAX: usize = 64;
-/// Longest aux string accepted.
-pub const STRING_MAX: usize = 4096;
+/// Aux fields read at most ([`limits::RDB_AUX_FIELDS_MAX`]).
+pub const FIELDS_MAX: usize = limits::RDB_AUX_FIELDS_MAX;
+/// Longest aux string accepted ([`limits::RDB_AUX_STRING_BYTES_MAX`]).
+pub const STRING_MAX: usize = limits::RDB_AUX_STRING_BYTES_MAX;
 
 const OP_AUX: u8 = 0xFA;
 

@@ -26,13 +26,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use transport::{Credentials, TransportKind};
 
-/// Most times a stale snapshot is renewed before giving up (the master writes faster than a
-/// snapshot can be staged within its backlog).
-pub const RENEWALS_MAX: u32 = 3;
+/// Most times a stale snapshot is renewed before giving up ([`limits::SNAPSHOT_RENEWALS_MAX`]).
+pub const RENEWALS_MAX: u32 = limits::SNAPSHOT_RENEWALS_MAX;
 /// The shortest window the master's write rate is measured over.
-const RATE_WINDOW_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+const RATE_WINDOW_MIN: std::time::Duration = limits::WRITE_RATE_WINDOW_MIN;
 /// Bytes of the RDB's head kept to read its aux fields.
-const HEAD_BYTES: usize = 64 * 1024;
+const HEAD_BYTES: usize = limits::RDB_HEAD_BYTES;
 
 /// Where the snapshot comes from and how it is pulled.
 pub struct Source<'a> {

@@ -139,9 +139,9 @@ pub enum Freshness {
     Stale(String),
 }
 
-/// How many times the time a staging is expected to take the backlog must last: load rates vary
-/// with the data's shape, and a restart by a supervisor has its own delay.
-pub const HEADROOM_FACTOR: f64 = 2.0;
+/// How many times the time a staging is expected to take the backlog must last
+/// ([`limits::STAGED_HEADROOM_FACTOR`]).
+pub const HEADROOM_FACTOR: f64 = limits::STAGED_HEADROOM_FACTOR;
 
 /// Judge a snapshot at `offset` against the master's `backlog`, written at `rate` bytes/s, for a
 /// staging expected to need `needed_secs` more before the node asks for its `PSYNC`.
@@ -167,11 +167,10 @@ pub fn freshness(backlog: &Backlog, offset: u64, rate: f64, needed_secs: f64) ->
     Freshness::Fresh { headroom_bytes: headroom, headroom_secs: Some(secs) }
 }
 
-/// A server loads an RDB at least this fast (bytes/s): a low figure, so that the estimate of a
-/// load's time errs long (Redis and Valkey load several hundred MB/s of plain strings here).
-pub const LOAD_RATE_MIN: f64 = 50.0 * 1024.0 * 1024.0;
-/// Time allowed for a shutdown and a supervisor's restart, before the load.
-pub const RESTART_SECS: f64 = 5.0;
+/// A server loads an RDB at least this fast, bytes/s ([`limits::RDB_LOAD_BYTES_PER_SEC_MIN`]).
+pub const LOAD_RATE_MIN: f64 = limits::RDB_LOAD_BYTES_PER_SEC_MIN;
+/// Time allowed for a shutdown and a supervisor's restart, before the load ([`limits::NODE_RESTART_SECS`]).
+pub const RESTART_SECS: f64 = limits::NODE_RESTART_SECS;
 
 /// Seconds from now until the node asks for its `PSYNC`: what is left to pull at `pull_rate`
 /// (bytes/s), the restart, and the load of `rdb_bytes`.
