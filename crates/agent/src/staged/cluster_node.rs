@@ -270,7 +270,7 @@ impl Staging {
 
     /// Arm the guard, park the node's link and record it as the master's replica (`CLUSTER
     /// REPLICATE`), then wait until its cluster config file says so.
-    fn park_and_record(&mut self, cfg: &Config) -> Result<(), Error> {
+    fn park_and_record(&mut self, cfg: &StagedConfig<'_>) -> Result<(), Error> {
         self.config_before = std::fs::read(self.dir.join(&self.config_name)).ok();
         // From the park to the shutdown the node would be left half-staged if this process died: a
         // guard process undoes it then.
@@ -323,7 +323,7 @@ impl Staging {
 
     /// Partial or full, from the counters of the master the node follows once the cluster agrees
     /// (in doubt, full, with the reason in the notes).
-    fn judge_resync(&mut self, cfg: &Config, shard: &[ShardNode]) -> Result<(Handoff, Vec<String>), Error> {
+    fn judge_resync(&mut self, cfg: &StagedConfig<'_>, shard: &[ShardNode]) -> Result<(Handoff, Vec<String>), Error> {
         let mut notes = Vec::new();
         // The cluster agrees once the master the node's own table names lists it as its replica
         // (after a failover during the staging, that is the shard's new master).
