@@ -402,6 +402,13 @@ struct StageArgs {
     /// AOF is in --dir).
     #[arg(long, env = "FASTREPL_SERVER_CONFIG")]
     server_config: Option<PathBuf>,
+    /// The server that will load the file, as flavour-version (redis-7.2.4, valkey-8.1.1): a snapshot
+    /// it cannot load is refused before anything is pulled. Or --server-binary.
+    #[arg(long, env = "FASTREPL_SERVER", required_unless_present = "server_binary", conflicts_with = "server_binary")]
+    server: Option<String>,
+    /// The server's binary, asked for its version (`--version`), instead of --server.
+    #[arg(long, env = "FASTREPL_SERVER_BINARY")]
+    server_binary: Option<PathBuf>,
     /// File holding the relay token (else $FASTREPL_TOKEN).
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -630,6 +637,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     on_interrupt(cancel.clone())?;
     let pull = a.pull.config();
     let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
+    let server = agent::staged::target::server(a.server.as_deref(), a.server_binary.as_deref())?;
     let cfg = agent::staged::stage::StageConfig {
         source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
         master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: None, auth: master_auth.as_ref(), tls: tls.as_ref() },
@@ -637,6 +645,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,
         server_config: a.server_config,
+        server,
     };
     let r = match agent::staged::stage::stage(&cfg) {
         Ok(r) => r,
@@ -651,28 +660,40 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: &r })?);
     } else {
-        println!(
-            "staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}",
-            r.generation,
-            r.rdb_length_bytes as f64 / 1048576.0,
-            r.snapshot_offset,
-            r.rdb_file.display(),
-            r.secs,
-            r.transport
-        );
-        let secs = r.backlog_headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
-        println!("master {}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", r.master, r.backlog_headroom_bytes);
-        match &r.cluster {
-            Some(c) => println!(
-                "cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)",
-                c.config_file.display(),
-                c.node_id,
-                c.master_id
-            ),
-            None => println!("start the server with replicaof {} (and masterauth if the master needs it)", r.master.rsplit_once(':').map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
-        }
+        print_stage_report(&r);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `fastrepl stage` decided and did, for people.
+fn print_stage_report(r: &agent::staged::stage::StageReport) {
+    use agent::staged::start::{Decision, Keep, Stage};
+    let master = r.master.as_deref().unwrap_or("-");
+    match &r.start {
+        Decision::Keep(Keep::ServesSlots { slots }) => println!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
+        Decision::Keep(Keep::ResumesPartially { replid, offset, headroom_bytes, headroom_secs }) => {
+            let secs = headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
+            println!("kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written");
+        }
+        Decision::Stage(why) => {
+            let why = match why {
+                Stage::Empty => "no RDB in the directory".to_string(),
+                Stage::Unreadable { error } => format!("the RDB there cannot be read ({error})"),
+                Stage::NoHistory => "the RDB there names no replication history".to_string(),
+                Stage::OtherHistory { replid } => format!("the RDB there continues another history ({replid}) than master {master}'s"),
+                Stage::Stale { offset, why } => format!("the RDB there (offset {offset}) is too old: {why}"),
+            };
+            println!("staging: {why}");
+        }
+    }
+    let Some(s) = &r.staged else { return };
+    println!("staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}", s.generation, s.rdb_length_bytes as f64 / 1048576.0, s.snapshot_offset, s.rdb_file.display(), r.secs, s.transport);
+    let secs = s.backlog_headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
+    println!("master {master}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", s.backlog_headroom_bytes);
+    match &s.cluster {
+        Some(c) => println!("cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)", c.config_file.display(), c.node_id, c.master_id),
+        None => println!("start the server with replicaof {} (and masterauth if the master needs it)", master.rsplit_once(':').map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
+    }
 }
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {

@@ -259,6 +259,11 @@ pub const RDB_HEAD_BYTES: usize = 64 << 10;
 pub const SNAPSHOT_RENEWALS_MAX: u32 = 3;
 /// The shortest window the master's write rate is measured over (shorter: one burst is the rate).
 pub const WRITE_RATE_WINDOW_MIN: Duration = Duration::from_secs(1);
+/// How long a server binary may take to print its `--version` (`fastrepl stage --server-binary`):
+/// it prints and exits at once; a binary that hangs is not the server it claims to be.
+pub const SERVER_VERSION_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often its exit is looked at meanwhile.
+pub const SERVER_VERSION_POLL_EVERY: Duration = Duration::from_millis(10);
 /// How many times the time a staging is expected to take the master's backlog must last: load rates
 /// vary with the data's shape, and a restart by a supervisor has its own delay.
 pub const STAGED_HEADROOM_FACTOR: f64 = 2.0;
@@ -327,6 +332,7 @@ const _: () = assert!(
 // Polls and slices are short beside the waits they serve.
 const _: () = assert!(10 * ms(TRACKER_WAIT_SLICE) <= ms(HEARTBEAT) && 10 * ms(TLS_ACK_WAIT_MAX) <= ms(ACK_EVERY));
 const _: () = assert!(10 * ms(REPLICA_ACCEPT_POLL_EVERY) <= ms(REPLICA_CONNECT_MAX) && 10 * ms(LOADING_POLL_EVERY) <= ms(COMMAND_TIMEOUT));
+const _: () = assert!(10 * ms(SERVER_VERSION_POLL_EVERY) <= ms(SERVER_VERSION_WAIT_MAX));
 const _: () = assert!(ms(RETRY_WAIT_SLICE) <= ms(JOIN_RETRY_BASE) && ms(NODE_RESTART_CONNECT_TIMEOUT) < ms(NODE_SHUTDOWN_MAX));
 // One aux field (its name and its value) fits the RDB head kept to read them.
 const _: () = assert!(2 * RDB_AUX_STRING_BYTES_MAX <= RDB_HEAD_BYTES);

@@ -8,4 +8,5 @@ pub mod snapshot_file;
 pub mod stage;
 pub mod staging;
 pub mod start;
+pub mod target;
 pub mod volume;

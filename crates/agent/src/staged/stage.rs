@@ -1,18 +1,26 @@
 //! `fastrepl stage`: prepare a server that is not running yet (a container's init step, a systemd
-//! `ExecStartPre`) so that it starts as a replica that resyncs partially: the relay's snapshot becomes
-//! the RDB file in its data directory; for a cluster node, its cluster config records it as the
-//! master's replica. A standalone server then needs only `replicaof <master>` in its config; a cluster
-//! node needs to be introduced to the cluster (`CLUSTER MEET`) once it runs.
+//! `ExecStartPre`) so that it starts as a replica that resyncs partially. It runs at *every* start of
+//! the server, and decides from what the volume holds and what the master (or the cluster) says
+//! ([`crate::staged::start`]): keep the server's own RDB when the master's backlog still continues it,
+//! keep a cluster node that is a master serving slots, and otherwise make the relay's snapshot the RDB
+//! file in the data directory (for a cluster node, its cluster config records it as its shard
+//! master's replica). A standalone server then needs only `replicaof <master>` in its config; a new
+//! cluster node needs to be introduced to the cluster (`CLUSTER MEET`) once it runs.
 //!
 //! The server must load the RDB: with `appendonly yes` it would load its AOF instead, so staging is
-//! refused when its config says so or an AOF is in the directory.
+//! refused when its config says so or an AOF is in the directory; and a snapshot it cannot load (its
+//! RDB version) is refused before any byte is pulled.
 
-use crate::staged::cluster::{self, Role};
-use crate::staged::snapshot_file::{self, Source};
+use crate::error::{Error, Party};
 use crate::master::MasterAccess;
-use crate::error::Error;
-use crate::error::Party;
-use client::Client;
+use crate::staged::cluster::{self, Node, Role};
+use crate::staged::snapshot_file::{self, Source};
+use crate::staged::staging::Backlog;
+use crate::staged::start::{self, Decision, MasterView, NodeOnVolume};
+use crate::staged::target::{self, ServerConfig};
+use crate::staged::volume;
+use client::{Client, Info};
+use replication::rdb::Server;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -30,17 +38,31 @@ pub struct StageConfig<'a> {
     pub dbfilename: String,
     /// Its cluster config file (relative to `dir`), for a cluster node.
     pub cluster_config: Option<String>,
-    /// Its config file, read to refuse `appendonly yes`.
+    /// Its config file, read to refuse `appendonly yes` and for its `rdb-version-check`.
     pub server_config: Option<PathBuf>,
+    /// The server that will load the file ([`target::server`]).
+    pub server: Server,
 }
 
-/// What a stage did (`--json`).
+/// What a stage decided and did (`--json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
+    /// Keep the volume or stage, and why.
+    pub start: Decision,
+    /// The master the server is to follow (`None`: a cluster node that is a master itself).
+    pub master: Option<String>,
+    /// What was staged, when the decision was to stage.
+    #[serde(flatten)]
+    pub staged: Option<Staged>,
+    /// Seconds in all.
+    pub secs: f64,
+}
+
+/// What a stage placed in the directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct Staged {
     /// The RDB file written.
     pub rdb_file: PathBuf,
-    /// The master the server is to follow.
-    pub master: String,
     /// The relay's generation.
     pub generation: u64,
     /// Its replication ID.
@@ -60,8 +82,6 @@ pub struct StageReport {
     /// For a cluster node: the config file written, its id, and its master's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterStaged>,
-    /// Seconds in all.
-    pub secs: f64,
 }
 
 /// A cluster node's staged config.
@@ -75,19 +95,43 @@ pub struct ClusterStaged {
     pub master_id: String,
 }
 
-/// Stage the snapshot in `cfg.dir`.
+/// Decide what this start of the server needs, and stage the snapshot in `cfg.dir` when it needs one.
 pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     let t0 = Instant::now();
-    refuse_aof(&cfg.dir, cfg.server_config.as_deref())?;
-    let master_addr = cfg.master.find(|| Ok(crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master))?;
+    let server_config = cfg.server_config.as_deref().map(|p| Ok::<_, Error>((p, ServerConfig::read(p)?))).transpose()?;
+    target::refuse_aof(&cfg.dir, server_config.as_ref().map(|(p, c)| (*p, c)))?;
+    let node = match &cfg.cluster_config {
+        Some(name) => Some(volume::node(&cfg.dir.join(name))?),
+        None => None,
+    };
+    // A node promoted to master keeps everything: no master to ask, nothing to pull.
+    if let Some(keep) = node.as_ref().and_then(start::keeps_as_master) {
+        return Ok(StageReport { start: Decision::Keep(keep), master: None, staged: None, secs: t0.elapsed().as_secs_f64() });
+    }
+    let relays_master = || Ok(crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master);
+    let (master_addr, previous_master) = match &node {
+        None => (cfg.master.find(relays_master)?, None),
+        Some(NodeOnVolume::Parsed(me)) if me.role == Role::Replica => shard_master(cfg, me, relays_master)?,
+        Some(_) => (first_master(cfg, relays_master)?, None),
+    };
     let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
+    let decision = decide(&mut master, &master_addr, &cfg.dir.join(&cfg.dbfilename))?;
+    if let Decision::Keep(_) = decision {
+        return Ok(StageReport { start: decision, master: Some(master_addr), staged: None, secs: t0.elapsed().as_secs_f64() });
+    }
+    tracing::info!(decision = ?decision, master = %master_addr, "staging the relay's snapshot");
     // A cluster node's config is prepared (and checked) before the pull, so a refusal costs nothing.
     let cluster = match &cfg.cluster_config {
         None => None,
-        Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name))?),
+        Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name), previous_master.as_deref())?),
     };
-    let f = snapshot_file::pull_fresh(&cfg.source, &mut master, &cfg.dir, |_| Ok(()))?;
+    let rdb_version_check = server_config.as_ref().and_then(|(_, c)| c.rdb_version_check.clone());
+    let loads = |v: u32| {
+        cfg.server.loads(v, rdb_version_check.as_deref()).map_err(|why| Error::Incompatible(format!("the relay's snapshot is RDB version {v}: {why}; nothing was pulled or written")))
+    };
+    let f = snapshot_file::pull_fresh(&cfg.source, &mut master, &cfg.dir, loads)?;
     let rdb_file = cfg.dir.join(&cfg.dbfilename);
+    // The RDB there before stays until this one replaces it, in one rename.
     f.file.place(&rdb_file)?;
     let cluster = match cluster {
         None => None,
@@ -96,9 +140,8 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
             Some(ClusterStaged { config_file: path, node_id, master_id })
         }
     };
-    Ok(StageReport {
+    let staged = Staged {
         rdb_file,
-        master: master_addr,
         generation: f.desc.generation,
         replid: f.desc.replid,
         snapshot_offset: f.desc.offset,
@@ -108,38 +151,93 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         backlog_headroom_secs: f.headroom.1,
         renewals: f.renewals,
         cluster,
-        secs: t0.elapsed().as_secs_f64(),
+    };
+    Ok(StageReport { start: decision, master: Some(master_addr), staged: Some(staged), secs: t0.elapsed().as_secs_f64() })
+}
+
+/// The volume's RDB judged against the master (its write rate measured only when the RDB continues
+/// its history: that is when the headroom decides).
+fn decide(master: &mut Client, addr: &str, rdb_path: &Path) -> Result<Decision, Error> {
+    let rdb = volume::rdb(rdb_path);
+    let before = (Instant::now(), master.info("replication").map_err(Error::master)?);
+    let view = master_view(addr, &before.1, 0.0)?;
+    let first = start::decide(&rdb, &view);
+    if !matches!(first, Decision::Keep(_)) {
+        return Ok(first);
+    }
+    std::thread::sleep(limits::WRITE_RATE_WINDOW_MIN); // A measurement interval, not a synchronization.
+    let after = master.info("replication").map_err(Error::master)?;
+    let written = offset_of(&after).saturating_sub(offset_of(&before.1));
+    let rate = written as f64 / before.0.elapsed().as_secs_f64();
+    Ok(start::decide(&rdb, &master_view(addr, &after, rate)?))
+}
+
+fn offset_of(repl: &Info) -> u64 {
+    repl.num("master_repl_offset").and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+}
+
+/// The master as the start decision sees it, from its `INFO replication`.
+fn master_view(addr: &str, repl: &Info, write_rate: f64) -> Result<MasterView, Error> {
+    let backlog = Backlog::from_info(|k| repl.num(k)).ok_or_else(|| Error::protocol(Party::Master, "it does not report its backlog (repl_backlog_* in INFO replication)"))?;
+    Ok(MasterView {
+        addr: addr.to_string(),
+        replid: repl.get("master_replid").unwrap_or_default().to_string(),
+        replid2: repl.get("master_replid2").unwrap_or_default().to_string(),
+        second_offset: repl.num("second_repl_offset").and_then(|n| u64::try_from(n).ok()),
+        backlog,
+        write_rate,
     })
 }
 
-/// A server that would load an AOF at start is refused: its config says `appendonly yes`, or (no
-/// config given) an AOF lies in the directory.
-fn refuse_aof(dir: &Path, server_config: Option<&Path>) -> Result<(), Error> {
-    if let Some(p) = server_config {
-        let text = std::fs::read_to_string(p).map_err(|e| Error::Precondition(format!("read the server's config {}: {e}", p.display())))?;
-        let aof = text.lines().map(str::trim).filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(char::is_whitespace)).rfind(|(k, _)| k.eq_ignore_ascii_case("appendonly"));
-        if aof.is_some_and(|(_, v)| v.trim().trim_matches('"').eq_ignore_ascii_case("yes")) {
-            return Err(Error::Precondition(format!(
-                "{} sets appendonly yes: the server would load its AOF at start, not the staged snapshot. Start it with appendonly no and turn AOF on after its resync (CONFIG SET appendonly yes)",
-                p.display()
-            )));
-        }
-        return Ok(());
+/// A cluster replica's shard master now, asked of the cluster: of the node given (`--master`, any
+/// node of the cluster), the relay's master, or the nodes the replica's own config lists, the first
+/// that answers. Returns its address and the master the node's config names (a staged config may
+/// replace that one: it was the shard's master before a failover).
+fn shard_master(cfg: &StageConfig<'_>, me: &Node, relays_master: impl FnOnce() -> Result<String, Error>) -> Result<(String, Option<String>), Error> {
+    let mut seeds: Vec<String> = cfg.master.given.map(str::to_string).into_iter().collect();
+    match relays_master() {
+        Ok(m) => seeds.push(m),
+        Err(e) => tracing::warn!(error = %e, "the relay did not say its master; asking the nodes the config names"),
     }
-    for name in ["appendonlydir", "appendonly.aof"] {
-        if dir.join(name).exists() {
-            return Err(Error::Precondition(format!(
-                "{} holds an AOF ({name}): a server with appendonly yes would load it, not the staged snapshot. Remove it, or give --server-config to show that appendonly is off",
-                dir.display()
-            )));
+    let mut last = None;
+    for seed in &seeds {
+        let table = cfg.master.connect(seed).map_err(Error::master).and_then(|mut c| cluster_nodes(&mut c));
+        match table.and_then(|t| start::shard_master(me, &t).map(|m| m.addr.clone()).map_err(Error::Precondition)) {
+            Ok(addr) => return Ok((addr, me.master.clone())),
+            Err(e) => last = Some(e),
         }
     }
-    Ok(())
+    Err(last.unwrap_or_else(|| Error::Precondition("no node of the cluster to ask for the shard's master: give --master (any node of the cluster)".into())))
+}
+
+/// A new cluster node's master: the node given when it is a master serving slots, else the relay's
+/// master (a relay captures for one shard).
+fn first_master(cfg: &StageConfig<'_>, relays_master: impl FnOnce() -> Result<String, Error>) -> Result<String, Error> {
+    if let Some(given) = cfg.master.given {
+        let mut c = cfg.master.connect(given).map_err(Error::master)?;
+        let table = cluster_nodes(&mut c)?;
+        let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        if me.role == Role::Master && me.slots > 0 {
+            return Ok(given.to_string());
+        }
+        tracing::info!(given, "not a master serving slots: the node follows the relay's master");
+    }
+    relays_master()
+}
+
+/// `CLUSTER NODES` of a node, parsed.
+fn cluster_nodes(c: &mut Client) -> Result<Vec<Node>, Error> {
+    let text = match c.cmd(&["CLUSTER", "NODES"]).map_err(Error::master)? {
+        resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => return Err(Error::protocol(Party::Master, format!("CLUSTER NODES answered {other:?}"))),
+    };
+    cluster::parse(&text).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))
 }
 
 /// The node's cluster config as the master's replica: (path, text, node id, master id). An existing
-/// config keeps its node id, and must be an empty master's or already this master's replica's.
-fn cluster_config(master: &mut Client, master_addr: &str, path: &Path) -> Result<(PathBuf, String, String, String), Error> {
+/// config keeps its node id, and must be an empty master's, or already this master's replica's, or
+/// the replica's of `previous` (its shard's master before a failover).
+fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous: Option<&str>) -> Result<(PathBuf, String, String, String), Error> {
     if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster node: --cluster-config stages a cluster node, which must follow a cluster master")));
     }
@@ -156,7 +254,8 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path) -> Result
         Ok(text) => {
             let nodes = cluster::parse(&text).map_err(|e| Error::Precondition(format!("{}: {e}", path.display())))?;
             let mine = cluster::myself(&nodes).map_err(|e| Error::Precondition(format!("{}: {e}", path.display())))?;
-            let ok = (mine.role == Role::Master && mine.slots == 0) || (mine.role == Role::Replica && mine.master.as_deref() == Some(me.id.as_str()));
+            let follows = |id: Option<&str>| id.is_some() && mine.master.as_deref() == id;
+            let ok = (mine.role == Role::Master && mine.slots == 0) || (mine.role == Role::Replica && (follows(Some(me.id.as_str())) || follows(previous)));
             if !ok {
                 return Err(Error::Precondition(format!(
                     "{} is the config of a node that serves slots or follows another master: staging would change its role in the cluster; remove the file if the node is to start anew",
@@ -190,22 +289,4 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         let _ = std::fs::remove_file(&tmp);
     }
     r.map_err(|e| Error::Resource(format!("write {}: {e}", path.display())))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_aof_server_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let conf = d.path().join("redis.conf");
-        std::fs::write(&conf, "port 6379\n# appendonly yes\nappendonly \"yes\"\n").unwrap();
-        assert!(matches!(refuse_aof(d.path(), Some(&conf)), Err(Error::Precondition(e)) if e.contains("appendonly yes")));
-        std::fs::write(&conf, "appendonly yes\nappendonly no\n").unwrap();
-        assert!(refuse_aof(d.path(), Some(&conf)).is_ok(), "the last setting counts");
-        assert!(refuse_aof(d.path(), None).is_ok());
-        std::fs::create_dir(d.path().join("appendonlydir")).unwrap();
-        assert!(matches!(refuse_aof(d.path(), None), Err(Error::Precondition(e)) if e.contains("holds an AOF")));
-    }
 }

@@ -8,10 +8,6 @@ use crate::staged::start::{NodeOnVolume, RdbOnVolume};
 use std::io::Read;
 use std::path::Path;
 
-/// Bytes of an RDB's head read for its aux fields: a server writes about ten short ones before the
-/// first key, and [`crate::staged::rdb_aux`] stops at the first opcode that is not one.
-pub const RDB_HEAD_BYTES: u64 = 64 << 10;
-
 /// The RDB at `path`: absent, unreadable (why), or present with the history its aux fields name.
 pub fn rdb(path: &Path) -> RdbOnVolume {
     let f = match std::fs::File::open(path) {
@@ -24,7 +20,7 @@ pub fn rdb(path: &Path) -> RdbOnVolume {
         Err(e) => return RdbOnVolume::Unreadable(format!("stat {}: {e}", path.display())),
     };
     let mut head = Vec::new();
-    if let Err(e) = f.take(RDB_HEAD_BYTES).read_to_end(&mut head) {
+    if let Err(e) = f.take(limits::RDB_HEAD_BYTES as u64).read_to_end(&mut head) {
         return RdbOnVolume::Unreadable(format!("read {}: {e}", path.display()));
     }
     match crate::staged::rdb_aux::replication(&head) {
