@@ -309,7 +309,9 @@ impl Client {
     }
 }
 
+pub mod pem;
 pub mod sentinel;
+pub mod stream;
 pub mod tls;
 
 /// Convenience: turn string-ish arguments into an owned command for [`Client::pipeline`].

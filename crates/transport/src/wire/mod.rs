@@ -7,7 +7,7 @@
 //! [`ResponseHeader`] and the bytes. Binary bodies (swarm messages, ucx keys) are read through one
 //! [`cursor::Cursor`].
 
-use crate::Error;
+use crate::{Error, Operation};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
@@ -78,19 +78,19 @@ pub fn send_control<W: Write>(w: &mut W, msg: &Control) -> Result<(), Error> {
     let body = serde_json::to_vec(msg).map_err(|e| Error::Protocol(format!("encode control message: {e}")))?;
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
-    w.write_all(&frame).map_err(Error::io("send control message"))
+    w.write_all(&frame).map_err(Error::io(Operation::SendControlMessage))
 }
 
 /// Read one control message.
 pub fn recv_control<R: Read>(r: &mut R) -> Result<Control, Error> {
     let mut len = [0u8; 4];
-    r.read_exact(&mut len).map_err(Error::io("read control message"))?;
+    r.read_exact(&mut len).map_err(Error::io(Operation::ReadControlMessage))?;
     let len = u32::from_be_bytes(len);
     if len > CONTROL_MESSAGE_MAX {
         return Err(Error::Protocol(format!("control message of {len} bytes exceeds {CONTROL_MESSAGE_MAX}")));
     }
     let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body).map_err(Error::io("read control message"))?;
+    r.read_exact(&mut body).map_err(Error::io(Operation::ReadControlMessage))?;
     serde_json::from_slice(&body).map_err(|e| Error::Protocol(format!("decode control message: {e}")))
 }
 

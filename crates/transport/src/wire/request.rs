@@ -5,7 +5,7 @@
 use super::cursor::Cursor;
 use super::swarm::{ADVERTISE_MAX, LOCATE_BODY_MAX};
 use super::READ_MAX;
-use crate::Error;
+use crate::{Error, Operation};
 use std::io::Read;
 
 /// Encoded size of a request.
@@ -325,7 +325,7 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Option<Request>, Error> {
     match r.read_exact(&mut req) {
         Ok(()) => Request::decode(&req).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(source) => Err(Error::Io { op: "read data request", source }),
+        Err(source) => Err(Error::Io { op: Operation::ReadDataRequest, source }),
     }
 }
 
