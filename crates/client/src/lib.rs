@@ -204,7 +204,7 @@ impl Client {
     /// Connect over TLS when `tls` is given, and authenticate if `auth` is given.
     pub fn connect_tls(addr: &str, auth: Option<&Auth>, timeout: Duration, tls: Option<&tls::Tls>) -> Result<Client, Error> {
         let s = tls::connect(addr, tls, timeout).map_err(|(op, source)| Error::Io { op, addr: addr.into(), source })?;
-        let mut c = Client { s, addr: addr.to_string(), buf: Vec::new(), limits: Limits { bulk_len_max: 1 << 30, ..Limits::default() } };
+        let mut c = Client { s, addr: addr.to_string(), buf: Vec::new(), limits: Limits { bulk_len_max: limits::CLIENT_BULK_BYTES_MAX, ..Limits::default() } };
         if let Some(a) = auth {
             let r = match &a.user {
                 Some(u) => c.raw(&[b"AUTH".as_slice(), u.as_bytes(), a.password.as_bytes()])?,

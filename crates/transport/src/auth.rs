@@ -28,8 +28,8 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// Shortest token accepted: 16 bytes (128 bits if random) keep the HMAC key out of brute-force reach.
-pub const TOKEN_LEN_MIN: usize = 16;
+/// Shortest token accepted (the reason: [`limits::TOKEN_BYTES_MIN`]).
+pub const TOKEN_LEN_MIN: usize = limits::TOKEN_BYTES_MIN;
 
 /// A token shorter than [`TOKEN_LEN_MIN`].
 #[derive(Debug, thiserror::Error)]

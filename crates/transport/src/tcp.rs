@@ -67,10 +67,9 @@ impl Transport for TcpTransport {
     }
 }
 
-/// The pieces a block's bytes are read and told in ([`RangeReader::receive_pieces`]): small enough
-/// that a peer served the block while it arrives lags little behind, large enough that a 4 MiB block
-/// costs a few dozen reads.
-pub const PIECE: usize = limits::READ_CHUNK_BYTES * 2;
+/// The pieces a block's bytes are read and told in ([`RangeReader::receive_pieces`]; the reason:
+/// [`limits::ARRIVAL_PIECE_BYTES`]).
+pub const PIECE: usize = limits::ARRIVAL_PIECE_BYTES;
 
 /// One data connection over a byte stream (TCP, or the shm transport's unix socket).
 pub struct StreamReader<S> {
@@ -134,6 +133,7 @@ pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: O
     if h.status == Status::Ok {
         return Ok(h.len);
     }
+    debug_assert!(h.len as usize <= limits::ERROR_MESSAGE_BYTES_MAX, "a refusal's message is bounded by decode before its buffer is allocated");
     let mut msg = vec![0u8; h.len as usize];
     s.read_exact(&mut msg).map_err(Error::io(Operation::ReadErrorMessage))?;
     let message = String::from_utf8_lossy(&msg).into_owned();
@@ -196,6 +196,7 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if buf.len() != len as usize {
             return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte block read", buf.len())));
         }
+        debug_assert!(len <= READ_MAX, "send queues only reads within the bound");
         self.sent.pop_front();
         // A refusal (an error or busy answer, its message read whole) leaves the connection in step;
         // anything else that fails part-way does not.
@@ -216,6 +217,7 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
                 return Err(self.out_of_step(Error::io(Operation::ReadBlockBytes)(e)));
             }
             arrived(&buf[at..end]);
+            debug_assert!(at < end && end <= buf.len(), "each piece moves on, never past the buffer");
             at = end;
         }
         Ok(())
@@ -226,6 +228,7 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if got > max {
             return Err(Error::Protocol(format!("asked at most {max} log bytes, relay answers {got}")));
         }
+        debug_assert!(got <= max, "a log answer is bounded before its buffer is allocated");
         let mut buf = vec![0u8; got as usize];
         self.s.read_exact(&mut buf).map_err(Error::io(Operation::ReadLogBytes))?;
         Ok(buf)

@@ -74,10 +74,9 @@ pub enum Answer {
 }
 
 /// Answers owed at which a request sent without waiting first reads those that have arrived, then
-/// waits for the rest before the first wanted question's: the relay's answers must not fill its side
-/// of the connection while the agent does not read. (Answers behind a wanted question are its
-/// asker's to reach: until it reads, more may be owed.)
-pub const OWED_MAX: u32 = 256;
+/// waits for the rest before the first wanted question's (the reason: [`limits::TRACKER_ANSWERS_OWED_MAX`]).
+/// (Answers behind a wanted question are its asker's to reach: until it reads, more may be owed.)
+pub const OWED_MAX: u32 = limits::TRACKER_ANSWERS_OWED_MAX;
 
 /// How an agent registers.
 #[derive(Debug, Clone)]
@@ -367,6 +366,7 @@ fn read_body<S: Read>(s: &mut S, len: u32, max: usize) -> Result<Vec<u8>, Error>
     if len as usize > max {
         return Err(bad(&format!("answer of {len} bytes, expected at most {max}")));
     }
+    debug_assert!(len as usize <= max, "a tracker answer's length is bounded before its buffer is allocated");
     let mut b = vec![0u8; len as usize];
     s.read_exact(&mut b).map_err(Error::io(Operation::ReadTrackerAnswer))?;
     Ok(b)

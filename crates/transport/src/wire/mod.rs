@@ -89,6 +89,7 @@ pub fn recv_control<R: Read>(r: &mut R) -> Result<Control, Error> {
     if len > CONTROL_MESSAGE_MAX {
         return Err(Error::Protocol(format!("control message of {len} bytes exceeds {CONTROL_MESSAGE_MAX}")));
     }
+    debug_assert!(len <= CONTROL_MESSAGE_MAX, "a control message's length is bounded before its buffer is allocated");
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body).map_err(Error::io(Operation::ReadControlMessage))?;
     serde_json::from_slice(&body).map_err(|e| Error::Protocol(format!("decode control message: {e}")))

@@ -12,7 +12,7 @@ use std::io::Read;
 pub const REQUEST_LEN: usize = 21;
 
 /// Most uploads a [`Request::Load`] may report (an agent serves a handful at once).
-pub const UPLOADS_REPORTED_MAX: u32 = 1024;
+pub const UPLOADS_REPORTED_MAX: u32 = limits::LOAD_UPLOADS_MAX;
 
 /// [`Request::NotAt`] about every block.
 pub const ALL_BLOCKS: u64 = u64::MAX;
