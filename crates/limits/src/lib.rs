@@ -188,7 +188,9 @@ pub const SENTINEL_RETRY_MAX: Duration = Duration::from_secs(5);
 pub const SENTINEL_PUSH_WAIT: Duration = Duration::from_millis(500);
 
 // The lengths and counts above travel in one byte, the locate's block count in two.
-const _: () = assert!(ADVERTISE_ADDRESS_BYTES_MAX <= u8::MAX as usize && LOCATE_PEERS_PER_BLOCK_MAX <= u8::MAX as usize && LOCATE_OPEN_PEERS_MAX <= u8::MAX as usize);
+const _: () = assert!(ADVERTISE_ADDRESS_BYTES_MAX <= u8::MAX as usize);
+const _: () = assert!(LOCATE_PEERS_PER_BLOCK_MAX <= u8::MAX as usize);
+const _: () = assert!(LOCATE_OPEN_PEERS_MAX <= u8::MAX as usize);
 const _: () = assert!(WINDOW_BLOCKS_MAX <= u16::MAX as u64);
 // A replication ID (40 characters) fits.
 const _: () = assert!(REPLID_BYTES_MAX >= 40);

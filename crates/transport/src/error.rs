@@ -63,7 +63,7 @@ macro_rules! operations {
 
         impl Operation {
             /// Every operation, in declaration order.
-            pub const ALL: &'static [Operation] = &[$(Operation::$variant,)*];
+            pub const ALL: &[Operation] = &[$(Operation::$variant,)*];
 
             /// The words an error message names it with.
             pub fn words(self) -> &'static str {
