@@ -4,9 +4,11 @@
 
 use super::cursor::Cursor;
 use super::swarm::{ADVERTISE_MAX, LOCATE_BODY_MAX};
-use super::READ_MAX;
 use crate::{Error, Operation};
 use std::io::Read;
+
+/// Largest single range read.
+pub const READ_MAX: u32 = limits::READ_BYTES_MAX;
 
 /// Encoded size of a request.
 pub const REQUEST_LEN: usize = 21;
