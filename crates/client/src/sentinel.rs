@@ -37,7 +37,7 @@ pub fn parse_addr(reply: &Frame) -> Result<Option<String>, String> {
         Frame::Array(a) if a.len() == 2 => {
             let host = a[0].as_text().ok_or("host is not text")?;
             let port: u16 = a[1].as_text().and_then(|p| p.parse().ok()).ok_or("port is not a number")?;
-            if host.is_empty() || host.len() > 255 {
+            if host.is_empty() || host.len() > limits::SENTINEL_HOST_BYTES_MAX {
                 return Err(format!("bad host {host:?}"));
             }
             Ok(Some(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }))
@@ -70,8 +70,8 @@ impl Sentinels {
         if addrs.is_empty() {
             return Err("--sentinel: no address given".into());
         }
-        if addrs.len() > 64 {
-            return Err("--sentinel: more than 64 sentinels".into());
+        if addrs.len() > limits::SENTINELS_MAX {
+            return Err(format!("--sentinel: more than {} sentinels", limits::SENTINELS_MAX));
         }
         if name.is_empty() {
             return Err("--master-name is required with --sentinel".into());
@@ -120,7 +120,7 @@ impl Sentinels {
     /// fails. Blocks; run it on its own thread.
     pub fn follow(&self, mut last: String, stop: &dyn Fn() -> bool, changed: &mut dyn FnMut(&str)) {
         let mut i = 0;
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = limits::SENTINEL_RETRY_MIN;
         while !stop() {
             let addr = &self.addrs[i % self.addrs.len()];
             i += 1;
@@ -133,9 +133,9 @@ impl Sentinels {
                     last = now;
                     changed(&last);
                 }
-                backoff = Duration::from_millis(200);
+                backoff = limits::SENTINEL_RETRY_MIN;
                 while !stop() {
-                    match c.next_push(Duration::from_millis(500)) {
+                    match c.next_push(limits::SENTINEL_PUSH_WAIT) {
                         Ok(Some(push)) => {
                             if let Some(new) = parse_switch(&push, &self.name) {
                                 if new != last {
@@ -153,7 +153,7 @@ impl Sentinels {
             if let Err(e) = r {
                 tracing::warn!(sentinel = %addr, error = %e, "sentinel connection lost; trying the next");
                 std::thread::sleep(backoff); // Backoff before the next sentinel, not synchronization.
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff = (backoff * 2).min(limits::SENTINEL_RETRY_MAX);
             }
         }
     }

@@ -3,14 +3,17 @@
 //! certificate, so `--cert`/`--key` are sent when given. The same certificate can serve the other
 //! direction: an agent is its local replica's master, and a replica with `tls-replication yes` speaks
 //! TLS to it ([`Tls::accept`]); Redis checks that certificate against the replica's CA but not its
-//! name, as it does for real masters.
+//! name, as it does for real masters. PEM loading is [`crate::pem`], the connection [`Stream`].
 
+use crate::pem;
+use crate::stream;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig, ServerConnection, StreamOwned};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::Arc;
-use transport::tls as pem;
+
+pub use crate::stream::Stream;
 
 /// Where the certificates are (the flags).
 #[derive(Debug, Clone, Default)]
@@ -65,13 +68,13 @@ impl Tls {
     pub fn connect(&self, tcp: TcpStream, host: &str) -> Result<Stream, std::io::Error> {
         let name = self.server_name.as_deref().unwrap_or(host.trim_matches(['[', ']']));
         let name = ServerName::try_from(name.to_string()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TLS server name {name:?}: {e}")))?;
-        pem::connect(&self.client, name, tcp, "TLS handshake")
+        stream::handshake(&self.client, name, tcp, "TLS handshake")
     }
 
     /// Serve TLS on an accepted connection (the agent to its replica), handshake completed.
     pub fn accept(&self, tcp: TcpStream) -> Result<StreamOwned<ServerConnection, TcpStream>, String> {
         let cfg = self.server.as_ref().ok_or("serving TLS needs --cert and --key")?;
-        pem::accept(cfg, tcp).map_err(|e| format!("TLS handshake: {e}"))
+        stream::accept(cfg, tcp).map_err(|e| format!("TLS handshake: {e}"))
     }
 
     /// The files it was loaded from (to hand to another process, e.g. the join's guard).
@@ -84,9 +87,6 @@ impl Tls {
         self.server.is_some()
     }
 }
-
-/// A connection to a server: plain TCP or TLS over it (the same type as a relay connection).
-pub type Stream = transport::tls::Conn;
 
 /// Connect to `addr` (`host:port`) within `timeout`, over TLS when `tls` is given.
 pub fn connect(addr: &str, tls: Option<&Tls>, timeout: std::time::Duration) -> Result<Stream, (&'static str, std::io::Error)> {

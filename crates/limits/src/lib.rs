@@ -346,6 +346,68 @@ const _: () = assert!(ms(PEER_BUSY_BACKOFF) < ms(PEER_BUSY_STREAK_GAP) && ms(PEE
 // A fraction of the median rate.
 const _: () = assert!(PEER_SLOW_FRACTION > 0.0 && PEER_SLOW_FRACTION < 1.0);
 
+// ---- transport and client ------------------------------------------------------------------------
+
+/// Shortest relay token accepted: 16 bytes (128 bits if random) keep the HMAC key out of brute-force
+/// reach.
+pub const TOKEN_BYTES_MIN: usize = 16;
+/// Longest replication ID a descriptor may carry: Redis and Valkey use 40 hex characters; the margin
+/// takes a longer one without letting a peer make us hold much.
+pub const REPLID_BYTES_MAX: usize = 64;
+/// Longest address an agent may advertise to its peers (`host:port`, a DNS name or an IP literal):
+/// a DNS name's own bound, and what the one length byte on the wire can say.
+pub const ADVERTISE_ADDRESS_BYTES_MAX: usize = 255;
+/// Most peers the tracker names for one block: an agent reads a block from one, so a few spares are
+/// plenty, and the answer's size stays bounded.
+pub const LOCATE_PEERS_PER_BLOCK_MAX: usize = 16;
+/// Most peers an agent says it reads from in one locate (it reads from two at once; more are left out
+/// when encoding).
+pub const LOCATE_OPEN_PEERS_MAX: usize = 16;
+/// Most uploads a load report may state: an agent serves a handful at once; more is a broken peer,
+/// and would skew the tracker's choice.
+pub const LOAD_UPLOADS_MAX: u32 = 1024;
+/// Answers owed on the tracker link at which a request sent without waiting first reads those that
+/// have arrived: the relay's answers must not fill its side of the connection while the agent does
+/// not read.
+pub const TRACKER_ANSWERS_OWED_MAX: u32 = 256;
+/// The pieces a block read's bytes are read and told in while they arrive: small enough that a peer
+/// served the block while it arrives lags little behind, large enough that a 4 MiB block costs a few
+/// dozen reads.
+pub const ARRIVAL_PIECE_BYTES: usize = READ_CHUNK_BYTES * 2;
+/// Largest bulk string the Redis client accepts in a reply: `verify` reads whole values with `DUMP`,
+/// and Redis's own `proto-max-bulk-len` defaults to 512 MiB.
+pub const CLIENT_BULK_BYTES_MAX: usize = 1 << 30;
+/// Longest host name a sentinel may answer with (a DNS name's bound).
+pub const SENTINEL_HOST_BYTES_MAX: usize = 255;
+/// Most sentinels `--sentinel` may list: a group has a handful; each is tried in turn.
+pub const SENTINELS_MAX: usize = 64;
+/// Wait before moving to the next sentinel after one failed; doubles up to [`SENTINEL_RETRY_MAX`].
+pub const SENTINEL_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Longest wait between sentinels.
+pub const SENTINEL_RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long a subscribed sentinel link waits for a push before checking whether to stop.
+pub const SENTINEL_PUSH_WAIT: Duration = Duration::from_millis(500);
+
+// The lengths and counts above travel in one byte, the locate's block count in two.
+const _: () = assert!(ADVERTISE_ADDRESS_BYTES_MAX <= u8::MAX as usize);
+const _: () = assert!(LOCATE_PEERS_PER_BLOCK_MAX <= u8::MAX as usize);
+const _: () = assert!(LOCATE_OPEN_PEERS_MAX <= u8::MAX as usize);
+const _: () = assert!(WINDOW_BLOCKS_MAX <= u16::MAX as u64);
+// A replication ID (40 characters) fits.
+const _: () = assert!(REPLID_BYTES_MAX >= 40);
+// The answers owed on the tracker link (each an empty answer: a 5-byte header) fit the smallest
+// socket buffer Linux gives (4 KiB and more), so the relay never blocks on an agent that does not
+// read yet.
+const _: () = assert!(TRACKER_ANSWERS_OWED_MAX as usize * 5 <= 4096);
+// A piece is part of one read, and a read chunk is part of a piece.
+const _: () = assert!(READ_CHUNK_BYTES <= ARRIVAL_PIECE_BYTES && ARRIVAL_PIECE_BYTES <= READ_BYTES_MAX as usize);
+// A sentinel's host is an address as short as an advertised one; its retries grow from their
+// minimum to their maximum, and a push wait is well within the connect that follows a failure.
+const _: () = assert!(SENTINEL_HOST_BYTES_MAX <= ADVERTISE_ADDRESS_BYTES_MAX);
+const _: () = assert!(ms(SENTINEL_RETRY_MIN) < ms(SENTINEL_RETRY_MAX) && ms(SENTINEL_PUSH_WAIT) < ms(CONNECT_TIMEOUT));
+// The client takes a bulk as large as any a server sends by default (512 MiB).
+const _: () = assert!(CLIENT_BULK_BYTES_MAX >= 512 << 20);
+
 // ---- Relationships, checked when this crate builds -----------------------------------------------
 
 const fn ms(d: Duration) -> u128 {

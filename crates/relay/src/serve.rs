@@ -173,11 +173,11 @@ impl ConnError {
 }
 
 fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), ConnError> {
-    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
+    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     match auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)? {
         Kind::Data => {
-            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
             Ok(serve_data(shared, s)?)
         }
         Kind::Control | Kind::Status => Err(Error::Protocol("control and status connections go over TCP, not the shm socket".into()).into()),
@@ -185,14 +185,14 @@ fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), ConnEr
 }
 
 fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), ConnError> {
-    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io("configure socket"))?;
-    s.set_nodelay(true).map_err(Error::io("configure socket"))?;
-    let raw = s.try_clone().map_err(Error::io("clone socket"))?;
+    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_nodelay(true).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    let raw = s.try_clone().map_err(Error::io(transport::Operation::CloneSocket))?;
     match &shared.config.agents_tls {
         None => serve_authenticated(shared, s, raw),
         // The handshake is bounded by the socket's timeouts set above.
-        Some(cfg) => serve_authenticated(shared, transport::tls::accept(cfg, s).map_err(Error::io("TLS handshake with the agent"))?, raw),
+        Some(cfg) => serve_authenticated(shared, transport::tls::accept(cfg, s).map_err(Error::io(transport::Operation::TlsHandshakeWithAgent))?, raw),
     }
 }
 
@@ -203,12 +203,12 @@ fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream)
     Ok(match kind {
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
-            let local = raw.local_addr().map_err(Error::io("local address"))?;
+            let local = raw.local_addr().map_err(Error::io(transport::Operation::LocalAddress))?;
             let status = crate::status::status(shared, local);
             wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {
-            raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io("configure socket"))?;
+            raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
             serve_data(shared, s)
         }
     }?)
@@ -223,7 +223,7 @@ fn agent_left(raw: &TcpStream) -> Result<bool, Error> {
         Ok(_) => Ok(true),
         Err(rustix::io::Errno::AGAIN) => Ok(false),
         Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(Error::Io { op: "watch the agent's control connection", source: e.into() }),
+        Err(e) => Err(Error::Io { op: transport::Operation::WatchControlConnection, source: e.into() }),
     }
 }
 
@@ -322,7 +322,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
         let Some(req) = wire::read_request(&mut s)? else { return Ok(()) };
         // Requests with a body: read it whole (bounded by the decode) before anything else.
         let mut body = vec![0u8; req.body_len() as usize];
-        s.read_exact(&mut body).map_err(Error::io("read request body"))?;
+        s.read_exact(&mut body).map_err(Error::io(transport::Operation::ReadRequestBody))?;
         let id = req.generation();
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
@@ -461,7 +461,7 @@ mod tests {
     use super::*;
 
     fn io() -> Error {
-        Error::Io { op: "any read", source: std::io::ErrorKind::UnexpectedEof.into() }
+        Error::Io { op: transport::Operation::ReadDataRequest, source: std::io::ErrorKind::UnexpectedEof.into() }
     }
 
     #[test]

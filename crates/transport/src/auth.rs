@@ -3,7 +3,7 @@
 //! exchange cannot be replayed. Nothing about the relay (addresses, keys, data) is said before the
 //! agent has proved itself.
 
-use crate::Error;
+use crate::{Error, Operation};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{Read, Write};
@@ -18,7 +18,7 @@ pub const VERSION: u16 = 3;
 pub const NONCE_LEN: usize = 32;
 
 /// The shared secret. Loaded from a file or the environment; never printed. (An agent's TLS towards
-/// the relay travels beside it, in [`crate::Credentials`].)
+/// the relay travels beside it, in `Credentials`, which stands above this module.)
 #[derive(Clone)]
 pub struct Token(Vec<u8>);
 
@@ -28,8 +28,8 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// Shortest token accepted: 16 bytes (128 bits if random) keep the HMAC key out of brute-force reach.
-pub const TOKEN_LEN_MIN: usize = 16;
+/// Shortest token accepted (the reason: [`limits::TOKEN_BYTES_MIN`]).
+pub const TOKEN_LEN_MIN: usize = limits::TOKEN_BYTES_MIN;
 
 /// A token shorter than [`TOKEN_LEN_MIN`].
 #[derive(Debug, thiserror::Error)]
@@ -92,14 +92,14 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
         // A relay at its --connections-max (or a peer agent at its limit) closes before greeting; a
         // relay that requires TLS closes a plain client after its authentication timeout.
         std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Error::Io {
-            op: "read relay greeting (closed without a word: the relay may be at its --connections-max, or require TLS (--agents-tls-cert): then give --relay-cacert)",
+            op: Operation::ReadRelayGreetingClosed,
             source: e,
         },
         // A relay that requires TLS waits for our handshake and says nothing to a plain client.
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            Error::Io { op: "read relay greeting (silence: a relay with --agents-tls-cert waits for TLS; give --relay-cacert)", source: e }
+            Error::Io { op: Operation::ReadRelayGreetingSilent, source: e }
         }
-        _ => Error::Io { op: "read relay greeting", source: e },
+        _ => Error::Io { op: Operation::ReadRelayGreeting, source: e },
     })?;
     if &hello[..8] != MAGIC {
         return Err(Error::Protocol("the peer is not a fastrepl relay (bad greeting)".into()));
@@ -116,9 +116,9 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
     msg.push(kind as u8);
     msg.extend_from_slice(&client_nonce);
     msg.extend_from_slice(&token.mac(b"agent", server_nonce, &client_nonce, kind as u8));
-    s.write_all(&msg).map_err(Error::io("send authentication"))?;
+    s.write_all(&msg).map_err(Error::io(Operation::SendAuthentication))?;
     let mut status = [0u8; 1];
-    s.read_exact(&mut status).map_err(Error::io("read authentication result"))?;
+    s.read_exact(&mut status).map_err(Error::io(Operation::ReadAuthenticationResult))?;
     if status[0] != 0 {
         let them = if kind == Kind::Status { "the relay" } else { "the relay (or peer agent)" };
         return Err(Error::Auth(if token.is_empty() {
@@ -128,7 +128,7 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
         }));
     }
     let mut proof = [0u8; 32];
-    s.read_exact(&mut proof).map_err(Error::io("read relay proof"))?;
+    s.read_exact(&mut proof).map_err(Error::io(Operation::ReadRelayProof))?;
     if !ct_eq(&proof, &token.mac(b"relay", &client_nonce, server_nonce, kind as u8)) {
         return Err(Error::Auth("the relay (or peer agent) could not prove it knows the token".into()));
     }
@@ -148,9 +148,9 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     hello.extend_from_slice(MAGIC);
     hello.extend_from_slice(&VERSION.to_be_bytes());
     hello.extend_from_slice(&server_nonce);
-    s.write_all(&hello).map_err(Error::io("send greeting"))?;
+    s.write_all(&hello).map_err(Error::io(Operation::SendGreeting))?;
     let mut msg = [0u8; 8 + 2 + 1 + NONCE_LEN + 32];
-    s.read_exact(&mut msg).map_err(Error::io("read agent authentication"))?;
+    s.read_exact(&mut msg).map_err(Error::io(Operation::ReadAgentAuthentication))?;
     if &msg[..8] != MAGIC {
         return Err(Error::Protocol("the peer is not a fastrepl agent (bad magic)".into()));
     }
@@ -176,7 +176,7 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     };
     let mut ok = vec![0u8];
     ok.extend_from_slice(&token.mac(b"relay", client_nonce, &server_nonce, kind as u8));
-    s.write_all(&ok).map_err(Error::io("send authentication result"))?;
+    s.write_all(&ok).map_err(Error::io(Operation::SendAuthenticationResult))?;
     Ok(kind)
 }
 

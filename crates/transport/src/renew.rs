@@ -4,7 +4,7 @@
 use crate::auth::Kind;
 use crate::tcp::{connect, StreamReader};
 use crate::wire::{Renewal, Request};
-use crate::{Credentials, Error};
+use crate::{Credentials, Error, Operation};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,11 +14,11 @@ use std::time::Duration;
 pub fn renew(relay: SocketAddr, creds: &Credentials, generation: u64, min_offset: u64, timeout: Duration) -> Result<Renewal, Error> {
     let conn = connect(relay, creds, Kind::Data, timeout)?;
     let mut r = StreamReader::new(conn);
-    let len = r.request(Request::Renew { generation, min_offset }, "renew")?;
+    let len = r.request(Request::Renew { generation, min_offset }, Operation::Renew)?;
     if len != 1 {
         return Err(Error::Protocol(format!("renewal answer of {len} bytes, expected 1")));
     }
     let mut b = [0u8; 1];
-    r.s.read_exact(&mut b).map_err(Error::io("read renewal answer"))?;
+    r.s.read_exact(&mut b).map_err(Error::io(Operation::ReadRenewalAnswer))?;
     Renewal::decode(&b)
 }

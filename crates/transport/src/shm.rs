@@ -11,7 +11,7 @@
 use crate::auth::{self, Kind, Token};
 use crate::tcp::{read_answer, StreamReader};
 use crate::wire::{AttachKind, Request, RESPONSE_HEADER_LEN};
-use crate::{fdpass, Error, RangeReader, Transport};
+use crate::{fdpass, Error, Operation, RangeReader, Transport};
 use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
@@ -27,10 +27,10 @@ pub const REGION_MAX: u64 = limits::REGION_BYTES_MAX;
 
 /// Connect to a relay's abstract unix socket `name` and authenticate as `kind`.
 pub fn connect(name: &str, token: &Token, kind: Kind) -> Result<UnixStream, Error> {
-    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Error::io("make unix socket address"))?;
-    let mut s = UnixStream::connect_addr(&addr).map_err(Error::io("connect to the relay's shm socket"))?;
-    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(Error::io("set read timeout"))?;
-    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(Error::io("set write timeout"))?;
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Error::io(Operation::MakeUnixSocketAddress))?;
+    let mut s = UnixStream::connect_addr(&addr).map_err(Error::io(Operation::ConnectToShmSocket))?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(Error::io(Operation::SetReadTimeout))?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(Error::io(Operation::SetWriteTimeout))?;
     auth::client(&mut s, token, kind)?;
     Ok(s)
 }
@@ -53,7 +53,7 @@ impl ShmTransport {
     pub fn reachable(&self) -> Result<bool, Error> {
         match connect(&self.name, &self.token, Kind::Data) {
             Ok(_) => Ok(true),
-            Err(Error::Io { op: "connect to the relay's shm socket", .. }) => Ok(false),
+            Err(Error::Io { op: Operation::ConnectToShmSocket, .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -96,23 +96,23 @@ impl ShmReader {
     fn attach(&mut self, generation: u64) -> Result<Mapping, Error> {
         use std::io::Write;
         let req = Request::Attach { generation, transport: AttachKind::Shm, arg: 0 };
-        self.conn.s.write_all(&req.encode()).map_err(Error::io("send shm attach request"))?;
+        self.conn.s.write_all(&req.encode()).map_err(Error::io(Operation::SendShmAttachRequest))?;
         let mut h = [0u8; RESPONSE_HEADER_LEN];
-        let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io("receive the region's descriptor"))?;
-        let len = read_answer(&mut self.conn.s, &h, "shm attach")?;
+        let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io(Operation::ReceiveRegionDescriptor))?;
+        let len = read_answer(&mut self.conn.s, &h, Operation::ShmAttach)?;
         if len != 8 {
             return Err(Error::Protocol(format!("shm attach answer of {len} bytes, expected 8")));
         }
         let fd: OwnedFd = fd.ok_or_else(|| Error::Protocol("shm attach answered without a descriptor".into()))?;
         let mut cap = [0u8; 8];
-        std::io::Read::read_exact(&mut self.conn.s, &mut cap).map_err(Error::io("read region size"))?;
+        std::io::Read::read_exact(&mut self.conn.s, &mut cap).map_err(Error::io(Operation::ReadRegionSize))?;
         let capacity = u64::from_be_bytes(cap);
         if capacity == 0 || capacity > REGION_MAX {
             return Err(Error::Protocol(format!("region of {capacity} bytes is out of bounds")));
         }
         // The relay seals the region against shrinking; the mapping refuses one that is not.
         let map = snapshot::map_sealed_read_only(&std::fs::File::from(fd), capacity).map_err(|e| match e {
-            snapshot::MapError::Io(source) => Error::Io { op: "map the relay's region", source },
+            snapshot::MapError::Io(source) => Error::Io { op: Operation::MapRelayRegion, source },
             other => Error::Protocol(format!("the relay's region: {other}")),
         })?;
         Ok(Mapping { generation, map })

@@ -7,7 +7,7 @@ use crate::auth::{self, Kind};
 use crate::Credentials;
 use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
 use crate::tls::Conn;
-use crate::{Error, RangeReader, Transport};
+use crate::{Error, Operation, RangeReader, Transport};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -17,32 +17,23 @@ pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind` (over TLS when the token says the relay wants it).
 pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
-    connect_with(addr, creds, kind, timeout, timeout, "connect to relay")
+    connect_with(addr, creds, kind, timeout, timeout, Operation::ConnectToRelay)
 }
 
-/// What a socket holds to read, looked at without waiting (one non-blocking peek for this call only:
-/// the socket stays blocking for its reads and their timeouts): `Some(true)` bytes, `Some(false)`
-/// nothing yet, `None` closed by the other end or failed (a read would say which).
-pub fn bytes_waiting(s: &TcpStream) -> Option<bool> {
-    let mut byte = [0u8; 1];
-    match rustix::net::recv(s, &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
-        Ok((0, _)) => None,
-        Ok(_) => Some(true),
-        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Some(false),
-        Err(_) => None,
-    }
-}
+/// What a socket holds to read, looked at without waiting (the client crate's peek, beside the
+/// connection type it serves).
+pub use client::stream::bytes_waiting;
 
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors.
-pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: &'static str) -> Result<Conn, Error> {
+pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: Operation) -> Result<Conn, Error> {
     let s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
-    s.set_nodelay(true).map_err(Error::io("set TCP_NODELAY"))?;
-    s.set_read_timeout(Some(io_timeout)).map_err(Error::io("set read timeout"))?;
-    s.set_write_timeout(Some(io_timeout)).map_err(Error::io("set write timeout"))?;
+    s.set_nodelay(true).map_err(Error::io(Operation::SetNodelay))?;
+    s.set_read_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetReadTimeout))?;
+    s.set_write_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetWriteTimeout))?;
     let mut s = match creds.relay_tls() {
         None => Conn::Plain(s),
-        Some(t) => t.connect(s, addr.ip()).map_err(Error::io("TLS to relay"))?,
+        Some(t) => t.connect(s, addr.ip()).map_err(Error::io(Operation::TlsToRelay))?,
     };
     auth::client(&mut s, creds.token(), kind)?;
     Ok(s)
@@ -76,13 +67,9 @@ impl Transport for TcpTransport {
     }
 }
 
-/// The pieces a block's bytes are read and told in ([`RangeReader::receive_pieces`]): small enough
-/// that a peer served the block while it arrives lags little behind, large enough that a 4 MiB block
-/// costs a few dozen reads.
-pub const PIECE: usize = limits::READ_CHUNK_BYTES * 2;
-
-/// The operation named when a block read's body fails ([`Error::is_cut_off`] tells its early end).
-pub const READ_BLOCK_BYTES: &str = "read block bytes";
+/// The pieces a block's bytes are read and told in ([`RangeReader::receive_pieces`]; the reason:
+/// [`limits::ARRIVAL_PIECE_BYTES`]).
+pub const PIECE: usize = limits::ARRIVAL_PIECE_BYTES;
 
 /// One data connection over a byte stream (TCP, or the shm transport's unix socket).
 pub struct StreamReader<S> {
@@ -105,24 +92,24 @@ impl<S> StreamReader<S> {
 impl<S: Read + Write> StreamReader<S> {
     /// Send a request and read the response header; returns the body length of a success, or the
     /// relay's refusal as an error.
-    pub fn request(&mut self, req: Request, op: &'static str) -> Result<u32, Error> {
+    pub fn request(&mut self, req: Request, op: Operation) -> Result<u32, Error> {
         self.no_reads_outstanding(op)?;
-        self.s.write_all(&req.encode()).map_err(Error::io("send read request"))?;
+        self.s.write_all(&req.encode()).map_err(Error::io(Operation::SendReadRequest))?;
         self.response(op)
     }
 
     /// [`StreamReader::request`] for a request followed by a body.
-    pub fn request_with_body(&mut self, req: Request, body: &[u8], op: &'static str) -> Result<u32, Error> {
+    pub fn request_with_body(&mut self, req: Request, body: &[u8], op: Operation) -> Result<u32, Error> {
         self.no_reads_outstanding(op)?;
         let mut out = req.encode().to_vec();
         out.extend_from_slice(body);
-        self.s.write_all(&out).map_err(Error::io("send request"))?;
+        self.s.write_all(&out).map_err(Error::io(Operation::SendRequest))?;
         self.response(op)
     }
 
     /// Answers come in the order asked: a request that waits for its answer cannot overtake reads sent
     /// without waiting.
-    fn no_reads_outstanding(&self, op: &'static str) -> Result<(), Error> {
+    fn no_reads_outstanding(&self, op: Operation) -> Result<(), Error> {
         self.in_step(op)?;
         if self.sent.is_empty() {
             Ok(())
@@ -132,22 +119,23 @@ impl<S: Read + Write> StreamReader<S> {
     }
 
     /// Read a response header: the body length of a success, or the peer's refusal as an error.
-    pub fn response(&mut self, op: &'static str) -> Result<u32, Error> {
+    pub fn response(&mut self, op: Operation) -> Result<u32, Error> {
         let mut h = [0u8; RESPONSE_HEADER_LEN];
-        self.s.read_exact(&mut h).map_err(Error::io("read response header"))?;
+        self.s.read_exact(&mut h).map_err(Error::io(Operation::ReadResponseHeader))?;
         read_answer(&mut self.s, &h, op)
     }
 }
 
 /// Judge a response header read from `s`: the body length of a success, or, after reading its
 /// message, the refusal as an error ([`Error::Busy`] for a busy peer). `op` names the request.
-pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &'static str) -> Result<u32, Error> {
+pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: Operation) -> Result<u32, Error> {
     let h = ResponseHeader::decode(header)?;
     if h.status == Status::Ok {
         return Ok(h.len);
     }
+    debug_assert!(h.len as usize <= limits::ERROR_MESSAGE_BYTES_MAX, "a refusal's message is bounded by decode before its buffer is allocated");
     let mut msg = vec![0u8; h.len as usize];
-    s.read_exact(&mut msg).map_err(Error::io("read error message"))?;
+    s.read_exact(&mut msg).map_err(Error::io(Operation::ReadErrorMessage))?;
     let message = String::from_utf8_lossy(&msg).into_owned();
     Err(match h.status {
         Status::Busy => Error::Busy(message),
@@ -157,7 +145,7 @@ pub fn read_answer<S: Read>(s: &mut S, header: &[u8; RESPONSE_HEADER_LEN], op: &
 
 impl<S> StreamReader<S> {
     /// Whether the connection can take `op`: not after a block read failed part-way.
-    fn in_step(&self, op: &str) -> Result<(), Error> {
+    fn in_step(&self, op: Operation) -> Result<(), Error> {
         if self.broken {
             return Err(Error::Protocol(format!("{op} asked on a connection whose earlier block read failed part-way")));
         }
@@ -175,7 +163,7 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = u32::try_from(buf.len()).map_err(|_| Error::Protocol(format!("block read of {} bytes: too large", buf.len())))?;
         // A plain read waits for its own answer: it cannot follow pipelined ones.
-        self.no_reads_outstanding("block read")?;
+        self.no_reads_outstanding(Operation::BlockRead)?;
         self.send(generation, offset, len)?;
         self.receive(buf)
     }
@@ -188,12 +176,12 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if len > READ_MAX {
             return Err(Error::Protocol(format!("block read of {len} bytes: more than {READ_MAX}")));
         }
-        self.in_step("block read")?;
+        self.in_step(Operation::BlockRead)?;
         if self.sent.len() >= self.depth() {
             return Err(Error::Protocol(format!("more than {} block reads in flight on one connection", self.depth())));
         }
         if let Err(e) = self.s.write_all(&Request::Range { generation, offset, len }.encode()) {
-            return Err(self.out_of_step(Error::io("send block read request")(e)));
+            return Err(self.out_of_step(Error::io(Operation::SendBlockReadRequest)(e)));
         }
         self.sent.push_back(len);
         Ok(())
@@ -208,10 +196,11 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         if buf.len() != len as usize {
             return Err(Error::Protocol(format!("a {}-byte buffer for the answer to a {len}-byte block read", buf.len())));
         }
+        debug_assert!(len <= READ_MAX, "send queues only reads within the bound");
         self.sent.pop_front();
         // A refusal (an error or busy answer, its message read whole) leaves the connection in step;
         // anything else that fails part-way does not.
-        let got = match self.response("block read") {
+        let got = match self.response(Operation::BlockRead) {
             Ok(got) => got,
             Err(e @ (Error::Refused { .. } | Error::Busy(_))) => return Err(e),
             Err(e) => return Err(self.out_of_step(e)),
@@ -225,21 +214,23 @@ impl<S: Read + Write + Send> RangeReader for StreamReader<S> {
         while at < buf.len() {
             let end = (at + PIECE).min(buf.len());
             if let Err(e) = self.s.read_exact(&mut buf[at..end]) {
-                return Err(self.out_of_step(Error::io(READ_BLOCK_BYTES)(e)));
+                return Err(self.out_of_step(Error::io(Operation::ReadBlockBytes)(e)));
             }
             arrived(&buf[at..end]);
+            debug_assert!(at < end && end <= buf.len(), "each piece moves on, never past the buffer");
             at = end;
         }
         Ok(())
     }
 
     fn read_log(&mut self, generation: u64, from: u64, max: u32) -> Result<Vec<u8>, Error> {
-        let got = self.request(Request::Log { generation, from, max }, "log read")?;
+        let got = self.request(Request::Log { generation, from, max }, Operation::LogRead)?;
         if got > max {
             return Err(Error::Protocol(format!("asked at most {max} log bytes, relay answers {got}")));
         }
+        debug_assert!(got <= max, "a log answer is bounded before its buffer is allocated");
         let mut buf = vec![0u8; got as usize];
-        self.s.read_exact(&mut buf).map_err(Error::io("read log bytes"))?;
+        self.s.read_exact(&mut buf).map_err(Error::io(Operation::ReadLogBytes))?;
         Ok(buf)
     }
 }

@@ -20,7 +20,7 @@ use crate::Credentials;
 use crate::tcp::StreamReader;
 use crate::wire::swarm::{check_addr, decode_located, Locate, Located, LOCATE_ANSWER_MAX};
 use crate::wire::Request;
-use crate::Error;
+use crate::{Error, Operation};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -74,10 +74,9 @@ pub enum Answer {
 }
 
 /// Answers owed at which a request sent without waiting first reads those that have arrived, then
-/// waits for the rest before the first wanted question's: the relay's answers must not fill its side
-/// of the connection while the agent does not read. (Answers behind a wanted question are its
-/// asker's to reach: until it reads, more may be owed.)
-pub const OWED_MAX: u32 = 256;
+/// waits for the rest before the first wanted question's (the reason: [`limits::TRACKER_ANSWERS_OWED_MAX`]).
+/// (Answers behind a wanted question are its asker's to reach: until it reads, more may be owed.)
+pub const OWED_MAX: u32 = limits::TRACKER_ANSWERS_OWED_MAX;
 
 /// How an agent registers.
 #[derive(Debug, Clone)]
@@ -102,7 +101,7 @@ impl TrackerLink {
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
     pub fn local_ip(&self) -> Result<std::net::IpAddr, Error> {
-        self.conn.s.tcp().local_addr().map(|a| a.ip()).map_err(Error::io("local address of the tracker link"))
+        self.conn.s.tcp().local_addr().map(|a| a.ip()).map_err(Error::io(Operation::TrackerLinkLocalAddress))
     }
 
     /// Join `generation`'s swarm; returns our number in it.
@@ -116,7 +115,7 @@ impl TrackerLink {
             return Err(Error::Protocol("tracker link: registration asked while questions are unanswered".into()));
         }
         let req = Request::Register { generation, port: reg.port, serves: reg.serves, local: reg.local, advertise_len: advertise.len() as u32 };
-        let len = self.conn.request_with_body(req, advertise, "swarm registration")?;
+        let len = self.conn.request_with_body(req, advertise, Operation::SwarmRegistration)?;
         let id = u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("registration answer is not 4 bytes"))?);
         self.generation = generation;
         self.id = Some(id);
@@ -126,7 +125,7 @@ impl TrackerLink {
     /// The link's socket (another descriptor for it), to wait on for an answer without holding the
     /// link: see [`TrackerLink::poll_answer`].
     pub fn socket(&self) -> Result<std::net::TcpStream, Error> {
-        self.conn.s.tcp().try_clone().map_err(Error::io("duplicate the tracker link's socket"))
+        self.conn.s.tcp().try_clone().map_err(Error::io(Operation::DuplicateTrackerLinkSocket))
     }
 
     /// How long a question may go unanswered (the link's I/O timeout).
@@ -142,7 +141,7 @@ impl TrackerLink {
     /// Where to fetch `ask.blocks` from; blocks to wait for are left out of the answer. Waits for the
     /// answer: only when no other question is owed.
     pub fn locate(&mut self, ask: &Locate) -> Result<Vec<Located>, Error> {
-        self.no_question_owed("locate")?;
+        self.no_question_owed(Operation::Locate)?;
         self.ask_locate(ask)?;
         match self.next_answer()? {
             Answer::Located(l) => Ok(l),
@@ -159,7 +158,7 @@ impl TrackerLink {
         let req = Request::Locate { generation: self.generation, body_len: body.len() as u32 };
         let mut out = req.encode().to_vec();
         out.extend_from_slice(&body);
-        std::io::Write::write_all(&mut self.conn.s, &out).map_err(|e| self.fail(Error::io("send locate")(e)))?;
+        std::io::Write::write_all(&mut self.conn.s, &out).map_err(|e| self.fail(Error::io(Operation::SendLocate)(e)))?;
         self.owed.push_back(Owed::Located { asked: ask.blocks.clone(), wanted: true });
         Ok(())
     }
@@ -167,7 +166,7 @@ impl TrackerLink {
     /// Ask whether other agents still miss blocks, without waiting (see [`TrackerLink::ask_locate`]).
     pub fn ask_needed(&mut self) -> Result<(), Error> {
         self.in_step()?;
-        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(|e| self.fail(Error::io("send needed")(e)))?;
+        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(|e| self.fail(Error::io(Operation::SendNeeded)(e)))?;
         self.owed.push_back(Owed::Needed { wanted: true });
         Ok(())
     }
@@ -234,7 +233,7 @@ impl TrackerLink {
     }
 
     fn read_located(&mut self, asked: &[u64]) -> Result<Vec<Located>, Error> {
-        let len = self.conn.response("locate")?;
+        let len = self.conn.response(Operation::Locate)?;
         let answer = decode_located(&read_body(&mut self.conn.s, len, LOCATE_ANSWER_MAX)?)?;
         if answer.iter().any(|a| !asked.contains(&a.block)) {
             return Err(bad("answer about a block that was not asked"));
@@ -243,11 +242,11 @@ impl TrackerLink {
     }
 
     fn read_needed(&mut self) -> Result<u32, Error> {
-        let len = self.conn.response("needed")?;
+        let len = self.conn.response(Operation::Needed)?;
         Ok(u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?))
     }
 
-    fn no_question_owed(&self, op: &str) -> Result<(), Error> {
+    fn no_question_owed(&self, op: Operation) -> Result<(), Error> {
         match self.questions_owed() {
             0 => Ok(()),
             n => Err(Error::Protocol(format!("tracker link: {op} waited for while {n} earlier questions are unanswered"))),
@@ -306,7 +305,7 @@ impl TrackerLink {
                 self.settle()?;
             }
         }
-        std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(|e| self.fail(Error::io("send tracker request")(e)))?;
+        std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(|e| self.fail(Error::io(Operation::SendTrackerRequest)(e)))?;
         self.owed.push_back(Owed::Nothing);
         Ok(())
     }
@@ -340,7 +339,7 @@ impl TrackerLink {
                 self.read_located(&asked).map(drop)
             }
             Some(Owed::Needed { .. }) => self.read_needed().map(drop),
-            Some(Owed::Nothing) => self.conn.response("have, not-at or load").and_then(|len| read_body(&mut self.conn.s, len, 0).map(drop)),
+            Some(Owed::Nothing) => self.conn.response(Operation::HaveNotAtOrLoad).and_then(|len| read_body(&mut self.conn.s, len, 0).map(drop)),
             None => return Ok(()),
         };
         match read {
@@ -354,7 +353,7 @@ impl TrackerLink {
 
     /// Other agents still missing blocks. Waits for the answer: only when no other question is owed.
     pub fn needed(&mut self) -> Result<u32, Error> {
-        self.no_question_owed("needed")?;
+        self.no_question_owed(Operation::Needed)?;
         self.ask_needed()?;
         match self.next_answer()? {
             Answer::Needed(n) => Ok(n),
@@ -367,8 +366,9 @@ fn read_body<S: Read>(s: &mut S, len: u32, max: usize) -> Result<Vec<u8>, Error>
     if len as usize > max {
         return Err(bad(&format!("answer of {len} bytes, expected at most {max}")));
     }
+    debug_assert!(len as usize <= max, "a tracker answer's length is bounded before its buffer is allocated");
     let mut b = vec![0u8; len as usize];
-    s.read_exact(&mut b).map_err(Error::io("read tracker answer"))?;
+    s.read_exact(&mut b).map_err(Error::io(Operation::ReadTrackerAnswer))?;
     Ok(b)
 }
 

@@ -165,15 +165,15 @@ fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
 
 fn serve_peer(sh: &ServeShared, s: TcpStream) -> Result<(), transport::Error> {
     use transport::Error as E;
-    s.set_read_timeout(Some(limits::AUTH_TIMEOUT)).map_err(E::io("configure peer socket"))?;
-    s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io("configure peer socket"))?;
-    s.set_nodelay(true).map_err(E::io("configure peer socket"))?;
-    let raw = s.try_clone().map_err(E::io("clone peer socket"))?;
+    s.set_read_timeout(Some(limits::AUTH_TIMEOUT)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    s.set_nodelay(true).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    let raw = s.try_clone().map_err(E::io(transport::Operation::ClonePeerSocket))?;
     // Under a TLS relay an agent serves peers only over TLS (it does not serve at all without a
     // certificate: see `join`).
     match sh.token.relay_tls().and_then(|t| t.peer_server()) {
         None => serve_blocks(sh, s, &raw),
-        Some(cfg) => serve_blocks(sh, transport::tls::accept(cfg, s).map_err(E::io("TLS handshake with a peer"))?, &raw),
+        Some(cfg) => serve_blocks(sh, transport::tls::accept(cfg, s).map_err(E::io(transport::Operation::TlsHandshakeWithPeer))?, &raw),
     }
 }
 
@@ -195,7 +195,7 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
         // connection's idle timeout. (Set only when it changes: this runs once per block.)
         let want = Some(if slot.held { limits::PEER_IO_TIMEOUT } else { limits::DATA_IDLE_MAX });
         if wait != want {
-            raw.set_read_timeout(want).map_err(E::io("configure peer socket"))?;
+            raw.set_read_timeout(want).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
             wait = want;
         }
         let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
@@ -218,9 +218,9 @@ fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) ->
             serve::send_busy(&mut s)?;
             continue;
         }
-        s.write_all(&ResponseHeader::ok(len).encode()).map_err(E::io("send block to peer"))?;
+        s.write_all(&ResponseHeader::ok(len).encode()).map_err(E::io(transport::Operation::SendBlockToPeer))?;
         match block {
-            Serve::Whole(bytes) => s.write_all(&bytes).map_err(E::io("send block to peer"))?,
+            Serve::Whole(bytes) => s.write_all(&bytes).map_err(E::io(transport::Operation::SendBlockToPeer))?,
             Serve::Arriving(a) => {
                 if let Err(e) = send_arriving(&mut s, &a) {
                     slot.give_back();
@@ -247,7 +247,7 @@ fn send_arriving<S: Write>(s: &mut S, a: &Arrival) -> Result<(), transport::Erro
         match a.next(sent, ARRIVAL_STALL_MAX) {
             Next::Bytes(parts) => {
                 for (p, r) in parts {
-                    s.write_all(&p[r.clone()]).map_err(E::io("send arriving block to peer"))?;
+                    s.write_all(&p[r.clone()]).map_err(E::io(transport::Operation::SendArrivingBlockToPeer))?;
                     sent += r.len();
                 }
             }
@@ -348,7 +348,7 @@ mod tests {
         a.push(b"abcd");
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held.clone(), 2).unwrap();
         // A raw connection whose reads give up after 300 ms, to see what has been sent so far.
-        let mut c = connect_with(srv.local_addr(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), "connect to peer").unwrap();
+        let mut c = connect_with(srv.local_addr(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), transport::Operation::ConnectToPeer).unwrap();
         c.write_all(&Request::Range { generation: 7, offset: 8, len: 8 }.encode()).unwrap();
         let mut header = [0u8; transport::wire::RESPONSE_HEADER_LEN];
         c.read_exact(&mut header).unwrap();

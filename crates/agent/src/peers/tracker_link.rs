@@ -52,9 +52,9 @@ pub(crate) struct AskReceiver {
 
 /// A channel to the thread.
 pub(crate) fn channel() -> Result<(AskSender, AskReceiver), transport::Error> {
-    let (a, b) = UnixStream::pair().map_err(transport::Error::io("make the tracker link's wake-up socket"))?;
+    let (a, b) = UnixStream::pair().map_err(transport::Error::io(transport::Operation::MakeTrackerWakeUpSocket))?;
     for s in [&a, &b] {
-        s.set_nonblocking(true).map_err(transport::Error::io("make the tracker link's wake-up socket"))?;
+        s.set_nonblocking(true).map_err(transport::Error::io(transport::Operation::MakeTrackerWakeUpSocket))?;
     }
     let (tx, rx) = mpsc::channel();
     Ok((AskSender { tx, wake: a }, AskReceiver { rx, wake: b }))
@@ -166,7 +166,7 @@ pub(crate) const WAIT_SLICE: Duration = limits::TRACKER_WAIT_SLICE;
 
 /// The tracker did not answer a question within the link's I/O timeout.
 pub(crate) fn unanswered() -> transport::Error {
-    transport::Error::io("wait for the tracker's answer")(std::io::Error::from(std::io::ErrorKind::TimedOut))
+    transport::Error::io(transport::Operation::WaitForTrackerAnswer)(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 /// Wait until one of `fds` has something to read (or is closed), at most `timeout`.
@@ -184,7 +184,7 @@ pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), tran
             if e.kind() == std::io::ErrorKind::Interrupted {
                 Ok(())
             } else {
-                Err(transport::Error::io("wait for the tracker's answer")(e))
+                Err(transport::Error::io(transport::Operation::WaitForTrackerAnswer)(e))
             }
         }
     }

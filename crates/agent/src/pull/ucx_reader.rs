@@ -94,12 +94,12 @@ unsafe impl Send for UcxReader {}
 impl UcxReader {
     fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
         if !self.keys.contains_key(&(generation, segment)) {
-            let len = self.conn.request(Request::Attach { generation, transport: AttachKind::Ucx, arg: segment }, "ucx attach")?;
+            let len = self.conn.request(Request::Attach { generation, transport: AttachKind::Ucx, arg: segment }, transport::Operation::UcxAttach)?;
             if len as usize > 2 * UCX_BLOB_MAX + 24 {
                 return Err(Error::Protocol(format!("ucx attach answer of {len} bytes")));
             }
             let mut body = vec![0u8; len as usize];
-            std::io::Read::read_exact(&mut self.conn.s, &mut body).map_err(Error::io("read ucx attach answer"))?;
+            std::io::Read::read_exact(&mut self.conn.s, &mut body).map_err(Error::io(transport::Operation::ReadUcxAttachAnswer))?;
             let key = UcxKey::decode(&body)?;
             if self.ep.as_ref().map(|(a, _)| a != &key.worker).unwrap_or(true) {
                 // A new relay worker (first attach, or the relay restarted its UCX side).

@@ -26,6 +26,7 @@ impl<'a> Cursor<'a> {
             return Err(self.bad("truncated"));
         }
         let (a, rest) = self.bytes.split_at(n);
+        debug_assert_eq!(a.len() + rest.len(), self.bytes.len(), "the cursor never moves beyond its buffer");
         self.bytes = rest;
         Ok(a)
     }

@@ -13,7 +13,7 @@ pub const BLOCK_MAX: u64 = limits::READ_BYTES_MAX as u64;
 /// Largest RDB a descriptor may describe (what an agent would map over shm).
 pub const LENGTH_MAX: u64 = limits::REGION_BYTES_MAX;
 /// Longest replication ID accepted (Redis uses 40 hex characters).
-pub const REPLID_MAX: usize = 64;
+pub const REPLID_MAX: usize = limits::REPLID_BYTES_MAX;
 
 /// A generation's state on the wire: one control message. Field names and JSON are those of
 /// [`snapshot::Descriptor`], so relays and agents of neighbouring versions understand each other.

@@ -4,15 +4,17 @@
 
 use super::cursor::Cursor;
 use super::swarm::{ADVERTISE_MAX, LOCATE_BODY_MAX};
-use super::READ_MAX;
-use crate::Error;
+use crate::{Error, Operation};
 use std::io::Read;
+
+/// Largest single range read.
+pub const READ_MAX: u32 = limits::READ_BYTES_MAX;
 
 /// Encoded size of a request.
 pub const REQUEST_LEN: usize = 21;
 
 /// Most uploads a [`Request::Load`] may report (an agent serves a handful at once).
-pub const UPLOADS_REPORTED_MAX: u32 = 1024;
+pub const UPLOADS_REPORTED_MAX: u32 = limits::LOAD_UPLOADS_MAX;
 
 /// [`Request::NotAt`] about every block.
 pub const ALL_BLOCKS: u64 = u64::MAX;
@@ -325,7 +327,7 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Option<Request>, Error> {
     match r.read_exact(&mut req) {
         Ok(()) => Request::decode(&req).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(source) => Err(Error::Io { op: "read data request", source }),
+        Err(source) => Err(Error::Io { op: Operation::ReadDataRequest, source }),
     }
 }
 

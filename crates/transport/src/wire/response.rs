@@ -53,13 +53,13 @@ impl ResponseHeader {
         h
     }
 
-    /// Decode, bounding the body: at most [`super::READ_MAX`] for a success, at most
+    /// Decode, bounding the body: at most [`super::request::READ_MAX`] for a success, at most
     /// [`limits::ERROR_MESSAGE_BYTES_MAX`] for a refusal's message.
     pub fn decode(h: &[u8; RESPONSE_HEADER_LEN]) -> Result<ResponseHeader, Error> {
         let status = Status::from_byte(h[0]).ok_or_else(|| Error::Protocol(format!("unknown response status {}", h[0])))?;
         let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
         let max = match status {
-            Status::Ok => super::READ_MAX as usize,
+            Status::Ok => super::request::READ_MAX as usize,
             Status::Error | Status::Busy => limits::ERROR_MESSAGE_BYTES_MAX,
         };
         if len as usize > max {
@@ -87,7 +87,7 @@ mod tests {
             let h = ResponseHeader { status, len: 17 };
             assert_eq!(ResponseHeader::decode(&h.encode()).unwrap(), h);
         }
-        assert!(ResponseHeader::decode(&ResponseHeader::ok(super::super::READ_MAX + 1).encode()).is_err());
+        assert!(ResponseHeader::decode(&ResponseHeader::ok(crate::wire::READ_MAX + 1).encode()).is_err());
         let long = ResponseHeader { status: Status::Error, len: limits::ERROR_MESSAGE_BYTES_MAX as u32 + 1 };
         assert!(ResponseHeader::decode(&long.encode()).is_err(), "error messages are short");
         assert!(ResponseHeader::decode(&[3, 0, 0, 0, 0]).is_err(), "unknown status");

@@ -9,14 +9,13 @@ use super::cursor::Cursor;
 use crate::Error;
 
 /// Longest address an agent may advertise (`host:port`, a DNS name or an IP literal).
-pub const ADVERTISE_MAX: usize = 255;
+pub const ADVERTISE_MAX: usize = limits::ADVERTISE_ADDRESS_BYTES_MAX;
 /// Most blocks asked about in one [`Locate`] (an agent's window at most).
 pub const LOCATE_BLOCKS_MAX: usize = limits::WINDOW_BLOCKS_MAX as usize;
 /// Most peers named for one block.
-pub const PEERS_PER_BLOCK_MAX: usize = 16;
-/// Most peers an agent says it reads from in one [`Locate`] (it reads from two at once; more are
-/// left out when encoding).
-pub const OPEN_PEERS_MAX: usize = 16;
+pub const PEERS_PER_BLOCK_MAX: usize = limits::LOCATE_PEERS_PER_BLOCK_MAX;
+/// Most peers an agent says it reads from in one [`Locate`] (more are left out when encoding).
+pub const OPEN_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
 /// Encoded size bound of a [`Locate`].
 pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX;
 
