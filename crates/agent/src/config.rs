@@ -3,6 +3,7 @@
 //! node's restart. A root of the crate: it names nothing of the rooms (join, pull, peers, staged)
 //! that read it.
 
+use endpoint::Endpoint;
 use crate::master::MasterAccess;
 use crate::node::Node;
 use crate::report::Live;
@@ -15,8 +16,8 @@ use transport::Credentials;
 /// The join's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The relay's address.
-    pub relay: SocketAddr,
+    /// The relay, as given (a host name is resolved at each connection attempt).
+    pub relay: Endpoint,
     /// Shared secret for the relay, and TLS to it when it requires it.
     pub token: Credentials,
     /// The local server, `host:port`.

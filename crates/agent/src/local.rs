@@ -88,7 +88,7 @@ pub struct ReplState {
 pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
     let i = c.info("replication")?;
     let master = match (i.get("master_host"), i.get("master_port")) {
-        (Some(h), Some(p)) => Some(format!("{h}:{p}")),
+        (Some(h), Some(p)) => Some(endpoint::host_port(h, p)),
         _ => None,
     };
     let role = i.role().map_err(|e| client::Error::Unexpected { addr: c.addr().into(), what: e.to_string() })?;

@@ -241,7 +241,7 @@ struct StatusArgs {
     relay_tls: RelayTlsArgs,
     /// The relay, host:port (its agents' port).
     #[arg(long, env = "FASTREPL_RELAY")]
-    relay: SocketAddr,
+    relay: endpoint::Endpoint,
     /// File holding the relay token (else $FASTREPL_TOKEN).
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -260,7 +260,7 @@ struct JoinArgs {
     relay_tls: RelayTlsArgs,
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
-    relay: SocketAddr,
+    relay: endpoint::Endpoint,
     /// The local server to make a replica, host:port.
     #[arg(long, env = "FASTREPL_REPLICA")]
     replica: String,
@@ -384,7 +384,7 @@ struct StageArgs {
     relay_tls: RelayTlsArgs,
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
-    relay: SocketAddr,
+    relay: endpoint::Endpoint,
     /// The master the server will follow, as it reaches it (default: as the relay reaches it).
     #[arg(long, env = "FASTREPL_MASTER")]
     master: Option<String>,
@@ -433,7 +433,7 @@ struct FetchArgs {
     relay_tls: RelayTlsArgs,
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
-    relay: SocketAddr,
+    relay: endpoint::Endpoint,
     /// Where to write the bytes; `-` for stdout.
     #[arg(long, env = "FASTREPL_OUT")]
     out: PathBuf,
@@ -639,7 +639,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
     let server = agent::staged::target::server(a.server.as_deref(), a.server_binary.as_deref())?;
     let cfg = agent::staged::stage::StageConfig {
-        source: agent::staged::snapshot_file::Source { relay: a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
+        source: agent::staged::snapshot_file::Source { relay: &a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
         master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: None, auth: master_auth.as_ref(), tls: tls.as_ref() },
         dir: a.dir,
         dbfilename: a.dbfilename,
@@ -707,7 +707,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let r = agent::pull::fetch::fetch(a.relay, &token, &a.pull.config(), &cancel, &mut |b| {
+    let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| {
         out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
@@ -745,7 +745,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
-    let (relay_addr, replica_addr, json, join_metrics) = (a.relay, a.replica.clone(), a.json, a.join_metrics);
+    let (relay_addr, replica_addr, json, join_metrics) = (a.relay.clone(), a.replica.clone(), a.json, a.join_metrics);
     let cfg = join_config(a)?;
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = join_metrics {
@@ -761,7 +761,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     }
     match result {
         Ok(joined) => join_succeeded(&joined, &cfg, json),
-        Err(f) => Ok(join_failed(&f, json, log_format, relay_addr, &replica_addr)),
+        Err(f) => Ok(join_failed(&f, json, log_format, &relay_addr, &replica_addr)),
     }
 }
 
@@ -827,7 +827,7 @@ fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Re
 }
 
 /// A join that failed: said from what happened to the replica; exit 130 when interrupted, else 1.
-fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr: SocketAddr, replica_addr: &str) -> ExitCode {
+fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr: &endpoint::Endpoint, replica_addr: &str) -> ExitCode {
     let e = &f.error;
     if json {
         println!(
@@ -1072,7 +1072,7 @@ fn print_report(r: &agent::Report) {
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
     let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
-    let mut s = transport::tcp::connect(a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
+    let mut s = transport::tcp::connect(&a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
     let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
         transport::wire::Control::Status(st) => *st,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),

@@ -102,7 +102,7 @@ fn garbage_on_the_relay_port_closes_only_that_peer() {
     s.write_all(&data::bytes(3, 4096)).unwrap();
     // Authenticated, then a read far beyond the bound.
     let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
-    let mut d = transport::tcp::connect(relay.addr.parse().unwrap(), &token, transport::auth::Kind::Data, Duration::from_secs(5)).unwrap();
+    let mut d = transport::tcp::connect(&relay.addr.parse().unwrap(), &token, transport::auth::Kind::Data, Duration::from_secs(5)).unwrap();
     let mut req = transport::wire::Request::Range { generation: 1, offset: 0, len: 1 }.encode();
     req[17..21].copy_from_slice(&u32::MAX.to_be_bytes());
     d.write_all(&req).unwrap();

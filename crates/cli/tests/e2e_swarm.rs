@@ -170,8 +170,8 @@ enum Fake {
 fn fake_peer(relay: &str, token: &transport::Credentials, how: Fake) -> (transport::tracker::TrackerLink, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicU64, Ordering};
-    let relay: std::net::SocketAddr = relay.parse().unwrap();
-    let attached = agent::pull::progress::attach(relay, token, Duration::from_secs(30)).unwrap();
+    let relay: endpoint::Endpoint = relay.parse().unwrap();
+    let attached = agent::pull::progress::attach(&relay, token, Duration::from_secs(30)).unwrap();
     let v = attached.progress.wait_until(Duration::from_secs(30), |v| v.blocks_total().is_some_and(|t| v.blocks_readable() >= t));
     let (generation, total) = (v.desc.generation, v.blocks_total().expect("the snapshot is complete"));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -210,7 +210,7 @@ fn fake_peer(relay: &str, token: &transport::Credentials, how: Fake) -> (transpo
             });
         }
     });
-    let mut link = transport::tracker::TrackerLink::connect(relay, token, Duration::from_secs(10)).unwrap();
+    let mut link = transport::tracker::TrackerLink::connect(&relay, token, Duration::from_secs(10)).unwrap();
     let reg = transport::tracker::Registration { port, serves: true, local: false, advertise: None };
     link.register(generation, &reg).unwrap();
     for b in 0..total {
@@ -239,9 +239,9 @@ fn tracker_requests_sent_without_waiting_are_answered_in_order_and_a_refusal_kee
     holder.not_at(holder.id().unwrap(), 0).unwrap();
     assert_eq!(holder.needed().unwrap(), 0, "the link still answers after a refused have");
     assert_eq!(holder.refused_later(), 1, "the have of a block the relay never published was refused, and counted");
-    let addr: std::net::SocketAddr = relay.addr.parse().unwrap();
-    let generation = agent::pull::progress::attach(addr, &token, Duration::from_secs(30)).unwrap().progress.with(|v| v.desc.generation);
-    let mut asker = transport::tracker::TrackerLink::connect(addr, &token, Duration::from_secs(10)).unwrap();
+    let addr: endpoint::Endpoint = relay.addr.parse().unwrap();
+    let generation = agent::pull::progress::attach(&addr, &token, Duration::from_secs(30)).unwrap().progress.with(|v| v.desc.generation);
+    let mut asker = transport::tracker::TrackerLink::connect(&addr, &token, Duration::from_secs(10)).unwrap();
     asker.register(generation, &transport::tracker::Registration { port: 0, serves: false, local: false, advertise: None }).unwrap();
     let ask = |blocks: Vec<u64>| transport::wire::swarm::Locate { relay_slots: 0, peer_slots: 4, blocks, flows_free: 4, open: Vec::new() };
     // Blocks to wait for are left out of an answer: block 0 (no holder after the not-at, no relay

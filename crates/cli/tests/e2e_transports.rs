@@ -51,8 +51,8 @@ fn a_relay_not_offering_tcp_refuses_tcp_block_reads() {
     data::fill_small_mixed(&mut master.client(), 200);
     let relay = relay_offering(&master.addr(), "shm");
     let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
-    let addr = relay.addr.parse().unwrap();
-    let attached = agent::pull::progress::attach(addr, &token, Duration::from_secs(30)).unwrap();
+    let addr: endpoint::Endpoint = relay.addr.parse().unwrap();
+    let attached = agent::pull::progress::attach(&addr, &token, Duration::from_secs(30)).unwrap();
     let v = attached.progress.wait_until(Duration::from_secs(30), |v| v.desc.length.is_some());
     let mut reader = transport::Transport::open(&transport::tcp::TcpTransport::new(addr, token)).unwrap();
     let mut buf = vec![0u8; 16];
@@ -67,7 +67,7 @@ fn the_shm_socket_demands_the_token_and_hands_out_nothing_without_it() {
     let master = Server::start(Flavor::Redis70, &[]);
     let mut relay = relay_offering(&master.addr(), "auto");
     let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
-    let attached = agent::pull::progress::attach(relay.addr.parse().unwrap(), &token, Duration::from_secs(30)).unwrap();
+    let attached = agent::pull::progress::attach(&relay.addr.parse().unwrap(), &token, Duration::from_secs(30)).unwrap();
     let name = attached.offered.shm_socket.clone().expect("the relay offers shm");
     let wrong = transport::Token::new(b"not-the-token-at-all-0000").unwrap();
     match transport::shm::connect(&name, &wrong, transport::auth::Kind::Data) {

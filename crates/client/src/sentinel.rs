@@ -40,7 +40,7 @@ pub fn parse_addr(reply: &Frame) -> Result<Option<String>, String> {
             if host.is_empty() || host.len() > limits::SENTINEL_HOST_BYTES_MAX {
                 return Err(format!("bad host {host:?}"));
             }
-            Ok(Some(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }))
+            Ok(Some(endpoint::host_port(&host, port)))
         }
         Frame::Error(e) => Err(String::from_utf8_lossy(e).into_owned()),
         other => Err(format!("unexpected reply {other:?}")),
@@ -75,6 +75,9 @@ impl Sentinels {
         }
         if name.is_empty() {
             return Err("--master-name is required with --sentinel".into());
+        }
+        if let Some(e) = addrs.iter().find_map(|a| a.parse::<endpoint::Endpoint>().err()) {
+            return Err(format!("--sentinel: {e}"));
         }
         Ok(Sentinels { addrs, name: name.into(), auth, tls: None })
     }

@@ -88,17 +88,16 @@ impl Tls {
     }
 }
 
-/// Connect to `addr` (`host:port`) within `timeout`, over TLS when `tls` is given.
+/// Connect to `addr` (`host:port`, a DNS name, an IPv4 address or an IPv6 one in brackets) within
+/// `timeout` per address, over TLS when `tls` is given (checked against the host as given). A name
+/// is resolved at every call and each of its addresses tried in turn: a Service or a pod that moved
+/// is found again on the next attempt.
 pub fn connect(addr: &str, tls: Option<&Tls>, timeout: std::time::Duration) -> Result<Stream, (&'static str, std::io::Error)> {
-    use std::net::ToSocketAddrs;
-    let sa = addr.to_socket_addrs().map_err(|e| ("resolve", e))?.next().ok_or(("resolve", std::io::ErrorKind::NotFound.into()))?;
-    let s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| ("connect to", e))?;
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e: endpoint::ParseError| ("parse the address", std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())))?;
+    let s: TcpStream = ep.connect(timeout).map_err(|e| ("connect to", e))?;
     s.set_read_timeout(Some(timeout)).and_then(|_| s.set_write_timeout(Some(timeout))).and_then(|_| s.set_nodelay(true)).map_err(|e| ("configure", e))?;
     match tls {
         None => Ok(Stream::Plain(s)),
-        Some(t) => {
-            let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-            t.connect(s, host).map_err(|e| ("TLS to", e))
-        }
+        Some(t) => t.connect(s, &ep.host_str()).map_err(|e| ("TLS to", e)),
     }
 }

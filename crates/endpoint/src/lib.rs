@@ -179,6 +179,16 @@ impl Endpoint {
     }
 }
 
+/// `host:port` from a host as servers report it (an IPv6 address bare, as in `INFO replication`'s
+/// `master_host` or `CLUSTER NODES`): bracketed when it is one, so that it parses again.
+pub fn host_port(host: &str, port: impl fmt::Display) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +226,14 @@ mod tests {
             assert!(e.contains(why), "{s}: {e}");
         }
         assert!(format!("{}:1", "a".repeat(254)).parse::<Endpoint>().unwrap_err().to_string().contains("at most"));
+    }
+
+    #[test]
+    fn a_reported_host_and_port_parse_again() {
+        assert_eq!(host_port("::1", 6379), "[::1]:6379");
+        assert_eq!(host_port("10.0.0.1", 6379), "10.0.0.1:6379");
+        assert_eq!(host_port("redis-0.redis", "6379"), "redis-0.redis:6379");
+        assert!(host_port("fe80::1", 1).parse::<Endpoint>().is_ok());
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &
             Box::new(transport::shm::ShmTransport::new(sock, token.token().clone()))
         }
         #[cfg(feature = "ucx")]
-        LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::pull::ucx_reader::UcxTransport::with_tls(relay, token.clone(), t.ucx_tls())?),
+        LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Box::new(agent::pull::ucx_reader::UcxTransport::with_tls(relay.into(), token.clone(), t.ucx_tls())?),
         other => bail!("the probe cannot open {:?} here (tcp, shm, ucx, ucx-tcp, ucx-sm; ucx needs the ucx feature)", other.name()),
     })
 }
@@ -435,7 +435,7 @@ fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr,
 
 /// Attach and wait for a complete snapshot; returns the attachment and (generation, length).
 fn attach_complete(relay: SocketAddr, token: &Credentials) -> Result<(agent::pull::progress::Attached, u64, u64)> {
-    let attached = agent::pull::progress::attach(relay, token, Duration::from_secs(120)).context("attach to the relay")?;
+    let attached = agent::pull::progress::attach(&relay.into(), token, Duration::from_secs(120)).context("attach to the relay")?;
     let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
     let region = view.desc.length.context("the relay's snapshot is not complete")?;
     Ok((attached, view.desc.generation, region))
@@ -727,7 +727,7 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
                 let cancel = &cancel;
                 s.spawn(move || -> Result<(f64, String)> {
                     let t = open_transport(name, relay, token, offered)?;
-                    let attached = agent::pull::progress::attach(relay, token, Duration::from_secs(60))?;
+                    let attached = agent::pull::progress::attach(&relay.into(), token, Duration::from_secs(60))?;
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());

@@ -56,8 +56,10 @@ impl std::str::FromStr for Source {
         match s {
             "" | "master" => Ok(Source::Master),
             "auto" => Ok(Source::Auto),
-            a if a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) => Ok(Source::Replica(a.to_string())),
-            a => Err(format!("--source {a:?}: expected master, auto or a replica's host:port")),
+            a => match a.parse::<endpoint::Endpoint>() {
+                Ok(_) => Ok(Source::Replica(a.to_string())),
+                Err(e) => Err(format!("--source {a:?}: expected master, auto or a replica's host:port ({e})")),
+            },
         }
     }
 }
@@ -279,6 +281,8 @@ mod tests {
         assert_eq!("[::1]:6380".parse::<Source>().unwrap(), Source::Replica("[::1]:6380".into()));
         assert!("replica".parse::<Source>().is_err());
         assert!("host:port".parse::<Source>().is_err());
+        assert_eq!("redis-1.redis.ns.svc:6379".parse::<Source>().unwrap(), Source::Replica("redis-1.redis.ns.svc:6379".into()));
+        assert!("::1:6380".parse::<Source>().unwrap_err().contains("brackets"));
     }
 
     #[test]

@@ -6,12 +6,11 @@ use crate::tcp::{connect, StreamReader};
 use crate::wire::{Renewal, Request};
 use crate::{Credentials, Error, Operation};
 use std::io::Read;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Tell the relay we hold `generation` and need a snapshot at `min_offset` or later; its answer says
 /// whether to attach again.
-pub fn renew(relay: SocketAddr, creds: &Credentials, generation: u64, min_offset: u64, timeout: Duration) -> Result<Renewal, Error> {
+pub fn renew(relay: &endpoint::Endpoint, creds: &Credentials, generation: u64, min_offset: u64, timeout: Duration) -> Result<Renewal, Error> {
     let conn = connect(relay, creds, Kind::Data, timeout)?;
     let mut r = StreamReader::new(conn);
     let len = r.request(Request::Renew { generation, min_offset }, Operation::Renew)?;

@@ -9,14 +9,15 @@ use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN
 use crate::tls::Conn;
 use crate::{Error, Operation, RangeReader, Transport};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use endpoint::Endpoint;
+use std::net::TcpStream;
 use std::time::Duration;
 
 /// How long a read may wait on the relay before the agent gives up on it.
 pub const IO_TIMEOUT: Duration = limits::IO_TIMEOUT;
 
 /// Connect to a relay and authenticate as `kind` (over TLS when the token says the relay wants it).
-pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
+pub fn connect(addr: &Endpoint, creds: &Credentials, kind: Kind, timeout: Duration) -> Result<Conn, Error> {
     connect_with(addr, creds, kind, timeout, timeout, Operation::ConnectToRelay)
 }
 
@@ -25,15 +26,16 @@ pub fn connect(addr: SocketAddr, creds: &Credentials, kind: Kind, timeout: Durat
 pub use client::stream::bytes_waiting;
 
 /// Connect (within `connect_timeout`) to a relay or a peer agent and authenticate as `kind`; every
-/// later read and write must complete within `io_timeout`. `op` names the connect in errors.
-pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: Operation) -> Result<Conn, Error> {
-    let s = TcpStream::connect_timeout(&addr, connect_timeout).map_err(Error::io(op))?;
+/// later read and write must complete within `io_timeout`. `op` names the connect in errors. A host
+/// name is resolved again at every call, and each address it resolves to is tried in turn.
+pub fn connect_with(addr: &Endpoint, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: Operation) -> Result<Conn, Error> {
+    let s: TcpStream = addr.connect(connect_timeout).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io(Operation::SetNodelay))?;
     s.set_read_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetReadTimeout))?;
     s.set_write_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetWriteTimeout))?;
     let mut s = match creds.relay_tls() {
         None => Conn::Plain(s),
-        Some(t) => t.connect(s, addr.ip()).map_err(Error::io(Operation::TlsToRelay))?,
+        Some(t) => t.connect(s, addr.host()).map_err(Error::io(Operation::TlsToRelay))?,
     };
     auth::client(&mut s, creds.token(), kind)?;
     Ok(s)
@@ -42,14 +44,14 @@ pub fn connect_with(addr: SocketAddr, creds: &Credentials, kind: Kind, connect_t
 /// The TCP transport to one relay.
 #[derive(Debug, Clone)]
 pub struct TcpTransport {
-    addr: SocketAddr,
+    addr: Endpoint,
     creds: Credentials,
 }
 
 impl TcpTransport {
     /// A transport to the relay at `addr`.
-    pub fn new(addr: SocketAddr, creds: Credentials) -> Self {
-        TcpTransport { addr, creds }
+    pub fn new(addr: impl Into<Endpoint>, creds: Credentials) -> Self {
+        TcpTransport { addr: addr.into(), creds }
     }
 }
 
@@ -62,7 +64,7 @@ impl Transport for TcpTransport {
     }
 
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
-        let s = connect(self.addr, &self.creds, Kind::Data, IO_TIMEOUT)?;
+        let s = connect(&self.addr, &self.creds, Kind::Data, IO_TIMEOUT)?;
         Ok(Box::new(StreamReader::new(s)))
     }
 }

@@ -98,11 +98,14 @@ impl RelayTls {
         self.peers.clone().map(|config| RelayTls { config, server_name: None, peers: None, peer_server: None })
     }
 
-    /// TLS over `tcp` to the relay at `ip`, handshake completed.
-    pub fn connect(&self, tcp: TcpStream, ip: std::net::IpAddr) -> std::io::Result<Conn> {
-        let name = match &self.server_name {
-            Some(n) => ServerName::try_from(n.clone()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("relay server name {n:?}: {e}")))?,
-            None => ServerName::IpAddress(ip.into()),
+    /// TLS over `tcp` to the relay at `host` (as given: its certificate is checked against that
+    /// name or address unless a server name was set), handshake completed.
+    pub fn connect(&self, tcp: TcpStream, host: &endpoint::Host) -> std::io::Result<Conn> {
+        let invalid = |n: &str, e: rustls::pki_types::InvalidDnsNameError| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("relay server name {n:?}: {e}"));
+        let name = match (&self.server_name, host) {
+            (Some(n), _) => ServerName::try_from(n.clone()).map_err(|e| invalid(n, e))?,
+            (None, endpoint::Host::Name(n)) => ServerName::try_from(n.clone()).map_err(|e| invalid(n, e))?,
+            (None, endpoint::Host::Ip(ip)) => ServerName::IpAddress((*ip).into()),
         };
         client::stream::handshake(&self.config, name, tcp, "TLS handshake with the relay")
     }

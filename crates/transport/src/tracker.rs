@@ -23,7 +23,6 @@ use crate::wire::Request;
 use crate::{Error, Operation};
 use std::collections::VecDeque;
 use std::io::Read;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 fn bad(what: &str) -> Error {
@@ -94,7 +93,7 @@ pub struct Registration {
 impl TrackerLink {
     /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next. Every read
     /// and write must complete within `timeout`, and every question be answered within it.
-    pub fn connect(relay: SocketAddr, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
+    pub fn connect(relay: &endpoint::Endpoint, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
         let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
         Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: VecDeque::new(), refused_later: 0, timeout, failed: false })
     }
@@ -412,7 +411,7 @@ mod tests {
                 }
             }
         });
-        let link = TrackerLink::connect(addr, &Credentials::from(token), Duration::from_secs(10)).unwrap();
+        let link = TrackerLink::connect(&addr.into(), &Credentials::from(token), Duration::from_secs(10)).unwrap();
         (link, heard, say)
     }
 

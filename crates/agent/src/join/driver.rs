@@ -122,7 +122,7 @@ fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
     let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
-    let mut machine = Join::new(snapshot, format!("{host}:{port}"), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
+    let mut machine = Join::new(snapshot, endpoint::host_port(&host, &port), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
     let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
@@ -139,7 +139,7 @@ fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
 fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
     StagedConfig {
         node,
-        source: Source { relay: cfg.relay, token: &cfg.token, pull: &cfg.pull, cancel: &cfg.cancel, live: &cfg.live },
+        source: Source { relay: &cfg.relay, token: &cfg.token, pull: &cfg.pull, cancel: &cfg.cancel, live: &cfg.live },
         master: cfg.master(),
         restart: &cfg.restart,
         load_timeout: cfg.load_timeout,
@@ -153,8 +153,8 @@ fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
 fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
     let local = local::check(node, cfg.force)?;
     cfg.live.set_phase(JoinPhase::WaitingForCapture);
-    let attached = progress::attach(cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
-    let (transport, why) = select::select(cfg.pull.transport, cfg.relay, &cfg.token, &attached.offered)?;
+    let attached = progress::attach(&cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
+    let (transport, why) = select::select(cfg.pull.transport, &cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
     let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
@@ -188,7 +188,7 @@ fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
 /// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
 /// failure here is reported, not fatal: every block then comes from the relay.
 fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<Peering>, String) {
-    match Peering::join(cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
+    match Peering::join(&cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
         Ok(p) if p.serves() => {
             let at = cfg.peers.advertise.clone().unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
             let s = format!("agent {} of generation {}, serving peers on {at}", p.id(), desc.generation);
@@ -272,7 +272,7 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::CheckMaster => match self.follow_sentinel().and_then(|()| self.master(|m| m.info("replication"))) {
-                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: format!("{}:{}", self.host, self.port), ..MasterRepl::from_info(&i) })),
+                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: endpoint::host_port(&self.host, &self.port), ..MasterRepl::from_info(&i) })),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {

@@ -348,7 +348,7 @@ mod tests {
         a.push(b"abcd");
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held.clone(), 2).unwrap();
         // A raw connection whose reads give up after 300 ms, to see what has been sent so far.
-        let mut c = connect_with(srv.local_addr(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), transport::Operation::ConnectToPeer).unwrap();
+        let mut c = connect_with(&srv.local_addr().into(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), transport::Operation::ConnectToPeer).unwrap();
         c.write_all(&Request::Range { generation: 7, offset: 8, len: 8 }.encode()).unwrap();
         let mut header = [0u8; transport::wire::RESPONSE_HEADER_LEN];
         c.read_exact(&mut header).unwrap();

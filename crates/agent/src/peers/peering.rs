@@ -1,6 +1,7 @@
 //! An agent as a member of its generation's swarm ([`Peering`]): its link to the relay's tracker, the
 //! blocks it holds ([`Held`]) and the server that gives them to other agents ([`PeerServer`]).
 
+use endpoint::Endpoint;
 use crate::config::PeerConfig;
 use crate::error::Error;
 use crate::peers::held::Held;
@@ -42,7 +43,7 @@ impl Drop for Peering {
 impl Peering {
     /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
     /// shared memory.
-    pub fn join(relay: SocketAddr, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
+    pub fn join(relay: &Endpoint, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
         let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
         let serve = cfg.serve && token.relay_tls().is_none_or(|t| t.peer_server().is_some());

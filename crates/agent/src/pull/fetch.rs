@@ -1,13 +1,13 @@
 //! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
 //! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
 
+use endpoint::Endpoint;
 use crate::pull::select;
 use crate::pull::pipeline;
 use crate::pull::progress;
 use crate::config::PullConfig;
 use crate::error::Error;
 use serde::Serialize;
-use std::net::SocketAddr;
 use std::time::Instant;
 use transport::{Credentials, TransportKind};
 
@@ -36,7 +36,7 @@ pub struct FetchReport {
 
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
 pub fn fetch(
-    relay: SocketAddr,
+    relay: &Endpoint,
     token: &Credentials,
     settings: &PullConfig,
     cancel: &std::sync::atomic::AtomicBool,

@@ -888,17 +888,9 @@ fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Op
 
 /// Connect to a peer (under a TLS relay, peers serve TLS too).
 fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<Box<dyn RangeReader>, transport::Error> {
-    let sa = resolve(addr)?;
-    let s = transport::tcp::connect_with(sa, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
+    let peer = addr.parse::<endpoint::Endpoint>().map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
+    let s = transport::tcp::connect_with(&peer, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
     Ok(Box::new(transport::tcp::StreamReader::new(s)))
-}
-
-fn resolve(addr: &str) -> Result<std::net::SocketAddr, transport::Error> {
-    use std::net::ToSocketAddrs;
-    addr.to_socket_addrs()
-        .map_err(transport::Error::io(transport::Operation::ResolvePeerAddress))?
-        .next()
-        .ok_or_else(|| transport::Error::Protocol(format!("peer address {addr} resolves to nothing")))
 }
 
 /// The writer: pass the blocks the planner sends, in order, to `sink`; report what was written.

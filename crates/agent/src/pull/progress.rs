@@ -1,7 +1,7 @@
 //! What the relay has told us about our generation, kept current by a control-connection thread.
 
+use endpoint::Endpoint;
 use snapshot::Descriptor;
-use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::Kind;
@@ -118,7 +118,7 @@ pub struct Attached {
 }
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
-pub fn attach(relay: SocketAddr, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::error::Error> {
+pub fn attach(relay: &Endpoint, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::error::Error> {
     let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::error::Error::relay)?;
     let (master, offered) = match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),

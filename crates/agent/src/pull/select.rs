@@ -2,12 +2,12 @@
 
 use crate::pull::progress::Offered;
 use crate::error::Error;
-use std::net::SocketAddr;
+use endpoint::Endpoint;
 use transport::{Credentials, Transport, TransportKind};
 
 /// Open the transport `choice` names, or for `None` (`auto`) the best one that works; the second
 /// value says why (for the log and the report's notes).
-pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credentials, offered: &Offered) -> Result<(Box<dyn Transport>, String), Error> {
+pub fn select(choice: Option<TransportKind>, relay: &Endpoint, token: &Credentials, offered: &Offered) -> Result<(Box<dyn Transport>, String), Error> {
     use TransportKind::{Shm, Tcp, Ucx};
     let offers = |kind: TransportKind| offered.transports.contains(&kind);
     let list = || offered.transports.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
@@ -18,7 +18,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
         Ok(t.reachable().map_err(Error::relay)?.then_some(t))
     };
     match choice {
-        Some(Tcp) if offers(Tcp) => Ok((Box::new(transport::tcp::TcpTransport::new(relay, token.clone())), "asked for".into())),
+        Some(Tcp) if offers(Tcp) => Ok((Box::new(transport::tcp::TcpTransport::new(relay.clone(), token.clone())), "asked for".into())),
         Some(Tcp) => Err(not_offered(Tcp)),
         Some(Shm) => match shm()? {
             Some(t) => Ok((Box::new(t), "asked for".into())),
@@ -29,7 +29,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
         },
         #[cfg(feature = "ucx")]
         Some(Ucx) if offers(Ucx) => {
-            let t = crate::pull::ucx_reader::UcxTransport::connect(relay, token.clone()).map_err(|e| Error::unavailable(crate::error::Party::Relay, format!("ucx transport: {e}")))?;
+            let t = crate::pull::ucx_reader::UcxTransport::connect(relay.clone(), token.clone()).map_err(|e| Error::unavailable(crate::error::Party::Relay, format!("ucx transport: {e}")))?;
             Ok((Box::new(t), "asked for".into()))
         }
         #[cfg(not(feature = "ucx"))]
@@ -43,7 +43,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
             #[cfg(feature = "ucx")]
             if offers(Ucx) && offered.ucx_transports.iter().any(|t| ucx::is_rdma_transport(t)) {
                 // One UCX context serves both the check and, if it passes, the reads.
-                match crate::pull::ucx_reader::UcxTransport::connect(relay, token.clone()) {
+                match crate::pull::ucx_reader::UcxTransport::connect(relay.clone(), token.clone()) {
                     Ok(t) if t.local_transports().iter().any(|l| ucx::is_rdma_transport(l)) => {
                         return Ok((Box::new(t), "auto: UCX found an RDMA device on both ends".into()));
                     }
@@ -52,7 +52,7 @@ pub fn select(choice: Option<TransportKind>, relay: SocketAddr, token: &Credenti
                 }
             }
             if offers(Tcp) {
-                return Ok((Box::new(transport::tcp::TcpTransport::new(relay, token.clone())), "auto: no shared host or RDMA device".into()));
+                return Ok((Box::new(transport::tcp::TcpTransport::new(relay.clone(), token.clone())), "auto: no shared host or RDMA device".into()));
             }
             Err(Error::Incompatible(format!("no transport offered by the relay works from here (it offers: {})", list())))
         }

@@ -5,6 +5,7 @@
 //! the region) and for stream-log reads. Block reads are `ucp_get_nbx` — on InfiniBand/RoCE a true
 //! RDMA READ with the relay's CPU idle — split into chunks that are all in flight at once.
 
+use endpoint::Endpoint as RelayAddr;
 use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ pub const CHUNK: usize = limits::UCX_GET_BYTES;
 
 /// The ucx transport to one relay.
 pub struct UcxTransport {
-    relay: SocketAddr,
+    relay: RelayAddr,
     token: Credentials,
     ctx: Arc<Context>,
     /// UCX's transport/device for GETs, as the first endpoint reports it.
@@ -30,15 +31,15 @@ pub struct UcxTransport {
 
 impl UcxTransport {
     /// Initialise UCX for reading from the relay at `relay` (no connection is made yet).
-    pub fn connect(relay: SocketAddr, token: Credentials) -> Result<UcxTransport, ucx::Error> {
+    pub fn connect(relay: RelayAddr, token: Credentials) -> Result<UcxTransport, ucx::Error> {
         Self::with_tls(relay, token, None)
     }
 
     /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
-    pub fn with_tls(relay: SocketAddr, token: Credentials, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
+    pub fn with_tls(relay: RelayAddr, token: Credentials, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
         // UCX's tcp transport listens on every network device it uses: keep it on the one this
         // host reaches the relay through (RDMA devices stay available; they open no TCP listener).
-        let devices = match route_device(relay) {
+        let devices = match relay.resolve().ok().and_then(|a| a.first().copied()).and_then(route_device) {
             Some(d) => Some(Context::net_devices_listening_on(&d)?),
             None => None,
         };
@@ -62,7 +63,7 @@ impl Transport for UcxTransport {
         self.lane.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
-        let s = transport::tcp::connect(self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
+        let s = transport::tcp::connect(&self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
         let worker = Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?;
         Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader::new(s), lane: self.lane.clone() }))
     }

@@ -113,7 +113,7 @@ fn parse_line(line: &str) -> Result<Node, String> {
     let unsettled = has("fail") || has("fail?") || has("handshake") || has("noaddr") || f[7] != "connected" && !has("myself");
     Ok(Node {
         id,
-        addr: format!("{ip}:{port}"),
+        addr: endpoint::host_port(ip, port),
         port,
         bus_port,
         role,
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!((me.id.as_str(), me.role, me.slots, me.port, me.bus_port), (N, Role::Master, 0, 7002, 17002));
         assert_eq!((nodes[1].slots, nodes[1].config_epoch, nodes[1].addr.as_str()), (5462, 1, "127.0.0.1:7001"));
         let replica = parse(&format!("{N} ::1:7002@17002 myself,slave {M} 0 0 1 connected")).unwrap();
-        assert_eq!((replica[0].role, replica[0].master.as_deref(), replica[0].addr.as_str()), (Role::Replica, Some(M), "::1:7002"));
+        assert_eq!((replica[0].role, replica[0].master.as_deref(), replica[0].addr.as_str()), (Role::Replica, Some(M), "[::1]:7002"), "an IPv6 address bracketed, so that it parses again");
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl Staging {
         let (target, aside) = self.rdb_paths();
         let (user_before, auth_before) = self.parked_from.clone();
         let (meet_host, meet_port) = meet_address(&self.master_addr)?;
-        let meet_at = format!("{meet_host}:{meet_port}");
+        let meet_at = endpoint::host_port(&meet_host, &meet_port);
         let guard = crate::guard::arm_staged(
             cfg.node,
             &crate::guard::StagedNode { master: &meet_at, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
@@ -626,15 +626,9 @@ impl Staging {
 
 /// The master's address as `CLUSTER MEET` takes it: an IP (a name is resolved here) and a port.
 fn meet_address(addr: &str) -> Result<(String, String), Error> {
-    use std::net::ToSocketAddrs;
-    let (host, port) = crate::master::split_host_port(addr)?;
-    let ip = (host.as_str(), port.parse::<u16>().map_err(|_| Error::Precondition(format!("bad port in {addr}")))?)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut it| it.next())
-        .ok_or_else(|| Error::unavailable(Party::Master, format!("resolve {host}")))?
-        .ip();
-    Ok((ip.to_string(), port))
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    let ip = ep.resolve().ok().and_then(|a| a.first().copied()).ok_or_else(|| Error::unavailable(Party::Master, format!("resolve {}", ep.host_str())))?.ip();
+    Ok((ip.to_string(), ep.port().to_string()))
 }
 
 /// A node of the shard and its sync counters before the restart.

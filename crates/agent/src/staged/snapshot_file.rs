@@ -7,6 +7,7 @@
 //! offset from them), and judged again with the pull's real duration. A snapshot too old is renewed
 //! by the relay ([`transport::renew`]), a bounded number of times.
 
+use endpoint::Endpoint;
 use crate::phase::JoinPhase;
 use crate::staged::staging::{self, Backlog, Freshness};
 use crate::error::check_cancel;
@@ -19,7 +20,6 @@ use crate::config::PullConfig;
 use crate::master::MasterRepl;
 use client::{Client, Info};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +36,7 @@ const HEAD_BYTES: usize = limits::RDB_HEAD_BYTES;
 /// Where the snapshot comes from and how it is pulled.
 pub struct Source<'a> {
     /// The relay.
-    pub relay: SocketAddr,
+    pub relay: &'a Endpoint,
     /// Its token (and TLS).
     pub token: &'a Credentials,
     /// How to pull (`--transport`, `--readers`, `--window-blocks`).

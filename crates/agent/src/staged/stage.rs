@@ -190,24 +190,26 @@ fn master_view(addr: &str, repl: &Info, write_rate: f64) -> Result<MasterView, E
 }
 
 /// A cluster replica's shard master now, asked of the cluster: of the node given (`--master`, any
-/// node of the cluster), the relay's master, or the nodes the replica's own config lists, the first
-/// that answers. Returns its address and the master the node's config names (a staged config may
-/// replace that one: it was the shard's master before a failover).
+/// node of the cluster), then — only when it does not answer — the relay's master. Returns its
+/// address and the master the node's config names (a staged config may replace that one: it was
+/// the shard's master before a failover).
 fn shard_master(cfg: &StageConfig<'_>, me: &Node, relays_master: impl FnOnce() -> Result<String, Error>) -> Result<(String, Option<String>), Error> {
-    let mut seeds: Vec<String> = cfg.master.given.map(str::to_string).into_iter().collect();
+    let ask = |seed: &str| {
+        let table = cfg.master.connect(seed).map_err(Error::master).and_then(|mut c| cluster_nodes(&mut c))?;
+        start::shard_master(me, &table).map(|m| (m.addr.clone(), me.master.clone())).map_err(Error::Precondition)
+    };
+    let given = match cfg.master.given {
+        Some(seed) => match ask(seed) {
+            Ok(found) => return Ok(found),
+            Err(e) => Some(e),
+        },
+        None => None,
+    };
+    // The relay is asked only now: attaching waits for its generation, which a kept volume never needs.
     match relays_master() {
-        Ok(m) => seeds.push(m),
-        Err(e) => tracing::warn!(error = %e, "the relay did not say its master; asking the nodes the config names"),
+        Ok(seed) => ask(&seed),
+        Err(e) => Err(given.unwrap_or(e)),
     }
-    let mut last = None;
-    for seed in &seeds {
-        let table = cfg.master.connect(seed).map_err(Error::master).and_then(|mut c| cluster_nodes(&mut c));
-        match table.and_then(|t| start::shard_master(me, &t).map(|m| m.addr.clone()).map_err(Error::Precondition)) {
-            Ok(addr) => return Ok((addr, me.master.clone())),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::Precondition("no node of the cluster to ask for the shard's master: give --master (any node of the cluster)".into())))
 }
 
 /// A new cluster node's master: the node given when it is a master serving slots, else the relay's

@@ -157,7 +157,7 @@ pub fn decide(rdb: &RdbOnVolume, master: &MasterView) -> Decision {
 /// always; its previous one up to the offset where it was promoted (the servers' own rule; the
 /// backlog is judged apart).
 fn continues(master: &MasterView, replid: &str, offset: u64) -> bool {
-    replid == master.replid || (replid == master.replid2 && master.second_offset.is_some_and(|s| offset + 1 <= s))
+    replid == master.replid || (replid == master.replid2 && master.second_offset.is_some_and(|s| offset < s))
 }
 
 /// The node's shard's current master in the cluster's `table` (as a reachable node answered
