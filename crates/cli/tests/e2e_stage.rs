@@ -176,6 +176,11 @@ fn a_snapshot_the_server_cannot_load_is_refused_before_any_byte_is_pulled() {
     assert!(text.contains("\"incompatible\"") && text.contains("at most RDB version 11"), "{text}");
     assert_eq!(std::fs::read_dir(vol.path()).unwrap().count(), 0, "something was written to the directory");
     assert_eq!(served(&r.addr).bytes, relay_before.bytes, "the relay served bytes before the refusal");
+    // The counter is live: a server that loads RDB 12 gets the snapshot, and the relay counts it.
+    let (code, rep, out) = stage(&r.addr, vol.path(), &Flavor::Redis82.binary(), &["--master", &master.addr()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(decision(&rep, &out), ("stage".into(), "empty".into()), "{out}");
+    assert!(served(&r.addr).bytes >= rep["rdb_length_bytes"].as_u64().unwrap_or(u64::MAX), "the relay's served bytes do not count a pull: {out}");
 }
 
 /// The server at `addr` says it is a master (`INFO replication`).
@@ -228,8 +233,14 @@ fn failover_and_promotion(flavor: Flavor) {
         bc.cmd(&["SET", &format!("{{{tag}}}:after{i}"), &i.to_string()]).expect("SET on the new master");
     }
 
-    // C's next start names A, now a replica: stage asks the cluster and follows B.
+    // C's next start names A, now a replica: stage asks the cluster and follows B. Whether it keeps
+    // the volume is the cluster's to say: with the relay down, the same decision.
     let own = dump(&c_dir);
+    let nowhere = format!("127.0.0.1:{}", fixtures::free_port());
+    let (code, rep, out) = stage(&nowhere, &c_dir, &flavor.binary(), &["--master", &a.addr(), "--cluster-config", "nodes.conf"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(decision(&rep, &out), ("keep".into(), "resumes_partially".into()), "B's backlog continues C's RDB: {out}");
+    assert_eq!(rep["master"].as_str(), Some(b.addr().as_str()), "C follows the shard's new master: {out}");
     let relay_before = served(&r.addr);
     let (code, rep, out) = stage(&r.addr, &c_dir, &flavor.binary(), &["--master", &a.addr(), "--cluster-config", "nodes.conf"]);
     assert_eq!(code, Some(0), "{out}");
@@ -285,4 +296,27 @@ fn a_cluster_replica_follows_a_failover_and_the_promoted_master_is_kept_valkey_8
 #[test]
 fn a_cluster_replica_follows_a_failover_and_the_promoted_master_is_kept_redis_70() {
     failover_and_promotion(Flavor::Redis70);
+}
+
+/// A cluster replica whose own RDB the shard's master continues, with `--master` naming a node of the
+/// cluster: the decision is the cluster's, and the relay is not to be asked (a relay that is up but
+/// silent costs the init step RELAY_SILENCE_MAX, one still without a generation up to
+/// GENERATION_WAIT_MAX, before the given node is asked).
+#[test]
+#[ignore = "product: staged::stage::shard_master attaches to the relay (relays_master) before asking --master; agents_attached_total +1 for a kept volume"]
+fn a_kept_cluster_replica_with_master_given_does_not_attach_to_the_relay() {
+    let flavor = Flavor::Valkey81;
+    require_server(flavor);
+    let c = Cluster::start(flavor, 1, 1, NodeOpts::default());
+    cluster::fill_shard(&c, 0, 200);
+    let r = relay(&c.master(0).addr(), &[], &[]);
+    wait_relay_generation(&r.addr);
+    let cn = &c.replicas(0)[0];
+    cluster::wait_shard_caught_up(&c, 0, cn);
+    cn.shutdown_save();
+    let before = served(&r.addr);
+    let (code, rep, out) = stage(&r.addr, cn.dir(), &flavor.binary(), &["--master", &c.master(0).addr(), "--cluster-config", "nodes.conf"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(decision(&rep, &out), ("keep".into(), "resumes_partially".into()), "{out}");
+    assert_eq!(served(&r.addr), before, "the relay was attached for a volume kept on the cluster's word: {out}");
 }
