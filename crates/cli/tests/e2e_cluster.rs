@@ -172,7 +172,8 @@ fn a_staged_start_renews_a_generation_too_old_for_the_backlog() {
     let out = fastrepl()
         .args(["stage", "--relay", &r.addr, "--master", &c.master(0).addr(), "--dir"])
         .arg(dir.path())
-        .args(["--cluster-config", "nodes.conf", "--json"])
+        .args(["--cluster-config", "nodes.conf", "--json", "--server-binary"])
+        .arg(Flavor::Valkey81.binary())
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
