@@ -303,7 +303,6 @@ fn a_cluster_replica_follows_a_failover_and_the_promoted_master_is_kept_redis_70
 /// silent costs the init step RELAY_SILENCE_MAX, one still without a generation up to
 /// GENERATION_WAIT_MAX, before the given node is asked).
 #[test]
-#[ignore = "product: staged::stage::shard_master attaches to the relay (relays_master) before asking --master; agents_attached_total +1 for a kept volume"]
 fn a_kept_cluster_replica_with_master_given_does_not_attach_to_the_relay() {
     let flavor = Flavor::Valkey81;
     require_server(flavor);
