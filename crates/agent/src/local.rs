@@ -146,6 +146,13 @@ impl From<client::Error> for Refused {
     }
 }
 
+/// Does the replica's master (`INFO replication`'s, bracketed when IPv6) name `follows` (the agent's
+/// listener)? Compared as endpoints, so that `[::1]:7` and `[0:0::1]:7` or a host's case agree.
+fn same_address(master: Option<&str>, follows: &str) -> bool {
+    let parse = |s: &str| s.parse::<endpoint::Endpoint>().ok();
+    master.and_then(parse).is_some_and(|m| Some(m) == parse(follows))
+}
+
 fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
     let mut c = match node.connect_within(CMD_TIMEOUT) {
         Ok(c) => c,
@@ -154,8 +161,7 @@ fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following
     };
     if let Some(follows) = only_if_following {
         let st = repl_state(&mut c)?;
-        let ours = follows.rsplit_once(':').map(|(h, p)| format!("{}:{p}", h.trim_matches(['[', ']'])));
-        if st.role != Some(Role::Replica) || st.master != ours {
+        if st.role != Some(Role::Replica) || !same_address(st.master.as_deref(), follows) {
             return Ok(Reset::NotOurs);
         }
     }
@@ -167,5 +173,19 @@ fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following
     match repl_state(&mut c)?.role {
         Some(Role::Master) => Ok(Reset::Done),
         _ => Err(Refused { why: "still a replica after REPLICAOF NO ONE".into(), permanent: false }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_address;
+
+    #[test]
+    fn the_guard_knows_its_listener_in_either_family() {
+        assert!(same_address(Some("127.0.0.1:7000"), "127.0.0.1:7000"));
+        assert!(same_address(Some("[::1]:7000"), "[::1]:7000"), "INFO's ::1 is bracketed as the listener's address is");
+        assert!(!same_address(Some("[::1]:7001"), "[::1]:7000"));
+        assert!(!same_address(Some("10.0.0.1:6379"), "127.0.0.1:7000"));
+        assert!(!same_address(None, "127.0.0.1:7000"));
     }
 }

@@ -78,6 +78,22 @@ impl MasterRepl {
     }
 }
 
+/// `CLUSTER NODES` of a node (the master or any node of its cluster), as its text.
+pub fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
+    match c.cmd(&["CLUSTER", "NODES"])? {
+        resp::Frame::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        other => Err(client::Error::Unexpected { addr: c.addr().into(), what: format!("CLUSTER NODES answered {other:?}") }),
+    }
+}
+
+/// The master's address as an IP and a port (a name resolved here): what `CLUSTER MEET` takes, and
+/// what a cluster config file holds (the servers read an IP there).
+pub fn ip_address(addr: &str) -> Result<(String, String), Error> {
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    let ip = ep.resolve().ok().and_then(|a| a.first().copied()).ok_or_else(|| Error::unavailable(crate::error::Party::Master, format!("resolve {}", ep.host_str())))?.ip();
+    Ok((ip.to_string(), ep.port().to_string()))
+}
+
 /// `host:port` as its host (brackets of an IPv6 address removed) and port, as `REPLICAOF` takes them.
 pub fn split_host_port(addr: &str) -> Result<(String, String), Error> {
     let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;

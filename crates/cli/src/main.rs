@@ -385,9 +385,12 @@ struct StageArgs {
     /// The relay, host:port.
     #[arg(long, env = "FASTREPL_RELAY")]
     relay: endpoint::Endpoint,
-    /// The master the server will follow, as it reaches it (default: as the relay reaches it).
-    #[arg(long, env = "FASTREPL_MASTER")]
+    /// The master the server will follow, as it reaches it (default: what --sentinel names, else as
+    /// the relay reaches it). For a cluster node: any node of its cluster, asked for the shard's master.
+    #[arg(long, env = "FASTREPL_MASTER", conflicts_with = "sentinel")]
     master: Option<String>,
+    #[command(flatten)]
+    sentinel: SentinelArgs,
     /// The server's data directory (its `dir`).
     #[arg(long, env = "FASTREPL_DIR")]
     dir: PathBuf,
@@ -638,9 +641,10 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
     let pull = a.pull.config();
     let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
     let server = agent::staged::target::server(a.server.as_deref(), a.server_binary.as_deref())?;
+    let sentinels = a.sentinel.sentinels(tls.as_ref())?;
     let cfg = agent::staged::stage::StageConfig {
         source: agent::staged::snapshot_file::Source { relay: &a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
-        master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: None, auth: master_auth.as_ref(), tls: tls.as_ref() },
+        master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: sentinels.as_ref(), auth: master_auth.as_ref(), tls: tls.as_ref() },
         dir: a.dir,
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,
@@ -692,7 +696,7 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
     println!("master {master}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", s.backlog_headroom_bytes);
     match &s.cluster {
         Some(c) => println!("cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)", c.config_file.display(), c.node_id, c.master_id),
-        None => println!("start the server with replicaof {} (and masterauth if the master needs it)", master.rsplit_once(':').map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
+        None => println!("start the server with replicaof {} (and masterauth if the master needs it)", agent::master::split_host_port(master).map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
     }
 }
 

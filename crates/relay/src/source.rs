@@ -105,7 +105,7 @@ pub fn listed(master: &Info) -> Vec<Listed> {
             let field = |name: &str| line.split(',').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| v);
             let ip = field("ip")?;
             let port: u16 = field("port")?.parse().ok()?;
-            let addr = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+            let addr = endpoint::host_port(ip, port);
             Some(Listed { addr, online: field("state") == Some("online"), offset: field("offset").and_then(|o| o.parse().ok()).unwrap_or(0) })
         })
         .collect()

@@ -74,11 +74,13 @@ impl Stats {
 
     /// The relay's CPU sent `n` snapshot bytes over `kind`.
     pub fn served(&self, kind: TransportKind, n: u64) {
+        debug_assert!(SERVED_OVER.contains(&kind), "{kind} bytes are not counted where the status shows them");
         Stats::add(self.served_bytes.of(kind), n);
     }
 
     /// An agent attached over the one-sided `kind` (its reads then bypass the relay).
     pub fn attached(&self, kind: TransportKind) {
+        debug_assert!(ATTACHED_OVER.contains(&kind), "{kind} attaches are not counted where the status shows them");
         Stats::add(self.attaches.of(kind), 1);
     }
 

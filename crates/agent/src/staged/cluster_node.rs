@@ -140,7 +140,7 @@ impl Staging {
             .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.node.addr)))?;
         let node_run_id = server_info.get("run_id").unwrap_or_default().to_string();
         let keys = local::key_count(&mut node).map_err(Error::replica)?;
-        let node_table_text = cluster_nodes(&mut node).map_err(Error::replica)?;
+        let node_table_text = crate::master::cluster_nodes(&mut node).map_err(Error::replica)?;
         let node_table = cluster::parse(&node_table_text).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?;
         let me = cluster::myself(&node_table).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?.clone();
         let aof = node.config_get("appendonly").map_err(Error::replica)?.as_deref() == Some("yes");
@@ -158,7 +158,7 @@ impl Staging {
         if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
             return Err(Error::Precondition(format!("{master_addr} is not a cluster node, and {} is: name the shard's master with --master", cfg.node.addr)));
         }
-        let master_table = cluster::parse(&cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let master_table = cluster::parse(&crate::master::cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let master_me = cluster::myself(&master_table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?.clone();
         let knows_master = node_table.iter().any(|n| n.id == master_me.id && !n.unsettled);
         let facts = NodeFacts {
@@ -253,12 +253,12 @@ impl Staging {
 
     /// Introduce the node to the master (`CLUSTER MEET`) and wait until it knows it.
     fn meet(&mut self) -> Result<(), Error> {
-        let (host, port) = meet_address(&self.master_addr)?;
+        let (host, port) = crate::master::ip_address(&self.master_addr)?;
         self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
         self.step = Some(Step::Met);
         let id = self.master_id.clone();
         wait_for(GOSSIP_MAX, "the node to know the master after CLUSTER MEET", || {
-            let t = cluster_nodes(&mut self.node).map_err(Error::replica)?;
+            let t = crate::master::cluster_nodes(&mut self.node).map_err(Error::replica)?;
             Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
         })
     }
@@ -276,7 +276,7 @@ impl Staging {
         // guard process undoes it then.
         let (target, aside) = self.rdb_paths();
         let (user_before, auth_before) = self.parked_from.clone();
-        let (meet_host, meet_port) = meet_address(&self.master_addr)?;
+        let (meet_host, meet_port) = crate::master::ip_address(&self.master_addr)?;
         let meet_at = endpoint::host_port(&meet_host, &meet_port);
         let guard = crate::guard::arm_staged(
             cfg.node,
@@ -435,7 +435,7 @@ impl Staging {
         let node_id = self.node_id.clone();
         let mut agreed = (String::new(), String::new());
         wait_for(GOSSIP_MAX, "the cluster to list the node as its master's replica (CLUSTER NODES on the master)", || {
-            let table = match cluster_nodes(&mut self.node) {
+            let table = match crate::master::cluster_nodes(&mut self.node) {
                 Ok(t) => cluster::parse(&t),
                 Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
                 Err(_) => return Ok(false),
@@ -445,7 +445,7 @@ impl Staging {
             let Some(m) = table.iter().find(|n| n.id == id && n.role == Role::Master && !n.unsettled) else { return Ok(false) };
             let addr = if m.addr.starts_with(':') { self.master_addr.clone() } else { m.addr.clone() };
             let Ok(mut c) = cfg.master.connect(&addr) else { return Ok(false) };
-            let listed = cluster_nodes(&mut c)
+            let listed = crate::master::cluster_nodes(&mut c)
                 .ok()
                 .and_then(|t| cluster::parse(&t).ok())
                 .is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(id.as_str()) && !n.unsettled));
@@ -460,7 +460,7 @@ impl Staging {
     /// The shard's master and replicas as the master's table lists them (addresses as the cluster
     /// knows them: what a replica's `master_host` says), each with its sync counters now.
     fn shard(&mut self, cfg: &StagedConfig<'_>) -> Result<Vec<ShardNode>, Error> {
-        let table = cluster::parse(&cluster_nodes(&mut self.master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let table = cluster::parse(&crate::master::cluster_nodes(&mut self.master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let mut out = Vec::new();
         for n in table.iter().filter(|n| n.id == self.master_id || (n.role == Role::Replica && n.master.as_deref() == Some(self.master_id.as_str()) && !n.unsettled)) {
             let before = if n.id == self.master_id {
@@ -538,7 +538,7 @@ impl Staging {
     /// `CLUSTER RESET SOFT` (an empty master, the cluster forgotten), then meet the master again.
     fn reset_role(&self, c: &mut Client) -> Result<(), String> {
         c.cmd(&["CLUSTER", "RESET", "SOFT"]).map_err(|e| format!("CLUSTER RESET SOFT: {e}"))?;
-        let (host, port) = meet_address(&self.master_addr).map_err(|e| e.to_string())?;
+        let (host, port) = crate::master::ip_address(&self.master_addr).map_err(|e| e.to_string())?;
         c.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(|e| format!("CLUSTER MEET {}: {e}", self.master_addr))?;
         Ok(())
     }
@@ -624,13 +624,6 @@ impl Staging {
     }
 }
 
-/// The master's address as `CLUSTER MEET` takes it: an IP (a name is resolved here) and a port.
-fn meet_address(addr: &str) -> Result<(String, String), Error> {
-    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
-    let ip = ep.resolve().ok().and_then(|a| a.first().copied()).ok_or_else(|| Error::unavailable(Party::Master, format!("resolve {}", ep.host_str())))?.ip();
-    Ok((ip.to_string(), ep.port().to_string()))
-}
-
 /// A node of the shard and its sync counters before the restart.
 struct ShardNode {
     id: String,
@@ -642,13 +635,6 @@ struct ShardNode {
 fn phase(cfg: &StagedConfig<'_>, p: JoinPhase) {
     cfg.source.live.set_phase(p);
     crate::events::phase(p);
-}
-
-fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
-    match c.cmd(&["CLUSTER", "NODES"])? {
-        resp::Frame::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-        other => Err(client::Error::Unexpected { addr: c.addr().into(), what: format!("CLUSTER NODES answered {other:?}") }),
-    }
 }
 
 fn sync_counters(master: &mut Client) -> Result<SyncCounters, Error> {

@@ -229,10 +229,7 @@ fn first_master(cfg: &StageConfig<'_>, relays_master: impl FnOnce() -> Result<St
 
 /// `CLUSTER NODES` of a node, parsed.
 fn cluster_nodes(c: &mut Client) -> Result<Vec<Node>, Error> {
-    let text = match c.cmd(&["CLUSTER", "NODES"]).map_err(Error::master)? {
-        resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => return Err(Error::protocol(Party::Master, format!("CLUSTER NODES answered {other:?}"))),
-    };
+    let text = crate::master::cluster_nodes(c).map_err(Error::master)?;
     cluster::parse(&text).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))
 }
 
@@ -243,10 +240,7 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous:
     if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster node: --cluster-config stages a cluster node, which must follow a cluster master")));
     }
-    let table_text = match master.cmd(&["CLUSTER", "NODES"]).map_err(Error::master)? {
-        resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => return Err(Error::protocol(Party::Master, format!("CLUSTER NODES answered {other:?}"))),
-    };
+    let table_text = crate::master::cluster_nodes(master).map_err(Error::master)?;
     let table = cluster::parse(&table_text).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
     let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
     if me.role != Role::Master || me.slots == 0 {
@@ -269,7 +263,10 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous:
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => cluster::new_id().map_err(Error::Internal)?,
         Err(e) => return Err(Error::Precondition(format!("read {}: {e}", path.display()))),
     };
-    let text = cluster::staged_config(&node_id, &table, &me.id, master_addr, &table_text).map_err(|e| Error::protocol(Party::Master, e))?;
+    // A master that has not learned its own address is written with the one the stager reached, as
+    // an IP: the servers read an IP in that field of a cluster config.
+    let (ip, port) = crate::master::ip_address(master_addr)?;
+    let text = cluster::staged_config(&node_id, &table, &me.id, &endpoint::host_port(&ip, &port), &table_text).map_err(|e| Error::protocol(Party::Master, e))?;
     Ok((path.to_path_buf(), text, node_id, me.id.clone()))
 }
 
