@@ -219,6 +219,11 @@ pub const PEER_ARRIVAL_STALL_MAX: Duration = Duration::from_millis(PEER_IO_TIMEO
 /// of a piece's size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a
 /// page fault per 4 KiB, for every byte an agent receives (docs/results/issue22-cut-through).
 pub const ARRIVAL_SPARE_BYTES_MAX: usize = 32 << 20;
+/// How long a cut-off read drains the asker's pipelined requests before the connection closes: a
+/// socket closed with unread bytes sends a reset, which the asker would take for a failing peer.
+pub const PEER_CUT_OFF_DRAIN_MAX: Duration = Duration::from_secs(1);
+/// How long a stopping peer server waits to connect to itself, to wake its accept loop.
+pub const PEER_SERVER_WAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest a thread waits on the tracker link's socket before it looks again. Under TLS, another
 /// thread reading the link (the load reporter settling answers) may take the awaited answer's bytes
 /// off the socket into the TLS layer's buffer, where the socket no longer shows them: this bounds how
@@ -324,6 +329,8 @@ pub const PEER_SLOW_FRACTION: f64 = 0.25;
 const _: () = assert!(BLOCK_REREADS_MAX == 1 && PEER_CUT_OFFS_MAX >= 1);
 // A read of an arriving block is cut off before the asker's own wait for bytes gives the peer up.
 const _: () = assert!(2 * ms(PEER_ARRIVAL_STALL_MAX) <= ms(PEER_IO_TIMEOUT));
+// A cut-off connection is closed well before the asker would give up waiting for bytes.
+const _: () = assert!(ms(PEER_CUT_OFF_DRAIN_MAX) < ms(PEER_IO_TIMEOUT));
 // The spares hold a piece buffer for every read an agent has in flight at the default block size: its
 // peer flows at their depth and its relay flow at its own.
 const _: () = assert!(

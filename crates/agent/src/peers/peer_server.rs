@@ -131,7 +131,7 @@ impl Drop for PeerServer {
         self.stop.store(true, Ordering::SeqCst);
         self.shared.load_change();
         // Wake the accept loop; connections notice the flag at their next request (or idle timeout).
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        let _ = TcpStream::connect_timeout(&self.addr, limits::PEER_SERVER_WAKE_TIMEOUT);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -264,8 +264,8 @@ fn send_arriving<S: Write>(s: &mut S, a: &Arrival) -> Result<(), transport::Erro
 /// unread bytes sends a reset), for a second at most.
 fn cut_off(raw: &TcpStream) {
     let _ = raw.shutdown(std::net::Shutdown::Write);
-    let _ = raw.set_read_timeout(Some(Duration::from_secs(1)));
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let _ = raw.set_read_timeout(Some(limits::PEER_CUT_OFF_DRAIN_MAX));
+    let deadline = Instant::now() + limits::PEER_CUT_OFF_DRAIN_MAX;
     let mut sink = [0u8; 4096];
     let mut r = raw;
     while Instant::now() < deadline {
