@@ -391,7 +391,7 @@ fn unit_settings(text: &str) -> Vec<(String, String)> {
 }
 
 fn unit_setting(text: &str, key: &str) -> Option<String> {
-    unit_settings(text).into_iter().filter(|(k, _)| k == key).map(|(_, v)| v).last()
+    unit_settings(text).into_iter().filter(|(k, _)| k == key).map(|(_, v)| v).next_back()
 }
 
 /// The settings an environment example sets (its uncommented `FASTREPL_` lines).
