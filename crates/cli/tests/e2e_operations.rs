@@ -363,42 +363,263 @@ fn token_rotation_without_a_restart() {
     assert!(!relay.proc.output().contains(new) && !relay.proc.output().contains(old), "a token in the log");
 }
 
-/// The service units pass `systemd-analyze verify` (where systemd is installed), and every setting
-/// their example environment files name is a real flag of the command they configure.
+/// Every file in contrib/systemd: `*.service` units, `*.service.d/*.conf` drop-ins (path relative to
+/// contrib/systemd), and `<command>.env.example` environment files.
+fn shipped_systemd_files() -> (std::path::PathBuf, Vec<String>) {
+    let contrib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/systemd");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&contrib).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            assert!(name.ends_with(".service.d"), "contrib/systemd/{name}: not a drop-in directory");
+            files.extend(std::fs::read_dir(e.path()).unwrap().map(|d| format!("{name}/{}", d.unwrap().file_name().to_string_lossy())));
+        } else {
+            files.push(name);
+        }
+    }
+    files.sort();
+    for f in &files {
+        assert!(f.ends_with(".service") || f.ends_with(".env.example") || (f.contains(".service.d/") && f.ends_with(".conf")), "contrib/systemd/{f}: not a unit, drop-in or environment example");
+    }
+    (contrib, files)
+}
+
+/// The `key=value` settings of a unit file or drop-in, in order (comments and section headers left out).
+fn unit_settings(text: &str) -> Vec<(String, String)> {
+    text.lines().filter(|l| !l.starts_with('#') && !l.starts_with('[')).filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
+}
+
+fn unit_setting(text: &str, key: &str) -> Option<String> {
+    unit_settings(text).into_iter().filter(|(k, _)| k == key).map(|(_, v)| v).next_back()
+}
+
+/// The settings an environment example sets (its uncommented `FASTREPL_` lines).
+fn env_example(text: &str) -> Vec<(String, String)> {
+    text.lines().filter(|l| l.starts_with("FASTREPL_")).filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn help_of(cmd: &str) -> String {
+    let out = fastrepl().args([cmd, "--help"]).output().unwrap();
+    assert!(out.status.success(), "fastrepl {cmd} --help: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Debian's `redis-server@.service` (the unit the stage drop-in extends), when installed.
+const DEBIAN_SERVER_UNIT: &str = "/lib/systemd/system/redis-server@.service";
+
+/// The shipped units and drop-ins pass `systemd-analyze verify` (where systemd is installed); every
+/// command line they run is a `fastrepl` subcommand with flags it has, reading the environment file
+/// whose example is for that subcommand; every setting the examples name is a real flag of it; and a
+/// file written as the join unit's user with its `UMask` is readable by the server's user, not others.
 #[test]
 fn service_units_and_their_environment_files() {
-    let contrib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/systemd");
-    for (example, cmd) in [("relay.env.example", "relay"), ("join.env.example", "join")] {
-        let help = fastrepl().args([cmd, "--help"]).output().unwrap();
-        let help = String::from_utf8_lossy(&help.stdout).into_owned();
-        let text = std::fs::read_to_string(contrib.join(example)).unwrap();
+    let (contrib, files) = shipped_systemd_files();
+    let read = |f: &str| std::fs::read_to_string(contrib.join(f)).unwrap();
+    for example in files.iter().filter(|f| f.ends_with(".env.example")) {
+        let cmd = example.trim_end_matches(".env.example");
+        let help = help_of(cmd);
+        let text = read(example);
         let names: Vec<&str> = text.lines().map(|l| l.trim_start_matches('#')).filter_map(|l| l.split_once('=')).map(|(k, _)| k).filter(|k| k.starts_with("FASTREPL_")).collect();
         assert!(names.len() >= 8, "{example}: {names:?}");
         for n in names {
             assert!(help.contains(&format!("[env: {n}=")), "{example} names {n}, which `fastrepl {cmd}` does not read");
         }
     }
+    assert!(files.iter().any(|f| f == "stage.env.example"), "{files:?}");
+    // The command lines: `fastrepl <sub> [--flag …]`, each flag one the subcommand has, and the
+    // environment file the unit reads is the one its example is for.
+    let units: Vec<&String> = files.iter().filter(|f| !f.ends_with(".env.example")).collect();
+    let mut lines = 0;
+    for unit in &units {
+        let text = read(unit);
+        let env_file = unit_setting(&text, "EnvironmentFile").unwrap_or_else(|| panic!("{unit}: no EnvironmentFile"));
+        let example = std::path::Path::new(&env_file).file_name().unwrap().to_string_lossy().replace("-%i", "") + ".example";
+        for (key, line) in unit_settings(&text).into_iter().filter(|(k, v)| k.starts_with("ExecStart") && v.contains("fastrepl")) {
+            lines += 1;
+            let words: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(words[0], "/usr/local/bin/fastrepl", "{unit} {key}: {line}");
+            let sub = words[1];
+            assert_eq!(example, format!("{sub}.env.example"), "{unit} runs `fastrepl {sub}` with {env_file}");
+            assert!(files.contains(&example), "{unit}: {example} is not shipped");
+            let help = help_of(sub);
+            for flag in words[2..].iter().filter(|w| w.starts_with("--")) {
+                assert!(help.contains(&format!("{flag} ")), "{unit} {key} gives {flag}, which `fastrepl {sub}` does not have");
+            }
+        }
+    }
+    assert!(lines >= 3, "relay, join and stage lines: {lines}");
     // Both files sourced in one shell must not change each other's meaning: no setting that both
     // commands read means something else to each (the relay's listen address is not the join's).
-    let help = |cmd: &str| String::from_utf8_lossy(&fastrepl().args([cmd, "--help"]).output().unwrap().stdout).into_owned();
-    let (relay_help, join_help) = (help("relay"), help("join"));
+    let (relay_help, join_help) = (help_of("relay"), help_of("join"));
     for n in ["FASTREPL_LISTEN", "FASTREPL_METRICS"] {
         assert!(relay_help.contains(&format!("[env: {n}=")) && !join_help.contains(&format!("[env: {n}=")), "{n} is read by both relay and join");
     }
+    join_unit_files_are_readable_by_the_server(&read("fastrepl-join@.service"));
     let Ok(analyze) = which("systemd-analyze") else {
-        // The env-file half above ran; the units' half did not: counted as skipped.
+        // The halves above ran; the units' own check did not: counted as skipped.
         fixtures::skip("systemd-analyze not installed: units not verified here");
         return;
     };
+    // Each unit under an instance name; each drop-in beside the unit it extends (Debian's
+    // redis-server@.service when installed, else a stand-in with the same name).
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_fastrepl");
-    for (unit, as_name) in [("fastrepl-relay.service", "fastrepl-relay.service"), ("fastrepl-join@.service", "fastrepl-join@6380.service")] {
-        let text = std::fs::read_to_string(contrib.join(unit)).unwrap().replace("/usr/local/bin/fastrepl", bin);
-        std::fs::write(dir.path().join(as_name), text).unwrap();
+    let mut verify: Vec<String> = Vec::new();
+    for unit in &units {
+        let text = read(unit).replace("/usr/local/bin/fastrepl", bin);
+        let (base, dropin) = match unit.split_once(".service.d/") {
+            Some((base, conf)) => (format!("{base}.service"), Some(conf)),
+            None => (unit.to_string(), None),
+        };
+        let instance = base.replace("@.service", "@6380.service");
+        if let Some(conf) = dropin {
+            std::fs::create_dir_all(dir.path().join(format!("{base}.d"))).unwrap();
+            std::fs::write(dir.path().join(format!("{base}.d/{conf}")), text).unwrap();
+            let server = std::fs::read_to_string(DEBIAN_SERVER_UNIT).unwrap_or_else(|_| {
+                fixtures::skip(&format!("{DEBIAN_SERVER_UNIT} not installed: {unit} verified on a stand-in unit"));
+                "[Service]\nExecStart=/bin/true\n".into()
+            });
+            if !dir.path().join(&instance).exists() {
+                std::fs::write(dir.path().join(&instance), server).unwrap();
+            }
+        } else {
+            std::fs::write(dir.path().join(&instance), text).unwrap();
+        }
+        if !verify.contains(&instance) {
+            verify.push(instance);
+        }
     }
-    let out = std::process::Command::new(analyze).arg("verify").arg("fastrepl-relay.service").arg("fastrepl-join@6380.service").current_dir(dir.path()).output().unwrap();
+    let out = std::process::Command::new(analyze).arg("verify").args(&verify).current_dir(dir.path()).output().unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify {verify:?}: {said}");
+}
+
+/// A user's uid and primary gid, when the user exists here.
+fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let f: Vec<&str> = passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.first() == Some(&name))?;
+    Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+}
+
+/// `argv` run as `user` (its uid and primary gid, no other groups) with `umask`, as systemd's
+/// `User=`/`UMask=` would run it.
+fn as_user(user: &str, umask: &str, argv: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid", user, "--regid", user, "--clear-groups", "--", "sh", "-c", &format!("umask {umask} && exec \"$@\""), "sh"]).args(argv);
+    c
+}
+
+/// The join unit's `User=` and `UMask=` write a file the server's user (Debian's unit: redis) reads,
+/// into a data directory as the distribution makes it (0750, the server's), and others cannot read.
+fn join_unit_files_are_readable_by_the_server(unit: &str) {
+    let user = unit_setting(unit, "User").expect("User=");
+    let umask = unit_setting(unit, "UMask").expect("UMask=");
+    let server_user = std::fs::read_to_string(DEBIAN_SERVER_UNIT).ok().and_then(|u| unit_setting(&u, "User")).unwrap_or_else(|| "redis".into());
+    let (Some((uid, gid)), Some(_), Ok(_)) = (user_ids(&server_user), user_ids(&user), which("setpriv")) else {
+        fixtures::skip(&format!("no {server_user} or {user} user, or no setpriv: the join unit's UMask not tried"));
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    let data = top.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::chown(&data, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(top.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o750)).unwrap();
+    let file = data.join("dump.rdb");
+    let f = file.to_str().unwrap();
+    // The agent creates its file with mode 0644, the shell's redirection with 0666 (both then the
+    // umask): the test's file is at least as open as the agent's.
+    let made = as_user(&user, &umask, &["sh", "-c", &format!("echo REDIS0011 > {f}")]).output().unwrap();
+    assert!(made.status.success(), "{user} with UMask={umask} cannot write into a 0750 {server_user} data directory: {}", String::from_utf8_lossy(&made.stderr));
+    let read = as_user(&server_user, "0077", &["cat", f]).output().unwrap();
+    assert!(read.status.success(), "{server_user} cannot read a file the join wrote with UMask={umask}: {}", String::from_utf8_lossy(&read.stderr));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
+    assert_eq!(mode & 0o007, 0, "others may read the server's data: mode {mode:o}");
+}
+
+/// The stage drop-in's own command line, with stage.env.example's settings (the relay, the master,
+/// the directory and the server config pointed at this test's), run as the server's unit runs it
+/// (Debian's redis-server@.service: its user and UMask; the token as a credential in `%d`) into a
+/// data directory as the distribution makes it: then redis-server, as that user, loads the file and
+/// resyncs partially. systemd's own sandboxing (ProtectSystem, PrivateUsers, SystemCallFilter) is
+/// not exercised unless systemd runs here.
+#[test]
+fn the_stage_drop_in_prepares_the_server_as_its_unit_runs_it() {
+    if std::fs::read_to_string("/proc/1/comm").map(|c| c.trim() != "systemd").unwrap_or(true) {
+        fixtures::skip("systemd is not PID 1 here: the units are not run by systemd; the drop-in's command runs as its unit's user and UMask instead");
+    }
+    let Ok(server_unit) = std::fs::read_to_string(DEBIAN_SERVER_UNIT) else {
+        fixtures::skip(&format!("{DEBIAN_SERVER_UNIT} not installed: the stage drop-in not run"));
+        return;
+    };
+    let user = unit_setting(&server_unit, "User").expect("User=");
+    let umask = unit_setting(&server_unit, "UMask").expect("UMask=");
+    let (Some((uid, gid)), Ok(_)) = (user_ids(&user), which("setpriv")) else {
+        fixtures::skip(&format!("no {user} user or no setpriv: the stage drop-in not run"));
+        return;
+    };
+    let (contrib, _) = shipped_systemd_files();
+    let dropin = std::fs::read_to_string(contrib.join("redis-server@.service.d/fastrepl-stage.conf")).unwrap();
+    let line = unit_setting(&dropin, "ExecStartPre").expect("ExecStartPre=");
+
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 2000);
+    let relay = relay(&master.addr(), &[], &[]);
+    // The unit's files: a credentials directory ($CREDENTIALS_DIRECTORY, `%d`) holding the token,
+    // readable by the unit's user only; a data directory 0750 user:group; the server's config.
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (creds, data) = (top.path().join("credentials"), top.path().join("data"));
+    for (d, mode) in [(&creds, 0o700), (&data, 0o750)] {
+        std::fs::create_dir(d).unwrap();
+        std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    }
+    std::fs::write(creds.join("fastrepl-token"), TOKEN).unwrap();
+    std::os::unix::fs::chown(creds.join("fastrepl-token"), Some(uid), Some(gid)).unwrap();
+    let port = fixtures::free_port();
+    let example = env_example(&std::fs::read_to_string(contrib.join("stage.env.example")).unwrap());
+    let dbfilename = example.iter().find(|(k, _)| k == "FASTREPL_DBFILENAME").map(|(_, v)| v.clone()).expect("FASTREPL_DBFILENAME");
+    let conf = top.path().join("redis-6380.conf");
+    let conf_text = format!("port {port}\nbind 127.0.0.1\ndir {}\ndbfilename {dbfilename}\nreplicaof 127.0.0.1 {}\nsave \"\"\nappendonly no\nlogfile {}\n", data.display(), master.port, data.join("server.log").display());
+    std::fs::write(&conf, conf_text).unwrap();
+    // Host names, as the example has them: `localhost` for this test's relay and master.
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (k, v) in example {
+        let v = match k.as_str() {
+            "FASTREPL_RELAY" => format!("localhost:{}", relay.addr.rsplit_once(':').unwrap().1),
+            "FASTREPL_MASTER" => format!("localhost:{}", master.port),
+            "FASTREPL_DIR" => data.display().to_string(),
+            "FASTREPL_SERVER_CONFIG" => conf.display().to_string(),
+            "FASTREPL_SERVER_BINARY" => Flavor::Redis70.binary().display().to_string(),
+            _ => v,
+        };
+        env.push((k, v));
+    }
+    let argv: Vec<String> = line.split_whitespace().map(|w| w.replace("/usr/local/bin/fastrepl", env!("CARGO_BIN_EXE_fastrepl")).replace("%d", creds.to_str().unwrap()).replace("%i", "6380")).chain(["--json".to_string()]).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut cmd = as_user(&user, &umask, &argv);
+    cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").envs(env);
+    let out = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{argv:?}:\n{text}");
+    let report: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(report["start"]["decision"], "stage", "{text}");
+    let rdb = std::fs::metadata(data.join(&dbfilename)).unwrap();
+    assert_eq!((std::os::unix::fs::MetadataExt::uid(&rdb), std::os::unix::fs::MetadataExt::gid(&rdb)), (uid, gid), "the staged file is not the server's own");
+    // The server as its unit runs it: loads the staged file and continues the master's history.
+    let (partial, full) = (info_num(&master, "stats", "sync_partial_ok"), info_num(&master, "stats", "sync_full"));
+    let server_bin = Flavor::Redis70.binary();
+    let mut server = Proc::spawn("redis-server", as_user(&user, &umask, &[server_bin.to_str().unwrap(), conf.to_str().unwrap()]));
+    wait_until("the staged server's link to the master", Duration::from_secs(30), || {
+        assert!(server.running(), "redis-server exited:\n{}", std::fs::read_to_string(data.join("server.log")).unwrap_or_default());
+        let mut c = client::Client::connect(&format!("127.0.0.1:{port}"), None, Duration::from_secs(5)).ok()?;
+        (c.info("replication").ok()?.get("master_link_status") == Some("up")).then_some(())
+    });
+    assert_eq!(info_num(&master, "stats", "sync_partial_ok"), partial + 1, "{}", std::fs::read_to_string(data.join("server.log")).unwrap_or_default());
+    assert_eq!(info_num(&master, "stats", "sync_full"), full, "the staged server took a full sync");
+    server.kill();
 }
 
 fn which(name: &str) -> Result<std::path::PathBuf, ()> {

@@ -495,7 +495,9 @@ impl Staging {
             return ReplicaState::HandedOver;
         }
         let mut node = cfg.node.connect().ok();
-        let running = node.as_mut().is_some_and(|c| c.cmd(&["PING"]).is_ok());
+        // Asked with INFO, which the node's user has for the join's own checks: a user without PING
+        // (operations.md's) would make a running, parked node look stopped and undo it as one.
+        let running = node.as_mut().is_some_and(|c| c.info("server").is_ok());
         let mut failed: Vec<String> = Vec::new();
         let mut done: Vec<&str> = Vec::new();
         for u in staging::undo(step, running) {
