@@ -392,12 +392,27 @@ fn relay_served(ns: &str, relay: &str) -> u64 {
     st["served_bytes_total"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0) + st["log_served_bytes_total"].as_u64().unwrap_or(0)
 }
 
-/// The stage init container's decision: ("stage" | "keep", reason).
-fn decision(outs: &BTreeMap<String, String>) -> (String, String) {
+/// What the stage init container decided, from its `--json` report.
+struct Start {
+    /// ("stage" | "keep", reason).
+    what: (String, String),
+    /// The replication offset of the RDB on the volume it judged (0 when there was none).
+    offset: u64,
+}
+
+fn decision(outs: &BTreeMap<String, String>) -> Start {
     let text = &outs["stage"];
     let report: Value = text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no JSON report from stage:\n{text}"));
     let s = &report["start"];
-    (s["decision"].as_str().unwrap_or_default().to_string(), s["because"]["reason"].as_str().unwrap_or_default().to_string())
+    let what = (s["decision"].as_str().unwrap_or_default().to_string(), s["because"]["reason"].as_str().unwrap_or_default().to_string());
+    Start { what, offset: s["because"]["offset"].as_u64().unwrap_or(0) }
+}
+
+/// The kept RDB is the one the server wrote at SIGTERM (at least its offset then), not an older file:
+/// the manifest's config saves at SIGTERM.
+fn assert_kept_own(d: &Start, offset_at_shutdown: i64) {
+    assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
+    assert!(d.offset as i64 >= offset_at_shutdown, "the kept RDB is older than the server's shutdown (offset {} < {offset_at_shutdown}): the config did not save at SIGTERM", d.offset);
 }
 
 fn write(master: &Master, prefix: &str, n: usize) {
@@ -451,7 +466,7 @@ impl Fleet {
 
     /// Create replica pod `pod` on `host` (its name published there), run its init containers; the
     /// server is not started yet. Returns the pod and the stage decision.
-    fn create_replica(&mut self, pod: &str, host: usize) -> (Pod, (String, String)) {
+    fn create_replica(&mut self, pod: &str, host: usize) -> (Pod, Start) {
         let h = self.lab.hosts[host].clone();
         let fqdn = self.fqdn(pod);
         self.dns.set(&fqdn, Some(&h.ip)); // publishNotReadyAddresses: named before Ready
@@ -536,7 +551,7 @@ fn a_replica_pod_lives_through_its_life() {
     //    replica qualifies yet: the one fork the fleet costs it).
     let forks = f.master.counts().2;
     let (mut pod0, d) = f.create_replica("redis-replica-0", 2);
-    assert_eq!(d, ("stage".into(), "empty".into()));
+    assert_eq!(d.what, ("stage".into(), "empty".into()));
     f.serve(&mut pod0, 2);
     assert_eq!(f.master.counts().2, forks + 1, "the first capture is the master's one fork");
     f.assert_identical("redis-replica-0");
@@ -547,7 +562,7 @@ fn a_replica_pod_lives_through_its_life() {
     write(&f.master, "a", 2000);
     let (forks, forks0) = (f.master.counts().2, pod0.info_num("stats", "total_forks"));
     let (mut pod1, d) = f.create_replica("redis-replica-1", 3);
-    assert_eq!(d, ("stage".into(), "empty".into()));
+    assert_eq!(d.what, ("stage".into(), "empty".into()));
     f.serve(&mut pod1, 3);
     assert_eq!(f.master.counts().2, forks, "the master forked for the second replica");
     assert!(pod0.info_num("stats", "total_forks") > forks0, "the relay did not capture from redis-replica-0");
@@ -556,11 +571,12 @@ fn a_replica_pod_lives_through_its_life() {
     // 2. A rolling restart: SIGTERM (the config saves), the next start keeps the RDB, pulls nothing.
     write(&f.master, "b", 1000);
     f.assert_identical("redis-replica-1");
+    let offset = pod1.info_num("replication", "slave_repl_offset");
     pod1.terminate();
     let forks = f.master.counts().2;
     let served = relay_served(&f.master.ns, &f.relay_addr);
     let (mut pod1, d) = f.create_replica("redis-replica-1", 3);
-    assert_eq!(d, ("keep".into(), "resumes_partially".into()));
+    assert_kept_own(&d, offset);
     assert_eq!(relay_served(&f.master.ns, &f.relay_addr), served, "the relay served bytes for a kept volume");
     f.serve(&mut pod1, 3);
     assert_eq!(f.master.counts().2, forks);
@@ -569,10 +585,13 @@ fn a_replica_pod_lives_through_its_life() {
     // 3. Rescheduled to another node: a new address, the same volume; the name follows it.
     write(&f.master, "c", 1000);
     f.assert_identical("redis-replica-1");
+    let offset = pod1.info_num("replication", "slave_repl_offset");
     pod1.terminate();
     write(&f.master, "d", 500); // while it moves: still well inside the master's backlog
+    let served = relay_served(&f.master.ns, &f.relay_addr);
     let (mut pod1, d) = f.create_replica("redis-replica-1", 5);
-    assert_eq!(d, ("keep".into(), "resumes_partially".into()));
+    assert_kept_own(&d, offset);
+    assert_eq!(relay_served(&f.master.ns, &f.relay_addr), served, "the relay served bytes for a moved volume");
     f.serve(&mut pod1, 5);
     assert_eq!(f.master.counts().2, forks);
     let slave = f.master.client().info("replication").unwrap().0.into_iter().find(|(_, v)| v.contains("redis-replica-1")).map(|(_, v)| v);
@@ -589,7 +608,7 @@ fn a_replica_pod_lives_through_its_life() {
     write(&f.master, "e", 2000);
     let (mut pod1, d1) = f.create_replica("redis-replica-1", 6);
     let (mut pod2, d2) = f.create_replica("redis-replica-2", 4);
-    assert_eq!((d1, d2), (("stage".into(), "empty".into()), ("stage".into(), "empty".into())));
+    assert_eq!((d1.what, d2.what), (("stage".into(), "empty".into()), ("stage".into(), "empty".into())));
     f.serve(&mut pod1, 6);
     f.serve(&mut pod2, 4);
     assert_eq!(f.master.counts().2, forks, "the master forked for a scale-up");
