@@ -505,6 +505,25 @@ impl Fleet {
         assert_eq!((after.0, after.1), (before.0, before.1 + 1), "{}: the start was not one partial resync (sync_full, sync_partial_ok)", pod.name);
     }
 
+    /// Stop `pod` as Kubernetes does and create it again on `host` with its volume, `writes` keys
+    /// written to the master while it is down: the next start keeps the server's own RDB, pulls
+    /// nothing from the relay, resyncs partially, and the data is the master's.
+    fn restart_keeping(&mut self, mut pod: Pod, host: usize, writes: usize) -> Pod {
+        let name = pod.name.clone();
+        self.assert_identical(&name);
+        let offset = pod.info_num("replication", "slave_repl_offset");
+        pod.terminate();
+        drop(pod);
+        write(&self.master, "down", writes);
+        let served = relay_served(&self.master.ns, &self.relay_addr);
+        let (mut pod, d) = self.create_replica(&name, host);
+        assert_kept_own(&d, offset);
+        assert_eq!(relay_served(&self.master.ns, &self.relay_addr), served, "{name}: the relay served bytes for a kept volume");
+        self.serve(&mut pod, host);
+        self.assert_identical(&name);
+        pod
+    }
+
     /// `fastrepl verify` between the master and a pod, by their DNS names, from the master's namespace.
     fn assert_identical(&self, pod: &str) {
         let replica = format!("{}:6379", self.fqdn(pod));
@@ -570,29 +589,12 @@ fn a_replica_pod_lives_through_its_life() {
 
     // 2. A rolling restart: SIGTERM (the config saves), the next start keeps the RDB, pulls nothing.
     write(&f.master, "b", 1000);
-    f.assert_identical("redis-replica-1");
-    let offset = pod1.info_num("replication", "slave_repl_offset");
-    pod1.terminate();
     let forks = f.master.counts().2;
-    let served = relay_served(&f.master.ns, &f.relay_addr);
-    let (mut pod1, d) = f.create_replica("redis-replica-1", 3);
-    assert_kept_own(&d, offset);
-    assert_eq!(relay_served(&f.master.ns, &f.relay_addr), served, "the relay served bytes for a kept volume");
-    f.serve(&mut pod1, 3);
-    assert_eq!(f.master.counts().2, forks);
-    f.assert_identical("redis-replica-1");
-
-    // 3. Rescheduled to another node: a new address, the same volume; the name follows it.
+    let pod1 = f.restart_keeping(pod1, 3, 0);
+    // 3. Rescheduled to another node: a new address, the same volume (the name follows it), the
+    //    master written to while it moves: still well inside its backlog.
     write(&f.master, "c", 1000);
-    f.assert_identical("redis-replica-1");
-    let offset = pod1.info_num("replication", "slave_repl_offset");
-    pod1.terminate();
-    write(&f.master, "d", 500); // while it moves: still well inside the master's backlog
-    let served = relay_served(&f.master.ns, &f.relay_addr);
-    let (mut pod1, d) = f.create_replica("redis-replica-1", 5);
-    assert_kept_own(&d, offset);
-    assert_eq!(relay_served(&f.master.ns, &f.relay_addr), served, "the relay served bytes for a moved volume");
-    f.serve(&mut pod1, 5);
+    let mut pod1 = f.restart_keeping(pod1, 5, 500);
     assert_eq!(f.master.counts().2, forks);
     let slave = f.master.client().info("replication").unwrap().0.into_iter().find(|(_, v)| v.contains("redis-replica-1")).map(|(_, v)| v);
     assert!(slave.is_some(), "the master does not list redis-replica-1 by its name");
