@@ -1,0 +1,640 @@
+//! A replica pod's life, lived by the examples' own commands: contrib/k8s's StatefulSet (replicas.yaml)
+//! and the relay's Deployment (relay.yaml) are read with PyYAML and their init containers, servers and
+//! probes run as a kubelet would run them, each "pod" a network namespace of its own (fixtures::netns)
+//! with a directory per volume, the volume claim a directory that outlives the pod. The manifests' DNS
+//! names resolve as in a cluster: `ip netns exec` bind-mounts /etc/netns/NS/hosts over /etc/hosts,
+//! and the test writes one per namespace mapping the Services and the pods' stable names to the
+//! namespaces' addresses (rewritten in place when a pod moves: running processes see the change).
+//!
+//! The life: the fleet's first replica (the relay captures from the master, the one fork it takes);
+//! the relay's pod replaced, then a second replica born from a capture of the first, by its DNS name
+//! (no fork on the master); a rolling restart (SIGTERM saves, the next start keeps, nothing pulled); a
+//! reschedule to a new address with the same volume; scale down (pod and claim deleted) and up (two new
+//! pods at once, empty volumes, one snapshot). Each start: `stage`'s decision, one partial resync on the master, no
+//! full sync, no fork on the master, the data identical (`fastrepl verify`), and the readiness probe
+//! of scripts.yaml saying "not ready" while the server is up but cut off from the master, and ready
+//! only when INFO says linked and not loading (the load itself is too short to catch here; e2e_contrib
+//! stubs a loading server). Servers run as root, not the pods' users. Not lived here: a failover (the master
+//! is a prerequisite outside these manifests, see the note at the end), and the real Kubernetes.
+
+mod common;
+use common::*;
+use fixtures::netns::{self, Lab};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The password a real Secret `redis-auth` would hold (secrets.example.yaml's names).
+const PASSWORD: &str = "podlife0123456789abcdef0123456789";
+
+/// The Service of the master: a prerequisite the manifests name (a Bitnami `redis` release "redis").
+const MASTER_SERVICE: &str = "redis-master";
+
+/// The cluster's DNS suffix the manifests use.
+const CLUSTER_DOMAIN: &str = "svc.cluster.local";
+
+/// The lab's hosts: what runs where. A rescheduled pod and the scaled-up ones get fresh addresses.
+const MASTER_HOST: usize = 0;
+const RELAY_HOST: usize = 1;
+const HOSTS: usize = 7;
+
+// ---- The manifests, read by PyYAML (as e2e_contrib.rs reads them) ----
+
+fn k8s_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/k8s")
+}
+
+/// Debian's python3 with PyYAML (scripts/setup.sh installs python3-yaml), or None.
+fn python_with_yaml() -> Option<PathBuf> {
+    if fixtures::skip::unavailable("python3") {
+        return None;
+    }
+    let python = PathBuf::from("/usr/bin/python3");
+    let ok = Command::new(&python).args(["-c", "import yaml"]).output().is_ok_and(|o| o.status.success());
+    ok.then_some(python)
+}
+
+/// The documents of a YAML file as JSON, parsed by PyYAML.
+fn yaml_documents(python: &Path, path: &Path) -> Vec<Value> {
+    let script = "import json,sys,yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
+    let out = Command::new(python).args(["-c", script]).arg(path).output().expect("run python3");
+    assert!(out.status.success(), "{} does not parse as YAML:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout).expect("PyYAML's JSON").as_array().cloned().unwrap_or_default()
+}
+
+/// Every document of contrib/k8s/*.yaml.
+struct Manifests {
+    docs: Vec<Value>,
+}
+
+impl Manifests {
+    fn load(python: &Path) -> Manifests {
+        let mut docs = Vec::new();
+        for f in ["replicas.yaml", "relay.yaml", "scripts.yaml", "namespace.yaml"] {
+            docs.extend(yaml_documents(python, &k8s_dir().join(f)));
+        }
+        Manifests { docs }
+    }
+
+    fn get(&self, kind: &str, name: &str) -> &Value {
+        self.docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name} in contrib/k8s"))
+    }
+
+    /// A Service's cluster DNS name.
+    fn service_name(&self, name: &str) -> String {
+        let svc = self.get("Service", name);
+        format!("{}.{}.{CLUSTER_DOMAIN}", name, svc["metadata"]["namespace"].as_str().expect("namespace"))
+    }
+}
+
+// ---- What the test changes in what the manifests say: all of it, in one place ----
+
+/// A container's program: the images are not run (no container runtime here), their binaries are,
+/// as root (the pods' runAsUser and read-only root are a container runtime's to enforce).
+/// `redis:7.2.4` is played by the fixtures' Redis 7.0 (Debian's): same configuration, same probes;
+/// `--server` (the image's version for `stage`) is changed to match it, below.
+fn program(image: &str, word: &str) -> PathBuf {
+    match word {
+        "" if image.starts_with("fastrepl:") => PathBuf::from(env!("CARGO_BIN_EXE_fastrepl")),
+        "redis-server" => Flavor::Redis70.binary(),
+        "sh" => PathBuf::from("/bin/sh"),
+        w => panic!("a container runs {w:?} from {image}: teach the test what that is"),
+    }
+}
+
+/// The fixtures' Redis version as `stage --server` names it (redis-7.0.15).
+fn server_version() -> String {
+    let out = Command::new(Flavor::Redis70.binary()).arg("--version").output().expect("redis-server --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split("v=").nth(1).and_then(|s| s.split_whitespace().next()).expect("a version in redis-server --version");
+    format!("redis-{v}")
+}
+
+/// `stage --server redis-7.2.4` names the image's server; here the one that plays it.
+fn substitute_server(words: &mut [String]) {
+    if let Some(i) = words.iter().position(|w| w == "--server") {
+        words[i + 1] = server_version();
+    }
+}
+
+/// A path the manifests mount (`/data`, `/etc/redis`, ...) moved to the pod's directory for that
+/// volume, in an argument, a script or a config file. Longest mount path first.
+fn substitute(text: &str, mounts: &[(String, PathBuf)]) -> String {
+    let mut s = text.to_string();
+    for (from, to) in mounts {
+        s = s.replace(from.as_str(), to.to_str().expect("a UTF-8 temp path"));
+    }
+    s
+}
+
+/// What the Secrets hold (secrets.example.yaml's names and keys).
+fn secret(name: &str, key: &str) -> &'static str {
+    match (name, key) {
+        ("fastrepl-relay-token", "token") => TOKEN,
+        ("redis-auth", "password") => PASSWORD,
+        _ => panic!("a pod mounts Secret {name}/{key}, which the test does not know"),
+    }
+}
+
+// ---- Names: one hosts file per namespace ----
+
+/// The cluster's DNS, as /etc/netns/NS/hosts for every namespace of the lab; removed on drop.
+struct Dns {
+    namespaces: Vec<String>,
+    names: BTreeMap<String, String>,
+}
+
+impl Dns {
+    fn new(lab: &Lab) -> Dns {
+        Dns { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), names: BTreeMap::new() }
+    }
+
+    /// `name` resolves to `ip` (None: no longer) in every namespace, from now on.
+    fn set(&mut self, name: &str, ip: Option<&str>) {
+        match ip {
+            Some(ip) => self.names.insert(name.to_string(), ip.to_string()),
+            None => self.names.remove(name),
+        };
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (n, ip) in &self.names {
+            text.push_str(&format!("{ip} {n}\n"));
+        }
+        for ns in &self.namespaces {
+            let dir = Path::new("/etc/netns").join(ns);
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+            // Written in place (same inode): `ip netns exec` bind-mounted this very file over
+            // /etc/hosts for the processes already running, which then see the change.
+            std::fs::write(dir.join("hosts"), &text).unwrap_or_else(|e| panic!("write {}/hosts: {e}", dir.display()));
+        }
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
+        }
+        // Only when empty: another run's or another tool's names stay.
+        let _ = std::fs::remove_dir("/etc/netns");
+    }
+}
+
+// ---- A kubelet, small: volumes, init containers, the server, probes, SIGTERM ----
+
+/// A command in namespace `ns` with the environment the test's own `FASTREPL_*` variables removed.
+fn in_ns(ns: &str, program: &Path, args: &[String], env: &[(String, String)]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program).args(args);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FASTREPL_")) {
+        c.env_remove(k);
+    }
+    c.envs(env.iter().map(|(k, v)| (k, v)));
+    c
+}
+
+/// One pod of a workload: its namespace, its volumes, its main container's process.
+struct Pod {
+    name: String,
+    /// The Kubernetes namespace of its workload (POD_NAMESPACE).
+    namespace: String,
+    /// Its network namespace and address.
+    ns: String,
+    ip: String,
+    spec: Value,
+    /// mountPath -> directory, longest first, for every container of the pod.
+    mounts: Vec<(String, PathBuf)>,
+    /// The pod's own volumes (config, scripts, emptyDir, Secrets): gone with the pod.
+    _dir: tempfile::TempDir,
+    main: Option<Proc>,
+}
+
+impl Pod {
+    /// Create the pod `name` from a workload's template `spec` on `host`, its volume claims at
+    /// `claims` (claim name -> a directory that outlives the pod).
+    fn create(m: &Manifests, workload: &Value, name: &str, host: &netns::Host, claims: &BTreeMap<String, PathBuf>) -> Pod {
+        let spec = &workload["spec"]["template"]["spec"];
+        let dir = tempfile::Builder::new().prefix(&format!("pod-{name}-")).tempdir().unwrap();
+        let volume_dir = |v: &str| claims.get(v).cloned().unwrap_or_else(|| dir.path().join(v));
+        let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+        for c in containers(spec) {
+            for vm in c["volumeMounts"].as_array().into_iter().flatten() {
+                let (path, vol) = (vm["mountPath"].as_str().expect("mountPath"), vm["name"].as_str().expect("volume name"));
+                match mounts.iter().find(|(p, _)| p == path) {
+                    Some((_, d)) => assert_eq!(d, &volume_dir(vol), "{name}: {path} mounts two volumes"),
+                    None => mounts.push((path.to_string(), volume_dir(vol))),
+                }
+            }
+        }
+        mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        for v in spec["volumes"].as_array().into_iter().flatten() {
+            let d = volume_dir(v["name"].as_str().expect("volume name"));
+            std::fs::create_dir_all(&d).unwrap();
+            if let Some(cm) = v["configMap"]["name"].as_str() {
+                let data = m.get("ConfigMap", cm)["data"].as_object().unwrap_or_else(|| panic!("ConfigMap {cm} has no data"));
+                for (file, text) in data {
+                    std::fs::write(d.join(file), substitute(text.as_str().expect("ConfigMap text"), &mounts)).unwrap();
+                }
+            }
+            for src in v["projected"]["sources"].as_array().into_iter().flatten() {
+                let s = &src["secret"];
+                for item in s["items"].as_array().into_iter().flatten() {
+                    let (key, path) = (item["key"].as_str().unwrap(), item["path"].as_str().unwrap());
+                    std::fs::write(d.join(path), secret(s["name"].as_str().unwrap(), key)).unwrap();
+                }
+            }
+        }
+        for claim in claims.values() {
+            std::fs::create_dir_all(claim).unwrap();
+        }
+        let namespace = workload["metadata"]["namespace"].as_str().expect("a namespace").to_string();
+        Pod { name: name.to_string(), namespace, ns: host.ns.clone(), ip: host.ip.clone(), spec: spec.clone(), mounts, _dir: dir, main: None }
+    }
+
+    /// A container's command line and environment, with the substitutions above.
+    fn command(&self, c: &Value, exec: Option<&Value>) -> Command {
+        let image = c["image"].as_str().expect("image");
+        let strings = |v: &Value| v.as_array().into_iter().flatten().map(|w| w.as_str().expect("a string").to_string()).collect::<Vec<_>>();
+        let mut words = match exec {
+            Some(e) => strings(e),
+            None => [strings(&c["command"]), strings(&c["args"])].concat(),
+        };
+        let program = if c["command"].is_null() && exec.is_none() { program(image, "") } else { program(image, &words.remove(0)) };
+        substitute_server(&mut words);
+        let words: Vec<String> = words.iter().map(|w| substitute(w, &self.mounts)).collect();
+        let env: Vec<(String, String)> = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                    Some("metadata.name") => self.name.clone(),
+                    Some("metadata.namespace") => self.namespace.clone(),
+                    Some("status.podIP") => self.ip.clone(),
+                    Some(f) => panic!("a container reads field {f}, which the test does not provide"),
+                    None => e["value"].as_str().expect("an env value").to_string(),
+                };
+                (e["name"].as_str().expect("env name").to_string(), value)
+            })
+            .collect();
+        in_ns(&self.ns, &program, &words, &env)
+    }
+
+    /// Run the init containers in order, each to success (a failure is Init:Error); their outputs by name.
+    fn init(&self) -> BTreeMap<String, String> {
+        let mut outs = BTreeMap::new();
+        for c in self.spec["initContainers"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap();
+            let out = self.command(c, None).output().unwrap_or_else(|e| panic!("run {}/{name}: {e}", self.name));
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{}: init container {name} failed ({}):\n{text}", self.name, out.status);
+            outs.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        outs
+    }
+
+    /// Start the main container (the first of `containers`).
+    fn run(&mut self) {
+        let c = self.spec["containers"][0].clone();
+        self.main = Some(Proc::spawn(&format!("{}/{}", self.name, c["name"].as_str().unwrap()), self.command(&c, None)));
+    }
+
+    /// The readiness probe's verdict (an exec probe of the main container): (ready, what it said).
+    fn ready(&self) -> (bool, String) {
+        let c = &self.spec["containers"][0];
+        let out = self.command(c, Some(&c["readinessProbe"]["exec"]["command"])).output().expect("run the readiness probe");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// Stop as Kubernetes does: SIGTERM to the main container, which must exit within the grace period.
+    fn terminate(&mut self) {
+        let Some(mut p) = self.main.take() else { return };
+        let grace = self.spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        let ok = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
+        assert!(ok, "SIGTERM to {}", p.name);
+        let code = p.wait(Duration::from_secs(grace));
+        assert_eq!(code, Some(0), "{} did not exit cleanly at SIGTERM:\n{}", p.name, p.output());
+    }
+
+    /// An authenticated client of the pod's server (port 6379 inside its namespace).
+    fn client(&self) -> client::Client {
+        connect(&self.ns, "127.0.0.1:6379")
+    }
+
+    fn info_num(&self, section: &str, k: &str) -> i64 {
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
+    }
+}
+
+/// Every container of a pod template (init containers first).
+fn containers(spec: &Value) -> Vec<&Value> {
+    spec["initContainers"].as_array().into_iter().flatten().chain(spec["containers"].as_array().into_iter().flatten()).collect()
+}
+
+fn connect(ns: &str, addr: &str) -> client::Client {
+    let addr = addr.to_string();
+    let auth = replication::replica::Auth { user: None, password: PASSWORD.to_string() };
+    netns::within(ns, move || client::Client::connect(&addr, Some(&auth), Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("enter {ns}: {e}"))
+        .unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
+}
+
+/// The master: a prerequisite, not in these manifests; a plain server on the Service's port.
+struct Master {
+    ns: String,
+    _proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Master {
+    fn start(host: &netns::Host) -> Master {
+        let dir = tempfile::tempdir().unwrap();
+        let args: Vec<String> = ["--port", "6379", "--requirepass", PASSWORD, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb", "--dir"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([dir.path().display().to_string()])
+            .collect();
+        let p = Proc::spawn("master", in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
+        wait_until("the master to answer", Duration::from_secs(15), || {
+            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
+        });
+        Master { ns: host.ns.clone(), _proc: p, _dir: dir }
+    }
+
+    fn client(&self) -> client::Client {
+        connect(&self.ns, "127.0.0.1:6379")
+    }
+
+    fn info_num(&self, section: &str, k: &str) -> i64 {
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("master: INFO {section} has no {k}"))
+    }
+
+    /// (sync_full, sync_partial_ok, total_forks).
+    fn counts(&self) -> (i64, i64, i64) {
+        (self.info_num("stats", "sync_full"), self.info_num("stats", "sync_partial_ok"), self.info_num("stats", "total_forks"))
+    }
+}
+
+// ---- The life ----
+
+/// `fastrepl` run in namespace `ns` (status, verify), by the manifests' DNS names: (success, stdout, stderr).
+fn fastrepl_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let out = in_ns(ns, Path::new(env!("CARGO_BIN_EXE_fastrepl")), &args, &env).output().expect("run fastrepl");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// What the relay served so far (snapshot and log bytes), from `status --json` in the master's namespace.
+fn relay_served(ns: &str, relay: &str) -> u64 {
+    let (ok, out, err) = fastrepl_in(ns, &["status", "--relay", relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]);
+    assert!(ok, "status: {out}{err}");
+    let st: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"));
+    st["served_bytes_total"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0) + st["log_served_bytes_total"].as_u64().unwrap_or(0)
+}
+
+/// What the stage init container decided, from its `--json` report.
+struct Start {
+    /// ("stage" | "keep", reason).
+    what: (String, String),
+    /// The replication offset of the RDB on the volume it judged (0 when there was none).
+    offset: u64,
+    /// The relay's generation it staged (None when it kept).
+    generation: Option<u64>,
+}
+
+fn decision(outs: &BTreeMap<String, String>) -> Start {
+    let text = &outs["stage"];
+    let report: Value = text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no JSON report from stage:\n{text}"));
+    let s = &report["start"];
+    let what = (s["decision"].as_str().unwrap_or_default().to_string(), s["because"]["reason"].as_str().unwrap_or_default().to_string());
+    Start { what, offset: s["because"]["offset"].as_u64().unwrap_or(0), generation: report["generation"].as_u64() }
+}
+
+/// The kept RDB is the one the server wrote at SIGTERM (at least its offset then), not an older file:
+/// the manifest's config saves at SIGTERM.
+fn assert_kept_own(d: &Start, offset_at_shutdown: i64) {
+    assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
+    assert!(d.offset as i64 >= offset_at_shutdown, "the kept RDB is older than the server's shutdown (offset {} < {offset_at_shutdown}): the config did not save at SIGTERM", d.offset);
+}
+
+fn write(master: &Master, prefix: &str, n: usize) {
+    let mut c = master.client();
+    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| vec![b"SET".to_vec(), format!("{prefix}:{i}").into_bytes(), format!("{prefix}-value-{i}").into_bytes()]).collect();
+    for chunk in cmds.chunks(500) {
+        for r in c.pipeline(chunk).expect("write pipeline") {
+            assert!(!r.is_error(), "write failed: {r:?}");
+        }
+    }
+}
+
+/// The fleet: the lab, the names, the master, the relay's pod, the replica pods and their claims.
+/// Fields drop in this order: the processes before the names and the namespaces.
+struct Fleet {
+    relay: Option<Pod>,
+    master: Master,
+    dns: Dns,
+    lab: Lab,
+    m: Manifests,
+    master_addr: String,
+    relay_addr: String,
+    /// The StatefulSet: its pod template, headless Service and claim template.
+    sts: Value,
+    claims_root: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// The relay's pod (re)created: a Deployment with strategy Recreate, the old one gone first.
+    fn start_relay(&mut self) {
+        if let Some(mut old) = self.relay.take() {
+            old.terminate();
+        }
+        let mut p = Pod::create(&self.m, self.m.get("Deployment", "fastrepl-relay"), "fastrepl-relay-pod", &self.lab.hosts[RELAY_HOST], &BTreeMap::new());
+        p.run();
+        let (ns, relay) = (self.master.ns.clone(), self.relay_addr.clone());
+        wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&ns, &["status", "--relay", &relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
+        self.relay = Some(p);
+    }
+
+    /// The pod's stable DNS name (the StatefulSet's headless Service).
+    fn fqdn(&self, pod: &str) -> String {
+        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
+        format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+    }
+
+    fn claim(&self, pod: &str) -> PathBuf {
+        let name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().expect("a claim template");
+        self.claims_root.path().join(format!("{name}-{pod}"))
+    }
+
+    /// Create replica pod `pod` on `host` (its name published there), run its init containers; the
+    /// server is not started yet. Returns the pod and the stage decision.
+    fn create_replica(&mut self, pod: &str, host: usize) -> (Pod, Start) {
+        let p = self.place_replica(pod, host);
+        let outs = p.init();
+        (p, decision(&outs))
+    }
+
+    /// Replica pod `pod` created on `host` with its claim, its name published; nothing run yet.
+    fn place_replica(&mut self, pod: &str, host: usize) -> Pod {
+        let h = self.lab.hosts[host].clone();
+        let fqdn = self.fqdn(pod);
+        self.dns.set(&fqdn, Some(&h.ip)); // publishNotReadyAddresses: named before Ready
+        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
+        let claims = BTreeMap::from([(claim_name, self.claim(pod))]);
+        Pod::create(&self.m, &self.sts, pod, &h, &claims)
+    }
+
+    /// Start the server of a pod whose init ran, with its link down first: the readiness probe says
+    /// "not linked" while the server is up but cannot reach the master, then, the link up, ready only
+    /// once the replica is linked and loaded. Returns once ready, after one partial resync on the master.
+    fn serve(&mut self, pod: &mut Pod, host: usize) {
+        let before = self.master.counts();
+        self.lab.set_link(host, false).unwrap();
+        pod.run();
+        wait_until("the server to answer in its pod", Duration::from_secs(15), || netns::within(&pod.ns, || std::net::TcpStream::connect("127.0.0.1:6379").is_ok()).ok()?.then_some(()));
+        let (ready, said) = pod.ready();
+        assert!(!ready && said.contains("not ready"), "{}: ready while cut off from the master: {said}", pod.name);
+        self.lab.set_link(host, true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ready, said) = pod.ready();
+            if ready {
+                // Ready means linked and loaded, now.
+                let i = pod.client().info("replication").unwrap();
+                assert_eq!(i.get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
+                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
+            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
+        }
+        let after = self.master.counts();
+        assert_eq!((after.0, after.1), (before.0, before.1 + 1), "{}: the start was not one partial resync (sync_full, sync_partial_ok)", pod.name);
+    }
+
+    /// Stop `pod` as Kubernetes does and create it again on `host` with its volume, `writes` keys
+    /// written to the master while it is down: the next start keeps the server's own RDB, pulls
+    /// nothing from the relay, resyncs partially, and the data is the master's.
+    fn restart_keeping(&mut self, mut pod: Pod, host: usize, writes: usize) -> Pod {
+        let name = pod.name.clone();
+        self.assert_identical(&name);
+        let offset = pod.info_num("replication", "slave_repl_offset");
+        pod.terminate();
+        drop(pod);
+        write(&self.master, "down", writes);
+        let served = relay_served(&self.master.ns, &self.relay_addr);
+        let (mut pod, d) = self.create_replica(&name, host);
+        assert_kept_own(&d, offset);
+        assert_eq!(relay_served(&self.master.ns, &self.relay_addr), served, "{name}: the relay served bytes for a kept volume");
+        self.serve(&mut pod, host);
+        self.assert_identical(&name);
+        pod
+    }
+
+    /// `fastrepl verify` between the master and a pod, by their DNS names, from the master's namespace.
+    fn assert_identical(&self, pod: &str) {
+        let replica = format!("{}:6379", self.fqdn(pod));
+        wait_until(&format!("{pod} to catch up"), Duration::from_secs(30), || {
+            let i = self.master.client().info("replication").ok()?;
+            let m = i.num("master_repl_offset")?;
+            let line = i.0.into_iter().find(|(_, v)| v.contains(&self.fqdn(pod)))?.1;
+            let off: i64 = line.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
+            (off >= m).then_some(())
+        });
+        let (ok, out, err) = fastrepl_in(&self.master.ns, &["verify", &self.master_addr, &replica], &[("FASTREPL_VERIFY_PASSWORD", PASSWORD)]);
+        assert!(ok, "verify {} {replica}:\n{out}{err}", self.master_addr);
+    }
+}
+
+#[test]
+fn a_replica_pod_lives_through_its_life() {
+    if !netns::available() {
+        return fixtures::skip("network namespaces unavailable (root and `ip` needed)");
+    }
+    let Some(python) = python_with_yaml() else { return fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)") };
+    if !Path::new("/usr/bin/redis-cli").is_file() {
+        return fixtures::skip("no redis-cli (Debian's redis-tools) for the probe scripts");
+    }
+    require_server(Flavor::Redis70);
+    let m = Manifests::load(&python);
+    let sts = m.get("StatefulSet", "redis-replica").clone();
+    let relay_addr = format!("{}:7400", m.service_name("fastrepl-relay"));
+    let master_addr = format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}:6379");
+    // The names the manifests use are the ones served here.
+    let stage_args = sts["spec"]["template"]["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
+    assert!(stage_args.contains(&format!("\"{relay_addr}\"")) && stage_args.contains(&format!("\"{master_addr}\"")), "stage's --relay/--master are not {relay_addr}/{master_addr}: {stage_args}");
+
+    let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
+    let mut dns = Dns::new(&lab);
+    dns.set(&format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"), Some(&lab.hosts[MASTER_HOST].ip));
+    dns.set(&m.service_name("fastrepl-relay"), Some(&lab.hosts[RELAY_HOST].ip));
+    let master = Master::start(&lab.hosts[MASTER_HOST]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    let mut f = Fleet { relay: None, master, dns, lab, m, master_addr, relay_addr, sts, claims_root: tempfile::tempdir().unwrap() };
+    f.start_relay();
+
+    // 1. The fleet's first replica: an empty volume staged; the relay captured from the master (no
+    //    replica qualifies yet: the one fork the fleet costs it).
+    let forks = f.master.counts().2;
+    let (mut pod0, d) = f.create_replica("redis-replica-0", 2);
+    assert_eq!(d.what, ("stage".into(), "empty".into()));
+    f.serve(&mut pod0, 2);
+    assert_eq!(f.master.counts().2, forks + 1, "the first capture is the master's one fork");
+    f.assert_identical("redis-replica-0");
+
+    // The relay's pod replaced (Recreate): its next capture is from a replica, by the name it
+    // announces (replica-announce-ip: the pod's DNS name). A second replica, born with no fork on the master.
+    f.start_relay();
+    write(&f.master, "a", 2000);
+    let (forks, forks0) = (f.master.counts().2, pod0.info_num("stats", "total_forks"));
+    let (mut pod1, d) = f.create_replica("redis-replica-1", 3);
+    assert_eq!(d.what, ("stage".into(), "empty".into()));
+    f.serve(&mut pod1, 3);
+    assert_eq!(f.master.counts().2, forks, "the master forked for the second replica");
+    assert!(pod0.info_num("stats", "total_forks") > forks0, "the relay did not capture from redis-replica-0");
+    f.assert_identical("redis-replica-1");
+
+    // 2. A rolling restart: SIGTERM (the config saves), the next start keeps the RDB, pulls nothing.
+    write(&f.master, "b", 1000);
+    let forks = f.master.counts().2;
+    let pod1 = f.restart_keeping(pod1, 3, 0);
+    // 3. Rescheduled to another node: a new address, the same volume (the name follows it), the
+    //    master written to while it moves: still well inside its backlog.
+    write(&f.master, "c", 1000);
+    let mut pod1 = f.restart_keeping(pod1, 5, 500);
+    assert_eq!(f.master.counts().2, forks);
+    let slave = f.master.client().info("replication").unwrap().0.into_iter().find(|(_, v)| v.contains("redis-replica-1")).map(|(_, v)| v);
+    assert!(slave.is_some(), "the master does not list redis-replica-1 by its name");
+    f.assert_identical("redis-replica-1");
+
+    // 4. Scale down to one (redis-replica-1 and its claim deleted: the StatefulSet's default keeps
+    //    claims, an operator or persistentVolumeClaimRetentionPolicy deletes them), then up to three
+    //    at once (podManagementPolicy Parallel): two new pods, empty volumes, new addresses, their
+    //    init steps at the same time, one snapshot for both.
+    pod1.terminate();
+    drop(pod1);
+    std::fs::remove_dir_all(f.claim("redis-replica-1")).unwrap();
+    let gone = f.fqdn("redis-replica-1");
+    f.dns.set(&gone, None);
+    write(&f.master, "e", 2000);
+    let (mut pod1, mut pod2) = (f.place_replica("redis-replica-1", 6), f.place_replica("redis-replica-2", 4));
+    let (d1, d2) = std::thread::scope(|s| {
+        let (a, b) = (s.spawn(|| decision(&pod1.init())), s.spawn(|| decision(&pod2.init())));
+        (a.join().expect("redis-replica-1's init"), b.join().expect("redis-replica-2's init"))
+    });
+    assert_eq!((d1.what, d2.what), (("stage".into(), "empty".into()), ("stage".into(), "empty".into())));
+    assert!(d1.generation.is_some() && d1.generation == d2.generation, "the two new pods did not stage one snapshot: {:?} {:?}", d1.generation, d2.generation);
+    f.serve(&mut pod1, 6);
+    f.serve(&mut pod2, 4);
+    assert_eq!(f.master.counts().2, forks, "the master forked for a scale-up");
+    for p in ["redis-replica-0", "redis-replica-1", "redis-replica-2"] {
+        f.assert_identical(p);
+    }
+    // 5. Failover is not lived here: these manifests' replicas follow the master behind the
+    //    `redis-master` Service, a prerequisite (a Bitnami release) whose failover they do not run;
+    //    a replica follows whatever that name points to at its next start. e2e_stage.rs lives the
+    //    cluster failover with `stage`'s own command lines.
+    drop((pod0, pod1, pod2));
+}
