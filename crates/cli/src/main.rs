@@ -154,7 +154,7 @@ struct RelayTlsArgs {
     /// Reach the relay over TLS, trusting relay certificates this CA signed, PEM.
     #[arg(long, env = "FASTREPL_RELAY_CACERT")]
     relay_cacert: Option<PathBuf>,
-    /// Name to check the relay's certificate against (default: its IP address).
+    /// Name to check the relay's certificate against (default: the host in --relay, a name or an address).
     #[arg(long, requires = "relay_cacert", env = "FASTREPL_RELAY_SERVER_NAME")]
     relay_server_name: Option<String>,
 }
