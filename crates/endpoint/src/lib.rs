@@ -168,15 +168,21 @@ impl Endpoint {
     /// the name is resolved again at every call. The error is the last address's, naming it.
     pub fn connect(&self, timeout: Duration) -> std::io::Result<TcpStream> {
         let addrs = self.resolve().map_err(|e| std::io::Error::new(e.kind(), format!("resolve {self}: {e}")))?;
-        let mut last = None;
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, timeout) {
-                Ok(s) => return Ok(s),
-                Err(e) => last = Some(std::io::Error::new(e.kind(), format!("{self} ({a}): {e}"))),
-            }
-        }
-        Err(last.expect("resolve returns at least one address"))
+        connect_first(self, &addrs, timeout)
     }
+}
+
+/// A connection to the first of `addrs` (what `ep` resolved to) that answers, each tried within
+/// `timeout`; the error is the last address's, naming `ep` and it.
+fn connect_first(ep: &Endpoint, addrs: &[SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{ep} resolves to no address"));
+    for a in addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = std::io::Error::new(e.kind(), format!("{ep} ({a}): {e}")),
+        }
+    }
+    Err(last)
 }
 
 /// `host:port` from a host as servers report it (an IPv6 address bare, as in `INFO replication`'s
@@ -244,8 +250,19 @@ mod tests {
     }
 
     #[test]
+    fn an_address_that_refuses_is_passed_over_for_the_next() {
+        // As `localhost` resolving to ::1 first for a server bound to 127.0.0.1 only.
+        let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead: SocketAddr = "127.0.0.1:0".parse().unwrap(); // nothing can listen on port 0: refused at once
+        let ep = ep(&format!("localhost:{}", live.local_addr().unwrap().port()));
+        let s = connect_first(&ep, &[dead, live.local_addr().unwrap()], Duration::from_secs(5)).unwrap();
+        assert_eq!(s.peer_addr().unwrap(), live.local_addr().unwrap());
+        let e = connect_first(&ep, &[dead], Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.contains(&dead.to_string()) && e.contains("localhost"), "{e}");
+    }
+
+    #[test]
     fn localhost_reaches_a_listener_on_either_family() {
-        // Bound to 127.0.0.1 only: `localhost` may resolve to ::1 first, and the next address must be tried.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let s = ep(&format!("localhost:{port}")).connect(Duration::from_secs(5)).unwrap();
