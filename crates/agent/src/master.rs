@@ -96,6 +96,11 @@ pub fn ip_address(addr: &str) -> Result<(String, String), Error> {
 
 /// `host:port` as its host (brackets of an IPv6 address removed) and port, as `REPLICAOF` takes them.
 pub fn split_host_port(addr: &str) -> Result<(String, String), Error> {
-    let (h, p) = addr.rsplit_once(':').ok_or_else(|| Error::Precondition(format!("master address {addr:?} is not host:port")))?;
-    Ok((h.trim_matches(['[', ']']).to_string(), p.to_string()))
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    Ok((ep.host_str(), ep.port().to_string()))
+}
+
+/// `master_repl_offset` from `INFO replication` (0 when it does not say).
+pub fn repl_offset(repl: &Info) -> u64 {
+    repl.num("master_repl_offset").and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
 }

@@ -95,7 +95,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         }
         // Judged before the pull (a snapshot already out of the backlog is renewed now), then after
         // it, with its real duration and the write rate over it.
-        let before = (Instant::now(), offset_of(&repl));
+        let before = (Instant::now(), crate::master::repl_offset(&repl));
         let length = desc.length.unwrap_or(desc.published);
         if let Err(why) = judge(&repl, desc.offset, 0.0, staging::needed_secs(length, length, 0.0)) {
             renew(src, &desc, &repl, &why, &mut renewals)?;
@@ -133,7 +133,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
             std::thread::sleep(left); // A measurement interval, not a synchronization.
         }
         let repl = master.info("replication").map_err(Error::master)?;
-        let rate = offset_of(&repl).saturating_sub(before.1) as f64 / before.0.elapsed().as_secs_f64();
+        let rate = crate::master::repl_offset(&repl).saturating_sub(before.1) as f64 / before.0.elapsed().as_secs_f64();
         let headroom = match judge(&repl, desc.offset, rate, staging::needed_secs(stats.bytes, 0, 0.0)) {
             Ok(h) => h,
             Err(why) => {
@@ -147,10 +147,6 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
         let pulled = Pulled { stats, transport: transport.kind(), detail, secs, first_byte };
         return Ok(Fetched { file, pulled, desc, headroom, renewals });
     }
-}
-
-fn offset_of(repl: &Info) -> u64 {
-    repl.num("master_repl_offset").and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
 }
 
 /// The RDB's aux fields must carry the snapshot's replication ID and offset.
@@ -182,7 +178,7 @@ fn renew(src: &Source<'_>, desc: &snapshot::Descriptor, repl: &Info, why: &str, 
             "the snapshot was too old for the master's backlog {RENEWALS_MAX} times ({why}): raise the master's repl-backlog-size, or stage while it writes less"
         )));
     }
-    let min_offset = offset_of(repl);
+    let min_offset = crate::master::repl_offset(repl);
     let answer = transport::renew::renew(src.relay, src.token, desc.generation, min_offset, limits::COMMAND_TIMEOUT).map_err(Error::relay)?;
     tracing::warn!(generation = desc.generation, offset = desc.offset, min_offset, ?answer, "the snapshot is too old to stage ({why}); the relay takes a newer one");
     Ok(())

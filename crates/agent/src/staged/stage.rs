@@ -115,7 +115,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         Some(_) => (first_master(cfg, relays_master)?, None),
     };
     let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
-    let decision = decide(&mut master, &master_addr, &cfg.dir.join(&cfg.dbfilename))?;
+    let decision = decide(&mut master, &cfg.dir.join(&cfg.dbfilename))?;
     if let Decision::Keep(_) = decision {
         return Ok(StageReport { start: decision, master: Some(master_addr), staged: None, secs: t0.elapsed().as_secs_f64() });
     }
@@ -123,7 +123,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     // A cluster node's config is prepared (and checked) before the pull, so a refusal costs nothing.
     let cluster = match &cfg.cluster_config {
         None => None,
-        Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name), previous_master.as_deref())?),
+        Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name), node.as_ref(), previous_master.as_deref())?),
     };
     let rdb_version_check = server_config.as_ref().and_then(|(_, c)| c.rdb_version_check.clone());
     let loads = |v: u32| {
@@ -157,30 +157,25 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
 
 /// The volume's RDB judged against the master (its write rate measured only when the RDB continues
 /// its history: that is when the headroom decides).
-fn decide(master: &mut Client, addr: &str, rdb_path: &Path) -> Result<Decision, Error> {
+fn decide(master: &mut Client, rdb_path: &Path) -> Result<Decision, Error> {
     let rdb = volume::rdb(rdb_path);
     let before = (Instant::now(), master.info("replication").map_err(Error::master)?);
-    let view = master_view(addr, &before.1, 0.0)?;
+    let view = master_view(&before.1, 0.0)?;
     let first = start::decide(&rdb, &view);
     if !matches!(first, Decision::Keep(_)) {
         return Ok(first);
     }
     std::thread::sleep(limits::WRITE_RATE_WINDOW_MIN); // A measurement interval, not a synchronization.
     let after = master.info("replication").map_err(Error::master)?;
-    let written = offset_of(&after).saturating_sub(offset_of(&before.1));
+    let written = crate::master::repl_offset(&after).saturating_sub(crate::master::repl_offset(&before.1));
     let rate = written as f64 / before.0.elapsed().as_secs_f64();
-    Ok(start::decide(&rdb, &master_view(addr, &after, rate)?))
-}
-
-fn offset_of(repl: &Info) -> u64 {
-    repl.num("master_repl_offset").and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+    Ok(start::decide(&rdb, &master_view(&after, rate)?))
 }
 
 /// The master as the start decision sees it, from its `INFO replication`.
-fn master_view(addr: &str, repl: &Info, write_rate: f64) -> Result<MasterView, Error> {
+fn master_view(repl: &Info, write_rate: f64) -> Result<MasterView, Error> {
     let backlog = Backlog::from_info(|k| repl.num(k)).ok_or_else(|| Error::protocol(Party::Master, "it does not report its backlog (repl_backlog_* in INFO replication)"))?;
     Ok(MasterView {
-        addr: addr.to_string(),
         replid: repl.get("master_replid").unwrap_or_default().to_string(),
         replid2: repl.get("master_replid2").unwrap_or_default().to_string(),
         second_offset: repl.num("second_repl_offset").and_then(|n| u64::try_from(n).ok()),
@@ -234,9 +229,10 @@ fn cluster_nodes(c: &mut Client) -> Result<Vec<Node>, Error> {
 }
 
 /// The node's cluster config as the master's replica: (path, text, node id, master id). An existing
-/// config keeps its node id, and must be an empty master's, or already this master's replica's, or
-/// the replica's of `previous` (its shard's master before a failover).
-fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous: Option<&str>) -> Result<(PathBuf, String, String, String), Error> {
+/// config (`node`, as the volume holds it) keeps its node id, and must be an empty master's, or
+/// already this master's replica's, or the replica's of `previous` (its shard's master before a
+/// failover).
+fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, node: Option<&NodeOnVolume>, previous: Option<&str>) -> Result<(PathBuf, String, String, String), Error> {
     if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster node: --cluster-config stages a cluster node, which must follow a cluster master")));
     }
@@ -246,10 +242,8 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous:
     if me.role != Role::Master || me.slots == 0 {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster master serving slots: name the shard's master with --master")));
     }
-    let node_id = match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let nodes = cluster::parse(&text).map_err(|e| Error::Precondition(format!("{}: {e}", path.display())))?;
-            let mine = cluster::myself(&nodes).map_err(|e| Error::Precondition(format!("{}: {e}", path.display())))?;
+    let node_id = match node {
+        Some(NodeOnVolume::Parsed(mine)) => {
             let follows = |id: Option<&str>| id.is_some() && mine.master.as_deref() == id;
             let ok = (mine.role == Role::Master && mine.slots == 0) || (mine.role == Role::Replica && (follows(Some(me.id.as_str())) || follows(previous)));
             if !ok {
@@ -260,8 +254,7 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, previous:
             }
             mine.id.clone()
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => cluster::new_id().map_err(Error::Internal)?,
-        Err(e) => return Err(Error::Precondition(format!("read {}: {e}", path.display()))),
+        Some(NodeOnVolume::Absent) | None => cluster::new_id().map_err(Error::Internal)?,
     };
     // A master that has not learned its own address is written with the one the stager reached, as
     // an IP: the servers read an IP in that field of a cluster config.

@@ -50,8 +50,6 @@ pub enum NodeOnVolume {
 /// The master a replica is to follow, as its `INFO replication` describes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MasterView {
-    /// `host:port`, as the server will reach it.
-    pub addr: String,
     /// `master_replid`.
     pub replid: String,
     /// `master_replid2`: the history before its last promotion.
@@ -190,7 +188,6 @@ mod tests {
 
     fn master(replid: &str, first: u64, last: u64) -> MasterView {
         MasterView {
-            addr: "m:6379".into(),
             replid: replid.into(),
             replid2: "0".repeat(40),
             second_offset: None,
