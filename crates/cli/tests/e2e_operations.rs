@@ -597,7 +597,12 @@ fn the_stage_drop_in_prepares_the_server_as_its_unit_runs_it() {
         };
         env.push((k, v));
     }
-    let argv: Vec<String> = line.split_whitespace().map(|w| w.replace("/usr/local/bin/fastrepl", env!("CARGO_BIN_EXE_fastrepl")).replace("%d", creds.to_str().unwrap()).replace("%i", "6380")).chain(["--json".to_string()]).collect();
+    // The binary where the unit's user can run it: the build's own path may sit under a directory
+    // only its owner can enter (a clone in `mktemp -d`, mode 0700).
+    let bin = top.path().join("fastrepl");
+    std::fs::copy(env!("CARGO_BIN_EXE_fastrepl"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let argv: Vec<String> = line.split_whitespace().map(|w| w.replace("/usr/local/bin/fastrepl", bin.to_str().unwrap()).replace("%d", creds.to_str().unwrap()).replace("%i", "6380")).chain(["--json".to_string()]).collect();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut cmd = as_user(&user, &umask, &argv);
     cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").envs(env);
