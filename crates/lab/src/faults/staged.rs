@@ -97,6 +97,15 @@ const JOIN_DEADLINE: Duration = Duration::from_secs(180);
 const PHASE_DEADLINE: Duration = Duration::from_secs(60);
 /// A killed agent's node is given this long to be undone by its guard (or restarted).
 const SETTLE: Duration = Duration::from_secs(10);
+/// How long a synced node may take to apply what its master wrote before it is compared.
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Has `node` applied everything `master` wrote (its link up, its offset the master's)?
+fn caught_up(master: &Node, node: &Node) -> bool {
+    let offset = |n: &Node, k: &str| n.try_client().ok().and_then(|mut c| c.info("replication").ok()).and_then(|i| i.num(k));
+    let linked = node.try_client().ok().and_then(|mut c| c.info("replication").ok()).is_some_and(|i| i.get("master_link_status") == Some("up"));
+    linked && offset(master, "master_repl_offset").is_some() && offset(master, "master_repl_offset") == offset(node, "slave_repl_offset")
+}
 
 /// Run one cell with servers of `flavor` and the `fastrepl` binary `exe`.
 pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult> {
@@ -178,6 +187,13 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         // master, itself a replica by then, until the cluster moves it.
         let candidates = [c.master(0), &c.replicas(0)[0]];
         let current = candidates.into_iter().find(|n| seen(n).0 == SeenRole::Standalone).unwrap_or(c.master(0));
+        // Compared once it has applied what that master wrote (the writer has stopped): read at
+        // once, the stream still in flight after a failover shows as differences that are only lag.
+        // A replica on a wrong history never gets there, and is compared at the deadline.
+        let deadline = Instant::now() + CATCH_UP;
+        while Instant::now() < deadline && !caught_up(current, &node) {
+            std::thread::sleep(Duration::from_millis(100)); // Waiting for replication, with a deadline.
+        }
         o.differences = compare(current, &node);
     }
     let told = last_json(&j.output()).map(|r| format!("handoff {} {}", r["handoff"], r["notes"])).unwrap_or_else(|| o.message.clone());
