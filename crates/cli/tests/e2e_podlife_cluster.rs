@@ -1,0 +1,326 @@
+//! A cluster shard's pods live their life by the example's own commands: contrib/k8s's
+//! cluster-shard.yaml (the shard's relay Deployment and the StatefulSet of shard 0's extra nodes)
+//! run by the small kubelet of tests/pods, each pod a network namespace with a volume directory, the
+//! names served as in a cluster. The prerequisite, a three-master Redis Cluster on port 6379 behind
+//! the headless Service `redis-cluster-headless` (as a Bitnami `redis-cluster` release would be), is
+//! started here with the same password and announced DNS names.
+//!
+//! The life: scale up from none to two (both init steps at once, one snapshot, the one fork on the
+//! shard's master: it had no replica to capture from); each start's postStart hook (meet.sh)
+//! introducing the node by the headless Service's addresses; a rolling restart (kept, nothing
+//! pulled); a reschedule to a new address with the same volume (kept, the cluster learns the new
+//! address from the node's MEET); a failover (CLUSTER FAILOVER to one pod) after which the promoted
+//! pod's next start keeps everything (a master serving slots) and the other pod's next start follows
+//! the shard's current master, asked of the cluster, not the address the manifest names. Each start:
+//! `stage`'s decision, one partial resync on the shard's master, readiness only when linked and
+//! loaded (or a master serving slots), and the data identical (`fastrepl verify`).
+
+mod common;
+mod pods;
+use common::*;
+use fixtures::netns::{self, Lab};
+use pods::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The prerequisite cluster's headless Service and its pods' names (`redis-cluster-0`...).
+const CLUSTER_SERVICE: &str = "redis-cluster-headless";
+const CLUSTER_NODES: usize = 3;
+/// The lab's hosts: the cluster's nodes on 0..3, the shard's relay, then the shard's pods.
+const RELAY_HOST: usize = 3;
+const HOSTS: usize = 7;
+
+/// A node of the prerequisite cluster: port 6379 (bus 16379), the password, its DNS name announced.
+struct ClusterNode {
+    name: String,
+    ns: String,
+    ip: String,
+    _proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl ClusterNode {
+    fn start(host: &netns::Host, name: &str) -> ClusterNode {
+        let dir = tempfile::tempdir().unwrap();
+        let fqdn = format!("{name}.{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
+        let args: Vec<String> = [
+            "--port", "6379", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "15000", "--requirepass", PASSWORD,
+            "--masterauth", PASSWORD, "--cluster-announce-hostname", &fqdn, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--dir".to_string(), dir.path().display().to_string()])
+        .collect();
+        let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
+        let n = ClusterNode { name: name.to_string(), ns: host.ns.clone(), ip: host.ip.clone(), _proc: p, _dir: dir };
+        wait_until(&format!("{name} to answer"), Duration::from_secs(15), || netns::within(&n.ns, || std::net::TcpStream::connect("127.0.0.1:6379").is_ok()).ok()?.then_some(()));
+        n
+    }
+
+    fn client(&self) -> client::Client {
+        connect(&self.ns, "127.0.0.1:6379")
+    }
+
+    fn fqdn(&self) -> String {
+        format!("{}.{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}", self.name)
+    }
+}
+
+/// A server's (sync_full, sync_partial_ok, total_forks).
+fn counts(c: &mut client::Client) -> (i64, i64, i64) {
+    let i = c.info("stats").expect("INFO stats");
+    let n = |k: &str| i.num(k).unwrap_or_else(|| panic!("INFO stats has no {k}"));
+    (n("sync_full"), n("sync_partial_ok"), n("total_forks"))
+}
+
+fn text(f: resp::Frame) -> String {
+    match f {
+        resp::Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("not a bulk reply: {other:?}"),
+    }
+}
+
+fn my_id(c: &mut client::Client) -> String {
+    text(c.cmd(&["CLUSTER", "MYID"]).expect("CLUSTER MYID"))
+}
+
+/// Node `id`'s line in `c`'s CLUSTER NODES.
+fn line_of(c: &mut client::Client, id: &str) -> Option<String> {
+    text(c.cmd(&["CLUSTER", "NODES"]).ok()?).lines().find(|l| l.starts_with(id)).map(str::to_string)
+}
+
+/// The shard's pods and what they live in.
+struct Shard {
+    _relay: Pod,
+    nodes: Vec<ClusterNode>,
+    dns: Dns,
+    lab: Lab,
+    m: Manifests,
+    relay_addr: String,
+    sts: serde_json::Value,
+    claims_root: tempfile::TempDir,
+}
+
+impl Shard {
+    fn fqdn(&self, pod: &str) -> String {
+        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
+        format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+    }
+
+    fn place(&mut self, pod: &str, host: usize) -> Pod {
+        let h = self.lab.hosts[host].clone();
+        let fqdn = self.fqdn(pod);
+        self.dns.set(&fqdn, Some(&h.ip));
+        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
+        let claims = BTreeMap::from([(claim_name.clone(), self.claims_root.path().join(format!("{claim_name}-{pod}")))]);
+        Pod::create(&self.m, &self.sts, pod, &h, &claims)
+    }
+
+    fn served(&self) -> u64 {
+        relay_served(&self.nodes[0].ns, &self.relay_addr)
+    }
+
+    /// Start the pod's server, run its postStart hook (meet.sh) as the kubelet does, and wait until
+    /// the readiness probe says Ready; then Ready must mean what ready.sh promises.
+    fn serve(&self, pod: &mut Pod) {
+        pod.run();
+        let (ok, said) = pod.post_start();
+        assert!(ok, "{}: the postStart hook (meet.sh) failed:\n{said}", pod.name);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ready, said) = pod.ready();
+            if ready {
+                let i = pod.client().info("replication").unwrap();
+                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
+                let serves = i.get("role") == Some("master") && text(pod.client().cmd(&["CLUSTER", "INFO"]).unwrap()).contains("cluster_slots_assigned:16384");
+                assert!(serves || i.get("master_link_status") == Some("up"), "{}: ready but neither linked nor a master", pod.name);
+                return;
+            }
+            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
+            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
+        }
+    }
+
+    /// `fastrepl verify` between two nodes by their DNS names, once both see the cluster up and the
+    /// replica has what its master wrote.
+    fn assert_identical(&self, master: &str, replica: &str) {
+        let c = |name: &str| {
+            let addr = format!("{}:6379", self.dns.lookup(name)?);
+            netns::within(&self.nodes[0].ns, move || client::Client::connect(&addr, Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(5))).ok()?.ok()
+        };
+        for n in [master, replica] {
+            wait_until(&format!("{n} to see the cluster up"), Duration::from_secs(60), || text(c(n)?.cmd(&["CLUSTER", "INFO"]).ok()?).contains("cluster_state:ok").then_some(()));
+        }
+        wait_until(&format!("{replica} to catch up with {master}"), Duration::from_secs(30), || {
+            let m = c(master)?.info("replication").ok()?.num("master_repl_offset")?;
+            (c(replica)?.info("replication").ok()?.num("slave_repl_offset")? >= m).then_some(())
+        });
+        let (ok, out, err) = fastrepl_in(&self.nodes[0].ns, &["verify", &format!("{master}:6379"), &format!("{replica}:6379")], &[("FASTREPL_VERIFY_PASSWORD", PASSWORD)]);
+        assert!(ok, "verify {master} {replica}:\n{out}{err}");
+    }
+
+    /// Stop `pod` as Kubernetes does and create it again on `host` with its volume; returns the
+    /// new pod (init run, not started) and its decision. Nothing may be pulled for it.
+    fn restart(&mut self, mut pod: Pod, host: usize) -> (Pod, Start) {
+        let name = pod.name.clone();
+        pod.terminate();
+        drop(pod);
+        let served = self.served();
+        let p = self.place(&name, host);
+        let d = decision(&p.init());
+        assert_eq!(self.served(), served, "{name}: the relay served bytes for a kept volume");
+        (p, d)
+    }
+}
+
+/// Write `n` keys of the hash tag `tag` (in shard 0's slots) through `c`.
+fn write(c: &mut client::Client, tag: &str, prefix: &str, n: usize) {
+    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| client::command(&["SET", &format!("{{{tag}}}:{prefix}:{i}"), &format!("{prefix}-value-{i}")])).collect();
+    for chunk in cmds.chunks(500) {
+        for r in c.pipeline(chunk).expect("write pipeline") {
+            assert!(!r.is_error(), "write failed: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn a_cluster_shard_pod_lives_through_its_life() {
+    if !netns::available() {
+        return fixtures::skip("network namespaces unavailable (root and `ip` needed)");
+    }
+    let Some(python) = python_with_yaml() else { return fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)") };
+    if !Path::new("/usr/bin/redis-cli").is_file() {
+        return fixtures::skip("no redis-cli (Debian's redis-tools) for the probe scripts");
+    }
+    require_server(Flavor::Redis70);
+    let m = Manifests::load(&python);
+    let sts = m.get("StatefulSet", "redis-cluster-shard0").clone();
+    let relay_addr = format!("{}:7400", m.service_name("fastrepl-relay-shard0"));
+    // The names the manifests use are the ones served here.
+    let stage_args = sts["spec"]["template"]["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
+    let headless = format!("{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
+    assert!(stage_args.contains(&format!("\"{relay_addr}\"")) && stage_args.contains(&format!("\"{headless}:6379\"")), "stage's --relay/--master are not {relay_addr}/{headless}:6379: {stage_args}");
+
+    let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
+    let mut dns = Dns::new(&lab);
+    let nodes: Vec<ClusterNode> = (0..CLUSTER_NODES).map(|i| ClusterNode::start(&lab.hosts[i], &format!("redis-cluster-{i}"))).collect();
+    for n in &nodes {
+        dns.set(&n.fqdn(), Some(&n.ip));
+    }
+    dns.set_all(&headless, &nodes.iter().map(|n| n.ip.as_str()).collect::<Vec<_>>());
+    // The prerequisite cluster: the slots split three ways, the nodes introduced.
+    for (i, n) in nodes.iter().enumerate() {
+        let (first, last) = (i * 16_384 / CLUSTER_NODES, (i + 1) * 16_384 / CLUSTER_NODES - 1);
+        n.client().cmd(&["CLUSTER", "ADDSLOTSRANGE", &first.to_string(), &last.to_string()]).expect("CLUSTER ADDSLOTSRANGE");
+        if i > 0 {
+            n.client().cmd(&["CLUSTER", "MEET", &nodes[0].ip, "6379"]).expect("CLUSTER MEET");
+        }
+    }
+    wait_until("the cluster to be up", Duration::from_secs(60), || nodes.iter().all(|n| text(n.client().cmd(&["CLUSTER", "INFO"]).unwrap()).contains("cluster_state:ok")).then_some(()));
+    let last0 = 16_384 / CLUSTER_NODES - 1;
+    let tag = (0..100_000)
+        .map(|i| format!("t{i}"))
+        .find(|t| matches!(nodes[0].client().cmd(&["CLUSTER", "KEYSLOT", t]), Ok(resp::Frame::Integer(s)) if (s as usize) <= last0))
+        .expect("a hash tag in shard 0's slots");
+    write(&mut nodes[0].client(), &tag, "a", 3000);
+    let node0 = nodes[0].fqdn();
+    let node0_id = my_id(&mut nodes[0].client());
+
+    let relay_host = lab.hosts[RELAY_HOST].clone();
+    dns.set(&m.service_name("fastrepl-relay-shard0"), Some(&relay_host.ip));
+    let mut relay = Pod::create(&m, m.get("Deployment", "fastrepl-relay-shard0"), "fastrepl-relay-shard0-pod", &relay_host, &BTreeMap::new());
+    relay.run();
+    wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&nodes[0].ns, &["status", "--relay", &relay_addr, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
+    let mut s = Shard { _relay: relay, nodes, dns, lab, m, relay_addr, sts, claims_root: tempfile::tempdir().unwrap() };
+
+    // 1. Scale up from none to two, at once: both staged from one snapshot, each its shard master's
+    //    replica in the nodes.conf staged with it; the one fork on the shard's master (it had no
+    //    replica to capture from); each a partial resync.
+    let before = counts(&mut s.nodes[0].client());
+    let (mut pod0, mut pod1) = (s.place("redis-cluster-shard0-0", 4), s.place("redis-cluster-shard0-1", 5));
+    let (d0, d1) = std::thread::scope(|sc| {
+        let (a, b) = (sc.spawn(|| decision(&pod0.init())), sc.spawn(|| decision(&pod1.init())));
+        (a.join().expect("shard0-0's init"), b.join().expect("shard0-1's init"))
+    });
+    assert_eq!((d0.what, d1.what), (("stage".into(), "empty".into()), ("stage".into(), "empty".into())));
+    assert!(d0.generation.is_some() && d0.generation == d1.generation, "the two new pods did not stage one snapshot: {:?} {:?}", d0.generation, d1.generation);
+    s.serve(&mut pod0);
+    s.serve(&mut pod1);
+    let after = counts(&mut s.nodes[0].client());
+    // The relay's capture is the one full sync (and fork); the pods' are partial.
+    assert_eq!(after, (before.0 + 1, before.1 + 2, before.2 + 1), "the scale-up on shard 0's master (sync_full, sync_partial_ok, total_forks)");
+    let ids = [my_id(&mut pod0.client()), my_id(&mut pod1.client())];
+    for id in &ids {
+        let line = wait_until("the cluster to list the pod as shard 0's replica", Duration::from_secs(30), || line_of(&mut s.nodes[1].client(), id).filter(|l| l.contains(&format!("slave {node0_id}"))));
+        assert!(line.contains(".redis-cluster-shard0-headless.redis.svc.cluster.local"), "the pod does not announce its DNS name: {line}");
+    }
+    let (fq0, fq1) = (s.fqdn("redis-cluster-shard0-0"), s.fqdn("redis-cluster-shard0-1"));
+    s.assert_identical(&node0, &fq0);
+    s.assert_identical(&node0, &fq1);
+
+    // 2. A rolling restart: the server's own RDB kept, nothing pulled, one partial resync.
+    write(&mut s.nodes[0].client(), &tag, "b", 1000);
+    let before = counts(&mut s.nodes[0].client());
+    let (mut pod1, d) = s.restart(pod1, 5);
+    assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
+    s.serve(&mut pod1);
+    assert_eq!(counts(&mut s.nodes[0].client()), (before.0, before.1 + 1, before.2), "the restart on shard 0's master");
+    s.assert_identical(&node0, &fq1);
+
+    // 3. Rescheduled: a new address, the same volume; kept; the cluster learns the address from the
+    //    postStart MEET (its name follows it).
+    let before = counts(&mut s.nodes[0].client());
+    let (mut pod0, d) = s.restart(pod0, 6);
+    assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
+    s.serve(&mut pod0);
+    assert_eq!(counts(&mut s.nodes[0].client()), (before.0, before.1 + 1, before.2), "the reschedule on shard 0's master");
+    let new_ip = s.lab.hosts[6].ip.clone();
+    for n in &s.nodes {
+        wait_until("the cluster to learn the rescheduled pod's address", Duration::from_secs(30), || line_of(&mut n.client(), &ids[0]).filter(|l| l.contains(&format!(" {new_ip}:6379@"))));
+    }
+    s.assert_identical(&node0, &fq0);
+
+    // 4. Failover to shard0-0 (CLUSTER FAILOVER, as an operator or a failing master would cause):
+    //    redis-cluster-0 and shard0-1 follow it. Its next start keeps everything (a master serving
+    //    slots); shard0-1's next start follows the shard's current master, asked of the cluster
+    //    (the manifest names only the headless Service), and keeps its RDB.
+    write(&mut s.nodes[0].client(), &tag, "c", 1000);
+    // A manual failover needs the replica's bus link to its master up: just rescheduled, it may
+    // still be connecting ("Master is down or failed").
+    wait_until("shard0-0 to see its master on the bus", Duration::from_secs(30), || {
+        line_of(&mut pod0.client(), &node0_id).filter(|l| l.contains(" connected") && !l.contains("fail")).map(|_| ())
+    });
+    pod0.client().cmd(&["CLUSTER", "FAILOVER"]).expect("CLUSTER FAILOVER");
+    let new_master = |h: &str| h == fq0 || h == new_ip;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let role = |c: &mut client::Client| c.info("replication").map(|i| (i.get("role").map(str::to_string), i.get("master_host").map(str::to_string), i.get("master_link_status").map(str::to_string)));
+        let (p0, n0, p1) = (role(&mut pod0.client()), role(&mut s.nodes[0].client()), role(&mut pod1.client()));
+        let follows = |r: &Result<(Option<String>, Option<String>, Option<String>), client::Error>| matches!(r, Ok((_, Some(h), Some(l))) if new_master(h) && l == "up");
+        if matches!(&p0, Ok((Some(r), _, _)) if r == "master") && follows(&n0) && follows(&p1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the failover to shard0-0 did not complete: shard0-0 {p0:?}, redis-cluster-0 {n0:?}, shard0-1 {p1:?}");
+        std::thread::sleep(Duration::from_millis(100)); // Polling with a deadline.
+    }
+    write(&mut pod0.client(), &tag, "d", 1000);
+    let (mut pod0, d) = s.restart(pod0, 6);
+    assert_eq!(d.what, ("keep".into(), "serves_slots".into()));
+    s.serve(&mut pod0);
+    assert_eq!(pod0.client().info("replication").unwrap().get("role"), Some("master"), "the promoted pod came back as a replica");
+    // Its replicas (redis-cluster-0 and shard0-1) come back to it with partial resyncs: the
+    // server restored its history from the RDB it wrote at SIGTERM.
+    wait_until("the promoted pod's replicas to come back", Duration::from_secs(30), || (pod0.info_num("replication", "connected_slaves") == 2).then_some(()));
+    let before = counts(&mut pod0.client());
+    assert_eq!((before.0, before.1), (0, 2), "the promoted pod's replicas after its restart (sync_full, sync_partial_ok)");
+    let (mut pod1, d) = s.restart(pod1, 5);
+    assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
+    s.serve(&mut pod1);
+    let after = counts(&mut pod0.client());
+    assert_eq!(after, (before.0, before.1 + 1, before.2), "shard0-1's restart after the failover, on its new master (sync_full, sync_partial_ok, total_forks)");
+    assert!(pod1.client().info("replication").unwrap().get("master_host").is_some_and(|h| h == fq0 || h == new_ip), "shard0-1 does not follow the promoted pod");
+    s.assert_identical(&fq0, &fq1);
+    s.assert_identical(&fq0, &node0);
+    drop((pod0, pod1));
+}

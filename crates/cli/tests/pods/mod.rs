@@ -1,0 +1,373 @@
+//! A kubelet, small, for the pod-life tests (e2e_podlife, e2e_podlife_cluster): contrib/k8s read with
+//! PyYAML, a pod's init containers, server, probes and hooks run as a kubelet would run them, each pod a
+//! network namespace (fixtures::netns) with a directory per volume, and the cluster's DNS names as
+//! /etc/netns/NS/hosts files.
+#![allow(dead_code)]
+
+use crate::common::*;
+use fixtures::netns;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The password a real Secret `redis-auth` would hold (secrets.example.yaml's names).
+pub const PASSWORD: &str = "podlife0123456789abcdef0123456789";
+
+/// The cluster's DNS suffix the manifests use.
+pub const CLUSTER_DOMAIN: &str = "svc.cluster.local";
+
+// ---- The manifests, read by PyYAML (as e2e_contrib.rs reads them) ----
+
+pub fn k8s_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/k8s")
+}
+
+/// Debian's python3 with PyYAML (scripts/setup.sh installs python3-yaml), or None.
+pub fn python_with_yaml() -> Option<PathBuf> {
+    if fixtures::skip::unavailable("python3") {
+        return None;
+    }
+    let python = PathBuf::from("/usr/bin/python3");
+    let ok = Command::new(&python).args(["-c", "import yaml"]).output().is_ok_and(|o| o.status.success());
+    ok.then_some(python)
+}
+
+/// The documents of a YAML file as JSON, parsed by PyYAML.
+pub fn yaml_documents(python: &Path, path: &Path) -> Vec<Value> {
+    let script = "import json,sys,yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
+    let out = Command::new(python).args(["-c", script]).arg(path).output().expect("run python3");
+    assert!(out.status.success(), "{} does not parse as YAML:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout).expect("PyYAML's JSON").as_array().cloned().unwrap_or_default()
+}
+
+/// Every document of contrib/k8s/*.yaml.
+pub struct Manifests {
+    pub docs: Vec<Value>,
+}
+
+impl Manifests {
+    pub fn load(python: &Path) -> Manifests {
+        let mut docs = Vec::new();
+        for f in ["replicas.yaml", "relay.yaml", "cluster-shard.yaml", "scripts.yaml", "namespace.yaml"] {
+            docs.extend(yaml_documents(python, &k8s_dir().join(f)));
+        }
+        Manifests { docs }
+    }
+
+    pub fn get(&self, kind: &str, name: &str) -> &Value {
+        self.docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name} in contrib/k8s"))
+    }
+
+    /// A Service's cluster DNS name.
+    pub fn service_name(&self, name: &str) -> String {
+        let svc = self.get("Service", name);
+        format!("{}.{}.{CLUSTER_DOMAIN}", name, svc["metadata"]["namespace"].as_str().expect("namespace"))
+    }
+}
+
+// ---- What the test changes in what the manifests say: all of it, in one place ----
+
+/// A container's program: the images are not run (no container runtime here), their binaries are,
+/// as root (the pods' runAsUser and read-only root are a container runtime's to enforce).
+/// `redis:7.2.4` is played by the fixtures' Redis 7.0 (Debian's): same configuration, same probes;
+/// `--server` (the image's version for `stage`) is changed to match it, below.
+pub fn program(image: &str, word: &str) -> PathBuf {
+    match word {
+        "" if image.starts_with("fastrepl:") => PathBuf::from(env!("CARGO_BIN_EXE_fastrepl")),
+        "redis-server" => Flavor::Redis70.binary(),
+        "sh" => PathBuf::from("/bin/sh"),
+        w => panic!("a container runs {w:?} from {image}: teach the test what that is"),
+    }
+}
+
+/// The fixtures' Redis version as `stage --server` names it (redis-7.0.15).
+pub fn server_version() -> String {
+    let out = Command::new(Flavor::Redis70.binary()).arg("--version").output().expect("redis-server --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split("v=").nth(1).and_then(|s| s.split_whitespace().next()).expect("a version in redis-server --version");
+    format!("redis-{v}")
+}
+
+/// `stage --server redis-7.2.4` names the image's server; here the one that plays it.
+pub fn substitute_server(words: &mut [String]) {
+    if let Some(i) = words.iter().position(|w| w == "--server") {
+        words[i + 1] = server_version();
+    }
+}
+
+/// A path the manifests mount (`/data`, `/etc/redis`, ...) moved to the pod's directory for that
+/// volume, in an argument, a script or a config file. Longest mount path first.
+pub fn substitute(text: &str, mounts: &[(String, PathBuf)]) -> String {
+    let mut s = text.to_string();
+    for (from, to) in mounts {
+        s = s.replace(from.as_str(), to.to_str().expect("a UTF-8 temp path"));
+    }
+    s
+}
+
+/// What the Secrets hold (secrets.example.yaml's names and keys).
+pub fn secret(name: &str, key: &str) -> &'static str {
+    match (name, key) {
+        ("fastrepl-relay-token", "token") => TOKEN,
+        ("redis-auth", "password") => PASSWORD,
+        _ => panic!("a pod mounts Secret {name}/{key}, which the test does not know"),
+    }
+}
+
+// ---- Names: one hosts file per namespace ----
+
+/// The cluster's DNS, as /etc/netns/NS/hosts for every namespace of the lab; removed on drop.
+pub struct Dns {
+    namespaces: Vec<String>,
+    names: BTreeMap<String, Vec<String>>,
+}
+
+impl Dns {
+    pub fn new(lab: &netns::Lab) -> Dns {
+        Dns { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), names: BTreeMap::new() }
+    }
+
+    /// `name` resolves to `ip` (None: no longer) in every namespace, from now on.
+    pub fn set(&mut self, name: &str, ip: Option<&str>) {
+        self.set_all(name, ip.as_slice());
+    }
+
+    /// `name`'s first address: for connections made by the test process itself, which reads the
+    /// host's /etc/hosts, not the namespaces' files (only `ip netns exec` bind-mounts those).
+    pub fn lookup(&self, name: &str) -> Option<String> {
+        self.names.get(name)?.first().cloned()
+    }
+
+    /// `name` resolves to every address of `ips` (a headless Service's one record per pod), from now on.
+    pub fn set_all(&mut self, name: &str, ips: &[&str]) {
+        match ips {
+            [] => self.names.remove(name),
+            _ => self.names.insert(name.to_string(), ips.iter().map(|s| s.to_string()).collect()),
+        };
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (n, ips) in &self.names {
+            for ip in ips {
+                text.push_str(&format!("{ip} {n}\n"));
+            }
+        }
+        for ns in &self.namespaces {
+            let dir = Path::new("/etc/netns").join(ns);
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+            // Written in place (same inode): `ip netns exec` bind-mounted this very file over
+            // /etc/hosts for the processes already running, which then see the change.
+            std::fs::write(dir.join("hosts"), &text).unwrap_or_else(|e| panic!("write {}/hosts: {e}", dir.display()));
+        }
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
+        }
+        // Only when empty: another run's or another tool's names stay.
+        let _ = std::fs::remove_dir("/etc/netns");
+    }
+}
+
+// ---- A kubelet, small: volumes, init containers, the server, probes, SIGTERM ----
+
+/// A command in namespace `ns` with the environment the test's own `FASTREPL_*` variables removed.
+pub fn in_ns(ns: &str, program: &Path, args: &[String], env: &[(String, String)]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program).args(args);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FASTREPL_")) {
+        c.env_remove(k);
+    }
+    c.envs(env.iter().map(|(k, v)| (k, v)));
+    c
+}
+
+/// One pod of a workload: its namespace, its volumes, its main container's process.
+pub struct Pod {
+    pub name: String,
+    /// The Kubernetes namespace of its workload (POD_NAMESPACE).
+    pub namespace: String,
+    /// Its network namespace and address.
+    pub ns: String,
+    pub ip: String,
+    pub spec: Value,
+    /// mountPath -> directory, longest first, for every container of the pod.
+    pub mounts: Vec<(String, PathBuf)>,
+    /// The pod's own volumes (config, scripts, emptyDir, Secrets): gone with the pod.
+    pub _dir: tempfile::TempDir,
+    pub main: Option<Proc>,
+}
+
+impl Pod {
+    /// Create the pod `name` from a workload's template `spec` on `host`, its volume claims at
+    /// `claims` (claim name -> a directory that outlives the pod).
+    pub fn create(m: &Manifests, workload: &Value, name: &str, host: &netns::Host, claims: &BTreeMap<String, PathBuf>) -> Pod {
+        let spec = &workload["spec"]["template"]["spec"];
+        let dir = tempfile::Builder::new().prefix(&format!("pod-{name}-")).tempdir().unwrap();
+        let volume_dir = |v: &str| claims.get(v).cloned().unwrap_or_else(|| dir.path().join(v));
+        let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+        for c in containers(spec) {
+            for vm in c["volumeMounts"].as_array().into_iter().flatten() {
+                let (path, vol) = (vm["mountPath"].as_str().expect("mountPath"), vm["name"].as_str().expect("volume name"));
+                match mounts.iter().find(|(p, _)| p == path) {
+                    Some((_, d)) => assert_eq!(d, &volume_dir(vol), "{name}: {path} mounts two volumes"),
+                    None => mounts.push((path.to_string(), volume_dir(vol))),
+                }
+            }
+        }
+        mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        for v in spec["volumes"].as_array().into_iter().flatten() {
+            let d = volume_dir(v["name"].as_str().expect("volume name"));
+            std::fs::create_dir_all(&d).unwrap();
+            if let Some(cm) = v["configMap"]["name"].as_str() {
+                let data = m.get("ConfigMap", cm)["data"].as_object().unwrap_or_else(|| panic!("ConfigMap {cm} has no data"));
+                for (file, text) in data {
+                    std::fs::write(d.join(file), substitute(text.as_str().expect("ConfigMap text"), &mounts)).unwrap();
+                }
+            }
+            for src in v["projected"]["sources"].as_array().into_iter().flatten() {
+                let s = &src["secret"];
+                for item in s["items"].as_array().into_iter().flatten() {
+                    let (key, path) = (item["key"].as_str().unwrap(), item["path"].as_str().unwrap());
+                    std::fs::write(d.join(path), secret(s["name"].as_str().unwrap(), key)).unwrap();
+                }
+            }
+        }
+        for claim in claims.values() {
+            std::fs::create_dir_all(claim).unwrap();
+        }
+        let namespace = workload["metadata"]["namespace"].as_str().expect("a namespace").to_string();
+        Pod { name: name.to_string(), namespace, ns: host.ns.clone(), ip: host.ip.clone(), spec: spec.clone(), mounts, _dir: dir, main: None }
+    }
+
+    /// A container's command line and environment, with the substitutions above.
+    pub fn command(&self, c: &Value, exec: Option<&Value>) -> Command {
+        let image = c["image"].as_str().expect("image");
+        let strings = |v: &Value| v.as_array().into_iter().flatten().map(|w| w.as_str().expect("a string").to_string()).collect::<Vec<_>>();
+        let mut words = match exec {
+            Some(e) => strings(e),
+            None => [strings(&c["command"]), strings(&c["args"])].concat(),
+        };
+        let program = if c["command"].is_null() && exec.is_none() { program(image, "") } else { program(image, &words.remove(0)) };
+        substitute_server(&mut words);
+        let words: Vec<String> = words.iter().map(|w| substitute(w, &self.mounts)).collect();
+        let env: Vec<(String, String)> = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                    Some("metadata.name") => self.name.clone(),
+                    Some("metadata.namespace") => self.namespace.clone(),
+                    Some("status.podIP") => self.ip.clone(),
+                    Some(f) => panic!("a container reads field {f}, which the test does not provide"),
+                    None => e["value"].as_str().expect("an env value").to_string(),
+                };
+                (e["name"].as_str().expect("env name").to_string(), value)
+            })
+            .collect();
+        in_ns(&self.ns, &program, &words, &env)
+    }
+
+    /// Run the init containers in order, each to success (a failure is Init:Error); their outputs by name.
+    pub fn init(&self) -> BTreeMap<String, String> {
+        let mut outs = BTreeMap::new();
+        for c in self.spec["initContainers"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap();
+            let out = self.command(c, None).output().unwrap_or_else(|e| panic!("run {}/{name}: {e}", self.name));
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{}: init container {name} failed ({}):\n{text}", self.name, out.status);
+            outs.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        outs
+    }
+
+    /// Start the main container (the first of `containers`).
+    pub fn run(&mut self) {
+        let c = self.spec["containers"][0].clone();
+        self.main = Some(Proc::spawn(&format!("{}/{}", self.name, c["name"].as_str().unwrap()), self.command(&c, None)));
+    }
+
+    /// The main container's postStart hook (an exec hook), to its end: (success, what it said).
+    pub fn post_start(&self) -> (bool, String) {
+        let c = &self.spec["containers"][0];
+        let out = self.command(c, Some(&c["lifecycle"]["postStart"]["exec"]["command"])).output().expect("run the postStart hook");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// The readiness probe's verdict (an exec probe of the main container): (ready, what it said).
+    pub fn ready(&self) -> (bool, String) {
+        let c = &self.spec["containers"][0];
+        let out = self.command(c, Some(&c["readinessProbe"]["exec"]["command"])).output().expect("run the readiness probe");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// Stop as Kubernetes does: SIGTERM to the main container, which must exit within the grace period.
+    pub fn terminate(&mut self) {
+        let Some(mut p) = self.main.take() else { return };
+        let grace = self.spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        let ok = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
+        assert!(ok, "SIGTERM to {}", p.name);
+        let code = p.wait(Duration::from_secs(grace));
+        assert_eq!(code, Some(0), "{} did not exit cleanly at SIGTERM:\n{}", p.name, p.output());
+    }
+
+    /// An authenticated client of the pod's server (port 6379 inside its namespace).
+    pub fn client(&self) -> client::Client {
+        connect(&self.ns, "127.0.0.1:6379")
+    }
+
+    pub fn info_num(&self, section: &str, k: &str) -> i64 {
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
+    }
+}
+
+/// Every container of a pod template (init containers first).
+pub fn containers(spec: &Value) -> Vec<&Value> {
+    spec["initContainers"].as_array().into_iter().flatten().chain(spec["containers"].as_array().into_iter().flatten()).collect()
+}
+
+pub fn connect(ns: &str, addr: &str) -> client::Client {
+    let addr = addr.to_string();
+    let auth = replication::replica::Auth { user: None, password: PASSWORD.to_string() };
+    netns::within(ns, move || client::Client::connect(&addr, Some(&auth), Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("enter {ns}: {e}"))
+        .unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
+}
+
+/// `fastrepl` run in namespace `ns` (status, verify), by the manifests' DNS names: (success, stdout, stderr).
+pub fn fastrepl_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let out = in_ns(ns, Path::new(env!("CARGO_BIN_EXE_fastrepl")), &args, &env).output().expect("run fastrepl");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// What the relay served so far (snapshot and log bytes), from `status --json` in the master's namespace.
+pub fn relay_served(ns: &str, relay: &str) -> u64 {
+    let (ok, out, err) = fastrepl_in(ns, &["status", "--relay", relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]);
+    assert!(ok, "status: {out}{err}");
+    let st: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"));
+    st["served_bytes_total"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0) + st["log_served_bytes_total"].as_u64().unwrap_or(0)
+}
+
+/// What the stage init container decided, from its `--json` report.
+pub struct Start {
+    /// ("stage" | "keep", reason).
+    pub what: (String, String),
+    /// The replication offset of the RDB on the volume it judged (0 when there was none).
+    pub offset: u64,
+    /// The relay's generation it staged (None when it kept).
+    pub generation: Option<u64>,
+}
+
+pub fn decision(outs: &BTreeMap<String, String>) -> Start {
+    let text = &outs["stage"];
+    let report: Value = text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no JSON report from stage:\n{text}"));
+    let s = &report["start"];
+    let what = (s["decision"].as_str().unwrap_or_default().to_string(), s["because"]["reason"].as_str().unwrap_or_default().to_string());
+    Start { what, offset: s["because"]["offset"].as_u64().unwrap_or(0), generation: report["generation"].as_u64() }
+}
