@@ -40,6 +40,14 @@ pub struct Node {
     pub slots: u32,
 }
 
+impl Node {
+    /// A master that serves slots: a shard's master (an empty master serves none and is a node
+    /// still to be placed).
+    pub fn serves_slots(&self) -> bool {
+        self.role == Role::Master && self.slots > 0
+    }
+}
+
 /// A node's role in its flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

@@ -214,7 +214,7 @@ fn first_master(cfg: &StageConfig<'_>, relays_master: impl FnOnce() -> Result<St
         let mut c = cfg.master.connect(given).map_err(Error::master)?;
         let table = cluster_nodes(&mut c)?;
         let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
-        if me.role == Role::Master && me.slots > 0 {
+        if me.serves_slots() {
             return Ok(given.to_string());
         }
         tracing::info!(given, "not a master serving slots: the node follows the relay's master");
@@ -239,7 +239,7 @@ fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, node: Opt
     let table_text = crate::master::cluster_nodes(master).map_err(Error::master)?;
     let table = cluster::parse(&table_text).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
     let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
-    if me.role != Role::Master || me.slots == 0 {
+    if !me.serves_slots() {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster master serving slots: name the shard's master with --master")));
     }
     let node_id = match node {

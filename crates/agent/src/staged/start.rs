@@ -19,7 +19,7 @@
 //! The RDB version check (can the server in the pod load the relay's snapshot?) is made once the
 //! relay is attached and before any byte is pulled: [`replication::rdb::Server::loads`].
 
-use crate::staged::cluster::{Node, Role};
+use crate::staged::cluster::Node;
 use crate::staged::staging::{self, Backlog, Freshness};
 
 /// The server's RDB file, as found on the volume.
@@ -127,7 +127,7 @@ pub enum Decision {
 /// serving slots: its data is the shard's.
 pub fn keeps_as_master(node: &NodeOnVolume) -> Option<Keep> {
     match node {
-        NodeOnVolume::Parsed(n) if n.role == Role::Master && n.slots > 0 => Some(Keep::ServesSlots { slots: n.slots }),
+        NodeOnVolume::Parsed(n) if n.serves_slots() => Some(Keep::ServesSlots { slots: n.slots }),
         _ => None,
     }
 }
@@ -163,7 +163,7 @@ fn continues(master: &MasterView, replid: &str, offset: u64) -> bool {
 /// the one its config names — and if that one is no master serving slots any more (a failover), the
 /// master it now follows. `Err` says why none can be named.
 pub fn shard_master<'a>(own: &Node, table: &'a [Node]) -> Result<&'a Node, String> {
-    let serving = |n: &&Node| n.role == Role::Master && n.slots > 0 && !n.unsettled;
+    let serving = |n: &&Node| n.serves_slots() && !n.unsettled;
     // What the cluster says of this node wins over its own config, which was written before it went down.
     let named = table.iter().find(|n| n.id == own.id).and_then(|n| n.master.clone()).or_else(|| own.master.clone());
     let Some(named) = named else {
@@ -185,6 +185,7 @@ pub fn shard_master<'a>(own: &Node, table: &'a [Node]) -> Result<&'a Node, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::staged::cluster::Role;
 
     fn master(replid: &str, first: u64, last: u64) -> MasterView {
         MasterView {
