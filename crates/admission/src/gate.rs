@@ -31,6 +31,11 @@ impl Shut for std::os::unix::net::UnixStream {
     }
 }
 
+/// What a displaced stranger's refusal says.
+const DISPLACED: &str = "a newer unauthenticated connection took its place";
+/// What a late stranger's refusal says.
+const LATE: &str = "did not authenticate in time";
+
 struct Inner {
     machine: Admission,
     sockets: HashMap<Id, Box<dyn Shut>>,
@@ -48,15 +53,20 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate for `listener` (named in its log lines) with `budget`, and its reaper thread, which
-    /// runs until [`Gate::stop`].
-    pub fn start(listener: &'static str, budget: Budget) -> std::io::Result<Arc<Gate>> {
-        let gate = Arc::new(Gate {
+    /// A gate for `listener` (named in its log lines) with `budget`. Its owner runs [`Gate::reap`]
+    /// on a thread of its own.
+    pub fn new(listener: &'static str, budget: Budget) -> Arc<Gate> {
+        Arc::new(Gate {
             listener,
             inner: Mutex::new(Inner { machine: Admission::new(budget), sockets: HashMap::new(), log: RefusalLog::new(limits::REFUSAL_SUMMARY_EVERY), stopped: false }),
             changed: Condvar::new(),
             refused: Default::default(),
-        });
+        })
+    }
+
+    /// A gate as [`Gate::new`], with its reaper on a thread named after the listener.
+    pub fn start(listener: &'static str, budget: Budget) -> std::io::Result<Arc<Gate>> {
+        let gate = Gate::new(listener, budget);
         let g = gate.clone();
         std::thread::Builder::new().name(format!("{listener}-reaper")).spawn(move || g.reap())?;
         Ok(gate)
@@ -79,19 +89,19 @@ impl Gate {
                 if let Some(s) = g.sockets.remove(&old) {
                     s.shut();
                 }
-                line = self.count(&mut g, why, old_source, now);
+                line = self.count(&mut g, why, old_source, DISPLACED, now);
             }
             (a, line)
         };
         self.changed.notify_all();
-        self.say(line, "");
+        self.say(line, DISPLACED);
         Pass { gate: self.clone(), id: admitted.id, source, deadline: admitted.deadline }
     }
 
     /// Count a refusal and tell the limiter; what to log comes back (logged without the lock).
-    fn count(&self, g: &mut Inner, kind: Refusal, source: Source, now: Instant) -> Option<Line> {
+    fn count(&self, g: &mut Inner, kind: Refusal, source: Source, detail: &str, now: Instant) -> Option<Line> {
         self.refused[kind.index()].fetch_add(1, Ordering::Relaxed);
-        g.log.refused(kind, source, now)
+        g.log.refused(kind, source, detail, now)
     }
 
     fn say(&self, line: Option<Line>, detail: &str) {
@@ -125,8 +135,9 @@ impl Gate {
         self.changed.notify_all();
     }
 
-    /// The reaper: shut late strangers, write due summaries, sleep until the next of either.
-    fn reap(&self) {
+    /// The reaper, until [`Gate::stop`]: shut late strangers, write due summaries, sleep until the
+    /// next of either.
+    pub fn reap(&self) {
         let mut g = self.lock();
         loop {
             if g.stopped {
@@ -139,14 +150,14 @@ impl Gate {
                 if let Some(s) = g.sockets.remove(&id) {
                     s.shut();
                 }
-                lines.extend(self.count(&mut g, Refusal::Deadline, source, now));
+                lines.extend(self.count(&mut g, Refusal::Deadline, source, LATE, now));
             }
             lines.extend(g.log.tick(now).map(Line::Summary));
             let next = [g.machine.next_deadline(), g.log.next_due()].into_iter().flatten().min();
             if !lines.is_empty() {
                 drop(g);
                 for l in lines {
-                    self.say(Some(l), "did not authenticate in time");
+                    self.say(Some(l), LATE);
                 }
                 g = self.lock();
                 continue;
@@ -185,7 +196,7 @@ impl Pass {
             g.sockets.remove(&self.id);
             let v = g.machine.authenticated(self.id, now);
             let line = match v {
-                Verdict::Refused(kind) => self.gate.count(&mut g, kind, self.source, now),
+                Verdict::Refused(kind) => self.gate.count(&mut g, kind, self.source, "", now),
                 _ => None,
             };
             (v, line)
@@ -203,15 +214,16 @@ impl Pass {
     /// it). A connection that had lost its place (displaced, late) was counted then, not again.
     pub fn failed(&self, kind: Refusal, detail: &dyn std::fmt::Display) {
         let now = Instant::now();
+        let detail = detail.to_string();
         let line = {
             let mut g = self.gate.lock();
             if g.sockets.remove(&self.id).is_none() {
                 return;
             }
             g.machine.closed(self.id);
-            self.gate.count(&mut g, kind, self.source, now)
+            self.gate.count(&mut g, kind, self.source, &detail, now)
         };
-        self.gate.say(line, &detail.to_string());
+        self.gate.say(line, &detail);
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! A connection that has not authenticated yet (a *stranger*) takes a place in a small budget of its
 //! own and must authenticate before a short deadline; when the budget is full, the newest stranger
-//! displaces the oldest (as sshd's `MaxStartups` does), and one source address holds only so many
-//! places. Once authenticated, a connection counts against the listener's real limit, which
+//! displaces the oldest (as sshd's `MaxStartups` does) of the source holding the most places, and one
+//! source address holds only so many places. Once authenticated, a connection counts against the listener's real limit, which
 //! strangers never touch: a flood of them cannot keep an agent out.
 //!
 //! - [`machine`]: [`Admission`], the decision, without sockets or a clock (time passed in);

@@ -90,15 +90,17 @@ impl Admission {
 
     /// A connection from `source` was accepted at `now`. It is always given a place: when its
     /// source holds its share, it takes that source's oldest; else, when the budget is full, the
-    /// oldest stranger's. (The newest connection is the likeliest to be an agent about to
-    /// authenticate; the oldest has had its chance.)
+    /// oldest stranger's of the source holding the most places (with one each, the oldest of all,
+    /// as sshd's `MaxStartups`). The newest connection is the likeliest to be an agent about to
+    /// authenticate, the oldest has had its chance; and a flood from a few addresses displaces its
+    /// own before an agent's lone connection.
     pub fn arrive(&mut self, source: Source, now: Instant) -> Admitted {
         let from_source = self.strangers.iter().filter(|s| s.source == source).count();
         let displaced = if from_source >= self.budget.per_source_max.max(1) {
-            let at = self.strangers.iter().position(|s| s.source == source).expect("a source with places holds one");
-            self.strangers.remove(at).map(|s| (s.id, s.source, Refusal::SourceCap))
+            self.displace(source).map(|(id, s)| (id, s, Refusal::SourceCap))
         } else if self.strangers.len() >= self.budget.unauthenticated_max.max(1) {
-            self.strangers.pop_front().map(|s| (s.id, s.source, Refusal::Displaced))
+            let busiest = self.busiest().expect("a full budget holds strangers");
+            self.displace(busiest).map(|(id, s)| (id, s, Refusal::Displaced))
         } else {
             None
         };
@@ -107,6 +109,26 @@ impl Admission {
         let deadline = now + self.budget.deadline;
         self.strangers.push_back(Stranger { id, source, deadline });
         Admitted { id, deadline, displaced }
+    }
+
+    /// The source holding the most places; of those, the one whose oldest arrived first.
+    fn busiest(&self) -> Option<Source> {
+        let mut counts: Vec<(Source, usize)> = Vec::new();
+        for s in &self.strangers {
+            match counts.iter_mut().find(|(src, _)| *src == s.source) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((s.source, 1)),
+            }
+        }
+        // `counts` is in the order of each source's oldest: the first of the most is the one.
+        let most = counts.iter().map(|(_, n)| *n).max()?;
+        counts.into_iter().find(|(_, n)| *n == most).map(|(src, _)| src)
+    }
+
+    /// Remove the oldest stranger of `source`.
+    fn displace(&mut self, source: Source) -> Option<(Id, Source)> {
+        let at = self.strangers.iter().position(|s| s.source == source)?;
+        self.strangers.remove(at).map(|s| (s.id, s.source))
     }
 
     /// Connection `id` authenticated at `now`.
@@ -180,6 +202,17 @@ mod tests {
         // The displaced one lost its place: authenticating now does not serve it.
         assert_eq!(a.authenticated(first[0].id, t), Verdict::Gone);
         assert_eq!(a.authenticated(fifth.id, t), Verdict::Served);
+    }
+
+    #[test]
+    fn a_full_budget_is_paid_for_by_the_source_holding_the_most_places() {
+        let (mut a, t) = (Admission::new(budget()), Instant::now());
+        // An agent's connection first, then two sources holding the rest (one of them twice).
+        let agent = a.arrive(ip(1), t);
+        let flood: Vec<Admitted> = [ip(2), ip(3), ip(3)].iter().map(|s| a.arrive(*s, t)).collect();
+        let next = a.arrive(ip(4), t);
+        assert_eq!(next.displaced, Some((flood[1].id, ip(3), Refusal::Displaced)), "the busiest source's oldest, not the agent, oldest of all");
+        assert_eq!(a.authenticated(agent.id, t), Verdict::Served);
     }
 
     #[test]

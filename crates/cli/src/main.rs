@@ -1129,9 +1129,13 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     }
     writeln!(
         o,
-        "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
-        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total
+        "agents attached {} ({} since start); connections {}/{} ({} refused at the limit), {} not authenticated yet",
+        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total, st.connections_unauthenticated
     )?;
+    let refused: Vec<String> = st.connections_refused_by_kind_total.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if !refused.is_empty() {
+        writeln!(o, "closed before they were served: {}", refused.join(", "))?;
+    }
     use transport::TransportKind::{Shm, Tcp, Ucx};
     writeln!(
         o,

@@ -80,14 +80,15 @@ pub const CONNECTIONS_DEFAULT: usize = 256;
 /// `--connections-max`: an agent authenticates within a round trip of connecting, so even hundreds
 /// joining at once have a few handshakes in flight at any moment; a newer stranger displaces the
 /// oldest when they are all taken (each is a thread until then).
-pub const UNAUTHENTICATED_MAX: usize = 64;
+pub const UNAUTHENTICATED_MAX: usize = 128;
 /// The same for an agent's peer port (askers are the other agents of one generation).
-pub const PEER_UNAUTHENTICATED_MAX: usize = 32;
+pub const PEER_UNAUTHENTICATED_MAX: usize = 64;
 /// Connections from one address that have not authenticated yet, on any listener: a host's agents
 /// open a control, a tracker and a few data connections at once, on a host with several replicas
-/// several times that; more from one address is one stranger taking the budget from everyone else
-/// (its newest displaces its oldest).
-pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 16;
+/// (or a test's loopback, a loaded one) several times that; more from one address is one stranger
+/// taking the budget from everyone else (its newest displaces its oldest).
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
+const _: () = assert!(UNAUTHENTICATED_PER_SOURCE_MAX < UNAUTHENTICATED_MAX && UNAUTHENTICATED_PER_SOURCE_MAX < PEER_UNAUTHENTICATED_MAX);
 /// Scrapes the metrics endpoint answers at once (a scrape endpoint, not a web server).
 pub const METRICS_CONNECTIONS_MAX: usize = 8;
 /// Connections to the metrics endpoint whose request has not arrived yet (Prometheus sends it at
@@ -115,6 +116,9 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// agent needs a few round trips, milliseconds on any network we serve; the rest of the two seconds
 /// is for a loaded host. A stranger holds a place no longer.
 pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(2);
+/// After a failed `accept` (out of descriptors, most likely: it fails again at once), the
+/// listener waits this long before the next, rather than spinning.
+pub const ACCEPT_FAILURE_PAUSE: Duration = Duration::from_millis(10);
 /// Refusals and pre-authentication failures are logged once, then summed up at most this often.
 pub const REFUSAL_SUMMARY_EVERY: Duration = Duration::from_secs(5);
 /// The relay pushes something on every control connection at least this often.
