@@ -109,7 +109,7 @@ struct RelayArgs {
     /// (e.g. 8.1.0 for RDB 11). Redis has no such option: not sent to Redis sources.
     #[arg(long, env = "FASTREPL_ANNOUNCE_VERSION")]
     announce_version: Option<String>,
-    /// Most agent connections at once.
+    /// Most authenticated agent connections at once (connections not authenticated yet wait apart, at most 2 s).
     #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT, env = "FASTREPL_CONNECTIONS_MAX")]
     connections_max: usize,
     /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
