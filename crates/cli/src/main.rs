@@ -1266,9 +1266,11 @@ mod tests {
         st.served_bytes_total.insert("tcp".into(), 3 << 20);
         st.attaches_total.insert("shm".into(), 4);
         st.attaches_total.insert("ucx".into(), 5);
+        st.connections_refused_by_kind_total = [("displaced".to_string(), 7), ("auth".to_string(), 1), ("full".to_string(), 0)].into();
         let mut out = Vec::new();
         print_status(&mut out, &st).unwrap();
         let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("closed before they were served: auth 1, displaced 7\n"), "{text}");
         assert!(text.contains("served: 3.0 MiB of blocks over tcp, 0 B of log; one-sided attaches (not agents: one agent may attach more than once): shm 4, ucx 5\n"), "{text}");
     }
 

@@ -534,5 +534,11 @@ mod tests {
         assert_eq!(ConnError::Authenticating(Error::Auth("wrong token".into())).class(), Class::Auth);
         assert_eq!(ConnError::Authenticating(Error::Protocol("bad magic".into())).class(), Class::Protocol);
         assert_eq!(ConnError::Serving(Error::Protocol("bad request".into())).class(), Class::Protocol);
+        // Bytes that are not TLS on a TLS relay are not our protocol, not a probe; the gate's refusals
+        // are counted there, not again.
+        let not_tls = Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: std::io::ErrorKind::InvalidData.into() };
+        assert_eq!(ConnError::Authenticating(not_tls).class(), Class::Protocol);
+        assert_eq!(ConnError::Refused(Refusal::Full).class(), Class::Refused);
+        assert!(ConnError::Authenticating(io()).before_auth() && !ConnError::Serving(io()).before_auth());
     }
 }
