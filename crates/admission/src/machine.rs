@@ -3,7 +3,7 @@
 //! authenticated one fits the listener's limit.
 
 use crate::refusal::Refusal;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -79,13 +79,15 @@ pub struct Admission {
     next: u64,
     /// Oldest first.
     strangers: VecDeque<Stranger>,
+    /// How many of `strangers` each source holds (kept with it: an arrival looks it up, not them all).
+    held_by: HashMap<Source, usize>,
     served: HashSet<Id>,
 }
 
 impl Admission {
     /// An admission with no connection.
     pub fn new(budget: Budget) -> Admission {
-        Admission { budget, next: 0, strangers: VecDeque::new(), served: HashSet::new() }
+        Admission { budget, next: 0, strangers: VecDeque::new(), held_by: HashMap::new(), served: HashSet::new() }
     }
 
     /// A connection from `source` was accepted at `now`. It is always given a place: when its
@@ -95,7 +97,7 @@ impl Admission {
     /// authenticate, the oldest has had its chance; and a flood from a few addresses displaces its
     /// own before an agent's lone connection.
     pub fn arrive(&mut self, source: Source, now: Instant) -> Admitted {
-        let from_source = self.strangers.iter().filter(|s| s.source == source).count();
+        let from_source = self.held_by.get(&source).copied().unwrap_or(0);
         let displaced = if from_source >= self.budget.per_source_max.max(1) {
             self.displace(source).map(|(id, s)| (id, s, Refusal::SourceCap))
         } else if self.strangers.len() >= self.budget.unauthenticated_max.max(1) {
@@ -108,33 +110,39 @@ impl Admission {
         self.next += 1;
         let deadline = now + self.budget.deadline;
         self.strangers.push_back(Stranger { id, source, deadline });
+        *self.held_by.entry(source).or_default() += 1;
         Admitted { id, deadline, displaced }
     }
 
-    /// The source holding the most places; of those, the one whose oldest arrived first.
+    /// The source holding the most places; of those, the one whose oldest arrived first (the
+    /// strangers are oldest first).
     fn busiest(&self) -> Option<Source> {
-        let mut counts: Vec<(Source, usize)> = Vec::new();
-        for s in &self.strangers {
-            match counts.iter_mut().find(|(src, _)| *src == s.source) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((s.source, 1)),
-            }
-        }
-        // `counts` is in the order of each source's oldest: the first of the most is the one.
-        let most = counts.iter().map(|(_, n)| *n).max()?;
-        counts.into_iter().find(|(_, n)| *n == most).map(|(src, _)| src)
+        let most = self.held_by.values().copied().max()?;
+        self.strangers.iter().map(|s| s.source).find(|src| self.held_by.get(src) == Some(&most))
     }
 
     /// Remove the oldest stranger of `source`.
     fn displace(&mut self, source: Source) -> Option<(Id, Source)> {
         let at = self.strangers.iter().position(|s| s.source == source)?;
-        self.strangers.remove(at).map(|s| (s.id, s.source))
+        self.remove_at(at).map(|s| (s.id, s.source))
+    }
+
+    /// Remove the stranger at `at`, and its source's count with it.
+    fn remove_at(&mut self, at: usize) -> Option<Stranger> {
+        let s = self.strangers.remove(at)?;
+        if let Some(n) = self.held_by.get_mut(&s.source) {
+            *n -= 1;
+            if *n == 0 {
+                self.held_by.remove(&s.source);
+            }
+        }
+        Some(s)
     }
 
     /// Connection `id` authenticated at `now`.
     pub fn authenticated(&mut self, id: Id, now: Instant) -> Verdict {
         let Some(at) = self.strangers.iter().position(|s| s.id == id) else { return Verdict::Gone };
-        let s = self.strangers.remove(at).expect("found just now");
+        let s = self.remove_at(at).expect("found just now");
         if now >= s.deadline {
             return Verdict::Refused(Refusal::Deadline);
         }
@@ -149,14 +157,19 @@ impl Admission {
     /// no longer known).
     pub fn closed(&mut self, id: Id) {
         if !self.served.remove(&id) {
-            self.strangers.retain(|s| s.id != id);
+            if let Some(at) = self.strangers.iter().position(|s| s.id == id) {
+                self.remove_at(at);
+            }
         }
     }
 
     /// The strangers past their deadline at `now`, removed: their sockets are to be shut.
     pub fn expire(&mut self, now: Instant) -> Vec<(Id, Source)> {
-        let late: Vec<(Id, Source)> = self.strangers.iter().filter(|s| now >= s.deadline).map(|s| (s.id, s.source)).collect();
-        self.strangers.retain(|s| now < s.deadline);
+        let mut late = Vec::new();
+        while let Some(at) = self.strangers.iter().position(|s| now >= s.deadline) {
+            let s = self.remove_at(at).expect("found just now");
+            late.push((s.id, s.source));
+        }
         late
     }
 
@@ -264,6 +277,32 @@ mod tests {
         // Not expired yet, but past its deadline when it authenticates: refused.
         assert_eq!(a.authenticated(later, t + DEADLINE * 2), Verdict::Refused(Refusal::Deadline));
         assert_eq!((a.strangers(), a.served(), a.next_deadline()), (0, 0, None));
+    }
+
+    #[test]
+    fn the_counts_by_source_follow_every_change() {
+        let (mut a, t) = (Admission::new(budget()), Instant::now());
+        let mut ids = Vec::new();
+        for n in 0..40u32 {
+            let x = a.arrive(ip((n % 3) as u8), t + Duration::from_millis(u64::from(n) * 100));
+            ids.push(x.id);
+            match n % 7 {
+                0 => a.closed(ids[(n / 2) as usize]),
+                3 => {
+                    a.authenticated(ids[(n / 3) as usize], t);
+                }
+                5 => {
+                    a.expire(t + Duration::from_millis(u64::from(n) * 100));
+                }
+                _ => {}
+            }
+            let mut counted: HashMap<Source, usize> = HashMap::new();
+            for s in &a.strangers {
+                *counted.entry(s.source).or_default() += 1;
+            }
+            assert_eq!(counted, a.held_by, "after arrival {n}");
+            assert!(a.strangers() <= 4 && a.held_by.values().all(|c| *c <= 2));
+        }
     }
 
     #[test]
