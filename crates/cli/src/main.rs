@@ -109,7 +109,7 @@ struct RelayArgs {
     /// (e.g. 8.1.0 for RDB 11). Redis has no such option: not sent to Redis sources.
     #[arg(long, env = "FASTREPL_ANNOUNCE_VERSION")]
     announce_version: Option<String>,
-    /// Most agent connections at once.
+    /// Most authenticated agent connections at once (connections not authenticated yet wait apart, at most 2 s).
     #[arg(long, default_value_t = limits::CONNECTIONS_DEFAULT, env = "FASTREPL_CONNECTIONS_MAX")]
     connections_max: usize,
     /// Transports to offer: auto = all that work here (shm for agents on this host, ucx, tcp).
@@ -1129,9 +1129,13 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     }
     writeln!(
         o,
-        "agents attached {} ({} since start); connections {}/{} ({} refused at the limit)",
-        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total
+        "agents attached {} ({} since start); connections {}/{} ({} refused at the limit), {} not authenticated yet",
+        st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total, st.connections_unauthenticated
     )?;
+    let refused: Vec<String> = st.connections_refused_by_kind_total.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if !refused.is_empty() {
+        writeln!(o, "closed before they were served: {}", refused.join(", "))?;
+    }
     use transport::TransportKind::{Shm, Tcp, Ucx};
     writeln!(
         o,
@@ -1262,9 +1266,11 @@ mod tests {
         st.served_bytes_total.insert("tcp".into(), 3 << 20);
         st.attaches_total.insert("shm".into(), 4);
         st.attaches_total.insert("ucx".into(), 5);
+        st.connections_refused_by_kind_total = [("displaced".to_string(), 7), ("auth".to_string(), 1), ("full".to_string(), 0)].into();
         let mut out = Vec::new();
         print_status(&mut out, &st).unwrap();
         let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("closed before they were served: auth 1, displaced 7\n"), "{text}");
         assert!(text.contains("served: 3.0 MiB of blocks over tcp, 0 B of log; one-sided attaches (not agents: one agent may attach more than once): shm 4, ucx 5\n"), "{text}");
     }
 

@@ -73,8 +73,33 @@ pub const READS_IN_FLIGHT_PER_CONNECTION: usize = 2;
 pub const PEER_READS_IN_FLIGHT: usize = 2;
 /// Most peer connections an agent serves at once (each is a thread).
 pub const PEER_CONNECTIONS_MAX: usize = 64;
-/// Default `--connections-max` of a relay.
+/// Default `--connections-max` of a relay: authenticated connections (strangers wait apart, in
+/// [`UNAUTHENTICATED_MAX`]).
 pub const CONNECTIONS_DEFAULT: usize = 256;
+/// Connections a relay holds at once that have not authenticated yet, apart from its
+/// `--connections-max`: an agent authenticates within a round trip of connecting, so even hundreds
+/// joining at once have a few handshakes in flight at any moment; a newer stranger displaces the
+/// oldest when they are all taken (each is a thread until then).
+pub const UNAUTHENTICATED_MAX: usize = 128;
+/// The same for an agent's peer port (askers are the other agents of one generation).
+pub const PEER_UNAUTHENTICATED_MAX: usize = 64;
+/// Connections from one address that have not authenticated yet, on any listener: a host's agents
+/// open a control, a tracker and a few data connections at once, on a host with several replicas
+/// (or a test's loopback, a loaded one) several times that; more from one address is one stranger
+/// taking the budget from everyone else (its newest displaces its oldest).
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
+const _: () = assert!(UNAUTHENTICATED_PER_SOURCE_MAX < UNAUTHENTICATED_MAX && UNAUTHENTICATED_PER_SOURCE_MAX < PEER_UNAUTHENTICATED_MAX);
+/// Scrapes the metrics endpoint answers at once (a scrape endpoint, not a web server).
+pub const METRICS_CONNECTIONS_MAX: usize = 8;
+/// Connections to the metrics endpoint whose request has not arrived yet (Prometheus sends it at
+/// once), and the most from one address.
+pub const METRICS_UNREAD_MAX: usize = 8;
+/// See [`METRICS_UNREAD_MAX`]: a scraper has one request in flight, a few during a reload.
+pub const METRICS_UNREAD_PER_SOURCE_MAX: usize = 4;
+/// Source addresses a refusal summary keeps counts for (the busiest are named; others are summed).
+pub const REFUSAL_SOURCES_MAX: usize = 1024;
+/// Source addresses a refusal summary names.
+pub const REFUSAL_SOURCES_NAMED: usize = 5;
 
 // ---- Time ----------------------------------------------------------------------------------------
 
@@ -86,8 +111,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reads and writes on a relay↔agent data connection, and writes to an agent.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
-/// A peer must finish authenticating within this.
-pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection must have authenticated this long after it was accepted (the whole handshake, TLS
+/// included, however slowly its bytes trickle in; the metrics endpoint: its whole request): a real
+/// agent needs a few round trips, milliseconds on any network we serve; the rest of the two seconds
+/// is for a loaded host. A stranger holds a place no longer.
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(2);
+/// After a failed `accept` (out of descriptors, most likely: it fails again at once), the
+/// listener waits this long before the next, rather than spinning.
+pub const ACCEPT_FAILURE_PAUSE: Duration = Duration::from_millis(10);
+/// Refusals and pre-authentication failures are logged once, then summed up at most this often.
+pub const REFUSAL_SUMMARY_EVERY: Duration = Duration::from_secs(5);
 /// The relay pushes something on every control connection at least this often.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// An agent declares its relay gone after this much silence on the control connection.

@@ -9,7 +9,6 @@ pub use event_stream::EventStream;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,53 +109,80 @@ fn valid_name(n: &str) -> bool {
     c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':') && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':')
 }
 
-/// Requests served at once; more are closed (a scrape endpoint, not a web server).
-const CONNECTIONS_MAX: usize = 8;
 /// Longest request head read.
 const REQUEST_BYTES_MAX: usize = 8 << 10;
 
+/// The endpoint's admission: a connection is a stranger until its request head has arrived, then
+/// one of [`limits::METRICS_CONNECTIONS_MAX`] scrapes answered at once.
+fn budget() -> admission::Budget {
+    admission::Budget {
+        unauthenticated_max: limits::METRICS_UNREAD_MAX,
+        per_source_max: limits::METRICS_UNREAD_PER_SOURCE_MAX,
+        authenticated_max: limits::METRICS_CONNECTIONS_MAX,
+        deadline: limits::UNAUTHENTICATED_DEADLINE,
+    }
+}
+
 /// Serve `GET /metrics` on `addr` from a thread, rendering `render()` per scrape. Returns the bound
-/// address. Other paths get 404, other methods 405.
+/// address. Other paths get 404, other methods 405. A request must arrive whole within
+/// [`limits::UNAUTHENTICATED_DEADLINE`] of the connection (however slowly it trickles); refusals are
+/// logged at a bounded rate.
 pub fn serve(addr: SocketAddr, render: Arc<dyn Fn() -> String + Send + Sync>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
-    let busy = Arc::new(AtomicUsize::new(0));
+    let gate = admission::Gate::start("metrics", budget())?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for conn in l.incoming() {
-            let Ok(s) = conn else { continue };
-            if busy.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
-                continue; // dropped: closed at once
-            }
-            busy.fetch_add(1, Ordering::SeqCst);
-            let (busy, render) = (busy.clone(), render.clone());
+            let Ok((s, handle)) = conn.and_then(|s| s.try_clone().map(|h| (s, h))) else {
+                // Out of descriptors, most likely: a pause rather than a spin (not synchronization).
+                std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE);
+                continue;
+            };
+            let source = s.peer_addr().map_or(admission::Source::Local, |a| admission::Source::Ip(a.ip()));
+            let mut pass = gate.arrive(Box::new(handle), source);
+            let render = render.clone();
             let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
-                if let Err(e) = answer(s, &*render) {
+                if let Err(e) = answer(s, &*render, &mut pass) {
                     tracing::debug!(error = %e, "metrics request");
                 }
-                busy.fetch_sub(1, Ordering::SeqCst);
             });
             if spawned.is_err() {
-                tracing::warn!("spawn metrics connection thread failed");
+                tracing::debug!("spawn metrics connection thread failed");
             }
         }
     })?;
     Ok(local)
 }
 
-fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &mut admission::Pass) -> std::io::Result<()> {
+    // Per read; the gate's reaper bounds the whole request.
+    s.set_read_timeout(Some(limits::UNAUTHENTICATED_DEADLINE))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let n = s.read(&mut chunk)?;
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) => {
+                pass.failed(admission::Refusal::Closed, &e);
+                return Ok(());
+            }
+        };
         if n == 0 {
+            if head.is_empty() {
+                pass.failed(admission::Refusal::Closed, &"closed before a request");
+                return Ok(());
+            }
             break;
         }
         head.extend_from_slice(&chunk[..n]);
         if head.len() > REQUEST_BYTES_MAX {
+            pass.failed(admission::Refusal::Protocol, &"request head too large");
             return reply(&mut s, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
         }
+    }
+    if pass.authenticated().is_err() {
+        return reply(&mut s, "503 Service Unavailable", "text/plain", "too many scrapes at once\n");
     }
     match route(&head) {
         Route::Metrics => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &render()),

@@ -81,6 +81,8 @@ impl Relay {
                 }),
             )?);
         }
+        let g = shared.gate.clone();
+        threads.push(spawn("admission", Box::new(move || g.reap()))?);
         let s2 = shared.clone();
         threads.push(spawn("accept", Box::new(move || serve::accept_loop(s2, listener)))?);
         if let Some((_, unix)) = shm {
@@ -127,6 +129,7 @@ impl Relay {
     /// Stop capturing and serving (for embedding; the daemon runs until killed).
     pub fn stop(&self) {
         self.shared.feed(|g| ((), g.stop()));
+        self.shared.gate.stop();
         let _ = std::net::TcpStream::connect(self.local_addr);
         if let Some(name) = &self.shared.shm_socket {
             let _ = transport::shm::connect(name, &Token::empty(), transport::auth::Kind::Data);

@@ -15,7 +15,8 @@ use transport::auth::{self, Kind};
 use transport::wire::{self, Control, Request};
 use transport::{serve as reply, Error, TransportKind};
 
-use limits::{AUTH_TIMEOUT, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
+use admission::{Pass, Refusal, Shut, Source};
+use limits::{UNAUTHENTICATED_DEADLINE, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write {
@@ -73,69 +74,90 @@ impl DataStream for UnixStream {
 
 /// Serve the agents' TCP port: control and data connections.
 pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let source = |s: &TcpStream| s.peer_addr().map_or(Source::Local, |a| Source::Ip(a.ip()));
+    let handle = |s: &TcpStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
     let peer = |s: &TcpStream| s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-    accept_each(&shared, listener.incoming(), peer, "agent-conn", serve_connection);
+    accept_each(&shared, listener.incoming(), source, peer, handle, "agent-conn", serve_connection);
 }
 
 /// Serve the shm transport's unix socket: data connections only.
 pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
-    accept_each(&shared, listener.incoming(), |_| "shm".to_string(), "agent-shm", serve_shm_connection);
+    let handle = |s: &UnixStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
+    accept_each(&shared, listener.incoming(), |_| Source::Local, |_| "shm".to_string(), handle, "agent-shm", serve_shm_connection);
 }
 
-/// Accept until the relay stops, serving each connection on its own thread, at most
-/// `connections_max` at once.
+/// Accept until the relay stops, serving each connection on its own thread: admitted by the
+/// relay's [`admission::Gate`] (strangers in a budget of their own, with a deadline; at most
+/// `connections_max` authenticated).
 fn accept_each<S: Send + 'static>(
     shared: &Arc<Shared>,
     conns: impl Iterator<Item = std::io::Result<S>>,
+    source_of: impl Fn(&S) -> Source,
     peer_of: impl Fn(&S) -> String,
+    handle_of: impl Fn(&S) -> std::io::Result<Box<dyn Shut>>,
     thread: &str,
-    serve: fn(&Shared, S) -> Result<(), ConnError>,
+    serve: fn(&Shared, S, &mut Pass) -> Result<(), ConnError>,
 ) {
+    let mut failures = 0u64;
     for conn in conns {
         if shared.stopping() {
             break;
         }
-        let s = match conn {
+        let s = match conn.and_then(|s| handle_of(&s).map(|h| (s, h))) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, thread, "accept failed");
+                // Out of descriptors, most likely: said now and then, not once per connection.
+                failures += 1;
+                if failures.is_power_of_two() {
+                    tracing::warn!(error = %e, thread, failures, "accept failed");
+                }
+                std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE); // A pause before the next accept, not synchronization.
                 continue;
             }
         };
+        let (s, handle) = s;
+        let source = source_of(&s);
         let peer = peer_of(&s);
-        if !shared.connection_opened() {
-            tracing::warn!(%peer, max = shared.config.connections_max, "too many connections; closing");
-            Stats::add(&shared.stats.refused_over_limit, 1);
-            continue;
-        }
+        let mut pass = shared.gate.arrive(handle, source);
         let sh = shared.clone();
         let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
             let span = tracing::info_span!("agent", %peer);
             let _g = span.enter();
-            if let Err(e) = serve(&sh, s) {
-                let st = &sh.stats;
-                match e.class() {
-                    Class::Auth => {
-                        Stats::add(&st.errors_auth, 1);
-                        tracing::warn!(error = %e, "closed connection")
-                    }
-                    Class::Protocol => {
-                        Stats::add(&st.errors_protocol, 1);
-                        tracing::warn!(error = %e, "closed connection")
-                    }
-                    // A port probe (connect, then close) is not worth more than a debug line.
-                    Class::ClosedBeforeAuth => tracing::debug!(error = %e, "connection closed before authenticating"),
-                    Class::Io => {
-                        Stats::add(&st.errors_io, 1);
-                        tracing::info!(error = %e, "connection ended")
-                    }
-                }
+            if let Err(e) = serve(&sh, s, &mut pass) {
+                ended(&sh.stats, &pass, &e);
             }
-            sh.connection_closed();
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "spawn connection thread");
-            shared.connection_closed();
+        }
+    }
+}
+
+/// Count and log how a connection ended badly: before authenticating through the gate (counted by
+/// kind, logged at a bounded rate), after it one line each.
+fn ended(st: &Stats, pass: &Pass, e: &ConnError) {
+    match e.class() {
+        Class::Refused => {}
+        Class::Auth if e.before_auth() => {
+            Stats::add(&st.errors_auth, 1);
+            pass.failed(Refusal::Auth, e);
+        }
+        Class::Protocol if e.before_auth() => {
+            Stats::add(&st.errors_protocol, 1);
+            pass.failed(Refusal::Protocol, e);
+        }
+        Class::ClosedBeforeAuth => pass.failed(Refusal::Closed, e),
+        Class::Auth => {
+            Stats::add(&st.errors_auth, 1);
+            tracing::warn!(error = %e, "closed connection")
+        }
+        Class::Protocol => {
+            Stats::add(&st.errors_protocol, 1);
+            tracing::warn!(error = %e, "closed connection")
+        }
+        Class::Io => {
+            Stats::add(&st.errors_io, 1);
+            tracing::info!(error = %e, "connection ended")
         }
     }
 }
@@ -143,9 +165,13 @@ fn accept_each<S: Send + 'static>(
 /// Why a connection ended badly: at the authentication exchange, or after it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnError {
-    /// The authentication exchange failed (a wrong token, not an agent, or closed before a word).
+    /// The authentication exchange failed (a wrong token, not an agent, a failed TLS handshake, or
+    /// closed before a word).
     #[error("authenticate the agent: {0}")]
     Authenticating(#[source] Error),
+    /// It authenticated, and the gate refused it (counted and logged there).
+    #[error("refused after authenticating: {0}")]
+    Refused(Refusal),
     /// Serving the connection failed.
     #[error(transparent)]
     Serving(#[from] Error),
@@ -159,23 +185,55 @@ enum Class {
     /// A socket error before the agent said anything: a port probe, most likely.
     ClosedBeforeAuth,
     Io,
+    /// Counted by the gate already.
+    Refused,
 }
 
 impl ConnError {
     fn class(&self) -> Class {
         match self {
+            // A TLS handshake with bytes that are not TLS is not our protocol.
+            ConnError::Authenticating(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => Class::Protocol,
             ConnError::Authenticating(Error::Io { .. }) => Class::ClosedBeforeAuth,
             ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => Class::Auth,
             ConnError::Authenticating(Error::Protocol(_)) | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
+            ConnError::Refused(_) => Class::Refused,
             _ => Class::Io,
         }
     }
+
+    fn before_auth(&self) -> bool {
+        matches!(self, ConnError::Authenticating(_))
+    }
 }
 
-fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), ConnError> {
-    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+/// An authenticated connection, counted (for `status` and the idle release) while it lasts.
+struct Open<'a>(&'a Shared);
+
+impl<'a> Open<'a> {
+    /// `pass` authenticated: served, or refused at `connections_max`.
+    fn new(shared: &'a Shared, pass: &mut Pass) -> Result<Open<'a>, ConnError> {
+        pass.authenticated().map_err(ConnError::Refused)?;
+        // The gate holds the same limit; this count is the machine's (idle release, status).
+        if !shared.connection_opened() {
+            return Err(ConnError::Refused(Refusal::Full));
+        }
+        Ok(Open(shared))
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.connection_closed();
+    }
+}
+
+fn serve_shm_connection(shared: &Shared, mut s: UnixStream, pass: &mut Pass) -> Result<(), ConnError> {
+    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
-    match auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)? {
+    let kind = auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)?;
+    let _open = Open::new(shared, pass)?;
+    match kind {
         Kind::Data => {
             s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
             Ok(serve_data(shared, s)?)
@@ -184,22 +242,27 @@ fn serve_shm_connection(shared: &Shared, mut s: UnixStream) -> Result<(), ConnEr
     }
 }
 
-fn serve_connection(shared: &Shared, s: TcpStream) -> Result<(), ConnError> {
-    s.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+fn serve_connection(shared: &Shared, s: TcpStream, pass: &mut Pass) -> Result<(), ConnError> {
+    // Per read; the reaper bounds the whole handshake (UNAUTHENTICATED_DEADLINE from the accept).
+    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     s.set_nodelay(true).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     let raw = s.try_clone().map_err(Error::io(transport::Operation::CloneSocket))?;
     match &shared.config.agents_tls {
-        None => serve_authenticated(shared, s, raw),
-        // The handshake is bounded by the socket's timeouts set above.
-        Some(cfg) => serve_authenticated(shared, transport::tls::accept(cfg, s).map_err(Error::io(transport::Operation::TlsHandshakeWithAgent))?, raw),
+        None => serve_authenticated(shared, s, raw, pass),
+        // The handshake is bounded by the gate's deadline, like the authentication after it.
+        Some(cfg) => {
+            let tls = transport::tls::accept(cfg, s).map_err(|e| ConnError::Authenticating(Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: e }))?;
+            serve_authenticated(shared, tls, raw, pass)
+        }
     }
 }
 
 /// Authenticate, then serve the connection's kind. `raw` is the TCP socket under `s` (timeouts,
 /// addresses, and noticing a control connection's agent leave).
-fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream) -> Result<(), ConnError> {
+fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream, pass: &mut Pass) -> Result<(), ConnError> {
     let kind = auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)?;
+    let _open = Open::new(shared, pass)?;
     Ok(match kind {
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
@@ -471,5 +534,11 @@ mod tests {
         assert_eq!(ConnError::Authenticating(Error::Auth("wrong token".into())).class(), Class::Auth);
         assert_eq!(ConnError::Authenticating(Error::Protocol("bad magic".into())).class(), Class::Protocol);
         assert_eq!(ConnError::Serving(Error::Protocol("bad request".into())).class(), Class::Protocol);
+        // Bytes that are not TLS on a TLS relay are not our protocol, not a probe; the gate's refusals
+        // are counted there, not again.
+        let not_tls = Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: std::io::ErrorKind::InvalidData.into() };
+        assert_eq!(ConnError::Authenticating(not_tls).class(), Class::Protocol);
+        assert_eq!(ConnError::Refused(Refusal::Full).class(), Class::Refused);
+        assert!(ConnError::Authenticating(io()).before_auth() && !ConnError::Serving(io()).before_auth());
     }
 }

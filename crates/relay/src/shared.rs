@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub(crate) swarms: tracker::Swarms,
     /// Counters for status and metrics.
     pub(crate) stats: stats::Stats,
+    /// Admission to the agents' port and the shm socket (one budget for both); its reaper runs on a
+    /// thread of the relay's.
+    pub(crate) gate: Arc<admission::Gate>,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     pub(crate) ucx: Option<crate::ucx_serve::UcxServer>,
@@ -52,6 +55,13 @@ impl Shared {
     /// A relay's shared state, before any generation: tokens from the configuration, `machine` fresh.
     pub(crate) fn new(config: Config, machine: Generations, shm_socket: Option<String>, #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>) -> Shared {
         let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
+        let budget = admission::Budget {
+            unauthenticated_max: limits::UNAUTHENTICATED_MAX,
+            per_source_max: limits::UNAUTHENTICATED_PER_SOURCE_MAX,
+            authenticated_max: config.connections_max,
+            deadline: limits::UNAUTHENTICATED_DEADLINE,
+        };
+        let gate = admission::Gate::new("agents", budget);
         Shared {
             tokens: std::sync::RwLock::new(tokens),
             config,
@@ -60,6 +70,7 @@ impl Shared {
             shm_socket,
             swarms: tracker::Swarms::default(),
             stats: stats::Stats::new(),
+            gate,
             #[cfg(feature = "ucx")]
             ucx,
         }

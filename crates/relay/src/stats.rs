@@ -27,7 +27,6 @@ pub(crate) struct Stats {
     pub log_bytes_served: AtomicU64,
     /// One-sided attaches, by transport (only [`ATTACHED_OVER`] count).
     attaches: ByTransport,
-    pub refused_over_limit: AtomicU64,
     pub errors_auth: AtomicU64,
     pub errors_protocol: AtomicU64,
     pub errors_io: AtomicU64,
@@ -52,7 +51,6 @@ impl Stats {
             served_bytes: ByTransport::default(),
             log_bytes_served: AtomicU64::new(0),
             attaches: ByTransport::default(),
-            refused_over_limit: AtomicU64::new(0),
             errors_auth: AtomicU64::new(0),
             errors_protocol: AtomicU64::new(0),
             errors_io: AtomicU64::new(0),
@@ -183,7 +181,9 @@ pub fn prometheus(st: &Status) -> String {
     }
     e.gauge("connections", "Agent connections open.", &[], st.connections as f64);
     e.gauge("connections_max", "--connections-max.", &[], st.connections_max as f64);
-    e.counter("connections_refused_total", "Connections closed at once at --connections-max.", &[], st.connections_refused_total as f64);
+    e.counter("connections_refused_total", "Connections refused at --connections-max (authenticated ones).", &[], st.connections_refused_total as f64);
+    e.gauge("connections_unauthenticated", "Connections that have not authenticated yet (a budget of their own).", &[], st.connections_unauthenticated as f64);
+    labelled(&mut e, "connections_refused_by_kind_total", "Connections closed before they were served, by kind.", "kind", &st.connections_refused_by_kind_total);
     e.gauge("agents_attached", "Agents attached to a generation now.", &[], st.agents_attached as f64);
     e.counter("agents_attached_total", "Agents attached since the start.", &[], st.agents_attached_total as f64);
     // The labelled counters come from the status's maps, so a key there is a label value here.
@@ -250,6 +250,8 @@ mod tests {
             connections: 1,
             connections_max: 1,
             connections_refused_total: 1,
+            connections_unauthenticated: 1,
+            connections_refused_by_kind_total: by(&["displaced", "full"]),
             agents_attached: 1,
             agents_attached_total: 1,
             served_bytes_total: by(&["tcp"]),

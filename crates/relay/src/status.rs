@@ -4,6 +4,7 @@
 use crate::generations::SealReason;
 use crate::shared::Shared;
 use crate::stats::{get, GenerationStatus, Status};
+use admission::Refusal;
 
 /// Take the status of `shared` now.
 pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
@@ -58,7 +59,9 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         generations,
         connections: shared.connections() as u64,
         connections_max: shared.config.connections_max as u64,
-        connections_refused_total: get(&s.refused_over_limit),
+        connections_refused_total: shared.gate.refused(Refusal::Full),
+        connections_unauthenticated: shared.gate.strangers() as u64,
+        connections_refused_by_kind_total: Refusal::ALL.iter().map(|k| (k.name().to_string(), shared.gate.refused(*k))).collect(),
         agents_attached: get(&s.agents_attached),
         agents_attached_total: get(&s.agents_attached_total),
         served_bytes_total: s.served_by_transport(),

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::TrackerLink;
 use transport::wire::{Request, ResponseHeader};
+use admission::{Budget, Gate, Pass, Refusal, Source};
 use transport::{serve, Credentials};
 
 /// Longest a read of an arriving block waits for its next bytes before it is cut off (see
@@ -40,7 +41,8 @@ struct ServeShared {
     /// Bumped at every change of `uploads` (and at stop), for the load reporter to wait on.
     load_changes: Mutex<u64>,
     load_changed: Condvar,
-    connections: AtomicUsize,
+    /// Admission: strangers apart, at most [`limits::PEER_CONNECTIONS_MAX`] authenticated peers.
+    gate: Arc<Gate>,
     served: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 }
@@ -61,11 +63,13 @@ impl PeerServer {
             arrivals: AtomicU64::new(0),
             load_changes: Mutex::new(0),
             load_changed: Condvar::new(),
-            connections: AtomicUsize::new(0),
+            gate: Gate::new("peers", peer_budget()),
             served: served.clone(),
             stop: stop.clone(),
         });
         let shared = sh.clone();
+        let gate = sh.gate.clone();
+        std::thread::Builder::new().name("peer-admission".into()).spawn(move || gate.reap()).map_err(|e| Error::Internal(format!("spawn the peer server's admission: {e}")))?;
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
@@ -129,6 +133,7 @@ fn report_load(sh: &ServeShared, tracker: &Mutex<TrackerLink>) {
 impl Drop for PeerServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.shared.gate.stop();
         self.shared.load_change();
         // Wake the accept loop; connections notice the flag at their next request (or idle timeout).
         let _ = TcpStream::connect_timeout(&self.addr, limits::PEER_SERVER_WAKE_TIMEOUT);
@@ -143,45 +148,83 @@ fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(s) = conn else { continue };
-        if sh.connections.load(Ordering::SeqCst) >= limits::PEER_CONNECTIONS_MAX {
-            tracing::warn!(max = limits::PEER_CONNECTIONS_MAX, "too many peer connections; closing one");
+        let Ok((s, handle)) = conn.and_then(|s| s.try_clone().map(|h| (s, h))) else {
+            // Out of descriptors, most likely: a pause rather than a spin (not synchronization).
+            std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE);
             continue;
-        }
-        sh.connections.fetch_add(1, Ordering::SeqCst);
+        };
+        let peer = s.peer_addr().ok();
+        let mut pass = sh.gate.arrive(Box::new(handle), peer.map_or(Source::Local, |a| Source::Ip(a.ip())));
         let sh2 = sh.clone();
-        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
         let spawned = std::thread::Builder::new().name("peer-conn".into()).spawn(move || {
-            if let Err(e) = serve_peer(&sh2, s) {
-                tracing::debug!(%peer, error = %e, "peer connection ended");
+            if let Err(e) = serve_peer(&sh2, s, &mut pass) {
+                tracing::debug!(?peer, error = %e, "peer connection ended");
             }
-            sh2.connections.fetch_sub(1, Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            sh.connections.fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "spawn a peer connection's thread");
         }
     }
 }
 
-fn serve_peer(sh: &ServeShared, s: TcpStream) -> Result<(), transport::Error> {
+/// The peer port's admission.
+fn peer_budget() -> Budget {
+    Budget {
+        unauthenticated_max: limits::PEER_UNAUTHENTICATED_MAX,
+        per_source_max: limits::UNAUTHENTICATED_PER_SOURCE_MAX,
+        authenticated_max: limits::PEER_CONNECTIONS_MAX,
+        deadline: limits::UNAUTHENTICATED_DEADLINE,
+    }
+}
+
+/// What a failure before authentication counts as.
+fn refusal_of(e: &transport::Error) -> Refusal {
+    match e {
+        transport::Error::Auth(_) => Refusal::Auth,
+        transport::Error::Io { source, .. } if source.kind() != std::io::ErrorKind::InvalidData => Refusal::Closed,
+        _ => Refusal::Protocol,
+    }
+}
+
+fn serve_peer(sh: &ServeShared, s: TcpStream, pass: &mut Pass) -> Result<(), transport::Error> {
     use transport::Error as E;
-    s.set_read_timeout(Some(limits::AUTH_TIMEOUT)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    // Per read; the gate's reaper bounds the whole handshake.
+    s.set_read_timeout(Some(limits::UNAUTHENTICATED_DEADLINE)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
     s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
     s.set_nodelay(true).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
     let raw = s.try_clone().map_err(E::io(transport::Operation::ClonePeerSocket))?;
     // Under a TLS relay an agent serves peers only over TLS (it does not serve at all without a
     // certificate: see `join`).
     match sh.token.relay_tls().and_then(|t| t.peer_server()) {
-        None => serve_blocks(sh, s, &raw),
-        Some(cfg) => serve_blocks(sh, transport::tls::accept(cfg, s).map_err(E::io(transport::Operation::TlsHandshakeWithPeer))?, &raw),
+        None => serve_blocks(sh, s, &raw, pass),
+        Some(cfg) => match transport::tls::accept(cfg, s) {
+            Ok(tls) => serve_blocks(sh, tls, &raw, pass),
+            Err(e) => {
+                let e = E::Io { op: transport::Operation::TlsHandshakeWithPeer, source: e };
+                pass.failed(refusal_of(&e), &e);
+                Ok(())
+            }
+        },
     }
 }
 
 /// Authenticate a peer, then answer its block reads. `raw` is the socket under `s` (timeouts).
-fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream) -> Result<(), transport::Error> {
+fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream, pass: &mut Pass) -> Result<(), transport::Error> {
     use transport::Error as E;
-    if auth::server(&mut s, sh.token.token())? != Kind::Data {
-        return Err(E::Protocol("peers open data connections only".into()));
+    // Failures before authentication are the gate's to count and log (at a bounded rate).
+    match auth::server(&mut s, sh.token.token()) {
+        Ok(Kind::Data) => {}
+        Ok(_) => {
+            pass.failed(Refusal::Protocol, &"peers open data connections only");
+            return Ok(());
+        }
+        Err(e) => {
+            pass.failed(refusal_of(&e), &e);
+            return Ok(());
+        }
+    }
+    if pass.authenticated().is_err() {
+        return Ok(());
     }
     let mut slot = UploadSlot { sh, held: false };
     let mut wait = None;
@@ -445,7 +488,7 @@ mod tests {
             arrivals: AtomicU64::new(0),
             load_changes: Mutex::new(0),
             load_changed: Condvar::new(),
-            connections: AtomicUsize::new(0),
+            gate: Gate::new("peers", peer_budget()),
             served: Arc::default(),
             stop: Arc::default(),
         };

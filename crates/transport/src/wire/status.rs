@@ -109,8 +109,17 @@ pub struct RelayStatus {
     pub connections: u64,
     /// `--connections-max`.
     pub connections_max: u64,
-    /// Connections closed at once because the relay was at its limit.
+    /// Connections refused because the relay was at its limit (`--connections-max` authenticated
+    /// ones): the `full` of `connections_refused_by_kind_total`.
     pub connections_refused_total: u64,
+    /// Connections held now that have not authenticated yet (in a budget of their own, apart from
+    /// `--connections-max`).
+    #[serde(default)]
+    pub connections_unauthenticated: u64,
+    /// Connections closed before they were served, by kind: displaced, source_cap, deadline, full,
+    /// closed, protocol, auth (docs/operations.md).
+    #[serde(default)]
+    pub connections_refused_by_kind_total: BTreeMap<String, u64>,
     /// Agents attached to a generation now (their control connections).
     pub agents_attached: u64,
     /// Agents attached since the start.
@@ -179,6 +188,8 @@ mod tests {
             connections: 1,
             connections_max: 256,
             connections_refused_total: 0,
+            connections_unauthenticated: 0,
+            connections_refused_by_kind_total: Default::default(),
             agents_attached: 0,
             agents_attached_total: 0,
             served_bytes_total: [("tcp".to_string(), 3)].into(),

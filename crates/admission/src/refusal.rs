@@ -1,0 +1,66 @@
+//! Why a connection was closed before it was served: the kinds the counters and log summaries are
+//! keyed by.
+
+/// Why a connection was closed before it was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Refusal {
+    /// A newer unauthenticated connection took its place: the strangers' budget was full.
+    Displaced,
+    /// A newer unauthenticated connection from the same address took its place: that address held
+    /// its share of the budget.
+    SourceCap,
+    /// It had not authenticated by its deadline.
+    Deadline,
+    /// It authenticated, but the listener serves its maximum of connections already.
+    Full,
+    /// It closed (or its socket failed) before authenticating: a port probe, most likely.
+    Closed,
+    /// It does not speak our protocol (bad magic, unknown kind, a failed TLS handshake, a request
+    /// too large).
+    Protocol,
+    /// It presented a wrong token, or none where one is required.
+    Auth,
+}
+
+impl Refusal {
+    /// Every kind, in the order of [`Refusal::index`].
+    pub const ALL: [Refusal; 7] = [Refusal::Displaced, Refusal::SourceCap, Refusal::Deadline, Refusal::Full, Refusal::Closed, Refusal::Protocol, Refusal::Auth];
+
+    /// Its position in [`Refusal::ALL`] (for arrays of counters).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in metrics labels, status keys and log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Displaced => "displaced",
+            Refusal::SourceCap => "source_cap",
+            Refusal::Deadline => "deadline",
+            Refusal::Full => "full",
+            Refusal::Closed => "closed",
+            Refusal::Protocol => "protocol",
+            Refusal::Auth => "auth",
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_sits_at_its_index_under_its_own_name() {
+        for (i, k) in Refusal::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+        let names: std::collections::BTreeSet<_> = Refusal::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Refusal::ALL.len());
+    }
+}
