@@ -158,7 +158,7 @@ pub fn run() -> i32 {
     let staged = std::env::var(ENV_STAGED_MASTER).ok();
     let follows = std::env::var(ENV_FOLLOWS);
     let (Ok(replica), true) = (std::env::var(ENV_REPLICA), follows.is_ok() || staged.is_some()) else {
-        eprintln!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand");
+        metrics::output::stderr_line(&format!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand"));
         return 2;
     };
     let auth = std::env::var(ENV_PASSWORD).ok().map(|password| replication::replica::Auth { user: std::env::var(ENV_USER).ok(), password });
@@ -179,18 +179,18 @@ pub fn run() -> i32 {
     let follows = follows.unwrap_or_default();
     match local::reset(&node, std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(Reset::Done) => {
-            eprintln!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server");
+            metrics::output::stderr_line(&format!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server"));
             0
         }
         // Handed over already, or reconfigured by someone else: not ours to touch, nothing to say
         // about its data.
         Ok(Reset::NotOurs) => 0,
         Ok(Reset::Unreachable(e)) => {
-            eprintln!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role");
+            metrics::output::stderr_line(&format!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role"));
             1
         }
         Err(e) => {
-            eprintln!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}");
+            metrics::output::stderr_line(&format!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}"));
             1
         }
     }
@@ -204,7 +204,7 @@ fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
     let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
     let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
     client::tls::Tls::load(&o).map(Some).map_err(|e| {
-        eprintln!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}");
+        metrics::output::stderr_line(&format!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}"));
         1
     })
 }
@@ -234,16 +234,16 @@ fn undo_staged(n: &Node, master: &str) -> i32 {
     ];
     for (what, args) in steps {
         if let Err(e) = c.cmd(args) {
-            eprintln!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}");
+            metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}"));
             return 1;
         }
     }
     let (rdb, aside) = (std::path::PathBuf::from(env(ENV_STAGED_RDB)), std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)));
     let restored = if aside.exists() { std::fs::rename(&aside, &rdb) } else { std::fs::remove_file(&rdb).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) };
     if let Err(e) = restored {
-        eprintln!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display());
+        metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display()));
         return 1;
     }
-    eprintln!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again");
+    metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again"));
     0
 }

@@ -11,7 +11,19 @@ use std::process::ExitCode;
 use std::time::Duration;
 use transport_arg::TransportArg;
 
+mod exits;
 mod transport_arg;
+
+/// A line on stdout that the command's outcome does not depend on (its exit status says that): a
+/// failed write (a closed pipe, a full disk) is dropped and counted, never a panic like `println!`'s.
+macro_rules! outln {
+    ($($arg:tt)*) => {{ metrics::output::stdout_line(&format!($($arg)*)); }};
+}
+
+/// [`outln`] on stderr, for what is said outside the log.
+macro_rules! errln {
+    ($($arg:tt)*) => {{ metrics::output::stderr_line(&format!($($arg)*)); }};
+}
 
 #[derive(Parser)]
 #[command(name = "fastrepl", version, about = "Fast, master-friendly full sync for Redis and Valkey replicas")]
@@ -479,6 +491,9 @@ fn init_logging(format: LogFormat) {
     let ansi = std::io::stderr().is_terminal();
     let json = format == LogFormat::Json;
     let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(move || LogWriter { json }).with_target(false).with_ansi(ansi);
+    // A failed write must not be reported by `eprintln!` (what the subscriber does by default): on a
+    // closed stderr that panics the thread that logged. LogWriter drops and counts it instead.
+    let log = log.log_internal_errors(false);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -492,6 +507,7 @@ fn main() -> ExitCode {
     #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
+    exits::exit_on_panic(cli.log_format == LogFormat::Json);
     // Also before any thread: UCX reads its device list from the environment, where an operator's
     // own UCX_NET_DEVICES is already; --ucx-devices is the same setting under our name.
     if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
@@ -517,7 +533,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             match cli.log_format {
-                LogFormat::Text => eprintln!("fastrepl: {e:#}"),
+                LogFormat::Text => errln!("fastrepl: {e:#}"),
                 // A collector reading JSON lines would drop a plain-text last word.
                 LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fastrepl failed"),
             }
@@ -576,7 +592,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()))).with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()) + &dropped_output("fastrepl_relay"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
@@ -585,10 +601,19 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The process's dropped log and report writes ([`metrics::output`]) as an exposition of their own,
+/// after the command's (`prefix`: the command's).
+fn dropped_output(prefix: &str) -> String {
+    let mut e = metrics::Exposition::new(prefix);
+    metrics::output::expose(&mut e);
+    e.finish()
+}
+
 /// SIGTERM/SIGINT end the relay (its snapshot is memory only: nothing to flush); say so in the log
 /// first, so a stop is told from a crash.
 fn log_stop_on_signal() -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
+    exits::stop_deadline_on_signal()?;
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("install SIGTERM/SIGINT handler")?;
     std::thread::Builder::new()
         .name("stop".into())
@@ -655,14 +680,14 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
         Ok(r) => r,
         Err(e) => {
             if a.json {
-                println!("{}", serde_json::json!({"schema_version": agent::REPORT_SCHEMA_VERSION, "ok": false, "error": e.to_string(), "error_kind": e.kind()}));
+                outln!("{}", serde_json::json!({"schema_version": agent::REPORT_SCHEMA_VERSION, "ok": false, "error": e.to_string(), "error_kind": e.kind()}));
             }
-            eprintln!("fastrepl stage failed (relay {}, dir {}): {e}\nNothing was written to the directory but what the report of a success names.", a.relay, cfg.dir.display());
+            errln!("fastrepl stage failed (relay {}, dir {}): {e}\nNothing was written to the directory but what the report of a success names.", a.relay, cfg.dir.display());
             return Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }));
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: &r })?);
+        outln!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: &r })?);
     } else {
         print_stage_report(&r);
     }
@@ -674,10 +699,10 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
     use agent::staged::start::{Decision, Keep, Stage};
     let master = r.master.as_deref().unwrap_or("-");
     match &r.start {
-        Decision::Keep(Keep::ServesSlots { slots }) => println!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
+        Decision::Keep(Keep::ServesSlots { slots }) => outln!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
         Decision::Keep(Keep::ResumesPartially { replid, offset, headroom_bytes, headroom_secs }) => {
             let secs = headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
-            println!("kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written");
+            outln!("kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written");
         }
         Decision::Stage(why) => {
             let why = match why {
@@ -687,16 +712,16 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
                 Stage::OtherHistory { replid } => format!("the RDB there continues another history ({replid}) than master {master}'s"),
                 Stage::Stale { offset, why } => format!("the RDB there (offset {offset}) is too old: {why}"),
             };
-            println!("staging: {why}");
+            outln!("staging: {why}");
         }
     }
     let Some(s) = &r.staged else { return };
-    println!("staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}", s.generation, s.rdb_length_bytes as f64 / 1048576.0, s.snapshot_offset, s.rdb_file.display(), r.secs, s.transport);
+    outln!("staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}", s.generation, s.rdb_length_bytes as f64 / 1048576.0, s.snapshot_offset, s.rdb_file.display(), r.secs, s.transport);
     let secs = s.backlog_headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
-    println!("master {master}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", s.backlog_headroom_bytes);
+    outln!("master {master}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", s.backlog_headroom_bytes);
     match &s.cluster {
-        Some(c) => println!("cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)", c.config_file.display(), c.node_id, c.master_id),
-        None => println!("start the server with replicaof {} (and masterauth if the master needs it)", agent::master::split_host_port(master).map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
+        Some(c) => outln!("cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)", c.config_file.display(), c.node_id, c.master_id),
+        None => outln!("start the server with replicaof {} (and masterauth if the master needs it)", agent::master::split_host_port(master).map(|(h, p)| format!("{h} {p}")).unwrap_or_default()),
     }
 }
 
@@ -738,9 +763,9 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
         )
     };
     if to_stdout {
-        eprintln!("{line}");
+        errln!("{line}");
     } else {
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -754,7 +779,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = join_metrics {
         let live = cfg.live.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus())).with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus() + &dropped_output("fastrepl_join"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("join metrics on http://{bound}/metrics");
     }
     let bar = progress_bar(cfg.live.clone());
@@ -813,7 +838,7 @@ fn join_config(a: JoinArgs) -> Result<agent::Config> {
 fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Result<ExitCode> {
     let report = &joined.report;
     if json {
-        println!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
+        outln!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
     } else {
         print_report(report);
     }
@@ -834,7 +859,7 @@ fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Re
 fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr: &endpoint::Endpoint, replica_addr: &str) -> ExitCode {
     let e = &f.error;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "schema_version": agent::REPORT_SCHEMA_VERSION,
@@ -855,7 +880,7 @@ fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr:
     // Said from what happened to the replica in the last attempt, never a fixed sentence.
     // The addresses as given: "connect to relay: Connection refused" alone names no one.
     match log_format {
-        LogFormat::Text => eprintln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
+        LogFormat::Text => errln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
         // Under --log-format json the last word is a log object like every other line.
         LogFormat::Json => tracing::error!(
             relay = %relay_addr,
@@ -886,14 +911,16 @@ fn on_interrupt(cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, cancel.clone()).context("install signal handler")?;
     }
-    Ok(())
+    exits::stop_deadline_on_signal()
 }
 
 /// The progress display, while one is shown: log lines are written above it (through
 /// [`LogWriter`]) instead of onto the end of its line.
 static BAR: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
 
-/// Where log lines go: stderr, above the progress display when there is one.
+/// Where log lines go: stderr, above the progress display when there is one. A line that cannot be
+/// written (a closed pipe, a full disk) is dropped and counted ([`metrics::output`]): the thread that
+/// logged goes on with its work.
 struct LogWriter {
     /// `--log-format json`: embed list fields as JSON lists (see [`json_lists`]).
     json: bool,
@@ -905,14 +932,16 @@ impl std::io::Write for LogWriter {
         let line = if self.json { json_lists(buf) } else { None };
         let out = line.as_deref().unwrap_or(buf);
         let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let write = || metrics::output::write_or_drop(&mut std::io::stderr().lock(), out);
         match bar {
-            Some(b) => b.suspend(|| std::io::stderr().write_all(out)),
-            None => std::io::stderr().write_all(out),
-        }
-        .map(|()| buf.len())
+            Some(b) => b.suspend(write),
+            None => write(),
+        };
+        Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
+        // Each line was flushed as it was written (or dropped).
+        Ok(())
     }
 }
 
@@ -1036,8 +1065,8 @@ fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std
 
 fn print_report(r: &agent::Report) {
     let p = &r.phases;
-    println!("replica {} ({}) ← relay {} over {} ({}), master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.transport_detail, r.master, r.master_server);
-    println!(
+    outln!("replica {} ({}) ← relay {} over {} ({}), master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.transport_detail, r.master, r.master_server);
+    outln!(
         "snapshot: generation {}, {:.1} MiB in {} blocks at {:.0} MiB/s; log {} bytes; handoff at offset {}",
         r.generation,
         r.rdb_length_bytes as f64 / 1048576.0,
@@ -1046,15 +1075,15 @@ fn print_report(r: &agent::Report) {
         r.log_bytes,
         r.handoff_offset
     );
-    println!(
+    outln!(
         "phases (s): capture ready {:.2}  connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
         p.wait_capture, p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
     );
     let mib = |b: u64| b as f64 / 1048576.0;
-    println!("swarm: {}", r.swarm);
+    outln!("swarm: {}", r.swarm);
     if r.received_bytes_total.peers > 0 || r.bytes_served_to_peers > 0 {
         let peers: Vec<String> = r.sources.iter().filter(|s| s.source != "relay").map(|s| format!("{} {:.1} MiB", s.source, mib(s.bytes))).collect();
-        println!(
+        outln!(
             "sources: relay {:.1} MiB, peers {:.1} MiB ({}); served {:.1} MiB to peers so far",
             mib(r.received_bytes_total.relay),
             mib(r.received_bytes_total.peers),
@@ -1063,14 +1092,14 @@ fn print_report(r: &agent::Report) {
         );
     }
     match r.handoff {
-        agent::Handoff::Partial => println!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
-        agent::Handoff::Full => println!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),
+        agent::Handoff::Partial => outln!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
+        agent::Handoff::Full => outln!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),
     }
     for a in &r.attempts {
-        println!("  attempt {} failed after {:.1} s: {} (retried after {:.1} s)", a.attempt, a.secs, a.error, a.waited_secs);
+        outln!("  attempt {} failed after {:.1} s: {} (retried after {:.1} s)", a.attempt, a.secs, a.error, a.waited_secs);
     }
     for n in &r.notes {
-        println!("note: {n}");
+        outln!("note: {n}");
     }
 }
 
@@ -1193,7 +1222,7 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
     let out = match verify::compare(&mut ca, &mut cb, &opts) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("fastrepl verify: {e}");
+            errln!("fastrepl verify: {e}");
             return Ok(ExitCode::from(2));
         }
     };

@@ -162,6 +162,11 @@ pub const BLOCK_WAIT_MAX: Duration = Duration::from_millis(200);
 /// How long a failed join keeps trying to reset its replica: one still loading from the agent
 /// answers `-LOADING` until it has read up to the closed link's end.
 pub const REPLICA_RESET_MAX: Duration = Duration::from_secs(60);
+/// After SIGTERM or SIGINT a process of ours ends within this, whatever its threads are doing: the
+/// graceful path (a join resetting its replica: up to [`REPLICA_RESET_MAX`] after reaching it) gets
+/// this long, then the process exits anyway, saying so. Under systemd's default stop timeout (90 s),
+/// so our own message, not a SIGKILL, ends a stuck stop; a join's guard resets what was left.
+pub const STOP_GRACE_MAX: Duration = Duration::from_secs(80);
 /// Default `join --retries`: attempts after the first, for faults that time can mend.
 pub const JOIN_RETRIES_DEFAULT: u32 = 5;
 /// A failed join waits this long before its first retry (then twice as long each time, jittered).
@@ -233,6 +238,9 @@ const _: () = assert!(ms(UCX_SIDE_ANSWER_MAX) < ms(IO_TIMEOUT));
 const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
 // Polls are much shorter than the waits they serve.
 const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
+// A join stopped while resetting its replica finishes the reset (a connection, the retries, a last
+// command) before the stop deadline, and the deadline comes before systemd's SIGKILL.
+const _: () = assert!(ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) <= ms(STOP_GRACE_MAX) && ms(STOP_GRACE_MAX) < 90_000);
 
 // ---- agent and swarm ----------------------------------------------------------------------------
 

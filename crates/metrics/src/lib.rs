@@ -1,10 +1,12 @@
 //! Prometheus text exposition (format 0.0.4), the way the exporters operators already run speak it:
 //! [`Exposition`] writes it (families grouped, `# HELP`/`# TYPE` once each, labels escaped),
 //! [`serve`] answers `GET /metrics` on a small HTTP endpoint, and [`parse`] reads it back strictly
-//! (what the tests scrape with).
+//! (what the tests scrape with). [`output`]: stdout and stderr written so that a failed write is
+//! dropped and counted, never a panic.
 #![deny(missing_docs)]
 
 pub mod event_stream;
+pub mod output;
 pub use event_stream::EventStream;
 
 use std::io::{Read, Write};
