@@ -26,7 +26,12 @@ macro_rules! errln {
 }
 
 #[derive(Parser)]
-#[command(name = "fastrepl", version, about = "Fast, master-friendly full sync for Redis and Valkey replicas")]
+#[command(
+    name = "fastrepl",
+    version,
+    about = "Fast, master-friendly full sync for Redis and Valkey replicas",
+    after_help = "Every command: exit 70 when one of its threads died (a bug: the process ends rather than serve nothing), 124 when a SIGTERM/SIGINT did not end it within 80 s."
+)]
 struct Cli {
     /// Log lines as text for people, or as one JSON object per line for log collectors.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FASTREPL_LOG_FORMAT")]
@@ -1259,6 +1264,13 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_help_states_the_stop_bound_limits_holds() {
+        use clap::CommandFactory;
+        let help = super::Cli::command().render_long_help().to_string();
+        assert!(help.contains(&format!("within {} s", limits::STOP_GRACE_MAX.as_secs())), "the help's stop bound is not limits::STOP_GRACE_MAX:\n{help}");
+    }
 
     #[test]
     fn json_log_lines_get_real_lists() {
