@@ -245,3 +245,32 @@ fn strangers_on_every_port_keep_no_agent_out_and_cost_bounded_memory_and_log() {
 
     eprintln!("{connects} stranger connections in {secs} s; relay RSS {rss_before} -> at most {most} bytes; {} relay log lines ({refusal_lines} about refusals); refused {refused}; agents got {from_peers} bytes from each other", lines.len());
 }
+
+/// On a TLS relay, rustls refuses a stranger's bad handshake and logs a warning of its own for each
+/// ("Received a … message while expecting …"): those stay out of the log too; the gate counts the
+/// refusals and sums them up.
+#[test]
+fn bad_tls_handshakes_cost_no_log_line_each() {
+    let certs = Certs::generate();
+    let master = Server::start(Flavor::Redis70, &[]);
+    let relay = relay(&master.addr(), &["--agents-tls-cert", &certs.path("node.crt"), "--agents-tls-key", &certs.path("node.key")], &[]);
+    let relay_addr: SocketAddr = relay.addr.parse().unwrap();
+    const STRANGERS: usize = 100;
+    for i in 0..STRANGERS {
+        // A TLS record, but application data where a ClientHello must come: refused at once.
+        let mut s = connect_from(Ipv4Addr::new(127, 0, 0, 2 + (i % 8) as u8), relay_addr).unwrap();
+        s.write_all(&[0x17, 3, 3, 0, 1, 0]).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let end = s.read_to_end(&mut Vec::new());
+        assert!(!matches!(&end, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)), "stranger {i} still open: {end:?}");
+    }
+    // The first refusal in full, the other 99 in the summary after it.
+    let summary = wait_until("the relay's summary of the refused handshakes", Duration::from_secs(30), || {
+        relay.proc.output().lines().find(|l| l.contains("connections refused in the last") && l.contains("listener=\"agents\"")).map(str::to_string)
+    });
+    assert!(summary.contains(&format!("protocol {}", STRANGERS - 1)), "{summary}");
+    let out = relay.proc.output();
+    assert!(!out.contains("while expecting"), "a log line per bad handshake:\n{out}");
+    let about_strangers = out.lines().filter(|l| l.contains("listener=\"agents\"")).count();
+    assert!(about_strangers <= 3, "{about_strangers} lines about {STRANGERS} strangers:\n{out}");
+}
