@@ -73,7 +73,11 @@ impl PeerServer {
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
-            .map_err(|e| Error::Internal(format!("spawn peer server: {e}")))?;
+            .map_err(|e| {
+                // The admission's reaper started above would wait forever.
+                shared.gate.stop();
+                Error::Internal(format!("spawn peer server: {e}"))
+            })?;
         Ok(PeerServer { addr, stop, thread: Some(thread), served, shared })
     }
 
