@@ -24,7 +24,7 @@ pub fn exit_on_panic(json: bool) {
         let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         let text = format!("fastrepl: internal error: thread '{name}' panicked at {at}: {what}; exiting (status {PANIC_EXIT})");
         let line = if json { serde_json::json!({"level": "ERROR", "message": text, "thread": name}).to_string() } else { text };
-        metrics::output::stderr_line(&line);
+        last_word(line);
         exit_now(PANIC_EXIT);
     }));
 }
@@ -56,8 +56,22 @@ fn stop_deadline_after(grace: Duration) -> anyhow::Result<()> {
 /// process with [`STOP_DEADLINE_EXIT`].
 fn exit_after(grace: Duration, signal: &str) {
     std::thread::sleep(grace);
-    metrics::output::stderr_line(&format!("fastrepl: still stopping {} s after {signal}; exiting now (status {STOP_DEADLINE_EXIT})", grace.as_secs()));
+    last_word(format!("fastrepl: still stopping {} s after {signal}; exiting now (status {STOP_DEADLINE_EXIT})", grace.as_secs()));
     exit_now(STOP_DEADLINE_EXIT);
+}
+
+/// `line` on stderr, waited for at most [`limits::LAST_WORD_WAIT`]: written from a thread of its own,
+/// as another thread may hold stderr's lock, blocked in a write to a reader that stalled; the process
+/// ends all the same (without the line if it could not go, or no thread could be started for it).
+fn last_word(line: String) {
+    let (said, heard) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("last-word".into()).spawn(move || {
+        metrics::output::stderr_line(&line);
+        let _ = said.send(());
+    });
+    if spawned.is_ok() {
+        let _ = heard.recv_timeout(limits::LAST_WORD_WAIT);
+    }
 }
 
 /// End the process at once: no exit handlers, no flush of buffered output (a stalled reader, or a
@@ -78,10 +92,10 @@ mod tests {
 
     /// This test binary again, running only `test`, as the child, stderr where `stderr` says; its
     /// exit status and what it wrote there, once it ended (killed after 30 s: the test then fails).
-    fn child(test: &str, stderr: Stdio) -> (Option<i32>, String) {
+    fn child(test: &str, stderr: Stdio, env: &[(&str, &str)]) -> (Option<i32>, String) {
         use std::io::Read;
         let exe = std::env::current_exe().expect("the test binary");
-        let mut c = Command::new(exe).args(["--exact", test, "--nocapture", "--test-threads", "1"]).env(CHILD, "1").stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("run the test binary again");
+        let mut c = Command::new(exe).args(["--exact", test, "--nocapture", "--test-threads", "1"]).env(CHILD, "1").envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("run the test binary again");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(st) = c.try_wait().expect("try_wait") {
@@ -110,12 +124,49 @@ mod tests {
             // Without the hook the thread dies alone and the process goes on: status 0.
             std::process::exit(0);
         }
-        let (code, err) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", Stdio::piped());
+        let (code, err) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", Stdio::piped(), &[]);
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
         assert!(err.contains("thread 'doomed' panicked at") && err.contains("on purpose"), "{err}");
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
-        let (code, _) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", full.into());
+        let (code, _) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", full.into(), &[]);
         assert_eq!(code, Some(PANIC_EXIT));
+    }
+
+    /// In the child: a thread takes stderr and keeps it, writing to a pipe nobody reads (a log reader
+    /// that stalled); returns once it holds it.
+    fn stall_stderr() {
+        use std::io::Write;
+        let (held, holding) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut e = std::io::stderr().lock();
+            let _ = held.send(());
+            loop {
+                let _ = e.write_all(&[b'x'; 4096]);
+            }
+        });
+        holding.recv().unwrap();
+    }
+
+    #[test]
+    fn a_stalled_stderr_does_not_hold_the_end() {
+        if std::env::var_os(CHILD).is_some() {
+            stall_stderr();
+            if std::env::var_os("FASTREPL_EXITS_TEST_PANIC").is_some() {
+                exit_on_panic(false);
+                let _ = std::thread::spawn(|| panic!("on purpose")).join();
+            } else {
+                stop_deadline_after(Duration::from_millis(100)).unwrap();
+                signal_hook::low_level::raise(signal_hook::consts::SIGTERM).unwrap();
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(60));
+            }
+        }
+        let test = "exits::tests::a_stalled_stderr_does_not_hold_the_end";
+        let (code, _) = child(test, Stdio::piped(), &[]);
+        assert_eq!(code, Some(STOP_DEADLINE_EXIT), "a stop past its deadline");
+        let (code, _) = child(test, Stdio::piped(), &[("FASTREPL_EXITS_TEST_PANIC", "1")]);
+        assert_eq!(code, Some(PANIC_EXIT), "a panic");
     }
 
     #[test]
@@ -128,7 +179,7 @@ mod tests {
                 std::thread::sleep(Duration::from_secs(60));
             }
         }
-        let (code, err) = child("exits::tests::a_stop_that_does_not_end_ends_at_its_deadline", Stdio::piped());
+        let (code, err) = child("exits::tests::a_stop_that_does_not_end_ends_at_its_deadline", Stdio::piped(), &[]);
         assert_eq!(code, Some(STOP_DEADLINE_EXIT), "{err}");
         assert!(err.contains("after SIGTERM; exiting now"), "{err}");
     }

@@ -489,8 +489,21 @@ struct VerifyArgs {
     json: bool,
 }
 
+/// The log filter: `FASTREPL_LOG` (`spec`) or `info`, with rustls's own lines at `error` unless the
+/// spec names rustls. rustls logs a warning for each bad handshake it reads ("Received a … message
+/// while expecting …", "TLS alert warning received"): a line per stranger on a TLS listener, past the
+/// admission gate's bounded rate. The failure itself comes back to us as an error and is counted and
+/// summed up there.
+fn log_filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let filter = spec.and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok()).unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    if spec.is_some_and(|s| s.contains("rustls")) {
+        return filter;
+    }
+    filter.add_directive("rustls=error".parse().expect("a valid directive"))
+}
+
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("FASTREPL_LOG").ok().as_deref());
     // Colours only for a person at a terminal: journald and log files get plain text.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
@@ -1270,6 +1283,44 @@ mod tests {
         use clap::CommandFactory;
         let help = super::Cli::command().render_long_help().to_string();
         assert!(help.contains(&format!("within {} s", limits::STOP_GRACE_MAX.as_secs())), "the help's stop bound is not limits::STOP_GRACE_MAX:\n{help}");
+    }
+
+    /// Lines captured by a test's subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What `spec`'s filter lets through of a rustls warning (as the log bridge names it), a rustls
+    /// error and a warning of ours.
+    fn logged_under(spec: Option<&str>) -> String {
+        let out = Captured::default();
+        let w = out.clone();
+        let sub = tracing_subscriber::fmt().with_env_filter(super::log_filter(spec)).with_writer(move || w.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::warn!(target: "rustls::check", "Received a ApplicationData message while expecting [Handshake]");
+            tracing::error!(target: "rustls::common_state", "traffic keys exhausted");
+            tracing::warn!(target: "relay::serve", "ours");
+        });
+        let text = out.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn rustls_warnings_a_stranger_can_cause_are_not_logged_unless_asked_for() {
+        for spec in [None, Some("info"), Some("debug"), Some("warn,relay=debug")] {
+            let text = logged_under(spec);
+            assert!(!text.contains("Received a") && text.contains("traffic keys exhausted") && text.contains("ours"), "{spec:?}: {text}");
+        }
+        assert!(logged_under(Some("info,rustls=warn")).contains("Received a"), "an operator who names rustls gets its lines");
     }
 
     #[test]

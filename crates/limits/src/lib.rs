@@ -167,6 +167,10 @@ pub const REPLICA_RESET_MAX: Duration = Duration::from_secs(60);
 /// this long, then the process exits anyway, saying so. Under systemd's default stop timeout (90 s),
 /// so our own message, not a SIGKILL, ends a stuck stop; a join's guard resets what was left.
 pub const STOP_GRACE_MAX: Duration = Duration::from_secs(80);
+/// A process ending on its own (a thread panicked, a stop past [`STOP_GRACE_MAX`]) waits this long
+/// for its last line on stderr, then ends without it: another thread may hold stderr, blocked in a
+/// write to a reader that stalled (a log shipper hung, not gone), and the end must not wait on that.
+pub const LAST_WORD_WAIT: Duration = Duration::from_secs(1);
 /// Default `join --retries`: attempts after the first, for faults that time can mend.
 pub const JOIN_RETRIES_DEFAULT: u32 = 5;
 /// A failed join waits this long before its first retry (then twice as long each time, jittered).

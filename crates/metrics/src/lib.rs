@@ -166,7 +166,9 @@ fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &
         let n = match s.read(&mut chunk) {
             Ok(n) => n,
             Err(e) => {
-                pass.failed(admission::Refusal::Closed, &e);
+                // A read timing out is past the deadline (usually shut and counted by the reaper first).
+                let late = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+                pass.failed(if late { admission::Refusal::Deadline } else { admission::Refusal::Closed }, &e);
                 return Ok(());
             }
         };

@@ -147,6 +147,8 @@ fn ended(st: &Stats, pass: &Pass, e: &ConnError) {
             pass.failed(Refusal::Protocol, e);
         }
         Class::ClosedBeforeAuth => pass.failed(Refusal::Closed, e),
+        // Usually the reaper shut it at its deadline first (and counted it then, not here).
+        Class::LateBeforeAuth => pass.failed(Refusal::Deadline, e),
         Class::Auth => {
             Stats::add(&st.errors_auth, 1);
             tracing::warn!(error = %e, "closed connection")
@@ -184,6 +186,8 @@ enum Class {
     Protocol,
     /// A socket error before the agent said anything: a port probe, most likely.
     ClosedBeforeAuth,
+    /// A read that timed out before it authenticated: it is past its deadline.
+    LateBeforeAuth,
     Io,
     /// Counted by the gate already.
     Refused,
@@ -194,6 +198,7 @@ impl ConnError {
         match self {
             // A TLS handshake with bytes that are not TLS is not our protocol.
             ConnError::Authenticating(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => Class::Protocol,
+            ConnError::Authenticating(Error::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Class::LateBeforeAuth,
             ConnError::Authenticating(Error::Io { .. }) => Class::ClosedBeforeAuth,
             ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => Class::Auth,
             ConnError::Authenticating(Error::Protocol(_)) | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
@@ -539,6 +544,11 @@ mod tests {
         let not_tls = Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: std::io::ErrorKind::InvalidData.into() };
         assert_eq!(ConnError::Authenticating(not_tls).class(), Class::Protocol);
         assert_eq!(ConnError::Refused(Refusal::Full).class(), Class::Refused);
+        // A read timing out before authentication is the deadline, not a probe that closed.
+        for kind in [std::io::ErrorKind::WouldBlock, std::io::ErrorKind::TimedOut] {
+            let late = Error::Io { op: transport::Operation::ReadAgentAuthentication, source: kind.into() };
+            assert_eq!(ConnError::Authenticating(late).class(), Class::LateBeforeAuth);
+        }
         assert!(ConnError::Authenticating(io()).before_auth() && !ConnError::Serving(io()).before_auth());
     }
 }

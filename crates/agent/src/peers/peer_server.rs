@@ -73,7 +73,11 @@ impl PeerServer {
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
-            .map_err(|e| Error::Internal(format!("spawn peer server: {e}")))?;
+            .map_err(|e| {
+                // The admission's reaper started above would wait forever.
+                shared.gate.stop();
+                Error::Internal(format!("spawn peer server: {e}"))
+            })?;
         Ok(PeerServer { addr, stop, thread: Some(thread), served, shared })
     }
 
@@ -181,6 +185,8 @@ fn peer_budget() -> Budget {
 fn refusal_of(e: &transport::Error) -> Refusal {
     match e {
         transport::Error::Auth(_) => Refusal::Auth,
+        // A read timed out: past its deadline (usually shut and counted by the reaper first).
+        transport::Error::Io { source, .. } if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Refusal::Deadline,
         transport::Error::Io { source, .. } if source.kind() != std::io::ErrorKind::InvalidData => Refusal::Closed,
         _ => Refusal::Protocol,
     }
@@ -371,6 +377,17 @@ fn next_request_waiting(raw: &TcpStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_before_authentication_count_by_kind() {
+        let io = |kind: std::io::ErrorKind| transport::Error::Io { op: transport::Operation::ReadAgentAuthentication, source: kind.into() };
+        assert_eq!(refusal_of(&transport::Error::Auth("a wrong token".into())), Refusal::Auth);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::WouldBlock)), Refusal::Deadline, "a read timing out is the deadline, not a probe");
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::TimedOut)), Refusal::Deadline);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::UnexpectedEof)), Refusal::Closed);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::InvalidData)), Refusal::Protocol, "bytes that are not TLS");
+        assert_eq!(refusal_of(&transport::Error::Protocol("bad magic".into())), Refusal::Protocol);
+    }
 
     /// Wait for `cond` (a few seconds at most).
     fn wait_for(what: &str, cond: impl Fn() -> bool) {
