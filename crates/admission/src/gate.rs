@@ -8,6 +8,7 @@
 use crate::machine::{Admission, Admitted, Budget, Id, Source, Verdict};
 use crate::refusal::Refusal;
 use crate::refusal_log::{Line, RefusalLog};
+use crate::registry::{self, Totals};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -50,6 +51,8 @@ pub struct Gate {
     inner: Mutex<Inner>,
     changed: Condvar,
     refused: [AtomicU64; Refusal::ALL.len()],
+    /// The process's totals for this listener's name (the metrics endpoint's).
+    totals: Arc<Totals>,
 }
 
 impl Gate {
@@ -61,6 +64,7 @@ impl Gate {
             inner: Mutex::new(Inner { machine: Admission::new(budget), sockets: HashMap::new(), log: RefusalLog::new(limits::REFUSAL_SUMMARY_EVERY), stopped: false }),
             changed: Condvar::new(),
             refused: Default::default(),
+            totals: registry::totals(listener),
         })
     }
 
@@ -101,6 +105,7 @@ impl Gate {
     /// Count a refusal and tell the limiter; what to log comes back (logged without the lock).
     fn count(&self, g: &mut Inner, kind: Refusal, source: Source, detail: &str, now: Instant) -> Option<Line> {
         self.refused[kind.index()].fetch_add(1, Ordering::Relaxed);
+        self.totals.add(kind);
         g.log.refused(kind, source, detail, now)
     }
 

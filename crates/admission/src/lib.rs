@@ -12,13 +12,15 @@
 //! - [`refusal_log`]: [`RefusalLog`], refusals logged at a bounded rate: the first, then a summary
 //!   every few seconds with counts by kind and the busiest sources;
 //! - [`gate`]: [`Gate`], the driver a listener's threads share: it shuts displaced and late
-//!   strangers' sockets, counts refusals and writes the log lines.
+//!   strangers' sockets, counts refusals and writes the log lines;
+//! - [`registry`]: every listener's refusal totals in the process, for the metrics endpoint.
 #![deny(missing_docs)]
 
 pub mod gate;
 pub mod machine;
 pub mod refusal;
 pub mod refusal_log;
+pub mod registry;
 
 pub use gate::{Gate, Pass, Shut};
 pub use machine::{Admission, Budget, Source};

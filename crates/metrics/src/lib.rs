@@ -189,11 +189,24 @@ fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &
         return reply(&mut s, "503 Service Unavailable", "text/plain", "too many scrapes at once\n");
     }
     match route(&head) {
-        Route::Metrics => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &render()),
+        Route::Metrics => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &(render() + &refusals())),
         Route::Index => reply(&mut s, "200 OK", "text/html", "<html><body><a href=\"/metrics\">metrics</a></body></html>\n"),
         Route::NotFound => reply(&mut s, "404 Not Found", "text/plain", "not found: try /metrics\n"),
         Route::BadMethod => reply(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
     }
+}
+
+/// Every listener's refusals in the process ([`admission::registry`]), on every scrape: an agent's
+/// peer port and the metrics endpoints themselves are counted nowhere else.
+pub fn refusals() -> String {
+    let mut e = Exposition::new("fastrepl");
+    for (listener, totals) in admission::registry::listeners() {
+        for kind in admission::Refusal::ALL {
+            let help = "Connections a listener closed before they were served (before or at authentication), by listener and kind.";
+            e.counter("admission_refused_total", help, &[("listener", listener), ("kind", kind.name())], totals.refused(kind) as f64);
+        }
+    }
+    e.finish()
 }
 
 /// What a request asks for.
