@@ -16,7 +16,10 @@ pub struct Id(u64);
 pub enum Source {
     /// A network address.
     Ip(IpAddr),
-    /// This host (a unix socket), or an address the socket could not tell.
+    /// A process of this host on a unix socket, by its user id (`SO_PEERCRED`): a local stranger
+    /// under another user fills its own share, not the agents'.
+    LocalUser(u32),
+    /// This host (a unix socket whose peer could not be told), or an address the socket could not tell.
     Local,
 }
 
@@ -24,6 +27,7 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Ip(ip) => write!(f, "{ip}"),
+            Source::LocalUser(uid) => write!(f, "local uid {uid}"),
             Source::Local => f.write_str("local"),
         }
     }

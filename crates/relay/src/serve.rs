@@ -83,7 +83,24 @@ pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 /// Serve the shm transport's unix socket: data connections only.
 pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
     let handle = |s: &UnixStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
-    accept_each(&shared, listener.incoming(), |_| Source::Local, |_| "shm".to_string(), handle, "agent-shm", serve_shm_connection);
+    accept_each(&shared, listener.incoming(), local_user, |_| "shm".to_string(), handle, "agent-shm", serve_shm_connection);
+}
+
+/// A unix socket's peer by its user id: the abstract socket has no permissions, so any local
+/// process may connect; keyed by user, one that is not the agents' fills only its own share of
+/// the strangers' budget.
+fn local_user(s: &UnixStream) -> Source {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the descriptor is the live socket `s` owns; `cred` and `len` are valid for writes of
+    // the size `len` says, which is what SO_PEERCRED writes at most.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if r == 0 && len as usize == std::mem::size_of::<libc::ucred>() {
+        Source::LocalUser(cred.uid)
+    } else {
+        Source::Local
+    }
 }
 
 /// Accept until the relay stops, serving each connection on its own thread: admitted by the
@@ -527,6 +544,14 @@ fn swarm_request<'a, S: DataStream>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unix_peer_is_told_by_its_user() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let me = unsafe { libc::getuid() };
+        assert_eq!(local_user(&a), Source::LocalUser(me));
+    }
 
     fn io() -> Error {
         Error::Io { op: transport::Operation::ReadDataRequest, source: std::io::ErrorKind::UnexpectedEof.into() }
