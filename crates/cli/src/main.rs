@@ -30,7 +30,7 @@ macro_rules! errln {
     name = "fastrepl",
     version,
     about = "Fast, master-friendly full sync for Redis and Valkey replicas",
-    after_help = "Every command: exit 70 when one of its threads died (a bug: the process ends rather than serve nothing), 124 when a SIGTERM/SIGINT did not end it within 80 s."
+    after_help = "Every command: exit 70 when one of its threads died (a bug: the process ends rather than serve nothing), 124 when a SIGTERM/SIGINT did not end it within 85 s."
 )]
 struct Cli {
     /// Log lines as text for people, or as one JSON object per line for log collectors.

@@ -164,9 +164,9 @@ pub const BLOCK_WAIT_MAX: Duration = Duration::from_millis(200);
 pub const REPLICA_RESET_MAX: Duration = Duration::from_secs(60);
 /// After SIGTERM or SIGINT a process of ours ends within this, whatever its threads are doing: the
 /// graceful path (a join resetting its replica: up to [`REPLICA_RESET_MAX`] after reaching it) gets
-/// this long, then the process exits anyway, saying so. Under systemd's default stop timeout (90 s),
+/// this long (with 5 s to spare), then the process exits anyway, saying so. Under systemd's default stop timeout (90 s),
 /// so our own message, not a SIGKILL, ends a stuck stop; a join's guard resets what was left.
-pub const STOP_GRACE_MAX: Duration = Duration::from_secs(80);
+pub const STOP_GRACE_MAX: Duration = Duration::from_secs(85);
 /// A process ending on its own (a thread panicked, a stop past [`STOP_GRACE_MAX`]) waits this long
 /// for its last line on stderr, then ends without it: another thread may hold stderr, blocked in a
 /// write to a reader that stalled (a log shipper hung, not gone), and the end must not wait on that.
@@ -244,7 +244,9 @@ const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
 const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
 // A join stopped while resetting its replica finishes the reset (a connection, the retries, a last
 // command) before the stop deadline, and the deadline comes before systemd's SIGKILL.
-const _: () = assert!(ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) <= ms(STOP_GRACE_MAX) && ms(STOP_GRACE_MAX) < 90_000);
+// The join's last reset (connect, retries, its last command) fits in the stop's bound with room to
+// spare (5 s), and the bound with the last word's wait stays under systemd's default 90 s.
+const _: () = assert!(ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) + 5_000 <= ms(STOP_GRACE_MAX) && ms(STOP_GRACE_MAX) + ms(LAST_WORD_WAIT) < 90_000);
 
 // ---- agent and swarm ----------------------------------------------------------------------------
 
