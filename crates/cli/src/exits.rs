@@ -64,6 +64,8 @@ fn exit_after(grace: Duration, signal: &str) {
 /// as another thread may hold stderr's lock, blocked in a write to a reader that stalled; the process
 /// ends all the same (without the line if it could not go, or no thread could be started for it).
 fn last_word(line: String) {
+    // The log's queued lines first (bounded the same way: the log's reader may be what stalled).
+    crate::log_sink::drain(limits::LAST_WORD_WAIT);
     let (said, heard) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new().name("last-word".into()).spawn(move || {
         metrics::output::stderr_line(&line);

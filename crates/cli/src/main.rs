@@ -12,6 +12,7 @@ use std::time::Duration;
 use transport_arg::TransportArg;
 
 mod exits;
+mod log_sink;
 mod transport_arg;
 
 /// A line on stdout that the command's outcome does not depend on (its exit status says that): a
@@ -20,9 +21,10 @@ macro_rules! outln {
     ($($arg:tt)*) => {{ metrics::output::stdout_line(&format!($($arg)*)); }};
 }
 
-/// [`outln`] on stderr, for what is said outside the log.
+/// [`outln`] on stderr, for what is said outside the log: through the log's queue, in order with
+/// the log's lines, so a stalled reader blocks no thread ([`log_sink`]).
 macro_rules! errln {
-    ($($arg:tt)*) => {{ metrics::output::stderr_line(&format!($($arg)*)); }};
+    ($($arg:tt)*) => {{ log_sink::send(format!("{}\n", format!($($arg)*)).into_bytes(), write_log_line); }};
 }
 
 #[derive(Parser)]
@@ -512,6 +514,7 @@ fn init_logging(format: LogFormat) {
     // A failed write must not be reported by `eprintln!` (what the subscriber does by default): on a
     // closed stderr that panics the thread that logged. LogWriter drops and counts it instead.
     let log = log.log_internal_errors(false);
+    log_sink::start(write_log_line);
     match format {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
@@ -547,9 +550,11 @@ fn main() -> ExitCode {
         #[cfg(feature = "ucx")]
         Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run()).unwrap_or(1))),
     };
-    match r {
+    let code = match r {
         Ok(code) => code,
         Err(e) => {
+            // The log's lines first, then the last word after them.
+            log_sink::drain(limits::LAST_WORD_WAIT);
             match cli.log_format {
                 LogFormat::Text => errln!("fastrepl: {e:#}"),
                 // A collector reading JSON lines would drop a plain-text last word.
@@ -557,7 +562,10 @@ fn main() -> ExitCode {
             }
             ExitCode::from(1)
         }
-    }
+    };
+    // What the process said last reaches a reader that reads; one that stalled does not hold the end.
+    log_sink::drain(limits::LAST_WORD_WAIT);
+    code
 }
 
 fn relay(a: RelayArgs) -> Result<ExitCode> {
@@ -639,6 +647,7 @@ fn log_stop_on_signal() -> Result<()> {
             if let Some(sig) = signals.forever().next() {
                 let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
                 tracing::info!("relay stopping ({name})");
+                log_sink::drain(limits::LAST_WORD_WAIT);
                 std::process::exit(0);
             }
         })
@@ -946,21 +955,27 @@ struct LogWriter {
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // One formatted event per call (the fmt layer writes each line whole).
+        // One formatted event per call (the fmt layer writes each line whole). Queued for the log
+        // sink's thread: a reader that stalls blocks no thread that logs.
         let line = if self.json { json_lists(buf) } else { None };
-        let out = line.as_deref().unwrap_or(buf);
-        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let write = || metrics::output::write_or_drop(&mut std::io::stderr().lock(), out);
-        match bar {
-            Some(b) => b.suspend(write),
-            None => write(),
-        };
+        log_sink::send(line.unwrap_or_else(|| buf.to_vec()), write_log_line);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         // Each line was flushed as it was written (or dropped).
         Ok(())
     }
+}
+
+/// One log line on stderr, above the progress display when there is one; dropped and counted when
+/// the write fails ([`metrics::output`]).
+fn write_log_line(out: &[u8]) {
+    let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let write = || metrics::output::write_or_drop(&mut std::io::stderr().lock(), out);
+    match bar {
+        Some(b) => b.suspend(write),
+        None => write(),
+    };
 }
 
 /// A JSON log line with its list fields made real lists. tracing records a field as a string; list

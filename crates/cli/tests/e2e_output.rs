@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 struct Unread {
     name: String,
     child: Child,
+    /// The reading end of a pipe kept open and never read (a log reader that stalled).
+    _stalled: Option<std::io::PipeReader>,
 }
 
 impl Unread {
@@ -22,7 +24,7 @@ impl Unread {
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         // `cmd` holds our copies of the writing end until dropped (else the reader never sees the end).
         drop(cmd);
-        let p = Unread { name: name.into(), child };
+        let p = Unread { name: name.into(), child, _stalled: None };
         let Some(until) = until else {
             drop(reader);
             return p;
@@ -55,7 +57,36 @@ impl Unread {
         let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
         cmd.stdin(Stdio::null()).stdout(full()).stderr(full());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Unread { name: name.into(), child }
+        Unread { name: name.into(), child, _stalled: None }
+    }
+
+    /// Spawn `cmd` with stdout and stderr one pipe that is full before it starts and never read: a
+    /// log reader that stalled (a log shipper hung, not gone). Every write to it would block.
+    fn stalled(name: &str, mut cmd: Command) -> Unread {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (reader, mut writer) = std::io::pipe().expect("pipe");
+        let fd = writer.as_raw_fd();
+        // SAFETY: fcntl on a descriptor we own, with flags only; no pointers.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }, 0);
+        let mut filled = 0usize;
+        loop {
+            match writer.write(&[b'x'; 4096]) {
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("fill the pipe: {e}"),
+            }
+        }
+        // Blocking again (the flag is the open file's, which the child shares): its writes block.
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFL, flags) }, 0);
+        assert!(filled >= 4096, "the pipe took {filled} bytes");
+        cmd.stdin(Stdio::null()).stdout(writer.try_clone().expect("clone pipe")).stderr(writer);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        drop(cmd);
+        Unread { name: name.into(), child, _stalled: Some(reader) }
     }
 
     fn running(&mut self) -> bool {
@@ -181,4 +212,27 @@ fn a_join_whose_output_reader_is_gone_stops_on_sigterm_mid_pull_and_resets_its_r
     let st = join.terminate(limits::STOP_GRACE_MAX + Duration::from_secs(10));
     assert_eq!(st.code(), Some(130), "the join's exit after SIGTERM: {st:?}");
     assert_untouched(&replica);
+}
+
+#[test]
+fn a_relay_whose_log_reader_stalled_serves_and_stops_on_sigterm() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let (listen, metrics) = (format!("127.0.0.1:{}", fixtures::free_port()), format!("127.0.0.1:{}", fixtures::free_port()));
+    // Its stderr is full from the start: a thread that wrote its log line itself would block there
+    // (the relay never listened, its capture stalled); lines wait in the log's queue instead.
+    let mut cmd = relay_cmd(&master.addr(), &listen, &metrics);
+    cmd.env("FASTREPL_LOG", "debug");
+    let mut relay = Unread::stalled("relay", cmd);
+    dropped_writes(&metrics);
+    let partial0 = info_num(&master, "stats", "sync_partial_ok");
+    let j = join(&listen, &replica.addr(), &[], &[]);
+    assert_partial(&j);
+    assert_eq!(info_num(&master, "stats", "sync_partial_ok"), partial0 + 1);
+    assert_identical(&master, &replica);
+    assert!(relay.running(), "the relay ended on its own");
+    // Its last line cannot go out: the stop waits for it a bounded while, then ends.
+    let st = relay.terminate(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "the relay's exit after SIGTERM: {st:?}");
 }
