@@ -526,7 +526,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             if moved > 0.0 && !x.announced && agents[x.dst - 1].alive {
                 x.announced = true;
-                tracker.arriving(agents[x.dst - 1].id, x.block);
+                tracker.arriving(agents[x.dst - 1].id, x.block, at(t));
             }
             x.left -= moved;
             hosts[x.src].sent += moved;

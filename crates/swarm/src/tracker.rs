@@ -23,6 +23,9 @@ pub const NAMED_HOLD: Duration = limits::TRACKER_NAMED_HOLD;
 /// A relay claim not completed within this is given to the next agent that asks
 /// ([`limits::RELAY_CLAIM_TIMEOUT`]).
 pub const CLAIM_TIMEOUT: Duration = limits::RELAY_CLAIM_TIMEOUT;
+/// An agent whose blocks take more than this many times the swarm's median to arrive is slow
+/// ([`limits::ARRIVAL_SLOW_RATIO`]; see [`Tracker::arriving`]).
+pub const SLOW_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
 
 /// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
 fn mix(mut x: u64) -> u64 {
@@ -70,6 +73,29 @@ pub struct Tracker {
     rotor: u64,
     /// Uploads an agent serves at once ([`UPLOADS_MAX`]; another number only in the simulator).
     uploads_max: usize,
+    /// How fast each agent receives (see [`Pace`]).
+    pace: Pace,
+}
+
+/// How long blocks take to arrive at each agent that serves, from the first bytes (its `arriving`) to
+/// the block verified (its `have`), as times passed in: a holder's reader of a block still arriving
+/// goes no faster than that. A host on a slow link takes several times the swarm's median; its
+/// arrivals are not named to askers that can be served otherwise (issue 33: with cut-through a host at
+/// 20 Mbit/s was named for the blocks it took from the relay, and every reader of those went at its
+/// pace).
+#[derive(Debug, Default)]
+struct Pace {
+    /// Per agent: seconds per block, a moving average that follows a faster block at once and a
+    /// slower one a quarter of the way (one block read from a slow source makes its reader look slow
+    /// for a block, not for ten).
+    secs: HashMap<AgentId, f64>,
+    /// Arrivals under way: since when (an arrival that has taken long already is slow, measured or not).
+    since: HashMap<(AgentId, u64), Instant>,
+    /// The median of `secs` (the lower of two), recomputed every few updates.
+    median: Option<f64>,
+    /// Agents still pulling that are not slow, as of that recomputation.
+    fast_pulling: usize,
+    updates: usize,
 }
 
 impl Default for Tracker {
@@ -97,6 +123,7 @@ impl Tracker {
             named: HashMap::new(),
             rotor: 0,
             uploads_max: UPLOADS_MAX,
+            pace: Pace::default(),
         }
     }
 
@@ -199,18 +226,67 @@ impl Tracker {
         self.got.remove(&a);
         self.listed.remove(&a);
         self.claims.retain(|_, (c, _)| *c != a);
+        self.pace.secs.remove(&a);
+        self.pace.since.retain(|(x, _), _| *x != a);
+        self.measure();
     }
 
-    /// Agent `a` is receiving block `b` and serves it while it arrives: it is named as a holder from
-    /// now on (after those that hold it whole: see `locate`), but has not received it. An arrival that
-    /// fails is taken back like a dropped block ([`Tracker::not_at`] with `a` itself); one that
-    /// completes is a [`Tracker::have`].
-    pub fn arriving(&mut self, a: AgentId, b: u64) {
+    /// Agent `a` is receiving block `b` (its first bytes came at `now`) and serves it while it
+    /// arrives: it is named as a holder from now on (after those that hold it whole, and not to askers
+    /// it is too slow for: see `locate`), but has not received it. An arrival that fails is taken back
+    /// like a dropped block ([`Tracker::not_at`] with `a` itself); one that completes is a
+    /// [`Tracker::have`], and how long it took is `a`'s pace.
+    pub fn arriving(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
         let got = self.got.get(&a).is_some_and(|g| g.get(b));
         if serves && !got && (b as usize) < self.holders.len() {
             self.list(a, b);
+            self.pace.since.entry((a, b)).or_insert(now);
         }
+    }
+
+    /// An arrival at `a` took `secs`: its pace follows (see [`Pace`]); the median and the agents
+    /// slow against it are recomputed every `agents / 8` updates (a pass over the fleet each time).
+    fn paced(&mut self, a: AgentId, secs: f64) {
+        let p = self.pace.secs.entry(a).or_insert(secs);
+        *p = if secs < *p { secs } else { 0.75 * *p + 0.25 * secs };
+        self.pace.updates += 1;
+        if self.pace.updates >= (self.alive.len() / 8).max(1) {
+            self.measure();
+        }
+    }
+
+    /// Recompute the median pace and the agents still pulling that are not slow against it.
+    fn measure(&mut self) {
+        self.pace.updates = 0;
+        let mut v: Vec<f64> = self.pace.secs.values().copied().collect();
+        self.pace.median = if v.is_empty() {
+            None
+        } else {
+            let mid = (v.len() - 1) / 2;
+            Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
+        };
+        self.pace.fast_pulling = self.received.iter().filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a)).count();
+    }
+
+    /// Whether agent `a` receives more than [`SLOW_RATIO`] times slower than the swarm's median.
+    fn slow(&self, a: AgentId) -> bool {
+        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m)
+    }
+
+    /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
+    /// this arrival has taken so far, above [`SLOW_RATIO`] times the swarm's median or the asker's own
+    /// pace, whichever is longer (a slow asker is no faster than a holder as slow as itself).
+    fn too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        let Some(m) = self.pace.median else { return false };
+        let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
+        let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
+        self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
+    }
+
+    /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
+    fn only_arriving_at(&self, x: AgentId, b: u64) -> bool {
+        self.is_listed(x, b) && !self.got.get(&x).is_some_and(|g| g.get(b))
     }
 
     /// Name `a` as a holder of `b` (unless it is already). An agent listed, taken off and listed again
@@ -232,6 +308,9 @@ impl Tracker {
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
+        if let Some(since) = self.pace.since.remove(&(a, b)) {
+            self.paced(a, now.saturating_duration_since(since).as_secs_f64());
+        }
         let known = (b as usize) < self.holders.len();
         if let (true, Some(got)) = (known, self.got.get_mut(&a)) {
             if !got.get(b) {
@@ -245,6 +324,7 @@ impl Tracker {
                 let got = *got;
                 if self.total == Some(got) {
                     self.complete += 1;
+                    self.measure();
                 }
                 self.debug_check(b);
             }
@@ -289,6 +369,7 @@ impl Tracker {
     /// there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         self.unlist(p, b);
+        self.pace.since.remove(&(p, b));
     }
 
     /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
@@ -311,7 +392,9 @@ impl Tracker {
         // A relay claim not completed within CLAIM_TIMEOUT goes to the next asker, also when its
         // claimer is named as the block's holder while it arrives (its readers go no faster than it):
         // while nobody holds the block whole, the repair is another copy from the relay.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && !self.stands(x, now));
+        // So is a claimer receiving it too slowly for the asker (issue 33): no reader of its arrival
+        // would go faster than it.
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -330,6 +413,9 @@ impl Tracker {
             // and from a bounded stretch: a block may have thousands of holders.
             // Fresh holders first (the asker opens a new flow before it deepens one), then the open ones.
             let mut named: Vec<AgentId> = Vec::with_capacity(PEERS_PER_ANSWER);
+            // Holders still receiving the block too slowly for the asker are not named (their readers
+            // go at their pace); when they are all there is, the relay serves the asker if it may.
+            let mut too_slow = 0;
             // Holders of the whole block before those still receiving it (whose uploads go no faster
             // than their own download of it).
             if f.flows_free > 0 {
@@ -344,6 +430,8 @@ impl Tracker {
                     }
                     if self.got.get(&x).is_some_and(|g| g.get(b)) {
                         named.push(x);
+                    } else if self.too_slow_for(x, b, a, now) {
+                        too_slow += 1;
                     } else if arriving.len() < PEERS_PER_ANSWER {
                         arriving.push(x);
                     }
@@ -353,7 +441,10 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            named.extend(f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).take(room));
+            named.extend(f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b) && !(self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now))).take(room));
+            if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {
+                return self.claim(a, b, f, now);
+            }
             // The asker's chooser takes the first fresh holder: count it there until that holder
             // reports it arrived. Kept in the order named (a refresh moves to the back): `load`
             // takes the longest waiting first.
@@ -387,12 +478,15 @@ impl Tracker {
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.0 != a && self.stands(x, now) => Answer::Wait,
+            Some(x) if x.0 != a && self.stands(x, now) && !self.too_slow_for(x.0, b, a, now) => Answer::Wait,
             Some(x) if x.0 == a && self.stands(x, now) => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
                 Answer::Relay
             }
+            // A slow agent takes its blocks from peers while faster agents pull: a block it took from
+            // the relay would reach the others at its pace, or cost the relay a second copy.
+            _ if self.slow(a) && self.pace.fast_pulling > 0 => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => {
                 self.claims.insert(b, (a, now));
@@ -571,10 +665,10 @@ mod tests {
         let mut tr = joined(1, 4);
         tr.set_total(1);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 0));
         assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]), "served while it arrives: no waiting for the whole block");
-        tr.arriving(2, 0);
+        tr.arriving(2, 0, t);
         tr.have_t(2, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 1), "arriving, then held: listed once");
         assert_eq!(tr.needing(3), 2, "agents 0 and 1 still miss the block: an arrival is not a receipt");
@@ -592,18 +686,18 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 2);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Peers(vec![0]), "served while it arrives");
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "no block for the timeout: from the relay");
         let mut tr = joined(1, 3);
         tr.locate_t(0, 0, t);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.have_t(2, 0);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Peers(vec![2, 0]), "held whole elsewhere: no second copy from the relay");
         // Another claim answered after the timeout does not wipe the stale one out of sight first.
         let mut tr = joined(2, 3);
         tr.locate_t(0, 0, t);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(2, 1, t + CLAIM_TIMEOUT), Answer::Relay);
         let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT), Answer::Peers(vec![0]), "an asker that may not claim still gets the arriving holder");
@@ -611,7 +705,70 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_too_slow_for_the_asker_is_not_named_for_a_block_arriving_there_while_the_relay_can_serve_it() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(16, 4);
+        // Before anyone's pace is known, agent 3 claims block 10 from the relay.
+        assert_eq!(tr.locate_t(3, 10, t), Answer::Relay);
+        // Paces: agents 0–2 receive a block in 1 s, agent 3 (a slow link) in 5 s.
+        for a in 0..3 {
+            tr.arriving(a, u64::from(a), t);
+            tr.have(a, u64::from(a), t + s(1));
+        }
+        tr.arriving(3, 3, t);
+        tr.have(3, 3, t + s(5));
+        let now = t + s(5);
+        tr.arriving(3, 10, now);
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate_t(0, 10, now), Answer::Relay, "only the slow claimer receives it: the relay serves the asker, not the slow host");
+        assert_eq!(tr.relay_grants(), grants + 1, "a second copy from the relay");
+        // The slow agent receives block 8 (from a peer); a fast one receives block 9.
+        tr.arriving(3, 8, now);
+        tr.arriving(1, 9, now);
+        assert_eq!(tr.locate_t(0, 9, now), Answer::Peers(vec![1]), "an arrival at the swarm's pace is named as before");
+        assert_eq!(tr.locate_t(3, 9, now), Answer::Peers(vec![1]), "and to the slow agent");
+        let may_not = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(0, 8, may_not, now), Answer::Wait, "an asker that may not claim now waits rather than read at the slow host's pace");
+        tr.have(2, 8, now);
+        for _ in 0..8 {
+            assert_eq!(tr.locate_t(1, 8, now), Answer::Peers(vec![2]), "a whole holder, and never the slow arrival beside it");
+        }
+        // Its own claims: none while faster agents pull.
+        assert_eq!(tr.locate_t(3, 12, now), Answer::Wait, "a slow agent takes no fresh block from the relay while faster agents pull");
+        assert_eq!(tr.locate_t(2, 12, now), Answer::Relay, "a fast one does");
+        // An arrival under way much longer than the swarm's pace is slow, measured or not.
+        tr.join(4, true);
+        tr.arriving(4, 11, now);
+        assert_eq!(tr.locate_t(0, 11, now), Answer::Peers(vec![4]), "a new agent's arrival, just started");
+        assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
+    }
+
+    #[test]
+    fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(4, 2);
+        tr.set_total(4);
+        tr.arriving(0, 0, t);
+        tr.have(0, 0, t + s(1));
+        tr.arriving(1, 1, t);
+        tr.have(1, 1, t + s(5));
+        tr.arriving(0, 2, t);
+        tr.have(0, 2, t + s(1));
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 0 is faster and still pulls");
+        tr.arriving(0, 1, t + s(5));
+        tr.have(0, 1, t + s(6));
+        tr.arriving(0, 3, t + s(6));
+        tr.have(0, 3, t + s(7));
+        assert_eq!(tr.needing(1), 0, "agent 0 is complete");
+        tr.leave(0);
+        assert_eq!(tr.locate_t(1, 3, t + s(8)), Answer::Relay, "alone, the slow agent is the swarm's pace");
+    }
+
+    #[test]
     fn askers_take_equally_rare_blocks_in_orders_of_their_own() {
+        let t = Instant::now();
         let mut tr = joined(16, 3);
         for b in 0..16 {
             tr.have_t(2, b);
@@ -634,7 +791,7 @@ mod tests {
         assert_eq!(sorted, (0..16).collect::<Vec<_>>());
         tr.have_t(1, 3);
         tr.not_at(2, 5);
-        tr.arriving(1, 5);
+        tr.arriving(1, 5, t);
         let o0 = order(&tr, 0);
         assert_eq!(o0.last(), Some(&5), "only arriving somewhere: last, however rare");
         assert_eq!(o0[o0.len() - 2], 3, "two holders: after the blocks one holds");
@@ -645,11 +802,11 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 3);
         tr.set_total(1);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.not_at(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0));
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "no holder: from the relay");
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 1));
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]), "its stale entry and its new one: named once");
@@ -657,7 +814,7 @@ mod tests {
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0), "a whole holder taken off counts as neither");
         let mut quiet = joined(1, 2);
         quiet.join(5, false);
-        quiet.arriving(5, 0);
+        quiet.arriving(5, 0, t);
         assert_eq!(quiet.holders(0), 0, "an agent that does not serve is never named");
     }
 
