@@ -308,7 +308,9 @@ impl Tracker {
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
-        if let Some(since) = self.pace.since.remove(&(a, b)) {
+        // The last block is short: its time is no pace.
+        let last = self.total.is_some_and(|t| b + 1 == t);
+        if let (Some(since), false) = (self.pace.since.remove(&(a, b)), last) {
             self.paced(a, now.saturating_duration_since(since).as_secs_f64());
         }
         let known = (b as usize) < self.holders.len();

@@ -331,6 +331,7 @@ impl<'a> Planner<'a> {
                 break;
             }
             self.poll_needed();
+            self.move_overdue();
             let planned = self.plan();
             // A completion, a write or the tracker's answer wakes us; otherwise look again soon
             // (blocks being published, blocks another agent claimed).
@@ -393,6 +394,19 @@ impl<'a> Planner<'a> {
         }
         self.asked_needed = Some(Instant::now());
         self.tell(Ask::Needed);
+    }
+
+    /// Reads from peers that take far longer than this agent's blocks do (a holder receiving the block
+    /// at a slow host's pace, named before it was known to be slow) are moved: their blocks are
+    /// located anew, while the reads run on to their end (a read on a connection cannot be taken
+    /// back; whichever ends first gives the block).
+    fn move_overdue(&mut self) {
+        for b in self.chooser.overdue(Instant::now()) {
+            if let Some(p) = self.chooser.move_away(b) {
+                tracing::debug!(block = b, peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "a read from a peer takes too long; locating the block anew");
+                self.asking.changed();
+            }
+        }
     }
 
     /// Find sources for the blocks the chooser wants: ask the tracker (the answer comes back as a
@@ -575,8 +589,17 @@ impl<'a> Planner<'a> {
         // Invariant 1: a block is kept, served or fed only after its checksum passed.
         debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want, "block {b} reported done unverified");
         self.out.rereads += u64::from(rereads);
+        let moved = match &job.from {
+            Source::Peer { id, .. } => self.chooser.moved_ended(b, *id).then_some(*id),
+            Source::Relay => None,
+        };
         if self.chooser.holds(b) {
-            self.sched.abandoned(); // a duplicate: nothing to do with it
+            // A duplicate (a read moved elsewhere and its replacement both gave the block): nothing
+            // to do with it but free its slot, if it is the one the chooser counts in flight.
+            if moved.is_none() {
+                self.chooser.failed(b, false);
+            }
+            self.sched.abandoned();
             self.reuse(job.buf);
             return true;
         }
@@ -593,7 +616,10 @@ impl<'a> Planner<'a> {
             self.arriving.remove(&b);
             self.tell(Ask::Have(b));
         }
-        self.chooser.done(b, bytes, took.as_secs_f64());
+        match moved {
+            Some(p) => self.chooser.done_moved(b, p, bytes, took.as_secs_f64()),
+            None => self.chooser.done(b, bytes, took.as_secs_f64()),
+        }
         self.sched.completed(b, block);
         // A block served takes one cut-off off the peer's count (not all: one that serves a block
         // and then cuts three off would never be avoided).
@@ -664,7 +690,15 @@ impl<'a> Planner<'a> {
         if cut_off_too_often {
             tracing::warn!(peer = %addr, cut_offs = CUT_OFFS_MAX + 1, "a peer keeps cutting blocks off part-way without serving one; no longer asking it");
         }
-        self.chooser.failed(b, cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
+        let bad = cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
+        if self.chooser.moved_ended(b, peer) {
+            // A read moved elsewhere: its replacement stands; only the peer is judged.
+            if bad {
+                self.chooser.avoid(peer);
+            }
+        } else {
+            self.chooser.failed(b, bad);
+        }
         self.sched.abandoned();
         self.reuse(job.buf);
     }
