@@ -457,8 +457,14 @@ impl Tracker {
                 f.flows_free -= 1;
                 f.open.push(p);
             }
-            // None usable: wait for one (a second copy from the relay would cost the master's host
-            // more than its one copy; see docs/design/flat-fanout.md on late joiners).
+            // None usable: wait for one — unless the relay has flows to spare (fewer reads standing
+            // than it has flows: every block published has gone out once): then a second copy from
+            // it costs nobody a first one. Agents that join after others hold the early blocks get
+            // them only from those holders' full uplinks otherwise (in the simulator, four agents
+            // joining over 30 s took 1.39× one agent's time, the relay idle meanwhile).
+            if named.is_empty() && self.relay_spare(now) {
+                return self.claim(a, b, f, now);
+            }
             return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
         }
         self.claim(a, b, f, now)
@@ -496,6 +502,11 @@ impl Tracker {
                 Answer::Relay
             }
         }
+    }
+
+    /// Whether the relay has flows to spare: fewer claims standing than it has flows.
+    fn relay_spare(&self, now: Instant) -> bool {
+        !self.claims.values().any(|x| self.stands(x, now))
     }
 
     /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
@@ -747,6 +758,21 @@ mod tests {
     }
 
     #[test]
+    fn a_block_whose_holders_are_all_full_comes_from_the_relay_only_while_the_relay_has_nothing_else_to_send() {
+        let t = Instant::now();
+        let mut tr = joined(4, 4);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        assert_eq!(tr.locate(1, 1, &mut reader(), t), Answer::Relay, "agent 1 claims block 1");
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait, "block 0's holder is full and the relay is sending: wait");
+        tr.have(1, 1, t);
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Relay, "no claim stands: the relay's idle uplink sends a second copy");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "one at a time: that claim stands now");
+    }
+
+    #[test]
     fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
         let t = Instant::now();
         let s = Duration::from_secs;
@@ -843,14 +869,15 @@ mod tests {
     #[test]
     fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
         let t = Instant::now();
-        let mut tr = joined(1, 4);
+        let mut tr = joined(2, 4);
+        assert_eq!(tr.locate_t(2, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
-        assert_eq!(tr.relay_grants(), 0);
+        assert_eq!(tr.relay_grants(), 1, "block 1's claim only");
         let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
         assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
@@ -865,7 +892,8 @@ mod tests {
     #[test]
     fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
         let t = Instant::now();
-        let mut tr = joined(1, 6);
+        let mut tr = joined(2, 7);
+        assert_eq!(tr.locate_t(6, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
         let mut f = reader();
