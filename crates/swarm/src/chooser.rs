@@ -69,7 +69,7 @@ pub const BUSY_STREAK_GAP: Duration = limits::PEER_BUSY_STREAK_GAP;
 pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 
 /// A read from a peer still on the wire after this many times the agent's own time per block is
-/// moved elsewhere ([`Chooser::overdue`]): the tracker's [`crate::SLOW_RATIO`] for a holder, times
+/// moved elsewhere ([`Chooser::overdue`]): the tracker's slow ratio for a holder ([`limits::ARRIVAL_SLOW_RATIO`]), times
 /// the reads that may wait ahead of it on one connection ([`limits::PEER_READS_IN_FLIGHT`]).
 pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
 
