@@ -433,7 +433,8 @@ impl Chooser {
     /// the replacement stays in flight until it ends, a duplicate.
     pub fn done_moved(&mut self, b: u64, p: AgentId, bytes: u64, secs: f64) {
         self.rated(p, bytes, secs);
-        self.got(b, bytes, secs);
+        // Not this agent's own time: the peer's, known to be slow.
+        self.got(b, 0, secs);
     }
 
     /// Block `b` is held, `bytes` taken in `secs`.

@@ -77,6 +77,9 @@ pub struct Tracker {
     pace: Pace,
 }
 
+/// Arrivals an agent's pace is the median of.
+const PACE_SAMPLES: usize = 4;
+
 /// How long blocks take to arrive at each agent that serves, from the first bytes (its `arriving`) to
 /// the block verified (its `have`), as times passed in: a holder's reader of a block still arriving
 /// goes no faster than that. A host on a slow link takes several times the swarm's median; its
@@ -85,10 +88,11 @@ pub struct Tracker {
 /// pace).
 #[derive(Debug, Default)]
 struct Pace {
-    /// Per agent: seconds per block, a moving average that follows a faster block at once and a
-    /// slower one a quarter of the way (one block read from a slow source makes its reader look slow
-    /// for a block, not for ten).
+    /// Per agent: seconds per block, the lower median of its last [`PACE_SAMPLES`] arrivals (kept in
+    /// `recent`): a block it read from a slow source (its arrival goes at that source's pace) or one
+    /// that was already waiting in a socket's buffer moves it little.
     secs: HashMap<AgentId, f64>,
+    recent: HashMap<AgentId, std::collections::VecDeque<f64>>,
     /// Arrivals under way: since when (an arrival that has taken long already is slow, measured or not).
     since: HashMap<(AgentId, u64), Instant>,
     /// The median of `secs` (the lower of two), recomputed every few updates.
@@ -227,6 +231,7 @@ impl Tracker {
         self.listed.remove(&a);
         self.claims.retain(|_, (c, _)| *c != a);
         self.pace.secs.remove(&a);
+        self.pace.recent.remove(&a);
         self.pace.since.retain(|(x, _), _| *x != a);
         self.measure();
     }
@@ -248,8 +253,14 @@ impl Tracker {
     /// An arrival at `a` took `secs`: its pace follows (see [`Pace`]); the median and the agents
     /// slow against it are recomputed every `agents / 8` updates (a pass over the fleet each time).
     fn paced(&mut self, a: AgentId, secs: f64) {
-        let p = self.pace.secs.entry(a).or_insert(secs);
-        *p = if secs < *p { secs } else { 0.75 * *p + 0.25 * secs };
+        let recent = self.pace.recent.entry(a).or_default();
+        if recent.len() == PACE_SAMPLES {
+            recent.pop_front();
+        }
+        recent.push_back(secs);
+        let mut v: Vec<f64> = recent.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        self.pace.secs.insert(a, v[(v.len() - 1) / 2]);
         self.pace.updates += 1;
         if self.pace.updates >= (self.alive.len() / 8).max(1) {
             self.measure();
@@ -770,6 +781,20 @@ mod tests {
         assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Relay, "no claim stands: the relay's idle uplink sends a second copy");
         assert_eq!(tr.relay_grants(), grants + 1);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "one at a time: that claim stands now");
+    }
+
+    #[test]
+    fn an_agent_that_read_blocks_from_a_slow_source_keeps_its_own_pace() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(16, 3);
+        for (a, b, took) in [(0, 0, 1), (1, 1, 1), (2, 2, 1), (0, 3, 1), (1, 4, 1), (2, 5, 1), (0, 6, 6), (0, 7, 6)] {
+            tr.arriving(a, b, t);
+            tr.have(a, b, t + s(took));
+        }
+        tr.arriving(0, 9, t + s(10));
+        assert_eq!(tr.locate_t(1, 9, t + s(10)), Answer::Peers(vec![0]), "two blocks at a slow source's pace of its last four: agent 0 still keeps the swarm's");
+        assert_eq!(tr.locate_t(0, 10, t + s(10)), Answer::Relay, "and claims from the relay");
     }
 
     #[test]
