@@ -288,9 +288,9 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
         let slow_hosts: Vec<usize> = (0..r.replicas).filter(|i| slow[*i]).map(|i| i + 1).collect();
         let (mut cells, mut fast, mut own_bound) = (Vec::new(), Vec::new(), Vec::new());
         let mut from_slow = Vec::new();
-        for i in 0..r.replicas {
+        for (i, is_slow) in slow.iter().copied().enumerate() {
             let Some(secs) = own_secs(r, i) else { continue };
-            if slow[i] {
+            if is_slow {
                 cells.push(format!("{:.2}s", secs / t1));
                 if let (Some(rdb), Some(rate)) = (r.rdb_bytes, rates.get(i + 1)) {
                     own_bound.push(format!("{:.2} ({secs:.1} s / {:.1} s)", secs / (rdb as f64 / rate), rdb as f64 / rate));
