@@ -75,7 +75,17 @@ pub struct Tracker {
     uploads_max: usize,
     /// How fast each agent receives (see [`Pace`]).
     pace: Pace,
+    /// Per (agent, block) not yet received: the source last named to it for the block — the holders
+    /// of the answer, or none for the relay — kept once its arrival starts (the read whose first bytes
+    /// came is the one its readers are served from; a read moved elsewhere later runs on and feeds it).
+    /// An arrival goes no faster than its source (see [`Tracker::fed_too_slow`]).
+    feeds: HashMap<(AgentId, u64), Vec<AgentId>>,
 }
+
+/// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
+/// two hops cover a fleet of four to eight, where each block's arrivals chain through few agents, and
+/// keep an answer's cost bounded.
+const FEED_HOPS: usize = 2;
 
 /// Arrivals an agent's pace is the median of.
 const PACE_SAMPLES: usize = 4;
@@ -128,6 +138,7 @@ impl Tracker {
             rotor: 0,
             uploads_max: UPLOADS_MAX,
             pace: Pace::default(),
+            feeds: HashMap::new(),
         }
     }
 
@@ -233,6 +244,7 @@ impl Tracker {
         self.pace.secs.remove(&a);
         self.pace.recent.remove(&a);
         self.pace.since.retain(|(x, _), _| *x != a);
+        self.feeds.retain(|(x, _), _| *x != a);
         self.measure();
     }
 
@@ -288,11 +300,33 @@ impl Tracker {
     /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
     /// this arrival has taken so far, above [`SLOW_RATIO`] times the swarm's median or the asker's own
     /// pace, whichever is longer (a slow asker is no faster than a holder as slow as itself).
+    /// Or its arrival is fed by a source too slow for the asker (see [`Tracker::fed_too_slow`]).
     fn too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        self.own_too_slow_for(x, b, a, now) || self.fed_too_slow(x, b, a, now, FEED_HOPS)
+    }
+
+    /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
+    fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
         let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
         let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
         self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
+    }
+
+    /// Whether `x`'s arrival of `b` is fed (as far as the tracker named its source) by an agent that has
+    /// not received `b` and whose own arrival of it is too slow for asker `a`, or by `a` itself (a
+    /// circle: `a` would read its own arrival back), following up to `hops` sources back. An arrival
+    /// is only as fast as its source (issue 33: a host on a slow link took its first block at its link's
+    /// rate, looked as fast as the others and claimed a second one, which then took it 13 s; the fast
+    /// agents moved their reads of it away, and were next named each other's arrivals of the block,
+    /// fed by the slow host: moved again 5 s later). Conservative: any of the holders named counts (the
+    /// asker's chooser picks among them). With equal paces no source is slow and nothing changes.
+    fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
+        let Some(from) = self.feeds.get(&(x, b)) else { return false };
+        from.iter().any(|&y| {
+            let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
+            y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
+        })
     }
 
     /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
@@ -321,6 +355,7 @@ impl Tracker {
         let Some(&serves) = self.alive.get(&a) else { return };
         // The last block is short: its time is no pace.
         let last = self.total.is_some_and(|t| b + 1 == t);
+        self.feeds.remove(&(a, b));
         if let (Some(since), false) = (self.pace.since.remove(&(a, b)), last) {
             self.paced(a, now.saturating_duration_since(since).as_secs_f64());
         }
@@ -383,6 +418,7 @@ impl Tracker {
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         self.unlist(p, b);
         self.pace.since.remove(&(p, b));
+        self.feeds.remove(&(p, b));
     }
 
     /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
@@ -398,7 +434,26 @@ impl Tracker {
     /// give `Wait` (never a claim: the block has a source). When the asker is expected to open a
     /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
     /// the next answers of one question agree with it.
+    ///
+    /// The source named is recorded as the one feeding `a`'s coming arrival of `b` (see `feeds`).
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
+        let answer = self.answer(a, b, f, now);
+        let from = match &answer {
+            Answer::Relay => Some(Vec::new()),
+            Answer::Peers(named) => Some(named.clone()),
+            Answer::Wait => None,
+        };
+        // Once its arrival is under way, the arrival is fed by the read that started it.
+        if let (Some(from), false) = (from, self.pace.since.contains_key(&(a, b))) {
+            if self.alive.contains_key(&a) {
+                self.feeds.insert((a, b), from);
+            }
+        }
+        answer
+    }
+
+    /// The answer to `locate`, before its source is recorded.
+    fn answer(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         if b as usize >= self.holders.len() {
             return Answer::Wait;
         }
@@ -406,7 +461,14 @@ impl Tracker {
         // claimer is named as the block's holder while it arrives (its readers go no faster than it):
         // while nobody holds the block whole, the repair is another copy from the relay.
         // So is a claimer receiving it too slowly for the asker (issue 33): no reader of its arrival
-        // would go faster than it.
+        // would go faster than it. An asker that may not claim now is not named the arrivals fed by
+        // that claimer either (`fed_too_slow`): it waits for a relay read of its own or a whole holder.
+        // This release of an overdue claim, rather than a cap of one claim per agent until its pace is
+        // known, is what keeps a slow host from holding a block's only arrival: on the bench the slow
+        // host's second block was claimed with its first, but one claimed right after its first
+        // arrival would have gone as slowly (its downlink then shared with three peer reads), the
+        // lower median of two arrivals is the faster one (it still looked normal), and a cap would
+        // idle the relay's flows at the start of every fan-out, an even one too.
         let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
@@ -454,7 +516,9 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            named.extend(f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b) && !(self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now))).take(room));
+            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
+            too_slow += slow_open.len();
+            named.extend(open.into_iter().take(room));
             if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {
                 return self.claim(a, b, f, now);
             }
@@ -766,6 +830,89 @@ mod tests {
         tr.arriving(4, 11, now);
         assert_eq!(tr.locate_t(0, 11, now), Answer::Peers(vec![4]), "a new agent's arrival, just started");
         assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
+    }
+
+    /// Four agents whose first blocks each took 1 s; agent 3 then claims block 7 from the relay at
+    /// `t1` and its arrival starts; agent 0 is named it, its arrival starts 2.4 s later (its read queued
+    /// behind others), and agent 1 (reading from agent 0 already) is named agent 0's.
+    fn chain_of_arrivals(t: Instant) -> (Tracker, Instant) {
+        let ms = Duration::from_millis;
+        let mut tr = joined(16, 4);
+        for a in 0..4 {
+            tr.arriving(a, u64::from(a), t);
+            tr.have(a, u64::from(a), t + ms(1000));
+        }
+        let t1 = t + ms(1000);
+        assert_eq!(tr.locate_t(3, 7, t1), Answer::Relay);
+        tr.arriving(3, 7, t1);
+        assert_eq!(tr.locate_t(0, 7, t1 + ms(200)), Answer::Peers(vec![3]), "a fresh arrival at the swarm's pace");
+        tr.arriving(0, 7, t1 + ms(2400));
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 7, &mut on_0, t1 + ms(2400)), Answer::Peers(vec![0]));
+        tr.arriving(1, 7, t1 + ms(2500));
+        (tr, t1)
+    }
+
+    #[test]
+    fn an_arrival_fed_by_a_slow_arrival_is_not_named_while_the_relay_can_serve_it() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let (mut tr, t1) = chain_of_arrivals(t);
+        assert_eq!((tr.feeds[&(3, 7)].clone(), tr.feeds[&(0, 7)].clone(), tr.feeds[&(1, 7)].clone()), (vec![], vec![3], vec![0]), "each arrival's source as named");
+        // 3 s in, agent 3's arrival is over 2.5× the swarm's median (1 s): slow itself. Agents 0 and 1
+        // receive the block from it (one and two hops) and are fresh themselves: before, agent 2 was
+        // named them and read at agent 3's pace.
+        let now = t1 + ms(3000);
+        let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(2, 7, busy, now), Answer::Wait, "an asker whose relay reads are all taken waits rather than read at the slow host's pace, one or two hops away");
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate_t(2, 7, now), Answer::Relay, "the slow claim is released to the next asker: a second copy from the relay");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        tr.arriving(2, 7, now);
+        // Agent 0 moves its read away from agent 3 and asks again: agent 1 is fed by agent 0 itself
+        // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
+        assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
+        assert_eq!(tr.feeds[&(0, 7)], vec![3], "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
+        assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
+        // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.
+        tr.have(3, 7, now + ms(200));
+        let Answer::Peers(named) = tr.locate(1, 7, &mut Fetching { may_claim: true, open: vec![0], flows_free: 1 }, now + ms(200)) else { panic!("holders") };
+        assert!(named.contains(&0), "agent 0's source holds the block whole: {named:?}");
+    }
+
+    #[test]
+    fn with_equal_paces_an_arrivals_source_changes_no_answer() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        // The same questions to two trackers, one of which never knows an arrival's source.
+        let (mut tr, t1) = chain_of_arrivals(t);
+        let (mut blind, _) = chain_of_arrivals(t);
+        // (Agents that receive the block already would be named arrivals fed by their own: that is
+        // no longer answered, whatever the paces, but such an agent asks only once it moved its read.)
+        for (asker, at) in [(2, 500), (2, 2000), (2, 2450), (2, 2490)] {
+            blind.feeds.clear();
+            let now = t1 + ms(at);
+            assert_eq!(tr.locate_t(asker, 7, now), blind.locate_t(asker, 7, now), "agent {asker} at {at} ms");
+        }
+        assert_eq!(tr.relay_grants(), blind.relay_grants(), "no second copy");
+        // A swarm at one pace: chains of arrivals are named as before, and the relay sends one copy.
+        let mut tr = joined(8, 4);
+        for b in 0..4 {
+            tr.arriving(b as AgentId, b, t);
+            tr.have(b as AgentId, b, t + ms(1000));
+        }
+        let t1 = t + ms(1000);
+        assert_eq!(tr.locate_t(0, 5, t1), Answer::Relay);
+        tr.arriving(0, 5, t1);
+        assert_eq!(tr.locate_t(1, 5, t1), Answer::Peers(vec![0]));
+        tr.arriving(1, 5, t1 + ms(100));
+        let mut on_1 = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(2, 5, &mut on_1, t1 + ms(200)), Answer::Peers(vec![1]), "an arrival fed by an arrival at the swarm's pace");
+        tr.arriving(2, 5, t1 + ms(200));
+        let mut on_2 = Fetching { may_claim: true, open: vec![2], flows_free: 0 };
+        assert_eq!(tr.locate(3, 5, &mut on_2, t1 + ms(1500)), Answer::Peers(vec![2]), "two hops from the claimer, all at the swarm's pace");
+        assert_eq!(tr.relay_grants(), 1);
     }
 
     #[test]
