@@ -75,11 +75,12 @@ pub struct Tracker {
     uploads_max: usize,
     /// How fast each agent receives (see [`Pace`]).
     pace: Pace,
-    /// Per (agent, block) not yet received: the source last named to it for the block — the holders
-    /// of the answer, or none for the relay — kept once its arrival starts (the read whose first bytes
-    /// came is the one its readers are served from; a read moved elsewhere later runs on and feeds it).
-    /// An arrival goes no faster than its source (see [`Tracker::fed_too_slow`]).
-    feeds: HashMap<(AgentId, u64), Vec<AgentId>>,
+    /// Per (agent, block) not yet received: the source last named to it for the block — the first
+    /// holder of the answer (the one its chooser takes unless it reads from another already), or none
+    /// for the relay — kept once its arrival starts (the read whose first bytes came is the one its
+    /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
+    /// faster than its source (see [`Tracker::fed_too_slow`]).
+    feeds: HashMap<(AgentId, u64), Option<AgentId>>,
 }
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
@@ -319,14 +320,13 @@ impl Tracker {
     /// is only as fast as its source (issue 33: a host on a slow link took its first block at its link's
     /// rate, looked as fast as the others and claimed a second one, which then took it 13 s; the fast
     /// agents moved their reads of it away, and were next named each other's arrivals of the block,
-    /// fed by the slow host: moved again 5 s later). Conservative: any of the holders named counts (the
-    /// asker's chooser picks among them). With equal paces no source is slow and nothing changes.
+    /// fed by the slow host: moved again 5 s later). Only the first holder named counts: counting every
+    /// one named would mark fast arrivals slow whenever the slow host had been named beside their
+    /// source (most answers in a small fleet name two or three holders). With equal paces no source is slow and nothing changes.
     fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
-        let Some(from) = self.feeds.get(&(x, b)) else { return false };
-        from.iter().any(|&y| {
-            let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
-            y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
-        })
+        let Some(&Some(y)) = self.feeds.get(&(x, b)) else { return false };
+        let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
+        y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
     }
 
     /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
@@ -439,8 +439,8 @@ impl Tracker {
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         let answer = self.answer(a, b, f, now);
         let from = match &answer {
-            Answer::Relay => Some(Vec::new()),
-            Answer::Peers(named) => Some(named.clone()),
+            Answer::Relay => Some(None),
+            Answer::Peers(named) => Some(named.first().copied()),
             Answer::Wait => None,
         };
         // Once its arrival is under way, the arrival is fed by the read that started it.
@@ -858,11 +858,18 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let (mut tr, t1) = chain_of_arrivals(t);
-        assert_eq!((tr.feeds[&(3, 7)].clone(), tr.feeds[&(0, 7)].clone(), tr.feeds[&(1, 7)].clone()), (vec![], vec![3], vec![0]), "each arrival's source as named");
+        assert_eq!((tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]), (None, Some(3), Some(0)), "each arrival's source as named");
         // 3 s in, agent 3's arrival is over 2.5× the swarm's median (1 s): slow itself. Agents 0 and 1
         // receive the block from it (one and two hops) and are fresh themselves: before, agent 2 was
         // named them and read at agent 3's pace.
+        // Block 9: agent 2 holds it whole, agent 3 receives it; agent 0 is named both, the whole first.
+        tr.have(2, 9, t1);
+        tr.arriving(3, 9, t1 + ms(100));
+        assert_eq!(tr.locate_t(0, 9, t1 + ms(200)), Answer::Peers(vec![2, 3]));
+        tr.arriving(0, 9, t1 + ms(2600));
         let now = t1 + ms(3000);
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 9, &mut on_0, now), Answer::Peers(vec![0]), "agent 0's arrival of block 9 is fed by the whole holder named first, not by the slow one named beside it");
         let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(2, 7, busy, now), Answer::Wait, "an asker whose relay reads are all taken waits rather than read at the slow host's pace, one or two hops away");
         let grants = tr.relay_grants();
@@ -872,7 +879,7 @@ mod tests {
         // Agent 0 moves its read away from agent 3 and asks again: agent 1 is fed by agent 0 itself
         // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
         assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
-        assert_eq!(tr.feeds[&(0, 7)], vec![3], "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
+        assert_eq!(tr.feeds[&(0, 7)], Some(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
         let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
         assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
         // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.
