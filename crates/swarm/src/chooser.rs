@@ -48,6 +48,9 @@ pub struct Chooser {
     /// and peer. Each holds its flow until it ends (a read on a connection cannot be taken back), and
     /// whichever of it and its replacement ends first gives the block.
     moved: Vec<(u64, AgentId)>,
+    /// Peers whose connection the pull is cutting ([`Chooser::to_cut`]): every read on the wire from
+    /// them is a moved one whose block is held, a duplicate. Until their last read ends.
+    cut: Vec<AgentId>,
     /// This agent's own time per byte, from any source (a moving average, a quarter of the way to
     /// each sample: per byte, since the last block is short; slow to follow, since a block already
     /// waiting in the socket's buffer arrives in milliseconds), and the largest block seen: the
@@ -114,6 +117,7 @@ impl Chooser {
             busy_since: HashMap::new(),
             since: HashMap::new(),
             moved: Vec::new(),
+            cut: Vec::new(),
             own_secs_per_byte: None,
             block_bytes: 0,
         }
@@ -426,7 +430,34 @@ impl Chooser {
     pub fn moved_ended(&mut self, b: u64, p: AgentId) -> bool {
         let Some(i) = self.moved.iter().position(|x| *x == (b, p)) else { return false };
         self.moved.swap_remove(i);
+        if !self.moved.iter().any(|(_, x)| *x == p) {
+            self.cut.retain(|x| *x != p);
+        }
         true
+    }
+
+    /// Peers whose connection to cut now, each named once: every read on the wire from them is one
+    /// moved elsewhere whose block is held since (its replacement gave it), so all they can still
+    /// give is a duplicate, while they hold a flow, a fetcher thread and the peer's uplink (a 4 MiB
+    /// block at a slow host's pace: up to 13 s; at the pull's end, its threads are joined). A peer
+    /// read by this agent for a block it lacks is left alone: its reads are the only ones in flight
+    /// there or are still wanted. Nothing moved: nothing cut.
+    pub fn to_cut(&mut self) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = Vec::new();
+        for (_, p) in &self.moved {
+            let only_duplicates = self.moved.iter().all(|(b, x)| x != p || self.holds(*b)) && !self.in_flight.values().any(|f| *f == Origin::Peer(*p));
+            if only_duplicates && !self.cut.contains(p) && !v.contains(p) {
+                v.push(*p);
+            }
+        }
+        self.cut.extend(&v);
+        v
+    }
+
+    /// Whether the reads from `p` still on the wire are being cut ([`Chooser::to_cut`]): their
+    /// misses are this agent's doing, not the peer's, and say nothing of it.
+    pub fn is_cut(&self, p: AgentId) -> bool {
+        self.cut.contains(&p)
     }
 
     /// A read moved elsewhere gave block `b` (from `p`, verified) before its replacement: held now;
@@ -477,6 +508,7 @@ impl Chooser {
             self.since.remove(b);
         }
         self.moved.retain(|(_, x)| *x != p);
+        self.cut.retain(|x| *x != p);
         self.avoid.insert(p, ());
         lost
     }
@@ -652,6 +684,42 @@ mod tests {
         c.move_away(8);
         c.peer_gone(6);
         assert_eq!(c.fetching().flows_free, 2);
+    }
+
+    #[test]
+    fn moved_reads_whose_blocks_are_held_are_cut_and_their_peer_is_not_judged() {
+        let t = Instant::now();
+        let secs = Duration::from_secs_f64;
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(0, 1000, 1.0);
+        assert!(c.to_cut().is_empty(), "nothing moved: nothing cut");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert!(c.to_cut().is_empty(), "reads in flight, none moved");
+        let later = t + secs(MOVE_AFTER + 0.1);
+        assert_eq!(c.overdue(later), vec![1, 2]);
+        assert_eq!(c.move_away(1), Some(7));
+        assert!(c.to_cut().is_empty(), "block 1 is not held yet (and block 2 is still wanted from peer 7)");
+        assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(1, 1000, 1.0);
+        assert!(c.to_cut().is_empty(), "block 2 is still wanted from peer 7 on the same connection");
+        assert_eq!(c.move_away(2), Some(7));
+        assert!(c.to_cut().is_empty(), "block 2 moved but not held");
+        assert_eq!(c.choose_at(2, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(2, 1000, 1.0);
+        assert_eq!(c.to_cut(), vec![7], "every read from peer 7 is a duplicate now");
+        assert!(c.to_cut().is_empty(), "named once");
+        assert!(c.is_cut(7));
+        // The cut reads end without their blocks: the flows are free, peer 7 is not avoided, and is
+        // cut no more once its last read ended.
+        assert!(c.moved_ended(1, 7));
+        assert!(c.is_cut(7), "a read from it is still on the wire");
+        assert!(c.moved_ended(2, 7));
+        assert!(!c.is_cut(7) && !c.avoids(7));
+        assert_eq!(c.fetching().flows_free, 2);
+        assert_eq!(c.held(), 3);
     }
 
     #[test]

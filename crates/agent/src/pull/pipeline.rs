@@ -31,6 +31,7 @@ use crate::peers::arrival::Arrival;
 use crate::peers::held::Held;
 use crate::peers::peering::Peering;
 use crate::report::{SourceBytes, SourceCounters};
+use crate::pull::cuts::Cuts;
 use crate::pull::planner::{self, Fetcher};
 use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
@@ -200,6 +201,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
     let over = AtomicBool::new(false);
+    let cuts = Cuts::default();
     std::thread::scope(|scope| {
         let mut relay_jobs = Vec::new();
         for r in 0..readers {
@@ -212,8 +214,8 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         if let Some(peering) = p.peering {
             for f in 0..peer_fetchers {
                 let (tx, rx) = mpsc::channel();
-                let reports = report_tx.clone();
-                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports))?;
+                let (reports, cuts) = (report_tx.clone(), &cuts);
+                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports, cuts))?;
                 peer_jobs.push(tx);
             }
         }
@@ -224,7 +226,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
             spawn_in(scope, "tracker-link".into(), move || tracker_link::run(&peering.tracker, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
         }
-        let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx);
+        let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx, &cuts);
         let over = &over;
         let planned = std::thread::Builder::new()
             .name("planner".into())
@@ -290,10 +292,12 @@ struct Planner<'a> {
     arriving: HashSet<u64>,
     /// Reads each peer cut off part-way (see [`PeerMiss::CutOff`]).
     cut_offs: HashMap<u32, u32>,
+    /// The peer fetchers' connections, to cut those carrying abandoned reads.
+    cuts: &'a Cuts,
 }
 
 impl<'a> Planner<'a> {
-    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>) -> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>, cuts: &'a Cuts) -> Planner<'a> {
         let depth = limits::PEER_READS_IN_FLIGHT;
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.
@@ -316,6 +320,7 @@ impl<'a> Planner<'a> {
             out: Planned::default(),
             arriving: HashSet::new(),
             cut_offs: HashMap::new(),
+            cuts,
         }
     }
 
@@ -326,6 +331,9 @@ impl<'a> Planner<'a> {
                 let _ = self.feed.send(Feed::Failed(e));
                 break;
             }
+            // Before the end too: the pull's threads are joined, and an abandoned read left running
+            // would hold its fetcher's until the slow peer sent its last byte.
+            self.cut_abandoned();
             if self.sched.finished() {
                 let _ = self.feed.send(Feed::End);
                 break;
@@ -406,6 +414,18 @@ impl<'a> Planner<'a> {
                 tracing::debug!(block = b, peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "a read from a peer takes too long; locating the block anew");
                 self.asking.changed();
             }
+        }
+    }
+
+    /// Cut the connections whose every read on the wire was moved elsewhere and whose block is held
+    /// since (the chooser decides which): they can only give duplicates, and they hold a fetcher, a
+    /// flow and the slow peer's uplink. Their misses are ours, not the peer's ([`Planner::missed`]).
+    fn cut_abandoned(&mut self) {
+        for p in self.chooser.to_cut() {
+            // The one fetcher reading from the peer (see `planner::peer_fetcher`).
+            let Some(f) = self.peers.iter().position(|(_, f)| f.outstanding > 0 && f.serving == Some(p)) else { continue };
+            let cut = self.cuts.cut(f, p);
+            tracing::debug!(peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), cut, "cutting reads moved away from a peer: their blocks are held");
         }
     }
 
@@ -649,6 +669,15 @@ impl<'a> Planner<'a> {
     fn missed(&mut self, job: Job, miss: PeerMiss) {
         let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else { return };
         let peer = *peer;
+        if self.chooser.is_cut(peer) {
+            // A read this agent abandoned and cut (its block is held): nothing to judge or relocate.
+            if !self.chooser.moved_ended(b, peer) {
+                self.chooser.failed(b, false);
+            }
+            self.sched.abandoned();
+            self.reuse(job.buf);
+            return;
+        }
         match &miss {
             PeerMiss::Busy => {
                 tracing::debug!(peer = %addr, block = b, "peer busy");
@@ -816,7 +845,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
 
 /// A peer fetcher: reads what the planner gives it from one peer at a time, up to the depth in flight
 /// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
-fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>, cuts: &Cuts) {
     let serving = peering.serves().then_some(&*peering.held);
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
@@ -826,6 +855,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     // A connection that failed is closed; the reads still in flight on it are lost with it.
     let close = |conns: &mut HashMap<u32, Box<dyn RangeReader>>, id: u32, wire: &mut VecDeque<(Job, Instant)>| {
         conns.remove(&id);
+        cuts.closed(me, id);
         for (j, _) in wire.drain(..) {
             report(j, PeerMiss::Dropped);
         }
@@ -841,7 +871,10 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             let (id, addr) = (*id, addr.clone());
             let conn = match conns.entry(id) {
                 std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|c| e.insert(c)),
+                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|(c, sock)| {
+                    cuts.opened(me, id, sock);
+                    e.insert(c)
+                }),
             };
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
@@ -920,11 +953,13 @@ fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Op
     }
 }
 
-/// Connect to a peer (under a TLS relay, peers serve TLS too).
-fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<Box<dyn RangeReader>, transport::Error> {
+/// Connect to a peer (under a TLS relay, peers serve TLS too); with a handle on its socket, to cut it
+/// ([`Cuts`]).
+fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<(Box<dyn RangeReader>, std::net::TcpStream), transport::Error> {
     let peer = addr.parse::<endpoint::Endpoint>().map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
     let s = transport::tcp::connect_with(&peer, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
-    Ok(Box::new(transport::tcp::StreamReader::new(s)))
+    let sock = s.tcp().try_clone().map_err(transport::Error::io(transport::Operation::ConnectToPeer))?;
+    Ok((Box::new(transport::tcp::StreamReader::new(s)), sock))
 }
 
 /// The writer: pass the blocks the planner sends, in order, to `sink`; report what was written.
