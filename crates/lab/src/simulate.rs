@@ -39,6 +39,10 @@ pub struct SimulateArgs {
     /// Fraction of agents on a slow link.
     #[arg(long, default_value_t = 0.0)]
     pub slow_fraction: f64,
+    /// Exactly this many agents on a slow link, the last ones (instead of `--slow-fraction`): the
+    /// bench's `uneven` fleet is `--agents 4 --slow-hosts 1 --link 100mbit --mib 128`.
+    #[arg(long)]
+    pub slow_hosts: Option<usize>,
     /// How many times slower a slow host's link is.
     #[arg(long, default_value_t = 5.0)]
     pub slow_factor: f64,
@@ -313,6 +317,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let mut agents: Vec<Agent> = (0..n)
         .map(|i| {
             let slow = rng.next() < a.slow_fraction;
+            let slow = a.slow_hosts.map_or(slow, |k| i + k >= n);
             let rate = if slow { bps / a.slow_factor } else { bps };
             hosts.push(Host { up: rate, down: rate, sent: 0.0 });
             let start = rng.next() * a.join_spread;
@@ -405,6 +410,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 continue;
             }
             let me = agents[i].id;
+            // Reads that take far too long move elsewhere (they run on, holding their flow), as real
+            // agents' do.
+            for b in agents[i].chooser.overdue(at(t)) {
+                agents[i].chooser.move_away(b);
+            }
             let wanted = agents[i].chooser.wanted(|b| tracker.precedence(me, b));
             for b in wanted {
                 // Asked block by block, with the chooser's state of the moment (a real agent asks about
@@ -485,7 +495,15 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         step += 1;
         // Bytes of each block each host has received so far, for blocks still arriving: a holder
         // serves such a block while it arrives, and its reader can be no further along than it.
-        let arrived: HashMap<(usize, u64), (u64, f64)> = transfers.iter().filter(|x| !x.refusal).map(|x| ((x.dst, x.block), (x.seq, block - x.left))).collect();
+        // A block read twice at once (a read moved elsewhere and its replacement) is served from the
+        // first arrival only, as a real agent's.
+        let mut arrived: HashMap<(usize, u64), (u64, f64)> = HashMap::new();
+        for x in transfers.iter().filter(|x| !x.refusal) {
+            let e = arrived.entry((x.dst, x.block)).or_insert((x.seq, block - x.left));
+            if x.seq < e.0 {
+                *e = (x.seq, block - x.left);
+            }
+        }
         let mut cut_off: Vec<(usize, AgentId, u64, bool)> = Vec::new();
         let mut i = 0;
         while i < transfers.len() {
@@ -499,6 +517,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 let x = transfers.swap_remove(i);
                 rates.swap_remove(i);
                 let g = &mut agents[x.dst - 1];
+                if let Origin::Peer(p) = x.from {
+                    if g.chooser.moved_ended(x.block, p) {
+                        continue;
+                    }
+                }
                 if let (Some(Origin::Peer(p)), true) = (g.chooser.failed(x.block, false), g.alive) {
                     g.chooser.refused(p, at(t));
                 }
@@ -526,7 +549,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             if moved > 0.0 && !x.announced && agents[x.dst - 1].alive {
                 x.announced = true;
-                tracker.arriving(agents[x.dst - 1].id, x.block);
+                tracker.arriving(agents[x.dst - 1].id, x.block, at(t));
             }
             x.left -= moved;
             hosts[x.src].sent += moved;
@@ -538,7 +561,21 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             rates.swap_remove(i);
             end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
             let g = &mut agents[x.dst - 1];
-            g.chooser.done(x.block, block as u64, t - x.since);
+            let moved = match x.from {
+                Origin::Peer(p) => g.chooser.moved_ended(x.block, p).then_some(p),
+                Origin::Relay => None,
+            };
+            match moved {
+                // Whichever of a moved read and its replacement ends first gives the block.
+                _ if g.chooser.holds(x.block) => {
+                    if moved.is_none() {
+                        g.chooser.failed(x.block, false);
+                    }
+                    continue;
+                }
+                Some(p) => g.chooser.done_moved(x.block, p, block as u64, t - x.since),
+                None => g.chooser.done(x.block, block as u64, t - x.since),
+            }
             tracker.have(g.id, x.block, at(t));
             // The replica takes blocks in order as soon as the next one is there.
             g.chooser.written(g.chooser.held_prefix());
@@ -547,7 +584,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
         }
         for (g, p, b, announced) in cut_off {
-            agents[g].chooser.failed(b, false);
+            if !agents[g].chooser.moved_ended(b, p) {
+                agents[g].chooser.failed(b, false);
+            }
             tracker.not_at(p, b);
             if announced {
                 tracker.not_at(agents[g].id, b);
@@ -578,7 +617,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 pub fn run(a: SimulateArgs) -> Result<()> {
     println!(
         "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks, 1 relay + {} peer fetches and {} uploads per agent, reads in flight {} per relay and {} per peer connection; \
-         slow hosts {:.0} % (×{} slower), failures {:.0} %, joins spread over {} s; round trips {} ms, {} ms more per busy link",
+         slow hosts {:.0} %{} (×{} slower), failures {:.0} %, joins spread over {} s; round trips {} ms, {} ms more per busy link",
         a.mib,
         a.block_mib,
         a.link,
@@ -588,6 +627,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.relay_depth,
         a.peer_depth,
         a.slow_fraction * 100.0,
+        a.slow_hosts.map(|k| format!(" (exactly {k}, the last)")).unwrap_or_default(),
         a.slow_factor,
         a.fail_fraction * 100.0,
         a.join_spread,

@@ -159,7 +159,7 @@ impl Swarms {
     /// Member `id` is receiving `block` and serves it while it arrives.
     pub fn arriving(&self, generation: u64, id: u32, block: u64) {
         tracing::debug!(id, block, "member receives a block");
-        self.with(generation, |s| s.tracker.arriving(id, block));
+        self.with(generation, |s| s.tracker.arriving(id, block, std::time::Instant::now()));
     }
 
     /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.

@@ -42,6 +42,21 @@ pub struct Chooser {
     /// Peers that have refused in a row since this moment (and last refused at the second), without
     /// serving us a block in between.
     busy_since: HashMap<AgentId, (Instant, Instant)>,
+    /// Reads from peers chosen with a time ([`Chooser::choose_at`]): since when.
+    since: HashMap<u64, Instant>,
+    /// Reads from peers moved elsewhere ([`Chooser::move_away`]) and still on the wire: their block
+    /// and peer. Each holds its flow until it ends (a read on a connection cannot be taken back), and
+    /// whichever of it and its replacement ends first gives the block.
+    moved: Vec<(u64, AgentId)>,
+    /// Peers whose connection the pull is cutting ([`Chooser::to_cut`]): every read on the wire from
+    /// them is a moved one whose block is held, a duplicate. Until their last read ends.
+    cut: Vec<AgentId>,
+    /// This agent's own time per byte, from any source (a moving average, a quarter of the way to
+    /// each sample: per byte, since the last block is short; slow to follow, since a block already
+    /// waiting in the socket's buffer arrives in milliseconds), and the largest block seen: the
+    /// yardstick for a read that takes too long.
+    own_secs_per_byte: Option<f64>,
+    block_bytes: u64,
 }
 
 /// How long a holder that refused a fetch (busy) is passed over ([`limits::PEER_BUSY_BACKOFF`]).
@@ -55,6 +70,11 @@ pub const BUSY_STREAK_GAP: Duration = limits::PEER_BUSY_STREAK_GAP;
 /// A source slower than this fraction of the median peer rate is avoided while others hold the block
 /// ([`limits::PEER_SLOW_FRACTION`]).
 pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
+
+/// A read from a peer still on the wire after this many times the agent's own time per block is
+/// moved elsewhere ([`Chooser::overdue`]): the tracker's slow ratio for a holder ([`limits::ARRIVAL_SLOW_RATIO`]), times
+/// the reads that may wait ahead of it on one connection ([`limits::PEER_READS_IN_FLIGHT`]).
+pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
@@ -95,6 +115,11 @@ impl Chooser {
             avoid: HashMap::new(),
             busy: HashMap::new(),
             busy_since: HashMap::new(),
+            since: HashMap::new(),
+            moved: Vec::new(),
+            cut: Vec::new(),
+            own_secs_per_byte: None,
+            block_bytes: 0,
         }
     }
 
@@ -192,16 +217,26 @@ impl Chooser {
         self.peer_fetches_max().saturating_sub(self.peer_fetches())
     }
 
+    /// The peer of every read from a peer on the wire: those in flight and those moved elsewhere.
+    fn peer_reads(&self) -> impl Iterator<Item = AgentId> + '_ {
+        self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }).chain(self.moved.iter().map(|(_, p)| *p))
+    }
+
     /// Distinct peers with fetches in flight: the flows in use.
     fn peers_fetched_from(&self) -> usize {
-        let mut ps: Vec<AgentId> = self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }).collect();
+        let mut ps: Vec<AgentId> = self.peer_reads().collect();
         ps.sort_unstable();
         ps.dedup();
         ps.len()
     }
 
     fn peer_fetches(&self) -> usize {
-        self.in_flight.values().filter(|f| **f != Origin::Relay).count()
+        self.peer_reads().count()
+    }
+
+    /// Reads on the wire from peer `p`.
+    fn load(&self, p: AgentId) -> usize {
+        self.peer_reads().filter(|x| *x == p).count()
     }
 
     /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
@@ -211,14 +246,14 @@ impl Chooser {
     pub fn fetching(&self) -> Fetching {
         let mut open: Vec<AgentId> = Vec::new();
         let mut flows = 0;
-        for p in self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }) {
+        for p in self.peer_reads() {
             if open.contains(&p) {
                 continue;
             }
             open.push(p);
             flows += 1;
         }
-        open.retain(|p| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count() < self.depth && !self.avoid.contains_key(p));
+        open.retain(|p| self.load(*p) < self.depth && !self.avoid.contains_key(p) && !self.moved.iter().any(|(_, x)| x == p));
         let slots = self.peer_fetches() < self.peer_fetches_max();
         Fetching {
             may_claim: self.may_claim(),
@@ -299,10 +334,13 @@ impl Chooser {
             Answer::Peers(ps) => {
                 let slow = |p: &AgentId| self.rates.get(p).is_some_and(|r| r.samples >= 2 && self.yardstick.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
                 let busy = |p: &AgentId| now.is_some_and(|n| self.is_busy(*p, n));
-                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p)).collect();
+                // A peer a read was moved away from is slow for us: not asked again while that read is
+                // on the wire (a new read would queue behind it on the same connection).
+                let moved_from = |p: &AgentId| self.moved.iter().any(|(_, x)| x == p);
+                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p) && !moved_from(p)).collect();
                 let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
                 let pool = if fast.is_empty() { usable } else { fast };
-                let load = |p: &AgentId| self.in_flight.values().filter(|f| **f == Origin::Peer(*p)).count();
+                let load = |p: &AgentId| self.load(*p);
                 // A new peer only while fewer than `peer_flows` are fetched from; else another read
                 // on a flow that has room. Least loaded first: flows fill before they deepen.
                 let flows_full = self.peers_fetched_from() >= self.peer_flows;
@@ -312,6 +350,9 @@ impl Chooser {
         };
         debug_assert!(!self.in_flight.contains_key(&b), "block {b} chosen while it is being fetched");
         self.in_flight.insert(b, from);
+        if let (Origin::Peer(_), Some(now)) = (from, now) {
+            self.since.insert(b, now);
+        }
         self.debug_check();
         Some(from)
     }
@@ -329,16 +370,110 @@ impl Chooser {
 
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
     pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
+        self.since.remove(&b);
         if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
-            self.busy_since.remove(&p);
-            let r = self.rates.entry(p).or_default();
-            let sample = bytes as f64 / secs.max(1e-6);
-            // A moving average: a peer that became slow is noticed within a few blocks.
-            r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
-            r.samples += 1;
-            if r.samples >= 2 {
-                self.yardstick = median(self.rates.values().filter(|r| r.samples >= 2).map(|r| r.bytes_per_sec).collect());
+            self.rated(p, bytes, secs);
+        }
+        self.got(b, bytes, secs);
+    }
+
+    /// Peer `p` served a block of `bytes` in `secs`.
+    fn rated(&mut self, p: AgentId, bytes: u64, secs: f64) {
+        self.busy_since.remove(&p);
+        let r = self.rates.entry(p).or_default();
+        let sample = bytes as f64 / secs.max(1e-6);
+        // A moving average: a peer that became slow is noticed within a few blocks.
+        r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
+        r.samples += 1;
+        if r.samples >= 2 {
+            self.yardstick = median(self.rates.values().filter(|r| r.samples >= 2).map(|r| r.bytes_per_sec).collect());
+        }
+    }
+
+    /// The reads from peers on the wire longer than [`MOVE_AFTER`] times this agent's own time per
+    /// block at `now`, or from a peer rated slow since they started: to be moved elsewhere
+    /// ([`Chooser::move_away`]). A read of a block still arriving at its holder goes at that holder's
+    /// pace; the tracker names such a holder only while it keeps the swarm's pace, but a read started
+    /// before the holder was known to be slow would hold its block back for the holder's whole
+    /// arrival (issue 33: 9–14 s for a block the others read in 1).
+    pub fn overdue(&self, now: Instant) -> Vec<u64> {
+        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
+        let slow = |p: AgentId| self.rates.get(&p).is_some_and(|r| r.samples >= 2 && self.yardstick.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m));
+        let mut v: Vec<u64> = self
+            .since
+            .iter()
+            .filter(|(b, at)| {
+                let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
+                slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
+            })
+            .map(|(b, _)| *b)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Move the read of `b` from a peer elsewhere: the block is wanted again (locate it anew), while
+    /// the read stays on the wire and holds its flow until it ends ([`Chooser::moved_ended`]).
+    /// Returns the peer.
+    pub fn move_away(&mut self, b: u64) -> Option<AgentId> {
+        let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
+        self.in_flight.remove(&b);
+        self.since.remove(&b);
+        self.moved.push((b, p));
+        Some(p)
+    }
+
+    /// A read of `b` from `p` ended (with the block or without): if it was one moved elsewhere, it no
+    /// longer holds its flow, and true is returned — its block, if verified, is taken with
+    /// [`Chooser::done_moved`] (unless the replacement gave it first); its miss concerns the peer
+    /// only (the replacement stands).
+    pub fn moved_ended(&mut self, b: u64, p: AgentId) -> bool {
+        let Some(i) = self.moved.iter().position(|x| *x == (b, p)) else { return false };
+        self.moved.swap_remove(i);
+        if !self.moved.iter().any(|(_, x)| *x == p) {
+            self.cut.retain(|x| *x != p);
+        }
+        true
+    }
+
+    /// Peers whose connection to cut now, each named once: every read on the wire from them is one
+    /// moved elsewhere whose block is held since (its replacement gave it), so all they can still
+    /// give is a duplicate, while they hold a flow, a fetcher thread and the peer's uplink (a 4 MiB
+    /// block at a slow host's pace: up to 13 s; at the pull's end, its threads are joined). A peer
+    /// read by this agent for a block it lacks is left alone: its reads are the only ones in flight
+    /// there or are still wanted. Nothing moved: nothing cut.
+    pub fn to_cut(&mut self) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = Vec::new();
+        for (_, p) in &self.moved {
+            let only_duplicates = self.moved.iter().all(|(b, x)| x != p || self.holds(*b)) && !self.in_flight.values().any(|f| *f == Origin::Peer(*p));
+            if only_duplicates && !self.cut.contains(p) && !v.contains(p) {
+                v.push(*p);
             }
+        }
+        self.cut.extend(&v);
+        v
+    }
+
+    /// Whether the reads from `p` still on the wire are being cut ([`Chooser::to_cut`]): their
+    /// misses are this agent's doing, not the peer's, and say nothing of it.
+    pub fn is_cut(&self, p: AgentId) -> bool {
+        self.cut.contains(&p)
+    }
+
+    /// A read moved elsewhere gave block `b` (from `p`, verified) before its replacement: held now;
+    /// the replacement stays in flight until it ends, a duplicate.
+    pub fn done_moved(&mut self, b: u64, p: AgentId, bytes: u64, secs: f64) {
+        self.rated(p, bytes, secs);
+        // Not this agent's own time: the peer's, known to be slow.
+        self.got(b, 0, secs);
+    }
+
+    /// Block `b` is held, `bytes` taken in `secs`.
+    fn got(&mut self, b: u64, bytes: u64, secs: f64) {
+        if bytes > 0 {
+            let sample = secs / bytes as f64;
+            self.own_secs_per_byte = Some(self.own_secs_per_byte.map_or(sample, |o| 0.75 * o + 0.25 * sample));
+            self.block_bytes = self.block_bytes.max(bytes);
         }
         if let Some(h) = self.have.get_mut(b as usize) {
             // Counted as it changes: the pipeline's planner asks `held` every round.
@@ -352,10 +487,17 @@ impl Chooser {
     /// that peer again). Returns the source it was asked from.
     pub fn failed(&mut self, b: u64, bad: bool) -> Option<Origin> {
         let from = self.in_flight.remove(&b)?;
+        self.since.remove(&b);
         if let (Origin::Peer(p), true) = (from, bad) {
             self.avoid.insert(p, ());
         }
         Some(from)
+    }
+
+    /// Never fetch from `p` again (a read moved away from it failed or was corrupt: its replacement
+    /// stands, so [`Chooser::failed`] is not for it).
+    pub fn avoid(&mut self, p: AgentId) {
+        self.avoid.insert(p, ());
     }
 
     /// A peer is gone: every fetch from it failed.
@@ -363,7 +505,10 @@ impl Chooser {
         let lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
         for b in &lost {
             self.in_flight.remove(b);
+            self.since.remove(b);
         }
+        self.moved.retain(|(_, x)| *x != p);
+        self.cut.retain(|x| *x != p);
         self.avoid.insert(p, ());
         lost
     }
@@ -496,6 +641,85 @@ mod tests {
             c.done(b, 1000, secs);
         }
         assert_eq!(c.choose(22, &Answer::Peers(vec![5, 2])), Some(Origin::Peer(2)), "slow peer 5 avoided");
+    }
+
+    #[test]
+    fn a_read_that_takes_too_long_moves_elsewhere_and_holds_its_flow_until_it_ends() {
+        let t = Instant::now();
+        let secs = Duration::from_secs_f64;
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(0, 1000, 1.0);
+        assert_eq!(c.choose_at(15, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(15, 10, 0.01);
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert!(c.overdue(t + secs(MOVE_AFTER * 0.9)).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
+        assert_eq!(c.overdue(t + secs(MOVE_AFTER + 0.1)), vec![1]);
+        assert_eq!(c.move_away(1), Some(7));
+        assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");
+        assert_eq!(c.fetching().flows_free, 1, "the moved read still holds its flow");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), None, "not from the peer it moved away from");
+        assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay), "a whole holder or the relay instead");
+        // The moved read ends first, with the block: held, and the replacement is a duplicate.
+        assert!(c.moved_ended(1, 7) && !c.moved_ended(1, 7));
+        c.done_moved(1, 7, 1000, 6.0);
+        assert!(c.holds(1) && c.in_flight(1), "the replacement is still on the wire");
+        assert_eq!(c.fetching().flows_free, 2, "the moved read's flow is free");
+        assert_eq!(c.failed(1, false), Some(Origin::Relay));
+        assert_eq!(c.held(), 3);
+        // A peer rated slow since: its reads move at once.
+        for (b, p, took) in [(2, 4, 1.0), (3, 5, 1.0), (4, 4, 1.0), (5, 5, 1.0)] {
+            c.choose_at(b, &Answer::Peers(vec![p]), t);
+            c.done(b, 1000, took);
+        }
+        assert_eq!(c.choose_at(6, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
+        assert_eq!(c.choose_at(7, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
+        c.done(6, 1000, 10.0);
+        assert!(c.overdue(t).is_empty(), "one slow sample is no rating");
+        c.choose_at(8, &Answer::Peers(vec![6]), t);
+        c.done(7, 1000, 10.0);
+        assert_eq!(c.overdue(t), vec![8], "peer 6 is rated slow: its read still on the wire moves");
+        // A peer gone takes its moved reads with it.
+        c.move_away(8);
+        c.peer_gone(6);
+        assert_eq!(c.fetching().flows_free, 2);
+    }
+
+    #[test]
+    fn moved_reads_whose_blocks_are_held_are_cut_and_their_peer_is_not_judged() {
+        let t = Instant::now();
+        let secs = Duration::from_secs_f64;
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(0, 1000, 1.0);
+        assert!(c.to_cut().is_empty(), "nothing moved: nothing cut");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert!(c.to_cut().is_empty(), "reads in flight, none moved");
+        let later = t + secs(MOVE_AFTER + 0.1);
+        assert_eq!(c.overdue(later), vec![1, 2]);
+        assert_eq!(c.move_away(1), Some(7));
+        assert!(c.to_cut().is_empty(), "block 1 is not held yet (and block 2 is still wanted from peer 7)");
+        assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(1, 1000, 1.0);
+        assert!(c.to_cut().is_empty(), "block 2 is still wanted from peer 7 on the same connection");
+        assert_eq!(c.move_away(2), Some(7));
+        assert!(c.to_cut().is_empty(), "block 2 moved but not held");
+        assert_eq!(c.choose_at(2, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(2, 1000, 1.0);
+        assert_eq!(c.to_cut(), vec![7], "every read from peer 7 is a duplicate now");
+        assert!(c.to_cut().is_empty(), "named once");
+        assert!(c.is_cut(7));
+        // The cut reads end without their blocks: the flows are free, peer 7 is not avoided, and is
+        // cut no more once its last read ended.
+        assert!(c.moved_ended(1, 7));
+        assert!(c.is_cut(7), "a read from it is still on the wire");
+        assert!(c.moved_ended(2, 7));
+        assert!(!c.is_cut(7) && !c.avoids(7));
+        assert_eq!(c.fetching().flows_free, 2);
+        assert_eq!(c.held(), 3);
     }
 
     #[test]

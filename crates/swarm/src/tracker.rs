@@ -23,6 +23,9 @@ pub const NAMED_HOLD: Duration = limits::TRACKER_NAMED_HOLD;
 /// A relay claim not completed within this is given to the next agent that asks
 /// ([`limits::RELAY_CLAIM_TIMEOUT`]).
 pub const CLAIM_TIMEOUT: Duration = limits::RELAY_CLAIM_TIMEOUT;
+/// An agent whose blocks take more than this many times the swarm's median to arrive is slow
+/// ([`limits::ARRIVAL_SLOW_RATIO`]; see [`Tracker::arriving`]).
+pub const SLOW_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
 
 /// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
 fn mix(mut x: u64) -> u64 {
@@ -70,6 +73,44 @@ pub struct Tracker {
     rotor: u64,
     /// Uploads an agent serves at once ([`UPLOADS_MAX`]; another number only in the simulator).
     uploads_max: usize,
+    /// How fast each agent receives (see [`Pace`]).
+    pace: Pace,
+    /// Per (agent, block) not yet received: the source last named to it for the block — the first
+    /// holder of the answer (the one its chooser takes unless it reads from another already), or none
+    /// for the relay — kept once its arrival starts (the read whose first bytes came is the one its
+    /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
+    /// faster than its source (see [`Tracker::fed_too_slow`]).
+    feeds: HashMap<(AgentId, u64), Option<AgentId>>,
+}
+
+/// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
+/// two hops cover a fleet of four to eight, where each block's arrivals chain through few agents, and
+/// keep an answer's cost bounded.
+const FEED_HOPS: usize = 2;
+
+/// Arrivals an agent's pace is the median of.
+const PACE_SAMPLES: usize = 4;
+
+/// How long blocks take to arrive at each agent that serves, from the first bytes (its `arriving`) to
+/// the block verified (its `have`), as times passed in: a holder's reader of a block still arriving
+/// goes no faster than that. A host on a slow link takes several times the swarm's median; its
+/// arrivals are not named to askers that can be served otherwise (issue 33: with cut-through a host at
+/// 20 Mbit/s was named for the blocks it took from the relay, and every reader of those went at its
+/// pace).
+#[derive(Debug, Default)]
+struct Pace {
+    /// Per agent: seconds per block, the lower median of its last [`PACE_SAMPLES`] arrivals (kept in
+    /// `recent`): a block it read from a slow source (its arrival goes at that source's pace) or one
+    /// that was already waiting in a socket's buffer moves it little.
+    secs: HashMap<AgentId, f64>,
+    recent: HashMap<AgentId, std::collections::VecDeque<f64>>,
+    /// Arrivals under way: since when (an arrival that has taken long already is slow, measured or not).
+    since: HashMap<(AgentId, u64), Instant>,
+    /// The median of `secs` (the lower of two), recomputed every few updates.
+    median: Option<f64>,
+    /// Agents still pulling that are not slow, as of that recomputation.
+    fast_pulling: usize,
+    updates: usize,
 }
 
 impl Default for Tracker {
@@ -97,6 +138,8 @@ impl Tracker {
             named: HashMap::new(),
             rotor: 0,
             uploads_max: UPLOADS_MAX,
+            pace: Pace::default(),
+            feeds: HashMap::new(),
         }
     }
 
@@ -199,18 +242,96 @@ impl Tracker {
         self.got.remove(&a);
         self.listed.remove(&a);
         self.claims.retain(|_, (c, _)| *c != a);
+        self.pace.secs.remove(&a);
+        self.pace.recent.remove(&a);
+        self.pace.since.retain(|(x, _), _| *x != a);
+        self.feeds.retain(|(x, _), _| *x != a);
+        self.measure();
     }
 
-    /// Agent `a` is receiving block `b` and serves it while it arrives: it is named as a holder from
-    /// now on (after those that hold it whole: see `locate`), but has not received it. An arrival that
-    /// fails is taken back like a dropped block ([`Tracker::not_at`] with `a` itself); one that
-    /// completes is a [`Tracker::have`].
-    pub fn arriving(&mut self, a: AgentId, b: u64) {
+    /// Agent `a` is receiving block `b` (its first bytes came at `now`) and serves it while it
+    /// arrives: it is named as a holder from now on (after those that hold it whole, and not to askers
+    /// it is too slow for: see `locate`), but has not received it. An arrival that fails is taken back
+    /// like a dropped block ([`Tracker::not_at`] with `a` itself); one that completes is a
+    /// [`Tracker::have`], and how long it took is `a`'s pace.
+    pub fn arriving(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
         let got = self.got.get(&a).is_some_and(|g| g.get(b));
         if serves && !got && (b as usize) < self.holders.len() {
             self.list(a, b);
+            self.pace.since.entry((a, b)).or_insert(now);
         }
+    }
+
+    /// An arrival at `a` took `secs`: its pace follows (see [`Pace`]); the median and the agents
+    /// slow against it are recomputed every `agents / 8` updates (a pass over the fleet each time).
+    fn paced(&mut self, a: AgentId, secs: f64) {
+        let recent = self.pace.recent.entry(a).or_default();
+        if recent.len() == PACE_SAMPLES {
+            recent.pop_front();
+        }
+        recent.push_back(secs);
+        let mut v: Vec<f64> = recent.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        self.pace.secs.insert(a, v[(v.len() - 1) / 2]);
+        self.pace.updates += 1;
+        if self.pace.updates >= (self.alive.len() / 8).max(1) {
+            self.measure();
+        }
+    }
+
+    /// Recompute the median pace and the agents still pulling that are not slow against it.
+    fn measure(&mut self) {
+        self.pace.updates = 0;
+        let mut v: Vec<f64> = self.pace.secs.values().copied().collect();
+        self.pace.median = if v.is_empty() {
+            None
+        } else {
+            let mid = (v.len() - 1) / 2;
+            Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
+        };
+        self.pace.fast_pulling = self.received.iter().filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a)).count();
+    }
+
+    /// Whether agent `a` receives more than [`SLOW_RATIO`] times slower than the swarm's median.
+    fn slow(&self, a: AgentId) -> bool {
+        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m)
+    }
+
+    /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
+    /// this arrival has taken so far, above [`SLOW_RATIO`] times the swarm's median or the asker's own
+    /// pace, whichever is longer (a slow asker is no faster than a holder as slow as itself).
+    /// Or its arrival is fed by a source too slow for the asker (see [`Tracker::fed_too_slow`]).
+    fn too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        self.own_too_slow_for(x, b, a, now) || self.fed_too_slow(x, b, a, now, FEED_HOPS)
+    }
+
+    /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
+    fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        let Some(m) = self.pace.median else { return false };
+        let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
+        let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
+        self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
+    }
+
+    /// Whether `x`'s arrival of `b` is fed (as far as the tracker named its source) by an agent that has
+    /// not received `b` and whose own arrival of it is too slow for asker `a`, or by `a` itself (a
+    /// circle: `a` would read its own arrival back), following up to `hops` sources back. An arrival
+    /// is only as fast as its source (issue 33: a host on a slow link took its first block at its link's
+    /// rate, looked as fast as the others and claimed a second one, which then took it 13 s; the fast
+    /// agents moved their reads of it away, and were next named each other's arrivals of the block,
+    /// fed by the slow host: moved again 5 s later). Only the first holder named counts: counting every
+    /// one named would mark fast arrivals slow whenever the slow host had been named beside their
+    /// source (most answers in a small fleet name two or three holders). With equal paces no source is slow and nothing changes.
+    fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
+        let Some(&Some(y)) = self.feeds.get(&(x, b)) else { return false };
+        let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
+        y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
+    }
+
+    /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
+    fn only_arriving_at(&self, x: AgentId, b: u64) -> bool {
+        self.is_listed(x, b) && !self.got.get(&x).is_some_and(|g| g.get(b))
     }
 
     /// Name `a` as a holder of `b` (unless it is already). An agent listed, taken off and listed again
@@ -232,6 +353,12 @@ impl Tracker {
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
         let Some(&serves) = self.alive.get(&a) else { return };
+        // The last block is short: its time is no pace.
+        let last = self.total.is_some_and(|t| b + 1 == t);
+        self.feeds.remove(&(a, b));
+        if let (Some(since), false) = (self.pace.since.remove(&(a, b)), last) {
+            self.paced(a, now.saturating_duration_since(since).as_secs_f64());
+        }
         let known = (b as usize) < self.holders.len();
         if let (true, Some(got)) = (known, self.got.get_mut(&a)) {
             if !got.get(b) {
@@ -245,6 +372,7 @@ impl Tracker {
                 let got = *got;
                 if self.total == Some(got) {
                     self.complete += 1;
+                    self.measure();
                 }
                 self.debug_check(b);
             }
@@ -289,6 +417,8 @@ impl Tracker {
     /// there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         self.unlist(p, b);
+        self.pace.since.remove(&(p, b));
+        self.feeds.remove(&(p, b));
     }
 
     /// `p` sent a block that failed its checksum: it is named for no block any more (it stays a member
@@ -304,14 +434,42 @@ impl Tracker {
     /// give `Wait` (never a claim: the block has a source). When the asker is expected to open a
     /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
     /// the next answers of one question agree with it.
+    ///
+    /// The source named is recorded as the one feeding `a`'s coming arrival of `b` (see `feeds`).
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
+        let answer = self.answer(a, b, f, now);
+        let from = match &answer {
+            Answer::Relay => Some(None),
+            Answer::Peers(named) => Some(named.first().copied()),
+            Answer::Wait => None,
+        };
+        // Once its arrival is under way, the arrival is fed by the read that started it.
+        if let (Some(from), false) = (from, self.pace.since.contains_key(&(a, b))) {
+            if self.alive.contains_key(&a) {
+                self.feeds.insert((a, b), from);
+            }
+        }
+        answer
+    }
+
+    /// The answer to `locate`, before its source is recorded.
+    fn answer(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         if b as usize >= self.holders.len() {
             return Answer::Wait;
         }
         // A relay claim not completed within CLAIM_TIMEOUT goes to the next asker, also when its
         // claimer is named as the block's holder while it arrives (its readers go no faster than it):
         // while nobody holds the block whole, the repair is another copy from the relay.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && !self.stands(x, now));
+        // So is a claimer receiving it too slowly for the asker (issue 33): no reader of its arrival
+        // would go faster than it. An asker that may not claim now is not named the arrivals fed by
+        // that claimer either (`fed_too_slow`): it waits for a relay read of its own or a whole holder.
+        // This release of an overdue claim, rather than a cap of one claim per agent until its pace is
+        // known, is what keeps a slow host from holding a block's only arrival: on the bench the slow
+        // host's second block was claimed with its first, but one claimed right after its first
+        // arrival would have gone as slowly (its downlink then shared with three peer reads), the
+        // lower median of two arrivals is the faster one (it still looked normal), and a cap would
+        // idle the relay's flows at the start of every fan-out, an even one too.
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -330,6 +488,9 @@ impl Tracker {
             // and from a bounded stretch: a block may have thousands of holders.
             // Fresh holders first (the asker opens a new flow before it deepens one), then the open ones.
             let mut named: Vec<AgentId> = Vec::with_capacity(PEERS_PER_ANSWER);
+            // Holders still receiving the block too slowly for the asker are not named (their readers
+            // go at their pace); when they are all there is, the relay serves the asker if it may.
+            let mut too_slow = 0;
             // Holders of the whole block before those still receiving it (whose uploads go no faster
             // than their own download of it).
             if f.flows_free > 0 {
@@ -344,6 +505,8 @@ impl Tracker {
                     }
                     if self.got.get(&x).is_some_and(|g| g.get(b)) {
                         named.push(x);
+                    } else if self.too_slow_for(x, b, a, now) {
+                        too_slow += 1;
                     } else if arriving.len() < PEERS_PER_ANSWER {
                         arriving.push(x);
                     }
@@ -353,7 +516,12 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            named.extend(f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).take(room));
+            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
+            too_slow += slow_open.len();
+            named.extend(open.into_iter().take(room));
+            if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {
+                return self.claim(a, b, f, now);
+            }
             // The asker's chooser takes the first fresh holder: count it there until that holder
             // reports it arrived. Kept in the order named (a refresh moves to the back): `load`
             // takes the longest waiting first.
@@ -364,8 +532,14 @@ impl Tracker {
                 f.flows_free -= 1;
                 f.open.push(p);
             }
-            // None usable: wait for one (a second copy from the relay would cost the master's host
-            // more than its one copy; see docs/design/flat-fanout.md on late joiners).
+            // None usable: wait for one — unless the relay has flows to spare (fewer reads standing
+            // than it has flows: every block published has gone out once): then a second copy from
+            // it costs nobody a first one. Agents that join after others hold the early blocks get
+            // them only from those holders' full uplinks otherwise (in the simulator, four agents
+            // joining over 30 s took 1.39× one agent's time, the relay idle meanwhile).
+            if named.is_empty() && self.relay_spare(now) {
+                return self.claim(a, b, f, now);
+            }
             return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
         }
         self.claim(a, b, f, now)
@@ -387,12 +561,15 @@ impl Tracker {
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.0 != a && self.stands(x, now) => Answer::Wait,
+            Some(x) if x.0 != a && self.stands(x, now) && !self.too_slow_for(x.0, b, a, now) => Answer::Wait,
             Some(x) if x.0 == a && self.stands(x, now) => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
                 Answer::Relay
             }
+            // A slow agent takes its blocks from peers while faster agents pull: a block it took from
+            // the relay would reach the others at its pace, or cost the relay a second copy.
+            _ if self.slow(a) && self.pace.fast_pulling > 0 => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => {
                 self.claims.insert(b, (a, now));
@@ -400,6 +577,11 @@ impl Tracker {
                 Answer::Relay
             }
         }
+    }
+
+    /// Whether the relay has flows to spare: fewer claims standing than it has flows.
+    fn relay_spare(&self, now: Instant) -> bool {
+        !self.claims.values().any(|x| self.stands(x, now))
     }
 
     /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
@@ -571,10 +753,10 @@ mod tests {
         let mut tr = joined(1, 4);
         tr.set_total(1);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 0));
         assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]), "served while it arrives: no waiting for the whole block");
-        tr.arriving(2, 0);
+        tr.arriving(2, 0, t);
         tr.have_t(2, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 1), "arriving, then held: listed once");
         assert_eq!(tr.needing(3), 2, "agents 0 and 1 still miss the block: an arrival is not a receipt");
@@ -592,18 +774,18 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 2);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Peers(vec![0]), "served while it arrives");
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "no block for the timeout: from the relay");
         let mut tr = joined(1, 3);
         tr.locate_t(0, 0, t);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.have_t(2, 0);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Peers(vec![2, 0]), "held whole elsewhere: no second copy from the relay");
         // Another claim answered after the timeout does not wipe the stale one out of sight first.
         let mut tr = joined(2, 3);
         tr.locate_t(0, 0, t);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(2, 1, t + CLAIM_TIMEOUT), Answer::Relay);
         let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT), Answer::Peers(vec![0]), "an asker that may not claim still gets the arriving holder");
@@ -611,7 +793,189 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_too_slow_for_the_asker_is_not_named_for_a_block_arriving_there_while_the_relay_can_serve_it() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(16, 4);
+        // Before anyone's pace is known, agent 3 claims block 10 from the relay.
+        assert_eq!(tr.locate_t(3, 10, t), Answer::Relay);
+        // Paces: agents 0–2 receive a block in 1 s, agent 3 (a slow link) in 5 s.
+        for a in 0..3 {
+            tr.arriving(a, u64::from(a), t);
+            tr.have(a, u64::from(a), t + s(1));
+        }
+        tr.arriving(3, 3, t);
+        tr.have(3, 3, t + s(5));
+        let now = t + s(5);
+        tr.arriving(3, 10, now);
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate_t(0, 10, now), Answer::Relay, "only the slow claimer receives it: the relay serves the asker, not the slow host");
+        assert_eq!(tr.relay_grants(), grants + 1, "a second copy from the relay");
+        // The slow agent receives block 8 (from a peer); a fast one receives block 9.
+        tr.arriving(3, 8, now);
+        tr.arriving(1, 9, now);
+        assert_eq!(tr.locate_t(0, 9, now), Answer::Peers(vec![1]), "an arrival at the swarm's pace is named as before");
+        assert_eq!(tr.locate_t(3, 9, now), Answer::Peers(vec![1]), "and to the slow agent");
+        let may_not = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(0, 8, may_not, now), Answer::Wait, "an asker that may not claim now waits rather than read at the slow host's pace");
+        tr.have(2, 8, now);
+        for _ in 0..8 {
+            assert_eq!(tr.locate_t(1, 8, now), Answer::Peers(vec![2]), "a whole holder, and never the slow arrival beside it");
+        }
+        // Its own claims: none while faster agents pull.
+        assert_eq!(tr.locate_t(3, 12, now), Answer::Wait, "a slow agent takes no fresh block from the relay while faster agents pull");
+        assert_eq!(tr.locate_t(2, 12, now), Answer::Relay, "a fast one does");
+        // An arrival under way much longer than the swarm's pace is slow, measured or not.
+        tr.join(4, true);
+        tr.arriving(4, 11, now);
+        assert_eq!(tr.locate_t(0, 11, now), Answer::Peers(vec![4]), "a new agent's arrival, just started");
+        assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
+    }
+
+    /// Four agents whose first blocks each took 1 s; agent 3 then claims block 7 from the relay at
+    /// `t1` and its arrival starts; agent 0 is named it, its arrival starts 2.4 s later (its read queued
+    /// behind others), and agent 1 (reading from agent 0 already) is named agent 0's.
+    fn chain_of_arrivals(t: Instant) -> (Tracker, Instant) {
+        let ms = Duration::from_millis;
+        let mut tr = joined(16, 4);
+        for a in 0..4 {
+            tr.arriving(a, u64::from(a), t);
+            tr.have(a, u64::from(a), t + ms(1000));
+        }
+        let t1 = t + ms(1000);
+        assert_eq!(tr.locate_t(3, 7, t1), Answer::Relay);
+        tr.arriving(3, 7, t1);
+        assert_eq!(tr.locate_t(0, 7, t1 + ms(200)), Answer::Peers(vec![3]), "a fresh arrival at the swarm's pace");
+        tr.arriving(0, 7, t1 + ms(2400));
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 7, &mut on_0, t1 + ms(2400)), Answer::Peers(vec![0]));
+        tr.arriving(1, 7, t1 + ms(2500));
+        (tr, t1)
+    }
+
+    #[test]
+    fn an_arrival_fed_by_a_slow_arrival_is_not_named_while_the_relay_can_serve_it() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let (mut tr, t1) = chain_of_arrivals(t);
+        assert_eq!((tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]), (None, Some(3), Some(0)), "each arrival's source as named");
+        // 3 s in, agent 3's arrival is over 2.5× the swarm's median (1 s): slow itself. Agents 0 and 1
+        // receive the block from it (one and two hops) and are fresh themselves: before, agent 2 was
+        // named them and read at agent 3's pace.
+        // Block 9: agent 2 holds it whole, agent 3 receives it; agent 0 is named both, the whole first.
+        tr.have(2, 9, t1);
+        tr.arriving(3, 9, t1 + ms(100));
+        assert_eq!(tr.locate_t(0, 9, t1 + ms(200)), Answer::Peers(vec![2, 3]));
+        tr.arriving(0, 9, t1 + ms(2600));
+        let now = t1 + ms(3000);
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 9, &mut on_0, now), Answer::Peers(vec![0]), "agent 0's arrival of block 9 is fed by the whole holder named first, not by the slow one named beside it");
+        let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(2, 7, busy, now), Answer::Wait, "an asker whose relay reads are all taken waits rather than read at the slow host's pace, one or two hops away");
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate_t(2, 7, now), Answer::Relay, "the slow claim is released to the next asker: a second copy from the relay");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        tr.arriving(2, 7, now);
+        // Agent 0 moves its read away from agent 3 and asks again: agent 1 is fed by agent 0 itself
+        // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
+        assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
+        assert_eq!(tr.feeds[&(0, 7)], Some(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
+        assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
+        // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.
+        tr.have(3, 7, now + ms(200));
+        let Answer::Peers(named) = tr.locate(1, 7, &mut Fetching { may_claim: true, open: vec![0], flows_free: 1 }, now + ms(200)) else { panic!("holders") };
+        assert!(named.contains(&0), "agent 0's source holds the block whole: {named:?}");
+    }
+
+    #[test]
+    fn with_equal_paces_an_arrivals_source_changes_no_answer() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        // The same questions to two trackers, one of which never knows an arrival's source.
+        let (mut tr, t1) = chain_of_arrivals(t);
+        let (mut blind, _) = chain_of_arrivals(t);
+        // (Agents that receive the block already would be named arrivals fed by their own: that is
+        // no longer answered, whatever the paces, but such an agent asks only once it moved its read.)
+        for (asker, at) in [(2, 500), (2, 2000), (2, 2450), (2, 2490)] {
+            blind.feeds.clear();
+            let now = t1 + ms(at);
+            assert_eq!(tr.locate_t(asker, 7, now), blind.locate_t(asker, 7, now), "agent {asker} at {at} ms");
+        }
+        assert_eq!(tr.relay_grants(), blind.relay_grants(), "no second copy");
+        // A swarm at one pace: chains of arrivals are named as before, and the relay sends one copy.
+        let mut tr = joined(8, 4);
+        for b in 0..4 {
+            tr.arriving(b as AgentId, b, t);
+            tr.have(b as AgentId, b, t + ms(1000));
+        }
+        let t1 = t + ms(1000);
+        assert_eq!(tr.locate_t(0, 5, t1), Answer::Relay);
+        tr.arriving(0, 5, t1);
+        assert_eq!(tr.locate_t(1, 5, t1), Answer::Peers(vec![0]));
+        tr.arriving(1, 5, t1 + ms(100));
+        let mut on_1 = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(2, 5, &mut on_1, t1 + ms(200)), Answer::Peers(vec![1]), "an arrival fed by an arrival at the swarm's pace");
+        tr.arriving(2, 5, t1 + ms(200));
+        let mut on_2 = Fetching { may_claim: true, open: vec![2], flows_free: 0 };
+        assert_eq!(tr.locate(3, 5, &mut on_2, t1 + ms(1500)), Answer::Peers(vec![2]), "two hops from the claimer, all at the swarm's pace");
+        assert_eq!(tr.relay_grants(), 1);
+    }
+
+    #[test]
+    fn a_block_whose_holders_are_all_full_comes_from_the_relay_only_while_the_relay_has_nothing_else_to_send() {
+        let t = Instant::now();
+        let mut tr = joined(4, 4);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        assert_eq!(tr.locate(1, 1, &mut reader(), t), Answer::Relay, "agent 1 claims block 1");
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait, "block 0's holder is full and the relay is sending: wait");
+        tr.have(1, 1, t);
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Relay, "no claim stands: the relay's idle uplink sends a second copy");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "one at a time: that claim stands now");
+    }
+
+    #[test]
+    fn an_agent_that_read_blocks_from_a_slow_source_keeps_its_own_pace() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(16, 3);
+        for (a, b, took) in [(0, 0, 1), (1, 1, 1), (2, 2, 1), (0, 3, 1), (1, 4, 1), (2, 5, 1), (0, 6, 6), (0, 7, 6)] {
+            tr.arriving(a, b, t);
+            tr.have(a, b, t + s(took));
+        }
+        tr.arriving(0, 9, t + s(10));
+        assert_eq!(tr.locate_t(1, 9, t + s(10)), Answer::Peers(vec![0]), "two blocks at a slow source's pace of its last four: agent 0 still keeps the swarm's");
+        assert_eq!(tr.locate_t(0, 10, t + s(10)), Answer::Relay, "and claims from the relay");
+    }
+
+    #[test]
+    fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(4, 2);
+        tr.set_total(4);
+        tr.arriving(0, 0, t);
+        tr.have(0, 0, t + s(1));
+        tr.arriving(1, 1, t);
+        tr.have(1, 1, t + s(5));
+        tr.arriving(0, 2, t);
+        tr.have(0, 2, t + s(1));
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 0 is faster and still pulls");
+        tr.arriving(0, 1, t + s(5));
+        tr.have(0, 1, t + s(6));
+        tr.arriving(0, 3, t + s(6));
+        tr.have(0, 3, t + s(7));
+        assert_eq!(tr.needing(1), 0, "agent 0 is complete");
+        tr.leave(0);
+        assert_eq!(tr.locate_t(1, 3, t + s(8)), Answer::Relay, "alone, the slow agent is the swarm's pace");
+    }
+
+    #[test]
     fn askers_take_equally_rare_blocks_in_orders_of_their_own() {
+        let t = Instant::now();
         let mut tr = joined(16, 3);
         for b in 0..16 {
             tr.have_t(2, b);
@@ -634,7 +998,7 @@ mod tests {
         assert_eq!(sorted, (0..16).collect::<Vec<_>>());
         tr.have_t(1, 3);
         tr.not_at(2, 5);
-        tr.arriving(1, 5);
+        tr.arriving(1, 5, t);
         let o0 = order(&tr, 0);
         assert_eq!(o0.last(), Some(&5), "only arriving somewhere: last, however rare");
         assert_eq!(o0[o0.len() - 2], 3, "two holders: after the blocks one holds");
@@ -645,11 +1009,11 @@ mod tests {
         let t = Instant::now();
         let mut tr = joined(1, 3);
         tr.set_total(1);
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.not_at(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0));
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "no holder: from the relay");
-        tr.arriving(0, 0);
+        tr.arriving(0, 0, t);
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 1));
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]), "its stale entry and its new one: named once");
@@ -657,7 +1021,7 @@ mod tests {
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0), "a whole holder taken off counts as neither");
         let mut quiet = joined(1, 2);
         quiet.join(5, false);
-        quiet.arriving(5, 0);
+        quiet.arriving(5, 0, t);
         assert_eq!(quiet.holders(0), 0, "an agent that does not serve is never named");
     }
 
@@ -684,14 +1048,15 @@ mod tests {
     #[test]
     fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
         let t = Instant::now();
-        let mut tr = joined(1, 4);
+        let mut tr = joined(2, 4);
+        assert_eq!(tr.locate_t(2, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
-        assert_eq!(tr.relay_grants(), 0);
+        assert_eq!(tr.relay_grants(), 1, "block 1's claim only");
         let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
         assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
@@ -706,7 +1071,8 @@ mod tests {
     #[test]
     fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
         let t = Instant::now();
-        let mut tr = joined(1, 6);
+        let mut tr = joined(2, 7);
+        assert_eq!(tr.locate_t(6, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
         let mut f = reader();

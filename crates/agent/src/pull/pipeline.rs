@@ -31,6 +31,7 @@ use crate::peers::arrival::Arrival;
 use crate::peers::held::Held;
 use crate::peers::peering::Peering;
 use crate::report::{SourceBytes, SourceCounters};
+use crate::pull::cuts::Cuts;
 use crate::pull::planner::{self, Fetcher};
 use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
@@ -200,6 +201,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
     let over = AtomicBool::new(false);
+    let cuts = Cuts::default();
     std::thread::scope(|scope| {
         let mut relay_jobs = Vec::new();
         for r in 0..readers {
@@ -212,8 +214,8 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         if let Some(peering) = p.peering {
             for f in 0..peer_fetchers {
                 let (tx, rx) = mpsc::channel();
-                let reports = report_tx.clone();
-                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports))?;
+                let (reports, cuts) = (report_tx.clone(), &cuts);
+                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports, cuts))?;
                 peer_jobs.push(tx);
             }
         }
@@ -224,7 +226,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
             spawn_in(scope, "tracker-link".into(), move || tracker_link::run(&peering.tracker, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
         }
-        let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx);
+        let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx, &cuts);
         let over = &over;
         let planned = std::thread::Builder::new()
             .name("planner".into())
@@ -290,10 +292,12 @@ struct Planner<'a> {
     arriving: HashSet<u64>,
     /// Reads each peer cut off part-way (see [`PeerMiss::CutOff`]).
     cut_offs: HashMap<u32, u32>,
+    /// The peer fetchers' connections, to cut those carrying abandoned reads.
+    cuts: &'a Cuts,
 }
 
 impl<'a> Planner<'a> {
-    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>) -> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>, cuts: &'a Cuts) -> Planner<'a> {
         let depth = limits::PEER_READS_IN_FLIGHT;
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.
@@ -316,6 +320,7 @@ impl<'a> Planner<'a> {
             out: Planned::default(),
             arriving: HashSet::new(),
             cut_offs: HashMap::new(),
+            cuts,
         }
     }
 
@@ -326,11 +331,15 @@ impl<'a> Planner<'a> {
                 let _ = self.feed.send(Feed::Failed(e));
                 break;
             }
+            // Before the end too: the pull's threads are joined, and an abandoned read left running
+            // would hold its fetcher's until the slow peer sent its last byte.
+            self.cut_abandoned();
             if self.sched.finished() {
                 let _ = self.feed.send(Feed::End);
                 break;
             }
             self.poll_needed();
+            self.move_overdue();
             let planned = self.plan();
             // A completion, a write or the tracker's answer wakes us; otherwise look again soon
             // (blocks being published, blocks another agent claimed).
@@ -393,6 +402,31 @@ impl<'a> Planner<'a> {
         }
         self.asked_needed = Some(Instant::now());
         self.tell(Ask::Needed);
+    }
+
+    /// Reads from peers that take far longer than this agent's blocks do (a holder receiving the block
+    /// at a slow host's pace, named before it was known to be slow) are moved: their blocks are
+    /// located anew, while the reads run on to their end (a read on a connection cannot be taken
+    /// back; whichever ends first gives the block).
+    fn move_overdue(&mut self) {
+        for b in self.chooser.overdue(Instant::now()) {
+            if let Some(p) = self.chooser.move_away(b) {
+                tracing::debug!(block = b, peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "a read from a peer takes too long; locating the block anew");
+                self.asking.changed();
+            }
+        }
+    }
+
+    /// Cut the connections whose every read on the wire was moved elsewhere and whose block is held
+    /// since (the chooser decides which): they can only give duplicates, and they hold a fetcher, a
+    /// flow and the slow peer's uplink. Their misses are ours, not the peer's ([`Planner::missed`]).
+    fn cut_abandoned(&mut self) {
+        for p in self.chooser.to_cut() {
+            // The one fetcher reading from the peer (see `planner::peer_fetcher`).
+            let Some(f) = self.peers.iter().position(|(_, f)| f.outstanding > 0 && f.serving == Some(p)) else { continue };
+            let cut = self.cuts.cut(f, p);
+            tracing::debug!(peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), cut, "cutting reads moved away from a peer: their blocks are held");
+        }
     }
 
     /// Find sources for the blocks the chooser wants: ask the tracker (the answer comes back as a
@@ -575,8 +609,17 @@ impl<'a> Planner<'a> {
         // Invariant 1: a block is kept, served or fed only after its checksum passed.
         debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want, "block {b} reported done unverified");
         self.out.rereads += u64::from(rereads);
+        let moved = match &job.from {
+            Source::Peer { id, .. } => self.chooser.moved_ended(b, *id).then_some(*id),
+            Source::Relay => None,
+        };
         if self.chooser.holds(b) {
-            self.sched.abandoned(); // a duplicate: nothing to do with it
+            // A duplicate (a read moved elsewhere and its replacement both gave the block): nothing
+            // to do with it but free its slot, if it is the one the chooser counts in flight.
+            if moved.is_none() {
+                self.chooser.failed(b, false);
+            }
+            self.sched.abandoned();
             self.reuse(job.buf);
             return true;
         }
@@ -593,7 +636,10 @@ impl<'a> Planner<'a> {
             self.arriving.remove(&b);
             self.tell(Ask::Have(b));
         }
-        self.chooser.done(b, bytes, took.as_secs_f64());
+        match moved {
+            Some(p) => self.chooser.done_moved(b, p, bytes, took.as_secs_f64()),
+            None => self.chooser.done(b, bytes, took.as_secs_f64()),
+        }
         self.sched.completed(b, block);
         // A block served takes one cut-off off the peer's count (not all: one that serves a block
         // and then cuts three off would never be avoided).
@@ -623,6 +669,15 @@ impl<'a> Planner<'a> {
     fn missed(&mut self, job: Job, miss: PeerMiss) {
         let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else { return };
         let peer = *peer;
+        if self.chooser.is_cut(peer) {
+            // A read this agent abandoned and cut (its block is held): nothing to judge or relocate.
+            if !self.chooser.moved_ended(b, peer) {
+                self.chooser.failed(b, false);
+            }
+            self.sched.abandoned();
+            self.reuse(job.buf);
+            return;
+        }
         match &miss {
             PeerMiss::Busy => {
                 tracing::debug!(peer = %addr, block = b, "peer busy");
@@ -664,7 +719,15 @@ impl<'a> Planner<'a> {
         if cut_off_too_often {
             tracing::warn!(peer = %addr, cut_offs = CUT_OFFS_MAX + 1, "a peer keeps cutting blocks off part-way without serving one; no longer asking it");
         }
-        self.chooser.failed(b, cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_)));
+        let bad = cut_off_too_often || matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_));
+        if self.chooser.moved_ended(b, peer) {
+            // A read moved elsewhere: its replacement stands; only the peer is judged.
+            if bad {
+                self.chooser.avoid(peer);
+            }
+        } else {
+            self.chooser.failed(b, bad);
+        }
         self.sched.abandoned();
         self.reuse(job.buf);
     }
@@ -782,7 +845,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
 
 /// A peer fetcher: reads what the planner gives it from one peer at a time, up to the depth in flight
 /// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
-fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
+fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>, cuts: &Cuts) {
     let serving = peering.serves().then_some(&*peering.held);
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
@@ -792,6 +855,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     // A connection that failed is closed; the reads still in flight on it are lost with it.
     let close = |conns: &mut HashMap<u32, Box<dyn RangeReader>>, id: u32, wire: &mut VecDeque<(Job, Instant)>| {
         conns.remove(&id);
+        cuts.closed(me, id);
         for (j, _) in wire.drain(..) {
             report(j, PeerMiss::Dropped);
         }
@@ -807,7 +871,10 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             let (id, addr) = (*id, addr.clone());
             let conn = match conns.entry(id) {
                 std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|c| e.insert(c)),
+                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|(c, sock)| {
+                    cuts.opened(me, id, sock);
+                    e.insert(c)
+                }),
             };
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
@@ -886,11 +953,13 @@ fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Op
     }
 }
 
-/// Connect to a peer (under a TLS relay, peers serve TLS too).
-fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<Box<dyn RangeReader>, transport::Error> {
+/// Connect to a peer (under a TLS relay, peers serve TLS too); with a handle on its socket, to cut it
+/// ([`Cuts`]).
+fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<(Box<dyn RangeReader>, std::net::TcpStream), transport::Error> {
     let peer = addr.parse::<endpoint::Endpoint>().map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
     let s = transport::tcp::connect_with(&peer, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
-    Ok(Box::new(transport::tcp::StreamReader::new(s)))
+    let sock = s.tcp().try_clone().map_err(transport::Error::io(transport::Operation::ConnectToPeer))?;
+    Ok((Box::new(transport::tcp::StreamReader::new(s)), sock))
 }
 
 /// The writer: pass the blocks the planner sends, in order, to `sink`; report what was written.

@@ -18,7 +18,8 @@ use std::path::PathBuf;
 pub struct BenchArgs {
     /// original, fanout, staggered, small-keys, mixed, under-load, slow-host, agent-killed,
     /// late-joiner, zero-fork, cluster (3 shards, a new replica each: native vs fastrepl; not in
-    /// `all`), or all.
+    /// `all`), uneven (4 replicas at 100 Mbit/s, the last at 20, against 1 alone: each replica's time
+    /// over T(1); not in `all`), or all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).

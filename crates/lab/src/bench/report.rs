@@ -250,6 +250,95 @@ fn busy_window(l: &crate::bench::run::LinkSeries) -> Option<(usize, usize)> {
     Some((busy.first()? - 1, *busy.last()?))
 }
 
+/// A replica's own time in a run: from its join's start to its handoff (seconds).
+fn own_secs(r: &RunResult, i: usize) -> Option<f64> {
+    let ph = r.phases.get(i)?;
+    Some(ph["in_sync"].as_f64()? - ph["started"].as_f64().unwrap_or(0.0))
+}
+
+/// Per replica of a run: whether its host's link is slower than the master's host's.
+fn slow_replicas(r: &RunResult) -> Vec<bool> {
+    let rates = r.links.as_ref().map(|l| l.host_rates_bytes_per_sec.clone()).unwrap_or_default();
+    (0..r.replicas).map(|i| matches!((rates.first(), rates.get(i + 1)), (Some(m), Some(h)) if h < m)).collect()
+}
+
+/// `uneven` (slow hosts beside full-rate ones, and N = 1 on a full-rate host in the same set): every
+/// run with more replicas, each replica's own time (its join's start to its handoff) over T(1), the
+/// median of the N = 1 runs; the slow replicas' over their own link's bound (the RDB at their host's
+/// rate); and what the full-rate replicas read from the slow hosts (blocks, median rate per replica;
+/// from the joins' `block verified` lines, logged with `FASTREPL_BENCH_JOIN_LOG=debug`).
+pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
+    let ok = |r: &&RunResult| r.error.is_none() && r.secs.is_some();
+    let t1 = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| own_secs(r, 0)).collect::<Vec<_>>())?;
+    let mut t = String::new();
+    // T(1) over its own link's bound, for the slow replicas' figure beside it (a shaped link carries a
+    // few per cent less than its nominal rate, and a join has its start and handoff on top).
+    let own_bound_1 = s.runs.iter().filter(ok).filter(|r| r.replicas == 1).find_map(|r| Some(r.rdb_bytes? as f64 / r.links.as_ref()?.host_rates_bytes_per_sec.get(1).copied()?));
+    let _ = writeln!(
+        t,
+        "T(1) = {t1:.2} s (median of the N = 1 runs: one replica alone on a full-rate host; {} its own link's bound).\n",
+        own_bound_1.map_or("–".into(), |b| format!("{:.2}×", t1 / b))
+    );
+    let _ = writeln!(t, "| N | mode | run | each replica ÷ T(1) (slow host: s) | full-rate max | slow ÷ own link's bound | read from the slow host by the others: blocks @ median MiB/s |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
+    let (mut maxes, mut all_fast) = (Vec::new(), Vec::new());
+    for r in s.runs.iter().filter(ok).filter(|r| r.replicas > 1) {
+        let slow = slow_replicas(r);
+        let rates = r.links.as_ref().map(|l| l.host_rates_bytes_per_sec.clone()).unwrap_or_default();
+        let slow_hosts: Vec<usize> = (0..r.replicas).filter(|i| slow[*i]).map(|i| i + 1).collect();
+        let (mut cells, mut fast, mut own_bound) = (Vec::new(), Vec::new(), Vec::new());
+        let mut from_slow = Vec::new();
+        for (i, is_slow) in slow.iter().copied().enumerate() {
+            let Some(secs) = own_secs(r, i) else { continue };
+            if is_slow {
+                cells.push(format!("{:.2}s", secs / t1));
+                if let (Some(rdb), Some(rate)) = (r.rdb_bytes, rates.get(i + 1)) {
+                    own_bound.push(format!("{:.2} ({secs:.1} s / {:.1} s)", secs / (rdb as f64 / rate), rdb as f64 / rate));
+                }
+                continue;
+            }
+            cells.push(format!("{:.2}", secs / t1));
+            fast.push(secs / t1);
+            let sources = r.phases[i]["sources"].as_array().cloned().unwrap_or_default();
+            for src in sources.iter().filter(|x| x["host"].as_u64().is_some_and(|h| slow_hosts.contains(&(h as usize)))) {
+                let n = src["blocks"].as_array().map_or(0, Vec::len);
+                from_slow.push(format!("r{}: {n} @ {}", i + 1, f2(src["mib_s_median"].as_f64())));
+            }
+        }
+        let max = fast.iter().copied().fold(0.0, f64::max);
+        maxes.push(max);
+        all_fast.extend(fast);
+        let logged = r.phases.iter().any(|p| p["sources"].as_array().is_some_and(|a| !a.is_empty()));
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {max:.2} | {} | {} |",
+            r.replicas,
+            r.mode,
+            r.repeat + 1,
+            cells.join(", "),
+            if own_bound.is_empty() { "–".into() } else { own_bound.join(", ") },
+            match (logged, from_slow.is_empty()) {
+                (false, _) => "– (not logged)".to_string(),
+                (true, true) => "none".to_string(),
+                (true, false) => from_slow.join("; "),
+            }
+        );
+    }
+    if maxes.is_empty() {
+        return None;
+    }
+    let _ = writeln!(
+        t,
+        "\nFull-rate replicas ÷ T(1): median of every run's slowest {}, median of all {} ({} replicas), runs with one above 1.3: {} of {}.",
+        f2(crate::stats::median(&maxes)),
+        f2(crate::stats::median(&all_fast)),
+        all_fast.len(),
+        maxes.iter().filter(|m| **m > 1.3).count(),
+        maxes.len()
+    );
+    Some(t)
+}
+
 /// Write everything and print the tables.
 pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) -> Result<()> {
     let doc = serde_json::json!({
@@ -310,6 +399,11 @@ pub fn render(dir: &Path, doc: &serde_json::Value, all: &[ScenarioResult]) -> Re
                  milestones: first RDB byte received, transfer complete, loaded, in sync):\n"
             );
             md.push_str(&phase_table(s));
+            md.push('\n');
+        }
+        if let Some(t) = uneven_table(s).filter(|_| s.spec.slow_last) {
+            let _ = writeln!(md, "Each replica against one alone (its own time, join to handoff):\n");
+            md.push_str(&t);
             md.push('\n');
         }
         if let Some(t) = link_table(&s.runs) {

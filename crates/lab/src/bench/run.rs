@@ -112,10 +112,11 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
         let link_name = link.clone().unwrap_or_else(|| "unshaped".into());
         let lab = if spec.netns {
             // Host 0 (master, relay) and the replica hosts at the link's rate, but the first
-            // `slow_hosts` replica hosts slower.
+            // `slow_hosts` replica hosts slower (the last ones with `slow_last`).
+            let slow = if spec.slow_last { (max_n + 1).saturating_sub(spec.slow_hosts).max(1)..=max_n } else { 1..=spec.slow_hosts };
             let rates: Vec<Option<String>> = (0..=max_n)
                 .map(|i| match link {
-                    Some(l) if (1..=spec.slow_hosts).contains(&i) => fixtures::netns::scale_rate(l, spec.slow_factor).map(Some),
+                    Some(l) if slow.contains(&i) => fixtures::netns::scale_rate(l, spec.slow_factor).map(Some),
                     other => Ok(other.clone()),
                 })
                 .collect::<Result<_, _>>()
@@ -741,6 +742,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
                 "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],
                 "peer_failures": report["peer_failures"], "peer_refusals": report["peer_refusals"], "peer_bad_blocks": report["peer_bad_blocks"],
+                "sources": block_sources(&out, c.lab),
             });
             ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
             ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
@@ -767,6 +769,32 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         let _ = std::fs::write(Path::new(&dir).join(name), relay.output());
     }
     Ok(ex)
+}
+
+/// Per source host (0: the relay's), the blocks a join read from it and at what rate, from its
+/// `block verified` lines (logged at debug: `FASTREPL_BENCH_JOIN_LOG=debug`; empty otherwise): where
+/// an agent's time went, e.g. which blocks came from a slow host and how fast (`uneven`).
+fn block_sources(log: &str, lab: Option<&Lab>) -> serde_json::Value {
+    let mut by_host: std::collections::BTreeMap<usize, Vec<(u64, f64)>> = std::collections::BTreeMap::new();
+    for line in log.lines().filter(|l| l.contains("block verified")) {
+        let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(|v| v.trim_matches('"'));
+        let (Some(block), Some(from), Some(secs)) = (field("block=").and_then(|v| v.parse().ok()), field("from="), field("secs=").and_then(|v| v.parse::<f64>().ok())) else { continue };
+        let ip = from.rsplit_once(':').map_or(from, |(ip, _)| ip);
+        let host = if from == "relay" { Some(0) } else { lab.and_then(|l| l.hosts.iter().position(|h| h.ip == ip)) };
+        if let Some(h) = host {
+            by_host.entry(h).or_default().push((block, secs));
+        }
+    }
+    let block_mib = limits::BLOCK_BYTES_DEFAULT as f64 / f64::from(1 << 20);
+    serde_json::Value::Array(
+        by_host
+            .into_iter()
+            .map(|(host, reads)| {
+                let rates: Vec<f64> = reads.iter().map(|(_, secs)| block_mib / secs.max(1e-6)).collect();
+                serde_json::json!({"host": host, "blocks": reads.iter().map(|(b, _)| *b).collect::<Vec<u64>>(), "mib_s_median": crate::stats::median(&rates), "secs_total": reads.iter().map(|(_, s)| s).sum::<f64>()})
+            })
+            .collect(),
+    )
 }
 
 /// A run's link sampler: stopped when finished, or dropped (a run that ends early must not leave it

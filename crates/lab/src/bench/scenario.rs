@@ -72,6 +72,10 @@ pub struct Spec {
     /// How much slower their link is.
     #[serde(default)]
     pub slow_factor: u32,
+    /// The slow hosts are the *last* replica hosts, not the first (`uneven`: N = 1 then runs on a
+    /// full-rate host and gives the T(1) the others are measured against).
+    #[serde(default)]
+    pub slow_last: bool,
     /// Kill replica 1's agent (fastrepl) or replica server (native) once the master's host has sent a
     /// third of the dataset's bytes; the others must still sync, and are timed.
     #[serde(default)]
@@ -117,6 +121,9 @@ impl Spec {
             "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
             // One replica host on a link 5× slower: do the others wait for it?
             "slow-host" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
+            // The issue-33 fleet: 4 replicas join one cold relay at once, 128 MiB, one host 5× slower
+            // (20 Mbit/s beside 100), the last; N = 1 (a full-rate host alone) is T(1) for the ratios.
+            "uneven" => (big(32, 8, 4 << 20, 1 << 20), links(&["100mbit"], &["100mbit"]), if q { vec![1, 3] } else { vec![1, 4] }, Arrival::Together, false),
             // An agent (or a native replica) dies mid-pull: do the others notice?
             "agent-killed" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
             // One replica arrives while the others are mid-pull.
@@ -124,7 +131,7 @@ impl Spec {
             // The master forks nothing: the relay captures from a replica. Compressible data (mixed
             // types), so switching the source's compression off shows in CPU and in bytes.
             "zero-fork" => (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true),
-            other => bail!("unknown scenario {other:?} ({} or all)", ALL.join(", ")),
+            other => bail!("unknown scenario {other:?} ({}, uneven, or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
         let mut spec = Spec {
@@ -136,8 +143,9 @@ impl Spec {
             arrival,
             latency_probe,
             netns,
-            slow_hosts: if name == "slow-host" { 1 } else { 0 },
+            slow_hosts: if name == "slow-host" || name == "uneven" { 1 } else { 0 },
             slow_factor: a.slow_factor,
+            slow_last: name == "uneven",
             kill_one: name == "agent-killed",
         };
         if let (Some(v), Dataset::BigValues { count, .. }) = (a.values, &mut spec.dataset) {
@@ -167,7 +175,9 @@ impl Spec {
         if spec.replicas.iter().any(|n| !(1..=16).contains(n)) {
             bail!("replica counts must be 1..16");
         }
-        spec.modes = if a.modes.is_empty() && name == "zero-fork" {
+        spec.modes = if a.modes.is_empty() && name == "uneven" {
+            vec!["fastrepl-tcp".to_string()]
+        } else if a.modes.is_empty() && name == "zero-fork" {
             ["native-diskless", "fastrepl-tcp", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"].iter().map(|m| m.to_string()).collect()
         } else if a.modes.is_empty() {
             // shm only where relay and replica share a host; ucx wherever UCX runs (over its tcp here).
@@ -198,7 +208,11 @@ impl Spec {
             (_, Arrival::Late) => "; the last replica joins after half the data left the master's host",
             _ => "",
         };
-        let slow = if self.slow_hosts > 0 { format!("; replica host(s) 1..={} on a link {}× slower", self.slow_hosts, self.slow_factor) } else { String::new() };
+        let slow = match (self.slow_hosts, self.slow_last) {
+            (0, _) => String::new(),
+            (k, true) => format!("; the last {k} replica host(s) of the largest N on a link {}× slower", self.slow_factor),
+            (k, false) => format!("; replica host(s) 1..={k} on a link {}× slower", self.slow_factor),
+        };
         format!(
             "{:?}; links {}{slow}{event}; replicas {:?}; modes {}; {}",
             self.dataset,

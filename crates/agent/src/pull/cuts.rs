@@ -1,0 +1,66 @@
+//! The peer connections the pull's planner may cut: each peer fetcher leaves here a handle on the
+//! socket of each connection it keeps to a peer, and the planner shuts the one carrying reads it
+//! abandoned (moved elsewhere, their blocks held since: see `swarm::Chooser::to_cut`). A read cannot
+//! be taken back from a pipelined connection; shutting the socket ends the fetcher's receive at
+//! once, where the read would otherwise run on at a slow host's pace (and the pull's end would wait
+//! for it to join the fetcher's thread).
+
+use std::collections::HashMap;
+use std::net::{Shutdown, TcpStream};
+use std::sync::Mutex;
+
+/// Handles on the peer fetchers' connections, by fetcher and peer.
+#[derive(Default)]
+pub struct Cuts {
+    socks: Mutex<HashMap<(usize, u32), TcpStream>>,
+}
+
+impl Cuts {
+    /// Fetcher `fetcher` opened a connection to `peer` (`sock`: a clone of its socket).
+    pub fn opened(&self, fetcher: usize, peer: u32, sock: TcpStream) {
+        self.lock().insert((fetcher, peer), sock);
+    }
+
+    /// Fetcher `fetcher` closed its connection to `peer`.
+    pub fn closed(&self, fetcher: usize, peer: u32) {
+        self.lock().remove(&(fetcher, peer));
+    }
+
+    /// Shut fetcher `fetcher`'s connection to `peer`: its reads on the wire end in an error (the
+    /// fetcher reports them missed and drops the connection). Whether there was one.
+    pub fn cut(&self, fetcher: usize, peer: u32) -> bool {
+        let Some(s) = self.lock().remove(&(fetcher, peer)) else { return false };
+        if let Err(e) = s.shutdown(Shutdown::Both) {
+            // Already closed by the peer or the fetcher: its read ends anyway.
+            tracing::debug!(peer, error = %e, "shut down an abandoned peer connection");
+        }
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u32), TcpStream>> {
+        // A fetcher that panicked holding the lock left the map whole (single inserts and removes).
+        self.socks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_cut_connection_ends_the_read_waiting_on_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut reader = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // The peer's end stays open and sends nothing: only the cut can end the read.
+        let (_peer, _) = l.accept().unwrap();
+        let cuts = Cuts::default();
+        cuts.opened(0, 7, reader.try_clone().unwrap());
+        assert!(!cuts.cut(1, 7), "another fetcher's connection to the peer is not this one");
+        let waiting = std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind()));
+        assert!(cuts.cut(0, 7));
+        assert!(!cuts.cut(0, 7), "cut once");
+        assert_eq!(waiting.join().unwrap(), Ok(0), "the read ends with the connection");
+    }
+}
