@@ -11,8 +11,11 @@
 //!
 //! For each fleet size N it prints T(N)/T(1) (time until every surviving agent holds the snapshot,
 //! over the time of one agent alone), the copies the relay's link carried, the most any agent's uplink
-//! carried, and the slowest agent. `SIM_DEBUG=1` prints the relay's and all flows' rates and every
-//! agent's progress every 40 steps (for small fleets).
+//! carried, the slowest agent, and how much of the time the relay's link ran full. `SIM_DEBUG=1`
+//! prints the relay's and all flows' rates and every agent's progress every 40 steps (for small
+//! fleets), and at the end each agent's start, time and upload.
+//!
+//! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
 use swarm::{AgentId, Answer, Chooser, Origin, Tracker};
 use anyhow::{bail, Result};
@@ -119,6 +122,10 @@ pub struct Row {
     pub unfinished: usize,
     /// Refusals ("busy") per block per agent.
     pub refusals_per_block: f64,
+    /// The share of the time agents were pulling that the relay's uplink ran full (at 99 % of the
+    /// link or more). The first agent of a fleet gets each block no sooner than the relay sends it:
+    /// the relay's link idle while agents pull is time every agent at the front waits.
+    pub relay_busy: f64,
 }
 
 /// Bits per second from `100mbit`, `1gbit`, `10gbit` or a number.
@@ -343,6 +350,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let mut refusals: u64 = 0;
     let mut seq: u64 = 0;
     let mut step: u64 = 0;
+    // Steps with an agent pulling, and those with the relay's uplink full.
+    let (mut pulling_steps, mut relay_full_steps) = (0u64, 0u64);
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
             break;
@@ -491,6 +500,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let held: Vec<u64> = agents.iter().map(|g| g.chooser.held()).collect();
             eprintln!("t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}", relay / bps * 100.0, transfers.len(), total / (bps * n as f64) * 100.0);
         }
+        if agents.iter().any(|g| g.started && g.alive && g.finished.is_none()) {
+            pulling_steps += 1;
+            let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
+            relay_full_steps += u64::from(relay >= 0.99 * bps);
+        }
         t += dt;
         step += 1;
         // Bytes of each block each host has received so far, for blocks still arriving: a holder
@@ -593,6 +607,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
         }
     }
+    if std::env::var_os("SIM_DEBUG").is_some() {
+        for g in &agents {
+            let took = g.finished.map_or("unfinished".to_string(), |f| format!("{:.2} s", f - g.start));
+            eprintln!("agent {}: started {:.2} s, took {took}, slow {}, alive {}, uplink carried {:.2} copies", g.id, g.start, g.slow, g.alive, hosts[g.host].sent / snapshot);
+        }
+    }
     let survivors: Vec<&Agent> = agents.iter().filter(|g| g.alive).collect();
     let end = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| f - g.start)).fold(0.0, f64::max);
     let slow_bound = t_one * a.slow_factor;
@@ -610,6 +630,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         failed: agents.iter().filter(|g| !g.alive).count(),
         unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
         refusals_per_block: refusals as f64 / (n as f64 * blocks as f64),
+        relay_busy: relay_full_steps as f64 / pulling_steps.max(1) as f64,
     })
 }
 
@@ -634,13 +655,13 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.rtt_ms,
         a.queue_ms
     );
-    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent | relay link full |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for &n in &a.agents {
         let r = run_one(&a, n.max(1))?;
         println!(
-            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} |",
+            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {:.0} % |",
             r.agents,
             r.secs,
             r.t_over_t1,
@@ -651,7 +672,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             if r.slowest_is_slow_host { "yes" } else { "no" },
             r.failed,
             r.unfinished,
-            r.refusals_per_block
+            r.refusals_per_block,
+            r.relay_busy * 100.0
         );
         rows.push(r);
     }
@@ -710,6 +732,14 @@ mod tests {
         assert!((one_connection.t_over_t1 - 1.0).abs() < 0.05, "pipelined, one connection is enough: {one_connection:?}");
         let unpipelined = run_one(&args(&["--relay-depth", "1", "--relay-readers", "1"]), 1).unwrap();
         assert!(unpipelined.secs > alone.secs * 1.02, "one read at a time idles a round trip per block: {alone:?} vs {unpipelined:?}");
+    }
+
+    #[test]
+    fn a_seed_names_one_outcome() {
+        // Spread joins, slow hosts and failures: the paths where a map's order once chose among equals.
+        let a = Cli::parse_from(["sim", "--mib", "256", "--link", "100mbit", "--join-spread", "30", "--slow-fraction", "0.2", "--fail-fraction", "0.1", "--seed", "3"]).a;
+        let (x, y) = (run_one(&a, 8).unwrap(), run_one(&a, 8).unwrap());
+        assert_eq!(serde_json::to_string(&x).unwrap(), serde_json::to_string(&y).unwrap());
     }
 
     #[test]

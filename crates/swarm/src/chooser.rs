@@ -254,6 +254,9 @@ impl Chooser {
             flows += 1;
         }
         open.retain(|p| self.load(*p) < self.depth && !self.avoid.contains_key(p) && !self.moved.iter().any(|(_, x)| x == p));
+        // In the peers' order, not the map's: the relay sorts what an agent sends the same way, and
+        // the simulator's runs of one seed must give one outcome (the map's order differs per process).
+        open.sort_unstable();
         let slots = self.peer_fetches() < self.peer_fetches_max();
         Fetching {
             may_claim: self.may_claim(),
