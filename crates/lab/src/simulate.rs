@@ -122,8 +122,8 @@ pub struct Row {
     pub unfinished: usize,
     /// Refusals ("busy") per block per agent.
     pub refusals_per_block: f64,
-    /// The share of the time agents were pulling that the relay's uplink ran full (at 99 % of the
-    /// link or more). The first agent of a fleet gets each block no sooner than the relay sends it:
+    /// The share of the time full-rate agents were pulling that the relay's uplink ran full (at 99 %
+    /// of the link or more). The first agent of a fleet gets each block no sooner than the relay sends it:
     /// the relay's link idle while agents pull is time every agent at the front waits.
     pub relay_busy: f64,
 }
@@ -350,7 +350,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let mut refusals: u64 = 0;
     let mut seq: u64 = 0;
     let mut step: u64 = 0;
-    // Steps with an agent pulling, and those with the relay's uplink full.
+    // Steps with a full-rate agent pulling, and those with the relay's uplink full.
     let (mut pulling_steps, mut relay_full_steps) = (0u64, 0u64);
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
@@ -500,7 +500,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let held: Vec<u64> = agents.iter().map(|g| g.chooser.held()).collect();
             eprintln!("t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}", relay / bps * 100.0, transfers.len(), total / (bps * n as f64) * 100.0);
         }
-        if agents.iter().any(|g| g.started && g.alive && g.finished.is_none()) {
+        if agents.iter().any(|g| g.started && g.alive && g.finished.is_none() && !g.slow) {
             pulling_steps += 1;
             let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
             relay_full_steps += u64::from(relay >= 0.99 * bps);
