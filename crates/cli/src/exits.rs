@@ -23,7 +23,16 @@ pub fn exit_on_panic(json: bool) {
         let what = info.payload_as_str().unwrap_or("(no message)");
         let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         let text = format!("fastrepl: internal error: thread '{name}' panicked at {at}: {what}; exiting (status {PANIC_EXIT})");
-        let line = if json { serde_json::json!({"level": "ERROR", "message": text, "thread": name}).to_string() } else { text };
+        // The default hook's backtrace, kept: captured only when RUST_BACKTRACE (or
+        // RUST_LIB_BACKTRACE) asks for one, as the default hook does.
+        let trace = std::backtrace::Backtrace::capture();
+        let trace = (trace.status() == std::backtrace::BacktraceStatus::Captured).then(|| trace.to_string());
+        let line = match (json, trace) {
+            (true, Some(t)) => serde_json::json!({"level": "ERROR", "message": text, "thread": name, "backtrace": t}).to_string(),
+            (true, None) => serde_json::json!({"level": "ERROR", "message": text, "thread": name}).to_string(),
+            (false, Some(t)) => format!("{text}\nbacktrace:\n{t}"),
+            (false, None) => text,
+        };
         last_word(line);
         exit_now(PANIC_EXIT);
     }));
@@ -126,9 +135,14 @@ mod tests {
             // Without the hook the thread dies alone and the process goes on: status 0.
             std::process::exit(0);
         }
-        let (code, err) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", Stdio::piped(), &[]);
+        let test = "exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk";
+        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "0"), ("RUST_LIB_BACKTRACE", "0")]);
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
         assert!(err.contains("thread 'doomed' panicked at") && err.contains("on purpose"), "{err}");
+        assert!(!err.contains("backtrace:"), "no backtrace unless asked for: {err}");
+        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "1")]);
+        assert_eq!(code, Some(PANIC_EXIT), "{err}");
+        assert!(err.contains("on purpose") && err.contains("backtrace:"), "RUST_BACKTRACE=1 keeps the backtrace: {err}");
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
         let (code, _) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", full.into(), &[]);
         assert_eq!(code, Some(PANIC_EXIT));

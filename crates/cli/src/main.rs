@@ -118,7 +118,7 @@ struct RelayArgs {
     #[arg(long, default_value_t = limits::LOG_BYTES_DEFAULT, env = "FASTREPL_LOG_MAX_BYTES")]
     log_max_bytes: u64,
     /// Oldest the stream log may grow before the generation is sealed, in seconds.
-    #[arg(long, default_value_t = 3600, env = "FASTREPL_LOG_MAX_AGE_SECS")]
+    #[arg(long, default_value_t = limits::LOG_AGE_DEFAULT.as_secs(), env = "FASTREPL_LOG_MAX_AGE_SECS")]
     log_max_age_secs: u64,
     /// Port announced to the master (REPLCONF listening-port); default: the listen port.
     #[arg(long, env = "FASTREPL_ANNOUNCE_PORT")]

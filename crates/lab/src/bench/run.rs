@@ -141,7 +141,7 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
         for &n in &spec.replicas {
             for repeat in 0..args.repeat {
                 for mode in &spec.modes {
-                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, source: source.as_ref(), n, mode, link: &link_name };
+                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, source: source.as_ref(), n, mode, link: &link_name, repeat };
                     let mut r = match one(&ctx) {
                         Ok(r) => r,
                         Err(e) => RunResult {
@@ -195,9 +195,23 @@ struct Ctx<'a> {
     n: usize,
     mode: &'a str,
     link: &'a str,
+    /// Which of the `--repeat` runs this is, from 0.
+    repeat: u32,
 }
 
 impl Ctx<'_> {
+    /// With `FASTREPL_BENCH_KEEP_LOGS=DIR`, keep a process's log of this run as
+    /// `DIR/{scenario}-{link}-n{N}-{mode}-r{run}-{what}.log` (for investigating a run: every repeat's,
+    /// the directory made if missing). A log that cannot be kept is said, not fatal.
+    fn keep_log(&self, what: &str, text: &[u8]) {
+        let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") else { return };
+        let name = format!("{}-{}-n{}-{}-r{}-{what}.log", self.spec.name, self.link, self.n, self.mode, self.repeat + 1);
+        let path = Path::new(&dir).join(name);
+        if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)) {
+            eprintln!("   (could not keep {}: {e})", path.display());
+        }
+    }
+
     fn host(&self, i: usize) -> (Option<String>, String) {
         match self.lab {
             Some(l) => (Some(l.hosts[i].ns.clone()), l.hosts[i].ip.clone()),
@@ -419,11 +433,8 @@ fn one(c: &Ctx) -> Result<RunResult> {
         r.replica_hosts_tx_bytes = (1..=c.n).map(|h| l.tx_bytes(h).map(|b| b - t0s[h])).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
     }
     let master_rss = agent::procstat::peak_rss_kib(c.master.pid());
-    if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
-        for (i, rep) in replicas.iter().enumerate() {
-            let name = format!("{}-{}-n{}-{}-replica-{}.log", c.spec.name, c.link, c.n, c.mode, i + 1);
-            let _ = std::fs::write(Path::new(&dir).join(name), rep.log());
-        }
+    for (i, rep) in replicas.iter().enumerate() {
+        c.keep_log(&format!("replica-{}", i + 1), rep.log().as_ref());
     }
     let extra = outcome?;
     if let Some(w) = writer {
@@ -720,11 +731,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let (i, started) = (*i, *started);
             let code = p.wait(Duration::from_secs(7200));
             let out = p.output();
-            if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
-                // For investigating a run: every join's log, named by its cell.
-                let name = format!("{}-{}-n{}-{}-{}.log", c.spec.name, c.link, c.n, c.mode, p.name);
-                let _ = std::fs::write(Path::new(&dir).join(name), &out);
-            }
+            c.keep_log(&p.name, out.as_bytes());
             let report: serde_json::Value =
                 out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
             if code != Some(0) && code != Some(3) {
@@ -764,10 +771,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     ex.agent_rss = Some(agent_rss);
     ex.agent_pss = Some(agent_pss);
     relay.kill();
-    if let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") {
-        let name = format!("{}-{}-n{}-{}-relay.log", c.spec.name, c.link, c.n, c.mode);
-        let _ = std::fs::write(Path::new(&dir).join(name), relay.output());
-    }
+    c.keep_log("relay", relay.output().as_bytes());
     Ok(ex)
 }
 
