@@ -54,35 +54,66 @@ pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
 }
 
 /// Accept the replica and run its handshake up to `PSYNC`, over TLS when `tls` is given (a replica
-/// with `tls-replication yes`).
+/// with `tls-replication yes`). The first connection to finish the handshake within
+/// [`limits::REPLICA_HANDSHAKE_MAX`] is the replica's; one that closes, sends what no replica sends,
+/// or stays silent is closed and the agent waits on until `timeout` (a port scan or a stray client
+/// must not fail the join). A failure of the replica itself (TLS refused, say) is said at the end.
 pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
     l.set_nonblocking(true).map_err(|e| Error::Resource(format!("configure listener: {e}")))?;
     let deadline = Instant::now() + timeout;
-    let s = loop {
+    let mut failed: Vec<String> = Vec::new();
+    loop {
         match l.accept() {
-            Ok((s, _)) => break s,
+            Ok((s, peer)) => match handshake_with(s, tls) {
+                Ok(link) => {
+                    if !failed.is_empty() {
+                        tracing::info!(before = failed.len(), "the replica connected after other connections to its port failed the handshake");
+                    }
+                    return Ok(link);
+                }
+                Err(e) => {
+                    // The first in full; the rest at debug (a local flood must not flood the log).
+                    if failed.is_empty() {
+                        tracing::warn!(%peer, error = %e, "a connection to the agent's port for its replica failed the replica's handshake: closed, still waiting for the replica");
+                    } else {
+                        tracing::debug!(%peer, error = %e, "another connection failed the replica's handshake");
+                    }
+                    failed.push(e.to_string());
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
-                    return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log)")));
+                    let last = failed.last().map(|e| format!("; {} connection(s) failed its handshake, the last: {e}", failed.len())).unwrap_or_default();
+                    return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log){last}")));
                 }
                 std::thread::sleep(limits::REPLICA_ACCEPT_POLL_EVERY); // Polling a non-blocking accept with a deadline.
             }
             Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
         }
-    };
-    s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
-    s.set_read_timeout(Some(limits::IO_TIMEOUT)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
-    match tls {
-        None => accept_plain(s),
-        Some(t) => accept_tls(s, t),
     }
 }
 
-/// The handshake up to `PSYNC` over `io`: whether the replica offered `capa eof`.
-fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
+/// One accepted connection through the replica's handshake, within [`limits::REPLICA_HANDSHAKE_MAX`].
+fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
+    let configure = |e: std::io::Error| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}"));
+    s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(configure)?;
+    s.set_read_timeout(Some(limits::REPLICA_HANDSHAKE_MAX)).map_err(configure)?;
+    let deadline = Instant::now() + limits::REPLICA_HANDSHAKE_MAX;
+    match tls {
+        None => accept_plain(s, deadline),
+        Some(t) => accept_tls(s, t, deadline),
+    }
+}
+
+/// The handshake up to `PSYNC` over `io`, by `deadline` (a peer sending a byte now and then does not
+/// extend it): whether the replica offered `capa eof`.
+fn handshake(io: &mut impl ReadWrite, deadline: Instant) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     loop {
+        if Instant::now() > deadline {
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the handshake took over {:?}", limits::REPLICA_HANDSHAKE_MAX)));
+        }
         let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
         if n == 0 {
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, "the replica closed the link during its handshake"));
@@ -153,10 +184,10 @@ fn spawn_acks(f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
     std::thread::Builder::new().name("replica-acks".into()).spawn(f).map(|_| ()).map_err(|e| Error::Internal(format!("spawn ack thread: {e}")))
 }
 
-fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error> {
+fn accept_tls(s: TcpStream, tls: &client::tls::Tls, deadline: Instant) -> Result<ReplicaLink, Error> {
     let raw = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let mut t = tls.accept(s).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("TLS with the replica (tls-replication yes): {e}")))?;
-    let capa_eof = handshake(&mut t)?;
+    let capa_eof = handshake(&mut t, deadline)?;
     // Reads time out quickly so the ACK thread never holds the link long; writes are not bounded by it.
     raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let link: TlsLink = Arc::new(std::sync::Mutex::new(t));
@@ -185,8 +216,8 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error
     Ok(out)
 }
 
-fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
-    let capa_eof = handshake(&mut s)?;
+fn accept_plain(mut s: TcpStream, deadline: Instant) -> Result<ReplicaLink, Error> {
+    let capa_eof = handshake(&mut s, deadline)?;
     s.set_read_timeout(None).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let acks = Acks::new();
@@ -243,4 +274,43 @@ pub fn eof_framing() -> Result<Framing, Error> {
         mark[2 * i + 1] = hex[(b & 15) as usize];
     }
     Ok(Framing::Eof(mark))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A replica's handshake up to `PSYNC`, as a server sends it, over `s`; the replies read back.
+    fn replica_handshake(mut s: TcpStream) -> TcpStream {
+        let mut wire = Vec::new();
+        for c in [&["PING"][..], &["REPLCONF", "listening-port", "6380"], &["REPLCONF", "capa", "eof", "capa", "psync2"], &["PSYNC", "?", "-1"]] {
+            resp::encode_command(&mut wire, c);
+        }
+        s.write_all(&wire).unwrap();
+        s
+    }
+
+    #[test]
+    fn connections_that_fail_the_handshake_do_not_take_the_replicas_place() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        // A client that connects and leaves, one that sends what no replica sends and leaves, then
+        // the replica: the join must get the replica, not fail on the first two.
+        drop(TcpStream::connect(at).unwrap());
+        let mut garbage = TcpStream::connect(at).unwrap();
+        garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        drop(garbage);
+        let replica = replica_handshake(TcpStream::connect(at).unwrap());
+        let link = accept(&l, Duration::from_secs(20), None).expect("the replica's connection is taken");
+        assert!(link.capa_eof);
+        assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap(), "the link is the replica's connection");
+    }
+
+    #[test]
+    fn without_the_replica_the_wait_ends_and_says_what_failed() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        drop(TcpStream::connect(at).unwrap());
+        let e = accept(&l, Duration::from_millis(300), None).err().expect("no replica: an error");
+        let text = e.to_string();
+        assert!(text.contains("did not connect") && text.contains("1 connection(s) failed its handshake") && text.contains("closed the link during its handshake"), "{text}");
+    }
 }
