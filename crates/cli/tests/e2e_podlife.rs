@@ -26,7 +26,7 @@ use common::*;
 use fixtures::netns::{self, Lab};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The Service of the master: a prerequisite the manifests name (a Bitnami `redis` release "redis").
@@ -227,21 +227,11 @@ impl Fleet {
 
 #[test]
 fn a_replica_pod_lives_through_its_life() {
-    if !netns::available() {
-        return fixtures::skip("network namespaces unavailable (root and `ip` needed)");
-    }
-    let Some(python) = python_with_yaml() else { return fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)") };
-    if !Path::new("/usr/bin/redis-cli").is_file() {
-        return fixtures::skip("no redis-cli (Debian's redis-tools) for the probe scripts");
-    }
-    require_server(Flavor::Redis70);
-    let m = Manifests::load(&python);
+    let Some(m) = preconditions() else { return };
     let sts = m.get("StatefulSet", "redis-replica").clone();
     let relay_addr = format!("{}:7400", m.service_name("fastrepl-relay"));
     let master_addr = format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}:6379");
-    // The names the manifests use are the ones served here.
-    let stage_args = sts["spec"]["template"]["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
-    assert!(stage_args.contains(&format!("\"{relay_addr}\"")) && stage_args.contains(&format!("\"{master_addr}\"")), "stage's --relay/--master are not {relay_addr}/{master_addr}: {stage_args}");
+    assert_stage_names(&sts, &relay_addr, &master_addr);
 
     let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
     let mut dns = Dns::new(&lab);

@@ -21,7 +21,6 @@ use common::*;
 use fixtures::netns::{self, Lab};
 use pods::*;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The prerequisite cluster's headless Service and its pods' names (`redis-cluster-0`...).
@@ -186,21 +185,11 @@ fn write(c: &mut client::Client, tag: &str, prefix: &str, n: usize) {
 
 #[test]
 fn a_cluster_shard_pod_lives_through_its_life() {
-    if !netns::available() {
-        return fixtures::skip("network namespaces unavailable (root and `ip` needed)");
-    }
-    let Some(python) = python_with_yaml() else { return fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)") };
-    if !Path::new("/usr/bin/redis-cli").is_file() {
-        return fixtures::skip("no redis-cli (Debian's redis-tools) for the probe scripts");
-    }
-    require_server(Flavor::Redis70);
-    let m = Manifests::load(&python);
+    let Some(m) = preconditions() else { return };
     let sts = m.get("StatefulSet", "redis-cluster-shard0").clone();
     let relay_addr = format!("{}:7400", m.service_name("fastrepl-relay-shard0"));
-    // The names the manifests use are the ones served here.
-    let stage_args = sts["spec"]["template"]["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
     let headless = format!("{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
-    assert!(stage_args.contains(&format!("\"{relay_addr}\"")) && stage_args.contains(&format!("\"{headless}:6379\"")), "stage's --relay/--master are not {relay_addr}/{headless}:6379: {stage_args}");
+    assert_stage_names(&sts, &relay_addr, &format!("{headless}:6379"));
 
     let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
     let mut dns = Dns::new(&lab);

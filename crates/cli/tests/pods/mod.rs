@@ -34,6 +34,34 @@ pub fn python_with_yaml() -> Option<PathBuf> {
     ok.then_some(python)
 }
 
+/// What a pod's life needs here, or None once it said what is missing (the test then counts as
+/// skipped): namespaces, PyYAML to read the manifests, redis-cli for the probe scripts, Redis 7.0.
+/// The manifests, read.
+pub fn preconditions() -> Option<Manifests> {
+    if !netns::available() {
+        fixtures::skip("network namespaces unavailable (root and `ip` needed)");
+        return None;
+    }
+    let Some(python) = python_with_yaml() else {
+        fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)");
+        return None;
+    };
+    if !Path::new("/usr/bin/redis-cli").is_file() {
+        fixtures::skip("no redis-cli (Debian's redis-tools) for the probe scripts");
+        return None;
+    }
+    require_server(Flavor::Redis70);
+    Some(Manifests::load(&python))
+}
+
+/// A workload's `stage` init container's arguments name these `--relay` and `--master` addresses
+/// (the names the test serves are the manifests' own).
+pub fn assert_stage_names(workload: &Value, relay: &str, master: &str) {
+    let inits = workload["spec"]["template"]["spec"]["initContainers"].as_array().expect("init containers");
+    let args = inits.iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
+    assert!(args.contains(&format!("\"{relay}\"")) && args.contains(&format!("\"{master}\"")), "stage's --relay/--master are not {relay}/{master}: {args}");
+}
+
 /// The documents of a YAML file as JSON, parsed by PyYAML.
 pub fn yaml_documents(python: &Path, path: &Path) -> Vec<Value> {
     let script = "import json,sys,yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
