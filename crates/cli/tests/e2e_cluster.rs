@@ -194,14 +194,6 @@ fn a_staged_start_renews_a_generation_too_old_for_the_backlog() {
     assert_same(c.master(0), &node);
 }
 
-/// Wait until the relay has a complete generation.
-fn wait_relay_generation(relay: &str) {
-    fixtures::wait_until("the relay's first generation", std::time::Duration::from_secs(30), || {
-        let st = status_json(relay);
-        st["generations"].as_array()?.iter().any(|g| g["state"] == "complete").then_some(())
-    });
-}
-
 mod cluster_config {
     /// The `myself` line of a cluster config file.
     pub fn myself_line(text: &str) -> String {

@@ -42,14 +42,6 @@ fn served(relay: &str) -> Served {
     Served { bytes, attached: st["agents_attached_total"].as_u64().unwrap_or_else(|| panic!("no agents_attached_total in {st}")) }
 }
 
-/// Wait until the relay has a complete generation.
-fn wait_relay_generation(relay: &str) {
-    wait_until("the relay's first generation", Duration::from_secs(30), || {
-        let st = status_json(relay);
-        st["generations"].as_array()?.iter().any(|g| g["state"] == "complete").then_some(())
-    });
-}
-
 /// (sync_full, sync_partial_ok) of a standalone server.
 fn syncs(s: &Server) -> (i64, i64) {
     (info_num(s, "stats", "sync_full"), info_num(s, "stats", "sync_partial_ok"))

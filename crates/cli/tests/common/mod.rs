@@ -261,3 +261,11 @@ pub fn status_json(relay: &str) -> serde_json::Value {
     assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Wait (30 s at most) until the relay at `relay` holds a complete generation.
+pub fn wait_relay_generation(relay: &str) {
+    fixtures::wait_until("the relay's first generation", std::time::Duration::from_secs(30), || {
+        let st = status_json(relay);
+        st["generations"].as_array()?.iter().any(|g| g["state"] == "complete").then_some(())
+    });
+}
