@@ -548,7 +548,9 @@ fn main() -> ExitCode {
         Cmd::Status(a) => status(a),
         Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
         #[cfg(feature = "ucx")]
-        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run()).unwrap_or(1))),
+        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| {
+            log_sink::drain(limits::LAST_WORD_WAIT);
+        })).unwrap_or(1))),
     };
     let code = match r {
         Ok(code) => code,

@@ -36,7 +36,9 @@ struct GenReg {
 }
 
 /// The side's process: answer the relay until it closes the socket. The exit code is the outcome.
-pub fn run() -> i32 {
+/// `before_exit` runs before the process ends at once (the relay gone): the binary's logging writes
+/// its queued lines there.
+pub fn run(before_exit: fn()) -> i32 {
     // We end when the relay's end of the socket closes, which the kernel does when the relay ends,
     // however it ends. (Not PR_SET_PDEATHSIG: it fires when the *thread* that started us ends, and
     // the relay may start a side from a connection's thread.)
@@ -65,7 +67,10 @@ pub fn run() -> i32 {
             Ok(Some(r)) => r,
             // The relay closed us, or ended. Exit at once: a progress thread stuck in UCX must not
             // keep this process alive.
-            Ok(None) => std::process::exit(0),
+            Ok(None) => {
+                before_exit();
+                std::process::exit(0)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "the relay's UCX side: bad request; stopping");
                 return 1;
