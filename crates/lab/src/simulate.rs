@@ -11,7 +11,8 @@
 //!
 //! For each fleet size N it prints T(N)/T(1) (time until every surviving agent holds the snapshot,
 //! over the time of one agent alone), the copies the relay's link carried, the most any agent's uplink
-//! carried, the slowest agent, and how much of the time the relay's link ran full. `SIM_DEBUG=1`
+//! carried, the slowest agent, how much of the time the relay's link ran full, the swarm's pull
+//! efficiency (one agent's time alone over the mean pull) and how close together the pulls ended. `SIM_DEBUG=1`
 //! prints the relay's and all flows' rates and every agent's progress every 40 steps (for small
 //! fleets), and at the end each agent's start, time and upload.
 //!
@@ -126,6 +127,13 @@ pub struct Row {
     /// of the link or more). The first agent of a fleet gets each block no sooner than the relay sends it:
     /// the relay's link idle while agents pull is time every agent at the front waits.
     pub relay_busy: f64,
+    /// Full-rate survivors' pulls, one agent's time alone over their mean: the share of their links
+    /// the swarm kept busy on average (1.0: every one as fast as alone).
+    pub pull_efficiency: f64,
+    /// The full-rate survivors' last blocks came within this many seconds of each other. With joins
+    /// spread, a small figure says the fleet ends together: the first to join then takes its
+    /// `mean start + T(1) / pull_efficiency`, whatever its own link could do.
+    pub ends_within: f64,
 }
 
 /// Bits per second from `100mbit`, `1gbit`, `10gbit` or a number.
@@ -614,6 +622,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         }
     }
     let survivors: Vec<&Agent> = agents.iter().filter(|g| g.alive).collect();
+    let fast_pulls: Vec<(f64, f64)> = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| (g.start, f))).collect();
+    let pull_efficiency = if fast_pulls.is_empty() { 0.0 } else { t_one * fast_pulls.len() as f64 / fast_pulls.iter().map(|(s, f)| f - s).sum::<f64>() };
+    let ends_within = fast_pulls.iter().map(|p| p.1).fold(f64::MIN, f64::max) - fast_pulls.iter().map(|p| p.1).fold(f64::MAX, f64::min);
     let end = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| f - g.start)).fold(0.0, f64::max);
     let slow_bound = t_one * a.slow_factor;
     let slow_over_own_bound = survivors.iter().filter(|g| g.slow).filter_map(|g| g.finished.map(|f| (f - g.start) / slow_bound)).reduce(f64::max);
@@ -631,6 +642,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
         refusals_per_block: refusals as f64 / (n as f64 * blocks as f64),
         relay_busy: relay_full_steps as f64 / pulling_steps.max(1) as f64,
+        pull_efficiency,
+        ends_within: ends_within.max(0.0),
     })
 }
 
@@ -655,13 +668,13 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.rtt_ms,
         a.queue_ms
     );
-    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent | relay link full |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent | relay link full | pull efficiency | full-rate ends within (s) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for &n in &a.agents {
         let r = run_one(&a, n.max(1))?;
         println!(
-            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {:.0} % |",
+            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {:.0} % | {:.3} | {:.1} |",
             r.agents,
             r.secs,
             r.t_over_t1,
@@ -673,7 +686,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             r.failed,
             r.unfinished,
             r.refusals_per_block,
-            r.relay_busy * 100.0
+            r.relay_busy * 100.0,
+            r.pull_efficiency,
+            r.ends_within
         );
         rows.push(r);
     }
