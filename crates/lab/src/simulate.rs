@@ -14,7 +14,8 @@
 //! carried, the slowest agent, how much of the time the relay's link ran full, the swarm's pull
 //! efficiency (one agent's time alone over the mean pull) and how close together the pulls ended. `SIM_DEBUG=1`
 //! prints the relay's and all flows' rates and every agent's progress every 40 steps (for small
-//! fleets), and at the end each agent's start, time and upload.
+//! fleets), and at the end each agent's start, time and upload; `SIM_TRACE=<agent index>` why that
+//! agent's downlink is not full (see `Trace`).
 //!
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
@@ -212,6 +213,76 @@ struct Transfer {
     upstream: Option<u64>,
 }
 
+/// `SIM_TRACE=<agent index>`: why that agent's downlink is not full, counted over its pull, and every
+/// 60 steps one line (its next block to write, the window's blocks it is not reading with their
+/// holders and whole holders, and its reads: source, the source's uploads, rate, round trip left).
+#[derive(Default)]
+struct Trace {
+    agent: usize,
+    pulling: u64,
+    under: u64,
+    window_full: u64,
+    unread: u64,
+    idle: u64,
+}
+
+/// What a trace step needs of the simulation's moment.
+struct TraceAt {
+    t: f64,
+    step: u64,
+    bps: f64,
+    block: f64,
+    window: u64,
+    blocks: u64,
+}
+
+impl Trace {
+    fn step(&mut self, agents: &[Agent], transfers: &[Transfer], rates: &[f64], tracker: &Tracker, at: TraceAt) {
+        let g = &agents[self.agent];
+        if !g.started || !g.alive || g.finished.is_some() {
+            return;
+        }
+        self.pulling += 1;
+        let down: f64 = transfers.iter().zip(rates).filter(|(x, _)| x.dst == g.host).map(|(_, r)| r).sum();
+        if down >= 0.99 * at.bps {
+            return;
+        }
+        self.under += 1;
+        let next = g.chooser.held_prefix();
+        let unread: Vec<u64> = (next..(next + at.window).min(at.blocks)).filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b)).collect();
+        if unread.is_empty() {
+            self.window_full += 1;
+        } else {
+            self.unread += 1;
+        }
+        if !transfers.iter().any(|x| x.dst == g.host && !x.refusal) {
+            self.idle += 1;
+        }
+        if at.step % 60 == 0 {
+            let uploads = |src: usize| transfers.iter().filter(|y| y.src == src && !y.refusal).count();
+            let reads: Vec<String> = transfers
+                .iter()
+                .zip(rates)
+                .filter(|(x, _)| x.dst == g.host)
+                .map(|(x, r)| {
+                    let from = if x.src == 0 { "relay".to_string() } else { format!("a{} ({} up)", x.src - 1, uploads(x.src)) };
+                    let refused = if x.refusal { " refused" } else { "" };
+                    format!("b{} from {from}{refused} at {:.0} %, wait {:.2} s, {:.0} % left", x.block, r / at.bps * 100.0, x.wait.max(0.0), x.left / at.block * 100.0)
+                })
+                .collect();
+            let holders: Vec<(usize, usize)> = unread.iter().map(|b| (tracker.holders(*b), tracker.whole_holders(*b))).collect();
+            eprintln!(
+                "t={:.2} a{} downlink {:.0} %, next {next}, held {}, not read {unread:?} (holders, whole) {holders:?}; reads: {}",
+                at.t,
+                self.agent,
+                down / at.bps * 100.0,
+                g.chooser.held(),
+                reads.join("; ")
+            );
+        }
+    }
+}
+
 /// Rounds of progressive filling; flows still unfrozen after them keep what they have (slightly
 /// pessimistic, and only with many distinct bottleneck levels).
 const FILL_ROUNDS_MAX: usize = 12;
@@ -360,6 +431,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let mut step: u64 = 0;
     // Steps with a full-rate agent pulling, and those with the relay's uplink full.
     let (mut pulling_steps, mut relay_full_steps) = (0u64, 0u64);
+    let mut traced = std::env::var("SIM_TRACE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| *w < n).map(|w| Trace { agent: w, ..Trace::default() });
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
             break;
@@ -513,6 +585,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
             relay_full_steps += u64::from(relay >= 0.99 * bps);
         }
+        if let Some(tr) = traced.as_mut() {
+            tr.step(&agents, &transfers, &rates, &tracker, TraceAt { t, step, bps, block, window: a.window, blocks });
+        }
         t += dt;
         step += 1;
         // Bytes of each block each host has received so far, for blocks still arriving: a holder
@@ -614,6 +689,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 tracker.not_at(agents[g].id, b);
             }
         }
+    }
+    if let Some(tr) = &traced {
+        eprintln!(
+            "trace of agent {}: {} steps pulling, its downlink under 99 % in {}: its window full (every block held or in flight) in {}, blocks of it not asked for in {} (the tracker's answer Wait, or no slot), nothing in flight in {}",
+            tr.agent, tr.pulling, tr.under, tr.window_full, tr.unread, tr.idle
+        );
     }
     if std::env::var_os("SIM_DEBUG").is_some() {
         for g in &agents {
