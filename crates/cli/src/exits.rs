@@ -23,10 +23,13 @@ pub fn exit_on_panic(json: bool) {
         let what = info.payload_as_str().unwrap_or("(no message)");
         let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         let text = format!("fastrepl: internal error: thread '{name}' panicked at {at}: {what}; exiting (status {PANIC_EXIT})");
-        // The default hook's backtrace, kept: captured only when RUST_BACKTRACE (or
-        // RUST_LIB_BACKTRACE) asks for one, as the default hook does.
-        let trace = std::backtrace::Backtrace::capture();
-        let trace = (trace.status() == std::backtrace::BacktraceStatus::Captured).then(|| trace.to_string());
+        // The default hook's backtrace, kept: as it does, on RUST_BACKTRACE alone (unset or "0":
+        // none; "full": every frame; anything else: the short form).
+        let trace = match std::env::var("RUST_BACKTRACE").ok().as_deref() {
+            None | Some("0") => None,
+            Some("full") => Some(format!("{:#}", std::backtrace::Backtrace::force_capture())),
+            Some(_) => Some(std::backtrace::Backtrace::force_capture().to_string()),
+        };
         let line = match (json, trace) {
             (true, Some(t)) => serde_json::json!({"level": "ERROR", "message": text, "thread": name, "backtrace": t}).to_string(),
             (true, None) => serde_json::json!({"level": "ERROR", "message": text, "thread": name}).to_string(),
@@ -140,7 +143,7 @@ mod tests {
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
         assert!(err.contains("thread 'doomed' panicked at") && err.contains("on purpose"), "{err}");
         assert!(!err.contains("backtrace:"), "no backtrace unless asked for: {err}");
-        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "1")]);
+        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "1"), ("RUST_LIB_BACKTRACE", "0")]);
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
         assert!(err.contains("on purpose") && err.contains("backtrace:"), "RUST_BACKTRACE=1 keeps the backtrace: {err}");
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");

@@ -127,14 +127,14 @@ pub struct Row {
     /// The share of the time full-rate agents were pulling that the relay's uplink ran full (at 99 %
     /// of the link or more). The first agent of a fleet gets each block no sooner than the relay sends it:
     /// the relay's link idle while agents pull is time every agent at the front waits.
-    pub relay_busy: f64,
+    pub relay_busy: Option<f64>,
     /// Full-rate survivors' pulls, one agent's time alone over their mean: the share of their links
-    /// the swarm kept busy on average (1.0: every one as fast as alone).
-    pub pull_efficiency: f64,
+    /// the swarm kept busy on average (1.0: every one as fast as alone); `None` when none finished.
+    pub pull_efficiency: Option<f64>,
     /// The full-rate survivors' last blocks came within this many seconds of each other. With joins
     /// spread, a small figure says the fleet ends together: the first to join then takes its
-    /// `mean start + T(1) / pull_efficiency`, whatever its own link could do.
-    pub ends_within: f64,
+    /// `mean start + T(1) / pull_efficiency`, whatever its own link could do. `None` with fewer than two.
+    pub ends_within: Option<f64>,
 }
 
 /// Bits per second from `100mbit`, `1gbit`, `10gbit` or a number.
@@ -704,8 +704,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     }
     let survivors: Vec<&Agent> = agents.iter().filter(|g| g.alive).collect();
     let fast_pulls: Vec<(f64, f64)> = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| (g.start, f))).collect();
-    let pull_efficiency = if fast_pulls.is_empty() { 0.0 } else { t_one * fast_pulls.len() as f64 / fast_pulls.iter().map(|(s, f)| f - s).sum::<f64>() };
-    let ends_within = fast_pulls.iter().map(|p| p.1).fold(f64::MIN, f64::max) - fast_pulls.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+    let pull_efficiency = (!fast_pulls.is_empty()).then(|| t_one * fast_pulls.len() as f64 / fast_pulls.iter().map(|(s, f)| f - s).sum::<f64>());
+    let ends_within = (fast_pulls.len() >= 2).then(|| fast_pulls.iter().map(|p| p.1).fold(f64::MIN, f64::max) - fast_pulls.iter().map(|p| p.1).fold(f64::MAX, f64::min));
     let end = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| f - g.start)).fold(0.0, f64::max);
     let slow_bound = t_one * a.slow_factor;
     let slow_over_own_bound = survivors.iter().filter(|g| g.slow).filter_map(|g| g.finished.map(|f| (f - g.start) / slow_bound)).reduce(f64::max);
@@ -722,9 +722,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         failed: agents.iter().filter(|g| !g.alive).count(),
         unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
         refusals_per_block: refusals as f64 / (n as f64 * blocks as f64),
-        relay_busy: relay_full_steps as f64 / pulling_steps.max(1) as f64,
+        relay_busy: (pulling_steps > 0).then(|| relay_full_steps as f64 / pulling_steps as f64),
         pull_efficiency,
-        ends_within: ends_within.max(0.0),
+        ends_within,
     })
 }
 
@@ -755,7 +755,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     for &n in &a.agents {
         let r = run_one(&a, n.max(1))?;
         println!(
-            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {:.0} % | {:.3} | {:.1} |",
+            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {} | {} | {} |",
             r.agents,
             r.secs,
             r.t_over_t1,
@@ -767,9 +767,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             r.failed,
             r.unfinished,
             r.refusals_per_block,
-            r.relay_busy * 100.0,
-            r.pull_efficiency,
-            r.ends_within
+            r.relay_busy.map_or("–".into(), |v| format!("{:.0} %", v * 100.0)),
+            r.pull_efficiency.map_or("–".into(), |v| format!("{v:.3}")),
+            r.ends_within.map_or("–".into(), |v| format!("{v:.1}"))
         );
         rows.push(r);
     }

@@ -148,9 +148,9 @@ pub const GENERATION_WAIT_MAX: Duration = Duration::from_secs(600);
 /// The local server must connect to the agent this soon after `REPLICAOF`.
 pub const REPLICA_CONNECT_MAX: Duration = Duration::from_secs(30);
 /// A connection to the agent's port for its replica must finish the replica's handshake (`PING` to
-/// `PSYNC`: a few round trips on one host) within this, or it is not taken for the replica: it is
-/// closed and the agent waits on (a stray connection must not fail the join; the replica, if it was
-/// the one, connects again a second later: `replicationCron`).
+/// `PSYNC`, TLS included: a few round trips on one host) within this, or it is not taken for the
+/// replica: it is shut and the agent waits on (a stray connection must not fail the join; the
+/// replica, if it was the one, connects again a second later: `replicationCron`).
 pub const REPLICA_HANDSHAKE_MAX: Duration = Duration::from_secs(5);
 /// The replica must apply the log the agent sent within this, before the handoff.
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);

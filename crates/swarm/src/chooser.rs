@@ -505,7 +505,8 @@ impl Chooser {
 
     /// A peer is gone: every fetch from it failed.
     pub fn peer_gone(&mut self, p: AgentId) -> Vec<u64> {
-        let lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
+        let mut lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
+        lost.sort_unstable();
         for b in &lost {
             self.in_flight.remove(b);
             self.since.remove(b);

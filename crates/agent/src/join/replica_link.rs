@@ -55,37 +55,53 @@ pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
 
 /// Accept the replica and run its handshake up to `PSYNC`, over TLS when `tls` is given (a replica
 /// with `tls-replication yes`). The first connection to finish the handshake within
-/// [`limits::REPLICA_HANDSHAKE_MAX`] is the replica's; one that closes, sends what no replica sends,
-/// or stays silent is closed and the agent waits on until `timeout` (a port scan or a stray client
-/// must not fail the join). A failure of the replica itself (TLS refused, say) is said at the end.
+/// [`limits::REPLICA_HANDSHAKE_MAX`] is the replica's; one that closes, sends malformed RESP or more
+/// than a handshake holds, or does not finish in time is closed and the agent waits on, until
+/// `timeout` in all (a port scan or a stray client must not fail the join). A failure of the replica
+/// itself (TLS refused, say) is said at the end.
 pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
+    accept_within(l, timeout, limits::REPLICA_HANDSHAKE_MAX, tls)
+}
+
+/// [`accept`] with each connection's handshake bounded by `handshake_max` (shorter in tests).
+fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
     l.set_nonblocking(true).map_err(|e| Error::Resource(format!("configure listener: {e}")))?;
     let deadline = Instant::now() + timeout;
-    let mut failed: Vec<String> = Vec::new();
+    // Connections that failed the handshake: how many, and the last one's reason (a count, not a
+    // list: a local flood of them must not grow memory).
+    let (mut failed, mut last_failure) = (0u64, String::new());
     loop {
+        // Checked on every pass, not only when nobody is waiting: a peer that keeps reconnecting
+        // must not hold the join past its deadline.
+        let now = Instant::now();
+        if now > deadline {
+            let why = if failed == 0 {
+                format!("the replica did not connect to the agent within {timeout:?} (see its log)")
+            } else {
+                format!("no connection completed the replica's handshake within {timeout:?} ({failed} failed; the last: {last_failure}; see the replica's log)")
+            };
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, why));
+        }
         match l.accept() {
-            Ok((s, peer)) => match handshake_with(s, tls) {
+            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline), handshake_max) {
                 Ok(link) => {
-                    if !failed.is_empty() {
-                        tracing::info!(before = failed.len(), "the replica connected after other connections to its port failed the handshake");
+                    if failed > 0 {
+                        tracing::info!(before = failed, "the replica connected after other connections to its port failed the handshake");
                     }
                     return Ok(link);
                 }
                 Err(e) => {
                     // The first in full; the rest at debug (a local flood must not flood the log).
-                    if failed.is_empty() {
+                    if failed == 0 {
                         tracing::warn!(%peer, error = %e, "a connection to the agent's port for its replica failed the replica's handshake: closed, still waiting for the replica");
                     } else {
                         tracing::debug!(%peer, error = %e, "another connection failed the replica's handshake");
                     }
-                    failed.push(e.to_string());
+                    failed += 1;
+                    last_failure = e.to_string();
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    let last = failed.last().map(|e| format!("; {} connection(s) failed its handshake, the last: {e}", failed.len())).unwrap_or_default();
-                    return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the replica did not connect to the agent within {timeout:?} (see its log){last}")));
-                }
                 std::thread::sleep(limits::REPLICA_ACCEPT_POLL_EVERY); // Polling a non-blocking accept with a deadline.
             }
             Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
@@ -93,28 +109,52 @@ pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>
     }
 }
 
-/// One accepted connection through the replica's handshake, within [`limits::REPLICA_HANDSHAKE_MAX`].
-fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
+/// One accepted connection through the replica's handshake (TLS included), by `deadline`. A watchdog
+/// shuts the socket at the deadline, however the peer trickles its bytes or stops reading our
+/// answers (reads and writes inside the TLS handshake are not ours to time).
+fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>, deadline: Instant, handshake_max: Duration) -> Result<ReplicaLink, Error> {
     let configure = |e: std::io::Error| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}"));
     s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(configure)?;
-    s.set_read_timeout(Some(limits::REPLICA_HANDSHAKE_MAX)).map_err(configure)?;
-    let deadline = Instant::now() + limits::REPLICA_HANDSHAKE_MAX;
-    match tls {
-        None => accept_plain(s, deadline),
-        Some(t) => accept_tls(s, t, deadline),
+    s.set_read_timeout(Some(handshake_max)).map_err(configure)?;
+    let watched = s.try_clone().map_err(configure)?;
+    let fired = Arc::new(AtomicBool::new(false));
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let dog = {
+        let fired = fired.clone();
+        let wait = deadline.saturating_duration_since(Instant::now());
+        std::thread::Builder::new()
+            .name("replica-handshake-deadline".into())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(wait) {
+                    fired.store(true, Ordering::SeqCst);
+                    let _ = watched.shutdown(std::net::Shutdown::Both);
+                }
+            })
+            .map_err(|e| Error::Internal(format!("spawn the replica handshake's deadline: {e}")))?
+    };
+    let r = match tls {
+        None => accept_plain(s),
+        Some(t) => accept_tls(s, t),
+    };
+    let _ = done.send(());
+    let _ = dog.join();
+    // Once the watchdog fired the socket is shut, whatever the handshake returned.
+    if fired.load(Ordering::SeqCst) {
+        return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("no complete handshake within {handshake_max:?}")));
     }
+    r
 }
 
-/// The handshake up to `PSYNC` over `io`, by `deadline` (a peer sending a byte now and then does not
-/// extend it): whether the replica offered `capa eof`.
-fn handshake(io: &mut impl ReadWrite, deadline: Instant) -> Result<bool, Error> {
+/// The handshake up to `PSYNC` over `io` (its deadline is [`handshake_with`]'s watchdog): whether the
+/// replica offered `capa eof`.
+fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     loop {
-        if Instant::now() > deadline {
-            return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("the handshake took over {:?}", limits::REPLICA_HANDSHAKE_MAX)));
-        }
-        let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
+        let n = io.read(&mut buf).map_err(|e| {
+            let why = if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) { "nothing more within the handshake's time".to_string() } else { e.to_string() };
+            Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {why}"))
+        })?;
         if n == 0 {
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, "the replica closed the link during its handshake"));
         }
@@ -184,10 +224,10 @@ fn spawn_acks(f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
     std::thread::Builder::new().name("replica-acks".into()).spawn(f).map(|_| ()).map_err(|e| Error::Internal(format!("spawn ack thread: {e}")))
 }
 
-fn accept_tls(s: TcpStream, tls: &client::tls::Tls, deadline: Instant) -> Result<ReplicaLink, Error> {
+fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error> {
     let raw = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let mut t = tls.accept(s).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("TLS with the replica (tls-replication yes): {e}")))?;
-    let capa_eof = handshake(&mut t, deadline)?;
+    let capa_eof = handshake(&mut t)?;
     // Reads time out quickly so the ACK thread never holds the link long; writes are not bounded by it.
     raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let link: TlsLink = Arc::new(std::sync::Mutex::new(t));
@@ -216,8 +256,8 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls, deadline: Instant) -> Result
     Ok(out)
 }
 
-fn accept_plain(mut s: TcpStream, deadline: Instant) -> Result<ReplicaLink, Error> {
-    let capa_eof = handshake(&mut s, deadline)?;
+fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
+    let capa_eof = handshake(&mut s)?;
     s.set_read_timeout(None).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let acks = Acks::new();
@@ -311,6 +351,42 @@ mod tests {
         drop(TcpStream::connect(at).unwrap());
         let e = accept(&l, Duration::from_millis(300), None).err().expect("no replica: an error");
         let text = e.to_string();
-        assert!(text.contains("did not connect") && text.contains("1 connection(s) failed its handshake") && text.contains("closed the link during its handshake"), "{text}");
+        assert!(text.contains("no connection completed the replica's handshake") && text.contains("1 failed") && text.contains("closed the link during its handshake"), "{text}");
+        let (l, _) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let text = accept(&l, Duration::from_millis(100), None).err().expect("nobody: an error").to_string();
+        assert!(text.contains("did not connect"), "{text}");
+    }
+
+    #[test]
+    fn a_silent_or_trickling_peer_is_cut_at_the_handshakes_deadline_and_the_replica_taken_after_it() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let silent = TcpStream::connect(at).unwrap();
+        // A byte every 50 ms of a command that never ends: each read returns before its timeout.
+        // Connected here, in the order the agent will take them: silent, trickling, the replica.
+        let mut t = TcpStream::connect(at).unwrap();
+        let trickler = std::thread::spawn(move || {
+            for b in b"*1\r\n$100000\r\n".iter().chain(std::iter::repeat(&b'x').take(200)) {
+                if t.write_all(&[*b]).is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50)); // The trickle's pace, not a synchronization.
+            }
+            false
+        });
+        let replica = replica_handshake(TcpStream::connect(at).unwrap());
+        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None).expect("the replica's connection is taken");
+        assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap());
+        assert!(trickler.join().unwrap(), "the trickler was cut off, not served to its end");
+        drop(silent);
+    }
+
+    #[test]
+    fn a_peer_accepted_near_the_deadline_does_not_stretch_it() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _silent = TcpStream::connect(at).unwrap();
+        let t = Instant::now();
+        let e = accept_within(&l, Duration::from_millis(200), Duration::from_secs(20), None).err().expect("no replica: an error");
+        // Bounded by the join's wait (200 ms), not the handshake's (20 s): the margin is wide on purpose.
+        assert!(t.elapsed() < Duration::from_secs(10), "{e} after {:?}", t.elapsed());
     }
 }

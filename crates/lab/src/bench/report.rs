@@ -274,9 +274,10 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     // T(1) over its own link's bound, for the slow replicas' figure beside it (a shaped link carries a
     // few per cent less than its nominal rate, and a join has its start and handoff on top).
     let own_bound_1 = s.runs.iter().filter(ok).filter(|r| r.replicas == 1).find_map(|r| Some(r.rdb_bytes? as f64 / r.links.as_ref()?.host_rates_bytes_per_sec.get(1).copied()?));
-    // What a join costs besides its transfer (the relay's capture starting, the replica's load and
-    // handoff), as T(1) shows it on a full-rate host: a slow replica's bound is its link's transfer
-    // time plus that, the same for any link.
+    // What T(1) spends beyond its link's nominal transfer time: the relay's capture starting, the
+    // replica's load and handoff, and the shaped link carrying a little less than nominal (that last
+    // share grows with the transfer, so on a slower link this bound is a little low). A slow
+    // replica's bound: its link's nominal transfer time plus that.
     let overhead_1 = own_bound_1.map(|b| (t1 - b).max(0.0));
     let mut slow_adjusted: Vec<f64> = Vec::new();
     let _ = writeln!(
@@ -286,7 +287,7 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     );
     let _ = writeln!(
         t,
-        "| N | mode | run | each replica ÷ T(1) (slow host: s) | full-rate max | slow ÷ own link's bound | slow ÷ (own link's bound + T(1)'s {} s beside its transfer) | read from the slow host by the others: blocks @ median MiB/s |",
+        "| N | mode | run | each replica ÷ T(1) (slow host: s) | full-rate max | slow ÷ own link's bound | slow ÷ (own link's bound + the {} s T(1) takes beyond its own) | read from the slow host by the others: blocks @ median MiB/s |",
         overhead_1.map_or("–".into(), |o| format!("{o:.2}"))
     );
     let _ = writeln!(t, "|---|---|---|---|---|---|---|---|");
@@ -355,7 +356,7 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
         let worst = slow_adjusted.iter().copied().fold(0.0, f64::max);
         let _ = writeln!(
             t,
-            "Slow replicas ÷ (their link's transfer + what T(1) spends beside its own): median {}, worst {worst:.3}.",
+            "Slow replicas ÷ (their link's nominal transfer + what T(1) takes beyond its own): median {}, worst {worst:.3}.",
             f2(crate::stats::median(&slow_adjusted))
         );
     }
