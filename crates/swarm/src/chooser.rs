@@ -522,6 +522,16 @@ impl Chooser {
 mod tests {
     use super::*;
 
+    /// A chooser of 16 blocks, two peer flows two deep, that knows its own pace: block 0 came from
+    /// the relay, 1000 bytes in 1 s (what moving an overdue read is measured against).
+    fn paced(t: Instant) -> Chooser {
+        let mut c = Chooser::new(16, 2).with_depth(2);
+        c.published(16);
+        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
+        c.done(0, 1000, 1.0);
+        c
+    }
+
     #[test]
     fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
         let mut c = Chooser::new(16, 2).with_depth(2);
@@ -651,10 +661,7 @@ mod tests {
     fn a_read_that_takes_too_long_moves_elsewhere_and_holds_its_flow_until_it_ends() {
         let t = Instant::now();
         let secs = Duration::from_secs_f64;
-        let mut c = Chooser::new(16, 2).with_depth(2);
-        c.published(16);
-        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
-        c.done(0, 1000, 1.0);
+        let mut c = paced(t);
         assert_eq!(c.choose_at(15, &Answer::Relay, t), Some(Origin::Relay));
         c.done(15, 10, 0.01);
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
@@ -694,10 +701,7 @@ mod tests {
     fn moved_reads_whose_blocks_are_held_are_cut_and_their_peer_is_not_judged() {
         let t = Instant::now();
         let secs = Duration::from_secs_f64;
-        let mut c = Chooser::new(16, 2).with_depth(2);
-        c.published(16);
-        assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
-        c.done(0, 1000, 1.0);
+        let mut c = paced(t);
         assert!(c.to_cut().is_empty(), "nothing moved: nothing cut");
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
