@@ -39,52 +39,14 @@ const RELAY_HOST: usize = 1;
 const STANDBY_HOST: usize = 7;
 const HOSTS: usize = 8;
 
-/// The master: a prerequisite, not in these manifests; a plain server on the Service's port.
-struct Master {
-    ns: String,
-    _proc: Proc,
-    _dir: tempfile::TempDir,
-}
+/// The master and its standby: prerequisites, not in these manifests (`pods::Prerequisite`).
+type Master = Prerequisite;
 
-impl Master {
-    fn start(host: &netns::Host) -> Master {
-        Master::start_with(host, "master", &[])
-    }
-
-    /// The prerequisite release's standby: a replica of the master behind the Service's name,
-    /// promoted when the master fails (what Sentinel or an operator does).
-    fn start_standby(host: &netns::Host) -> Master {
-        let of = format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
-        Master::start_with(host, "standby", &["--replicaof", &of, "6379", "--masterauth", PASSWORD])
-    }
-
-    fn start_with(host: &netns::Host, name: &str, extra: &[&str]) -> Master {
-        let dir = tempfile::tempdir().unwrap();
-        let args: Vec<String> = ["--port", "6379", "--requirepass", PASSWORD, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .chain(["--dir".to_string(), dir.path().display().to_string()])
-            .collect();
-        let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
-        wait_until("the master to answer", Duration::from_secs(15), || {
-            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
-        });
-        Master { ns: host.ns.clone(), _proc: p, _dir: dir }
-    }
-
-    fn client(&self) -> client::Client {
-        connect(&self.ns, "127.0.0.1:6379")
-    }
-
-    fn info_num(&self, section: &str, k: &str) -> i64 {
-        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("master: INFO {section} has no {k}"))
-    }
-
-    /// (sync_full, sync_partial_ok, total_forks).
-    fn counts(&self) -> (i64, i64, i64) {
-        (self.info_num("stats", "sync_full"), self.info_num("stats", "sync_partial_ok"), self.info_num("stats", "total_forks"))
-    }
+/// The prerequisite release's standby: a replica of the master behind the Service's name, promoted
+/// when the master fails (what Sentinel or an operator does).
+fn start_standby(host: &netns::Host) -> Master {
+    let of = format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
+    Prerequisite::start(host, "standby", &["--replicaof", &of, "6379", "--masterauth", PASSWORD])
 }
 
 // ---- The life ----
@@ -97,13 +59,7 @@ fn assert_kept_own(d: &Start, offset_at_shutdown: i64) {
 }
 
 fn write(master: &Master, prefix: &str, n: usize) {
-    let mut c = master.client();
-    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| vec![b"SET".to_vec(), format!("{prefix}:{i}").into_bytes(), format!("{prefix}-value-{i}").into_bytes()]).collect();
-    for chunk in cmds.chunks(500) {
-        for r in c.pipeline(chunk).expect("write pipeline") {
-            assert!(!r.is_error(), "write failed: {r:?}");
-        }
-    }
+    write_keys(&mut master.client(), prefix, prefix, n);
 }
 
 /// The fleet: the lab, the names, the master, the relay's pod, the replica pods and their claims.
@@ -237,7 +193,7 @@ fn a_replica_pod_lives_through_its_life() {
     let mut dns = Dns::new(&lab);
     dns.set(&format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"), Some(&lab.hosts[MASTER_HOST].ip));
     dns.set(&m.service_name("fastrepl-relay"), Some(&lab.hosts[RELAY_HOST].ip));
-    let master = Master::start(&lab.hosts[MASTER_HOST]);
+    let master = Prerequisite::start(&lab.hosts[MASTER_HOST], "master", &[]);
     data::fill_small_mixed(&mut master.client(), 3000);
     let mut f = Fleet { relay: None, master, dns, lab, m, master_addr, relay_addr, sts, claims_root: tempfile::tempdir().unwrap() };
     f.start_relay();
@@ -306,7 +262,7 @@ fn a_replica_pod_lives_through_its_life() {
     //    replid2 is the old history). A restart after the failover keeps its volume (the same rule);
     //    the relay follows the name too: a pod born after the failover is staged from a capture of
     //    a replica, the new master never forks.
-    let standby = Master::start_standby(&f.lab.hosts[STANDBY_HOST]);
+    let standby = start_standby(&f.lab.hosts[STANDBY_HOST]);
     wait_until("the standby to link to the master", Duration::from_secs(30), || (standby.client().info("replication").ok()?.get("master_link_status") == Some("up")).then_some(()));
     write(&f.master, "f", 1000);
     let pods = [pod0, pod1, pod2];

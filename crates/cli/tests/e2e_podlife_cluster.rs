@@ -30,47 +30,16 @@ const CLUSTER_NODES: usize = 3;
 const RELAY_HOST: usize = 3;
 const HOSTS: usize = 7;
 
-/// A node of the prerequisite cluster: port 6379 (bus 16379), the password, its DNS name announced.
-struct ClusterNode {
-    name: String,
-    ns: String,
-    ip: String,
-    _proc: Proc,
-    _dir: tempfile::TempDir,
+/// A node of the prerequisite cluster (port 6379, bus 16379), its DNS name announced.
+fn start_node(host: &netns::Host, name: &str) -> Prerequisite {
+    let fqdn = node_fqdn(name);
+    let cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "15000", "--masterauth", PASSWORD, "--cluster-announce-hostname", &fqdn];
+    Prerequisite::start(host, name, &cluster)
 }
 
-impl ClusterNode {
-    fn start(host: &netns::Host, name: &str) -> ClusterNode {
-        let dir = tempfile::tempdir().unwrap();
-        let fqdn = format!("{name}.{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
-        let args: Vec<String> = [
-            "--port", "6379", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "15000", "--requirepass", PASSWORD,
-            "--masterauth", PASSWORD, "--cluster-announce-hostname", &fqdn, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(["--dir".to_string(), dir.path().display().to_string()])
-        .collect();
-        let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
-        let n = ClusterNode { name: name.to_string(), ns: host.ns.clone(), ip: host.ip.clone(), _proc: p, _dir: dir };
-        wait_until(&format!("{name} to answer"), Duration::from_secs(15), || netns::within(&n.ns, || std::net::TcpStream::connect("127.0.0.1:6379").is_ok()).ok()?.then_some(()));
-        n
-    }
-
-    fn client(&self) -> client::Client {
-        connect(&self.ns, "127.0.0.1:6379")
-    }
-
-    fn fqdn(&self) -> String {
-        format!("{}.{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}", self.name)
-    }
-}
-
-/// A server's (sync_full, sync_partial_ok, total_forks).
-fn counts(c: &mut client::Client) -> (i64, i64, i64) {
-    let i = c.info("stats").expect("INFO stats");
-    let n = |k: &str| i.num(k).unwrap_or_else(|| panic!("INFO stats has no {k}"));
-    (n("sync_full"), n("sync_partial_ok"), n("total_forks"))
+/// The DNS name of the prerequisite cluster's node `name`.
+fn node_fqdn(name: &str) -> String {
+    format!("{name}.{CLUSTER_SERVICE}.redis.{CLUSTER_DOMAIN}")
 }
 
 fn text(f: resp::Frame) -> String {
@@ -92,7 +61,7 @@ fn line_of(c: &mut client::Client, id: &str) -> Option<String> {
 /// The shard's pods and what they live in.
 struct Shard {
     _relay: Pod,
-    nodes: Vec<ClusterNode>,
+    nodes: Vec<Prerequisite>,
     dns: Dns,
     lab: Lab,
     m: Manifests,
@@ -175,12 +144,7 @@ impl Shard {
 
 /// Write `n` keys of the hash tag `tag` (in shard 0's slots) through `c`.
 fn write(c: &mut client::Client, tag: &str, prefix: &str, n: usize) {
-    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| client::command(&["SET", &format!("{{{tag}}}:{prefix}:{i}"), &format!("{prefix}-value-{i}")])).collect();
-    for chunk in cmds.chunks(500) {
-        for r in c.pipeline(chunk).expect("write pipeline") {
-            assert!(!r.is_error(), "write failed: {r:?}");
-        }
-    }
+    write_keys(c, &format!("{{{tag}}}:{prefix}"), prefix, n);
 }
 
 #[test]
@@ -193,9 +157,9 @@ fn a_cluster_shard_pod_lives_through_its_life() {
 
     let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
     let mut dns = Dns::new(&lab);
-    let nodes: Vec<ClusterNode> = (0..CLUSTER_NODES).map(|i| ClusterNode::start(&lab.hosts[i], &format!("redis-cluster-{i}"))).collect();
+    let nodes: Vec<Prerequisite> = (0..CLUSTER_NODES).map(|i| start_node(&lab.hosts[i], &format!("redis-cluster-{i}"))).collect();
     for n in &nodes {
-        dns.set(&n.fqdn(), Some(&n.ip));
+        dns.set(&node_fqdn(&n.name), Some(&n.ip));
     }
     dns.set_all(&headless, &nodes.iter().map(|n| n.ip.as_str()).collect::<Vec<_>>());
     // The prerequisite cluster: the slots split three ways, the nodes introduced.
@@ -213,7 +177,7 @@ fn a_cluster_shard_pod_lives_through_its_life() {
         .find(|t| matches!(nodes[0].client().cmd(&["CLUSTER", "KEYSLOT", t]), Ok(resp::Frame::Integer(s)) if (s as usize) <= last0))
         .expect("a hash tag in shard 0's slots");
     write(&mut nodes[0].client(), &tag, "a", 3000);
-    let node0 = nodes[0].fqdn();
+    let node0 = node_fqdn(&nodes[0].name);
     let node0_id = my_id(&mut nodes[0].client());
 
     let relay_host = lab.hosts[RELAY_HOST].clone();
@@ -226,7 +190,7 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     // 1. Scale up from none to two, at once: both staged from one snapshot, each its shard master's
     //    replica in the nodes.conf staged with it; the one fork on the shard's master (it had no
     //    replica to capture from); each a partial resync.
-    let before = counts(&mut s.nodes[0].client());
+    let before = s.nodes[0].counts();
     let (mut pod0, mut pod1) = (s.place("redis-cluster-shard0-0", 4), s.place("redis-cluster-shard0-1", 5));
     let (d0, d1) = std::thread::scope(|sc| {
         let (a, b) = (sc.spawn(|| decision(&pod0.init())), sc.spawn(|| decision(&pod1.init())));
@@ -236,7 +200,7 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     assert!(d0.generation.is_some() && d0.generation == d1.generation, "the two new pods did not stage one snapshot: {:?} {:?}", d0.generation, d1.generation);
     s.serve(&mut pod0);
     s.serve(&mut pod1);
-    let after = counts(&mut s.nodes[0].client());
+    let after = s.nodes[0].counts();
     // The relay's capture is the one full sync (and fork); the pods' are partial.
     assert_eq!(after, (before.0 + 1, before.1 + 2, before.2 + 1), "the scale-up on shard 0's master (sync_full, sync_partial_ok, total_forks)");
     let ids = [my_id(&mut pod0.client()), my_id(&mut pod1.client())];
@@ -250,20 +214,20 @@ fn a_cluster_shard_pod_lives_through_its_life() {
 
     // 2. A rolling restart: the server's own RDB kept, nothing pulled, one partial resync.
     write(&mut s.nodes[0].client(), &tag, "b", 1000);
-    let before = counts(&mut s.nodes[0].client());
+    let before = s.nodes[0].counts();
     let (mut pod1, d) = s.restart(pod1, 5);
     assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
     s.serve(&mut pod1);
-    assert_eq!(counts(&mut s.nodes[0].client()), (before.0, before.1 + 1, before.2), "the restart on shard 0's master");
+    assert_eq!(s.nodes[0].counts(), (before.0, before.1 + 1, before.2), "the restart on shard 0's master");
     s.assert_identical(&node0, &fq1);
 
     // 3. Rescheduled: a new address, the same volume; kept; the cluster learns the address from the
     //    postStart MEET (its name follows it).
-    let before = counts(&mut s.nodes[0].client());
+    let before = s.nodes[0].counts();
     let (mut pod0, d) = s.restart(pod0, 6);
     assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
     s.serve(&mut pod0);
-    assert_eq!(counts(&mut s.nodes[0].client()), (before.0, before.1 + 1, before.2), "the reschedule on shard 0's master");
+    assert_eq!(s.nodes[0].counts(), (before.0, before.1 + 1, before.2), "the reschedule on shard 0's master");
     let new_ip = s.lab.hosts[6].ip.clone();
     for n in &s.nodes {
         // The new address, and the bus link to it up (a master's vote for this pod travels on it).
@@ -309,12 +273,12 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     // Its replicas (redis-cluster-0 and shard0-1) come back to it with partial resyncs: the
     // server restored its history from the RDB it wrote at SIGTERM.
     wait_until("the promoted pod's replicas to come back", Duration::from_secs(30), || (pod0.info_num("replication", "connected_slaves") == 2).then_some(()));
-    let before = counts(&mut pod0.client());
+    let before = sync_counts(&mut pod0.client());
     assert_eq!((before.0, before.1), (0, 2), "the promoted pod's replicas after its restart (sync_full, sync_partial_ok)");
     let (mut pod1, d) = s.restart(pod1, 5);
     assert_eq!(d.what, ("keep".into(), "resumes_partially".into()));
     s.serve(&mut pod1);
-    let after = counts(&mut pod0.client());
+    let after = sync_counts(&mut pod0.client());
     assert_eq!(after, (before.0, before.1 + 1, before.2), "shard0-1's restart after the failover, on its new master (sync_full, sync_partial_ok, total_forks)");
     assert!(pod1.client().info("replication").unwrap().get("master_host").is_some_and(|h| h == fq0 || h == new_ip), "shard0-1 does not follow the promoted pod");
     s.assert_identical(&fq0, &fq1);

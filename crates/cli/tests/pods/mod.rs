@@ -353,6 +353,64 @@ impl Pod {
     }
 }
 
+/// A server the manifests expect to exist already (the master of a release, its standby, a node of a
+/// cluster): Redis 7.0 on port 6379 of a namespace host, with the password, no persistence, an 8 MiB
+/// backlog and the flags given; started once it answers an authenticated connection.
+pub struct Prerequisite {
+    pub name: String,
+    pub ns: String,
+    pub ip: String,
+    _proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Prerequisite {
+    pub fn start(host: &netns::Host, name: &str, extra: &[&str]) -> Prerequisite {
+        let dir = tempfile::tempdir().unwrap();
+        let args: Vec<String> = ["--port", "6379", "--requirepass", PASSWORD, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .chain(["--dir".to_string(), dir.path().display().to_string()])
+            .collect();
+        let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
+        wait_until(&format!("{name} to answer"), Duration::from_secs(15), || {
+            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
+        });
+        Prerequisite { name: name.to_string(), ns: host.ns.clone(), ip: host.ip.clone(), _proc: p, _dir: dir }
+    }
+
+    pub fn client(&self) -> client::Client {
+        connect(&self.ns, "127.0.0.1:6379")
+    }
+
+    pub fn info_num(&self, section: &str, k: &str) -> i64 {
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
+    }
+
+    /// (sync_full, sync_partial_ok, total_forks).
+    pub fn counts(&self) -> (i64, i64, i64) {
+        sync_counts(&mut self.client())
+    }
+}
+
+/// `n` SETs of `{key_prefix}:{i}` to `{value_prefix}-value-{i}`, pipelined 500 at a time, none refused.
+pub fn write_keys(c: &mut client::Client, key_prefix: &str, value_prefix: &str, n: usize) {
+    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| client::command(&["SET", &format!("{key_prefix}:{i}"), &format!("{value_prefix}-value-{i}")])).collect();
+    for chunk in cmds.chunks(500) {
+        for r in c.pipeline(chunk).expect("write pipeline") {
+            assert!(!r.is_error(), "write failed: {r:?}");
+        }
+    }
+}
+
+/// A server's (sync_full, sync_partial_ok, total_forks).
+pub fn sync_counts(c: &mut client::Client) -> (i64, i64, i64) {
+    let i = c.info("stats").expect("INFO stats");
+    let n = |k: &str| i.num(k).unwrap_or_else(|| panic!("INFO stats has no {k}"));
+    (n("sync_full"), n("sync_partial_ok"), n("total_forks"))
+}
+
 /// Every container of a pod template (init containers first).
 pub fn containers(spec: &Value) -> Vec<&Value> {
     spec["initContainers"].as_array().into_iter().flatten().chain(spec["containers"].as_array().into_iter().flatten()).collect()
