@@ -10,7 +10,6 @@ use crate::refusal::Refusal;
 use crate::refusal_log::{Line, RefusalLog};
 use crate::registry::{self, Totals};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -50,7 +49,9 @@ pub struct Gate {
     listener: &'static str,
     inner: Mutex<Inner>,
     changed: Condvar,
-    refused: [AtomicU64; Refusal::ALL.len()],
+    /// This gate's own refusals (the relay's status: one relay's, where the registry sums every gate
+    /// of a name in the process).
+    refused: Totals,
     /// The process's totals for this listener's name (the metrics endpoint's).
     totals: Arc<Totals>,
 }
@@ -99,12 +100,12 @@ impl Gate {
         };
         self.changed.notify_all();
         self.say(line, DISPLACED);
-        Pass { gate: self.clone(), id: admitted.id, source, deadline: admitted.deadline }
+        Pass { gate: self.clone(), id: admitted.id, source }
     }
 
     /// Count a refusal and tell the limiter; what to log comes back (logged without the lock).
     fn count(&self, g: &mut Inner, kind: Refusal, source: Source, detail: &str, now: Instant) -> Option<Line> {
-        self.refused[kind.index()].fetch_add(1, Ordering::Relaxed);
+        self.refused.add(kind);
         self.totals.add(kind);
         g.log.refused(kind, source, detail, now)
     }
@@ -121,7 +122,7 @@ impl Gate {
 
     /// Refusals so far, of `kind`.
     pub fn refused(&self, kind: Refusal) -> u64 {
-        self.refused[kind.index()].load(Ordering::Relaxed)
+        self.refused.refused(kind)
     }
 
     /// Connections waiting to authenticate now.
@@ -179,19 +180,9 @@ pub struct Pass {
     gate: Arc<Gate>,
     id: Id,
     source: Source,
-    deadline: Instant,
 }
 
 impl Pass {
-    /// Where it comes from.
-    pub fn source(&self) -> Source {
-        self.source
-    }
-
-    /// When it must have authenticated (the reaper shuts its socket then).
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
 
     /// It authenticated: served from now on, or refused (counted and logged here; close it).
     pub fn authenticated(&mut self) -> Result<(), Refusal> {

@@ -23,6 +23,13 @@ pub enum Source {
     Local,
 }
 
+impl Source {
+    /// A TCP connection's source: its peer's address, or [`Source::Local`] if the socket cannot tell.
+    pub fn of_tcp(s: &std::net::TcpStream) -> Source {
+        s.peer_addr().map_or(Source::Local, |a| Source::Ip(a.ip()))
+    }
+}
+
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -31,6 +31,17 @@ impl Refusal {
         self as usize
     }
 
+    /// What a failed read or handshake before authentication counts as, by its I/O error: timed out
+    /// is past the deadline, bytes that are not TLS (or not our framing) are the protocol, anything
+    /// else is the peer gone. One rule for every listener.
+    pub fn of_io(e: &std::io::Error) -> Refusal {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Refusal::Deadline,
+            std::io::ErrorKind::InvalidData => Refusal::Protocol,
+            _ => Refusal::Closed,
+        }
+    }
+
     /// Its name in metrics labels, status keys and log lines.
     pub fn name(self) -> &'static str {
         match self {

@@ -33,6 +33,9 @@ pub struct Summary {
     pub busiest: Vec<(Source, u64)>,
     /// Sources counted but not named.
     pub other_sources: usize,
+    /// Refusals from sources past [`limits::REFUSAL_SOURCES_MAX`]: in the counts by kind, under no
+    /// source.
+    pub untracked: u64,
 }
 
 impl Summary {
@@ -57,6 +60,9 @@ impl std::fmt::Display for Summary {
         }
         if self.other_sources > 0 {
             write!(f, " and {} more", self.other_sources)?;
+        }
+        if self.untracked > 0 {
+            write!(f, " (+{} refusals from sources past the {} kept)", self.untracked, limits::REFUSAL_SOURCES_MAX)?;
         }
         Ok(())
     }
@@ -136,7 +142,7 @@ impl RefusalLog {
         let other_sources = sources.len().saturating_sub(limits::REFUSAL_SOURCES_NAMED);
         sources.truncate(limits::REFUSAL_SOURCES_NAMED);
         let kinds = Refusal::ALL.iter().map(|k| (*k, done.kinds[k.index()], std::mem::take(&mut done.last[k.index()]))).filter(|(_, n, _)| *n > 0).collect();
-        Some(Summary { over, kinds, busiest: sources, other_sources })
+        Some(Summary { over, kinds, busiest: sources, other_sources, untracked: done.untracked })
     }
 
     /// When the next summary may be due (`None`: quiet).
@@ -209,5 +215,7 @@ mod tests {
         let s = log.tick(t + EVERY).unwrap();
         assert_eq!(s.total(), limits::REFUSAL_SOURCES_MAX as u64 + 500);
         assert_eq!(s.other_sources, limits::REFUSAL_SOURCES_MAX - limits::REFUSAL_SOURCES_NAMED);
+        assert_eq!(s.untracked, 500, "the sources past the bound are summed, not lost");
+        assert!(s.to_string().contains("+500 refusals from sources past"), "{s}");
     }
 }

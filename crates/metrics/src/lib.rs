@@ -140,8 +140,7 @@ pub fn serve(addr: SocketAddr, render: Arc<dyn Fn() -> String + Send + Sync>) ->
                 std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE);
                 continue;
             };
-            let source = s.peer_addr().map_or(admission::Source::Local, |a| admission::Source::Ip(a.ip()));
-            let mut pass = gate.arrive(Box::new(handle), source);
+            let mut pass = gate.arrive(Box::new(handle), admission::Source::of_tcp(&s));
             let render = render.clone();
             let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
                 if let Err(e) = answer(s, &*render, &mut pass) {
@@ -167,8 +166,7 @@ fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &
             Ok(n) => n,
             Err(e) => {
                 // A read timing out is past the deadline (usually shut and counted by the reaper first).
-                let late = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
-                pass.failed(if late { admission::Refusal::Deadline } else { admission::Refusal::Closed }, &e);
+                pass.failed(admission::Refusal::of_io(&e), &e);
                 return Ok(());
             }
         };

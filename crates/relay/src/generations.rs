@@ -286,14 +286,11 @@ impl Generations {
         vec![Action::StartCapture, Action::TellWaiters]
     }
 
-    /// An agent connection opened; refused (false) at `max` connections.
-    pub(crate) fn connection_opened(&mut self, max: usize, now: Instant) -> bool {
-        if self.connections >= max {
-            return false;
-        }
+    /// An agent connection opened (the admission gate holds `--connections-max`; counted here for
+    /// the idle release and the status).
+    pub(crate) fn connection_opened(&mut self, now: Instant) {
         self.connections += 1;
         self.last_active = now;
-        true
     }
 
     /// An agent connection ended.
@@ -638,7 +635,7 @@ mod tests {
         let (mut g, t0) = machine(CapturePolicy::OnStart);
         let id = capture(&mut g);
         assert!(g.idle_tick(t0 + IDLE / 2).is_empty(), "not idle long enough");
-        assert!(g.connection_opened(4, t0 + IDLE / 2));
+        g.connection_opened(t0 + IDLE / 2);
         assert!(g.idle_tick(t0 + IDLE * 3).is_empty(), "a connection is open");
         g.connection_closed(t0 + IDLE * 3);
         assert!(g.idle_tick(t0 + IDLE * 3 + IDLE / 2).is_empty(), "idle time counts from the last close");
@@ -676,12 +673,13 @@ mod tests {
     }
 
     #[test]
-    fn connections_are_limited() {
+    fn connections_are_counted() {
         let (mut g, t0) = machine(CapturePolicy::OnDemand);
-        assert!(g.connection_opened(1, t0));
-        assert!(!g.connection_opened(1, t0));
+        g.connection_opened(t0);
+        g.connection_opened(t0);
+        assert_eq!(g.connections(), 2);
         g.connection_closed(t0);
-        assert_eq!(g.connections(), 0);
+        assert_eq!(g.connections(), 1);
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl DataStream for UnixStream {
 
 /// Serve the agents' TCP port: control and data connections.
 pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    let source = |s: &TcpStream| s.peer_addr().map_or(Source::Local, |a| Source::Ip(a.ip()));
+    let source = Source::of_tcp;
     let handle = |s: &TcpStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
     let peer = |s: &TcpStream| s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     accept_each(&shared, listener.incoming(), source, peer, handle, "agent-conn", serve_connection);
@@ -213,10 +213,12 @@ enum Class {
 impl ConnError {
     fn class(&self) -> Class {
         match self {
-            // A TLS handshake with bytes that are not TLS is not our protocol.
-            ConnError::Authenticating(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::InvalidData => Class::Protocol,
-            ConnError::Authenticating(Error::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Class::LateBeforeAuth,
-            ConnError::Authenticating(Error::Io { .. }) => Class::ClosedBeforeAuth,
+            // By admission's one rule (a TLS handshake with bytes that are not TLS is the protocol).
+            ConnError::Authenticating(Error::Io { source, .. }) => match Refusal::of_io(source) {
+                Refusal::Protocol => Class::Protocol,
+                Refusal::Deadline => Class::LateBeforeAuth,
+                _ => Class::ClosedBeforeAuth,
+            },
             ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => Class::Auth,
             ConnError::Authenticating(Error::Protocol(_)) | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
             ConnError::Refused(_) => Class::Refused,
@@ -233,13 +235,10 @@ impl ConnError {
 struct Open<'a>(&'a Shared);
 
 impl<'a> Open<'a> {
-    /// `pass` authenticated: served, or refused at `connections_max`.
+    /// `pass` authenticated: served, or refused by the gate at `--connections-max`.
     fn new(shared: &'a Shared, pass: &mut Pass) -> Result<Open<'a>, ConnError> {
         pass.authenticated().map_err(ConnError::Refused)?;
-        // The gate holds the same limit; this count is the machine's (idle release, status).
-        if !shared.connection_opened() {
-            return Err(ConnError::Refused(Refusal::Full));
-        }
+        shared.connection_opened();
         Ok(Open(shared))
     }
 }

@@ -207,9 +207,9 @@ impl Shared {
         self.lock().all.iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// An agent connection began: false when the relay is at `--connections-max`.
-    pub(crate) fn connection_opened(&self) -> bool {
-        self.lock().machine.connection_opened(self.config.connections_max, Instant::now())
+    /// An agent connection began (admitted by the gate, which holds `--connections-max`).
+    pub(crate) fn connection_opened(&self) {
+        self.lock().machine.connection_opened(Instant::now())
     }
 
     /// Agent connections open now.

@@ -158,7 +158,7 @@ fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
             continue;
         };
         let peer = s.peer_addr().ok();
-        let mut pass = sh.gate.arrive(Box::new(handle), peer.map_or(Source::Local, |a| Source::Ip(a.ip())));
+        let mut pass = sh.gate.arrive(Box::new(handle), Source::of_tcp(&s));
         let sh2 = sh.clone();
         let spawned = std::thread::Builder::new().name("peer-conn".into()).spawn(move || {
             if let Err(e) = serve_peer(&sh2, s, &mut pass) {
@@ -185,9 +185,8 @@ fn peer_budget() -> Budget {
 fn refusal_of(e: &transport::Error) -> Refusal {
     match e {
         transport::Error::Auth(_) => Refusal::Auth,
-        // A read timed out: past its deadline (usually shut and counted by the reaper first).
-        transport::Error::Io { source, .. } if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Refusal::Deadline,
-        transport::Error::Io { source, .. } if source.kind() != std::io::ErrorKind::InvalidData => Refusal::Closed,
+        // A read timed out is past its deadline (usually shut and counted by the reaper first).
+        transport::Error::Io { source, .. } => Refusal::of_io(source),
         _ => Refusal::Protocol,
     }
 }
