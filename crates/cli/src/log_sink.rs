@@ -5,27 +5,36 @@
 //! a bound ([`drain`]): what was said last (a failure, "relay stopping") still reaches a reader
 //! that reads.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender, TrySendError};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// What the writer thread is handed.
+enum Item {
+    /// A line to write.
+    Line(Vec<u8>),
+    /// Everything queued before this is written (or dropped by a failed write): say so here.
+    Flush(Sender<()>),
+}
+
 /// The queue's sending end, once [`start`] ran.
-static QUEUE: OnceLock<SyncSender<Vec<u8>>> = OnceLock::new();
-/// Lines queued, and lines written or dropped by the writer: equal when the queue is empty.
-static QUEUED: AtomicU64 = AtomicU64::new(0);
-static DONE: Mutex<u64> = Mutex::new(0);
-static DONE_CHANGED: Condvar = Condvar::new();
+static QUEUE: OnceLock<SyncSender<Item>> = OnceLock::new();
+
+/// How often [`drain`] tries again to queue its marker while the queue is full.
+const FULL_RETRY_EVERY: Duration = Duration::from_millis(10);
 
 /// Start the writer thread; `write` puts one line out (on stderr, above a progress bar). Without it
 /// (the thread could not start), lines are written by the thread that logs, as before.
 pub fn start(write: fn(&[u8])) {
-    let (tx, rx) = sync_channel::<Vec<u8>>(limits::LOG_QUEUE_LINES);
+    let (tx, rx) = sync_channel::<Item>(limits::LOG_QUEUE_LINES);
     let spawned = std::thread::Builder::new().name("log-writer".into()).spawn(move || {
-        for line in rx {
-            write(&line);
-            *DONE.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-            DONE_CHANGED.notify_all();
+        for item in rx {
+            match item {
+                Item::Line(line) => write(&line),
+                Item::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
         }
     });
     if spawned.is_ok() {
@@ -37,33 +46,32 @@ pub fn start(write: fn(&[u8])) {
 /// [`limits::LOG_QUEUE_LINES`] lines). Before [`start`], written at once by `write`.
 pub fn send(line: Vec<u8>, write: fn(&[u8])) {
     let Some(q) = QUEUE.get() else { return write(&line) };
-    // Counted before it is sent: the writer may finish it before try_send returns.
-    QUEUED.fetch_add(1, Ordering::SeqCst);
-    match q.try_send(line) {
+    match q.try_send(Item::Line(line)) {
         Ok(()) => {}
-        Err(TrySendError::Full(_)) => {
-            QUEUED.fetch_sub(1, Ordering::SeqCst);
-            metrics::output::count_dropped();
-        }
-        Err(TrySendError::Disconnected(line)) => {
-            QUEUED.fetch_sub(1, Ordering::SeqCst);
-            write(&line);
-        }
+        Err(TrySendError::Full(_)) => metrics::output::count_dropped(),
+        Err(TrySendError::Disconnected(Item::Line(line))) => write(&line),
+        Err(TrySendError::Disconnected(Item::Flush(_))) => {}
     }
 }
 
 /// Wait until every line queued so far is written (or dropped by a failed write), at most `within`:
-/// a reader that stalled does not hold the end. True when the queue emptied.
-pub fn drain(within: Duration) -> bool {
-    let target = QUEUED.load(Ordering::SeqCst);
+/// a reader that stalled does not hold the end. A marker goes through the queue behind those lines
+/// and the writer answers it.
+pub fn drain(within: Duration) {
+    let Some(q) = QUEUE.get() else { return };
     let deadline = Instant::now() + within;
-    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
-    while *done < target {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
+    let (done, written) = channel();
+    let mut marker = Item::Flush(done);
+    loop {
+        match q.try_send(marker) {
+            Ok(()) => break,
+            // Full: the writer is behind; room comes as it writes (unless the reader stalled).
+            Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                marker = m;
+                std::thread::sleep(FULL_RETRY_EVERY); // Polling for room in a bounded queue, with a deadline.
+            }
+            Err(_) => return,
         }
-        done = DONE_CHANGED.wait_timeout(done, left).unwrap_or_else(|p| p.into_inner()).0;
     }
-    true
+    let _ = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
 }

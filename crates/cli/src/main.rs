@@ -548,14 +548,13 @@ fn main() -> ExitCode {
         Cmd::Status(a) => status(a),
         Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
         #[cfg(feature = "ucx")]
-        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| {
-            log_sink::drain(limits::LAST_WORD_WAIT);
-        })).unwrap_or(1))),
+        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| log_sink::drain(limits::LAST_WORD_WAIT))).unwrap_or(1))),
     };
     let code = match r {
         Ok(code) => code,
         Err(e) => {
-            // The log's lines first, then the last word after them.
+            // Room for the last word first: queued to a full queue it would be dropped (with a
+            // reader that stalled, this and the drain below wait a second each).
             log_sink::drain(limits::LAST_WORD_WAIT);
             match cli.log_format {
                 LogFormat::Text => errln!("fastrepl: {e:#}"),
