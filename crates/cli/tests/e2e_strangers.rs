@@ -118,38 +118,9 @@ fn behave(mut s: TcpStream, manner: Manner, http: bool, stop: &AtomicBool) {
     }
 }
 
-/// A process's resident memory, bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) * 1024
-}
-
-/// Samples a process's resident memory until dropped; the most seen.
-struct RssWatch {
-    stop: Arc<AtomicBool>,
-    most: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl RssWatch {
-    fn start(pid: u32) -> RssWatch {
-        let (stop, most) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let (s, m) = (stop.clone(), most.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                m.fetch_max(rss_bytes(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(100)); // A sampling period, not synchronization.
-            }
-        });
-        RssWatch { stop, most, thread: Some(thread) }
-    }
-    fn most(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.most.load(Ordering::Relaxed)
-    }
+/// A process's peak resident memory so far (`VmHWM`), bytes: no peak between samples missed.
+fn peak_rss_bytes(pid: u32) -> u64 {
+    agent::procstat::peak_rss_kib(pid).expect("the relay's VmHWM in /proc") * 1024
 }
 
 #[test]
@@ -162,12 +133,11 @@ fn strangers_on_every_port_keep_no_agent_out_and_cost_bounded_memory_and_log() {
     let relay_addr: SocketAddr = relay.addr.parse().unwrap();
     let replicas: Vec<Server> = (0..4).map(|_| Server::start(Flavor::Redis70, &[])).collect();
     let peer_ports: Vec<String> = (0..replicas.len()).map(|_| format!("127.0.0.1:{}", fixtures::free_port())).collect();
-    let (rss_before, lines_before) = (rss_bytes(relay.proc.pid()), relay.proc.output().lines().count());
+    let (rss_before, lines_before) = (peak_rss_bytes(relay.proc.pid()), relay.proc.output().lines().count());
 
     // Eight stranger addresses, none the agents' (127.0.0.1): together more than the relay's budget
     // of strangers, each within its share.
     let sources: Vec<Ipv4Addr> = (2..10).map(|n| Ipv4Addr::new(127, 0, 0, n)).collect();
-    let watch = RssWatch::start(relay.proc.pid());
     let started = Instant::now();
     let mut crowd = Crowd::new();
     crowd.start(relay_addr, 240, false, &sources);
@@ -201,7 +171,7 @@ fn strangers_on_every_port_keep_no_agent_out_and_cost_bounded_memory_and_log() {
     let last = join(&relay.addr, &replicas[3].addr(), &args(3).iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     assert_partial(&last);
     let st = status_json(&relay.addr);
-    let most = watch.most();
+    let most = peak_rss_bytes(relay.proc.pid());
     let secs = started.elapsed().as_secs();
     let connects = crowd.connects.load(Ordering::Relaxed);
     drop(crowd);
