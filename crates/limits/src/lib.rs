@@ -251,8 +251,6 @@ const _: () = assert!(ms(UCX_SIDE_ANSWER_MAX) < ms(IO_TIMEOUT));
 const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
 // Polls are much shorter than the waits they serve.
 const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
-// A join stopped while resetting its replica finishes the reset (a connection, the retries, a last
-// command) before the stop deadline, and the deadline comes before systemd's SIGKILL.
 // The join's last reset (connect, retries, its last command) fits in the stop's bound with room to
 // spare (5 s), and the bound with the last word's wait stays under systemd's default 90 s.
 const _: () = assert!(ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) + 5_000 <= ms(STOP_GRACE_MAX) && ms(STOP_GRACE_MAX) + 2 * ms(LAST_WORD_WAIT) < 90_000);

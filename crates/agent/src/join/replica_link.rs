@@ -115,7 +115,6 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
 fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>, deadline: Instant, handshake_max: Duration) -> Result<ReplicaLink, Error> {
     let configure = |e: std::io::Error| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}"));
     s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(configure)?;
-    s.set_read_timeout(Some(handshake_max)).map_err(configure)?;
     let watched = s.try_clone().map_err(configure)?;
     let fired = Arc::new(AtomicBool::new(false));
     let (done, finished) = std::sync::mpsc::channel::<()>();
@@ -151,10 +150,7 @@ fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     loop {
-        let n = io.read(&mut buf).map_err(|e| {
-            let why = if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) { "nothing more within the handshake's time".to_string() } else { e.to_string() };
-            Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {why}"))
-        })?;
+        let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
         if n == 0 {
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, "the replica closed the link during its handshake"));
         }
