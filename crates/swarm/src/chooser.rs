@@ -698,7 +698,7 @@ mod tests {
     }
 
     #[test]
-    fn moved_reads_whose_blocks_are_held_are_cut_and_their_peer_is_not_judged() {
+    fn moved_reads_whose_blocks_are_held_are_cut_once() {
         let t = Instant::now();
         let secs = Duration::from_secs_f64;
         let mut c = paced(t);
@@ -720,12 +720,12 @@ mod tests {
         assert_eq!(c.to_cut(), vec![7], "every read from peer 7 is a duplicate now");
         assert!(c.to_cut().is_empty(), "named once");
         assert!(c.is_cut(7));
-        // The cut reads end without their blocks: the flows are free, peer 7 is not avoided, and is
-        // cut no more once its last read ended.
+        // The cut reads end without their blocks: the flows are free, and peer 7 is cut no more once
+        // its last read ended (that its misses are not held against it is the pull's, `pipeline`).
         assert!(c.moved_ended(1, 7));
         assert!(c.is_cut(7), "a read from it is still on the wire");
         assert!(c.moved_ended(2, 7));
-        assert!(!c.is_cut(7) && !c.avoids(7));
+        assert!(!c.is_cut(7));
         assert_eq!(c.fetching().flows_free, 2);
         assert_eq!(c.held(), 3);
     }

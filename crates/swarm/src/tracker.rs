@@ -2,7 +2,7 @@
 //! holders an asker is sent to. See the crate's documentation for the design.
 
 use crate::bits::Bits;
-use crate::{AgentId, Answer, Fetching, UPLOADS_MAX};
+use crate::{AgentId, Answer, Fetching, Origin, UPLOADS_MAX};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -75,12 +75,12 @@ pub struct Tracker {
     uploads_max: usize,
     /// How fast each agent receives (see [`Pace`]).
     pace: Pace,
-    /// Per (agent, block) not yet received: the source last named to it for the block — the first
-    /// holder of the answer (the one its chooser takes unless it reads from another already), or none
-    /// for the relay — kept once its arrival starts (the read whose first bytes came is the one its
+    /// Per (agent, block) not yet received: the source last named to it for the block — the relay, or
+    /// the first holder of the answer (assumed to be the one its chooser takes, as `named` assumes;
+    /// the chooser may pass it over for a busy, slow or already-read one) — kept once its arrival starts (the read whose first bytes came is the one its
     /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
     /// faster than its source (see [`Tracker::fed_too_slow`]).
-    feeds: HashMap<(AgentId, u64), Option<AgentId>>,
+    feeds: HashMap<(AgentId, u64), Origin>,
 }
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
@@ -324,7 +324,7 @@ impl Tracker {
     /// one named would mark fast arrivals slow whenever the slow host had been named beside their
     /// source (most answers in a small fleet name two or three holders). With equal paces no source is slow and nothing changes.
     fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
-        let Some(&Some(y)) = self.feeds.get(&(x, b)) else { return false };
+        let Some(&Origin::Peer(y)) = self.feeds.get(&(x, b)) else { return false };
         let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
         y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
     }
@@ -439,8 +439,8 @@ impl Tracker {
     pub fn locate(&mut self, a: AgentId, b: u64, f: &mut Fetching, now: Instant) -> Answer {
         let answer = self.answer(a, b, f, now);
         let from = match &answer {
-            Answer::Relay => Some(None),
-            Answer::Peers(named) => Some(named.first().copied()),
+            Answer::Relay => Some(Origin::Relay),
+            Answer::Peers(named) => named.first().map(|p| Origin::Peer(*p)),
             Answer::Wait => None,
         };
         // Once its arrival is under way, the arrival is fed by the read that started it.
@@ -849,7 +849,7 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let (mut tr, t1) = chain_of_arrivals(t);
-        assert_eq!((tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]), (None, Some(3), Some(0)), "each arrival's source as named");
+        assert_eq!((tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]), (Origin::Relay, Origin::Peer(3), Origin::Peer(0)), "each arrival's source as named");
         // 3 s in, agent 3's arrival is over 2.5× the swarm's median (1 s): slow itself. Agents 0 and 1
         // receive the block from it (one and two hops) and are fresh themselves: before, agent 2 was
         // named them and read at agent 3's pace.
@@ -870,7 +870,7 @@ mod tests {
         // Agent 0 moves its read away from agent 3 and asks again: agent 1 is fed by agent 0 itself
         // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
         assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
-        assert_eq!(tr.feeds[&(0, 7)], Some(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
+        assert_eq!(tr.feeds[&(0, 7)], Origin::Peer(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
         let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
         assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
         // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.

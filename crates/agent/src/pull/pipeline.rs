@@ -669,15 +669,10 @@ impl<'a> Planner<'a> {
     fn missed(&mut self, job: Job, miss: PeerMiss) {
         let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else { return };
         let peer = *peer;
-        if self.chooser.is_cut(peer) {
-            // A read this agent abandoned and cut (its block is held): nothing to judge or relocate.
-            if !self.chooser.moved_ended(b, peer) {
-                self.chooser.failed(b, false);
-            }
-            self.sched.abandoned();
-            self.reuse(job.buf);
-            return;
-        }
+        // A read this agent abandoned and cut itself (its block is held): a drop, saying nothing of
+        // the peer, whatever the connection's end looked like.
+        let cut = self.chooser.is_cut(peer);
+        let miss = if cut { PeerMiss::Dropped } else { miss };
         match &miss {
             PeerMiss::Busy => {
                 tracing::debug!(peer = %addr, block = b, "peer busy");
@@ -704,7 +699,7 @@ impl<'a> Planner<'a> {
         }
         if matches!(miss, PeerMiss::Busy) {
             self.out.peer_refusals += 1;
-        } else {
+        } else if !cut {
             self.out.peer_failures += 1;
         }
         // An honest holder cuts a read off only when its own arrival of the block failed (rare); one
@@ -958,7 +953,7 @@ fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Op
 fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<(Box<dyn RangeReader>, std::net::TcpStream), transport::Error> {
     let peer = addr.parse::<endpoint::Endpoint>().map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
     let s = transport::tcp::connect_with(&peer, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
-    let sock = s.tcp().try_clone().map_err(transport::Error::io(transport::Operation::ConnectToPeer))?;
+    let sock = s.tcp().try_clone().map_err(transport::Error::io(transport::Operation::ClonePeerSocket))?;
     Ok((Box::new(transport::tcp::StreamReader::new(s)), sock))
 }
 
