@@ -220,7 +220,6 @@ struct Transfer {
 struct Trace {
     agent: usize,
     pulling: u64,
-    under: u64,
     window_full: u64,
     unread: u64,
     idle: u64,
@@ -247,7 +246,6 @@ impl Trace {
         if down >= 0.99 * at.bps {
             return;
         }
-        self.under += 1;
         let next = g.chooser.held_prefix();
         let unread: Vec<u64> = (next..(next + at.window).min(at.blocks)).filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b)).collect();
         if unread.is_empty() {
@@ -431,6 +429,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let mut step: u64 = 0;
     // Steps with a full-rate agent pulling, and those with the relay's uplink full.
     let (mut pulling_steps, mut relay_full_steps) = (0u64, 0u64);
+    let debug = std::env::var_os("SIM_DEBUG").is_some();
     let mut traced = std::env::var("SIM_TRACE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| *w < n).map(|w| Trace { agent: w, ..Trace::default() });
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
@@ -572,8 +571,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         let Rates { rate: mut rates, up_queue, down_queue } = max_min_rates(&hosts, &transfers);
         busy_up = up_queue;
         busy_down = down_queue;
-        if std::env::var_os("SIM_DEBUG").is_some() && step % 40 == 0 {
-            let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
+        let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
+        if debug && step % 40 == 0 {
             let total: f64 = rates.iter().sum();
             let nrelay = transfers.iter().filter(|x| x.src == 0).count();
             let prefix: Vec<u64> = agents.iter().map(|g| g.chooser.held_prefix()).collect();
@@ -582,7 +581,6 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         }
         if agents.iter().any(|g| g.started && g.alive && g.finished.is_none() && !g.slow) {
             pulling_steps += 1;
-            let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
             relay_full_steps += u64::from(relay >= 0.99 * bps);
         }
         if let Some(tr) = traced.as_mut() {
@@ -693,10 +691,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     if let Some(tr) = &traced {
         eprintln!(
             "trace of agent {}: {} steps pulling, its downlink under 99 % in {}: its window full (every block held or in flight) in {}, blocks of it not asked for in {} (the tracker's answer Wait, or no slot), nothing in flight in {}",
-            tr.agent, tr.pulling, tr.under, tr.window_full, tr.unread, tr.idle
+            tr.agent, tr.pulling, tr.window_full + tr.unread, tr.window_full, tr.unread, tr.idle
         );
     }
-    if std::env::var_os("SIM_DEBUG").is_some() {
+    if debug {
         for g in &agents {
             let took = g.finished.map_or("unfinished".to_string(), |f| format!("{:.2} s", f - g.start));
             eprintln!("agent {}: started {:.2} s, took {took}, slow {}, alive {}, uplink carried {:.2} copies", g.id, g.start, g.slow, g.alive, hosts[g.host].sent / snapshot);
