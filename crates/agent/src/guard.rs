@@ -153,12 +153,13 @@ impl Drop for Guard {
 }
 
 /// The guard process: wait for the agent's word or its death; on death, reset the replica if it
-/// still follows the agent. Returns the exit code.
-pub fn run() -> i32 {
+/// still follows the agent. Returns the exit code. What it has to say goes to `say` (the binary's
+/// log queue: a stalled stderr reader must not keep a guard whose work is done from ending).
+pub fn run(say: fn(&str)) -> i32 {
     let staged = std::env::var(ENV_STAGED_MASTER).ok();
     let follows = std::env::var(ENV_FOLLOWS);
     let (Ok(replica), true) = (std::env::var(ENV_REPLICA), follows.is_ok() || staged.is_some()) else {
-        metrics::output::stderr_line(&format!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand"));
+        say(&format!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand"));
         return 2;
     };
     let auth = std::env::var(ENV_PASSWORD).ok().map(|password| replication::replica::Auth { user: std::env::var(ENV_USER).ok(), password });
@@ -168,50 +169,50 @@ pub fn run() -> i32 {
     if word == DISARM {
         return 0;
     }
-    let tls = match load_tls(&replica) {
+    let tls = match load_tls(&replica, say) {
         Ok(t) => t,
         Err(code) => return code,
     };
     let node = Node { addr: replica.clone(), auth, tls, cancel: Default::default() };
     if let Some(master) = staged {
-        return undo_staged(&node, &master);
+        return undo_staged(&node, &master, say);
     }
     let follows = follows.unwrap_or_default();
     match local::reset(&node, std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(Reset::Done) => {
-            metrics::output::stderr_line(&format!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server"));
+            say(&format!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server"));
             0
         }
         // Handed over already, or reconfigured by someone else: not ours to touch, nothing to say
         // about its data.
         Ok(Reset::NotOurs) => 0,
         Ok(Reset::Unreachable(e)) => {
-            metrics::output::stderr_line(&format!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role"));
+            say(&format!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role"));
             1
         }
         Err(e) => {
-            metrics::output::stderr_line(&format!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}"));
+            say(&format!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}"));
             1
         }
     }
 }
 
 /// TLS to the replica, from the environment (`Err`: the exit code after saying why).
-fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
+fn load_tls(replica: &str, say: fn(&str)) -> Result<Option<client::tls::Tls>, i32> {
     if std::env::var_os(ENV_TLS).is_none() {
         return Ok(None);
     }
     let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
     let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
     client::tls::Tls::load(&o).map(Some).map_err(|e| {
-        metrics::output::stderr_line(&format!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}"));
+        say(&format!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}"));
         1
     })
 }
 
 /// The staged join's agent died: undo a node still parked (its `masteruser` is ours), leave one that
 /// is down or was changed by someone else.
-fn undo_staged(n: &Node, master: &str) -> i32 {
+fn undo_staged(n: &Node, master: &str, say: fn(&str)) -> i32 {
     let node = &n.addr;
     let mut c = match n.connect() {
         Ok(c) => c,
@@ -234,16 +235,16 @@ fn undo_staged(n: &Node, master: &str) -> i32 {
     ];
     for (what, args) in steps {
         if let Err(e) = c.cmd(args) {
-            metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}"));
+            say(&format!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}"));
             return 1;
         }
     }
     let (rdb, aside) = (std::path::PathBuf::from(env(ENV_STAGED_RDB)), std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)));
     let restored = if aside.exists() { std::fs::rename(&aside, &rdb) } else { std::fs::remove_file(&rdb).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) };
     if let Err(e) = restored {
-        metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display()));
+        say(&format!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display()));
         return 1;
     }
-    metrics::output::stderr_line(&format!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again"));
+    say(&format!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again"));
     0
 }

@@ -546,7 +546,7 @@ fn main() -> ExitCode {
         Cmd::Fetch(a) => fetch(a),
         Cmd::Stage(a) => stage(a),
         Cmd::Status(a) => status(a),
-        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
+        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run(|line| errln!("{line}"))).unwrap_or(1))),
         #[cfg(feature = "ucx")]
         Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| log_sink::drain(limits::LAST_WORD_WAIT))).unwrap_or(1))),
     };
