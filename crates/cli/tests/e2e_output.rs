@@ -151,12 +151,18 @@ fn wait_handed_over(master: &Server, replica: &Server, partial0: i64) {
     });
 }
 
-#[test]
-fn a_relay_and_a_join_whose_output_reader_is_gone_serve_and_stop_on_sigterm() {
+/// A master with a few thousand keys, an empty replica, and free addresses for a relay's agent port
+/// and its metrics.
+fn servers() -> (Server, Server, String, String) {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_small_mixed(&mut master.client(), 3000);
     let replica = Server::start(Flavor::Redis70, &[]);
-    let (listen, metrics) = (format!("127.0.0.1:{}", fixtures::free_port()), format!("127.0.0.1:{}", fixtures::free_port()));
+    (master, replica, format!("127.0.0.1:{}", fixtures::free_port()), format!("127.0.0.1:{}", fixtures::free_port()))
+}
+
+#[test]
+fn a_relay_and_a_join_whose_output_reader_is_gone_serve_and_stop_on_sigterm() {
+    let (master, replica, listen, metrics) = servers();
     // `fastrepl relay … | head`: read until it listens, then gone; everything after fails with EPIPE.
     let mut relay = Unread::piped("relay", relay_cmd(&master.addr(), &listen, &metrics), Some(&format!("relay listening on {listen}")));
     let partial0 = info_num(&master, "stats", "sync_partial_ok");
@@ -176,10 +182,7 @@ fn a_relay_and_a_join_whose_output_reader_is_gone_serve_and_stop_on_sigterm() {
 
 #[test]
 fn a_relay_on_a_full_disk_serves_and_stops_on_sigterm() {
-    let master = Server::start(Flavor::Redis70, &[]);
-    data::fill_small_mixed(&mut master.client(), 3000);
-    let replica = Server::start(Flavor::Redis70, &[]);
-    let (listen, metrics) = (format!("127.0.0.1:{}", fixtures::free_port()), format!("127.0.0.1:{}", fixtures::free_port()));
+    let (master, replica, listen, metrics) = servers();
     let mut relay = Unread::full_disk("relay", relay_cmd(&master.addr(), &listen, &metrics));
     // Its log cannot say it listens: its metrics answering (served after the agent port) does.
     let dropped = dropped_writes(&metrics);
@@ -216,10 +219,7 @@ fn a_join_whose_output_reader_is_gone_stops_on_sigterm_mid_pull_and_resets_its_r
 
 #[test]
 fn a_relay_whose_log_reader_stalled_serves_and_stops_on_sigterm() {
-    let master = Server::start(Flavor::Redis70, &[]);
-    data::fill_small_mixed(&mut master.client(), 3000);
-    let replica = Server::start(Flavor::Redis70, &[]);
-    let (listen, metrics) = (format!("127.0.0.1:{}", fixtures::free_port()), format!("127.0.0.1:{}", fixtures::free_port()));
+    let (master, replica, listen, metrics) = servers();
     // Its stderr is full from the start: a thread that wrote its log line itself would block there
     // (the relay never listened, its capture stalled); lines wait in the log's queue instead.
     let mut cmd = relay_cmd(&master.addr(), &listen, &metrics);
