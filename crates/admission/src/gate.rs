@@ -183,21 +183,21 @@ pub struct Pass {
 }
 
 impl Pass {
-
     /// It authenticated: served from now on, or refused (counted and logged here; close it).
     pub fn authenticated(&mut self) -> Result<(), Refusal> {
+        const TOO_LATE_OR_FULL: &str = "authenticated too late, or with the listener full";
         let now = Instant::now();
         let (verdict, line) = {
             let mut g = self.gate.lock();
             g.sockets.remove(&self.id);
             let v = g.machine.authenticated(self.id, now);
             let line = match v {
-                Verdict::Refused(kind) => self.gate.count(&mut g, kind, self.source, "", now),
+                Verdict::Refused(kind) => self.gate.count(&mut g, kind, self.source, TOO_LATE_OR_FULL, now),
                 _ => None,
             };
             (v, line)
         };
-        self.gate.say(line, "authenticated too late, or with the listener full");
+        self.gate.say(line, TOO_LATE_OR_FULL);
         match verdict {
             Verdict::Served => Ok(()),
             Verdict::Refused(kind) => Err(kind),
