@@ -501,7 +501,26 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             // Reads that take far too long move elsewhere (they run on, holding their flow), as real
             // agents' do.
             for b in agents[i].chooser.overdue(at(t)) {
-                agents[i].chooser.move_away(b);
+                agents[i].chooser.move_away(b, at(t));
+            }
+            // Connections whose every read was moved and whose blocks are held since are cut, as
+            // real agents cut them: their reads end at once, giving the holder's slot back.
+            let host = agents[i].host;
+            for p in agents[i].chooser.to_cut() {
+                agents[i].chooser.cutting(p);
+                let mut k = 0;
+                while k < transfers.len() {
+                    let x = &transfers[k];
+                    if x.dst != host || x.from != Origin::Peer(p) {
+                        k += 1;
+                        continue;
+                    }
+                    let x = transfers.swap_remove(k);
+                    if !x.refusal {
+                        end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
+                    }
+                    agents[i].chooser.moved_ended(x.block, p);
+                }
             }
             let wanted = agents[i].chooser.wanted(|b| tracker.precedence(me, b));
             for b in wanted {

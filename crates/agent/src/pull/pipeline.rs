@@ -409,8 +409,9 @@ impl<'a> Planner<'a> {
     /// located anew, while the reads run on to their end (a read on a connection cannot be taken
     /// back; whichever ends first gives the block).
     fn move_overdue(&mut self) {
-        for b in self.chooser.overdue(Instant::now()) {
-            if let Some(p) = self.chooser.move_away(b) {
+        let now = Instant::now();
+        for b in self.chooser.overdue(now) {
+            if let Some(p) = self.chooser.move_away(b, now) {
                 tracing::debug!(block = b, peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "a read from a peer takes too long; locating the block anew");
                 self.asking.changed();
             }
@@ -425,6 +426,11 @@ impl<'a> Planner<'a> {
             // The one fetcher reading from the peer (see `planner::peer_fetcher`).
             let Some(f) = self.peers.iter().position(|(_, f)| f.outstanding > 0 && f.serving == Some(p)) else { continue };
             let cut = self.cuts.cut(f, p);
+            if cut {
+                // Marked only once it happened: a peer marked without a cut would have its reads'
+                // real failures taken for ours, and never judged.
+                self.chooser.cutting(p);
+            }
             tracing::debug!(peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), cut, "cutting reads moved away from a peer: their blocks are held");
         }
     }
