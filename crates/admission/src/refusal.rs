@@ -1,31 +1,51 @@
 //! Why a connection was closed before it was served: the kinds the counters and log summaries are
 //! keyed by.
 
-/// Why a connection was closed before it was served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Refusal {
+/// The kinds, each with its name, written once: the enum, [`Refusal::ALL`] and [`Refusal::name`]
+/// come from this one list, so a kind added to the enum cannot be left out of the counters' arrays
+/// (indexed by [`Refusal::index`]) or go nameless.
+macro_rules! refusals {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Why a connection was closed before it was served.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Refusal {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Refusal {
+            /// Every kind, in the order of [`Refusal::index`].
+            pub const ALL: &[Refusal] = &[$(Refusal::$variant,)*];
+
+            /// Its name in metrics labels, status keys and log lines.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Refusal::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+refusals! {
     /// A newer unauthenticated connection took its place: the strangers' budget was full.
-    Displaced,
+    Displaced => "displaced",
     /// A newer unauthenticated connection from the same address took its place: that address held
     /// its share of the budget.
-    SourceCap,
+    SourceCap => "source_cap",
     /// It had not authenticated by its deadline.
-    Deadline,
+    Deadline => "deadline",
     /// It authenticated, but the listener serves its maximum of connections already.
-    Full,
+    Full => "full",
     /// It closed (or its socket failed) before authenticating: a port probe, most likely.
-    Closed,
+    Closed => "closed",
     /// It does not speak our protocol (bad magic, unknown kind, a failed TLS handshake, a request
     /// too large).
-    Protocol,
+    Protocol => "protocol",
     /// It presented a wrong token, or none where one is required.
-    Auth,
+    Auth => "auth",
 }
 
 impl Refusal {
-    /// Every kind, in the order of [`Refusal::index`].
-    pub const ALL: [Refusal; 7] = [Refusal::Displaced, Refusal::SourceCap, Refusal::Deadline, Refusal::Full, Refusal::Closed, Refusal::Protocol, Refusal::Auth];
-
     /// Its position in [`Refusal::ALL`] (for arrays of counters).
     pub fn index(self) -> usize {
         self as usize
@@ -39,19 +59,6 @@ impl Refusal {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Refusal::Deadline,
             std::io::ErrorKind::InvalidData => Refusal::Protocol,
             _ => Refusal::Closed,
-        }
-    }
-
-    /// Its name in metrics labels, status keys and log lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Refusal::Displaced => "displaced",
-            Refusal::SourceCap => "source_cap",
-            Refusal::Deadline => "deadline",
-            Refusal::Full => "full",
-            Refusal::Closed => "closed",
-            Refusal::Protocol => "protocol",
-            Refusal::Auth => "auth",
         }
     }
 }

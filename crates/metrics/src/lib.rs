@@ -199,7 +199,7 @@ fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &
 pub fn refusals() -> String {
     let mut e = Exposition::new("fastrepl");
     for (listener, totals) in admission::registry::listeners() {
-        for kind in admission::Refusal::ALL {
+        for &kind in admission::Refusal::ALL {
             let help = "Connections a listener closed before they were served (before or at authentication), by listener and kind.";
             e.counter("admission_refused_total", help, &[("listener", listener), ("kind", kind.name())], totals.refused(kind) as f64);
         }
