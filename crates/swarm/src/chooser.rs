@@ -433,7 +433,10 @@ impl Chooser {
         let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
         if let Some(at) = self.since.remove(&b) {
-            if self.block_bytes > 0 {
+            // Only a read moved for its time says anything: one moved because its peer is rated slow
+            // already may be a moment old, and its "rate" (a block over that moment) would make the
+            // peer look fast.
+            if self.block_bytes > 0 && !self.is_slow(p) {
                 self.rated(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
             }
         }
@@ -717,8 +720,9 @@ mod tests {
         c.choose_at(8, &Answer::Peers(vec![6]), t);
         c.done(7, 1000, 10.0);
         assert_eq!(c.overdue(t), vec![8], "peer 6 is rated slow: its read still on the wire moves");
-        // A peer gone takes its moved reads with it.
         c.move_away(8, t);
+        assert!(c.is_slow(6), "a read moved the moment it started, its peer being slow already, does not rate it fast");
+        // A peer gone takes its moved reads with it.
         c.peer_gone(6);
         assert_eq!(c.fetching().flows_free, 2);
     }
