@@ -51,6 +51,9 @@ pub struct Chooser {
     /// Peers whose connection the pull is cutting ([`Chooser::to_cut`]): every read on the wire from
     /// them is a moved one whose block is held, a duplicate. Until their last read ends.
     cut: Vec<AgentId>,
+    /// Moved reads whose move rated their peer ([`Chooser::move_away`]): if one ends with its block,
+    /// that is not a second sample of the same read.
+    rated_at_move: Vec<(u64, AgentId)>,
     /// This agent's own time per byte, from any source (a moving average, a quarter of the way to
     /// each sample: per byte, since the last block is short; slow to follow, since a block already
     /// waiting in the socket's buffer arrives in milliseconds), and the largest block seen: the
@@ -118,6 +121,7 @@ impl Chooser {
             since: HashMap::new(),
             moved: Vec::new(),
             cut: Vec::new(),
+            rated_at_move: Vec::new(),
             own_secs_per_byte: None,
             block_bytes: 0,
         }
@@ -389,6 +393,12 @@ impl Chooser {
     /// Peer `p` served a block of `bytes` in `secs`.
     fn rated(&mut self, p: AgentId, bytes: u64, secs: f64) {
         self.busy_since.remove(&p);
+        self.sample(p, bytes, secs);
+    }
+
+    /// A sample of peer `p`'s rate, `bytes` in `secs` (from a block it served, or a read moved away
+    /// from it: see [`Chooser::move_away`]).
+    fn sample(&mut self, p: AgentId, bytes: u64, secs: f64) {
         let r = self.rates.entry(p).or_default();
         let sample = bytes as f64 / secs.max(1e-6);
         // A moving average: a peer that became slow is noticed within a few blocks.
@@ -428,16 +438,22 @@ impl Chooser {
     /// whose block comes from its replacement is cut ([`Chooser::to_cut`]) and gives no sample, so
     /// without this one a slow holder would never be rated slow, and the agent would go back to it
     /// as soon as the cut freed the flow — a block time lost at each return (in the simulator, 64
-    /// agents with slow hosts at 1.59× one agent's time against 1.41× without the cut).
+    /// agents with slow hosts at 1.59× one agent's time against 1.41× without the cut). One sample
+    /// per move of a peer's reads, from the read at the head of its connection (one queued behind
+    /// another has waited for that one too, and the reads of one connection move together) while no
+    /// other moved read of the peer gave one: so one slow episode is one sample, and a peer is rated
+    /// slow only after two, as by whole reads. Not
+    /// when the peer is rated slow already: a read moved for that may be a moment old, and its
+    /// "rate" (a block over that moment) would make the peer look fast.
     pub fn move_away(&mut self, b: u64, now: Instant) -> Option<AgentId> {
         let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
         if let Some(at) = self.since.remove(&b) {
-            // Only a read moved for its time says anything: one moved because its peer is rated slow
-            // already may be a moment old, and its "rate" (a block over that moment) would make the
-            // peer look fast.
-            if self.block_bytes > 0 && !self.is_slow(p) {
-                self.rated(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
+            let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
+            let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
+            if self.block_bytes > 0 && head && first && !self.is_slow(p) {
+                self.sample(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
+                self.rated_at_move.push((b, p));
             }
         }
         self.moved.push((b, p));
@@ -454,6 +470,9 @@ impl Chooser {
         if !self.moved.iter().any(|(_, x)| *x == p) {
             self.cut.retain(|x| *x != p);
         }
+        // Kept for this read's `done_moved`, if it comes next; those of reads ended before go.
+        let moved = &self.moved;
+        self.rated_at_move.retain(|r| *r == (b, p) || moved.contains(r));
         true
     }
 
@@ -492,7 +511,14 @@ impl Chooser {
     /// A read moved elsewhere gave block `b` (from `p`, verified) before its replacement: held now;
     /// the replacement stays in flight until it ends, a duplicate.
     pub fn done_moved(&mut self, b: u64, p: AgentId, bytes: u64, secs: f64) {
-        self.rated(p, bytes, secs);
+        match self.rated_at_move.iter().position(|r| *r == (b, p)) {
+            // Its move rated the peer already: one read, one sample.
+            Some(i) => {
+                self.rated_at_move.swap_remove(i);
+                self.busy_since.remove(&p);
+            }
+            None => self.rated(p, bytes, secs),
+        }
         // Not this agent's own time: the peer's, known to be slow.
         self.got(b, 0, secs);
     }
@@ -538,6 +564,7 @@ impl Chooser {
             self.since.remove(b);
         }
         self.moved.retain(|(_, x)| *x != p);
+        self.rated_at_move.retain(|(_, x)| *x != p);
         self.cut.retain(|x| *x != p);
         self.avoid.insert(p, ());
         lost
@@ -712,7 +739,7 @@ mod tests {
             c.choose_at(b, &Answer::Peers(vec![p]), t);
             c.done(b, 1000, took);
         }
-        assert!(c.is_slow(7), "a moved read rates its peer as if its block had arrived when it moved");
+        assert_eq!(c.rates[&7].samples, 1, "a read rated at its move and then ended with its block: one read, one sample");
         assert_eq!(c.choose_at(6, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         assert_eq!(c.choose_at(7, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         c.done(6, 1000, 10.0);
@@ -725,6 +752,35 @@ mod tests {
         // A peer gone takes its moved reads with it.
         c.peer_gone(6);
         assert_eq!(c.fetching().flows_free, 2);
+    }
+
+    #[test]
+    fn a_move_rates_its_peer_once_from_the_read_at_the_head_of_its_connection() {
+        let t = Instant::now();
+        let secs = Duration::from_secs_f64;
+        let mut c = paced(t);
+        // Three fast peers rated: the yardstick.
+        for (b, p) in [(1, 4), (2, 5), (3, 6), (4, 4), (5, 5), (6, 6)] {
+            c.choose_at(b, &Answer::Peers(vec![p]), t);
+            c.done(b, 1000, 1.0);
+        }
+        // Two reads pipelined on one connection to peer 7, both overdue: moved together.
+        assert_eq!(c.choose_at(7, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(8, &Answer::Peers(vec![7]), t + secs(0.5)), Some(Origin::Peer(7)));
+        let later = t + secs(MOVE_AFTER + 1.0);
+        assert_eq!(c.overdue(later), vec![7, 8]);
+        c.refused(7, t);
+        c.move_away(8, later);
+        assert!(!c.rates.contains_key(&7), "the read queued behind another is no sample");
+        c.move_away(7, later);
+        assert_eq!(c.rates[&7].samples, 1, "the head of the connection is");
+        assert!(c.busy_since.contains_key(&7), "a move is no block served: a refusal streak goes on");
+        assert!(!c.is_slow(7), "one slow episode is one sample, no rating");
+        // The cut ends both; a second slow episode rates the peer slow.
+        assert!(c.moved_ended(7, 7) && c.moved_ended(8, 7));
+        assert_eq!(c.choose_at(9, &Answer::Peers(vec![7]), later), Some(Origin::Peer(7)));
+        c.move_away(9, later + secs(MOVE_AFTER + 1.0));
+        assert!(c.is_slow(7));
     }
 
     #[test]

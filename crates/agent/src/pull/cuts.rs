@@ -26,6 +26,14 @@ impl Cuts {
         self.lock().remove(&(fetcher, peer));
     }
 
+    /// Whether fetcher `fetcher`'s connection to `peer` is still here, not cut. A connection cut when
+    /// it carried no read any more (its last one ended as the cut came) is found dead only by the
+    /// next read sent on it: the fetcher asks this before reusing one, or that read would fail and be
+    /// taken for the peer's failure.
+    pub fn is_open(&self, fetcher: usize, peer: u32) -> bool {
+        self.lock().contains_key(&(fetcher, peer))
+    }
+
     /// Shut fetcher `fetcher`'s connection to `peer`: its reads on the wire end in an error (the
     /// fetcher reports them missed and drops the connection). Whether there was one.
     pub fn cut(&self, fetcher: usize, peer: u32) -> bool {
@@ -59,8 +67,10 @@ mod tests {
         cuts.opened(0, 7, reader.try_clone().unwrap());
         assert!(!cuts.cut(1, 7), "another fetcher's connection to the peer is not this one");
         let waiting = std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind()));
+        assert!(cuts.is_open(0, 7) && !cuts.is_open(1, 7));
         assert!(cuts.cut(0, 7));
         assert!(!cuts.cut(0, 7), "cut once");
+        assert!(!cuts.is_open(0, 7), "a cut connection is not reused");
         assert_eq!(waiting.join().unwrap(), Ok(0), "the read ends with the connection");
     }
 }

@@ -425,13 +425,12 @@ impl<'a> Planner<'a> {
         for p in self.chooser.to_cut() {
             // The one fetcher reading from the peer (see `planner::peer_fetcher`).
             let Some(f) = self.peers.iter().position(|(_, f)| f.outstanding > 0 && f.serving == Some(p)) else { continue };
-            let cut = self.cuts.cut(f, p);
-            if cut {
-                // Marked only once it happened: a peer marked without a cut would have its reads'
-                // real failures taken for ours, and never judged.
+            // Marked only once it happened: a peer marked without a cut would have its reads' real
+            // failures taken for ours, and never judged. Named again next round until then.
+            if self.cuts.cut(f, p) {
                 self.chooser.cutting(p);
+                tracing::debug!(peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "cutting reads moved away from a peer: their blocks are held");
             }
-            tracing::debug!(peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), cut, "cutting reads moved away from a peer: their blocks are held");
         }
     }
 
@@ -870,6 +869,12 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             };
             let Source::Peer { id, addr } = &job.from else { continue };
             let (id, addr) = (*id, addr.clone());
+            // A connection the planner cut after its last read ended is dead: opened anew, not
+            // reused (a send on it would fail, and the peer be judged for it). One with reads on the
+            // wire is closed by their misses.
+            if wire.is_empty() && conns.contains_key(&id) && !cuts.is_open(me, id) {
+                conns.remove(&id);
+            }
             let conn = match conns.entry(id) {
                 std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
                 std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|(c, sock)| {
