@@ -114,6 +114,13 @@ fn bench_quick_on_loopback_includes_shm_and_repeats() {
     let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
     assert!(md.contains("| link | N | mode | runs verified | median all in sync (s) |"), "{md}");
     assert!(md.contains("| 2/2 |"), "{md}");
+    // Every cell's median is also counted from the master's fork (recorded in every run).
+    let medians: Vec<&str> = md.lines().skip_while(|l| !l.contains("| runs verified |")).skip(2).take_while(|l| l.starts_with('|')).collect();
+    assert!(!medians.is_empty(), "{md}");
+    for row in medians {
+        let from_fork = row.split('|').nth(8).unwrap_or("").trim();
+        assert!(from_fork.parse::<f64>().is_ok_and(|v| v > 0.0), "no time from the master's fork in {row:?}");
+    }
 }
 
 #[test]

@@ -126,11 +126,25 @@ pub fn median_secs<'a>(runs: impl Iterator<Item = &'a RunResult>) -> Option<f64>
     crate::stats::median(&runs.filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect::<Vec<_>>())
 }
 
-/// With `--repeat`: per (link, N, mode), the median, fastest and slowest time to all in sync.
+/// A run's time to all in sync counted from the master's fork (its first RDB start) rather than from
+/// the run's start: the fork starts up to a second later in some runs than in others (the master waits
+/// `repl-diskless-sync-delay` and a replication cron tick), which over a short T(1) moves a ratio by
+/// several per cent. `None` without a recorded fork.
+fn secs_from_fork(r: &RunResult) -> Option<f64> {
+    Some(r.secs? - fork_start(r)?)
+}
+
+/// When the master's fork started, in seconds from the run's start (its first RDB's start).
+fn fork_start(r: &RunResult) -> Option<f64> {
+    Some(r.master_rdb.first()?[0])
+}
+
+/// With `--repeat`: per (link, N, mode), the median, fastest and slowest time to all in sync, and the
+/// median counted from the master's fork with its ratio to N = 1's of the same link and mode.
 pub fn median_table(s: &ScenarioResult) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| link | N | mode | runs verified | median all in sync (s) | min | max |");
-    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(t, "| link | N | mode | runs verified | median all in sync (s) | min | max | median from the master's fork (s) | that ÷ N = 1's |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
     let mut keys: Vec<(&str, usize, &str)> = Vec::new();
     for r in &s.runs {
         let k = (r.link.as_str(), r.replicas, r.mode.as_str());
@@ -138,17 +152,24 @@ pub fn median_table(s: &ScenarioResult) -> String {
             keys.push(k);
         }
     }
-    for (link, n, mode) in keys {
-        let cell = || s.runs.iter().filter(move |r| r.link == link && r.replicas == n && r.mode == mode);
-        let ok: Vec<f64> = cell().filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect();
+    // The verified runs of a cell.
+    fn cell<'a>(s: &'a ScenarioResult, link: &'a str, n: usize, mode: &'a str) -> impl Iterator<Item = &'a RunResult> + 'a {
+        s.runs.iter().filter(move |r| r.link == link && r.replicas == n && r.mode == mode && r.error.is_none())
+    }
+    let from_fork = |link: &str, n: usize, mode: &str| crate::stats::median(&cell(s, link, n, mode).filter_map(secs_from_fork).collect::<Vec<_>>());
+    for &(link, n, mode) in &keys {
+        let all = s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == mode).count();
+        let ok: Vec<f64> = cell(s, link, n, mode).filter_map(|r| r.secs).collect();
+        let fork = from_fork(link, n, mode);
         let _ = writeln!(
             t,
-            "| {link} | {n} | {mode} | {}/{} | {} | {} | {} |",
+            "| {link} | {n} | {mode} | {}/{all} | {} | {} | {} | {} | {} |",
             ok.len(),
-            cell().count(),
-            f2(median_secs(cell())),
+            f2(crate::stats::median(&ok)),
             f2(ok.iter().copied().reduce(f64::min)),
-            f2(ok.iter().copied().reduce(f64::max))
+            f2(ok.iter().copied().reduce(f64::max)),
+            f2(fork),
+            f2(fork.zip(from_fork(link, 1, mode)).map(|(x, one)| x / one))
         );
     }
     t
@@ -256,14 +277,12 @@ fn own_secs(r: &RunResult, i: usize) -> Option<f64> {
     Some(ph["in_sync"].as_f64()? - ph["started"].as_f64().unwrap_or(0.0))
 }
 
-/// A replica's time from the master's fork (its run's first RDB start, or its join's start if later)
-/// to its handoff (seconds). The fork's start varies by about a second from run to run (the master
-/// waits `repl-diskless-sync-delay` and starts it on a replication cron tick): over a 12 s T(1) that
-/// alone moves a ratio by 8 %, so ratios of times from the fork compare like with like.
+/// A replica's time from the master's fork (or its join's start if later) to its handoff (seconds):
+/// over a 12 s T(1) the fork's second of jitter (see `secs_from_fork`) is 8 %, so ratios of times
+/// from the fork compare like with like.
 fn from_fork_secs(r: &RunResult, i: usize) -> Option<f64> {
     let ph = r.phases.get(i)?;
-    let fork = r.master_rdb.first()?[0];
-    Some(ph["in_sync"].as_f64()? - fork.max(ph["started"].as_f64().unwrap_or(0.0)))
+    Some(ph["in_sync"].as_f64()? - fork_start(r)?.max(ph["started"].as_f64().unwrap_or(0.0)))
 }
 
 /// Per replica of a run: whether its host's link is slower than the master's host's.
