@@ -49,6 +49,12 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     Process::new(pid as i32).ok()?.status().ok()?.vmhwm
 }
 
+/// Resident memory (`VmRSS`) of process `pid` in KiB, now: the baseline a later peak is compared
+/// with (a peak so far would include whatever came and went before).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    Process::new(pid as i32).ok()?.status().ok()?.vmrss
+}
+
 /// This process's peak resident memory in KiB (0 if `/proc` cannot say).
 pub fn own_peak_rss_kib() -> u64 {
     Process::myself().ok().and_then(|p| p.status().ok()).and_then(|s| s.vmhwm).unwrap_or(0)

@@ -133,7 +133,10 @@ fn strangers_on_every_port_keep_no_agent_out_and_cost_bounded_memory_and_log() {
     let relay_addr: SocketAddr = relay.addr.parse().unwrap();
     let replicas: Vec<Server> = (0..4).map(|_| Server::start(Flavor::Redis70, &[])).collect();
     let peer_ports: Vec<String> = (0..replicas.len()).map(|_| format!("127.0.0.1:{}", fixtures::free_port())).collect();
-    let (rss_before, lines_before) = (peak_rss_bytes(relay.proc.pid()), relay.proc.output().lines().count());
+    // The baseline is what the relay holds now (VmRSS), not its peak so far: that includes the
+    // capture's buffers, come and gone, and would hide as much growth under the strangers.
+    let rss_before = agent::procstat::rss_kib(relay.proc.pid()).expect("the relay's VmRSS in /proc") * 1024;
+    let lines_before = relay.proc.output().lines().count();
 
     // Eight stranger addresses, none the agents' (127.0.0.1): together more than the relay's budget
     // of strangers, each within its share.
