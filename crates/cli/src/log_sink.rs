@@ -49,8 +49,12 @@ pub fn send(line: Vec<u8>, write: fn(&[u8])) {
     match q.try_send(Item::Line(line)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => metrics::output::count_dropped(),
-        Err(TrySendError::Disconnected(Item::Line(line))) => write(&line),
-        Err(TrySendError::Disconnected(Item::Flush(_))) => {}
+        // The writer is gone: written here (only lines are sent this way).
+        Err(TrySendError::Disconnected(item)) => {
+            if let Item::Line(line) = item {
+                write(&line);
+            }
+        }
     }
 }
 

@@ -83,7 +83,7 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, why));
         }
         match l.accept() {
-            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline), handshake_max) {
+            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline)) {
                 Ok(link) => {
                     if failed > 0 {
                         tracing::info!(before = failed, "the replica connected after other connections to its port failed the handshake");
@@ -112,34 +112,32 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
 /// One accepted connection through the replica's handshake (TLS included), by `deadline`. A watchdog
 /// shuts the socket at the deadline, however the peer trickles its bytes or stops reading our
 /// answers (reads and writes inside the TLS handshake are not ours to time).
-fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>, deadline: Instant, handshake_max: Duration) -> Result<ReplicaLink, Error> {
+fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>, deadline: Instant) -> Result<ReplicaLink, Error> {
     let configure = |e: std::io::Error| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}"));
     s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(configure)?;
     let watched = s.try_clone().map_err(configure)?;
-    let fired = Arc::new(AtomicBool::new(false));
     let (done, finished) = std::sync::mpsc::channel::<()>();
-    let dog = {
-        let fired = fired.clone();
-        let wait = deadline.saturating_duration_since(Instant::now());
-        std::thread::Builder::new()
-            .name("replica-handshake-deadline".into())
-            .spawn(move || {
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(wait) {
-                    fired.store(true, Ordering::SeqCst);
-                    let _ = watched.shutdown(std::net::Shutdown::Both);
-                }
-            })
-            .map_err(|e| Error::Internal(format!("spawn the replica handshake's deadline: {e}")))?
-    };
+    let wait = deadline.saturating_duration_since(Instant::now());
+    // The watchdog says whether it fired (shut the socket).
+    let dog = std::thread::Builder::new()
+        .name("replica-handshake-deadline".into())
+        .spawn(move || {
+            let fired = matches!(finished.recv_timeout(wait), Err(std::sync::mpsc::RecvTimeoutError::Timeout));
+            if fired {
+                let _ = watched.shutdown(std::net::Shutdown::Both);
+            }
+            fired
+        })
+        .map_err(|e| Error::Internal(format!("spawn the replica handshake's deadline: {e}")))?;
     let r = match tls {
         None => accept_plain(s),
         Some(t) => accept_tls(s, t),
     };
     let _ = done.send(());
-    let _ = dog.join();
-    // Once the watchdog fired the socket is shut, whatever the handshake returned.
-    if fired.load(Ordering::SeqCst) {
-        return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("no complete handshake within {handshake_max:?}")));
+    // Once the watchdog fired the socket is shut, whatever the handshake returned. (The deadline may
+    // be the join's own, shorter than a handshake's maximum: said as a deadline, not a duration.)
+    if dog.join().unwrap_or(false) {
+        return Err(Error::unavailable(crate::error::Party::ReplicaLink, "no complete handshake by its deadline".to_string()));
     }
     r
 }
@@ -254,7 +252,6 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error
 
 fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
     let capa_eof = handshake(&mut s)?;
-    s.set_read_timeout(None).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let acks = Acks::new();
     let out = acks.link(s, None, capa_eof);
@@ -316,7 +313,8 @@ pub fn eof_framing() -> Result<Framing, Error> {
 mod tests {
     use super::*;
 
-    /// A replica's handshake up to `PSYNC`, as a server sends it, over `s`; the replies read back.
+    /// A replica's handshake up to `PSYNC`, as a server sends it, over `s` (the agent's replies are
+    /// left unread).
     fn replica_handshake(mut s: TcpStream) -> TcpStream {
         let mut wire = Vec::new();
         for c in [&["PING"][..], &["REPLCONF", "listening-port", "6380"], &["REPLCONF", "capa", "eof", "capa", "psync2"], &["PSYNC", "?", "-1"]] {
