@@ -127,6 +127,12 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         cmd.args(extra);
         Proc::spawn("join", cmd)
     };
+    if cell.fault == StagedFault::BacklogOverrun {
+        // The node, once the join restarts it, stays down until the overrun is written (`strike`):
+        // racing its restart, the overrun was sometimes written after the node had resynced
+        // partially (a clean-clone run: exit 0 where 3 is the cell's point).
+        node.hold_restarts(true);
+    }
     let mut j = join(&["--events", &events.to_string_lossy()]);
     let struck_in = match wait_phase(&events, cell.at, &mut j) {
         Some(p) => {
@@ -135,6 +141,7 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         }
         None => "never: the join did not reach the phase".into(),
     };
+    node.hold_restarts(false);
     let mut o = Observed::default();
     let mut masters = vec![c.master(0).addr()];
     if cell.fault == StagedFault::Failover {
@@ -229,13 +236,14 @@ fn strike(cell: &StagedCell, c: &Cluster, node: &Node, j: &mut Proc) -> Result<(
             r.client().cmd(&["CLUSTER", "FAILOVER"]).map_err(|e| anyhow::anyhow!("CLUSTER FAILOVER: {e}"))?;
         }
         StagedFault::BacklogOverrun => {
-            // One pipeline, not 40 round trips: the node restarts and asks to resync within a
-            // moment, and the overrun must be written before it does (on a loaded machine the
-            // round trips took longer than the restart: the node resynced partially, exit 0).
+            // The overrun must be written before the restarted node asks to resync: it is held down
+            // until then (see `run`), and released as soon as the pipeline is answered.
             let tag = cluster::shard_tag(c, 0);
             let mut m = c.master(0).client();
             let sets: Vec<Vec<Vec<u8>>> = (0..40).map(|i| client::command(&["SET".to_string(), format!("{{{tag}}}:overrun{i}"), "o".repeat(64 * 1024)])).collect();
-            for r in m.pipeline(&sets).map_err(|e| anyhow::anyhow!("SET pipeline: {e}"))? {
+            let written = m.pipeline(&sets).map_err(|e| anyhow::anyhow!("SET pipeline: {e}"));
+            node.hold_restarts(false);
+            for r in written? {
                 anyhow::ensure!(!r.is_error(), "SET: {r:?}");
             }
         }
