@@ -12,6 +12,15 @@ struct Rate {
     samples: u32,
 }
 
+/// How fast a read's bytes arrive: its first progress (when, bytes so far) and its latest. From its
+/// first bytes, not from when it was asked: a read queued behind another on its connection has
+/// waited for that one, which says nothing of this one's pace.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    first: (Instant, u64),
+    last: (Instant, u64),
+}
+
 /// One agent's side: which block to fetch next, and from which of the sources the tracker named.
 #[derive(Debug)]
 pub struct Chooser {
@@ -44,6 +53,8 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
     /// Reads from peers chosen with a time ([`Chooser::choose_at`]): since when.
     since: HashMap<u64, Instant>,
+    /// Reads from peers whose bytes are moving ([`Chooser::progress`]): how fast.
+    pace: HashMap<u64, Pace>,
     /// Reads from peers moved elsewhere ([`Chooser::move_away`]) and still on the wire: their block
     /// and peer. Each holds its flow until it ends (a read on a connection cannot be taken back), and
     /// whichever of it and its replacement ends first gives the block.
@@ -78,6 +89,20 @@ pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 /// moved elsewhere ([`Chooser::overdue`]): the tracker's slow ratio for a holder ([`limits::ARRIVAL_SLOW_RATIO`]), times
 /// the reads that may wait ahead of it on one connection ([`limits::PEER_READS_IN_FLIGHT`]).
 pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
+
+/// A read from a peer whose bytes come this many times slower than this agent's own blocks do (per
+/// byte, from asking to having) is moved once its pace is known ([`Chooser::overdue`]): the bar of
+/// [`MOVE_AFTER`] for a read's whole time, judged on its pace after an eighth of the block instead
+/// of at its end. Not lower: a read of a block arriving from the relay at a fast holder goes at the
+/// relay's share, and no source of it is faster; moving it makes a duplicate (in the simulator's
+/// uneven fleet, 4 agents of which one slow: 1.26× one agent's time at 2.5 and 1.23× at 4,
+/// against 1.11× at 5 and 8).
+pub const PACE_SLOW_RATIO: f64 = MOVE_AFTER;
+
+/// A read's pace is judged once this fraction of a block came since its first bytes (an eighth: the
+/// fetcher says how far a read got at every eighth of a block, so the second word is the first
+/// measure).
+pub const PACE_JUDGED_AFTER: f64 = 0.125;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
@@ -119,6 +144,7 @@ impl Chooser {
             busy: HashMap::new(),
             busy_since: HashMap::new(),
             since: HashMap::new(),
+            pace: HashMap::new(),
             moved: Vec::new(),
             cut: Vec::new(),
             rated_at_move: Vec::new(),
@@ -365,6 +391,7 @@ impl Chooser {
         self.in_flight.insert(b, from);
         if let (Origin::Peer(_), Some(now)) = (from, now) {
             self.since.insert(b, now);
+            self.pace.remove(&b);
         }
         self.debug_check();
         Some(from)
@@ -384,6 +411,7 @@ impl Chooser {
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
     pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
         self.since.remove(&b);
+        self.pace.remove(&b);
         if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
             self.rated(p, bytes, secs);
         }
@@ -415,19 +443,63 @@ impl Chooser {
     /// pace; the tracker names such a holder only while it keeps the swarm's pace, but a read started
     /// before the holder was known to be slow would hold its block back for the holder's whole
     /// arrival (issue 33: 9–14 s for a block the others read in 1).
+    ///
+    /// A read whose bytes are moving is judged sooner, by its pace ([`Chooser::progress`]): once
+    /// [`PACE_JUDGED_AFTER`] of a block came at more than [`PACE_SLOW_RATIO`] times this agent's own
+    /// time per byte, with more than a block time of its own still to come, it moves, and the reads
+    /// queued behind it on the same connection with it. Reading a slow host's arrival of a block
+    /// before anyone knew the host was slow cost its readers up to [`MOVE_AFTER`] block times each
+    /// (issue 33: the bench's worst uneven run lost 5 s on the window's next block this way); its
+    /// pace says so after an eighth of the block.
     pub fn overdue(&self, now: Instant) -> Vec<u64> {
-        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
+        let Some(own_per_byte) = self.own_secs_per_byte else { return Vec::new() };
+        let own = own_per_byte * self.block_bytes as f64;
+        let peer = |b: &u64| match self.in_flight.get(b) {
+            Some(Origin::Peer(p)) => Some(*p),
+            _ => None,
+        };
+        let slow_paced: Vec<AgentId> = self.pace.iter().filter(|(_, pace)| self.too_slow(pace, own_per_byte)).filter_map(|(b, _)| peer(b)).collect();
         let mut v: Vec<u64> = self
             .since
             .iter()
             .filter(|(b, at)| {
-                let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
-                self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
+                let Some(p) = peer(b) else { return false };
+                self.is_slow(p) || slow_paced.contains(&p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
             })
             .map(|(b, _)| *b)
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// The pace of a read's bytes so far: bytes over seconds, from its first progress to its last.
+    fn pace_of(pace: &Pace) -> Option<(u64, f64)> {
+        let bytes = pace.last.1.saturating_sub(pace.first.1);
+        let secs = pace.last.0.saturating_duration_since(pace.first.0).as_secs_f64();
+        (bytes > 0 && secs > 0.0).then_some((bytes, secs))
+    }
+
+    /// Whether a read at `pace` is too slow to wait for (see [`Chooser::overdue`]): at more than
+    /// [`PACE_SLOW_RATIO`] times this agent's own time per byte, with more than a block time of its
+    /// own still to come.
+    fn too_slow(&self, pace: &Pace, own_per_byte: f64) -> bool {
+        let Some((bytes, secs)) = Self::pace_of(pace) else { return false };
+        if (bytes as f64) < PACE_JUDGED_AFTER * self.block_bytes as f64 {
+            return false;
+        }
+        let per_byte = secs / bytes as f64;
+        let left = self.block_bytes.saturating_sub(pace.last.1) as f64 * per_byte;
+        per_byte > PACE_SLOW_RATIO * own_per_byte && left > own_per_byte * self.block_bytes as f64
+    }
+
+    /// The read of `b` from peer `p` has `bytes` of its block at `now` (a read's fetcher says so as
+    /// its pieces come): its pace, for [`Chooser::overdue`]. Reads from the relay are not judged, nor
+    /// a read moved away (its replacement, the block's read now, is from another source).
+    pub fn progress(&mut self, b: u64, p: AgentId, bytes: u64, now: Instant) {
+        if bytes == 0 || !self.since.contains_key(&b) || self.in_flight.get(&b) != Some(&Origin::Peer(p)) {
+            return;
+        }
+        self.pace.entry(b).and_modify(|p| p.last = (now, bytes)).or_insert(Pace { first: (now, bytes), last: (now, bytes) });
     }
 
     /// Move the read of `b` from a peer elsewhere at `now`: the block is wanted again (locate it
@@ -448,11 +520,14 @@ impl Chooser {
     pub fn move_away(&mut self, b: u64, now: Instant) -> Option<AgentId> {
         let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
+        let pace = self.pace.remove(&b).as_ref().and_then(Self::pace_of);
         if let Some(at) = self.since.remove(&b) {
             let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
             let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
             if self.block_bytes > 0 && head && first && !self.is_slow(p) {
-                self.sample(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
+                // Its pace, where its bytes were moving: the measure itself, not a bound.
+                let (bytes, secs) = pace.unwrap_or((self.block_bytes, now.saturating_duration_since(at).as_secs_f64()));
+                self.sample(p, bytes, secs);
                 self.rated_at_move.push((b, p));
             }
         }
@@ -543,6 +618,7 @@ impl Chooser {
     pub fn failed(&mut self, b: u64, bad: bool) -> Option<Origin> {
         let from = self.in_flight.remove(&b)?;
         self.since.remove(&b);
+        self.pace.remove(&b);
         if let (Origin::Peer(p), true) = (from, bad) {
             self.avoid.insert(p, ());
         }
@@ -562,6 +638,7 @@ impl Chooser {
         for b in &lost {
             self.in_flight.remove(b);
             self.since.remove(b);
+            self.pace.remove(b);
         }
         self.moved.retain(|(_, x)| *x != p);
         self.rated_at_move.retain(|(_, x)| *x != p);
@@ -781,6 +858,44 @@ mod tests {
         assert_eq!(c.choose_at(9, &Answer::Peers(vec![7]), later), Some(Origin::Peer(7)));
         c.move_away(9, later + secs(MOVE_AFTER + 1.0));
         assert!(c.is_slow(7));
+    }
+
+    #[test]
+    fn a_read_whose_bytes_come_too_slowly_moves_once_its_pace_is_known_with_the_read_behind_it() {
+        let t = Instant::now();
+        let secs = Duration::from_secs_f64;
+        // A block of 1000 bytes takes this agent 1 s: 1 ms a byte.
+        let mut c = paced(t);
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)), "queued behind block 1 on the connection");
+        assert_eq!(c.choose_at(3, &Answer::Peers(vec![8]), t), Some(Origin::Peer(8)));
+        // Block 3 from peer 8 at its fair pace; block 1 from peer 7 at 10 ms a byte.
+        c.progress(3, 8, 100, t + secs(0.1));
+        c.progress(3, 8, 300, t + secs(0.3));
+        c.progress(1, 7, 10, t + secs(0.1));
+        c.progress(1, 7, 100, t + secs(1.0));
+        assert!(c.overdue(t + secs(1.0)).is_empty(), "an eighth of the block is the least its pace is judged on");
+        c.progress(1, 7, 200, t + secs(2.0));
+        let now = t + secs(2.0);
+        assert!(now.duration_since(t).as_secs_f64() < MOVE_AFTER, "well before a whole read is overdue");
+        assert_eq!(c.overdue(now), vec![1, 2], "the slow read moves, and the one queued behind it on its connection with it");
+        // Its move rates peer 7 by its pace (190 bytes in 1.9 s), not by the bound a whole block over
+        // its time would give (1000 bytes in 2 s).
+        c.move_away(1, now);
+        c.move_away(2, now);
+        assert!((c.rates[&7].bytes_per_sec - 100.0).abs() < 1e-6, "{:?}", c.rates[&7]);
+        // The moved read's bytes go on coming: they say nothing of the block's replacement.
+        c.done(3, 1000, 1.0);
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![9]), now), Some(Origin::Peer(9)));
+        c.progress(1, 7, 10, now + secs(0.1));
+        c.progress(1, 7, 900, now + secs(10.0));
+        assert!(c.overdue(now + secs(1.0)).is_empty(), "the replacement from peer 9 has no pace yet");
+        // A slow read near its end is let finish: less than a block time of its own is left.
+        let mut c = paced(t);
+        c.choose_at(4, &Answer::Peers(vec![7]), t);
+        c.progress(4, 7, 700, t + secs(0.1));
+        c.progress(4, 7, 900, t + secs(1.3));
+        assert!(c.overdue(t + secs(1.3)).is_empty(), "100 bytes left at 6 ms a byte: 0.6 s, less than the 1 s a block takes");
     }
 
     #[test]

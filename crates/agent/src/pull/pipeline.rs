@@ -174,6 +174,9 @@ enum Report {
     Arriving(u64),
     /// A block that was arriving will not complete from that read (its `Done` or `Missed` follows).
     ArrivalFailed(u64),
+    /// A read from peer `peer` had `bytes` of block `block` at `at`: its first piece, then every
+    /// eighth of the block (its pace, for moving a read that is too slow to wait for).
+    Progress { block: u64, peer: u32, bytes: u64, at: Instant },
     /// A relay reader failed: so does the pull.
     Failed(Error),
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
@@ -553,6 +556,10 @@ impl<'a> Planner<'a> {
                 self.missed(job, miss);
                 true
             }
+            Report::Progress { block, peer, bytes, at } => {
+                self.chooser.progress(block, peer, bytes, at);
+                true
+            }
             Report::Arriving(b) => {
                 if !self.chooser.holds(b) && self.arriving.insert(b) {
                     self.tell(Ask::Arriving(b));
@@ -815,7 +822,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, None, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
@@ -896,7 +903,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
         let (got, arrival) = match conns.get_mut(&id) {
-            Some(c) => receive_serving(c.as_mut(), &mut job, serving, reports),
+            Some(c) => receive_serving(c.as_mut(), &mut job, Some(id), serving, reports),
             None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
@@ -925,16 +932,28 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     }
 }
 
-/// Receive the oldest pipelined read's block into `job.buf`. An agent that serves peers serves the
-/// block while it arrives: its arrival starts with the first bytes (the planner tells the tracker)
-/// and follows every piece. Returns the arrival, to be settled once the block is checked.
-fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
-    let Some(held) = serving else { return (r.receive(&mut job.buf), None) };
+/// Receive the oldest pipelined read's block into `job.buf`; from a peer, telling the planner how
+/// far it got at its first piece and at every eighth of the block ([`Report::Progress`]). An agent that
+/// serves peers serves the block while it arrives: its arrival starts with the first bytes (the
+/// planner tells the tracker) and follows every piece. Returns the arrival, to be settled once the
+/// block is checked.
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, peer: Option<u32>, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+    if peer.is_none() && serving.is_none() {
+        return (r.receive(&mut job.buf), None);
+    }
     let (block, len) = (job.block, job.buf.len());
+    let eighth = (len / 8).max(1);
     let mut arrival: Option<Arc<Arrival>> = None;
-    let mut first = true;
+    let mut bytes = 0usize;
     let got = r.receive_pieces(&mut job.buf, &mut |piece| {
-        if std::mem::take(&mut first) {
+        let first = bytes == 0;
+        let before = bytes / eighth;
+        bytes += piece.len();
+        if let (Some(peer), true) = (peer, first || bytes / eighth > before) {
+            let _ = reports.send(Report::Progress { block, peer, bytes: bytes as u64, at: Instant::now() });
+        }
+        let Some(held) = serving else { return };
+        if first {
             arrival = held.start_arrival(block, len);
             if arrival.is_some() {
                 let _ = reports.send(Report::Arriving(block));
