@@ -278,7 +278,8 @@ impl Chooser {
     /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
     /// what [`Chooser::choose`] will accept from a peer — one it reads from with room on that
     /// connection, or a new one while fewer than `peer_flows` are read from. Peers it avoids are
-    /// left out of `open`.
+    /// left out of `open`; those and the peers a read was moved away from are `passed_over` (the
+    /// latter first: the message has room for a few only).
     pub fn fetching(&self) -> Fetching {
         let mut open: Vec<AgentId> = Vec::new();
         let mut flows = 0;
@@ -294,10 +295,17 @@ impl Chooser {
         // the simulator's runs of one seed must give one outcome (the map's order differs per process).
         open.sort_unstable();
         let slots = self.peer_fetches() < self.peer_fetches_max();
+        let mut passed_over: Vec<AgentId> = self.moved.iter().map(|(_, p)| *p).collect();
+        passed_over.sort_unstable();
+        passed_over.dedup();
+        let mut avoided: Vec<AgentId> = self.avoid.keys().copied().filter(|p| !passed_over.contains(p)).collect();
+        avoided.sort_unstable();
+        passed_over.extend(avoided);
         Fetching {
             may_claim: self.may_claim(),
             open: if slots { open } else { Vec::new() },
             flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
+            passed_over,
         }
     }
 
@@ -666,22 +674,22 @@ mod tests {
     fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
         let mut c = Chooser::new(16, 2).with_depth(2);
         c.published(16);
-        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2, passed_over: Vec::new() });
         assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1 }, "room for a second read from peer 4 and on the relay's flow");
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1, passed_over: Vec::new() }, "room for a second read from peer 4 and on the relay's flow");
         assert_eq!(c.choose(2, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(3, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "peer 4's connection is at its depth");
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1, passed_over: Vec::new() }, "peer 4's connection is at its depth");
         assert_eq!(c.choose(4, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0 });
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0, passed_over: Vec::new() });
         assert_eq!(c.choose(5, &Answer::Peers(vec![6])), None, "no flow free: the tracker was told");
         // Peer 4's first read arrives; peer 5's turns out corrupt while a second read from it is out.
         c.done(0, 1, 1.0);
         assert_eq!(c.choose(6, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 });
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: Vec::new() });
         c.failed(4, true);
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 }, "peer 5 has room on its connection, but it is avoided: never offered as open");
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: vec![5] }, "peer 5 has room on its connection, but it is avoided: never offered as open, and said to be passed over");
     }
 
     #[test]

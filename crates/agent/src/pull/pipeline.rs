@@ -459,6 +459,7 @@ impl<'a> Planner<'a> {
             blocks: wanted,
             flows_free: fetching.flows_free.min(255) as u8,
             open: fetching.open,
+            passed_over: fetching.passed_over,
         }));
         if self.tracker.is_some() {
             self.asking.asked();
