@@ -45,6 +45,16 @@ impl Cuts {
         true
     }
 
+    /// Shut every connection still here (the pull is over). How many there were.
+    pub fn cut_all(&self) -> usize {
+        let socks: Vec<TcpStream> = self.lock().drain().map(|(_, s)| s).collect();
+        for s in &socks {
+            // Already closed by the peer or the fetcher: nothing to end.
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        socks.len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u32), TcpStream>> {
         // A fetcher that panicked holding the lock left the map whole (single inserts and removes).
         self.socks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -72,5 +82,24 @@ mod tests {
         assert!(!cuts.cut(0, 7), "cut once");
         assert!(!cuts.is_open(0, 7), "a cut connection is not reused");
         assert_eq!(waiting.join().unwrap(), Ok(0), "the read ends with the connection");
+    }
+
+    #[test]
+    fn at_the_pull_s_end_every_connection_is_cut() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cuts = Cuts::default();
+        let mut waiting = Vec::new();
+        let mut peers = Vec::new();
+        for (f, p) in [(0, 7), (1, 8)] {
+            let mut reader = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            peers.push(l.accept().unwrap().0);
+            cuts.opened(f, p, reader.try_clone().unwrap());
+            waiting.push(std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind())));
+        }
+        assert_eq!(cuts.cut_all(), 2);
+        for w in waiting {
+            assert_eq!(w.join().unwrap(), Ok(0), "every read ends with its connection");
+        }
+        assert!(!cuts.is_open(0, 7) && !cuts.is_open(1, 8) && cuts.cut_all() == 0);
     }
 }

@@ -327,8 +327,21 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Plan and dispatch until every block went to the writer, the pull failed, or the writer is gone.
+    /// Plan and dispatch until every block went to the writer, the pull failed, or the writer is gone;
+    /// then cut every peer connection still carrying reads. What they would give is a duplicate, or
+    /// nothing the pull can use any more, and the pull's end joins their fetchers' threads: a read
+    /// left on the wire held it for as long as its peer took (a bench run: 10 s, the peer I/O
+    /// timeout, after the replica had loaded every block).
     fn run(mut self, reports: &Receiver<Report>, over: &AtomicBool) -> Planned {
+        self.drive(reports, over);
+        let cut = self.cuts.cut_all();
+        if cut > 0 {
+            tracing::debug!(connections = cut, "the pull is over: cut the peer connections still carrying reads");
+        }
+        self.out
+    }
+
+    fn drive(&mut self, reports: &Receiver<Report>, over: &AtomicBool) {
         while !over.load(Ordering::SeqCst) {
             if let Err(e) = self.relay_state() {
                 let _ = self.feed.send(Feed::Failed(e));
@@ -352,16 +365,15 @@ impl<'a> Planner<'a> {
                 match next {
                     Ok(r) => {
                         if !self.handle(r) {
-                            return self.out;
+                            return;
                         }
                     }
-                    Err(true) => return self.out,
+                    Err(true) => return,
                     Err(false) => break,
                 }
                 next = reports.try_recv().map_err(|e| e == TryRecvError::Disconnected);
             }
         }
-        self.out
     }
 
     /// The relay's view: blocks published, the total once known; an error when the relay's
@@ -890,6 +902,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
                     e.insert(c)
                 }),
             };
+            tracing::debug!(block = job.block, peer = %addr, "block read sent to a peer");
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
                 if !report(job, PeerMiss::Failed(e)) {
