@@ -328,15 +328,15 @@ impl<'a> Planner<'a> {
     }
 
     /// Plan and dispatch until every block went to the writer, the pull failed, or the writer is gone;
-    /// then cut every peer connection still carrying reads. What they would give is a duplicate, or
-    /// nothing the pull can use any more, and the pull's end joins their fetchers' threads: a read
-    /// left on the wire held it for as long as its peer took (a bench run: 10 s, the peer I/O
-    /// timeout, after the replica had loaded every block).
+    /// then shut every peer connection still open. A read still on one can give only a duplicate, or
+    /// nothing the pull can use any more, and the pull's end joins the fetchers' threads: a read left
+    /// on the wire held it for as long as its peer took (a bench run: 10 s, the peer I/O timeout,
+    /// after the replica had loaded every block).
     fn run(mut self, reports: &Receiver<Report>, over: &AtomicBool) -> Planned {
         self.drive(reports, over);
         let cut = self.cuts.cut_all();
         if cut > 0 {
-            tracing::debug!(connections = cut, "the pull is over: cut the peer connections still carrying reads");
+            tracing::debug!(connections = cut, "the pull is over: shut its peer connections (a read still on one can only give a duplicate)");
         }
         self.out
     }
