@@ -668,10 +668,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             x.left -= moved;
             hosts[x.src].sent += moved;
             // Its fetcher says how far a read got, as a real one does at every eighth of a block.
-            if let (Origin::Peer(p), true) = (x.from, moved > 0.0) {
+            if moved > 0.0 {
                 let eighth = block / 8.0;
                 if ((block - x.left) / eighth).floor() > ((block - x.left - moved) / eighth).floor() || (block - x.left - moved) == 0.0 {
-                    agents[x.dst - 1].chooser.progress(x.block, p, (block - x.left) as u64, at(t));
+                    agents[x.dst - 1].chooser.progress(x.block, x.from, (block - x.left) as u64, at(t));
                 }
             }
             if x.left > 0.5 {

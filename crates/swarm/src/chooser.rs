@@ -99,6 +99,14 @@ pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_F
 /// against 1.11× at 5 and 8).
 pub const PACE_SLOW_RATIO: f64 = MOVE_AFTER;
 
+/// A read from a peer is moved by its pace only if it is also this many times slower than the
+/// fastest of the agent's reads from other sources (the tracker's slow ratio for a holder,
+/// [`limits::ARRIVAL_SLOW_RATIO`]): then the holder is what is slow, not the agent's own link. On a
+/// slow host every read is slow, and moving one only put a duplicate on its scarce downlink (the
+/// bench, issue33-fifth: the slow host moved reads in three runs of five, 1.05× its bound against
+/// 1.04×).
+pub const PACE_BESIDE_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
+
 /// A read's pace is judged once this fraction of a block came since its first bytes (an eighth: the
 /// fetcher says how far a read got at every eighth of a block, so the second word is the first
 /// measure).
@@ -466,7 +474,19 @@ impl Chooser {
             Some(Origin::Peer(p)) => Some(*p),
             _ => None,
         };
-        let slow_paced: Vec<AgentId> = self.pace.iter().filter(|(_, pace)| self.too_slow(pace, own_per_byte)).filter_map(|(b, _)| peer(b)).collect();
+        // Each judged read's time per byte, and its source: a read is measured against the others.
+        let judged: Vec<(Origin, f64, &Pace)> = self.pace.iter().filter_map(|(b, pace)| Some((*self.in_flight.get(b)?, self.judged_per_byte(pace)?, pace))).collect();
+        let slow_paced: Vec<AgentId> = judged
+            .iter()
+            .filter(|(from, per_byte, pace)| {
+                let fastest_other = judged.iter().filter(|(o, _, _)| o != from).map(|(_, x, _)| *x).min_by(f64::total_cmp);
+                matches!(from, Origin::Peer(_)) && self.too_slow(*per_byte, pace, own_per_byte, fastest_other)
+            })
+            .filter_map(|(from, _, _)| match from {
+                Origin::Peer(p) => Some(*p),
+                Origin::Relay => None,
+            })
+            .collect();
         let mut v: Vec<u64> = self
             .since
             .iter()
@@ -487,24 +507,29 @@ impl Chooser {
         (bytes > 0 && secs > 0.0).then_some((bytes, secs))
     }
 
-    /// Whether a read at `pace` is too slow to wait for (see [`Chooser::overdue`]): at more than
-    /// [`PACE_SLOW_RATIO`] times this agent's own time per byte, with more than a block time of its
-    /// own still to come.
-    fn too_slow(&self, pace: &Pace, own_per_byte: f64) -> bool {
-        let Some((bytes, secs)) = Self::pace_of(pace) else { return false };
-        if (bytes as f64) < PACE_JUDGED_AFTER * self.block_bytes as f64 {
-            return false;
-        }
-        let per_byte = secs / bytes as f64;
-        let left = self.block_bytes.saturating_sub(pace.last.1) as f64 * per_byte;
-        per_byte > PACE_SLOW_RATIO * own_per_byte && left > own_per_byte * self.block_bytes as f64
+    /// A read's time per byte since its first bytes, once [`PACE_JUDGED_AFTER`] of a block came.
+    fn judged_per_byte(&self, pace: &Pace) -> Option<f64> {
+        let (bytes, secs) = Self::pace_of(pace)?;
+        ((bytes as f64) >= PACE_JUDGED_AFTER * self.block_bytes as f64).then(|| secs / bytes as f64)
     }
 
-    /// The read of `b` from peer `p` has `bytes` of its block at `now` (a read's fetcher says so as
-    /// its pieces come): its pace, for [`Chooser::overdue`]. Reads from the relay are not judged, nor
-    /// a read moved away (its replacement, the block's read now, is from another source).
-    pub fn progress(&mut self, b: u64, p: AgentId, bytes: u64, now: Instant) {
-        if bytes == 0 || !self.since.contains_key(&b) || self.in_flight.get(&b) != Some(&Origin::Peer(p)) {
+    /// Whether a read at `per_byte` (its `pace`) is too slow to wait for (see [`Chooser::overdue`]):
+    /// at more than [`PACE_SLOW_RATIO`] times this agent's own time per byte, with more than a block
+    /// time of its own still to come, and more than [`PACE_BESIDE_RATIO`] times slower than the
+    /// fastest of its reads from other sources (`fastest_other`; none: not judged by its pace).
+    fn too_slow(&self, per_byte: f64, pace: &Pace, own_per_byte: f64, fastest_other: Option<f64>) -> bool {
+        let left = self.block_bytes.saturating_sub(pace.last.1) as f64 * per_byte;
+        let beside = fastest_other.is_some_and(|f| per_byte > PACE_BESIDE_RATIO * f);
+        beside && per_byte > PACE_SLOW_RATIO * own_per_byte && left > own_per_byte * self.block_bytes as f64
+    }
+
+    /// The read of `b` from `from` has `bytes` of its block at `now` (a read's fetcher says so as its
+    /// pieces come): its pace, for [`Chooser::overdue`]. A read from the relay is never moved, but its
+    /// pace is a yardstick for the others. A read moved away is not judged (its replacement, the
+    /// block's read now, is from another source).
+    pub fn progress(&mut self, b: u64, from: Origin, bytes: u64, now: Instant) {
+        let chosen_at = matches!(from, Origin::Relay) || self.since.contains_key(&b);
+        if bytes == 0 || !chosen_at || self.in_flight.get(&b) != Some(&from) {
             return;
         }
         self.pace.entry(b).and_modify(|p| p.last = (now, bytes)).or_insert(Pace { first: (now, bytes), last: (now, bytes) });
@@ -809,6 +834,7 @@ mod tests {
         assert_eq!(c.move_away(1, later), Some(7));
         assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");
         assert_eq!(c.fetching().flows_free, 1, "the moved read still holds its flow");
+        assert_eq!(c.fetching().passed_over, vec![7], "the tracker is told: it names peer 7 to this agent for nothing");
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), None, "not from the peer it moved away from");
         assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay), "a whole holder or the relay instead");
         // The moved read ends first, with the block: held, and the replacement is a duplicate.
@@ -878,12 +904,12 @@ mod tests {
         assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)), "queued behind block 1 on the connection");
         assert_eq!(c.choose_at(3, &Answer::Peers(vec![8]), t), Some(Origin::Peer(8)));
         // Block 3 from peer 8 at its fair pace; block 1 from peer 7 at 10 ms a byte.
-        c.progress(3, 8, 100, t + secs(0.1));
-        c.progress(3, 8, 300, t + secs(0.3));
-        c.progress(1, 7, 10, t + secs(0.1));
-        c.progress(1, 7, 100, t + secs(1.0));
+        c.progress(3, Origin::Peer(8), 100, t + secs(0.1));
+        c.progress(3, Origin::Peer(8), 300, t + secs(0.3));
+        c.progress(1, Origin::Peer(7), 10, t + secs(0.1));
+        c.progress(1, Origin::Peer(7), 100, t + secs(1.0));
         assert!(c.overdue(t + secs(1.0)).is_empty(), "an eighth of the block is the least its pace is judged on");
-        c.progress(1, 7, 200, t + secs(2.0));
+        c.progress(1, Origin::Peer(7), 200, t + secs(2.0));
         let now = t + secs(2.0);
         assert!(now.duration_since(t).as_secs_f64() < MOVE_AFTER, "well before a whole read is overdue");
         assert_eq!(c.overdue(now), vec![1, 2], "the slow read moves, and the one queued behind it on its connection with it");
@@ -895,15 +921,31 @@ mod tests {
         // The moved read's bytes go on coming: they say nothing of the block's replacement.
         c.done(3, 1000, 1.0);
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![9]), now), Some(Origin::Peer(9)));
-        c.progress(1, 7, 10, now + secs(0.1));
-        c.progress(1, 7, 900, now + secs(10.0));
+        c.progress(1, Origin::Peer(7), 10, now + secs(0.1));
+        c.progress(1, Origin::Peer(7), 900, now + secs(10.0));
         assert!(c.overdue(now + secs(1.0)).is_empty(), "the replacement from peer 9 has no pace yet");
         // A slow read near its end is let finish: less than a block time of its own is left.
         let mut c = paced(t);
         c.choose_at(4, &Answer::Peers(vec![7]), t);
-        c.progress(4, 7, 700, t + secs(0.1));
-        c.progress(4, 7, 900, t + secs(1.3));
+        c.choose_at(5, &Answer::Relay, t);
+        c.progress(5, Origin::Relay, 100, t + secs(0.1));
+        c.progress(5, Origin::Relay, 300, t + secs(0.3));
+        c.progress(4, Origin::Peer(7), 700, t + secs(0.1));
+        c.progress(4, Origin::Peer(7), 900, t + secs(1.3));
         assert!(c.overdue(t + secs(1.3)).is_empty(), "100 bytes left at 6 ms a byte: 0.6 s, less than the 1 s a block takes");
+        // Every read as slow as this one (the agent's own link is slow now), or no other read to
+        // measure it against: its pace says nothing of its holder.
+        let mut c = paced(t);
+        c.choose_at(4, &Answer::Peers(vec![7]), t);
+        c.choose_at(5, &Answer::Peers(vec![8]), t);
+        for (b, p) in [(4, 7), (5, 8)] {
+            c.progress(b, Origin::Peer(p), 10, t + secs(0.1));
+            c.progress(b, Origin::Peer(p), 200, t + secs(2.0));
+        }
+        assert!(c.overdue(t + secs(2.0)).is_empty(), "two reads at 10 ms a byte: the agent's link, not a holder");
+        c.done(5, 1000, 1.0);
+        assert!(c.overdue(t + secs(2.0)).is_empty(), "one read alone at 10 ms a byte: nothing to measure it against (a whole read's time still moves it)");
+        assert_eq!(c.overdue(t + secs(MOVE_AFTER * 1.1)), vec![4]);
     }
 
     #[test]

@@ -831,6 +831,46 @@ mod tests {
         assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
     }
 
+    #[test]
+    fn a_holder_the_asker_passes_over_is_not_named_and_a_block_only_it_receives_comes_from_the_relay() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(16, 4);
+        // Paces all equal (1 s a block): the tracker's own measure says nobody is slow.
+        for a in 0..4 {
+            tr.arriving(a, u64::from(a), t);
+            tr.have(a, u64::from(a), t + s(1));
+        }
+        let now = t + s(1);
+        // Agent 3 claims block 10 and its arrival starts; agent 0 reads it from there, finds its pace
+        // too slow and moves the read away: it passes agent 3 over.
+        assert_eq!(tr.locate_t(3, 10, now), Answer::Relay);
+        tr.arriving(3, 10, now);
+        assert_eq!(tr.locate_t(0, 10, now), Answer::Peers(vec![3]), "the arrival is at the swarm's pace as far as the tracker knows");
+        let passing = |p: Vec<AgentId>| Fetching { may_claim: true, open: Vec::new(), flows_free: 2, passed_over: p };
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate(0, 10, &mut passing(vec![3]), now), Answer::Relay, "the one receiving the block is passed over: a copy of its own from the relay, with the claim");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        // Another agent, passing nobody over, is still named the arrival.
+        assert_eq!(tr.locate(1, 10, &mut reader(), now), Answer::Peers(vec![3]));
+        // Block 11 arrives at agents 3 and 1 (from the relay): agent 0 is named agent 1 only.
+        tr.arriving(3, 11, now);
+        tr.arriving(1, 11, now);
+        assert_eq!(tr.locate(0, 11, &mut passing(vec![3]), now), Answer::Peers(vec![1]));
+        // Block 14 arrives at agent 3, and agent 2 reads it from there: an arrival fed by the agent
+        // the asker passes over is too slow for it as well.
+        tr.arriving(3, 14, now);
+        assert_eq!(tr.locate_t(2, 14, now), Answer::Peers(vec![3]));
+        tr.arriving(2, 14, now);
+        assert!(!matches!(tr.locate(0, 14, &mut passing(vec![3]), now), Answer::Peers(_)), "neither agent 3 nor agent 2, whose arrival agent 3 feeds");
+        tr.have(1, 12, now);
+        tr.arriving(3, 12, now);
+        assert!(matches!(tr.locate(0, 12, &mut passing(vec![3]), now), Answer::Peers(p) if p == vec![1]), "a whole holder, not the one passed over");
+        let may_not = &mut Fetching { may_claim: false, ..passing(vec![3]) };
+        tr.arriving(3, 13, now);
+        assert_eq!(tr.locate(0, 13, may_not, now), Answer::Wait, "only the one passed over receives it, and the asker may not claim: it waits");
+    }
+
     /// Four agents whose first blocks each took 1 s; agent 3 then claims block 7 from the relay at
     /// `t1` and its arrival starts; agent 0 is named it, its arrival starts 2.4 s later (its read queued
     /// behind others), and agent 1 (reading from agent 0 already) is named agent 0's.

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use swarm::Chooser;
+use swarm::{Chooser, Origin};
 use transport::wire::swarm::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
 use transport::{RangeReader, Transport};
 
@@ -174,9 +174,9 @@ enum Report {
     Arriving(u64),
     /// A block that was arriving will not complete from that read (its `Done` or `Missed` follows).
     ArrivalFailed(u64),
-    /// A read from peer `peer` had `bytes` of block `block` at `at`: its first piece, then every
-    /// eighth of the block (its pace, for moving a read that is too slow to wait for).
-    Progress { block: u64, peer: u32, bytes: u64, at: Instant },
+    /// A read from `from` had `bytes` of block `block` at `at`: its first piece, then every eighth of
+    /// the block (its pace, for moving a read from a peer that is too slow to wait for).
+    Progress { block: u64, from: Origin, bytes: u64, at: Instant },
     /// A relay reader failed: so does the pull.
     Failed(Error),
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
@@ -569,8 +569,8 @@ impl<'a> Planner<'a> {
                 self.missed(job, miss);
                 true
             }
-            Report::Progress { block, peer, bytes, at } => {
-                self.chooser.progress(block, peer, bytes, at);
+            Report::Progress { block, from, bytes, at } => {
+                self.chooser.progress(block, from, bytes, at);
                 true
             }
             Report::Arriving(b) => {
@@ -835,7 +835,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, None, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, Origin::Relay, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
@@ -917,7 +917,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
         let (got, arrival) = match conns.get_mut(&id) {
-            Some(c) => receive_serving(c.as_mut(), &mut job, Some(id), serving, reports),
+            Some(c) => receive_serving(c.as_mut(), &mut job, Origin::Peer(id), serving, reports),
             None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
@@ -946,15 +946,12 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     }
 }
 
-/// Receive the oldest pipelined read's block into `job.buf`; from a peer, telling the planner how
-/// far it got at its first piece and at every eighth of the block ([`Report::Progress`]). An agent that
+/// Receive the oldest pipelined read's block from `from` into `job.buf`, telling the planner how far
+/// it got at its first piece and at every eighth of the block ([`Report::Progress`]). An agent that
 /// serves peers serves the block while it arrives: its arrival starts with the first bytes (the
 /// planner tells the tracker) and follows every piece. Returns the arrival, to be settled once the
 /// block is checked.
-fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, peer: Option<u32>, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
-    if peer.is_none() && serving.is_none() {
-        return (r.receive(&mut job.buf), None);
-    }
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, from: Origin, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
     let (block, len) = (job.block, job.buf.len());
     let eighth = (len / 8).max(1);
     let mut arrival: Option<Arc<Arrival>> = None;
@@ -963,8 +960,8 @@ fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, peer: Option<u32>, se
         let first = bytes == 0;
         let before = bytes / eighth;
         bytes += piece.len();
-        if let (Some(peer), true) = (peer, first || bytes / eighth > before) {
-            let _ = reports.send(Report::Progress { block, peer, bytes: bytes as u64, at: Instant::now() });
+        if first || bytes / eighth > before {
+            let _ = reports.send(Report::Progress { block, from, bytes: bytes as u64, at: Instant::now() });
         }
         let Some(held) = serving else { return };
         if first {
