@@ -91,7 +91,8 @@ pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
 
 /// A read from a peer whose bytes come this many times slower than this agent's own blocks do (per
-/// byte, from asking to having) is moved once its pace is known ([`Chooser::overdue`]): the bar of
+/// byte, each read's own transfer: not its wait behind another on its connection) is moved once its
+/// pace is known ([`Chooser::overdue`]): the bar of
 /// [`MOVE_AFTER`] for a read's whole time, judged on its pace after an eighth of the block instead
 /// of at its end. Not lower: a read of a block arriving from the relay at a fast holder goes at the
 /// relay's share, and no source of it is faster; moving it makes a duplicate (in the simulator's
@@ -107,9 +108,9 @@ pub const PACE_SLOW_RATIO: f64 = MOVE_AFTER;
 /// 1.04×).
 pub const PACE_BESIDE_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
 
-/// A read's pace is judged once this fraction of a block came since its first bytes (an eighth: the
-/// fetcher says how far a read got at every eighth of a block, so the second word is the first
-/// measure).
+/// A read's pace is judged once this fraction of its block is here (an eighth: the fetcher says how
+/// far a read got at its first piece and at every eighth of a block, so the word at the first
+/// eighth is the first measure, over the bytes since the first piece).
 pub const PACE_JUDGED_AFTER: f64 = 0.125;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
@@ -286,8 +287,11 @@ impl Chooser {
     /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
     /// what [`Chooser::choose`] will accept from a peer — one it reads from with room on that
     /// connection, or a new one while fewer than `peer_flows` are read from. Peers it avoids are
-    /// left out of `open`; those and the peers a read was moved away from are `passed_over` (the
-    /// latter first: the message has room for a few only).
+    /// left out of `open`. The peers a read was moved away from are `passed_over` while that read is
+    /// on the wire. Not the peers it avoids for good: the tracker would never name them, and a block
+    /// they alone hold whole would never come (the relay serves no second copy of a block held whole);
+    /// named, they are refused and taken off the block's holders (`planner::assign`'s `shunned`),
+    /// after which the relay can serve it.
     pub fn fetching(&self) -> Fetching {
         let mut open: Vec<AgentId> = Vec::new();
         let mut flows = 0;
@@ -306,9 +310,6 @@ impl Chooser {
         let mut passed_over: Vec<AgentId> = self.moved.iter().map(|(_, p)| *p).collect();
         passed_over.sort_unstable();
         passed_over.dedup();
-        let mut avoided: Vec<AgentId> = self.avoid.keys().copied().filter(|p| !passed_over.contains(p)).collect();
-        avoided.sort_unstable();
-        passed_over.extend(avoided);
         Fetching {
             may_claim: self.may_claim(),
             open: if slots { open } else { Vec::new() },
@@ -479,8 +480,12 @@ impl Chooser {
         let slow_paced: Vec<AgentId> = judged
             .iter()
             .filter(|(from, per_byte, pace)| {
-                let fastest_other = judged.iter().filter(|(o, _, _)| o != from).map(|(_, x, _)| *x).min_by(f64::total_cmp);
-                matches!(from, Origin::Peer(_)) && self.too_slow(*per_byte, pace, own_per_byte, fastest_other)
+                let mut others: Vec<f64> = judged.iter().filter(|(o, _, _)| o != from).map(|(_, x, _)| *x).collect();
+                // Their lower median: one read whose bytes were waiting in the socket's buffer
+                // would make every other read look slow beside it.
+                others.sort_unstable_by(f64::total_cmp);
+                let yardstick = others.get(others.len().saturating_sub(1) / 2).copied();
+                matches!(from, Origin::Peer(_)) && self.too_slow(*per_byte, pace, own_per_byte, yardstick)
             })
             .filter_map(|(from, _, _)| match from {
                 Origin::Peer(p) => Some(*p),
@@ -510,16 +515,17 @@ impl Chooser {
     /// A read's time per byte since its first bytes, once [`PACE_JUDGED_AFTER`] of a block came.
     fn judged_per_byte(&self, pace: &Pace) -> Option<f64> {
         let (bytes, secs) = Self::pace_of(pace)?;
-        ((bytes as f64) >= PACE_JUDGED_AFTER * self.block_bytes as f64).then(|| secs / bytes as f64)
+        ((pace.last.1 as f64) >= PACE_JUDGED_AFTER * self.block_bytes as f64).then(|| secs / bytes as f64)
     }
 
     /// Whether a read at `per_byte` (its `pace`) is too slow to wait for (see [`Chooser::overdue`]):
     /// at more than [`PACE_SLOW_RATIO`] times this agent's own time per byte, with more than a block
-    /// time of its own still to come, and more than [`PACE_BESIDE_RATIO`] times slower than the
-    /// fastest of its reads from other sources (`fastest_other`; none: not judged by its pace).
-    fn too_slow(&self, per_byte: f64, pace: &Pace, own_per_byte: f64, fastest_other: Option<f64>) -> bool {
+    /// time of its own still to come, and more than [`PACE_BESIDE_RATIO`] times slower than its reads
+    /// from other sources (`others`: the lower median of their times per byte; none: not judged by
+    /// its pace).
+    fn too_slow(&self, per_byte: f64, pace: &Pace, own_per_byte: f64, others: Option<f64>) -> bool {
         let left = self.block_bytes.saturating_sub(pace.last.1) as f64 * per_byte;
-        let beside = fastest_other.is_some_and(|f| per_byte > PACE_BESIDE_RATIO * f);
+        let beside = others.is_some_and(|f| per_byte > PACE_BESIDE_RATIO * f);
         beside && per_byte > PACE_SLOW_RATIO * own_per_byte && left > own_per_byte * self.block_bytes as f64
     }
 
@@ -532,7 +538,10 @@ impl Chooser {
         if bytes == 0 || !chosen_at || self.in_flight.get(&b) != Some(&from) {
             return;
         }
-        self.pace.entry(b).and_modify(|p| p.last = (now, bytes)).or_insert(Pace { first: (now, bytes), last: (now, bytes) });
+        let fresh = Pace { first: (now, bytes), last: (now, bytes) };
+        // A read that starts over (a relay read of a block that failed its checksum) starts its pace
+        // over too.
+        self.pace.entry(b).and_modify(|p| *p = if bytes < p.last.1 { fresh } else { Pace { last: (now, bytes), ..*p } }).or_insert(fresh);
     }
 
     /// Move the read of `b` from a peer elsewhere at `now`: the block is wanted again (locate it
@@ -555,7 +564,10 @@ impl Chooser {
         self.in_flight.remove(&b);
         let pace = self.pace.remove(&b).as_ref().and_then(Self::pace_of);
         if let Some(at) = self.since.remove(&b) {
-            let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
+            // Reads asked in one answer have one time: then the one whose bytes are moving is the
+            // head (a read with no pace sampled first would give the loose bound for the episode).
+            let ahead = |o: &u64, t: &Instant| *t < at || (pace.is_none() && self.pace.contains_key(o));
+            let head = !self.since.iter().any(|(o, t)| ahead(o, t) && self.in_flight.get(o) == Some(&Origin::Peer(p)));
             let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
             if self.block_bytes > 0 && head && first && !self.is_slow(p) {
                 // Its pace, where its bytes were moving: the measure itself, not a bound.
@@ -714,7 +726,7 @@ mod tests {
         assert_eq!(c.choose(6, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
         assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: Vec::new() });
         c.failed(4, true);
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: vec![5] }, "peer 5 has room on its connection, but it is avoided: never offered as open, and said to be passed over");
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: Vec::new() }, "peer 5 has room on its connection, but it is avoided: never offered as open (nor passed over: it is refused when named)");
     }
 
     #[test]
@@ -915,15 +927,18 @@ mod tests {
         assert_eq!(c.overdue(now), vec![1, 2], "the slow read moves, and the one queued behind it on its connection with it");
         // Its move rates peer 7 by its pace (190 bytes in 1.9 s), not by the bound a whole block over
         // its time would give (1000 bytes in 2 s).
-        c.move_away(1, now);
+        // The read queued behind it (asked in the same answer: the same time) moves first here, and
+        // gives no sample: the one whose bytes are moving is the head of the connection.
         c.move_away(2, now);
+        assert!(!c.rates.contains_key(&7));
+        c.move_away(1, now);
         assert!((c.rates[&7].bytes_per_sec - 100.0).abs() < 1e-6, "{:?}", c.rates[&7]);
         // The moved read's bytes go on coming: they say nothing of the block's replacement.
         c.done(3, 1000, 1.0);
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![9]), now), Some(Origin::Peer(9)));
         c.progress(1, Origin::Peer(7), 10, now + secs(0.1));
         c.progress(1, Origin::Peer(7), 900, now + secs(10.0));
-        assert!(c.overdue(now + secs(1.0)).is_empty(), "the replacement from peer 9 has no pace yet");
+        assert!(!c.pace.contains_key(&1), "the replacement from peer 9 has no pace yet");
         // A slow read near its end is let finish: less than a block time of its own is left.
         let mut c = paced(t);
         c.choose_at(4, &Answer::Peers(vec![7]), t);

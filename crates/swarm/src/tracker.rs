@@ -509,7 +509,8 @@ impl Tracker {
                         continue;
                     }
                     if f.passed_over.contains(&x) {
-                        // Not named; if all there is, a copy of its own from the relay.
+                        // Not named; if all there is and nobody holds the block whole, a copy of its
+                        // own from the relay (held whole: it waits; its moved read is still on the wire).
                         too_slow += 1;
                     } else if self.got.get(&x).is_some_and(|g| g.get(b)) {
                         named.push(x);

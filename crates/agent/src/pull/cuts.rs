@@ -12,18 +12,32 @@ use std::sync::Mutex;
 /// Handles on the peer fetchers' connections, by fetcher and peer.
 #[derive(Default)]
 pub struct Cuts {
-    socks: Mutex<HashMap<(usize, u32), TcpStream>>,
+    socks: Mutex<Socks>,
+}
+
+#[derive(Default)]
+struct Socks {
+    open: HashMap<(usize, u32), TcpStream>,
+    /// The pull is over ([`Cuts::cut_all`]): a connection a fetcher opens from now on (one in the
+    /// making then, or one for a read still queued to it) is shut at once.
+    over: bool,
 }
 
 impl Cuts {
     /// Fetcher `fetcher` opened a connection to `peer` (`sock`: a clone of its socket).
     pub fn opened(&self, fetcher: usize, peer: u32, sock: TcpStream) {
-        self.lock().insert((fetcher, peer), sock);
+        let mut socks = self.lock();
+        if socks.over {
+            // Already closed by the peer: nothing to end.
+            let _ = sock.shutdown(Shutdown::Both);
+            return;
+        }
+        socks.open.insert((fetcher, peer), sock);
     }
 
     /// Fetcher `fetcher` closed its connection to `peer`.
     pub fn closed(&self, fetcher: usize, peer: u32) {
-        self.lock().remove(&(fetcher, peer));
+        self.lock().open.remove(&(fetcher, peer));
     }
 
     /// Whether fetcher `fetcher`'s connection to `peer` is still here, not cut. A connection cut when
@@ -31,13 +45,13 @@ impl Cuts {
     /// next read sent on it: the fetcher asks this before reusing one, or that read would fail and be
     /// taken for the peer's failure.
     pub fn is_open(&self, fetcher: usize, peer: u32) -> bool {
-        self.lock().contains_key(&(fetcher, peer))
+        self.lock().open.contains_key(&(fetcher, peer))
     }
 
     /// Shut fetcher `fetcher`'s connection to `peer`: its reads on the wire end in an error (the
     /// fetcher reports them missed and drops the connection). Whether there was one.
     pub fn cut(&self, fetcher: usize, peer: u32) -> bool {
-        let Some(s) = self.lock().remove(&(fetcher, peer)) else { return false };
+        let Some(s) = self.lock().open.remove(&(fetcher, peer)) else { return false };
         if let Err(e) = s.shutdown(Shutdown::Both) {
             // Already closed by the peer or the fetcher: its read ends anyway.
             tracing::debug!(peer, error = %e, "shut down an abandoned peer connection");
@@ -45,9 +59,14 @@ impl Cuts {
         true
     }
 
-    /// Shut every connection still here (the pull is over). How many there were.
+    /// The pull is over: shut every connection still here, and any opened from now on. How many
+    /// were here.
     pub fn cut_all(&self) -> usize {
-        let socks: Vec<TcpStream> = self.lock().drain().map(|(_, s)| s).collect();
+        let socks: Vec<TcpStream> = {
+            let mut all = self.lock();
+            all.over = true;
+            all.open.drain().map(|(_, s)| s).collect()
+        };
         for s in &socks {
             // Already closed by the peer or the fetcher: nothing to end.
             let _ = s.shutdown(Shutdown::Both);
@@ -55,7 +74,7 @@ impl Cuts {
         socks.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u32), TcpStream>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Socks> {
         // A fetcher that panicked holding the lock left the map whole (single inserts and removes).
         self.socks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -101,5 +120,11 @@ mod tests {
             assert_eq!(w.join().unwrap(), Ok(0), "every read ends with its connection");
         }
         assert!(!cuts.is_open(0, 7) && !cuts.is_open(1, 8) && cuts.cut_all() == 0);
+        // A fetcher that opens a connection after the end (a read still queued to it) finds it shut.
+        let mut late = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _peer = l.accept().unwrap();
+        cuts.opened(0, 9, late.try_clone().unwrap());
+        assert!(!cuts.is_open(0, 9));
+        assert_eq!(late.read(&mut [0u8; 16]).map_err(|e| e.kind()), Ok(0), "shut as it was opened");
     }
 }

@@ -336,7 +336,7 @@ impl<'a> Planner<'a> {
         self.drive(reports, over);
         let cut = self.cuts.cut_all();
         if cut > 0 {
-            tracing::debug!(connections = cut, "the pull is over: shut its peer connections (a read still on one can only give a duplicate)");
+            tracing::debug!(connections = cut, "the pull is over: shut its peer connections");
         }
         self.out
     }
@@ -835,7 +835,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, Origin::Relay, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, p.peering.is_some().then_some(Origin::Relay), serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
@@ -902,7 +902,6 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
                     e.insert(c)
                 }),
             };
-            tracing::debug!(block = job.block, peer = %addr, "block read sent to a peer");
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
                 if !report(job, PeerMiss::Failed(e)) {
@@ -911,13 +910,14 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
                 close(&mut conns, id, &mut wire);
                 continue;
             }
+            tracing::debug!(block = job.block, peer = %addr, "block read sent to a peer");
             let at = clock.sent(wire.len());
             wire.push_back((job, at));
         }
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
         let (got, arrival) = match conns.get_mut(&id) {
-            Some(c) => receive_serving(c.as_mut(), &mut job, Origin::Peer(id), serving, reports),
+            Some(c) => receive_serving(c.as_mut(), &mut job, Some(Origin::Peer(id)), serving, reports),
             None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
@@ -947,11 +947,15 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
 }
 
 /// Receive the oldest pipelined read's block from `from` into `job.buf`, telling the planner how far
-/// it got at its first piece and at every eighth of the block ([`Report::Progress`]). An agent that
+/// it got at its first piece and at every eighth of the block ([`Report::Progress`]; `None`: a pull
+/// outside a swarm, which has no reads to move). An agent that
 /// serves peers serves the block while it arrives: its arrival starts with the first bytes (the
 /// planner tells the tracker) and follows every piece. Returns the arrival, to be settled once the
 /// block is checked.
-fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, from: Origin, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, from: Option<Origin>, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+    if from.is_none() && serving.is_none() {
+        return (r.receive(&mut job.buf), None);
+    }
     let (block, len) = (job.block, job.buf.len());
     let eighth = (len / 8).max(1);
     let mut arrival: Option<Arc<Arrival>> = None;
@@ -960,7 +964,7 @@ fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, from: Origin, serving
         let first = bytes == 0;
         let before = bytes / eighth;
         bytes += piece.len();
-        if first || bytes / eighth > before {
+        if let (Some(from), true) = (from, first || bytes / eighth > before) {
             let _ = reports.send(Report::Progress { block, from, bytes: bytes as u64, at: Instant::now() });
         }
         let Some(held) = serving else { return };

@@ -17,7 +17,7 @@ pub const PEERS_PER_BLOCK_MAX: usize = limits::LOCATE_PEERS_PER_BLOCK_MAX;
 /// Most peers an agent says it reads from in one [`Locate`] (more are left out when encoding).
 pub const OPEN_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
 /// Most peers an agent says it passes over in one [`Locate`] (more are left out when encoding).
-pub const PASSED_OVER_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
+pub const PASSED_OVER_PEERS_MAX: usize = limits::LOCATE_PASSED_OVER_PEERS_MAX;
 /// Encoded size bound of a [`Locate`].
 pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX + 1 + 4 * PASSED_OVER_PEERS_MAX;
 
@@ -37,8 +37,8 @@ pub struct Locate {
     pub flows_free: u8,
     /// Peers it reads from now with room for another read on that connection.
     pub open: Vec<u32>,
-    /// Peers it will not read from now (a read moved away from them is still on the wire, or it
-    /// avoids them): the tracker names them to it for nothing.
+    /// Peers it will not read from now (a read moved away from them is still on the wire): the
+    /// tracker names them to it for nothing.
     pub passed_over: Vec<u32>,
 }
 
