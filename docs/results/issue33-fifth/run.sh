@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 33, fifth pass: the final figures after reads are moved by their pace, askers say whom they pass over, and the pull
-# shuts its peer connections at its end (the bench ran on 7fc0f46; one run of this script, nothing else running on the machine):
+# shuts its peer connections at its end (the bench ran on 2523164; one run of this script, nothing else running on the machine):
 # uneven x5, even fan-out at 100 Mbit/s x5, agent-killed x5, late-joiner x5; then the same uneven x5 on 1a88f71 (before this pass).
 set -u
 cd "$(dirname "$0")/../../.."
