@@ -665,17 +665,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 x.announced = true;
                 tracker.arriving(agents[x.dst - 1].id, x.block, at(t));
             }
-            let had = block - x.left;
             x.left -= moved;
             hosts[x.src].sent += moved;
-            // Its fetcher says how far a read got, as a real one does at its first piece and at every
-            // eighth of a block.
-            if moved > 0.0 {
-                let eighth = block / 8.0;
-                if had == 0.0 || ((had + moved) / eighth).floor() > (had / eighth).floor() {
-                    agents[x.dst - 1].chooser.progress(x.block, x.from, (block - x.left) as u64, at(t));
-                }
-            }
             if x.left > 0.5 {
                 i += 1;
                 continue;

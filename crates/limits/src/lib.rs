@@ -431,9 +431,6 @@ pub const LOCATE_PEERS_PER_BLOCK_MAX: usize = 16;
 /// Most peers an agent says it reads from in one locate (it reads from two at once; more are left out
 /// when encoding).
 pub const LOCATE_OPEN_PEERS_MAX: usize = 16;
-/// Most peers an agent says it passes over in one locate (those it moved reads away from, while the
-/// reads are on the wire: a few; more are left out when encoding).
-pub const LOCATE_PASSED_OVER_PEERS_MAX: usize = 16;
 /// Most uploads a load report may state: an agent serves a handful at once; more is a broken peer,
 /// and would skew the tracker's choice.
 pub const LOAD_UPLOADS_MAX: u32 = 1024;
@@ -462,7 +459,7 @@ pub const SENTINEL_PUSH_WAIT: Duration = Duration::from_millis(500);
 // The lengths and counts above travel in one byte, the locate's block count in two.
 const _: () = assert!(ADVERTISE_ADDRESS_BYTES_MAX <= u8::MAX as usize);
 const _: () = assert!(LOCATE_PEERS_PER_BLOCK_MAX <= u8::MAX as usize);
-const _: () = assert!(LOCATE_OPEN_PEERS_MAX <= u8::MAX as usize && LOCATE_PASSED_OVER_PEERS_MAX <= u8::MAX as usize);
+const _: () = assert!(LOCATE_OPEN_PEERS_MAX <= u8::MAX as usize);
 const _: () = assert!(WINDOW_BLOCKS_MAX <= u16::MAX as u64);
 // A replication ID (40 characters) fits.
 const _: () = assert!(REPLID_BYTES_MAX >= 40);

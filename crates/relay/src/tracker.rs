@@ -106,10 +106,7 @@ impl Swarms {
             let mut open = ask.open.clone();
             open.sort_unstable();
             open.dedup();
-            let mut passed_over = ask.passed_over.clone();
-            passed_over.sort_unstable();
-            passed_over.dedup();
-            let mut fetching = swarm::Fetching { may_claim: false, open, flows_free: usize::from(ask.flows_free), passed_over };
+            let mut fetching = swarm::Fetching { may_claim: false, open, flows_free: usize::from(ask.flows_free) };
             let local = s.local.contains(&id);
             let mut out = Vec::new();
             for b in blocks {
@@ -210,7 +207,7 @@ mod tests {
         let a = sw.register(1, ip, member(7401, false), 4);
         let b = sw.register(1, "10.0.0.3".parse().unwrap(), Member { advertise: Some("peer.example:9".into()), ..member(1, false) }, 4);
         let now = Instant::now();
-        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, open: Vec::new(), passed_over: Vec::new() };
+        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, open: Vec::new() };
         let got = sw.locate(1, a, &ask(1), 4, Some(4), now);
         assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
         sw.have(1, a, 0);
@@ -223,7 +220,7 @@ mod tests {
         sw.have(2, y, 0);
         sw.have(2, x, 1);
         sw.arriving(2, y, 2);
-        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, open: Vec::new(), passed_over: Vec::new() }, 3, Some(3), now);
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, open: Vec::new() }, 3, Some(3), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "{got:?}");
         assert_eq!(sw.needing(1, a, Some(4)), 1);
         sw.leave(1, b);
@@ -264,7 +261,7 @@ mod tests {
         sw.have(1, holder, 0);
         sw.have(1, other, 1);
         sw.load(1, holder, swarm::UPLOADS_MAX as u32, 0);
-        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open, passed_over: Vec::new() };
+        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open };
         let got = sw.locate(1, asker, &ask(2, Vec::new()), 2, Some(2), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1], "block 0's only holder is full: not named to a new reader: {got:?}");
         let got = sw.locate(1, asker, &ask(0, vec![holder]), 2, Some(2), now);

@@ -12,15 +12,6 @@ struct Rate {
     samples: u32,
 }
 
-/// How fast a read's bytes arrive: its first progress (when, bytes so far) and its latest. From its
-/// first bytes, not from when it was asked: a read queued behind another on its connection has
-/// waited for that one, which says nothing of this one's pace.
-#[derive(Debug, Clone, Copy)]
-struct Pace {
-    first: (Instant, u64),
-    last: (Instant, u64),
-}
-
 /// One agent's side: which block to fetch next, and from which of the sources the tracker named.
 #[derive(Debug)]
 pub struct Chooser {
@@ -53,8 +44,6 @@ pub struct Chooser {
     busy_since: HashMap<AgentId, (Instant, Instant)>,
     /// Reads from peers chosen with a time ([`Chooser::choose_at`]): since when.
     since: HashMap<u64, Instant>,
-    /// Reads from peers whose bytes are moving ([`Chooser::progress`]): how fast.
-    pace: HashMap<u64, Pace>,
     /// Reads from peers moved elsewhere ([`Chooser::move_away`]) and still on the wire: their block
     /// and peer. Each holds its flow until it ends (a read on a connection cannot be taken back), and
     /// whichever of it and its replacement ends first gives the block.
@@ -89,29 +78,6 @@ pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 /// moved elsewhere ([`Chooser::overdue`]): the tracker's slow ratio for a holder ([`limits::ARRIVAL_SLOW_RATIO`]), times
 /// the reads that may wait ahead of it on one connection ([`limits::PEER_READS_IN_FLIGHT`]).
 pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
-
-/// A read from a peer whose bytes come this many times slower than this agent's own blocks do (per
-/// byte, each read's own transfer: not its wait behind another on its connection) is moved once its
-/// pace is known ([`Chooser::overdue`]): the bar of
-/// [`MOVE_AFTER`] for a read's whole time, judged on its pace after an eighth of the block instead
-/// of at its end. Not lower: a read of a block arriving from the relay at a fast holder goes at the
-/// relay's share, and no source of it is faster; moving it makes a duplicate (in the simulator's
-/// uneven fleet, 4 agents of which one slow: 1.26× one agent's time at 2.5 and 1.23× at 4,
-/// against 1.11× at 5 and 8).
-pub const PACE_SLOW_RATIO: f64 = MOVE_AFTER;
-
-/// A read from a peer is moved by its pace only if it is also this many times slower than the
-/// fastest of the agent's reads from other sources (the tracker's slow ratio for a holder,
-/// [`limits::ARRIVAL_SLOW_RATIO`]): then the holder is what is slow, not the agent's own link. On a
-/// slow host every read is slow, and moving one only put a duplicate on its scarce downlink (the
-/// bench, issue33-fifth: the slow host moved reads in three runs of five, 1.05× its bound against
-/// 1.04×).
-pub const PACE_BESIDE_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
-
-/// A read's pace is judged once this fraction of its block is here (an eighth: the fetcher says how
-/// far a read got at its first piece and at every eighth of a block, so the word at the first
-/// eighth is the first measure, over the bytes since the first piece).
-pub const PACE_JUDGED_AFTER: f64 = 0.125;
 
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
@@ -153,7 +119,6 @@ impl Chooser {
             busy: HashMap::new(),
             busy_since: HashMap::new(),
             since: HashMap::new(),
-            pace: HashMap::new(),
             moved: Vec::new(),
             cut: Vec::new(),
             rated_at_move: Vec::new(),
@@ -287,11 +252,7 @@ impl Chooser {
     /// What to tell the tracker of this agent's fetching when locating (see [`Fetching`]): mirrors
     /// what [`Chooser::choose`] will accept from a peer — one it reads from with room on that
     /// connection, or a new one while fewer than `peer_flows` are read from. Peers it avoids are
-    /// left out of `open`. The peers a read was moved away from are `passed_over` while that read is
-    /// on the wire. Not the peers it avoids for good: the tracker would never name them, and a block
-    /// they alone hold whole would never come (the relay serves no second copy of a block held whole);
-    /// named, they are refused and taken off the block's holders (`planner::assign`'s `shunned`),
-    /// after which the relay can serve it.
+    /// left out of `open`.
     pub fn fetching(&self) -> Fetching {
         let mut open: Vec<AgentId> = Vec::new();
         let mut flows = 0;
@@ -307,14 +268,10 @@ impl Chooser {
         // the simulator's runs of one seed must give one outcome (the map's order differs per process).
         open.sort_unstable();
         let slots = self.peer_fetches() < self.peer_fetches_max();
-        let mut passed_over: Vec<AgentId> = self.moved.iter().map(|(_, p)| *p).collect();
-        passed_over.sort_unstable();
-        passed_over.dedup();
         Fetching {
             may_claim: self.may_claim(),
             open: if slots { open } else { Vec::new() },
             flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
-            passed_over,
         }
     }
 
@@ -408,7 +365,6 @@ impl Chooser {
         self.in_flight.insert(b, from);
         if let (Origin::Peer(_), Some(now)) = (from, now) {
             self.since.insert(b, now);
-            self.pace.remove(&b);
         }
         self.debug_check();
         Some(from)
@@ -428,7 +384,6 @@ impl Chooser {
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
     pub fn done(&mut self, b: u64, bytes: u64, secs: f64) {
         self.since.remove(&b);
-        self.pace.remove(&b);
         if let Some(Origin::Peer(p)) = self.in_flight.remove(&b) {
             self.rated(p, bytes, secs);
         }
@@ -460,88 +415,19 @@ impl Chooser {
     /// pace; the tracker names such a holder only while it keeps the swarm's pace, but a read started
     /// before the holder was known to be slow would hold its block back for the holder's whole
     /// arrival (issue 33: 9–14 s for a block the others read in 1).
-    ///
-    /// A read whose bytes are moving is judged sooner, by its pace ([`Chooser::progress`]): once
-    /// [`PACE_JUDGED_AFTER`] of a block came at more than [`PACE_SLOW_RATIO`] times this agent's own
-    /// time per byte, with more than a block time of its own still to come, it moves, and the reads
-    /// queued behind it on the same connection with it. Reading a slow host's arrival of a block
-    /// before anyone knew the host was slow cost its readers up to [`MOVE_AFTER`] block times each
-    /// (issue 33: the bench's worst uneven run lost 5 s on the window's next block this way); its
-    /// pace says so after an eighth of the block.
     pub fn overdue(&self, now: Instant) -> Vec<u64> {
-        let Some(own_per_byte) = self.own_secs_per_byte else { return Vec::new() };
-        let own = own_per_byte * self.block_bytes as f64;
-        let peer = |b: &u64| match self.in_flight.get(b) {
-            Some(Origin::Peer(p)) => Some(*p),
-            _ => None,
-        };
-        // Each judged read's time per byte, and its source: a read is measured against the others.
-        let judged: Vec<(Origin, f64, &Pace)> = self.pace.iter().filter_map(|(b, pace)| Some((*self.in_flight.get(b)?, self.judged_per_byte(pace)?, pace))).collect();
-        let slow_paced: Vec<AgentId> = judged
-            .iter()
-            .filter(|(from, per_byte, pace)| {
-                let mut others: Vec<f64> = judged.iter().filter(|(o, _, _)| o != from).map(|(_, x, _)| *x).collect();
-                // Their lower median: one read whose bytes were waiting in the socket's buffer
-                // would make every other read look slow beside it.
-                others.sort_unstable_by(f64::total_cmp);
-                let yardstick = others.get(others.len().saturating_sub(1) / 2).copied();
-                matches!(from, Origin::Peer(_)) && self.too_slow(*per_byte, pace, own_per_byte, yardstick)
-            })
-            .filter_map(|(from, _, _)| match from {
-                Origin::Peer(p) => Some(*p),
-                Origin::Relay => None,
-            })
-            .collect();
+        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
         let mut v: Vec<u64> = self
             .since
             .iter()
             .filter(|(b, at)| {
-                let Some(p) = peer(b) else { return false };
-                self.is_slow(p) || slow_paced.contains(&p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
+                let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
+                self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
             })
             .map(|(b, _)| *b)
             .collect();
         v.sort_unstable();
         v
-    }
-
-    /// The pace of a read's bytes so far: bytes over seconds, from its first progress to its last.
-    fn pace_of(pace: &Pace) -> Option<(u64, f64)> {
-        let bytes = pace.last.1.saturating_sub(pace.first.1);
-        let secs = pace.last.0.saturating_duration_since(pace.first.0).as_secs_f64();
-        (bytes > 0 && secs > 0.0).then_some((bytes, secs))
-    }
-
-    /// A read's time per byte since its first bytes, once [`PACE_JUDGED_AFTER`] of a block came.
-    fn judged_per_byte(&self, pace: &Pace) -> Option<f64> {
-        let (bytes, secs) = Self::pace_of(pace)?;
-        ((pace.last.1 as f64) >= PACE_JUDGED_AFTER * self.block_bytes as f64).then(|| secs / bytes as f64)
-    }
-
-    /// Whether a read at `per_byte` (its `pace`) is too slow to wait for (see [`Chooser::overdue`]):
-    /// at more than [`PACE_SLOW_RATIO`] times this agent's own time per byte, with more than a block
-    /// time of its own still to come, and more than [`PACE_BESIDE_RATIO`] times slower than its reads
-    /// from other sources (`others`: the lower median of their times per byte; none: not judged by
-    /// its pace).
-    fn too_slow(&self, per_byte: f64, pace: &Pace, own_per_byte: f64, others: Option<f64>) -> bool {
-        let left = self.block_bytes.saturating_sub(pace.last.1) as f64 * per_byte;
-        let beside = others.is_some_and(|f| per_byte > PACE_BESIDE_RATIO * f);
-        beside && per_byte > PACE_SLOW_RATIO * own_per_byte && left > own_per_byte * self.block_bytes as f64
-    }
-
-    /// The read of `b` from `from` has `bytes` of its block at `now` (a read's fetcher says so as its
-    /// pieces come): its pace, for [`Chooser::overdue`]. A read from the relay is never moved, but its
-    /// pace is a yardstick for the others. A read moved away is not judged (its replacement, the
-    /// block's read now, is from another source).
-    pub fn progress(&mut self, b: u64, from: Origin, bytes: u64, now: Instant) {
-        let chosen_at = matches!(from, Origin::Relay) || self.since.contains_key(&b);
-        if bytes == 0 || !chosen_at || self.in_flight.get(&b) != Some(&from) {
-            return;
-        }
-        let fresh = Pace { first: (now, bytes), last: (now, bytes) };
-        // A read that starts over (a relay read of a block that failed its checksum) starts its pace
-        // over too.
-        self.pace.entry(b).and_modify(|p| *p = if bytes < p.last.1 { fresh } else { Pace { last: (now, bytes), ..*p } }).or_insert(fresh);
     }
 
     /// Move the read of `b` from a peer elsewhere at `now`: the block is wanted again (locate it
@@ -562,17 +448,11 @@ impl Chooser {
     pub fn move_away(&mut self, b: u64, now: Instant) -> Option<AgentId> {
         let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
-        let pace = self.pace.remove(&b).as_ref().and_then(Self::pace_of);
         if let Some(at) = self.since.remove(&b) {
-            // Reads asked in one answer have one time: then the one whose bytes are moving is the
-            // head (a read with no pace sampled first would give the loose bound for the episode).
-            let ahead = |o: &u64, t: &Instant| *t < at || (pace.is_none() && self.pace.contains_key(o));
-            let head = !self.since.iter().any(|(o, t)| ahead(o, t) && self.in_flight.get(o) == Some(&Origin::Peer(p)));
+            let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
             let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
             if self.block_bytes > 0 && head && first && !self.is_slow(p) {
-                // Its pace, where its bytes were moving: the measure itself, not a bound.
-                let (bytes, secs) = pace.unwrap_or((self.block_bytes, now.saturating_duration_since(at).as_secs_f64()));
-                self.sample(p, bytes, secs);
+                self.sample(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
                 self.rated_at_move.push((b, p));
             }
         }
@@ -663,7 +543,6 @@ impl Chooser {
     pub fn failed(&mut self, b: u64, bad: bool) -> Option<Origin> {
         let from = self.in_flight.remove(&b)?;
         self.since.remove(&b);
-        self.pace.remove(&b);
         if let (Origin::Peer(p), true) = (from, bad) {
             self.avoid.insert(p, ());
         }
@@ -683,7 +562,6 @@ impl Chooser {
         for b in &lost {
             self.in_flight.remove(b);
             self.since.remove(b);
-            self.pace.remove(b);
         }
         self.moved.retain(|(_, x)| *x != p);
         self.rated_at_move.retain(|(_, x)| *x != p);
@@ -711,22 +589,22 @@ mod tests {
     fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
         let mut c = Chooser::new(16, 2).with_depth(2);
         c.published(16);
-        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2, passed_over: Vec::new() });
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
         assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1, passed_over: Vec::new() }, "room for a second read from peer 4 and on the relay's flow");
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1 }, "room for a second read from peer 4 and on the relay's flow");
         assert_eq!(c.choose(2, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(3, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1, passed_over: Vec::new() }, "peer 4's connection is at its depth");
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "peer 4's connection is at its depth");
         assert_eq!(c.choose(4, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0, passed_over: Vec::new() });
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0 });
         assert_eq!(c.choose(5, &Answer::Peers(vec![6])), None, "no flow free: the tracker was told");
         // Peer 4's first read arrives; peer 5's turns out corrupt while a second read from it is out.
         c.done(0, 1, 1.0);
         assert_eq!(c.choose(6, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: Vec::new() });
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 });
         c.failed(4, true);
-        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0, passed_over: Vec::new() }, "peer 5 has room on its connection, but it is avoided: never offered as open (nor passed over: it is refused when named)");
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 }, "peer 5 has room on its connection, but it is avoided: never offered as open");
     }
 
     #[test]
@@ -846,7 +724,6 @@ mod tests {
         assert_eq!(c.move_away(1, later), Some(7));
         assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");
         assert_eq!(c.fetching().flows_free, 1, "the moved read still holds its flow");
-        assert_eq!(c.fetching().passed_over, vec![7], "the tracker is told: it names peer 7 to this agent for nothing");
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), None, "not from the peer it moved away from");
         assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay), "a whole holder or the relay instead");
         // The moved read ends first, with the block: held, and the replacement is a duplicate.
@@ -904,63 +781,6 @@ mod tests {
         assert_eq!(c.choose_at(9, &Answer::Peers(vec![7]), later), Some(Origin::Peer(7)));
         c.move_away(9, later + secs(MOVE_AFTER + 1.0));
         assert!(c.is_slow(7));
-    }
-
-    #[test]
-    fn a_read_whose_bytes_come_too_slowly_moves_once_its_pace_is_known_with_the_read_behind_it() {
-        let t = Instant::now();
-        let secs = Duration::from_secs_f64;
-        // A block of 1000 bytes takes this agent 1 s: 1 ms a byte.
-        let mut c = paced(t);
-        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)), "queued behind block 1 on the connection");
-        assert_eq!(c.choose_at(3, &Answer::Peers(vec![8]), t), Some(Origin::Peer(8)));
-        // Block 3 from peer 8 at its fair pace; block 1 from peer 7 at 10 ms a byte.
-        c.progress(3, Origin::Peer(8), 100, t + secs(0.1));
-        c.progress(3, Origin::Peer(8), 300, t + secs(0.3));
-        c.progress(1, Origin::Peer(7), 10, t + secs(0.1));
-        c.progress(1, Origin::Peer(7), 100, t + secs(1.0));
-        assert!(c.overdue(t + secs(1.0)).is_empty(), "an eighth of the block is the least its pace is judged on");
-        c.progress(1, Origin::Peer(7), 200, t + secs(2.0));
-        let now = t + secs(2.0);
-        assert!(now.duration_since(t).as_secs_f64() < MOVE_AFTER, "well before a whole read is overdue");
-        assert_eq!(c.overdue(now), vec![1, 2], "the slow read moves, and the one queued behind it on its connection with it");
-        // Its move rates peer 7 by its pace (190 bytes in 1.9 s), not by the bound a whole block over
-        // its time would give (1000 bytes in 2 s).
-        // The read queued behind it (asked in the same answer: the same time) moves first here, and
-        // gives no sample: the one whose bytes are moving is the head of the connection.
-        c.move_away(2, now);
-        assert!(!c.rates.contains_key(&7));
-        c.move_away(1, now);
-        assert!((c.rates[&7].bytes_per_sec - 100.0).abs() < 1e-6, "{:?}", c.rates[&7]);
-        // The moved read's bytes go on coming: they say nothing of the block's replacement.
-        c.done(3, 1000, 1.0);
-        assert_eq!(c.choose_at(1, &Answer::Peers(vec![9]), now), Some(Origin::Peer(9)));
-        c.progress(1, Origin::Peer(7), 10, now + secs(0.1));
-        c.progress(1, Origin::Peer(7), 900, now + secs(10.0));
-        assert!(!c.pace.contains_key(&1), "the replacement from peer 9 has no pace yet");
-        // A slow read near its end is let finish: less than a block time of its own is left.
-        let mut c = paced(t);
-        c.choose_at(4, &Answer::Peers(vec![7]), t);
-        c.choose_at(5, &Answer::Relay, t);
-        c.progress(5, Origin::Relay, 100, t + secs(0.1));
-        c.progress(5, Origin::Relay, 300, t + secs(0.3));
-        c.progress(4, Origin::Peer(7), 700, t + secs(0.1));
-        c.progress(4, Origin::Peer(7), 900, t + secs(1.3));
-        assert!(c.overdue(t + secs(1.3)).is_empty(), "100 bytes left at 6 ms a byte: 0.6 s, less than the 1 s a block takes");
-        // Every read as slow as this one (the agent's own link is slow now), or no other read to
-        // measure it against: its pace says nothing of its holder.
-        let mut c = paced(t);
-        c.choose_at(4, &Answer::Peers(vec![7]), t);
-        c.choose_at(5, &Answer::Peers(vec![8]), t);
-        for (b, p) in [(4, 7), (5, 8)] {
-            c.progress(b, Origin::Peer(p), 10, t + secs(0.1));
-            c.progress(b, Origin::Peer(p), 200, t + secs(2.0));
-        }
-        assert!(c.overdue(t + secs(2.0)).is_empty(), "two reads at 10 ms a byte: the agent's link, not a holder");
-        c.done(5, 1000, 1.0);
-        assert!(c.overdue(t + secs(2.0)).is_empty(), "one read alone at 10 ms a byte: nothing to measure it against (a whole read's time still moves it)");
-        assert_eq!(c.overdue(t + secs(MOVE_AFTER * 1.1)), vec![4]);
     }
 
     #[test]

@@ -62,12 +62,6 @@ pub struct Fetching {
     pub open: Vec<AgentId>,
     /// More peers it may start reading from (flows free).
     pub flows_free: usize,
-    /// Peers it will not read from now: those a read was moved away from, while it is on the wire
-    /// (see [`Chooser::move_away`]). Named to it, they are a question lost; a block only they receive
-    /// is treated as one whose holders are too slow for it (issue 33: an agent moved its
-    /// read of a block away from a slow host's arrival by its pace, and was named that host for
-    /// another 3 s until the tracker's own measure caught up, its window stalled on the block).
-    pub passed_over: Vec<AgentId>,
 }
 
 /// Peers an agent fetches from at once (besides the relay): one flow each, as many as the uploads an

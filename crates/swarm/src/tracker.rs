@@ -301,18 +301,13 @@ impl Tracker {
     /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
     /// this arrival has taken so far, above [`SLOW_RATIO`] times the swarm's median or the asker's own
     /// pace, whichever is longer (a slow asker is no faster than a holder as slow as itself).
-    /// Or its arrival is fed by a source too slow for the asker (see [`Tracker::fed_too_slow`]). Or
-    /// the asker passes `x` over (`passed`, see [`Fetching::passed_over`]): it moved a read away from
-    /// it, by that read's pace, before the tracker's measure of `x` said so.
-    fn too_slow_for(&self, x: AgentId, b: u64, a: AgentId, passed: &[AgentId], now: Instant) -> bool {
-        self.own_too_slow_for(x, b, a, passed, now) || self.fed_too_slow(x, b, a, passed, now, FEED_HOPS)
+    /// Or its arrival is fed by a source too slow for the asker (see [`Tracker::fed_too_slow`]).
+    fn too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        self.own_too_slow_for(x, b, a, now) || self.fed_too_slow(x, b, a, now, FEED_HOPS)
     }
 
     /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
-    fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, passed: &[AgentId], now: Instant) -> bool {
-        if passed.contains(&x) {
-            return true;
-        }
+    fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
         let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
         let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
@@ -328,10 +323,10 @@ impl Tracker {
     /// fed by the slow host: moved again 5 s later). Only the first holder named counts: counting every
     /// one named would mark fast arrivals slow whenever the slow host had been named beside their
     /// source (most answers in a small fleet name two or three holders). With equal paces no source is slow and nothing changes.
-    fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, passed: &[AgentId], now: Instant, hops: usize) -> bool {
+    fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
         let Some(&Origin::Peer(y)) = self.feeds.get(&(x, b)) else { return false };
         let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
-        y == a || (arriving && (self.own_too_slow_for(y, b, a, passed, now) || (hops > 1 && self.fed_too_slow(y, b, a, passed, now, hops - 1))))
+        y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
     }
 
     /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
@@ -474,7 +469,7 @@ impl Tracker {
         // arrival would have gone as slowly (its downlink then shared with three peer reads), the
         // lower median of two arrivals is the faster one (it still looked normal), and a cap would
         // idle the relay's flows at the start of every fan-out, an even one too.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, &f.passed_over, now)));
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -508,13 +503,9 @@ impl Tracker {
                     if !usable || named.contains(&x) || arriving.contains(&x) {
                         continue;
                     }
-                    if f.passed_over.contains(&x) {
-                        // Not named; if all there is and nobody holds the block whole, a copy of its
-                        // own from the relay (held whole: it waits; its moved read is still on the wire).
-                        too_slow += 1;
-                    } else if self.got.get(&x).is_some_and(|g| g.get(b)) {
+                    if self.got.get(&x).is_some_and(|g| g.get(b)) {
                         named.push(x);
-                    } else if self.too_slow_for(x, b, a, &f.passed_over, now) {
+                    } else if self.too_slow_for(x, b, a, now) {
                         too_slow += 1;
                     } else if arriving.len() < PEERS_PER_ANSWER {
                         arriving.push(x);
@@ -525,7 +516,7 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, &f.passed_over, now));
+            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
             too_slow += slow_open.len();
             named.extend(open.into_iter().take(room));
             if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {
@@ -566,7 +557,7 @@ impl Tracker {
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.0 != a && self.stands(x, now) && !self.too_slow_for(x.0, b, a, &f.passed_over, now) => Answer::Wait,
+            Some(x) if x.0 != a && self.stands(x, now) && !self.too_slow_for(x.0, b, a, now) => Answer::Wait,
             Some(x) if x.0 == a && self.stands(x, now) => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
@@ -642,7 +633,7 @@ mod tests {
     impl Tracker {
         /// Asked by an agent that may claim and open flows to any number of peers.
         fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
-            self.locate(a, b, &mut Fetching { may_claim: true, open: Vec::new(), flows_free: usize::MAX, passed_over: Vec::new() }, now)
+            self.locate(a, b, &mut Fetching { may_claim: true, open: Vec::new(), flows_free: usize::MAX }, now)
         }
         fn have_t(&mut self, a: AgentId, b: u64) {
             self.have(a, b, Instant::now())
@@ -651,7 +642,7 @@ mod tests {
 
     /// What an asker that reads from no peer yet and may open two flows says.
     fn reader() -> Fetching {
-        Fetching { may_claim: true, open: Vec::new(), flows_free: 2, passed_over: Vec::new() }
+        Fetching { may_claim: true, open: Vec::new(), flows_free: 2 }
     }
 
     /// A tracker for `blocks` blocks with agents `0..agents` joined, all serving.
@@ -787,7 +778,7 @@ mod tests {
         tr.locate_t(0, 0, t);
         tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(2, 1, t + CLAIM_TIMEOUT), Answer::Relay);
-        let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2, passed_over: Vec::new() };
+        let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT), Answer::Peers(vec![0]), "an asker that may not claim still gets the arriving holder");
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "still repaired");
     }
@@ -816,7 +807,7 @@ mod tests {
         tr.arriving(1, 9, now);
         assert_eq!(tr.locate_t(0, 9, now), Answer::Peers(vec![1]), "an arrival at the swarm's pace is named as before");
         assert_eq!(tr.locate_t(3, 9, now), Answer::Peers(vec![1]), "and to the slow agent");
-        let may_not = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2, passed_over: Vec::new() };
+        let may_not = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(0, 8, may_not, now), Answer::Wait, "an asker that may not claim now waits rather than read at the slow host's pace");
         tr.have(2, 8, now);
         for _ in 0..8 {
@@ -830,46 +821,6 @@ mod tests {
         tr.arriving(4, 11, now);
         assert_eq!(tr.locate_t(0, 11, now), Answer::Peers(vec![4]), "a new agent's arrival, just started");
         assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
-    }
-
-    #[test]
-    fn a_holder_the_asker_passes_over_is_not_named_and_a_block_only_it_receives_comes_from_the_relay() {
-        let t = Instant::now();
-        let s = Duration::from_secs;
-        let mut tr = joined(16, 4);
-        // Paces all equal (1 s a block): the tracker's own measure says nobody is slow.
-        for a in 0..4 {
-            tr.arriving(a, u64::from(a), t);
-            tr.have(a, u64::from(a), t + s(1));
-        }
-        let now = t + s(1);
-        // Agent 3 claims block 10 and its arrival starts; agent 0 reads it from there, finds its pace
-        // too slow and moves the read away: it passes agent 3 over.
-        assert_eq!(tr.locate_t(3, 10, now), Answer::Relay);
-        tr.arriving(3, 10, now);
-        assert_eq!(tr.locate_t(0, 10, now), Answer::Peers(vec![3]), "the arrival is at the swarm's pace as far as the tracker knows");
-        let passing = |p: Vec<AgentId>| Fetching { may_claim: true, open: Vec::new(), flows_free: 2, passed_over: p };
-        let grants = tr.relay_grants();
-        assert_eq!(tr.locate(0, 10, &mut passing(vec![3]), now), Answer::Relay, "the one receiving the block is passed over: a copy of its own from the relay, with the claim");
-        assert_eq!(tr.relay_grants(), grants + 1);
-        // Another agent, passing nobody over, is still named the arrival.
-        assert_eq!(tr.locate(1, 10, &mut reader(), now), Answer::Peers(vec![3]));
-        // Block 11 arrives at agents 3 and 1 (from the relay): agent 0 is named agent 1 only.
-        tr.arriving(3, 11, now);
-        tr.arriving(1, 11, now);
-        assert_eq!(tr.locate(0, 11, &mut passing(vec![3]), now), Answer::Peers(vec![1]));
-        // Block 14 arrives at agent 3, and agent 2 reads it from there: an arrival fed by the agent
-        // the asker passes over is too slow for it as well.
-        tr.arriving(3, 14, now);
-        assert_eq!(tr.locate_t(2, 14, now), Answer::Peers(vec![3]));
-        tr.arriving(2, 14, now);
-        assert!(!matches!(tr.locate(0, 14, &mut passing(vec![3]), now), Answer::Peers(_)), "neither agent 3 nor agent 2, whose arrival agent 3 feeds");
-        tr.have(1, 12, now);
-        tr.arriving(3, 12, now);
-        assert!(matches!(tr.locate(0, 12, &mut passing(vec![3]), now), Answer::Peers(p) if p == vec![1]), "a whole holder, not the one passed over");
-        let may_not = &mut Fetching { may_claim: false, ..passing(vec![3]) };
-        tr.arriving(3, 13, now);
-        assert_eq!(tr.locate(0, 13, may_not, now), Answer::Wait, "only the one passed over receives it, and the asker may not claim: it waits");
     }
 
     /// Four agents whose first blocks each took 1 s; agent 3 then claims block 7 from the relay at
@@ -887,7 +838,7 @@ mod tests {
         tr.arriving(3, 7, t1);
         assert_eq!(tr.locate_t(0, 7, t1 + ms(200)), Answer::Peers(vec![3]), "a fresh arrival at the swarm's pace");
         tr.arriving(0, 7, t1 + ms(2400));
-        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0, passed_over: Vec::new() };
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
         assert_eq!(tr.locate(1, 7, &mut on_0, t1 + ms(2400)), Answer::Peers(vec![0]));
         tr.arriving(1, 7, t1 + ms(2500));
         (tr, t1)
@@ -908,9 +859,9 @@ mod tests {
         assert_eq!(tr.locate_t(0, 9, t1 + ms(200)), Answer::Peers(vec![2, 3]));
         tr.arriving(0, 9, t1 + ms(2600));
         let now = t1 + ms(3000);
-        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0, passed_over: Vec::new() };
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
         assert_eq!(tr.locate(1, 9, &mut on_0, now), Answer::Peers(vec![0]), "agent 0's arrival of block 9 is fed by the whole holder named first, not by the slow one named beside it");
-        let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2, passed_over: Vec::new() };
+        let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(2, 7, busy, now), Answer::Wait, "an asker whose relay reads are all taken waits rather than read at the slow host's pace, one or two hops away");
         let grants = tr.relay_grants();
         assert_eq!(tr.locate_t(2, 7, now), Answer::Relay, "the slow claim is released to the next asker: a second copy from the relay");
@@ -920,11 +871,11 @@ mod tests {
         // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
         assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
         assert_eq!(tr.feeds[&(0, 7)], Origin::Peer(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
-        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1, passed_over: Vec::new() };
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
         assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
         // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.
         tr.have(3, 7, now + ms(200));
-        let Answer::Peers(named) = tr.locate(1, 7, &mut Fetching { may_claim: true, open: vec![0], flows_free: 1, passed_over: Vec::new() }, now + ms(200)) else { panic!("holders") };
+        let Answer::Peers(named) = tr.locate(1, 7, &mut Fetching { may_claim: true, open: vec![0], flows_free: 1 }, now + ms(200)) else { panic!("holders") };
         assert!(named.contains(&0), "agent 0's source holds the block whole: {named:?}");
     }
 
@@ -954,10 +905,10 @@ mod tests {
         tr.arriving(0, 5, t1);
         assert_eq!(tr.locate_t(1, 5, t1), Answer::Peers(vec![0]));
         tr.arriving(1, 5, t1 + ms(100));
-        let mut on_1 = Fetching { may_claim: true, open: vec![1], flows_free: 0, passed_over: Vec::new() };
+        let mut on_1 = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(2, 5, &mut on_1, t1 + ms(200)), Answer::Peers(vec![1]), "an arrival fed by an arrival at the swarm's pace");
         tr.arriving(2, 5, t1 + ms(200));
-        let mut on_2 = Fetching { may_claim: true, open: vec![2], flows_free: 0, passed_over: Vec::new() };
+        let mut on_2 = Fetching { may_claim: true, open: vec![2], flows_free: 0 };
         assert_eq!(tr.locate(3, 5, &mut on_2, t1 + ms(1500)), Answer::Peers(vec![2]), "two hops from the claimer, all at the swarm's pace");
         assert_eq!(tr.relay_grants(), 1);
     }
@@ -1093,11 +1044,11 @@ mod tests {
         tr.load(1, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
         assert_eq!(tr.relay_grants(), 1, "block 1's claim only");
-        let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0, passed_over: Vec::new() };
+        let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
-        assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0, passed_over: Vec::new() }, "no new connection counted");
+        assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
         tr.load(0, 0, 0, t);
-        assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1, passed_over: Vec::new() }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
+        assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
         tr.leave(0);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "a departed agent is not named");
         tr.load(0, 0, 0, t);
@@ -1113,7 +1064,7 @@ mod tests {
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
         let mut f = reader();
         assert_eq!(tr.locate(1, 0, &mut f, t), Answer::Peers(vec![0]));
-        assert_eq!(f, Fetching { may_claim: true, open: vec![0], flows_free: 1, passed_over: Vec::new() }, "the asker's new connection, as its chooser will count it");
+        assert_eq!(f, Fetching { may_claim: true, open: vec![0], flows_free: 1 }, "the asker's new connection, as its chooser will count it");
         assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "the same asker again: one connection, counted once");
         for a in 2..UPLOADS_MAX as AgentId + 1 {
             assert_eq!(tr.locate(a, 0, &mut reader(), t), Answer::Peers(vec![0]));

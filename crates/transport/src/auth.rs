@@ -12,9 +12,8 @@ use std::io::{Read, Write};
 pub const MAGIC: &[u8; 8] = b"FASTREPL";
 /// Wire protocol version. 2: agents report their upload load, and say which peers they read from
 /// when they ask where blocks are. 3: agents serve blocks while they arrive (`Arriving`; a read cut
-/// off part-way is not a failed peer). 4: agents say which peers they pass over when they ask
-/// (`Locate::passed_over`). A relay and its agents must be of one version.
-pub const VERSION: u16 = 4;
+/// off part-way is not a failed peer). A relay and its agents must be of one version.
+pub const VERSION: u16 = 3;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use swarm::{Chooser, Origin};
+use swarm::Chooser;
 use transport::wire::swarm::{Locate, Located, Where, LOCATE_BLOCKS_MAX};
 use transport::{RangeReader, Transport};
 
@@ -174,9 +174,6 @@ enum Report {
     Arriving(u64),
     /// A block that was arriving will not complete from that read (its `Done` or `Missed` follows).
     ArrivalFailed(u64),
-    /// A read from `from` had `bytes` of block `block` at `at`: its first piece, then every eighth of
-    /// the block (its pace, for moving a read from a peer that is too slow to wait for).
-    Progress { block: u64, from: Origin, bytes: u64, at: Instant },
     /// A relay reader failed: so does the pull.
     Failed(Error),
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
@@ -328,10 +325,10 @@ impl<'a> Planner<'a> {
     }
 
     /// Plan and dispatch until every block went to the writer, the pull failed, or the writer is gone;
-    /// then shut every peer connection still open. A read still on one can give only a duplicate, or
-    /// nothing the pull can use any more, and the pull's end joins the fetchers' threads: a read left
-    /// on the wire held it for as long as its peer took (a bench run: 10 s, the peer I/O timeout,
-    /// after the replica had loaded every block).
+    /// then shut every peer connection still open, and any opened after ([`Cuts::cut_all`]). A read
+    /// still on one can give only a duplicate, or nothing the pull can use any more, and the pull's
+    /// end joins the fetchers' threads: a read left on the wire held it for as long as its peer took
+    /// (a bench run: 10 s, the peer I/O timeout, after the replica had loaded every block).
     fn run(mut self, reports: &Receiver<Report>, over: &AtomicBool) -> Planned {
         self.drive(reports, over);
         let cut = self.cuts.cut_all();
@@ -471,7 +468,6 @@ impl<'a> Planner<'a> {
             blocks: wanted,
             flows_free: fetching.flows_free.min(255) as u8,
             open: fetching.open,
-            passed_over: fetching.passed_over,
         }));
         if self.tracker.is_some() {
             self.asking.asked();
@@ -567,10 +563,6 @@ impl<'a> Planner<'a> {
                 self.fetcher(fetcher).outstanding -= 1;
                 self.asking.changed();
                 self.missed(job, miss);
-                true
-            }
-            Report::Progress { block, from, bytes, at } => {
-                self.chooser.progress(block, from, bytes, at);
                 true
             }
             Report::Arriving(b) => {
@@ -835,7 +827,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
         }
         let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, p.peering.is_some().then_some(Origin::Relay), serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
@@ -917,7 +909,7 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
         let Some((mut job, sent)) = wire.pop_front() else { continue };
         let Source::Peer { id, .. } = job.from else { continue };
         let (got, arrival) = match conns.get_mut(&id) {
-            Some(c) => receive_serving(c.as_mut(), &mut job, Some(Origin::Peer(id)), serving, reports),
+            Some(c) => receive_serving(c.as_mut(), &mut job, serving, reports),
             None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
@@ -946,29 +938,16 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
     }
 }
 
-/// Receive the oldest pipelined read's block from `from` into `job.buf`, telling the planner how far
-/// it got at its first piece and at every eighth of the block ([`Report::Progress`]; `None`: a pull
-/// outside a swarm, which has no reads to move). An agent that
-/// serves peers serves the block while it arrives: its arrival starts with the first bytes (the
-/// planner tells the tracker) and follows every piece. Returns the arrival, to be settled once the
-/// block is checked.
-fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, from: Option<Origin>, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
-    if from.is_none() && serving.is_none() {
-        return (r.receive(&mut job.buf), None);
-    }
+/// Receive the oldest pipelined read's block into `job.buf`. An agent that serves peers serves the
+/// block while it arrives: its arrival starts with the first bytes (the planner tells the tracker)
+/// and follows every piece. Returns the arrival, to be settled once the block is checked.
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+    let Some(held) = serving else { return (r.receive(&mut job.buf), None) };
     let (block, len) = (job.block, job.buf.len());
-    let eighth = (len / 8).max(1);
     let mut arrival: Option<Arc<Arrival>> = None;
-    let mut bytes = 0usize;
+    let mut first = true;
     let got = r.receive_pieces(&mut job.buf, &mut |piece| {
-        let first = bytes == 0;
-        let before = bytes / eighth;
-        bytes += piece.len();
-        if let (Some(from), true) = (from, first || bytes / eighth > before) {
-            let _ = reports.send(Report::Progress { block, from, bytes: bytes as u64, at: Instant::now() });
-        }
-        let Some(held) = serving else { return };
-        if first {
+        if std::mem::take(&mut first) {
             arrival = held.start_arrival(block, len);
             if arrival.is_some() {
                 let _ = reports.send(Report::Arriving(block));

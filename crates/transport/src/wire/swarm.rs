@@ -16,10 +16,8 @@ pub const LOCATE_BLOCKS_MAX: usize = limits::WINDOW_BLOCKS_MAX as usize;
 pub const PEERS_PER_BLOCK_MAX: usize = limits::LOCATE_PEERS_PER_BLOCK_MAX;
 /// Most peers an agent says it reads from in one [`Locate`] (more are left out when encoding).
 pub const OPEN_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
-/// Most peers an agent says it passes over in one [`Locate`] (more are left out when encoding).
-pub const PASSED_OVER_PEERS_MAX: usize = limits::LOCATE_PASSED_OVER_PEERS_MAX;
 /// Encoded size bound of a [`Locate`].
-pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX + 1 + 4 * PASSED_OVER_PEERS_MAX;
+pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX;
 
 /// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them,
 /// rarest first), with how many fetches of each kind the agent can start now and which peers it can
@@ -37,9 +35,6 @@ pub struct Locate {
     pub flows_free: u8,
     /// Peers it reads from now with room for another read on that connection.
     pub open: Vec<u32>,
-    /// Peers it will not read from now (a read moved away from them is still on the wire): the
-    /// tracker names them to it for nothing.
-    pub passed_over: Vec<u32>,
 }
 
 /// A peer that holds a block.
@@ -84,13 +79,11 @@ pub fn check_addr(a: &[u8]) -> Result<String, Error> {
 }
 
 impl Locate {
-    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u8 flows_free, u8 k, k × u32 open, u8 m,
-    /// m × u32 passed_over`.
+    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u8 flows_free, u8 k, k × u32 open`.
     pub fn encode(&self) -> Vec<u8> {
         let n = self.blocks.len().min(LOCATE_BLOCKS_MAX);
         let k = self.open.len().min(OPEN_PEERS_MAX);
-        let m = self.passed_over.len().min(PASSED_OVER_PEERS_MAX);
-        let mut v = Vec::with_capacity(7 + 8 * n + 4 * (k + m));
+        let mut v = Vec::with_capacity(6 + 8 * n + 4 * k);
         v.push(self.relay_slots);
         v.push(self.peer_slots);
         v.extend_from_slice(&(n as u16).to_be_bytes());
@@ -100,10 +93,6 @@ impl Locate {
         v.push(self.flows_free);
         v.push(k as u8);
         for p in &self.open[..k] {
-            v.extend_from_slice(&p.to_be_bytes());
-        }
-        v.push(m as u8);
-        for p in &self.passed_over[..m] {
             v.extend_from_slice(&p.to_be_bytes());
         }
         v
@@ -124,13 +113,8 @@ impl Locate {
             return Err(bad("too many open peers"));
         }
         let open = (0..k).map(|_| c.u32()).collect::<Result<_, _>>()?;
-        let m = c.u8()? as usize;
-        if m > PASSED_OVER_PEERS_MAX {
-            return Err(bad("too many peers passed over"));
-        }
-        let passed_over = (0..m).map(|_| c.u32()).collect::<Result<_, _>>()?;
         c.end()?;
-        Ok(Locate { relay_slots, peer_slots, blocks, flows_free, open, passed_over })
+        Ok(Locate { relay_slots, peer_slots, blocks, flows_free, open })
     }
 }
 
@@ -214,26 +198,18 @@ mod tests {
 
     #[test]
     fn locate_round_trips_and_is_bounded() {
-        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], flows_free: 1, open: vec![7], passed_over: vec![4, 5] };
+        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], flows_free: 1, open: vec![7] };
         assert_eq!(Locate::decode(&l.encode()).unwrap(), l);
         let mut big = vec![0, 0];
         big.extend_from_slice(&(LOCATE_BLOCKS_MAX as u16 + 1).to_be_bytes());
         assert!(Locate::decode(&big).is_err());
         assert!(Locate::decode(&l.encode()[..10]).is_err(), "truncated");
-        let without_peers = Locate { open: Vec::new(), passed_over: Vec::new(), ..l.clone() }.encode();
-        assert!(Locate::decode(&without_peers[..without_peers.len() - 1]).is_err(), "the peer fields are not optional");
-        assert!(Locate::decode(&without_peers[..without_peers.len() - 3]).is_err(), "the peer fields are not optional");
-        let mut many = Locate { open: Vec::new(), passed_over: Vec::new(), ..l.clone() }.encode();
-        many.pop();
+        let without_peers = Locate { open: Vec::new(), ..l.clone() }.encode();
+        assert!(Locate::decode(&without_peers[..without_peers.len() - 2]).is_err(), "the peer fields are not optional");
+        let mut many = Locate { open: Vec::new(), ..l }.encode();
         *many.last_mut().unwrap() = OPEN_PEERS_MAX as u8 + 1;
-        many.extend(std::iter::repeat_n(0u8, 4 * (OPEN_PEERS_MAX + 1) + 1));
+        many.extend(std::iter::repeat_n(0u8, 4 * (OPEN_PEERS_MAX + 1)));
         assert!(Locate::decode(&many).is_err(), "too many open peers");
-        let mut many = Locate { passed_over: Vec::new(), ..l }.encode();
-        *many.last_mut().unwrap() = PASSED_OVER_PEERS_MAX as u8 + 1;
-        many.extend(std::iter::repeat_n(0u8, 4 * (PASSED_OVER_PEERS_MAX + 1)));
-        assert!(Locate::decode(&many).is_err(), "too many peers passed over");
-        let fits = Locate { blocks: vec![0; LOCATE_BLOCKS_MAX], open: vec![0; OPEN_PEERS_MAX], passed_over: vec![0; PASSED_OVER_PEERS_MAX], ..Locate::default() }.encode();
-        assert_eq!(fits.len(), LOCATE_BODY_MAX, "the bound is the largest message");
     }
 
     #[test]
