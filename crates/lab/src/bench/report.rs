@@ -273,16 +273,21 @@ fn busy_window(l: &crate::bench::run::LinkSeries) -> Option<(usize, usize)> {
 
 /// A replica's own time in a run: from its join's start to its handoff (seconds).
 fn own_secs(r: &RunResult, i: usize) -> Option<f64> {
-    let ph = r.phases.get(i)?;
-    Some(ph["in_sync"].as_f64()? - ph["started"].as_f64().unwrap_or(0.0))
+    secs_to_handoff(r, i, 0.0)
 }
 
 /// A replica's time from the master's fork (or its join's start if later) to its handoff (seconds):
 /// over a 12 s T(1) the fork's second of jitter (see `secs_from_fork`) is 8 %, so ratios of times
 /// from the fork compare like with like.
-fn from_fork_secs(r: &RunResult, i: usize) -> Option<f64> {
+fn own_secs_from_fork(r: &RunResult, i: usize) -> Option<f64> {
+    secs_to_handoff(r, i, fork_start(r)?)
+}
+
+/// Replica `i`'s time to its handoff from its join's start, or from `not_before` (seconds into the
+/// run) if that is later.
+fn secs_to_handoff(r: &RunResult, i: usize, not_before: f64) -> Option<f64> {
     let ph = r.phases.get(i)?;
-    Some(ph["in_sync"].as_f64()? - fork_start(r)?.max(ph["started"].as_f64().unwrap_or(0.0)))
+    Some(ph["in_sync"].as_f64()? - ph["started"].as_f64().unwrap_or(0.0).max(not_before))
 }
 
 /// Per replica of a run: whether its host's link is slower than the master's host's.
@@ -308,7 +313,7 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     // share grows with the transfer, so on a slower link this bound is a little low). A slow
     // replica's bound: its link's nominal transfer time plus that.
     let overhead_1 = own_bound_1.map(|b| (t1 - b).max(0.0));
-    let t1_fork = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| from_fork_secs(r, 0)).collect::<Vec<_>>());
+    let t1_fork = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| own_secs_from_fork(r, 0)).collect::<Vec<_>>());
     let mut slow_adjusted: Vec<f64> = Vec::new();
     let _ = writeln!(
         t,
@@ -353,7 +358,7 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
         let max = fast.iter().copied().fold(0.0, f64::max);
         maxes.push(max);
         all_fast.extend(fast);
-        let fork_max = t1_fork.and_then(|t| (0..r.replicas).filter(|i| !slow[*i]).filter_map(|i| from_fork_secs(r, i)).reduce(f64::max).map(|m| m / t));
+        let fork_max = t1_fork.and_then(|t| (0..r.replicas).filter(|i| !slow[*i]).filter_map(|i| own_secs_from_fork(r, i)).reduce(f64::max).map(|m| m / t));
         fork_maxes.extend(fork_max);
         let logged = r.phases.iter().any(|p| p["sources"].as_array().is_some_and(|a| !a.is_empty()));
         let _ = writeln!(
