@@ -108,9 +108,62 @@ struct Pace {
     since: HashMap<(AgentId, u64), Instant>,
     /// The median of `secs` (the lower of two), recomputed every few updates.
     median: Option<f64>,
+    /// Per agent: how long it has had some arrival under way, and the blocks those completed (see
+    /// [`Busy`]).
+    busy: HashMap<AgentId, Busy>,
+    /// The median of the agents' [`Busy::per_block`] (the lower of two), with `median`.
+    link_median: Option<f64>,
     /// Agents still pulling that are not slow, as of that recomputation.
     fast_pulling: usize,
     updates: usize,
+}
+
+/// An agent's link, as the tracker sees it: the time it has had at least one arrival under way over
+/// the blocks those arrivals completed. Unlike an arrival's own time, this does not depend on how
+/// many reads share the agent's downlink (issue 33: a fast agent splits its link over four reads, so
+/// each of its blocks took about 1 s, and the host at 20 Mbit/s took its first block alone, in
+/// 1.7 s — not slow by arrivals, so it claimed another block from the relay, which then took it 10 s
+/// to receive with its link shared, and the window of every fast agent stalled on that block).
+#[derive(Debug, Default)]
+struct Busy {
+    /// Arrivals under way.
+    under_way: usize,
+    /// Since when, if any are, counted up to now (a completion moves it on).
+    from: Option<Instant>,
+    secs: f64,
+    blocks: u64,
+}
+
+impl Busy {
+    /// Seconds of receiving per block received, once it received one.
+    fn per_block(&self) -> Option<f64> {
+        (self.blocks > 0).then(|| self.secs / self.blocks as f64)
+    }
+
+    /// An arrival started at `now`.
+    fn started(&mut self, now: Instant) {
+        self.under_way += 1;
+        self.from.get_or_insert(now);
+    }
+
+    /// An arrival completed at `now`; `counts`: whether its block counts (the last block is short).
+    fn completed(&mut self, now: Instant, counts: bool) {
+        self.under_way = self.under_way.saturating_sub(1);
+        if let Some(from) = self.from {
+            self.secs += now.saturating_duration_since(from).as_secs_f64();
+        }
+        self.from = (self.under_way > 0).then_some(now);
+        self.blocks += u64::from(counts);
+    }
+
+    /// An arrival failed (no clock here: the time since the last completion stays uncounted if
+    /// nothing else is under way, as it gave no block).
+    fn failed(&mut self) {
+        self.under_way = self.under_way.saturating_sub(1);
+        if self.under_way == 0 {
+            self.from = None;
+        }
+    }
 }
 
 impl Default for Tracker {
@@ -245,6 +298,7 @@ impl Tracker {
         self.pace.secs.remove(&a);
         self.pace.recent.remove(&a);
         self.pace.since.retain(|(x, _), _| *x != a);
+        self.pace.busy.remove(&a);
         self.feeds.retain(|(x, _), _| *x != a);
         self.measure();
     }
@@ -259,7 +313,10 @@ impl Tracker {
         let got = self.got.get(&a).is_some_and(|g| g.get(b));
         if serves && !got && (b as usize) < self.holders.len() {
             self.list(a, b);
-            self.pace.since.entry((a, b)).or_insert(now);
+            if let std::collections::hash_map::Entry::Vacant(e) = self.pace.since.entry((a, b)) {
+                e.insert(now);
+                self.pace.busy.entry(a).or_default().started(now);
+            }
         }
     }
 
@@ -290,12 +347,26 @@ impl Tracker {
             let mid = (v.len() - 1) / 2;
             Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
         };
+        let mut v: Vec<f64> = self.pace.busy.values().filter_map(Busy::per_block).collect();
+        self.pace.link_median = if v.is_empty() {
+            None
+        } else {
+            let mid = (v.len() - 1) / 2;
+            Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
+        };
         self.pace.fast_pulling = self.received.iter().filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a)).count();
     }
 
-    /// Whether agent `a` receives more than [`SLOW_RATIO`] times slower than the swarm's median.
+    /// Whether agent `a` receives more than [`SLOW_RATIO`] times slower than the swarm's median: its
+    /// arrivals, or its link (see [`Busy`]).
     fn slow(&self, a: AgentId) -> bool {
-        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m)
+        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m) || self.link_slow(a)
+    }
+
+    /// Whether agent `a`'s link (see [`Busy`]) is more than [`SLOW_RATIO`] times slower than the
+    /// swarm's median.
+    fn link_slow(&self, a: AgentId) -> bool {
+        matches!((self.pace.busy.get(&a).and_then(Busy::per_block), self.pace.link_median), (Some(p), Some(m)) if p > SLOW_RATIO * m)
     }
 
     /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
@@ -308,6 +379,10 @@ impl Tracker {
 
     /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
     fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
+        // A holder on a slow link receives every block slowly, whatever this arrival has shown yet.
+        if self.link_slow(x) && !self.link_slow(a) {
+            return true;
+        }
         let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
         let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
@@ -356,8 +431,11 @@ impl Tracker {
         // The last block is short: its time is no pace.
         let last = self.total.is_some_and(|t| b + 1 == t);
         self.feeds.remove(&(a, b));
-        if let (Some(since), false) = (self.pace.since.remove(&(a, b)), last) {
-            self.paced(a, now.saturating_duration_since(since).as_secs_f64());
+        if let Some(since) = self.pace.since.remove(&(a, b)) {
+            self.pace.busy.entry(a).or_default().completed(now, !last);
+            if !last {
+                self.paced(a, now.saturating_duration_since(since).as_secs_f64());
+            }
         }
         let known = (b as usize) < self.holders.len();
         if let (true, Some(got)) = (known, self.got.get_mut(&a)) {
@@ -417,7 +495,9 @@ impl Tracker {
     /// there for it.
     pub fn not_at(&mut self, p: AgentId, b: u64) {
         self.unlist(p, b);
-        self.pace.since.remove(&(p, b));
+        if let (Some(_), Some(busy)) = (self.pace.since.remove(&(p, b)), self.pace.busy.get_mut(&p)) {
+            busy.failed();
+        }
         self.feeds.remove(&(p, b));
     }
 
@@ -929,13 +1009,46 @@ mod tests {
         let t = Instant::now();
         let s = Duration::from_secs;
         let mut tr = joined(16, 3);
-        for (a, b, took) in [(0, 0, 1), (1, 1, 1), (2, 2, 1), (0, 3, 1), (1, 4, 1), (2, 5, 1), (0, 6, 6), (0, 7, 6)] {
-            tr.arriving(a, b, t);
-            tr.have(a, b, t + s(took));
+        // (agent, block, started, took): each agent's arrivals one after another, agent 0's last two
+        // side by side from a slow source (its link busy 8 s for four blocks: 2× the others').
+        let arrivals = [(0, 0, 0, 1), (1, 1, 0, 1), (2, 2, 0, 1), (0, 3, 1, 1), (1, 4, 1, 1), (2, 5, 1, 1), (0, 6, 2, 6), (0, 7, 2, 6)];
+        for (a, b, from, _) in arrivals {
+            tr.arriving(a, b, t + s(from));
+        }
+        for (a, b, from, took) in arrivals {
+            tr.have(a, b, t + s(from + took));
         }
         tr.arriving(0, 9, t + s(10));
         assert_eq!(tr.locate_t(1, 9, t + s(10)), Answer::Peers(vec![0]), "two blocks at a slow source's pace of its last four: agent 0 still keeps the swarm's");
         assert_eq!(tr.locate_t(0, 10, t + s(10)), Answer::Relay, "and claims from the relay");
+    }
+
+    #[test]
+    fn a_host_on_a_slow_link_is_known_by_its_link_not_by_its_first_arrival_alone() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(32, 4);
+        // Agents 0–2 split their links over four reads each: every block takes them about 1.3 s,
+        // and they receive one every 0.34 s.
+        for a in 0..3 {
+            for i in 0..4 {
+                tr.arriving(a, 4 * u64::from(a) + i, t);
+            }
+            for i in 0..4 {
+                tr.have(a, 4 * u64::from(a) + i, t + ms(1200 + 50 * i));
+            }
+        }
+        // Agent 3's first block came alone on its link, in 1.7 s: not slow by that arrival (under
+        // 2.5× the others' 1.3 s), five times slower by its link.
+        assert_eq!(tr.locate_t(3, 13, t), Answer::Relay, "at the start nobody's pace is known");
+        tr.arriving(3, 12, t);
+        tr.have(3, 12, t + ms(1700));
+        tr.arriving(3, 13, t + ms(1700));
+        assert_eq!(tr.locate_t(3, 20, t + ms(1800)), Answer::Wait, "a host on a slow link takes no more blocks from the relay while faster agents pull");
+        assert_eq!(tr.locate_t(0, 13, t + ms(1800)), Answer::Relay, "its claim, arriving at its link's pace, is served again to a faster asker");
+        assert_eq!(tr.locate_t(1, 13, t + ms(1800)), Answer::Wait, "the others wait for that copy");
+        tr.arriving(0, 13, t + ms(1850));
+        assert_eq!(tr.locate_t(1, 13, t + ms(1900)), Answer::Peers(vec![0]), "and read it, not agent 3's");
     }
 
     #[test]
