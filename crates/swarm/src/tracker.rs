@@ -389,6 +389,27 @@ impl Tracker {
         self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
     }
 
+    /// Whether a relay claim on block `b` (its claimer, since when: its grant, or the claimer's last
+    /// claimed block) is too slow for asker `a`: as its claimer's arrival of the block is
+    /// (`too_slow_for`), unless that arrival began before the claim. Then it is a read the claimer
+    /// moved away from a slow holder, still the one it serves (fed by that holder and under way since
+    /// the read began), and the claim will give it the block whole soon: the claim is judged by its
+    /// claimer's link and pace and by its own time so far (issue 33: every fast agent moved its read
+    /// of a slow host's claim at about the same time, and the second and third judged the first
+    /// one's new claim by its old arrival and took one more copy from the relay each: a block sent
+    /// four times, 8 MiB of the relay's uplink, in three bench runs of five).
+    fn claim_too_slow(&self, (c, since): &(AgentId, Instant), b: u64, a: AgentId, now: Instant) -> bool {
+        if !self.pace.since.get(&(*c, b)).is_some_and(|start| start < since) {
+            return self.too_slow_for(*c, b, a, now);
+        }
+        if self.link_slow(*c) && !self.link_slow(a) {
+            return true;
+        }
+        let Some(m) = self.pace.median else { return false };
+        let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
+        self.pace.secs.get(c).copied().unwrap_or(0.0).max(now.saturating_duration_since(*since).as_secs_f64()) > bar
+    }
+
     /// Whether `x`'s arrival of `b` is fed (as far as the tracker named its source) by an agent that has
     /// not received `b` and whose own arrival of it is too slow for asker `a`, or by `a` itself (a
     /// circle: `a` would read its own arrival back), following up to `hops` sources back. An arrival
@@ -549,7 +570,7 @@ impl Tracker {
         // arrival would have gone as slowly (its downlink then shared with three peer reads), the
         // lower median of two arrivals is the faster one (it still looked normal), and a cap would
         // idle the relay's flows at the start of every fan-out, an even one too.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.too_slow_for(x.0, b, a, now)));
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.claim_too_slow(x, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -637,7 +658,7 @@ impl Tracker {
         let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.0 != a && self.stands(x, now) && !self.too_slow_for(x.0, b, a, now) => Answer::Wait,
+            Some(x) if x.0 != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
             Some(x) if x.0 == a && self.stands(x, now) => {
                 self.claims.insert(b, (a, now));
                 self.relay_grants += 1;
@@ -1049,6 +1070,39 @@ mod tests {
         assert_eq!(tr.locate_t(1, 13, t + ms(1800)), Answer::Wait, "the others wait for that copy");
         tr.arriving(0, 13, t + ms(1850));
         assert_eq!(tr.locate_t(1, 13, t + ms(1900)), Answer::Peers(vec![0]), "and read it, not agent 3's");
+    }
+
+    #[test]
+    fn a_claim_taken_for_a_read_moved_from_a_slow_holder_is_judged_by_the_claim_not_the_old_arrival() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(32, 4);
+        // Agents 0–2 took a block a second each, one after another.
+        for a in 0..3u64 {
+            for i in 0..2 {
+                tr.arriving(a as AgentId, 10 + 2 * a + i, t0 + ms(1000 * i));
+                tr.have(a as AgentId, 10 + 2 * a + i, t0 + ms(1000 * (i + 1)));
+            }
+        }
+        let t = t0 + ms(2000);
+        // Agent 3, whose link nobody knows yet, claims block 6; agents 0 and 1 read its arrival.
+        assert_eq!(tr.locate_t(3, 6, t), Answer::Relay);
+        tr.arriving(3, 6, t + ms(100));
+        for a in [0, 1] {
+            assert_eq!(tr.locate_t(a, 6, t + ms(200)), Answer::Peers(vec![3]), "not yet overdue");
+        }
+        for a in [0, 1] {
+            tr.arriving(a, 6, t + ms(300));
+        }
+        // Five seconds on, agent 0 moves its read: the claim is overdue, and agent 0 takes it over.
+        assert_eq!(tr.locate_t(0, 6, t + ms(5000)), Answer::Relay, "agent 3's claim is overdue");
+        // Agent 1 moves its read too. Agent 0's arrival (the one it serves) is still fed by agent 3,
+        // and under way since 4.7 s, but its claim is a moment old.
+        let grants = tr.relay_grants();
+        assert_eq!(tr.locate_t(1, 6, t + ms(5100)), Answer::Wait, "agent 0's claim will give it the block whole: no third copy");
+        assert_eq!(tr.relay_grants(), grants);
+        tr.have(0, 6, t + ms(6000));
+        assert_eq!(tr.locate_t(1, 6, t + ms(6100)), Answer::Peers(vec![0]), "and agent 1 reads it there");
     }
 
     #[test]

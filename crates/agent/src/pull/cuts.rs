@@ -86,10 +86,18 @@ mod tests {
     use std::io::Read;
     use std::net::TcpListener;
 
+    /// A reader that gives up after a while: a cut that does not end its read fails the test (the
+    /// read's error, not `Ok(0)`) instead of hanging it.
+    fn reader_to(l: &TcpListener) -> TcpStream {
+        let r = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        r.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        r
+    }
+
     #[test]
     fn a_cut_connection_ends_the_read_waiting_on_it() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut reader = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut reader = reader_to(&l);
         // The peer's end stays open and sends nothing: only the cut can end the read.
         let (_peer, _) = l.accept().unwrap();
         let cuts = Cuts::default();
@@ -110,7 +118,7 @@ mod tests {
         let mut waiting = Vec::new();
         let mut peers = Vec::new();
         for (f, p) in [(0, 7), (1, 8)] {
-            let mut reader = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let mut reader = reader_to(&l);
             peers.push(l.accept().unwrap().0);
             cuts.opened(f, p, reader.try_clone().unwrap());
             waiting.push(std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind())));
@@ -121,7 +129,7 @@ mod tests {
         }
         assert!(!cuts.is_open(0, 7) && !cuts.is_open(1, 8) && cuts.cut_all() == 0);
         // A fetcher that opens a connection after the end (a read still queued to it) finds it shut.
-        let mut late = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut late = reader_to(&l);
         let _peer = l.accept().unwrap();
         cuts.opened(0, 9, late.try_clone().unwrap());
         assert!(!cuts.is_open(0, 9));
