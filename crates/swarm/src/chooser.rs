@@ -79,14 +79,6 @@ pub const SLOW_FRACTION: f64 = limits::PEER_SLOW_FRACTION;
 /// the reads that may wait ahead of it on one connection ([`limits::PEER_READS_IN_FLIGHT`]).
 pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_FLIGHT as f64;
 
-/// A read of the window's next block (the one the replica's feed waits on), first on its connection,
-/// is moved after this many times the agent's own time per block: the tracker's slow ratio alone
-/// (issue 33: on the bench the slow host's first relay claims, made before anyone's pace was known,
-/// were the fast agents' next blocks in some runs; every fast agent read them at the slow host's pace
-/// and waited 5× its own block time before it moved, its window full for the last two seconds of
-/// that wait).
-pub const HEAD_MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO;
-
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
 /// values: one peer is no yardstick for another.
@@ -423,20 +415,14 @@ impl Chooser {
     /// pace; the tracker names such a holder only while it keeps the swarm's pace, but a read started
     /// before the holder was known to be slow would hold its block back for the holder's whole
     /// arrival (issue 33: 9–14 s for a block the others read in 1).
-    ///
-    /// The window's next block, read first on its connection, moves after [`HEAD_MOVE_AFTER`] times
-    /// instead: the replica's feed waits on it, and no read ahead of it on the wire shares its time.
     pub fn overdue(&self, now: Instant) -> Vec<u64> {
         let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
-        let head = self.held_prefix();
         let mut v: Vec<u64> = self
             .since
             .iter()
             .filter(|(b, at)| {
                 let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
-                let first_on_its_connection = || !self.since.iter().any(|(x, t)| x != *b && t < *at && self.in_flight.get(x) == Some(&Origin::Peer(*p)));
-                let bar = if **b == head && first_on_its_connection() { HEAD_MOVE_AFTER } else { MOVE_AFTER };
-                self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > bar * own
+                self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
             })
             .map(|(b, _)| *b)
             .collect();
@@ -725,26 +711,6 @@ mod tests {
     }
 
     #[test]
-    fn the_window_s_next_block_moves_sooner_unless_a_read_is_ahead_of_it_on_its_connection() {
-        let t = Instant::now();
-        let secs = Duration::from_secs_f64;
-        let ms = Duration::from_millis;
-        // A block takes 1 s here; block 0 is held, so block 1 is the window's next.
-        let mut c = paced(t);
-        assert_eq!(c.choose_at(3, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        assert_eq!(c.choose_at(1, &Answer::Peers(vec![8]), t), Some(Origin::Peer(8)));
-        assert!(c.overdue(t + secs(HEAD_MOVE_AFTER * 0.9)).is_empty());
-        assert_eq!(c.overdue(t + secs(HEAD_MOVE_AFTER + 0.1)), vec![1], "the next block moves first");
-        assert_eq!(c.overdue(t + secs(MOVE_AFTER + 0.1)), vec![1, 3], "any other after MOVE_AFTER");
-        // Behind another read on its connection it waits for that one too: MOVE_AFTER.
-        let mut c = paced(t);
-        assert_eq!(c.choose_at(5, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t + ms(1)), Some(Origin::Peer(7)));
-        assert!(c.overdue(t + ms(1) + secs(HEAD_MOVE_AFTER + 0.1)).is_empty(), "block 5 is ahead of it");
-        assert_eq!(c.overdue(t + ms(1) + secs(MOVE_AFTER + 0.1)), vec![1, 5]);
-    }
-
-    #[test]
     fn a_read_that_takes_too_long_moves_elsewhere_and_holds_its_flow_until_it_ends() {
         let t = Instant::now();
         let secs = Duration::from_secs_f64;
@@ -752,9 +718,8 @@ mod tests {
         assert_eq!(c.choose_at(15, &Answer::Relay, t), Some(Origin::Relay));
         c.done(15, 10, 0.01);
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        // Block 1 is the window's next, first on its connection (see the next test for the others).
-        assert!(c.overdue(t + secs(HEAD_MOVE_AFTER * 0.9)).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
-        let later = t + secs(HEAD_MOVE_AFTER + 0.1);
+        assert!(c.overdue(t + secs(MOVE_AFTER * 0.9)).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
+        let later = t + secs(MOVE_AFTER + 0.1);
         assert_eq!(c.overdue(later), vec![1]);
         assert_eq!(c.move_away(1, later), Some(7));
         assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");

@@ -46,8 +46,8 @@ pub struct Tracker {
     live: Vec<usize>,
     /// Per block: how many of the listed hold it whole (the others are receiving it).
     whole: Vec<usize>,
-    /// Per block: the agent fetching it from the relay, and since when.
-    claims: HashMap<u64, (AgentId, Instant)>,
+    /// Per block: its relay claim, if any.
+    claims: HashMap<u64, Claim>,
     /// Agents present, and whether each serves what it holds (`join --no-serve` does not).
     alive: HashMap<AgentId, bool>,
     /// Blocks each present agent has received (served or not): who still needs blocks.
@@ -81,6 +81,19 @@ pub struct Tracker {
     /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
     /// faster than its source (see [`Tracker::fed_too_slow`]).
     feeds: HashMap<(AgentId, u64), Origin>,
+}
+
+/// A block's relay claim.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    /// The agent fetching the block from the relay.
+    by: AgentId,
+    /// Since when: the grant, restarted whenever the claimer completes a claimed block (see
+    /// [`Tracker::have`]: its claims are pipelined, and a claim behind another waits for it).
+    since: Instant,
+    /// Granted while the claimer's arrival of the block was under way: it replaces a read the claimer
+    /// moved away from a slow holder (see [`Tracker::claim_too_slow`]).
+    replaces_moved: bool,
 }
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
@@ -294,7 +307,7 @@ impl Tracker {
         self.unlist_all(a);
         self.got.remove(&a);
         self.listed.remove(&a);
-        self.claims.retain(|_, (c, _)| *c != a);
+        self.claims.retain(|_, c| c.by != a);
         self.pace.secs.remove(&a);
         self.pace.recent.remove(&a);
         self.pace.since.retain(|(x, _), _| *x != a);
@@ -389,25 +402,24 @@ impl Tracker {
         self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
     }
 
-    /// Whether a relay claim on block `b` (its claimer, since when: its grant, or the claimer's last
-    /// claimed block) is too slow for asker `a`: as its claimer's arrival of the block is
-    /// (`too_slow_for`), unless that arrival began before the claim. Then it is a read the claimer
-    /// moved away from a slow holder, still the one it serves (fed by that holder and under way since
-    /// the read began), and the claim will give it the block whole soon: the claim is judged by its
-    /// claimer's link and pace and by its own time so far (issue 33: every fast agent moved its read
-    /// of a slow host's claim at about the same time, and the second and third judged the first
+    /// Whether relay claim `c` on block `b` is too slow for asker `a`: as its claimer's arrival of
+    /// the block is (`too_slow_for`), unless the claim replaces a read the claimer moved away from a
+    /// slow holder. That read's arrival is still the one the claimer serves (fed by that holder and
+    /// under way since the read began), but the claim will give it the block whole soon: it is judged
+    /// by its claimer's link and pace and by its own time so far (issue 33: every fast agent moved its
+    /// read of a slow host's claim at about the same time, and the second and third judged the first
     /// one's new claim by its old arrival and took one more copy from the relay each: a block sent
     /// four times, 8 MiB of the relay's uplink, in three bench runs of five).
-    fn claim_too_slow(&self, (c, since): &(AgentId, Instant), b: u64, a: AgentId, now: Instant) -> bool {
-        if !self.pace.since.get(&(*c, b)).is_some_and(|start| start < since) {
-            return self.too_slow_for(*c, b, a, now);
+    fn claim_too_slow(&self, c: &Claim, b: u64, a: AgentId, now: Instant) -> bool {
+        if !c.replaces_moved {
+            return self.too_slow_for(c.by, b, a, now);
         }
-        if self.link_slow(*c) && !self.link_slow(a) {
+        if self.link_slow(c.by) && !self.link_slow(a) {
             return true;
         }
         let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
-        self.pace.secs.get(c).copied().unwrap_or(0.0).max(now.saturating_duration_since(*since).as_secs_f64()) > bar
+        self.pace.secs.get(&c.by).copied().unwrap_or(0.0).max(now.saturating_duration_since(c.since).as_secs_f64()) > bar
     }
 
     /// Whether `x`'s arrival of `b` is fed (as far as the tracker named its source) by an agent that has
@@ -476,11 +488,11 @@ impl Tracker {
                 self.debug_check(b);
             }
         }
-        if self.claims.get(&b).is_some_and(|(c, _)| *c == a) {
+        if self.claims.get(&b).is_some_and(|c| c.by == a) {
             self.claims.remove(&b);
-            for (c, since) in self.claims.values_mut() {
-                if *c == a {
-                    *since = now;
+            for c in self.claims.values_mut() {
+                if c.by == a {
+                    c.since = now;
                 }
             }
         }
@@ -570,7 +582,7 @@ impl Tracker {
         // arrival would have gone as slowly (its downlink then shared with three peer reads), the
         // lower median of two arrivals is the faster one (it still looked normal), and a cap would
         // idle the relay's flows at the start of every fan-out, an even one too.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| x.0 != a && (!self.stands(x, now) || self.claim_too_slow(x, b, a, now)));
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.by != a && (!self.stands(x, now) || self.claim_too_slow(x, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -655,31 +667,31 @@ impl Tracker {
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
         debug_assert!(per_agent <= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW, "one agent's share of the relay's flows is more than all of them");
         let standing = self.claims.values().filter(|x| self.stands(x, now)).count();
-        let mine = self.claims.values().filter(|x| x.0 == a && self.stands(x, now)).count();
+        let mine = self.claims.values().filter(|x| x.by == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.0 != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
-            Some(x) if x.0 == a && self.stands(x, now) => {
-                self.claims.insert(b, (a, now));
-                self.relay_grants += 1;
-                Answer::Relay
-            }
+            Some(x) if x.by != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
+            Some(x) if x.by == a && self.stands(x, now) => self.grant(a, b, now),
             // A slow agent takes its blocks from peers while faster agents pull: a block it took from
             // the relay would reach the others at its pace, or cost the relay a second copy.
             _ if self.slow(a) && self.pace.fast_pulling > 0 => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
-            _ => {
-                self.claims.insert(b, (a, now));
-                self.relay_grants += 1;
-                Answer::Relay
-            }
+            _ => self.grant(a, b, now),
         }
+    }
+
+    /// `a` fetches `b` from the relay from `now`.
+    fn grant(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
+        let replaces_moved = self.pace.since.contains_key(&(a, b));
+        self.claims.insert(b, Claim { by: a, since: now, replaces_moved });
+        self.relay_grants += 1;
+        Answer::Relay
     }
 
     /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
     /// block within [`CLAIM_TIMEOUT`].
-    fn stands(&self, (c, since): &(AgentId, Instant), now: Instant) -> bool {
-        self.alive.contains_key(c) && now.saturating_duration_since(*since) < CLAIM_TIMEOUT
+    fn stands(&self, c: &Claim, now: Instant) -> bool {
+        self.alive.contains_key(&c.by) && now.saturating_duration_since(c.since) < CLAIM_TIMEOUT
     }
 
     /// How many agents are named for block `b`, holding it whole or receiving it: agents fetch the
