@@ -379,9 +379,8 @@ pub const PEER_BUSY_STREAK_GAP: Duration = Duration::from_secs(1);
 /// A source slower than this fraction of the median peer rate is avoided while others hold the block.
 pub const PEER_SLOW_FRACTION: f64 = 0.25;
 /// An agent whose blocks take more than this many times as long to arrive (first bytes to verified,
-/// per flow) as the swarm's median, or whose link does (each arrival's time over the mean number of
-/// arrivals beside it: a block's share of the link), is slow: the tracker does not name it for a
-/// block still arriving
+/// per flow) as the swarm's median, or whose link does (the time it has had an arrival under way per
+/// block received), is slow: the tracker does not name it for a block still arriving
 /// there to an asker that the relay or a whole holder can serve, does not let its relay claim hold
 /// others back, and gives it no relay claims of its own while agents faster than it pull (issue 33:
 /// a host at 20 Mbit/s beside 100 took 4–5× the median; an even fleet's agents stay within about 1.5×
