@@ -6,7 +6,9 @@
 # (uneven-<commit>, uneven-base-bcc8342-beside-<commit>, ...).
 # FANOUT=1: the even fan-out without the other two.
 # First sitting: 24bb09c (the link measure), before FULL existed; its directories were renamed by hand
-# (uneven/ to uneven-24bb09c/, uneven-base-bcc8342/ kept). Second: 12ecf99 (and the claim rule), FULL=1.
+# (uneven/ to uneven-24bb09c/, uneven-base-bcc8342/ kept). Then 72341cc (12ecf99's code: the claim rule),
+# 38c8e62 and 5b4e06d with BASE_LAB and FULL=1 (stopped when a result changed the code: only what finished
+# is kept), and ad2a1cc with FANOUT=1 and no base (three base sittings were already in).
 # The base: git worktree add /work/wt-base bcc8342 && (cd /work/wt-base && CARGO_TARGET_DIR=/work/wt-base/target cargo build --release)
 # (or a copy of its fastrepl-lab and fastrepl side by side: fastrepl-lab finds fastrepl beside itself);
 # then BASE_LAB=/work/wt-base/target/release/fastrepl-lab docs/results/issue33-sixth/run.sh.
