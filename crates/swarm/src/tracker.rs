@@ -96,6 +96,12 @@ struct Claim {
     replaces_moved: bool,
 }
 
+/// The median of `v`, the lower of the two middle values of an even count; `None` when empty.
+fn lower_median(mut v: Vec<f64>) -> Option<f64> {
+    let mid = v.len().checked_sub(1)? / 2;
+    Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
+}
+
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
 /// two hops cover a fleet of four to eight, where each block's arrivals chain through few agents, and
 /// keep an answer's cost bounded.
@@ -183,12 +189,11 @@ impl Busy {
     /// An arrival completed at `now`; `counts`: whether its block counts (the last block is short).
     fn completed(&mut self, now: Instant, counts: bool) {
         self.under_way = self.under_way.saturating_sub(1);
-        let mut end = now;
         if let Some(from) = self.from {
             self.secs += now.saturating_duration_since(from).as_secs_f64();
-            // Never back: time counted once.
-            end = now.max(from);
         }
+        // Never back: time is counted once.
+        let end = self.from.map_or(now, |from| now.max(from));
         self.from = (self.under_way > 0).then_some(end);
         self.blocks += u64::from(counts);
     }
@@ -336,7 +341,6 @@ impl Tracker {
         self.pace.recent.remove(&a);
         self.pace.since.retain(|(x, _), _| *x != a);
         self.pace.busy.remove(&a);
-        self.pace.link.remove(&a);
         self.feeds.retain(|(x, _), _| *x != a);
         self.measure();
     }
@@ -367,9 +371,9 @@ impl Tracker {
             recent.pop_front();
         }
         recent.push_back(secs);
-        let mut v: Vec<f64> = recent.iter().copied().collect();
-        v.sort_by(f64::total_cmp);
-        self.pace.secs.insert(a, v[(v.len() - 1) / 2]);
+        if let Some(m) = lower_median(recent.iter().copied().collect()) {
+            self.pace.secs.insert(a, m);
+        }
         self.pace.updates += 1;
         if self.pace.updates >= (self.alive.len() / 8).max(1) {
             self.measure();
@@ -379,21 +383,9 @@ impl Tracker {
     /// Recompute the median pace and the agents still pulling that are not slow against it.
     fn measure(&mut self) {
         self.pace.updates = 0;
-        let mut v: Vec<f64> = self.pace.secs.values().copied().collect();
-        self.pace.median = if v.is_empty() {
-            None
-        } else {
-            let mid = (v.len() - 1) / 2;
-            Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
-        };
+        self.pace.median = lower_median(self.pace.secs.values().copied().collect());
         self.links();
-        let mut v: Vec<f64> = self.pace.link.values().copied().collect();
-        self.pace.link_median = if v.is_empty() {
-            None
-        } else {
-            let mid = (v.len() - 1) / 2;
-            Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
-        };
+        self.pace.link_median = lower_median(self.pace.link.values().copied().collect());
         self.pace.fast_pulling = self.received.iter().filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a)).count();
     }
 
@@ -444,13 +436,20 @@ impl Tracker {
 
     /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
     fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
-        // A holder on a slow link receives every block slowly, whatever this arrival has shown yet.
+        let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
+        self.slower_than(x, so_far, a)
+    }
+
+    /// Whether agent `x` is too slow for asker `a`, with something of `x`'s under way for `so_far`
+    /// seconds: `x`'s link slow and `a`'s not (a holder on a slow link receives every block slowly,
+    /// whatever this one has shown yet), or `x`'s pace or `so_far` above [`SLOW_RATIO`] times the
+    /// swarm's median or `a`'s own pace, whichever is longer.
+    fn slower_than(&self, x: AgentId, so_far: f64, a: AgentId) -> bool {
         if self.link_slow(x) && !self.link_slow(a) {
             return true;
         }
         let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
-        let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
         self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
     }
 
@@ -463,15 +462,11 @@ impl Tracker {
     /// one's new claim by its old arrival and took one more copy from the relay each: a block sent
     /// four times, 8 MiB of the relay's uplink, in three bench runs of five).
     fn claim_too_slow(&self, c: &Claim, b: u64, a: AgentId, now: Instant) -> bool {
-        if !c.replaces_moved {
-            return self.too_slow_for(c.by, b, a, now);
+        if c.replaces_moved {
+            self.slower_than(c.by, now.saturating_duration_since(c.since).as_secs_f64(), a)
+        } else {
+            self.too_slow_for(c.by, b, a, now)
         }
-        if self.link_slow(c.by) && !self.link_slow(a) {
-            return true;
-        }
-        let Some(m) = self.pace.median else { return false };
-        let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
-        self.pace.secs.get(&c.by).copied().unwrap_or(0.0).max(now.saturating_duration_since(c.since).as_secs_f64()) > bar
     }
 
     /// Whether `x`'s arrival of `b` is fed (as far as the tracker named its source) by an agent that has
@@ -1114,6 +1109,17 @@ mod tests {
         assert_eq!(tr.locate_t(0, 10, t + s(10)), Answer::Relay, "and claims from the relay");
     }
 
+    /// Agent `a` takes blocks `4a..4a + 4` at once from `t`, its link split over the four: they come
+    /// 1.2–1.35 s later, 0.34 s of its link each.
+    fn four_at_once(tr: &mut Tracker, a: AgentId, t: Instant) {
+        for i in 0..4 {
+            tr.arriving(a, 4 * u64::from(a) + i, t);
+        }
+        for i in 0..4 {
+            tr.have(a, 4 * u64::from(a) + i, t + Duration::from_millis(1200 + 50 * i));
+        }
+    }
+
     #[test]
     fn a_host_on_a_slow_link_is_known_by_its_link_not_by_its_first_arrival_alone() {
         let t = Instant::now();
@@ -1122,12 +1128,7 @@ mod tests {
         // Agents 0–2 split their links over four reads each: every block takes them about 1.3 s,
         // and they receive one every 0.34 s.
         for a in 0..3 {
-            for i in 0..4 {
-                tr.arriving(a, 4 * u64::from(a) + i, t);
-            }
-            for i in 0..4 {
-                tr.have(a, 4 * u64::from(a) + i, t + ms(1200 + 50 * i));
-            }
+            four_at_once(&mut tr, a, t);
         }
         // Agent 3's first block came alone on its link, in 1.7 s: not slow by that arrival (under
         // 2.5× the others' 1.3 s), five times slower by its link.
@@ -1147,14 +1148,8 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let mut tr = joined(32, 3);
-        // Agents 0 and 1 take four blocks at once, in 1.2–1.35 s: 0.34 s of their link each.
         for a in 0..2 {
-            for i in 0..4 {
-                tr.arriving(a, 4 * u64::from(a) + i, t);
-            }
-            for i in 0..4 {
-                tr.have(a, 4 * u64::from(a) + i, t + ms(1200 + 50 * i));
-            }
+            four_at_once(&mut tr, a, t);
         }
         // Agent 2 started its four 0.3 s later: its first block took 1.2 s, with three beside it.
         for i in 0..4 {
