@@ -14,11 +14,14 @@
 //! carried, the slowest agent, how much of the time the relay's link ran full, the swarm's pull
 //! efficiency (one agent's time alone over the mean pull) and how close together the pulls ended. `SIM_DEBUG=1`
 //! prints the relay's and all flows' rates and every agent's progress every 40 steps (for small
-//! fleets), and at the end each agent's start, time and upload; `SIM_TRACE=<agent index>` why that
-//! agent's downlink is not full (see `Trace`).
+//! fleets), why the relay's link was not full, and at the end each agent's start, time and upload;
+//! `SIM_TRACE=<agent index>` why that agent's downlink is not full (see `Trace`; one line every
+//! `SIM_TRACE_EVERY` steps, 60 by default); `SIM_READS=1` every completed read (block, reader, source,
+//! from when to when): which blocks came from a slow host, and how long they took.
 //!
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
+use crate::stats;
 use swarm::{AgentId, Answer, Chooser, Origin, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -44,8 +47,9 @@ pub struct SimulateArgs {
     /// Fraction of agents on a slow link.
     #[arg(long, default_value_t = 0.0)]
     pub slow_fraction: f64,
-    /// Exactly this many agents on a slow link, the last ones (instead of `--slow-fraction`): the
-    /// bench's `uneven` fleet is `--agents 4 --slow-hosts 1 --link 100mbit --mib 128`.
+    /// Exactly this many agents on a slow link, which ones drawn from the seed (instead of
+    /// `--slow-fraction`): the bench's `uneven` fleet is `--agents 4 --slow-hosts 1 --link 100mbit
+    /// --mib 128`.
     #[arg(long)]
     pub slow_hosts: Option<usize>,
     /// How many times slower a slow host's link is.
@@ -92,6 +96,13 @@ pub struct SimulateArgs {
     /// Seed of the fleet's randomness (which hosts are slow, fail, join late).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Simulate every fleet size with this many seeds, `--seed` and those after it, and print each
+    /// size's median and worst over them (every run's row goes to `--json`). One seed is one fleet:
+    /// a change that moves one seed's row may move another's the other way, and in small fleets one
+    /// block's fate decides the row (issue 33: the bench's uneven fleet, run on the code the issue
+    /// was filed against, gave 1.11–1.14× on nineteen seeds of twenty and 1.65× on one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub seeds: u64,
     /// Write every row as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -102,6 +113,8 @@ pub struct SimulateArgs {
 pub struct Row {
     /// Agents.
     pub agents: usize,
+    /// The fleet's seed.
+    pub seed: u64,
     /// The longest pull of an agent on a full-rate link, from its own start to its last block (with
     /// all agents starting together: the time until every one of them holds the snapshot).
     pub secs: f64,
@@ -214,15 +227,33 @@ struct Transfer {
 }
 
 /// `SIM_TRACE=<agent index>`: why that agent's downlink is not full, counted over its pull, and every
-/// 60 steps one line (its next block to write, the window's blocks it is not reading with their
+/// `every` steps one line (its next block to write, the window's blocks it is not reading with their
 /// holders and whole holders, and its reads: source, the source's uploads, rate, round trip left).
 #[derive(Default)]
 struct Trace {
     agent: usize,
+    every: u64,
     pulling: u64,
     window_full: u64,
     unread: u64,
     idle: u64,
+    /// Over the steps with blocks of the window not asked for, those blocks by where they are: held
+    /// by nobody (claimed by another agent, or beyond the relay's share), only arriving somewhere,
+    /// held whole somewhere (every holder full, or avoided).
+    unread_by_where: [u64; 3],
+    /// The same for the window's next block to write alone, when it is one of them.
+    next_by_where: [u64; 3],
+}
+
+/// Where block `b` is, as [`Trace::unread_by_where`] counts it.
+fn where_is(tracker: &Tracker, b: u64) -> usize {
+    if tracker.holders(b) == 0 {
+        0
+    } else if tracker.whole_holders(b) == 0 {
+        1
+    } else {
+        2
+    }
 }
 
 /// What a trace step needs of the simulation's moment.
@@ -252,11 +283,17 @@ impl Trace {
             self.window_full += 1;
         } else {
             self.unread += 1;
+            for b in &unread {
+                self.unread_by_where[where_is(tracker, *b)] += 1;
+            }
+            if unread.contains(&next) {
+                self.next_by_where[where_is(tracker, next)] += 1;
+            }
         }
         if !transfers.iter().any(|x| x.dst == g.host && !x.refusal) {
             self.idle += 1;
         }
-        if at.step % 60 == 0 {
+        if at.step % self.every == 0 {
             let uploads = |src: usize| transfers.iter().filter(|y| y.src == src && !y.refusal).count();
             let reads: Vec<String> = transfers
                 .iter()
@@ -398,10 +435,28 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 
     let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
     let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
+    // `--slow-hosts`: which agents, drawn from the seed. Not the last ones: the tracker gives each
+    // agent its own order among equal blocks (by its number), so a slow host with the same number in
+    // every seed takes the same first blocks from the relay in every seed (issue 33: always blocks 12
+    // and 4 of 32, deep enough in the others' windows that a stall on them was absorbed in nineteen
+    // seeds of twenty), where the relay numbers agents as they join and the bench's slow host took
+    // blocks 0, 6, 7, 9 or 16 first.
+    let slow_set: Option<Vec<bool>> = a.slow_hosts.map(|k| {
+        let mut order: Vec<usize> = (0..n).collect();
+        for j in 0..k.min(n) {
+            let pick = j + (rng.next() * (n - j) as f64) as usize % (n - j);
+            order.swap(j, pick);
+        }
+        let mut slow = vec![false; n];
+        for i in &order[..k.min(n)] {
+            slow[*i] = true;
+        }
+        slow
+    });
     let mut agents: Vec<Agent> = (0..n)
         .map(|i| {
             let slow = rng.next() < a.slow_fraction;
-            let slow = a.slow_hosts.map_or(slow, |k| i + k >= n);
+            let slow = slow_set.as_ref().map_or(slow, |s| s[i]);
             let rate = if slow { bps / a.slow_factor } else { bps };
             hosts.push(Host { up: rate, down: rate, sent: 0.0 });
             let start = rng.next() * a.join_spread;
@@ -430,7 +485,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     // Steps with a full-rate agent pulling, and those with the relay's uplink full.
     let (mut pulling_steps, mut relay_full_steps) = (0u64, 0u64);
     let debug = std::env::var_os("SIM_DEBUG").is_some();
-    let mut traced = std::env::var("SIM_TRACE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| *w < n).map(|w| Trace { agent: w, ..Trace::default() });
+    let log_reads = std::env::var_os("SIM_READS").is_some();
+    // Steps with the relay's link under 99 % while full-rate agents pull (`SIM_DEBUG`): with relay
+    // reads under way (held back by their claimers' downlinks), with no block nobody holds in any
+    // window (nothing to claim), and with such blocks not claimed (the relay's flows shared out).
+    let mut relay_short = [0u64; 3];
+    let every = std::env::var("SIM_TRACE_EVERY").ok().and_then(|v| v.parse::<u64>().ok()).filter(|e| *e > 0).unwrap_or(60);
+    let mut traced = std::env::var("SIM_TRACE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| *w < n).map(|w| Trace { agent: w, every, ..Trace::default() });
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
             break;
@@ -601,6 +662,14 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         if agents.iter().any(|g| g.started && g.alive && g.finished.is_none() && !g.slow) {
             pulling_steps += 1;
             relay_full_steps += u64::from(relay >= 0.99 * bps);
+            if debug && relay < 0.99 * bps {
+                let relay_reads = transfers.iter().any(|x| x.src == 0 && !x.refusal);
+                let unclaimed = agents.iter().filter(|g| g.started && g.alive && g.finished.is_none()).any(|g| {
+                    let next = g.chooser.held_prefix();
+                    (next..(next + a.window).min(blocks)).any(|b| tracker.holders(b) == 0 && !g.chooser.holds(b) && !g.chooser.in_flight(b))
+                });
+                relay_short[if relay_reads { 0 } else if !unclaimed { 1 } else { 2 }] += 1;
+            }
         }
         if let Some(tr) = traced.as_mut() {
             tr.step(&agents, &transfers, &rates, &tracker, TraceAt { t, step, bps, block, window: a.window, blocks });
@@ -674,6 +743,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let x = transfers.swap_remove(i);
             rates.swap_remove(i);
             end_read(&mut flows, &mut agents, x.from, x.src, x.dst);
+            if log_reads {
+                let from = match x.from {
+                    Origin::Relay => "relay".to_string(),
+                    Origin::Peer(p) => format!("a{p}"),
+                };
+                eprintln!("read b{} by a{} from {from}: {:.2}-{:.2} s", x.block, x.dst - 1, x.since, t);
+            }
             let g = &mut agents[x.dst - 1];
             let moved = match x.from {
                 Origin::Peer(p) => g.chooser.moved_ended(x.block, p).then_some(p),
@@ -712,8 +788,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             "trace of agent {}: {} steps pulling, its downlink under 99 % in {}: its window full (every block held or in flight) in {}, blocks of it not asked for in {} (the tracker's answer Wait, or no slot), nothing in flight in {}",
             tr.agent, tr.pulling, tr.window_full + tr.unread, tr.window_full, tr.unread, tr.idle
         );
+        let [n0, n1, n2] = tr.unread_by_where;
+        let [h0, h1, h2] = tr.next_by_where;
+        eprintln!("the window's blocks not asked for, summed over those steps: held by nobody {n0}, only arriving {n1}, held whole {n2} (every holder full or avoided); its next block to write among them in {} steps: held by nobody {h0}, only arriving {h1}, held whole {h2}", h0 + h1 + h2);
     }
     if debug {
+        let [reads, nothing, unclaimed] = relay_short;
+        eprintln!("the relay's link under 99 % in {} of {pulling_steps} steps with full-rate agents pulling: relay reads under way (held back by their claimers' downlinks) {reads}, no block nobody holds in any window {nothing}, such blocks not claimed {unclaimed}", reads + nothing + unclaimed);
         for g in &agents {
             let took = g.finished.map_or("unfinished".to_string(), |f| format!("{:.2} s", f - g.start));
             eprintln!("agent {}: started {:.2} s, took {took}, slow {}, alive {}, uplink carried {:.2} copies", g.id, g.start, g.slow, g.alive, hosts[g.host].sent / snapshot);
@@ -729,6 +810,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let slowest = survivors.iter().filter(|g| g.finished.is_some()).max_by(|x, y| (x.finished.unwrap() - x.start).total_cmp(&(y.finished.unwrap() - y.start)));
     Ok(Row {
         agents: n,
+        seed: a.seed,
         secs: end,
         t_over_t1: end / t_one,
         slow_over_own_bound,
@@ -745,6 +827,57 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     })
 }
 
+/// Fleet size `n` with every seed of `a.seeds`, in seed order; the seeds run on every core.
+fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(a.seeds as usize);
+    let mut rows: Vec<Row> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> Result<Vec<Row>> {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= a.seeds {
+                            return Ok(mine);
+                        }
+                        mine.push(run_one(&SimulateArgs { seed: a.seed + k, ..a.clone() }, n)?);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?).collect::<Result<Vec<Vec<Row>>>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    rows.sort_by_key(|r| r.seed);
+    Ok(rows)
+}
+
+/// One fleet size's line of the many-seeds table.
+fn seeds_row(n: usize, runs: &[Row]) -> String {
+    let ratios: Vec<f64> = runs.iter().map(|r| r.t_over_t1).collect();
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    let worst = runs.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1));
+    let slow: Vec<f64> = runs.iter().filter_map(|r| r.slow_over_own_bound).collect();
+    let copies: Vec<f64> = runs.iter().map(|r| r.relay_copies).collect();
+    let efficiency: Vec<f64> = runs.iter().filter_map(|r| r.pull_efficiency).collect();
+    let most = |v: &[f64]| v.iter().copied().fold(f64::MIN, f64::max);
+    format!(
+        "| {n} | {:.3} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
+        stats::median(&ratios).unwrap_or(f64::NAN),
+        worst.map_or("–".into(), |w| format!("{:.3} ({})", w.t_over_t1, w.seed)),
+        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", "),
+        stats::median(&slow).map_or("–".into(), |m| format!("{m:.2} ({:.2})", most(&slow))),
+        stats::median(&copies).unwrap_or(f64::NAN),
+        most(&copies),
+        stats::median(&efficiency).map_or("–".into(), |m| format!("{m:.3}")),
+        runs.iter().map(|r| r.unfinished).sum::<usize>()
+    )
+}
+
 /// Run every fleet size and print the table.
 pub fn run(a: SimulateArgs) -> Result<()> {
     println!(
@@ -759,36 +892,47 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.relay_depth,
         a.peer_depth,
         a.slow_fraction * 100.0,
-        a.slow_hosts.map(|k| format!(" (exactly {k}, the last)")).unwrap_or_default(),
+        a.slow_hosts.map(|k| format!(" (exactly {k})")).unwrap_or_default(),
         a.slow_factor,
         a.fail_fraction * 100.0,
         a.join_spread,
         a.rtt_ms,
         a.queue_ms
     );
-    println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent | relay link full | pull efficiency | full-rate ends within (s) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    for &n in &a.agents {
-        let r = run_one(&a, n.max(1))?;
-        println!(
-            "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {} | {} | {} |",
-            r.agents,
-            r.secs,
-            r.t_over_t1,
-            r.slow_over_own_bound.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into()),
-            r.relay_copies,
-            r.agent_upload_copies_max,
-            r.slowest_secs,
-            if r.slowest_is_slow_host { "yes" } else { "no" },
-            r.failed,
-            r.unfinished,
-            r.refusals_per_block,
-            r.relay_busy.map_or("–".into(), |v| format!("{:.0} %", v * 100.0)),
-            r.pull_efficiency.map_or("–".into(), |v| format!("{v:.3}")),
-            r.ends_within.map_or("–".into(), |v| format!("{v:.1}"))
-        );
-        rows.push(r);
+    if a.seeds == 1 {
+        println!("| agents | T(N) s | T(N)/T(1) | slow hosts ÷ their own bound | relay copies | max agent upload copies | slowest agent s (slow host?) | failed | unfinished | refusals per block per agent | relay link full | pull efficiency | full-rate ends within (s) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for &n in &a.agents {
+            let r = run_one(&a, n.max(1))?;
+            println!(
+                "| {} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {:.2} ({}) | {} | {} | {:.2} | {} | {} | {} |",
+                r.agents,
+                r.secs,
+                r.t_over_t1,
+                r.slow_over_own_bound.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into()),
+                r.relay_copies,
+                r.agent_upload_copies_max,
+                r.slowest_secs,
+                if r.slowest_is_slow_host { "yes" } else { "no" },
+                r.failed,
+                r.unfinished,
+                r.refusals_per_block,
+                r.relay_busy.map_or("–".into(), |v| format!("{:.0} %", v * 100.0)),
+                r.pull_efficiency.map_or("–".into(), |v| format!("{v:.3}")),
+                r.ends_within.map_or("–".into(), |v| format!("{v:.1}"))
+            );
+            rows.push(r);
+        }
+    } else {
+        println!("seeds {} to {}; T(N)/T(1) is the slowest full-rate agent's pull over one agent's time, as in a one-seed table", a.seed, a.seed + a.seeds - 1);
+        println!("| agents | T(N)/T(1) median | worst (seed) | every seed's, ascending | slow hosts ÷ their own bound, median (worst) | relay copies, median (most) | pull efficiency, median | unfinished, all seeds |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for &n in &a.agents {
+            let runs = run_seeds(&a, n.max(1))?;
+            println!("{}", seeds_row(n.max(1), &runs));
+            rows.extend(runs);
+        }
     }
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_vec_pretty(&serde_json::json!({"settings": format!("{a:?}"), "rows": rows}))?)?;
@@ -853,6 +997,21 @@ mod tests {
         let a = Cli::parse_from(["sim", "--mib", "256", "--link", "100mbit", "--join-spread", "30", "--slow-fraction", "0.2", "--fail-fraction", "0.1", "--seed", "3"]).a;
         let (x, y) = (run_one(&a, 8).unwrap(), run_one(&a, 8).unwrap());
         assert_eq!(serde_json::to_string(&x).unwrap(), serde_json::to_string(&y).unwrap());
+    }
+
+    #[test]
+    fn many_seeds_give_each_seed_its_own_run_in_seed_order() {
+        let a = Cli::parse_from(["sim", "--mib", "64", "--link", "100mbit", "--join-spread", "10", "--slow-fraction", "0.3", "--seed", "5", "--seeds", "3"]).a;
+        let runs = run_seeds(&a, 4).unwrap();
+        assert_eq!(runs.iter().map(|r| r.seed).collect::<Vec<_>>(), vec![5, 6, 7]);
+        for r in &runs {
+            let alone = run_one(&SimulateArgs { seed: r.seed, ..a.clone() }, 4).unwrap();
+            assert_eq!(serde_json::to_string(r).unwrap(), serde_json::to_string(&alone).unwrap(), "seed {} run among others is the seed run alone", r.seed);
+        }
+        assert_ne!(serde_json::to_string(&runs[0]).unwrap().replace("\"seed\":5", ""), serde_json::to_string(&runs[1]).unwrap().replace("\"seed\":6", ""), "different seeds, different fleets");
+        let line = seeds_row(4, &runs);
+        let worst = runs.iter().map(|r| r.t_over_t1).fold(f64::MIN, f64::max);
+        assert!(line.contains(&format!("{worst:.3} (")), "the worst run is named: {line}");
     }
 
     #[test]
