@@ -857,17 +857,19 @@ fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
 
 /// One fleet size's line of the many-seeds table.
 fn seeds_row(n: usize, runs: &[Row]) -> String {
-    let ratios: Vec<f64> = runs.iter().map(|r| r.t_over_t1).collect();
+    // A fleet with no full-rate agent that finished (one slow host alone) has no ratio.
+    let with_ratio: Vec<&Row> = runs.iter().filter(|r| r.secs > 0.0).collect();
+    let ratios: Vec<f64> = with_ratio.iter().map(|r| r.t_over_t1).collect();
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);
-    let worst = runs.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1));
+    let worst = with_ratio.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1));
     let slow: Vec<f64> = runs.iter().filter_map(|r| r.slow_over_own_bound).collect();
     let copies: Vec<f64> = runs.iter().map(|r| r.relay_copies).collect();
     let efficiency: Vec<f64> = runs.iter().filter_map(|r| r.pull_efficiency).collect();
     let most = |v: &[f64]| v.iter().copied().fold(f64::MIN, f64::max);
     format!(
-        "| {n} | {:.3} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
-        stats::median(&ratios).unwrap_or(f64::NAN),
+        "| {n} | {} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
+        stats::median(&ratios).map_or("–".into(), |m| format!("{m:.3}")),
         worst.map_or("–".into(), |w| format!("{:.3} ({})", w.t_over_t1, w.seed)),
         sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", "),
         stats::median(&slow).map_or("–".into(), |m| format!("{m:.2} ({:.2})", most(&slow))),
