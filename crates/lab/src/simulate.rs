@@ -100,7 +100,8 @@ pub struct SimulateArgs {
     /// size's median and worst over them (every run's row goes to `--json`). One seed is one fleet:
     /// a change that moves one seed's row may move another's the other way, and in small fleets one
     /// block's fate decides the row (issue 33: the bench's uneven fleet, run on the code the issue
-    /// was filed against, gave 1.11–1.14× on nineteen seeds of twenty and 1.65× on one).
+    /// was filed against with its slow host always the last agent, gave 1.109–1.117× on nineteen
+    /// seeds of twenty and 1.707× on one).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
     /// Write every row as JSON here.
@@ -420,6 +421,23 @@ fn end_read(flows: &mut HashMap<(usize, usize), usize>, agents: &mut [Agent], fr
     }
 }
 
+/// Which of `n` agents are the `k` slow ones (all of them if `k >= n`), drawn from `rng`: the first
+/// `k` places of a shuffle.
+fn draw_slow(rng: &mut Rng, n: usize, k: usize) -> Vec<bool> {
+    let k = k.min(n);
+    let mut order: Vec<usize> = (0..n).collect();
+    for j in 0..k {
+        // `%`: a draw of 1.0 - ε times (n - j) rounds to n - j at most once in 2^53; it stays in range.
+        let pick = j + (rng.next() * (n - j) as f64) as usize % (n - j);
+        order.swap(j, pick);
+    }
+    let mut slow = vec![false; n];
+    for i in &order[..k] {
+        slow[*i] = true;
+    }
+    slow
+}
+
 /// Simulate one fleet of `n` agents.
 pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let bps = link_bps(&a.link)? / 8.0;
@@ -441,18 +459,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     // and 4 of 32, deep enough in the others' windows that a stall on them was absorbed in nineteen
     // seeds of twenty), where the relay numbers agents as they join and the bench's slow host took
     // blocks 0, 6, 7, 9 or 16 first.
-    let slow_set: Option<Vec<bool>> = a.slow_hosts.map(|k| {
-        let mut order: Vec<usize> = (0..n).collect();
-        for j in 0..k.min(n) {
-            let pick = j + (rng.next() * (n - j) as f64) as usize % (n - j);
-            order.swap(j, pick);
-        }
-        let mut slow = vec![false; n];
-        for i in &order[..k.min(n)] {
-            slow[*i] = true;
-        }
-        slow
-    });
+    let slow_set: Option<Vec<bool>> = a.slow_hosts.map(|k| draw_slow(&mut rng, n, k));
     let mut agents: Vec<Agent> = (0..n)
         .map(|i| {
             let slow = rng.next() < a.slow_fraction;
@@ -829,8 +836,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 
 /// Fleet size `n` with every seed of `a.seeds`, in seed order; the seeds run on every core.
 fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
+    use anyhow::Context;
+    a.seed.checked_add(a.seeds - 1).with_context(|| format!("--seed {} with --seeds {}: the last seed is past the largest", a.seed, a.seeds))?;
     let next = std::sync::atomic::AtomicU64::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(a.seeds as usize);
+    // The diagnostics print per run: one run at a time, each headed by its seed, or they interleave.
+    let diagnostics = ["SIM_DEBUG", "SIM_TRACE", "SIM_READS"].iter().any(|v| std::env::var_os(v).is_some());
+    let threads = if diagnostics { 1 } else { std::thread::available_parallelism().map_or(1, |p| p.get()).min(a.seeds as usize) };
     let mut rows: Vec<Row> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -841,12 +852,16 @@ fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
                         if k >= a.seeds {
                             return Ok(mine);
                         }
-                        mine.push(run_one(&SimulateArgs { seed: a.seed + k, ..a.clone() }, n)?);
+                        let seed = a.seed + k;
+                        if diagnostics {
+                            eprintln!("== {n} agents, seed {seed}");
+                        }
+                        mine.push(run_one(&SimulateArgs { seed, ..a.clone() }, n).with_context(|| format!("simulating {n} agents with seed {seed}"))?);
                     }
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?).collect::<Result<Vec<Vec<Row>>>>()
+        workers.into_iter().map(|w| w.join().map_err(|_| anyhow::anyhow!("simulating {n} agents: a thread running seeds panicked"))?).collect::<Result<Vec<Vec<Row>>>>()
     })?
     .into_iter()
     .flatten()
@@ -857,8 +872,10 @@ fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
 
 /// One fleet size's line of the many-seeds table.
 fn seeds_row(n: usize, runs: &[Row]) -> String {
-    // A fleet with no full-rate agent that finished (one slow host alone) has no ratio.
+    // A run where no full-rate agent finished (one slow host alone; every full-rate agent failed or
+    // unfinished) has no ratio: left out, and counted.
     let with_ratio: Vec<&Row> = runs.iter().filter(|r| r.secs > 0.0).collect();
+    let left_out = runs.len() - with_ratio.len();
     let ratios: Vec<f64> = with_ratio.iter().map(|r| r.t_over_t1).collect();
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);
@@ -871,7 +888,7 @@ fn seeds_row(n: usize, runs: &[Row]) -> String {
         "| {n} | {} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
         stats::median(&ratios).map_or("–".into(), |m| format!("{m:.3}")),
         worst.map_or("–".into(), |w| format!("{:.3} ({})", w.t_over_t1, w.seed)),
-        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", "),
+        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ") + &if left_out > 0 { format!(" ({left_out} of {} without a full-rate agent that finished)", runs.len()) } else { String::new() },
         stats::median(&slow).map_or("–".into(), |m| format!("{m:.2} ({:.2})", most(&slow))),
         stats::median(&copies).unwrap_or(f64::NAN),
         most(&copies),
@@ -1012,8 +1029,26 @@ mod tests {
         }
         assert_ne!(serde_json::to_string(&runs[0]).unwrap().replace("\"seed\":5", ""), serde_json::to_string(&runs[1]).unwrap().replace("\"seed\":6", ""), "different seeds, different fleets");
         let line = seeds_row(4, &runs);
-        let worst = runs.iter().map(|r| r.t_over_t1).fold(f64::MIN, f64::max);
-        assert!(line.contains(&format!("{worst:.3} (")), "the worst run is named: {line}");
+        let worst = runs.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1)).unwrap();
+        assert!(line.contains(&format!("{:.3} ({})", worst.t_over_t1, worst.seed)), "the worst run is named with its seed: {line}");
+    }
+
+    #[test]
+    fn slow_hosts_are_drawn_from_the_seed_exactly_k_of_them() {
+        let draw = |seed: u64, n: usize, k: usize| draw_slow(&mut Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1), n, k);
+        for seed in 1..50 {
+            assert_eq!(draw(seed, 8, 3).iter().filter(|s| **s).count(), 3);
+            assert_eq!(draw(seed, 8, 3), draw(seed, 8, 3), "one seed, one draw");
+        }
+        assert!(draw(1, 3, 5).iter().all(|s| *s), "more slow hosts than agents: all slow");
+        assert!(draw(1, 4, 0).iter().all(|s| !*s));
+        // Not always the same agent (the last one was, before issue 33's seventh pass): over 100
+        // seeds every one of four is drawn.
+        let mut drawn = [false; 4];
+        for seed in 1..=100 {
+            drawn[draw(seed, 4, 1).iter().position(|s| *s).unwrap()] = true;
+        }
+        assert_eq!(drawn, [true; 4]);
     }
 
     #[test]
