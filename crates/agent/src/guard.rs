@@ -153,13 +153,16 @@ impl Drop for Guard {
 }
 
 /// The guard process: wait for the agent's word or its death; on death, reset the replica if it
-/// still follows the agent. Returns the exit code. What it has to say goes to `say` (the binary's
-/// log queue: a stalled stderr reader must not keep a guard whose work is done from ending).
-pub fn run(say: fn(&str)) -> i32 {
+/// still follows the agent. Returns the exit code. What it has to say is logged like any line of the
+/// join's, in its format (the guard inherits `FASTREPL_LOG_FORMAT`): with `--log-format json` a
+/// collector reading the join's lines would drop a plain-text one, and the guard speaks exactly when
+/// something went wrong. The binary's log queue carries it: a stalled stderr reader must not keep a
+/// guard whose work is done from ending.
+pub fn run() -> i32 {
     let staged = std::env::var(ENV_STAGED_MASTER).ok();
     let follows = std::env::var(ENV_FOLLOWS);
     let (Ok(replica), true) = (std::env::var(ENV_REPLICA), follows.is_ok() || staged.is_some()) else {
-        say(&format!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand"));
+        tracing::error!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand");
         return 2;
     };
     let auth = std::env::var(ENV_PASSWORD).ok().map(|password| replication::replica::Auth { user: std::env::var(ENV_USER).ok(), password });
@@ -169,50 +172,50 @@ pub fn run(say: fn(&str)) -> i32 {
     if word == DISARM {
         return 0;
     }
-    let tls = match load_tls(&replica, say) {
+    let tls = match load_tls(&replica) {
         Ok(t) => t,
         Err(code) => return code,
     };
     let node = Node { addr: replica.clone(), auth, tls, cancel: Default::default() };
     if let Some(master) = staged {
-        return undo_staged(&node, &master, say);
+        return undo_staged(&node, &master);
     }
     let follows = follows.unwrap_or_default();
     match local::reset(&node, std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(Reset::Done) => {
-            say(&format!("fastrepl: the join's agent died before the handoff; the replica {replica} was reset to an empty standalone server"));
+            tracing::warn!(replica = %replica, "the join's agent died before the handoff; the replica was reset to an empty standalone server");
             0
         }
         // Handed over already, or reconfigured by someone else: not ours to touch, nothing to say
         // about its data.
         Ok(Reset::NotOurs) => 0,
         Ok(Reset::Unreachable(e)) => {
-            say(&format!("fastrepl: the join's agent died; the replica {replica} did not answer to be reset ({e}): a restarted server comes back standalone, check its role"));
+            tracing::error!(replica = %replica, error = %e, "the join's agent died; the replica did not answer to be reset: a restarted server comes back standalone, check its role");
             1
         }
         Err(e) => {
-            say(&format!("fastrepl: the join's agent died; could not reset the replica {replica}: {e}"));
+            tracing::error!(replica = %replica, error = %e, "the join's agent died; could not reset the replica");
             1
         }
     }
 }
 
 /// TLS to the replica, from the environment (`Err`: the exit code after saying why).
-fn load_tls(replica: &str, say: fn(&str)) -> Result<Option<client::tls::Tls>, i32> {
+fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
     if std::env::var_os(ENV_TLS).is_none() {
         return Ok(None);
     }
     let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
     let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
     client::tls::Tls::load(&o).map(Some).map_err(|e| {
-        say(&format!("fastrepl: the join's agent died; could not load TLS to reset the replica {replica}: {e}"));
+        tracing::error!(replica = %replica, error = %e, "the join's agent died; could not load TLS to reset the replica");
         1
     })
 }
 
 /// The staged join's agent died: undo a node still parked (its `masteruser` is ours), leave one that
 /// is down or was changed by someone else.
-fn undo_staged(n: &Node, master: &str, say: fn(&str)) -> i32 {
+fn undo_staged(n: &Node, master: &str) -> i32 {
     let node = &n.addr;
     let mut c = match n.connect() {
         Ok(c) => c,
@@ -235,16 +238,16 @@ fn undo_staged(n: &Node, master: &str, say: fn(&str)) -> i32 {
     ];
     for (what, args) in steps {
         if let Err(e) = c.cmd(args) {
-            say(&format!("fastrepl: the join's agent died while staging {node}; undoing it failed at {what}: {e}"));
+            tracing::error!(node = %node, step = what, error = %e, "the join's agent died while staging the node; undoing it failed");
             return 1;
         }
     }
     let (rdb, aside) = (std::path::PathBuf::from(env(ENV_STAGED_RDB)), std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)));
     let restored = if aside.exists() { std::fs::rename(&aside, &rdb) } else { std::fs::remove_file(&rdb).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) };
     if let Err(e) = restored {
-        say(&format!("fastrepl: the join's agent died while staging {node}; it was reset, but its staged RDB file {} could not be removed: {e}", rdb.display()));
+        tracing::error!(node = %node, file = %rdb.display(), error = %e, "the join's agent died while staging the node; it was reset, but its staged RDB file could not be removed");
         return 1;
     }
-    say(&format!("fastrepl: the join's agent died while staging {node}; it was reset to an empty master and introduced to {master} again"));
+    tracing::warn!(node = %node, master = %master, "the join's agent died while staging the node; it was reset to an empty master and introduced to the master again");
     0
 }

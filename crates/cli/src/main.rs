@@ -534,10 +534,9 @@ fn main() -> ExitCode {
     if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
         std::env::set_var("UCX_NET_DEVICES", d);
     }
-    // The relay's UCX side process logs as the relay does.
-    if let Cmd::Relay(_) = &cli.cmd {
-        std::env::set_var("FASTREPL_LOG_FORMAT", if cli.log_format == LogFormat::Json { "json" } else { "text" });
-    }
+    // Every process this one starts logs as it does: the relay's UCX side, a join's or a stage's
+    // guard (whose lines share this one's stderr).
+    std::env::set_var("FASTREPL_LOG_FORMAT", if cli.log_format == LogFormat::Json { "json" } else { "text" });
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
@@ -546,7 +545,7 @@ fn main() -> ExitCode {
         Cmd::Fetch(a) => fetch(a),
         Cmd::Stage(a) => stage(a),
         Cmd::Status(a) => status(a),
-        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run(|line| errln!("{line}"))).unwrap_or(1))),
+        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
         #[cfg(feature = "ucx")]
         Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| log_sink::drain(limits::LAST_WORD_WAIT))).unwrap_or(1))),
     };

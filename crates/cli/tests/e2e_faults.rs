@@ -206,13 +206,14 @@ fn interrupted_join_resets_the_replica() {
 }
 
 /// The join's process is SIGKILLed mid-sync (it can reset nothing): its guard resets the replica,
-/// which must not keep following the dead agent's address.
+/// which must not keep following the dead agent's address, and says so in the join's log format
+/// (JSON here: a plain-text line among JSON ones is dropped by a log collector).
 #[test]
 fn killed_join_its_guard_resets_the_replica() {
     let master = slow_master();
     let replica = Server::start(Flavor::Redis70, &[]);
     let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    let mut j = start_join(&relay.addr, &replica.addr(), &[], &[]);
+    let mut j = start_join(&relay.addr, &replica.addr(), &["--log-format", "json"], &[]);
     wait_replica_syncing(&replica);
     j.kill();
     wait_until("the guard to reset the replica", Duration::from_secs(30), || {
@@ -220,6 +221,12 @@ fn killed_join_its_guard_resets_the_replica() {
         (r.get("role") == Some("master")).then_some(())
     });
     assert_untouched(&replica);
+    // The guard shares the join's stderr: its word lands in the join's output.
+    let said = wait_until("the guard to say it reset the replica", Duration::from_secs(10), || j.output().lines().find(|l| l.contains("agent died")).map(str::to_owned));
+    let line: serde_json::Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("the guard's line is not JSON ({e}): {said}"));
+    assert_eq!(line["level"], "WARN", "{said}");
+    assert_eq!(line["replica"], replica.addr(), "{said}");
+    assert!(line["message"].as_str().is_some_and(|m| m.contains("was reset")), "{said}");
     // And the same join runs again to success.
     assert_partial(&join(&relay.addr, &replica.addr(), &[], &[]));
     assert_identical(&master, &replica);
