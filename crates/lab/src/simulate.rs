@@ -532,7 +532,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             // An arrival that will not complete is taken back, as a real agent does.
             if x.announced && agents[x.dst - 1].alive {
-                tracker.not_at(agents[x.dst - 1].id, x.block);
+                let me = agents[x.dst - 1].id;
+                tracker.not_at(me, me, x.block);
             }
             false
         });
@@ -784,9 +785,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             if !agents[g].chooser.moved_ended(b, p) {
                 agents[g].chooser.failed(b, false);
             }
-            tracker.not_at(p, b);
+            // The reader says the holder lacks it (the holder's own arrival ended: the holder said
+            // so itself when it did); and its own arrival, fed by that one, failed.
+            let me = agents[g].id;
+            tracker.not_at(me, p, b);
             if announced {
-                tracker.not_at(agents[g].id, b);
+                tracker.not_at(me, me, b);
             }
         }
     }

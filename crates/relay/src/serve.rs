@@ -528,8 +528,8 @@ fn swarm_request<'a, S: DataStream>(
             Ok(Vec::new())
         }
         (Swarm::Arriving { block }, Some(_)) => Err(format!("block {block} is not published")),
-        (Swarm::NotAt { block, peer }, Some(_)) => {
-            shared.swarms.not_at(gen.id(), peer, block);
+        (Swarm::NotAt { block, peer }, Some(id)) => {
+            shared.swarms.not_at(gen.id(), id, peer, block);
             Ok(Vec::new())
         }
         (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),

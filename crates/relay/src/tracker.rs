@@ -168,14 +168,15 @@ impl Swarms {
         self.with(generation, |s| s.tracker.load(id, uploads, arrived, std::time::Instant::now()));
     }
 
-    /// `peer` does not hold `block`.
-    pub fn not_at(&self, generation: u64, peer: u32, block: u64) {
+    /// Member `by` says `peer` does not hold `block` (`peer` may be `by` itself: see
+    /// [`swarm::Tracker::not_at`]).
+    pub fn not_at(&self, generation: u64, by: u32, peer: u32, block: u64) {
         self.with(generation, |s| {
             if block == transport::wire::ALL_BLOCKS {
-                tracing::warn!(generation, agent = peer, "an agent reported a corrupt block from this agent; no longer naming it as a source");
+                tracing::warn!(generation, agent = peer, reported_by = by, "an agent reported a corrupt block from this agent; no longer naming it as a source");
                 s.tracker.forget(peer);
             } else {
-                s.tracker.not_at(peer, block);
+                s.tracker.not_at(by, peer, block);
             }
         });
     }

@@ -571,11 +571,17 @@ impl Tracker {
         reported + named
     }
 
-    /// Agent `a` could not get `b` from peer `p` (refused, gone, cut off), or `p` itself dropped it or
-    /// its arrival of it failed: the tracker forgets that `p` holds it, so that nobody else is sent
-    /// there for it.
-    pub fn not_at(&mut self, p: AgentId, b: u64) {
+    /// `by` says that `p` does not hold `b`: the tracker forgets that `p` holds it, so that nobody
+    /// else is sent there for it. Said by `p` itself (it dropped the block, or its arrival of it
+    /// failed), it also ends `p`'s arrival. Said by a reader that could not get it there (refused,
+    /// connection failed, passed over), it does not: `p`'s arrival may go on, and `p` says so itself
+    /// if it fails. Ending it on a reader's word dropped the arrival's time and its block from `p`'s
+    /// pace and link, and a slow holder looked faster than it was (issue 33, sixth pass's review).
+    pub fn not_at(&mut self, by: AgentId, p: AgentId, b: u64) {
         self.unlist(p, b);
+        if by != p {
+            return;
+        }
         if let (Some(_), Some(busy)) = (self.pace.since.remove(&(p, b)), self.pace.busy.get_mut(&p)) {
             busy.failed();
         }
@@ -1121,6 +1127,30 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_saying_a_holder_lacks_a_block_does_not_end_the_holder_s_arrival() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(8, 3);
+        tr.arriving(0, 0, t);
+        // Agent 1's read of it from agent 0 failed (its connection broke): agent 0 is named no more
+        // for block 0, ...
+        tr.not_at(1, 0, 0);
+        assert_eq!(tr.holders(0), 0);
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "no holder named: from the relay");
+        // ... but its own arrival went on, and its time counts for its pace and its link.
+        tr.have(0, 0, t + ms(3000));
+        assert_eq!(tr.pace.secs.get(&0), Some(&3.0), "the arrival's 3 s are agent 0's pace");
+        assert_eq!(tr.pace.busy.get(&0).map(|b| (b.blocks, b.secs)), Some((1, 3.0)), "and its link's");
+        // Said by agent 0 itself, its arrival ends: the block, when it comes by another read later,
+        // brings no arrival time with it.
+        tr.arriving(0, 1, t + ms(3000));
+        tr.not_at(0, 0, 1);
+        tr.have(0, 1, t + ms(9000));
+        assert_eq!(tr.pace.busy.get(&0).map(|b| b.blocks), Some(1), "an arrival taken back by its holder counts nothing");
+        assert_eq!(tr.holders(1), 1, "and the block, held, is named again");
+    }
+
+    #[test]
     fn a_host_on_a_slow_link_is_known_by_its_link_not_by_its_first_arrival_alone() {
         let t = Instant::now();
         let ms = Duration::from_millis;
@@ -1259,7 +1289,7 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, (0..16).collect::<Vec<_>>());
         tr.have_t(1, 3);
-        tr.not_at(2, 5);
+        tr.not_at(2, 2, 5);
         tr.arriving(1, 5, t);
         let o0 = order(&tr, 0);
         assert_eq!(o0.last(), Some(&5), "only arriving somewhere: last, however rare");
@@ -1272,14 +1302,14 @@ mod tests {
         let mut tr = joined(1, 3);
         tr.set_total(1);
         tr.arriving(0, 0, t);
-        tr.not_at(0, 0);
+        tr.not_at(0, 0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0));
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "no holder: from the relay");
         tr.arriving(0, 0, t);
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 1));
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]), "its stale entry and its new one: named once");
-        tr.not_at(0, 0);
+        tr.not_at(0, 0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0), "a whole holder taken off counts as neither");
         let mut quiet = joined(1, 2);
         quiet.join(5, false);
@@ -1295,7 +1325,7 @@ mod tests {
         tr.have_t(1, 0);
         tr.leave(0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![1]));
-        tr.not_at(1, 0);
+        tr.not_at(2, 1, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
         tr.have_t(7, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
@@ -1404,9 +1434,9 @@ mod tests {
             tr.have_t(a, 0);
         }
         for a in 0..36 {
-            tr.not_at(a, 0);
+            tr.not_at(a, a, 0);
         }
-        tr.not_at(0, 0);
+        tr.not_at(0, 0, 0);
         assert_eq!(tr.holders(0), 4, "each taken off once");
         assert!(tr.holders[0].len() <= 2 * 4 + PEERS_PER_ANSWER, "entries no longer listed are dropped once they outnumber the listed: {}", tr.holders[0].len());
         for _ in 0..20 {
