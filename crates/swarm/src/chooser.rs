@@ -82,13 +82,11 @@ pub const MOVE_AFTER: f64 = limits::ARRIVAL_SLOW_RATIO * limits::PEER_READS_IN_F
 /// The median of `v` (the lower one of an even count: of two peers, the faster is never the
 /// yardstick, so one block that arrived at once cannot make the other look slow); `None` below two
 /// values: one peer is no yardstick for another.
-fn median(mut v: Vec<f64>) -> Option<f64> {
+fn median(v: Vec<f64>) -> Option<f64> {
     if v.len() < 2 {
         return None;
     }
-    let mid = (v.len() - 1) / 2;
-    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
-    Some(*m)
+    crate::lower_median(v)
 }
 
 impl Chooser {

@@ -26,6 +26,14 @@ mod tracker;
 pub use chooser::*;
 pub use tracker::*;
 
+/// The median of `v`, the lower of the two middle values of an even count (of two agents or peers,
+/// the faster is the yardstick, so that any gap of the slow ratio makes the other slow); `None` when
+/// empty. The tracker's paces and links and the chooser's peer rates all use this one.
+pub(crate) fn lower_median(mut v: Vec<f64>) -> Option<f64> {
+    let mid = v.len().checked_sub(1)? / 2;
+    Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
+}
+
 /// An agent of one generation, as the tracker numbers them.
 pub type AgentId = u32;
 

@@ -2,6 +2,7 @@
 //! holders an asker is sent to. See the crate's documentation for the design.
 
 use crate::bits::Bits;
+use crate::lower_median;
 use crate::{AgentId, Answer, Fetching, Origin, UPLOADS_MAX};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -94,12 +95,6 @@ struct Claim {
     /// Granted while the claimer's arrival of the block was under way: it replaces a read the claimer
     /// moved away from a slow holder (see [`Tracker::claim_too_slow`]).
     replaces_moved: bool,
-}
-
-/// The median of `v`, the lower of the two middle values of an even count; `None` when empty.
-fn lower_median(mut v: Vec<f64>) -> Option<f64> {
-    let mid = v.len().checked_sub(1)? / 2;
-    Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
 }
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
