@@ -40,8 +40,8 @@ pub struct TrackerLink {
     refused_later: u64,
     /// The I/O timeout the link was connected with: also how long a question may go unanswered.
     timeout: Duration,
-    /// An answer could not be read whole (or made no sense): where the next one starts is unknown, so
-    /// the link takes nothing more.
+    /// An answer could not be read whole (or made no sense), a request could not be sent, or a question
+    /// went unanswered ([`TrackerLink::close`]): the link takes nothing more, and its connection is shut.
     failed: bool,
 }
 
@@ -254,14 +254,26 @@ impl TrackerLink {
 
     fn in_step(&self) -> Result<(), Error> {
         if self.failed {
-            return Err(Error::Protocol("tracker link: an earlier answer could not be read whole; the link takes nothing more".into()));
+            return Err(Error::Protocol("tracker link: it failed earlier (an answer not read whole, a request not sent, or a question unanswered); the link takes nothing more".into()));
         }
         Ok(())
     }
 
     fn fail(&mut self, e: Error) -> Error {
-        self.failed = true;
+        self.close();
         e
+    }
+
+    /// Fail the link for good and shut its connection both ways. The relay sees the connection end and
+    /// ends this agent's membership: the tracker stops naming it for blocks, and its arrivals under way
+    /// end. A link that takes nothing more could no longer say what the agent holds or that an arrival
+    /// failed, so a membership kept alive behind it (the load reporter, the linger) would only have
+    /// others wait on arrivals that never end. Done at every failure here, and by whoever gives up on
+    /// an unanswered question.
+    pub fn close(&mut self) {
+        self.failed = true;
+        // Already shut, or the peer gone: either way nothing more goes out.
+        let _ = self.conn.s.tcp().shutdown(std::net::Shutdown::Both);
     }
 
     /// We hold `block`, verified. Sent without waiting for the answer.
@@ -483,6 +495,42 @@ mod tests {
         say.send(located(&[Located { block: 3, at: Where::Relay }])).unwrap();
         for e in [link.have(1).unwrap_err(), link.ask_locate(&ask(vec![3])).unwrap_err(), link.poll_answer().unwrap_err()] {
             assert!(e.to_string().contains("takes nothing more"), "where the next answer starts is unknown: {e}");
+        }
+    }
+
+    /// Wait (within a deadline) for the relay's side to see the link end.
+    fn relay_sees_the_link_end(heard: &mpsc::Receiver<Request>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match heard.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("the relay's side of the link is still open after 10 s"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_link_that_fails_is_shut_so_that_the_relay_ends_the_membership() {
+        let (mut link, heard, say) = scripted_relay();
+        link.have(1).unwrap();
+        link.ask_locate(&ask(vec![3])).unwrap();
+        say.send(located(&[Located { block: 9, at: Where::Relay }])).unwrap();
+        // The have's answer is garbled (it answers a locate): the link fails, and is shut.
+        let e = eventually(&mut link, |l| l.poll_answer().err());
+        assert!(!e.to_string().contains("takes nothing more"), "the first failure says what failed: {e}");
+        relay_sees_the_link_end(&heard);
+    }
+
+    #[test]
+    fn a_link_given_up_on_is_shut_and_takes_nothing_more() {
+        let (mut link, heard, _say) = scripted_relay();
+        link.ask_needed().unwrap();
+        // Its asker gave up waiting (the agent's timeout).
+        link.close();
+        relay_sees_the_link_end(&heard);
+        for e in [link.have(1).unwrap_err(), link.ask_needed().unwrap_err(), link.poll_answer().unwrap_err()] {
+            assert!(e.to_string().contains("takes nothing more"), "{e}");
         }
     }
 

@@ -102,7 +102,7 @@ impl Peering {
 
     /// Other agents still missing blocks, asked of the tracker without holding the link for the round
     /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile. A question
-    /// that fails or goes unanswered is given up (its late answer is dropped).
+    /// that fails or goes unanswered closes the link ([`TrackerLink::close`]).
     fn needed(&self) -> Result<u32, transport::Error> {
         let (socket, timeout) = {
             let mut link = self.tracker();
@@ -125,7 +125,9 @@ impl Peering {
             }
         };
         if got.is_err() {
-            self.tracker().abandon_questions();
+            // The linger ends here: closed, the link ends the membership at the relay now rather than
+            // when the agent is done.
+            self.tracker().close();
         }
         got
     }

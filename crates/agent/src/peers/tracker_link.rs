@@ -76,7 +76,9 @@ impl AskSender {
 /// Everything is sent at once, also while a question's answer is awaited: a `have` does not wait
 /// behind a `locate`'s round trip. The link is locked to send or to read an answer that has begun to
 /// arrive (the load reporter shares it); in between the thread waits on the link's socket and on the
-/// planner's wake-ups, holding nothing. Questions still out when it ends are given up.
+/// planner's wake-ups, holding nothing. Questions still out when it ends are given up. At the link's
+/// failure (a question unanswered within the link's timeout among them) the link is closed
+/// ([`TrackerLink::close`]): the relay then ends this agent's membership.
 pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
     // However this ends, questions still out are given up: their answers must not reach whoever asks
     // next on the link (the agent's linger).
@@ -93,6 +95,7 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
             Ok(s) => (s, link.timeout()),
             Err(e) => {
                 drop(link);
+                lock(tracker).close();
                 hear(Heard::Lost(e));
                 return;
             }
@@ -149,6 +152,11 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
             Err(e) => Heard::Lost(e),
         };
         let lost = matches!(heard, Heard::Lost(_));
+        if lost {
+            // Given up on: the relay must see the link end, so that this agent's membership, with its
+            // listings and arrivals, ends with it (the load reporter would keep it alive).
+            lock(tracker).close();
+        }
         if !hear(heard) || lost {
             return;
         }
@@ -194,4 +202,65 @@ pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), tran
 fn drain(wake: &UnixStream) {
     let mut buf = [0u8; 64];
     while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use transport::auth::Token;
+    use transport::Credentials;
+
+    /// A relay that authenticates the link, reads its requests and never answers; the channel ends
+    /// when the link's connection does.
+    fn silent_relay() -> (std::net::SocketAddr, mpsc::Receiver<transport::wire::Request>, Token) {
+        let token = Token::new(b"0123456789abcdef").unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let t = token.clone();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            transport::auth::server(&mut s, &t).unwrap();
+            while let Ok(Some(req)) = transport::wire::read_request(&mut s) {
+                if tx.send(req).is_err() {
+                    return;
+                }
+            }
+        });
+        (addr, rx, token)
+    }
+
+    #[test]
+    fn an_unanswered_question_closes_the_link_so_that_the_relay_ends_the_membership() {
+        let (addr, requests, token) = silent_relay();
+        let link = TrackerLink::connect(&addr.into(), &Credentials::from(token), Duration::from_millis(300)).unwrap();
+        let tracker = Arc::new(Mutex::new(link));
+        let (asks, asked) = channel().unwrap();
+        let (heard_tx, heard) = mpsc::channel();
+        let t = tracker.clone();
+        let thread = std::thread::spawn(move || run(&t, &asked, |h| heard_tx.send(h).is_ok()));
+        asks.send(Ask::Needed).unwrap();
+        match heard.recv_timeout(Duration::from_secs(10)) {
+            Ok(Heard::Lost(e)) => assert!(e.to_string().contains("tracker"), "the loss names the tracker's answer: {e}"),
+            Ok(_) => panic!("something heard from a relay that never answers"),
+            Err(e) => panic!("no loss reported within 10 s: {e}"),
+        }
+        thread.join().unwrap();
+        // The relay saw the question, then the link's end (the load reporter, which shares the link,
+        // cannot keep the membership alive).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        loop {
+            match requests.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(r) => seen.push(r),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("the link is still open at the relay after 10 s"),
+            }
+        }
+        assert!(matches!(seen.as_slice(), [transport::wire::Request::Needed { .. }]), "the relay heard {seen:?}");
+        let e = lock(&tracker).load(1, 0).unwrap_err();
+        assert!(e.to_string().contains("takes nothing more"), "the load reporter's next report fails: {e}");
+    }
 }
