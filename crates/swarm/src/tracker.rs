@@ -82,6 +82,10 @@ pub struct Tracker {
     /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
     /// faster than its source (see [`Tracker::fed_too_slow`]).
     feeds: HashMap<(AgentId, u64), Origin>,
+    /// Per block with holders: since when askers ready to open a flow were told to wait because none
+    /// of its holders could take them (see [`Tracker::starved_after`]). Cleared when a holder is
+    /// named for it or the relay serves it again.
+    starved: HashMap<u64, Instant>,
 }
 
 /// A block's relay claim.
@@ -96,6 +100,16 @@ struct Claim {
     /// moved away from a slow holder (see [`Tracker::claim_too_slow`]).
     replaces_moved: bool,
 }
+
+/// Block times (the swarm's median link time per block) askers ready to read wait for a block whose
+/// every holder is full before the relay serves it again ([`Tracker::starved_after`]). A guard against
+/// a stall, not a source of speed: chosen in the simulator (issue 33, eighth pass; 20 seeds, joins
+/// spread over 30 s): 8 and 16 cost 1.10–1.15 copies at 8 agents for little gain, 32 kept 1.00–1.01
+/// and took the worst run at 64 agents from 1.66 to 1.37.
+const STARVED_BLOCK_TIMES: f64 = 32.0;
+
+/// The least such wait: holders of a block on fast links also free a slot within a round trip or two.
+const STARVED_AFTER_MIN: Duration = Duration::from_secs(1);
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
 /// two hops cover a fleet of four to eight, where each block's arrivals chain through few agents, and
@@ -230,6 +244,7 @@ impl Tracker {
             uploads_max: UPLOADS_MAX,
             pace: Pace::default(),
             feeds: HashMap::new(),
+            starved: HashMap::new(),
         }
     }
 
@@ -694,11 +709,27 @@ impl Tracker {
                 f.flows_free -= 1;
                 f.open.push(p);
             }
+            if !named.is_empty() {
+                self.starved.remove(&b);
+                return Answer::Peers(named);
+            }
             // None usable: wait for one. A second copy from the relay whenever no claim stood (its
             // uplink idle) was tried for late joiners (issue 33): it cost an even fan-out of eight
             // 1.05–1.11 copies from the master's host at its end, where every block has gone out once
-            // and holders are busy for a moment (docs/results/issue33-final).
-            return if named.is_empty() { Answer::Wait } else { Answer::Peers(named) };
+            // and holders are busy for a moment (docs/results/issue33-final). Only a block that has
+            // waited far longer than a moment gets that copy: its few holders' upload slots are held
+            // by askers reading other blocks (connections stay with their askers), and every window
+            // that reaches the block stalls on it. In the simulator (issue 33, eighth pass) the one
+            // holder of block 53 of 256 was full for 36 s while 60 agents' windows waited on it and
+            // the relay's link idled.
+            if f.flows_free > 0 && !self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
+                let since = *self.starved.entry(b).or_insert(now);
+                if now.saturating_duration_since(since) >= self.starved_after() && self.claim(a, b, f, now) == Answer::Relay {
+                    self.starved.remove(&b);
+                    return Answer::Relay;
+                }
+            }
+            return Answer::Wait;
         }
         self.claim(a, b, f, now)
     }
@@ -740,6 +771,15 @@ impl Tracker {
         self.claims.insert(b, Claim { by: a, since: now, replaces_moved });
         self.relay_grants += 1;
         Answer::Relay
+    }
+
+    /// How long askers may be told to wait for a block whose holders are all full before the relay
+    /// serves it again: [`STARVED_BLOCK_TIMES`] of the swarm's median link time per block (its holders
+    /// free a slot within a block time or two when they serve blocks others could serve too), at
+    /// least [`STARVED_AFTER_MIN`]; that minimum alone while no link is measured yet.
+    fn starved_after(&self) -> Duration {
+        let t = self.pace.link_median.map_or(0.0, |m| m * STARVED_BLOCK_TIMES);
+        STARVED_AFTER_MIN.max(Duration::try_from_secs_f64(t).unwrap_or(STARVED_AFTER_MIN))
     }
 
     /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
@@ -1089,6 +1129,36 @@ mod tests {
         let grants = tr.relay_grants();
         assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait, "block 0's only holder is full: wait, no second copy from the relay");
         assert_eq!(tr.relay_grants(), grants, "the master's host sends each block once");
+    }
+
+    #[test]
+    fn a_block_whose_holders_stay_full_far_longer_than_a_moment_is_served_again_by_the_relay() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(4, 4);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        let grants = tr.relay_grants();
+        // No link measured yet: the least wait counts.
+        assert_eq!(tr.starved_after(), STARVED_AFTER_MIN);
+        // An asker with no flow free is not kept from a holder: its wait starts no clock.
+        let busy = || Fetching { may_claim: true, open: Vec::new(), flows_free: 0 };
+        assert_eq!(tr.locate(1, 0, &mut busy(), t), Answer::Wait);
+        assert_eq!(tr.locate(1, 0, &mut busy(), t + ms(3000)), Answer::Wait, "only askers ready to read are starved");
+        // Askers ready to read are told to wait from 3 s on.
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3000)), Answer::Wait);
+        // A holder with a free slot named in between ends the wait: the clock starts again.
+        tr.load(0, 0, 0, t + ms(3500));
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3500)), Answer::Peers(vec![0]));
+        tr.load(0, UPLOADS_MAX as u32, 0, t + ms(3600));
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(3600)), Answer::Wait);
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(4500)), Answer::Wait, "0.9 s: a moment");
+        assert_eq!(tr.relay_grants(), grants, "no second copy while the holders are busy for a moment");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(4600)), Answer::Relay, "1 s of askers kept from every holder: the relay serves it again");
+        assert_eq!(tr.relay_grants(), grants + 1);
+        // Its claim stands: nobody else gets a third copy.
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(6000)), Answer::Wait);
+        assert_eq!(tr.relay_grants(), grants + 1);
     }
 
     #[test]
