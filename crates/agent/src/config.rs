@@ -80,8 +80,10 @@ pub struct PullConfig {
     pub transport: Option<transport::TransportKind>,
     /// Reads in flight (0: the transport's default).
     pub readers: usize,
-    /// Blocks buffered ahead of the consumer at most.
-    pub window_blocks: u64,
+    /// Blocks buffered ahead of the consumer at most; `None`: the default for how it pulls
+    /// ([`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for a member of a swarm,
+    /// [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay alone).
+    pub window_blocks: Option<u64>,
 }
 
 /// How an agent takes part in the swarm (`join`'s `--no-serve`, `--peer-listen`, `--advertise`,

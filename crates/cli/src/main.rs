@@ -385,9 +385,10 @@ struct PullArgs {
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
-    /// Blocks fetched ahead of what is written (to the replica or the file) at most.
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
-    window_blocks: u64,
+    /// Blocks fetched ahead of what is written (to the replica or the file) at most [default: 32 for a
+    /// join that reads from other agents too, 16 for a pull from the relay alone].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
+    window_blocks: Option<u64>,
 }
 
 impl PullArgs {

@@ -62,8 +62,8 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 0.0)]
     pub join_spread: f64,
     /// Blocks an agent looks ahead of what it has handed on to its replica (default: the join's
-    /// `--window-blocks` default, the same constant).
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_DEFAULT)]
+    /// `--window-blocks` default in a swarm, the same constant).
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_SWARM_DEFAULT)]
     pub window: u64,
     /// Fetches from peers in flight per agent (plus one from the relay).
     #[arg(long, default_value_t = swarm::PEER_FETCHES_MAX)]

@@ -57,8 +57,20 @@ pub const POPULATE_BYTES_MIN: usize = 256 << 10;
 pub const READERS_MAX: usize = 64;
 /// Most blocks a join buffers ahead of its replica (`--window-blocks`).
 pub const WINDOW_BLOCKS_MAX: u64 = 1024;
-/// Default `--window-blocks`.
+/// Default `--window-blocks` of a pull from the relay alone (`stage`, `fetch`, a `join` that is no
+/// member of a swarm): reads from one source arrive nearly in order, and 16 blocks in flight fill the
+/// relay's link (every single-pull measurement since the first release).
 pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
+/// Default `--window-blocks` of a `join` in a swarm (it reads from other agents too): the window is
+/// what hides how long a block takes to spread to the agent after the relay sends it once (several
+/// hops, each at a share of a holder's uplink). In the simulator (issue 33, eighth pass: 5 % slow
+/// hosts, 1 % failures, joins over 30 s, 1 GiB at 100 Mbit/s, 20 seeds) 32 against 16 took the slowest
+/// full-rate agent from 1.32 to 1.22 of one agent's time at 8 agents, 1.36 to 1.31 at 64, 1.42 to
+/// 1.37 at 1 000, and the even fan-out no slower; on the bench, side by side, the even fan-out was the
+/// same and the uneven fleet's worst run 1.15 against 1.29 (docs/results/issue33-eighth). It costs up
+/// to 64 MiB more of an agent's memory at the default block size (a swarm's agent also keeps up to
+/// `--serve-cache-mib`, 512 by default).
+pub const WINDOW_BLOCKS_SWARM_DEFAULT: u64 = 32;
 /// Block reads an agent keeps in flight on one TCP connection to the relay (and the most a peer's
 /// connection takes): requests sent before the earlier answers arrived, so that the flow does not
 /// idle for a round trip between blocks — which, behind busy links' queues (100 ms each on the
@@ -493,7 +505,7 @@ const _: () = assert!(UCX_GET_BYTES as u64 <= BLOCK_BYTES_DEFAULT);
 // The default snapshot capacity must be mappable by agents.
 const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
 // The pipeline's window must be able to hold one block per reader.
-const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX);
+const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SWARM_DEFAULT <= WINDOW_BLOCKS_MAX);
 // A peer fetcher pipelines on a TCP connection, which takes at most this many reads in flight: more
 // would fail locally and be blamed on the peer.
 const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);

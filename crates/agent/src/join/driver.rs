@@ -17,7 +17,7 @@ use crate::report::Attempt;
 use crate::error::check_cancel;
 use crate::pull::pipeline;
 use crate::pull::progress;
-use crate::pull::pipeline::readers;
+use crate::pull::pipeline::{readers, window};
 use crate::pull::select;
 use crate::config::Config;
 use crate::error::Error;
@@ -393,7 +393,7 @@ impl Driver<'_> {
                 transport: transport.as_ref(),
                 progress: &progress,
                 readers: readers(cfg.pull.readers, transport.as_ref()),
-                window: cfg.pull.window_blocks,
+                window: window(cfg.pull.window_blocks, peering.is_some()),
                 cancel: &cfg.cancel,
                 peering,
                 counters: Some(&cfg.live.sources),

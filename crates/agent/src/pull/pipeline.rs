@@ -198,6 +198,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
     let window = p.window.max(readers as u64);
     let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
     let generation = p.progress.with(|v| v.desc.generation);
+    tracing::debug!(readers, window_blocks = window, peer_fetches = peer_fetchers, generation, "pulling");
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
     let over = AtomicBool::new(false);
@@ -1013,11 +1014,33 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
 }
 
 
+/// The window to pull with: as asked, or by default [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for a
+/// member of a swarm (`peers`: it reads from other agents too, and the window hides how long a block
+/// takes to reach it through them) and [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay
+/// alone (a larger one would only hold memory).
+pub fn window(asked: Option<u64>, peers: bool) -> u64 {
+    asked.unwrap_or(if peers { limits::WINDOW_BLOCKS_SWARM_DEFAULT } else { limits::WINDOW_BLOCKS_DEFAULT })
+}
+
 /// Readers to use: as asked, or the transport's default when `asked` is 0.
 pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
     if asked == 0 {
         transport.default_readers()
     } else {
         asked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn a_member_of_a_swarm_looks_further_ahead_by_default_than_a_pull_from_the_relay_alone() {
+        assert_eq!(window(None, true), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
+        assert_eq!(window(None, false), limits::WINDOW_BLOCKS_DEFAULT);
+        assert!(limits::WINDOW_BLOCKS_SWARM_DEFAULT > limits::WINDOW_BLOCKS_DEFAULT);
+        assert_eq!(window(Some(8), true), 8, "an asked window is kept");
+        assert_eq!(window(Some(64), false), 64);
     }
 }
