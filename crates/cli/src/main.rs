@@ -1301,6 +1301,16 @@ mod tests {
         assert!(help.contains(&format!("within {} s", limits::STOP_GRACE_MAX.as_secs())), "the help's stop bound is not limits::STOP_GRACE_MAX:\n{help}");
     }
 
+    #[test]
+    fn the_help_states_the_window_defaults_limits_holds() {
+        use clap::CommandFactory;
+        let mut cmd = super::Cli::command();
+        let join = cmd.find_subcommand_mut("join").expect("a join subcommand");
+        let help = join.render_long_help().to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        let said = format!("[default: {} for a join that reads from other agents too, {} for a pull from the relay alone]", limits::WINDOW_BLOCKS_SWARM_DEFAULT, limits::WINDOW_BLOCKS_DEFAULT);
+        assert!(help.contains(&said), "the help's window defaults are not limits':\n{help}");
+    }
+
     /// Lines captured by a test's subscriber.
     #[derive(Clone, Default)]
     struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -64,7 +64,7 @@ pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
 /// Default `--window-blocks` of a `join` in a swarm (it reads from other agents too): the window is
 /// what hides how long a block takes to spread to the agent after the relay sends it once (several
 /// hops, each at a share of a holder's uplink). In the simulator (issue 33, eighth pass: 5 % slow
-/// hosts, 1 % failures, joins over 30 s, 1 GiB at 100 Mbit/s, 20 seeds) 32 against 16 took the slowest
+/// hosts, 1 % failures, joins over 30 s, 1 GiB at 100 Mbit/s; 20 seeds, 6 at 1 000) 32 against 16 took the slowest
 /// full-rate agent from 1.32 to 1.22 of one agent's time at 8 agents, 1.36 to 1.31 at 64, 1.42 to
 /// 1.37 at 1 000, and the even fan-out no slower; on the bench, side by side, the even fan-out was the
 /// same and the uneven fleet's worst run 1.15 against 1.29 (docs/results/issue33-eighth). It costs up
@@ -506,6 +506,8 @@ const _: () = assert!(UCX_GET_BYTES as u64 <= BLOCK_BYTES_DEFAULT);
 const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
 // The pipeline's window must be able to hold one block per reader.
 const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SWARM_DEFAULT <= WINDOW_BLOCKS_MAX);
+// A swarm's member looks further ahead than a pull from the relay alone (what the window is for there).
+const _: () = assert!(WINDOW_BLOCKS_SWARM_DEFAULT > WINDOW_BLOCKS_DEFAULT);
 // A peer fetcher pipelines on a TCP connection, which takes at most this many reads in flight: more
 // would fail locally and be blamed on the peer.
 const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);

@@ -82,10 +82,13 @@ pub struct Tracker {
     /// readers are served from; a read moved elsewhere later runs on beside it). An arrival goes no
     /// faster than its source (see [`Tracker::fed_too_slow`]).
     feeds: HashMap<(AgentId, u64), Origin>,
-    /// Per block with holders: since when askers ready to open a flow were told to wait because none
-    /// of its holders could take them (see [`Tracker::starved_after`]). Cleared when a holder is
-    /// named for it or the relay serves it again.
-    starved: HashMap<u64, Instant>,
+    /// Per block with holders: since when askers ready to open a flow have been told to wait because
+    /// none of its holders could take a new one, and when one last was (see [`Tracker::starved_after`]).
+    /// Cleared when a holder with a free slot is named for it or the relay serves it; a wait that
+    /// nobody renewed for [`STARVED_AFTER_MIN`] starts again (waiting askers ask again within
+    /// milliseconds: a gap that long means nobody waited, and an old start must not hand a later asker
+    /// a copy at once). At most one entry per block.
+    starved: HashMap<u64, Starved>,
 }
 
 /// A block's relay claim.
@@ -104,12 +107,19 @@ struct Claim {
 /// Block times (the swarm's median link time per block) askers ready to read wait for a block whose
 /// every holder is full before the relay serves it again ([`Tracker::starved_after`]). A guard against
 /// a stall, not a source of speed: chosen in the simulator (issue 33, eighth pass; 20 seeds, joins
-/// spread over 30 s): 8 and 16 cost 1.10–1.15 copies at 8 agents for little gain, 32 kept 1.00–1.01
-/// and took the worst run at 64 agents from 1.66 to 1.37.
+/// spread over 30 s, window 32): 8 and 16 cost 1.10–1.16 copies at 8 agents for no gain, 32 kept
+/// 1.01, and the worst run at 64 agents went from 1.66 (seed 2: one block starved for 36 s) to 1.37.
 const STARVED_BLOCK_TIMES: f64 = 32.0;
 
 /// The least such wait: holders of a block on fast links also free a slot within a round trip or two.
 const STARVED_AFTER_MIN: Duration = Duration::from_secs(1);
+
+/// A block's askers kept waiting by full holders (see `Tracker::starved`).
+#[derive(Debug, Clone, Copy)]
+struct Starved {
+    since: Instant,
+    last: Instant,
+}
 
 /// How far back an arrival's sources are followed (an arrival fed by an arrival fed by a slow host):
 /// two hops cover a fleet of four to eight, where each block's arrivals chain through few agents, and
@@ -608,7 +618,8 @@ impl Tracker {
     /// `f.may_claim` the relay is not offered. A holder is named if the asker can use it: one it
     /// reads from already (room on that connection), or, while it may open a flow, one with a free
     /// upload slot as far as the tracker knows. Holders that exist but that the asker cannot use now
-    /// give `Wait` (never a claim: the block has a source). When the asker is expected to open a
+    /// give `Wait` (not a claim: the block has a source), unless askers ready to read have waited for
+    /// them far longer than a moment (see [`Tracker::starved_after`]). When the asker is expected to open a
     /// connection to the first holder named, `f` is updated as the asker's chooser will be, so that
     /// the next answers of one question agree with it.
     ///
@@ -710,7 +721,12 @@ impl Tracker {
                 f.open.push(p);
             }
             if !named.is_empty() {
-                self.starved.remove(&b);
+                // Only a holder with a free slot ends the wait: another read on a connection the asker
+                // has open to a full holder frees nobody else (in the stall below, the full holder's
+                // own readers are those).
+                if first_fresh.is_some() {
+                    self.starved.remove(&b);
+                }
                 return Answer::Peers(named);
             }
             // None usable: wait for one. A second copy from the relay whenever no claim stood (its
@@ -723,10 +739,15 @@ impl Tracker {
             // holder of block 53 of 256 was full for 36 s while 60 agents' windows waited on it and
             // the relay's link idled.
             if f.flows_free > 0 && !self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
-                let since = *self.starved.entry(b).or_insert(now);
-                if now.saturating_duration_since(since) >= self.starved_after() && self.claim(a, b, f, now) == Answer::Relay {
-                    self.starved.remove(&b);
-                    return Answer::Relay;
+                let w = self.starved.entry(b).or_insert(Starved { since: now, last: now });
+                if now.saturating_duration_since(w.last) > STARVED_AFTER_MIN {
+                    w.since = now;
+                }
+                w.last = now;
+                let since = w.since;
+                if now.saturating_duration_since(since) >= self.starved_after() {
+                    // `grant` ends the wait.
+                    return self.claim(a, b, f, now);
                 }
             }
             return Answer::Wait;
@@ -762,6 +783,8 @@ impl Tracker {
 
     /// `a` fetches `b` from the relay from `now`.
     fn grant(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
+        // Whatever path served it, a block the relay serves is no longer waited for.
+        self.starved.remove(&b);
         // A claimer asking again for its own claim keeps what the claim replaced: its relay read may
         // have begun the arrival since.
         let replaces_moved = match self.claims.get(&b) {
@@ -779,7 +802,9 @@ impl Tracker {
     /// least [`STARVED_AFTER_MIN`]; that minimum alone while no link is measured yet.
     fn starved_after(&self) -> Duration {
         let t = self.pace.link_median.map_or(0.0, |m| m * STARVED_BLOCK_TIMES);
-        STARVED_AFTER_MIN.max(Duration::try_from_secs_f64(t).unwrap_or(STARVED_AFTER_MIN))
+        // A median that makes no duration (it cannot, from times passed in) waits for good rather
+        // than at once.
+        STARVED_AFTER_MIN.max(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))
     }
 
     /// Whether a claim (its claimer, since when) still stands: its claimer is present and completed a
@@ -1152,13 +1177,45 @@ mod tests {
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3500)), Answer::Peers(vec![0]));
         tr.load(0, UPLOADS_MAX as u32, 0, t + ms(3600));
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(3600)), Answer::Wait);
+        // Another read on a connection open to the full holder frees nobody: the clock runs on.
+        let mut reading = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 0, &mut reading, t + ms(4000)), Answer::Peers(vec![0]));
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(4500)), Answer::Wait, "0.9 s: a moment");
         assert_eq!(tr.relay_grants(), grants, "no second copy while the holders are busy for a moment");
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(4600)), Answer::Relay, "1 s of askers kept from every holder: the relay serves it again");
         assert_eq!(tr.relay_grants(), grants + 1);
-        // Its claim stands: nobody else gets a third copy.
-        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(6000)), Answer::Wait);
+        // While that claim stands nobody waits for the block: asked now, no clock starts, so once the
+        // claim is done and both holders are full, a wait starts only from the next ask.
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(4700)), Answer::Wait);
+        tr.have(3, 0, t + ms(5000));
+        tr.load(3, UPLOADS_MAX as u32, 0, t + ms(5000));
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(5300)), Answer::Wait);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(5800)), Answer::Wait, "a wait from 5.3 s, not 4.7 s");
         assert_eq!(tr.relay_grants(), grants + 1);
+    }
+
+    #[test]
+    fn a_wait_nobody_renewed_starts_again() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(4, 4);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait);
+        // Nobody asks for 5 s (the asker left, or read other blocks): a later asker is not handed a
+        // copy at once on the strength of that old wait.
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5000)), Answer::Wait, "the wait starts again");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5500)), Answer::Wait);
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(6000)), Answer::Relay, "1 s of a renewed wait");
+    }
+
+    #[test]
+    fn the_wait_before_a_second_copy_is_thirty_two_of_the_swarms_block_times() {
+        let mut tr = joined(4, 2);
+        tr.pace.link_median = Some(0.5);
+        assert_eq!(tr.starved_after(), Duration::from_secs(16));
+        tr.pace.link_median = Some(0.001);
+        assert_eq!(tr.starved_after(), STARVED_AFTER_MIN, "on fast links, at least the least wait");
     }
 
     #[test]
@@ -1412,7 +1469,7 @@ mod tests {
         tr.load(0, UPLOADS_MAX as u32, 0, t);
         assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32, 0, t);
-        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (never a claim: the block has a source)");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (not a claim: the block has a source)");
         assert_eq!(tr.relay_grants(), 1, "block 1's claim only");
         let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
         assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");

@@ -104,6 +104,18 @@ impl Peering {
     /// trip (the load reporter shares it): the thread waits on the link's socket meanwhile. A question
     /// that fails or goes unanswered closes the link ([`TrackerLink::close`]).
     fn needed(&self) -> Result<u32, transport::Error> {
+        let got = self.ask_needed();
+        if got.is_err() {
+            // The linger ends here: closed, the link ends the membership at the relay now rather than
+            // when the agent is done. (A refusal on this link is for good too: the relay refuses a
+            // generation it no longer holds, or an agent not registered.)
+            self.tracker().close();
+        }
+        got
+    }
+
+    /// [`Peering::needed`]'s question and its answer.
+    fn ask_needed(&self) -> Result<u32, transport::Error> {
         let (socket, timeout) = {
             let mut link = self.tracker();
             let socket = link.socket()?;
@@ -111,8 +123,11 @@ impl Peering {
             (socket, link.timeout())
         };
         let asked = Instant::now();
-        let got = loop {
-            match self.tracker().poll_answer() {
+        loop {
+            // Polled, then the lock let go before waiting (a guard in the `match` itself would live
+            // through the wait below, and hold the load reporter back for the round trip).
+            let polled = self.tracker().poll_answer();
+            match polled {
                 Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
                 Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
                 Ok(None) if asked.elapsed() > timeout => break Err(tracker_link::unanswered()),
@@ -123,13 +138,7 @@ impl Peering {
                 }
                 Err(e) => break Err(e),
             }
-        };
-        if got.is_err() {
-            // The linger ends here: closed, the link ends the membership at the relay now rather than
-            // when the agent is done.
-            self.tracker().close();
         }
-        got
     }
 
     /// After our own handoff: keep serving while the tracker says other agents still miss blocks, for
