@@ -4,7 +4,8 @@
 //! every block) and the **tracker** (it knows which agents of a generation hold which blocks); agents
 //! fetch each block from a peer that holds it whenever one does, and from the relay only when none
 //! does. The tracker hands each block to the relay's link once — the first agent to ask *claims* it and
-//! everyone else waits for a peer copy — the way a BitTorrent super-seed gives out each piece once. So
+//! everyone else waits for a peer copy — the way a BitTorrent super-seed gives out each piece once
+//! (again only to repair: a stale or too slow claimer, or holders full for far too long). So
 //! the relay's link carries about one copy whatever the number of agents, and every agent's uplink
 //! carries a share of the rest.
 //!
@@ -49,13 +50,15 @@ pub enum Origin {
 /// The tracker's answer to "where do I get block b?".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// No peer holds it and nobody is fetching it from the relay: fetch it from the relay (the claim
-    /// is yours).
+    /// Fetch it from the relay (the claim is yours): no peer holds it and nobody is fetching it from
+    /// the relay, or its claimer went stale or too slow, or askers have waited far too long for its
+    /// full holders (`Tracker::starved_after`).
     Relay,
     /// These peers hold it and can serve the asker: a few of them, a different few for different
     /// askers, those it would open a new connection to first.
     Peers(Vec<AgentId>),
-    /// Another agent is fetching it from the relay right now: ask again soon.
+    /// Ask again soon: another agent is fetching it from the relay right now, or every holder the
+    /// asker could use is full.
     Wait,
 }
 

@@ -108,7 +108,7 @@ struct Claim {
 /// every holder is full before the relay serves it again ([`Tracker::starved_after`]). A guard against
 /// a stall, not a source of speed: chosen in the simulator (issue 33, eighth pass; 20 seeds, joins
 /// spread over 30 s, window 32): 8 and 16 cost 1.10–1.16 copies at 8 agents for no gain, 32 kept
-/// 1.01, and the worst run at 64 agents went from 1.66 (seed 2: one block starved for 36 s; 1.33 with
+/// 1.00–1.01, and the worst run at 64 agents went from 1.66 (seed 2: one block starved for 36 s; 1.33 with
 /// the guard) to 1.37 (another seed).
 const STARVED_BLOCK_TIMES: f64 = 32.0;
 
@@ -739,7 +739,10 @@ impl Tracker {
             // that reaches the block stalls on it. In the simulator (issue 33, eighth pass) the one
             // holder of block 53 of 256 was full for 36 s while 60 agents' windows waited on it and
             // the relay's link idled.
-            if f.flows_free > 0 && !self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
+            // Only an asker that serves what it holds takes the repair copy: one that does not would
+            // never pass the block on, and the others would wait another 32 block times.
+            let serves = self.alive.get(&a) == Some(&true);
+            if f.flows_free > 0 && serves && !self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
                 let w = self.starved.entry(b).or_insert(Starved { since: now, last: now });
                 if now.saturating_duration_since(w.last) > STARVED_AFTER_MIN {
                     w.since = now;
@@ -1169,9 +1172,11 @@ mod tests {
         assert_eq!(tr.starved_after(), STARVED_AFTER_MIN);
         // An asker with no flow free is not kept from a holder: its wait starts no clock.
         let busy = || Fetching { may_claim: true, open: Vec::new(), flows_free: 0 };
-        assert_eq!(tr.locate(1, 0, &mut busy(), t), Answer::Wait);
-        assert_eq!(tr.locate(1, 0, &mut busy(), t + ms(3000)), Answer::Wait, "only askers ready to read are starved");
-        // Askers ready to read are told to wait from 3 s on.
+        for at in [0, 500, 1000] {
+            assert_eq!(tr.locate(1, 0, &mut busy(), t + ms(at)), Answer::Wait);
+        }
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1000)), Answer::Wait, "only askers ready to read are starved: a wait from 1 s");
+        // Askers ready to read are told to wait from 3 s on (nobody renewed the wait since 1 s).
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3000)), Answer::Wait);
         // A holder with a free slot named in between ends the wait: the clock starts again.
         tr.load(0, 0, 0, t + ms(3500));
@@ -1213,11 +1218,60 @@ mod tests {
 
     #[test]
     fn the_wait_before_a_second_copy_is_thirty_two_of_the_swarms_block_times() {
-        let mut tr = joined(4, 2);
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(4, 4);
         tr.pace.link_median = Some(0.5);
         assert_eq!(tr.starved_after(), Duration::from_secs(16));
         tr.pace.link_median = Some(0.001);
         assert_eq!(tr.starved_after(), STARVED_AFTER_MIN, "on fast links, at least the least wait");
+        for m in [f64::INFINITY, f64::NAN] {
+            tr.pace.link_median = Some(m);
+            assert_eq!(tr.starved_after(), Duration::MAX, "a median that makes no duration waits for good");
+        }
+        // `locate` goes by it: 3.2 s at 0.1 s per block.
+        tr.pace.link_median = Some(0.1);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        for at in (0..=3100).step_by(500).chain([3100]) {
+            assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(at)), Answer::Wait, "at {at} ms");
+        }
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3200)), Answer::Relay);
+    }
+
+    #[test]
+    fn a_wait_ends_with_any_relay_grant() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(4, 4);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(500)), Answer::Wait);
+        // The only holder leaves: the relay serves the block again, not through the guard.
+        tr.leave(0);
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(700)), Answer::Relay);
+        tr.have(3, 0, t + ms(800));
+        tr.load(3, UPLOADS_MAX as u32, 0, t + ms(800));
+        // A wait from 0.9 s, not from 0 s.
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(900)), Answer::Wait);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1200)), Answer::Wait, "the grant at 0.7 s ended the wait from 0 s");
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1900)), Answer::Relay);
+    }
+
+    #[test]
+    fn an_asker_that_does_not_serve_takes_no_repair_copy() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut tr = joined(4, 3);
+        tr.join(3, false);
+        tr.have_t(0, 0);
+        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        for at in [0, 500, 1000, 1500] {
+            assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(at)), Answer::Wait, "it would never pass the block on");
+        }
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(2000)), Answer::Wait);
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3000)), Answer::Relay, "one that serves does, after its own wait");
     }
 
     #[test]
