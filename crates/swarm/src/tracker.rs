@@ -1160,13 +1160,20 @@ mod tests {
         assert_eq!(tr.relay_grants(), grants, "the master's host sends each block once");
     }
 
-    #[test]
-    fn a_block_whose_holders_stay_full_far_longer_than_a_moment_is_served_again_by_the_relay() {
+    /// A tracker for 4 blocks with agents `0..agents` joined, all serving, agent 0 holding block 0
+    /// and serving its maximum at the time returned.
+    fn full_holder_of_block_0(agents: AgentId) -> (Tracker, Instant) {
         let t = Instant::now();
-        let ms = Duration::from_millis;
-        let mut tr = joined(4, 4);
+        let mut tr = joined(4, agents);
         tr.have_t(0, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
+        (tr, t)
+    }
+
+    #[test]
+    fn a_block_whose_holders_stay_full_far_longer_than_a_moment_is_served_again_by_the_relay() {
+        let ms = Duration::from_millis;
+        let (mut tr, t) = full_holder_of_block_0(4);
         let grants = tr.relay_grants();
         // No link measured yet: the least wait counts.
         assert_eq!(tr.starved_after(), STARVED_AFTER_MIN);
@@ -1203,11 +1210,8 @@ mod tests {
 
     #[test]
     fn a_wait_nobody_renewed_starts_again() {
-        let t = Instant::now();
         let ms = Duration::from_millis;
-        let mut tr = joined(4, 4);
-        tr.have_t(0, 0);
-        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        let (mut tr, t) = full_holder_of_block_0(4);
         assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait);
         // Nobody asks for 5 s (the asker left, or read other blocks): a later asker is not handed a
         // copy at once on the strength of that old wait.
@@ -1218,9 +1222,8 @@ mod tests {
 
     #[test]
     fn the_wait_before_a_second_copy_is_thirty_two_of_the_swarms_block_times() {
-        let t = Instant::now();
         let ms = Duration::from_millis;
-        let mut tr = joined(4, 4);
+        let (mut tr, t) = full_holder_of_block_0(4);
         tr.pace.link_median = Some(0.5);
         assert_eq!(tr.starved_after(), Duration::from_secs(16));
         tr.pace.link_median = Some(0.001);
@@ -1231,8 +1234,6 @@ mod tests {
         }
         // `locate` goes by it: 3.2 s at 0.1 s per block.
         tr.pace.link_median = Some(0.1);
-        tr.have_t(0, 0);
-        tr.load(0, UPLOADS_MAX as u32, 0, t);
         for at in (0..=3100).step_by(500).chain([3100]) {
             assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(at)), Answer::Wait, "at {at} ms");
         }
@@ -1241,11 +1242,8 @@ mod tests {
 
     #[test]
     fn a_wait_ends_with_any_relay_grant() {
-        let t = Instant::now();
         let ms = Duration::from_millis;
-        let mut tr = joined(4, 4);
-        tr.have_t(0, 0);
-        tr.load(0, UPLOADS_MAX as u32, 0, t);
+        let (mut tr, t) = full_holder_of_block_0(4);
         assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait);
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(500)), Answer::Wait);
         // The only holder leaves: the relay serves the block again, not through the guard.
@@ -1261,12 +1259,9 @@ mod tests {
 
     #[test]
     fn an_asker_that_does_not_serve_takes_no_repair_copy() {
-        let t = Instant::now();
         let ms = Duration::from_millis;
-        let mut tr = joined(4, 3);
+        let (mut tr, t) = full_holder_of_block_0(3);
         tr.join(3, false);
-        tr.have_t(0, 0);
-        tr.load(0, UPLOADS_MAX as u32, 0, t);
         for at in [0, 500, 1000, 1500] {
             assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(at)), Answer::Wait, "it would never pass the block on");
         }
