@@ -730,31 +730,8 @@ impl Tracker {
                 self.starved.remove(&b);
                 return Answer::Peers(named);
             }
-            // None usable: wait for one. A second copy from the relay whenever no claim stood (its
-            // uplink idle) was tried for late joiners (issue 33): it cost an even fan-out of eight
-            // 1.05–1.11 copies from the master's host at its end, where every block has gone out once
-            // and holders are busy for a moment (docs/results/issue33-final). Only a block that has
-            // waited far longer than a moment gets that copy: its few holders' upload slots are held
-            // by askers reading other blocks (connections stay with their askers), and every window
-            // that reaches the block stalls on it. In the simulator (issue 33, eighth pass) the one
-            // holder of block 53 of 256 was full for 36 s while 60 agents' windows waited on it and
-            // the relay's link idled.
-            // Only an asker that serves what it holds takes the repair copy: one that does not would
-            // never pass the block on, and the others would wait another 32 block times.
-            let serves = self.alive.get(&a) == Some(&true);
-            if f.flows_free > 0 && serves && !self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
-                let w = self.starved.entry(b).or_insert(Starved { since: now, last: now });
-                if now.saturating_duration_since(w.last) > STARVED_AFTER_MIN {
-                    w.since = now;
-                }
-                w.last = now;
-                let since = w.since;
-                if now.saturating_duration_since(since) >= self.starved_after() {
-                    // `grant` ends the wait.
-                    return self.claim(a, b, f, now);
-                }
-            }
-            return Answer::Wait;
+            // None usable: wait for one, unless askers have waited far too long.
+            return self.wait_or_repair(a, b, f, now);
         }
         self.claim(a, b, f, now)
     }
@@ -783,6 +760,37 @@ impl Tracker {
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => self.grant(a, b, now),
         }
+    }
+
+    /// `Wait` for `a`, whom none of block `b`'s holders can take now; or, once askers ready to read
+    /// have waited for them [`Tracker::starved_after`], a second copy from the relay (`claim`: on a
+    /// free relay flow only).
+    ///
+    /// A second copy whenever no claim stood (its uplink idle) was tried for late joiners (issue 33):
+    /// it cost an even fan-out of eight 1.05–1.11 copies from the master's host at its end, where
+    /// every block has gone out once and holders are busy for a moment (docs/results/issue33-final).
+    /// Only a block that has waited far longer than a moment gets that copy: its few holders' upload
+    /// slots are held by askers reading other blocks (connections stay with their askers), and every
+    /// window that reaches the block stalls on it. In the simulator (issue 33, eighth pass) the one
+    /// holder of block 53 of 256 was full for 36 s while 60 agents' windows waited on it and the
+    /// relay's link idled. Only an asker that serves what it holds takes the copy: one that does not
+    /// would never pass the block on, and the others would wait another 32 block times.
+    fn wait_or_repair(&mut self, a: AgentId, b: u64, f: &Fetching, now: Instant) -> Answer {
+        let ready = f.flows_free > 0 && self.alive.get(&a) == Some(&true);
+        if !ready || self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
+            return Answer::Wait;
+        }
+        let w = self.starved.entry(b).or_insert(Starved { since: now, last: now });
+        if now.saturating_duration_since(w.last) > STARVED_AFTER_MIN {
+            w.since = now;
+        }
+        w.last = now;
+        let since = w.since;
+        if now.saturating_duration_since(since) < self.starved_after() {
+            return Answer::Wait;
+        }
+        // `grant` ends the wait.
+        self.claim(a, b, f, now)
     }
 
     /// `a` fetches `b` from the relay from `now`.
