@@ -89,6 +89,9 @@ pub struct Tracker {
     /// milliseconds: a gap that long means nobody waited, and an old start must not hand a later asker
     /// a copy at once). At most one entry per block.
     starved: HashMap<u64, Starved>,
+    /// Blocks some agent has held whole: one of them that nobody is named for any more was dropped
+    /// from every cache that kept it (or its holders left), and only the relay can bring it back.
+    reached: Bits,
 }
 
 /// A block's relay claim.
@@ -256,6 +259,7 @@ impl Tracker {
             pace: Pace::default(),
             feeds: HashMap::new(),
             starved: HashMap::new(),
+            reached: Bits::default(),
         }
     }
 
@@ -543,6 +547,7 @@ impl Tracker {
         if let (true, Some(got)) = (known, self.got.get_mut(&a)) {
             if !got.get(b) {
                 got.set(b, true);
+                self.reached.set(b, true);
                 if serves {
                     self.list(a, b);
                     self.whole[b as usize] += 1;
@@ -755,8 +760,13 @@ impl Tracker {
             Some(x) if x.by != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
             Some(x) if x.by == a && self.stands(x, now) => self.grant(a, b, now),
             // A slow agent takes its blocks from peers while faster agents pull: a block it took from
-            // the relay would reach the others at its pace, or cost the relay a second copy.
-            _ if self.slow(a) && self.pace.fast_pulling > 0 => Answer::Wait,
+            // the relay would reach the others at its pace, or cost the relay a second copy. Not one
+            // that reached the swarm and that nobody keeps any more (dropped from every serve cache,
+            // its holders gone): no faster agent will bring it back, and a slow agent lagging more
+            // than a cache behind would wait until the last fast agent of the swarm is done (in the
+            // simulator once it modelled the caches, issue 33's ninth pass: for good, as its own
+            // arrivals were the only ones that could have told the tracker the fast ones were).
+            _ if self.slow(a) && self.pace.fast_pulling > 0 && (!self.reached.get(b) || mine > 0) => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => self.grant(a, b, now),
         }
@@ -1444,6 +1454,26 @@ mod tests {
         assert_eq!(tr.needing(1), 0, "agent 0 is complete");
         tr.leave(0);
         assert_eq!(tr.locate_t(1, 3, t + s(8)), Answer::Relay, "alone, the slow agent is the swarm's pace");
+    }
+
+    #[test]
+    fn a_slow_agent_takes_a_block_nobody_keeps_any_more_from_the_relay_while_faster_agents_pull() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut tr = joined(8, 2);
+        tr.set_total(8);
+        tr.arriving(0, 0, t);
+        tr.have(0, 0, t + s(1));
+        tr.arriving(1, 1, t);
+        tr.have(1, 1, t + s(5));
+        tr.arriving(0, 2, t);
+        tr.have(0, 2, t + s(1));
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 1 is slow: block 3 nobody has yet comes to it through agent 0");
+        // Agent 0 drops block 0 from its cache (it still pulls): nobody holds it now.
+        tr.not_at(0, 0, 0);
+        assert_eq!(tr.holders(0), 0);
+        assert_eq!(tr.locate_t(1, 0, t + s(5)), Answer::Relay, "no faster agent will bring block 0 back");
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "still, not a block the swarm has yet");
     }
 
     #[test]
