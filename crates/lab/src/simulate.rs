@@ -65,6 +65,20 @@ pub struct SimulateArgs {
     /// `--window-blocks` default in a swarm, the same constant).
     #[arg(long, default_value_t = limits::WINDOW_BLOCKS_SWARM_DEFAULT)]
     pub window: u64,
+    /// Blocks an agent keeps after handing them on, for other agents, in MiB (the join's
+    /// `--serve-cache-mib`): the oldest are dropped, and the tracker told, once it is full; an agent
+    /// that the tracker says nobody else needs keeps nothing. 0: every block is kept (the simulator
+    /// before issue 33's ninth pass).
+    #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20)]
+    pub serve_cache_mib: u64,
+    /// The window does not take the serve cache's unused room (the agents before issue 33's ninth
+    /// pass; see `swarm::Chooser::with_cache_room`).
+    #[arg(long)]
+    pub window_fixed: bool,
+    /// The tracker is never told the snapshot's size (the simulator before issue 33's ninth pass: every
+    /// agent counted as pulling to the end, also for the relay's share of its flows).
+    #[arg(long)]
+    pub size_unknown: bool,
     /// Fetches from peers in flight per agent (plus one from the relay).
     #[arg(long, default_value_t = swarm::PEER_FETCHES_MAX)]
     pub downloads: usize,
@@ -203,6 +217,9 @@ struct Agent {
     load_changes: u64,
     /// Connections it started serving (askers that arrived), for its load reports.
     arrivals: u64,
+    /// The oldest block it still keeps of those handed on (its serve cache is `cached_from..` the
+    /// blocks handed on; those before it were dropped).
+    cached_from: u64,
 }
 
 struct Transfer {
@@ -263,7 +280,6 @@ struct TraceAt {
     step: u64,
     bps: f64,
     block: f64,
-    window: u64,
     blocks: u64,
 }
 
@@ -279,7 +295,7 @@ impl Trace {
             return;
         }
         let next = g.chooser.held_prefix();
-        let unread: Vec<u64> = (next..(next + at.window).min(at.blocks)).filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b)).collect();
+        let unread: Vec<u64> = (next..(next + g.chooser.window_now()).min(at.blocks)).filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b)).collect();
         if unread.is_empty() {
             self.window_full += 1;
         } else {
@@ -451,8 +467,18 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let t0 = Instant::now();
     let at = |t: f64| t0 + Duration::from_secs_f64(t);
 
+    // Whole blocks of the serve cache (`None`: unbounded).
+    let cache_blocks = a.serve_cache_mib / a.block_mib;
+    let cache_bound = (a.serve_cache_mib > 0).then_some(cache_blocks);
     let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
     let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
+    // The relay holds the whole snapshot before the first agent joins (the bench's relays too: they
+    // are warm when the replicas join), so the tracker knows its size: agents that hold every block
+    // are complete, no longer share the relay's flows and no longer count as fast agents pulling.
+    // (Until issue 33's ninth pass the simulator never said so, and every agent stayed "pulling".)
+    if !a.size_unknown {
+        tracker.set_total(blocks);
+    }
     // `--slow-hosts`: which agents, drawn from the seed. Not the last ones: the tracker gives each
     // agent its own order among equal blocks (by its number), so a slow host with the same number in
     // every seed takes the same first blocks from the relay in every seed (issue 33: always blocks 12
@@ -469,8 +495,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let start = rng.next() * a.join_spread;
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
             let mut chooser = Chooser::new(a.window, a.downloads).with_relay_fetches(a.relay_readers).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
+            if !a.window_fixed {
+                chooser = chooser.with_cache_room(cache_blocks);
+            }
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0 }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, cached_from: 0 }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -674,13 +703,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 let relay_reads = transfers.iter().any(|x| x.src == 0 && !x.refusal);
                 let unclaimed = agents.iter().filter(|g| g.started && g.alive && g.finished.is_none()).any(|g| {
                     let next = g.chooser.held_prefix();
-                    (next..(next + a.window).min(blocks)).any(|b| tracker.holders(b) == 0 && !g.chooser.holds(b) && !g.chooser.in_flight(b))
+                    (next..(next + g.chooser.window_now()).min(blocks)).any(|b| tracker.holders(b) == 0 && !g.chooser.holds(b) && !g.chooser.in_flight(b))
                 });
                 relay_short[if relay_reads { 0 } else if !unclaimed { 1 } else { 2 }] += 1;
             }
         }
         if let Some(tr) = traced.as_mut() {
-            tr.step(&agents, &transfers, &rates, &tracker, TraceAt { t, step, bps, block, window: a.window, blocks });
+            tr.step(&agents, &transfers, &rates, &tracker, TraceAt { t, step, bps, block, blocks });
         }
         t += dt;
         step += 1;
@@ -775,8 +804,18 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 None => g.chooser.done(x.block, block as u64, t - x.since),
             }
             tracker.have(g.id, x.block, at(t));
-            // The replica takes blocks in order as soon as the next one is there.
-            g.chooser.written(g.chooser.held_prefix());
+            // The replica takes blocks in order as soon as the next one is there; those handed on go to
+            // the serve cache, whose oldest beyond its bound are dropped (a read already on the wire
+            // ends from the buffer it holds, as in a real agent) and the tracker told.
+            let fed = g.chooser.held_prefix();
+            g.chooser.written(fed);
+            if let Some(c) = cache_bound {
+                let keep = if tracker.needing(g.id) > 0 { c } else { 0 };
+                while fed - g.cached_from > keep {
+                    tracker.not_at(g.id, g.id, g.cached_from);
+                    g.cached_from += 1;
+                }
+            }
             if g.chooser.complete() {
                 g.finished = Some(t);
             }
@@ -904,12 +943,14 @@ fn seeds_row(n: usize, runs: &[Row]) -> String {
 /// Run every fleet size and print the table.
 pub fn run(a: SimulateArgs) -> Result<()> {
     println!(
-        "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks, 1 relay + {} peer fetches and {} uploads per agent, reads in flight {} per relay and {} per peer connection; \
+        "swarm simulation: {} MiB in {} MiB blocks, link {} each way, window {} blocks{}, serve cache {}, 1 relay + {} peer fetches and {} uploads per agent, reads in flight {} per relay and {} per peer connection; \
          slow hosts {:.0} %{} (×{} slower), failures {:.0} %, joins spread over {} s; round trips {} ms, {} ms more per busy link",
         a.mib,
         a.block_mib,
         a.link,
         a.window,
+        if a.window_fixed || a.serve_cache_mib == 0 { "" } else { " (more by the serve cache's unused room)" },
+        if a.serve_cache_mib == 0 { "unbounded".to_string() } else { format!("{} MiB", a.serve_cache_mib) },
         a.downloads,
         a.uploads,
         a.relay_depth,
@@ -999,6 +1040,21 @@ mod tests {
         let r = run_one(&args(&["--fail-fraction", "0.2", "--seed", "7"]), 20).unwrap();
         assert!(r.failed > 0, "{r:?}");
         assert_eq!(r.unfinished, 0, "{r:?}");
+    }
+
+    #[test]
+    fn blocks_dropped_from_every_serve_cache_come_from_the_relay_again() {
+        // 16 blocks; a slow host (a fifth of the others' rate) lags far behind them. With caches of
+        // four blocks the fast agents drop what it still needs, and it gets those from the relay
+        // again (the tracker was told of every drop); kept for good, they reach it through peers.
+        let kept = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "0"]), 4).unwrap();
+        let dropped = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16"]), 4).unwrap();
+        for r in [&kept, &dropped] {
+            assert_eq!(r.unfinished, 0, "{r:?}");
+            assert!(r.slow_over_own_bound.is_some_and(|s| s < 1.1), "the slow host at its own link's pace: {r:?}");
+        }
+        assert!(kept.relay_copies < 1.02, "{kept:?}");
+        assert!(dropped.relay_copies > 1.1, "blocks nobody keeps any more come from the relay: {dropped:?}");
     }
 
     #[test]

@@ -16,6 +16,9 @@ struct Rate {
 #[derive(Debug)]
 pub struct Chooser {
     window: u64,
+    /// Blocks of the agent's serve cache ([`Chooser::with_cache_room`]): while fewer than these have
+    /// been handed on, the cache's empty room widens the window.
+    cache_blocks: u64,
     /// Peers fetched from at once (flows).
     peer_flows: usize,
     /// Connections to the relay (flows).
@@ -102,6 +105,7 @@ impl Chooser {
     pub fn new(window: u64, peer_flows: usize) -> Chooser {
         Chooser {
             window: window.max(1),
+            cache_blocks: 0,
             peer_flows: peer_flows.max(1),
             relay_flows: 1,
             depth: 1,
@@ -123,6 +127,25 @@ impl Chooser {
             own_secs_per_byte: None,
             block_bytes: 0,
         }
+    }
+
+    /// The agent keeps up to `blocks` of the blocks it handed on, for other agents (its serve cache:
+    /// every block handed on goes in, the oldest out once it is full): until it holds that many, the
+    /// window looks further ahead by the room the cache does not use yet. An agent's blocks in memory (the
+    /// window's and the cache's) stay within `window + blocks`, as without it, and the window is at its
+    /// widest at the start of a pull, when the block a late joiner needs next has spread least and the
+    /// agents behind it wait longest (issue 33, ninth pass: see `docs/results/issue33-ninth`). Never
+    /// wider than [`limits::WINDOW_BLOCKS_MAX`].
+    pub fn with_cache_room(mut self, blocks: u64) -> Chooser {
+        self.cache_blocks = blocks;
+        self
+    }
+
+    /// How far ahead of what it handed on the agent looks now: its window, widened by the serve
+    /// cache's room still unused.
+    pub fn window_now(&self) -> u64 {
+        let room = self.cache_blocks.saturating_sub(self.next_write);
+        self.window.saturating_add(room).min(limits::WINDOW_BLOCKS_MAX.max(self.window))
     }
 
     /// Allow `n` fetches from the relay at once (default 1). An agent alone, or one on the relay's host
@@ -292,9 +315,10 @@ impl Chooser {
         if !self.has_free_slot() {
             return Vec::new();
         }
-        let end = (self.next_write + self.window).min(self.published);
+        let end = (self.next_write + self.window_now()).min(self.published);
         let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
-        v.sort_by_key(|b| order(*b));
+        let base = self.next_write + self.window;
+        v.sort_by_key(|b| (*b >= base, order(*b)));
         v
     }
 
@@ -634,6 +658,40 @@ mod tests {
         assert_eq!(c.wanted(|_| 0), vec![1, 3]);
         assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
         assert_eq!(c.held(), 1);
+    }
+
+    #[test]
+    fn the_window_looks_further_ahead_by_the_room_the_serve_cache_does_not_use_yet() {
+        let mut c = Chooser::new(3, 8).with_relay_fetches(8).with_cache_room(4);
+        c.published(20);
+        assert_eq!(c.window_now(), 7, "nothing handed on: the cache's four blocks are the window's");
+        assert_eq!(c.wanted(|_| 0), (0..7).collect::<Vec<_>>());
+        for b in 0..3 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
+            c.done(b, 10, 1.0);
+        }
+        c.written(3);
+        assert_eq!(c.window_now(), 4, "three handed on, in the cache: one block of room left");
+        assert_eq!(c.wanted(|_| 0), (3..7).collect::<Vec<_>>(), "the window's end stays where it was: blocks in memory stay within window and cache");
+        for b in 3..6 {
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
+            c.done(b, 10, 1.0);
+        }
+        c.written(6);
+        assert_eq!(c.window_now(), 3, "the cache is full: the window alone");
+        assert_eq!(c.wanted(|_| 0), vec![6, 7, 8]);
+        let wide = Chooser::new(limits::WINDOW_BLOCKS_MAX - 1, 1).with_cache_room(1 << 20);
+        assert_eq!(wide.window_now(), limits::WINDOW_BLOCKS_MAX, "never wider than the largest window");
+        assert_eq!(Chooser::new(3, 1).window_now(), 3, "no cache (a pull from the relay alone, or an agent that does not serve): the window as asked");
+    }
+
+    #[test]
+    fn the_windows_own_blocks_are_asked_for_before_those_of_the_caches_room() {
+        let mut c = Chooser::new(2, 8).with_cache_room(3);
+        c.published(10);
+        // Blocks 2..5 rarer than 0 and 1 (a lower order): the window's own still come first, so that
+        // the blocks the replica needs next are fetched while their holders still keep them.
+        assert_eq!(c.wanted(|b| if b < 2 { 9 } else { 10 - b }), vec![0, 1, 4, 3, 2]);
     }
 
     #[test]

@@ -38,6 +38,12 @@ impl Held {
         Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
+    /// Whole blocks the cache of fed blocks may keep (the pull's window looks further ahead while it
+    /// keeps fewer: `swarm::Chooser::with_cache_room`).
+    pub fn cache_blocks(&self) -> u64 {
+        self.lock().cache_max / self.block_size.max(1)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

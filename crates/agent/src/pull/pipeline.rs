@@ -198,7 +198,8 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
     let window = p.window.max(readers as u64);
     let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
     let generation = p.progress.with(|v| v.desc.generation);
-    tracing::debug!(readers, window_blocks = window, peer_fetches = peer_fetchers, generation, "pulling");
+    let cache_room = p.peering.map_or(0, |peering| peering.held.cache_blocks());
+    tracing::debug!(readers, window_blocks = window, cache_room_blocks = cache_room, peer_fetches = peer_fetchers, generation, "pulling");
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
     let over = AtomicBool::new(false);
@@ -306,7 +307,14 @@ impl<'a> Planner<'a> {
         let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(in_flight);
         Planner {
             p,
-            chooser: Chooser::new(window, swarm::PEER_FETCHES_MAX).with_relay_fetches(relay.len()).with_depth(depth).with_relay_depth(relay_depth),
+            // The serve cache's room still unused widens the window (the blocks in memory stay
+            // within the window and the cache together): early in a pull, when the blocks have spread
+            // least, the agent looks furthest ahead.
+            chooser: Chooser::new(window, swarm::PEER_FETCHES_MAX)
+                .with_relay_fetches(relay.len())
+                .with_depth(depth)
+                .with_relay_depth(relay_depth)
+                .with_cache_room(p.peering.map_or(0, |peering| peering.held.cache_blocks())),
             sched: Scheduler::new(),
             relay_depth,
             relay: relay.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
