@@ -763,9 +763,9 @@ impl Tracker {
             // the relay would reach the others at its pace, or cost the relay a second copy. Not one
             // that reached the swarm and that nobody keeps any more (dropped from every serve cache,
             // its holders gone): no faster agent will bring it back, and a slow agent lagging more
-            // than a cache behind would wait until the last fast agent of the swarm is done (in the
-            // simulator once it modelled the caches, issue 33's ninth pass: for good, as its own
-            // arrivals were the only ones that could have told the tracker the fast ones were). One
+            // than a cache behind would wait until the last fast agent of the swarm is done, however
+            // late that one joined (found once the simulator modelled the caches, issue 33's ninth
+            // pass). One
             // such copy at a time: its relay reads go at its own pace and hold one of the relay's few
             // flows the while (several at once took a fleet of four with two slow hosts from 1.24 to
             // 1.37 of one agent's time, seed 3).
