@@ -344,8 +344,9 @@ struct JoinArgs {
     /// default: the address the relay sees this agent at, with the listening port.
     #[arg(long, env = "FASTREPL_ADVERTISE")]
     advertise: Option<String>,
-    /// MiB of blocks already fed to the replica that are kept to serve other agents (oldest dropped
-    /// first).
+    /// MiB of blocks already fed to the replica that are kept to serve other agents: once full, the
+    /// newest half, and a sample of the older blocks of this agent's own (so that a fleet keeps every
+    /// block somewhere for agents far behind).
     #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20, env = "FASTREPL_SERVE_CACHE_MIB")]
     serve_cache_mib: u64,
     /// After the handoff, keep serving other agents that still pull for at most this many seconds.
@@ -386,7 +387,9 @@ struct PullArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
     /// Blocks fetched ahead of what is written (to the replica or the file) at most [default: 32 for a
-    /// join that reads from other agents too, 16 for a pull from the relay alone].
+    /// join that reads from other agents too, 16 for a pull from the relay alone]. A join that serves
+    /// other agents also looks ahead by the room its serve cache does not use yet (its blocks in memory
+    /// stay within this window and `--serve-cache-mib`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
     window_blocks: Option<u64>,
 }

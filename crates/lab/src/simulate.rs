@@ -22,7 +22,7 @@
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
 use crate::stats;
-use swarm::{AgentId, Answer, Chooser, Origin, Tracker};
+use swarm::{AgentId, Answer, Chooser, Keep, Origin, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -66,11 +66,16 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = limits::WINDOW_BLOCKS_SWARM_DEFAULT)]
     pub window: u64,
     /// Blocks an agent keeps after handing them on, for other agents, in MiB (the join's
-    /// `--serve-cache-mib`): the oldest are dropped, and the tracker told, once it is full; an agent
+    /// `--serve-cache-mib`): once it is full, blocks are dropped as the agents' `swarm::Keep` chooses,
+    /// and the tracker told; an agent
     /// that the tracker says nobody else needs keeps nothing. 0: every block is kept (the simulator
     /// before issue 33's ninth pass).
     #[arg(long, default_value_t = limits::SERVE_CACHE_BYTES_DEFAULT >> 20)]
     pub serve_cache_mib: u64,
+    /// A full serve cache drops its oldest block (the agents before issue 33's ninth pass) rather
+    /// than by `swarm::Keep` (the newest half kept, a sample of its own of the older blocks).
+    #[arg(long)]
+    pub cache_keeps_newest: bool,
     /// The window does not take the serve cache's unused room (the agents before issue 33's ninth
     /// pass; see `swarm::Chooser::with_cache_room`).
     #[arg(long)]
@@ -217,9 +222,10 @@ struct Agent {
     load_changes: u64,
     /// Connections it started serving (askers that arrived), for its load reports.
     arrivals: u64,
-    /// The oldest block it still keeps of those handed on (its serve cache is `cached_from..` the
-    /// blocks handed on; those before it were dropped).
-    cached_from: u64,
+    /// Blocks handed on so far, and those of them it keeps (its serve cache), by `keep`'s choice.
+    fed: u64,
+    cached: Vec<u64>,
+    keep: Keep,
 }
 
 struct Transfer {
@@ -499,7 +505,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 chooser = chooser.with_cache_room(cache_blocks);
             }
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, cached_from: 0 }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, fed: 0, cached: Vec::new(), keep: Keep::new(i as u64) }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -805,15 +811,20 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             }
             tracker.have(g.id, x.block, at(t));
             // The replica takes blocks in order as soon as the next one is there; those handed on go to
-            // the serve cache, whose oldest beyond its bound are dropped (a read already on the wire
-            // ends from the buffer it holds, as in a real agent) and the tracker told.
+            // the serve cache, which drops what is beyond its bound as the agent's choice says (a read
+            // already on the wire ends from the buffer it holds, as in a real agent) and tells the
+            // tracker.
             let fed = g.chooser.held_prefix();
             g.chooser.written(fed);
             if let Some(c) = cache_bound {
-                let keep = if tracker.needing(g.id) > 0 { c } else { 0 };
-                while fed - g.cached_from > keep {
-                    tracker.not_at(g.id, g.id, g.cached_from);
-                    g.cached_from += 1;
+                g.cached.extend(g.fed..fed);
+                g.fed = fed;
+                let bound = if tracker.needing(g.id) > 0 { c } else { 0 };
+                while g.cached.len() as u64 > bound {
+                    let v = if a.cache_keeps_newest { g.cached.iter().min().copied() } else { g.keep.victim(fed, c, g.cached.iter().copied()) };
+                    let Some(v) = v else { break };
+                    g.cached.retain(|b| *b != v);
+                    tracker.not_at(g.id, g.id, v);
                 }
             }
             if g.chooser.complete() {
@@ -1043,18 +1054,24 @@ mod tests {
     }
 
     #[test]
-    fn blocks_dropped_from_every_serve_cache_come_from_the_relay_again() {
-        // 16 blocks; a slow host (a fifth of the others' rate) lags far behind them. With caches of
-        // four blocks the fast agents drop what it still needs, and it gets those from the relay
-        // again (the tracker was told of every drop); kept for good, they reach it through peers.
+    fn blocks_dropped_from_every_serve_cache_come_from_the_relay_again_unless_the_fleet_keeps_them() {
+        // 16 blocks; a slow host (a fifth of the others' rate) lags far behind the others. With caches
+        // of four blocks that keep the newest, the fast agents all drop what it still needs, and it
+        // gets those from the relay again (the tracker was told of every drop); kept for good, they
+        // reach it through peers. Caches that keep a sample of their own of the older blocks
+        // (`swarm::Keep`) keep most blocks somewhere in a fleet of sixteen.
         let kept = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "0"]), 4).unwrap();
-        let dropped = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16"]), 4).unwrap();
-        for r in [&kept, &dropped] {
+        let newest = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16", "--cache-keeps-newest"]), 4).unwrap();
+        let newest_16 = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16", "--cache-keeps-newest"]), 16).unwrap();
+        let sampled_16 = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16"]), 16).unwrap();
+        for r in [&kept, &newest, &newest_16, &sampled_16] {
             assert_eq!(r.unfinished, 0, "{r:?}");
             assert!(r.slow_over_own_bound.is_some_and(|s| s < 1.1), "the slow host at its own link's pace: {r:?}");
         }
         assert!(kept.relay_copies < 1.02, "{kept:?}");
-        assert!(dropped.relay_copies > 1.1, "blocks nobody keeps any more come from the relay: {dropped:?}");
+        assert!(newest.relay_copies > 1.1, "blocks nobody keeps any more come from the relay: {newest:?}");
+        assert!(newest_16.relay_copies > 1.1, "{newest_16:?}");
+        assert!(sampled_16.relay_copies < newest_16.relay_copies - 0.1, "the fleet's samples keep what the lagging agent needs: {sampled_16:?} against {newest_16:?}");
     }
 
     #[test]

@@ -46,7 +46,9 @@ pub const HANDSHAKE_LINE_BYTES_MAX: usize = 4096;
 /// Most arguments of one handshake command (`REPLCONF capa ... capa ...`).
 pub const HANDSHAKE_ARGS_MAX: usize = 64;
 /// Default `--serve-cache-mib` of a join: blocks already fed to the replica that an agent keeps to
-/// serve peers (the oldest go first; blocks not yet fed are the window's, bounded by it).
+/// serve peers (once full, the newest half and a sample of the older of the agent's own, see
+/// `swarm::Keep`; blocks not yet fed are the window's, bounded by it, which also takes the cache's
+/// room while the cache does not use it: `swarm::Chooser::with_cache_room`).
 pub const SERVE_CACHE_BYTES_DEFAULT: u64 = 512 << 20;
 /// Reads of at least this size populate their page tables in one call (shm transport).
 pub const POPULATE_BYTES_MIN: usize = 256 << 10;

@@ -22,10 +22,19 @@
 
 mod bits;
 mod chooser;
+mod keep;
 mod tracker;
 
 pub use chooser::*;
+pub use keep::*;
 pub use tracker::*;
+
+/// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
 
 /// The median of `v`, the lower of the two middle values of an even count (of two agents or peers,
 /// the faster is the yardstick, so that any gap of the slow ratio makes the other slow); `None` when

@@ -2,7 +2,7 @@
 //! holders an asker is sent to. See the crate's documentation for the design.
 
 use crate::bits::Bits;
-use crate::lower_median;
+use crate::{lower_median, mix};
 use crate::{AgentId, Answer, Fetching, Origin, UPLOADS_MAX};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,13 +27,6 @@ pub const CLAIM_TIMEOUT: Duration = limits::RELAY_CLAIM_TIMEOUT;
 /// An agent whose blocks take more than this many times the swarm's median to arrive is slow
 /// ([`limits::ARRIVAL_SLOW_RATIO`]; see [`Tracker::arriving`]).
 pub const SLOW_RATIO: f64 = limits::ARRIVAL_SLOW_RATIO;
-
-/// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
 
 /// The relay's view of a generation's agents and what they hold.
 #[derive(Debug)]

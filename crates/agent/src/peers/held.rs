@@ -17,10 +17,13 @@ pub struct Held {
 
 struct HeldInner {
     blocks: BTreeMap<u64, Arc<Vec<u8>>>,
-    /// Blocks `0..fed` went to the replica: they are the cache, evicted oldest first.
+    /// Blocks `0..fed` went to the replica: those of them still here are the cache (`keep` chose).
     fed: u64,
     cached_bytes: u64,
     cache_max: u64,
+    /// Which fed blocks the cache keeps once full: the newest half, and a sample of the older ones of
+    /// this agent's own (see [`swarm::Keep`]).
+    keep: swarm::Keep,
     /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
     /// memory stays the window's), and starts keeping again as soon as someone joins.
     others_need: bool,
@@ -33,9 +36,10 @@ struct HeldInner {
 }
 
 impl Held {
-    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks.
-    pub fn new(generation: u64, block_size: u64, cache_max: u64) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
+    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks, chosen by
+    /// `keep` once it is full.
+    pub fn new(generation: u64, block_size: u64, cache_max: u64, keep: swarm::Keep) -> Held {
+        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, keep, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
     /// Whole blocks the cache of fed blocks may keep (the pull's window looks further ahead while it
@@ -102,9 +106,9 @@ impl Held {
         self.lock().length = Some(length);
     }
 
-    /// Blocks `0..n` were fed to the replica: they join the cache, and the oldest cached blocks beyond
-    /// its bound are dropped. Returns the dropped blocks (the tracker must stop naming us for them)
-    /// and their buffers (for reuse).
+    /// Blocks `0..n` were fed to the replica: they join the cache, and cached blocks beyond its bound
+    /// are dropped, as `keep` chooses. Returns the dropped blocks (the tracker must stop naming us for
+    /// them) and their buffers (for reuse).
     pub fn fed(&self, n: u64) -> Vec<(u64, Arc<Vec<u8>>)> {
         let mut h = self.lock();
         let h = &mut *h;
@@ -113,8 +117,9 @@ impl Held {
         h.fed = h.fed.max(n);
         let mut dropped = Vec::new();
         let bound = if h.others_need { h.cache_max } else { 0 };
+        let capacity = h.cache_max / self.block_size.max(1);
         while h.cached_bytes > bound {
-            let Some((&b, _)) = h.blocks.range(..h.fed).next() else { break };
+            let Some(b) = h.keep.victim(h.fed, capacity, h.blocks.range(..h.fed).map(|(b, _)| *b)) else { break };
             let v = h.blocks.remove(&b).expect("present");
             h.cached_bytes -= v.len() as u64;
             dropped.push((b, v));
@@ -155,26 +160,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn held_keeps_a_bounded_cache_of_fed_blocks_oldest_out_first() {
-        let h = Held::new(1, 4, 8);
+    fn held_keeps_a_bounded_cache_of_fed_blocks_as_its_choice_says() {
+        let keep = swarm::Keep::new(3);
+        let h = Held::new(1, 4, 8, keep);
         for b in 0..4 {
             h.insert(b, Arc::new(vec![b as u8; 4]));
         }
         assert!(h.fed(1).is_empty(), "4 bytes cached, bound 8");
-        let dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
-        assert_eq!(dropped, vec![0, 1], "16 bytes fed, 8 kept: the oldest go");
-        assert!(h.get(0).is_none() && h.get(3).is_some());
+        let mut dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
+        let first = keep.victim(4, 2, [0, 1, 2, 3]).unwrap();
+        assert_eq!(dropped[0], first, "the choice's victim goes first");
+        dropped.sort_unstable();
+        assert_eq!(dropped.len(), 2, "16 bytes fed, 8 kept");
+        assert!(!dropped.contains(&3) && h.get(3).is_some(), "the newest half of the cache stays");
+        let kept_old = (0..3).find(|b| !dropped.contains(b)).unwrap();
+        assert!(h.get(kept_old).is_some());
         h.insert(4, Arc::new(vec![4; 2]));
         assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
         assert_eq!(h.bytes(), 10);
         h.set_others_need(false);
-        let dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
-        assert_eq!(dropped, vec![2, 3, 4], "alone, an agent keeps nothing it has fed");
+        let mut dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
+        dropped.sort_unstable();
+        assert_eq!(dropped, vec![kept_old, 3, 4], "alone, an agent keeps nothing it has fed");
+        assert_eq!(h.bytes(), 0);
     }
 
     #[test]
     fn only_whole_blocks_are_served() {
-        let h = Held::new(1, 4, 0);
+        let h = Held::new(1, 4, 0, swarm::Keep::new(0));
         assert_eq!(h.block_of(8, 4), Some(2));
         assert_eq!(h.block_of(6, 4), None, "unaligned");
         assert_eq!(h.block_of(8, 3), None, "partial");

@@ -401,7 +401,7 @@ mod tests {
     fn a_block_is_served_while_it_arrives_and_its_last_byte_only_once_checked() {
         use transport::tcp::connect_with;
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
-        let held = Arc::new(Held::new(7, 8, 0));
+        let held = Arc::new(Held::new(7, 8, 0, swarm::Keep::new(0)));
         let a = held.start_arrival(1, 8).unwrap();
         assert!(held.start_arrival(1, 8).is_none(), "one arrival per block");
         a.push(b"abcd");
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn a_server_serves_held_blocks_to_the_token_holder_only() {
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
-        let held = Arc::new(Held::new(7, 4, 0));
+        let held = Arc::new(Held::new(7, 4, 0, swarm::Keep::new(0)));
         held.insert(1, Arc::new(b"abcd".to_vec()));
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
         let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn a_connection_keeps_its_upload_slot_only_while_its_next_read_waits() {
-        let held = Arc::new(Held::new(1, 4, 0));
+        let held = Arc::new(Held::new(1, 4, 0, swarm::Keep::new(0)));
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
         let sh = ServeShared {
             held,

@@ -48,7 +48,9 @@ impl Peering {
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
         let serve = cfg.serve && token.relay_tls().is_none_or(|t| t.peer_server().is_some());
         let cache = if serve { cfg.cache_bytes } else { 0 };
-        let held = Arc::new(Held::new(generation, block_size, cache));
+        // A seed of this process's own, so that the agents of a fleet keep different old blocks.
+        let keep = swarm::Keep::new(std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), generation));
+        let held = Arc::new(Held::new(generation, block_size, cache, keep));
         let server = if serve {
             let listen = match cfg.listen {
                 Some(l) => l,
