@@ -23,7 +23,7 @@ use crate::wire::Request;
 use crate::{Error, Operation};
 use std::collections::VecDeque;
 use std::io::Read;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn bad(what: &str) -> Error {
     Error::Protocol(format!("tracker answer: {what}"))
@@ -50,16 +50,16 @@ pub struct TrackerLink {
 enum Owed {
     /// A request sent without waiting (`have`, `not_at`, `load`): an empty answer.
     Nothing,
-    /// A `locate` for these blocks; `wanted` until whoever asked gives up on it (its answer is then
-    /// read and dropped, never handed to a later question).
-    Located { asked: Vec<u64>, wanted: bool },
-    /// A `needed` (`wanted` as above).
-    Needed { wanted: bool },
+    /// A `locate` for these blocks, asked at `at`; `wanted` until whoever asked gives up on it (its
+    /// answer is then read and dropped, never handed to a later question).
+    Located { asked: Vec<u64>, wanted: bool, at: Instant },
+    /// A `needed` (`wanted` and `at` as above).
+    Needed { wanted: bool, at: Instant },
 }
 
 impl Owed {
     fn wanted(&self) -> bool {
-        matches!(self, Owed::Located { wanted: true, .. } | Owed::Needed { wanted: true })
+        matches!(self, Owed::Located { wanted: true, .. } | Owed::Needed { wanted: true, .. })
     }
 }
 
@@ -127,10 +127,6 @@ impl TrackerLink {
         self.conn.s.tcp().try_clone().map_err(Error::io(Operation::DuplicateTrackerLinkSocket))
     }
 
-    /// How long a question may go unanswered (the link's I/O timeout).
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
 
     /// Our number in the swarm, once registered.
     pub fn id(&self) -> Option<u32> {
@@ -158,7 +154,7 @@ impl TrackerLink {
         let mut out = req.encode().to_vec();
         out.extend_from_slice(&body);
         std::io::Write::write_all(&mut self.conn.s, &out).map_err(|e| self.fail(Error::io(Operation::SendLocate)(e)))?;
-        self.owed.push_back(Owed::Located { asked: ask.blocks.clone(), wanted: true });
+        self.owed.push_back(Owed::Located { asked: ask.blocks.clone(), wanted: true, at: Instant::now() });
         Ok(())
     }
 
@@ -166,7 +162,7 @@ impl TrackerLink {
     pub fn ask_needed(&mut self) -> Result<(), Error> {
         self.in_step()?;
         std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(|e| self.fail(Error::io(Operation::SendNeeded)(e)))?;
-        self.owed.push_back(Owed::Needed { wanted: true });
+        self.owed.push_back(Owed::Needed { wanted: true, at: Instant::now() });
         Ok(())
     }
 
@@ -180,7 +176,7 @@ impl TrackerLink {
     pub fn abandon_questions(&mut self) {
         for o in &mut self.owed {
             match o {
-                Owed::Located { wanted, .. } | Owed::Needed { wanted } => *wanted = false,
+                Owed::Located { wanted, .. } | Owed::Needed { wanted, .. } => *wanted = false,
                 Owed::Nothing => {}
             }
         }
@@ -195,7 +191,9 @@ impl TrackerLink {
     /// The first wanted question's answer if it has arrived, reading (and dropping) the answers before
     /// it as far as they have. Waits only for the rest of an answer whose first bytes are here (within
     /// the link's timeout; the relay sends each answer whole). `None` when it has not arrived, or no
-    /// question is owed.
+    /// question is owed. A wanted question unanswered for longer than the link's timeout fails the
+    /// link ([`TrackerLink::close`]): the relay then ends the membership, and whoever polls needs no
+    /// clock of its own.
     pub fn poll_answer(&mut self) -> Result<Option<Answer>, Error> {
         self.in_step()?;
         while self.questions_owed() > 0 && self.answer_arrived() {
@@ -203,6 +201,13 @@ impl TrackerLink {
                 return self.next_answer().map(Some);
             }
             self.settle_one()?;
+        }
+        let oldest = self.owed.iter().find_map(|o| match o {
+            Owed::Located { wanted: true, at, .. } | Owed::Needed { wanted: true, at } => Some(*at),
+            _ => None,
+        });
+        if oldest.is_some_and(|at| at.elapsed() > self.timeout) {
+            return Err(self.fail(Error::io(Operation::WaitForTrackerAnswer)(std::io::Error::from(std::io::ErrorKind::TimedOut))));
         }
         Ok(None)
     }
@@ -397,6 +402,11 @@ mod tests {
     /// A relay that reads requests (reporting each, with a Locate's body skipped) and sends the
     /// answers the test gives it, when the test gives them.
     fn scripted_relay() -> (TrackerLink, mpsc::Receiver<Request>, mpsc::Sender<Vec<u8>>) {
+        scripted_relay_within(Duration::from_secs(10))
+    }
+
+    /// [`scripted_relay`], with a link whose I/O timeout is `timeout`.
+    fn scripted_relay_within(timeout: Duration) -> (TrackerLink, mpsc::Receiver<Request>, mpsc::Sender<Vec<u8>>) {
         let token = Token::new(b"0123456789abcdef").unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -423,7 +433,7 @@ mod tests {
                 }
             }
         });
-        let link = TrackerLink::connect(&addr.into(), &Credentials::from(token), Duration::from_secs(10)).unwrap();
+        let link = TrackerLink::connect(&addr.into(), &Credentials::from(token), timeout).unwrap();
         (link, heard, say)
     }
 
@@ -532,6 +542,33 @@ mod tests {
         for e in [link.have(1).unwrap_err(), link.ask_needed().unwrap_err(), link.poll_answer().unwrap_err()] {
             assert!(e.to_string().contains("takes nothing more"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_question_unanswered_within_the_links_timeout_fails_the_link_and_shuts_it() {
+        let timeout = Duration::from_millis(300);
+        let (mut link, heard, _say) = scripted_relay_within(timeout);
+        link.ask_needed().unwrap();
+        let asked = std::time::Instant::now();
+        assert_eq!(link.poll_answer().unwrap(), None, "not answered, not late yet");
+        let e = eventually(&mut link, |l| l.poll_answer().err());
+        assert!(asked.elapsed() > timeout, "failed before its time");
+        assert!(e.to_string().contains("wait for the tracker's answer"), "the error names what failed: {e}");
+        relay_sees_the_link_end(&heard);
+        assert!(link.poll_answer().unwrap_err().to_string().contains("takes nothing more"));
+    }
+
+    #[test]
+    fn an_abandoned_question_unanswered_fails_nothing() {
+        let (mut link, _heard, _say) = scripted_relay_within(Duration::from_millis(100));
+        link.ask_needed().unwrap();
+        link.abandon_questions();
+        let deadline = std::time::Instant::now() + Duration::from_millis(300);
+        while std::time::Instant::now() < deadline {
+            assert_eq!(link.poll_answer().unwrap(), None, "nobody waits for it: no deadline");
+            std::thread::yield_now();
+        }
+        link.have(1).expect("the link goes on");
     }
 
     #[test]

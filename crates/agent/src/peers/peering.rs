@@ -118,13 +118,12 @@ impl Peering {
 
     /// [`Peering::needed`]'s question and its answer.
     fn ask_needed(&self) -> Result<u32, transport::Error> {
-        let (socket, timeout) = {
+        let socket = {
             let mut link = self.tracker();
             let socket = link.socket()?;
             link.ask_needed()?;
-            (socket, link.timeout())
+            socket
         };
-        let asked = Instant::now();
         loop {
             // Polled, then the lock let go before waiting (a guard in the `match` itself would live
             // through the wait below, and hold the load reporter back for the round trip).
@@ -132,7 +131,6 @@ impl Peering {
             match polled {
                 Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
                 Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
-                Ok(None) if asked.elapsed() > timeout => break Err(tracker_link::unanswered()),
                 Ok(None) => {
                     if let Err(e) = tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], tracker_link::WAIT_SLICE) {
                         break Err(e);

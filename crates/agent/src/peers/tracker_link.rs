@@ -77,8 +77,8 @@ impl AskSender {
 /// behind a `locate`'s round trip. The link is locked to send or to read an answer that has begun to
 /// arrive (the load reporter shares it); in between the thread waits on the link's socket and on the
 /// planner's wake-ups, holding nothing. Questions still out when it ends are given up. At the link's
-/// failure (a question unanswered within the link's timeout among them) the link is closed
-/// ([`TrackerLink::close`]): the relay then ends this agent's membership.
+/// failure (a question unanswered within the link's timeout among them: the link itself says so) the
+/// link is closed ([`TrackerLink::close`]): the relay then ends this agent's membership.
 pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl Fn(Heard) -> bool) {
     // However this ends, questions still out are given up: their answers must not reach whoever asks
     // next on the link (the agent's linger).
@@ -89,10 +89,10 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
         }
     }
     let _give_up = GiveUp(tracker);
-    let (socket, timeout) = {
+    let socket = {
         let link = lock(tracker);
         match link.socket() {
-            Ok(s) => (s, link.timeout()),
+            Ok(s) => s,
             Err(e) => {
                 drop(link);
                 lock(tracker).close();
@@ -136,9 +136,9 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
                     Answer::Needed(n) => Heard::Needed(n),
                 }
             }
+            // (A question unanswered for longer than the link's timeout is the link's failure.)
             Ok(None) => match awaited.front() {
                 None => continue,
-                Some(asked) if asked.elapsed() > timeout => Heard::Lost(unanswered()),
                 // Nothing said and nothing arrived: wait for either.
                 Some(_) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
                     Ok(()) => {
@@ -171,11 +171,6 @@ pub(crate) fn lock(tracker: &Mutex<TrackerLink>) -> MutexGuard<'_, TrackerLink> 
 /// The longest a thread waits on the link's socket before it looks again
 /// ([`limits::TRACKER_WAIT_SLICE`]: under TLS an answer may sit in the TLS layer's buffer).
 pub(crate) const WAIT_SLICE: Duration = limits::TRACKER_WAIT_SLICE;
-
-/// The tracker did not answer a question within the link's I/O timeout.
-pub(crate) fn unanswered() -> transport::Error {
-    transport::Error::io(transport::Operation::WaitForTrackerAnswer)(std::io::Error::from(std::io::ErrorKind::TimedOut))
-}
 
 /// Wait until one of `fds` has something to read (or is closed), at most `timeout`.
 pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), transport::Error> {
