@@ -243,7 +243,7 @@ fn tracker_requests_sent_without_waiting_are_answered_in_order_and_a_refusal_kee
     let generation = agent::pull::progress::attach(&addr, &token, Duration::from_secs(30)).unwrap().progress.with(|v| v.desc.generation);
     let mut asker = transport::tracker::TrackerLink::connect(&addr, &token, Duration::from_secs(10)).unwrap();
     asker.register(generation, &transport::tracker::Registration { port: 0, serves: false, local: false, advertise: None }).unwrap();
-    let ask = |blocks: Vec<u64>| transport::wire::swarm::Locate { relay_slots: 0, peer_slots: 4, blocks, flows_free: 4, open: Vec::new() };
+    let ask = |blocks: Vec<u64>| transport::wire::swarm::Locate { relay_slots: 0, peer_slots: 4, blocks, flows_free: 4, ..Default::default() };
     // Blocks to wait for are left out of an answer: block 0 (no holder after the not-at, no relay
     // slot asked) is not in it.
     let answer = asker.locate(&ask(vec![0, 1])).unwrap();

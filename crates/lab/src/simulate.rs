@@ -505,7 +505,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 chooser = chooser.with_cache_room(cache_blocks);
             }
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, fed: 0, cached: Vec::new(), keep: Keep::new(i as u64) }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, fed: 0, cached: Vec::new(), keep: Keep::new(a.seed.wrapping_mul(0x1_0000_0001) ^ i as u64) }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();

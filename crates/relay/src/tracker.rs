@@ -97,8 +97,10 @@ impl Swarms {
             let mut blocks: Vec<u64> = ask.blocks.iter().copied().filter(|b| *b < published).collect();
             blocks.sort_unstable();
             blocks.dedup();
-            // Held whole first, then rarest first, equals in an order of the asker's own.
-            blocks.sort_by_key(|b| s.tracker.precedence(id, *b));
+            // The asker's own window before its serve cache's room (its replica needs those first, and
+            // late joiners find them dropped from the caches if they leave them for last); within each,
+            // held whole first, then rarest first, equals in an order of the asker's own.
+            blocks.sort_by_key(|b| (*b >= ask.window_end, s.tracker.precedence(id, *b)));
             let mut relay_left = usize::from(ask.relay_slots);
             let mut peers_left = usize::from(ask.peer_slots) + limits::LOCATE_SPARE_PEERS;
             // What the asker fetches from now; the swarm's tracker updates it answer by answer as the
@@ -208,7 +210,7 @@ mod tests {
         let a = sw.register(1, ip, member(7401, false), 4);
         let b = sw.register(1, "10.0.0.3".parse().unwrap(), Member { advertise: Some("peer.example:9".into()), ..member(1, false) }, 4);
         let now = Instant::now();
-        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, open: Vec::new() };
+        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, ..Locate::default() };
         let got = sw.locate(1, a, &ask(1), 4, Some(4), now);
         assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
         sw.have(1, a, 0);
@@ -221,8 +223,14 @@ mod tests {
         sw.have(2, y, 0);
         sw.have(2, x, 1);
         sw.arriving(2, y, 2);
-        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, open: Vec::new() }, 3, Some(3), now);
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, ..Locate::default() }, 3, Some(3), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "{got:?}");
+        // Blocks past the asker's own window (asked on its serve cache's room) come after the
+        // others, whatever their rarity: block 2, only arriving, before the blocks held whole.
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 0, flows_free: 2, ..Locate::default() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "window end 0: no room asked on, rarity alone: {got:?}");
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 1, flows_free: 2, ..Locate::default() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![0, 1, 2], "block 0 in the window, 1 and 2 on the room: {got:?}");
         assert_eq!(sw.needing(1, a, Some(4)), 1);
         sw.leave(1, b);
         assert_eq!(sw.needing(1, a, Some(4)), 0);
@@ -262,7 +270,7 @@ mod tests {
         sw.have(1, holder, 0);
         sw.have(1, other, 1);
         sw.load(1, holder, swarm::UPLOADS_MAX as u32, 0);
-        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open };
+        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open, ..Locate::default() };
         let got = sw.locate(1, asker, &ask(2, Vec::new()), 2, Some(2), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1], "block 0's only holder is full: not named to a new reader: {got:?}");
         let got = sw.locate(1, asker, &ask(0, vec![holder]), 2, Some(2), now);

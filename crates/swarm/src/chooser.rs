@@ -93,7 +93,8 @@ fn median(v: Vec<f64>) -> Option<f64> {
 }
 
 impl Chooser {
-    /// An agent that looks at most `window` blocks ahead of what it has handed on, fetching from at
+    /// An agent that looks `window` blocks ahead of what it has handed on (more while its serve cache
+    /// has room: [`Chooser::with_cache_room`]), fetching from at
     /// most `peer_flows` peers at once and on one connection to the relay, one read in flight on each
     /// (see [`Chooser::with_depth`]).
     ///
@@ -130,8 +131,9 @@ impl Chooser {
     }
 
     /// The agent keeps up to `blocks` of the blocks it handed on, for other agents (its serve cache:
-    /// every block handed on goes in, the oldest out once it is full): until it holds that many, the
-    /// window looks further ahead by the room the cache does not use yet. An agent's blocks in memory (the
+    /// every block handed on goes in, and once it is full one goes out for each, as [`crate::Keep`]
+    /// chooses): until it holds that many, the window looks further ahead by the room the cache does
+    /// not use yet. Those further blocks are asked for after the window's own ([`Chooser::wanted`]). An agent's blocks in memory (the
     /// window's and the cache's) stay within `window + blocks`, as without it, and the window is at its
     /// widest at the start of a pull, when the block a late joiner needs next has spread least and the
     /// agents behind it wait longest (issue 33, ninth pass: see `docs/results/issue33-ninth`). Never
@@ -139,6 +141,13 @@ impl Chooser {
     pub fn with_cache_room(mut self, blocks: u64) -> Chooser {
         self.cache_blocks = blocks;
         self
+    }
+
+    /// Where the window as asked ends: blocks from here on (up to [`Chooser::window_now`]) are the
+    /// serve cache's room, asked for after the others ([`Chooser::wanted`]; the relay answers in the
+    /// same order).
+    pub fn window_end(&self) -> u64 {
+        self.next_write + self.window
     }
 
     /// How far ahead of what it handed on the agent looks now: its window, widened by the serve
@@ -317,8 +326,8 @@ impl Chooser {
         }
         let end = (self.next_write + self.window_now()).min(self.published);
         let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
-        let base = self.next_write + self.window;
-        v.sort_by_key(|b| (*b >= base, order(*b)));
+        let own_end = self.window_end();
+        v.sort_by_key(|b| (*b >= own_end, order(*b)));
         v
     }
 
@@ -692,6 +701,7 @@ mod tests {
         // Blocks 2..5 rarer than 0 and 1 (a lower order): the window's own still come first, so that
         // the blocks the replica needs next are fetched while their holders still keep them.
         assert_eq!(c.wanted(|b| if b < 2 { 9 } else { 10 - b }), vec![0, 1, 4, 3, 2]);
+        assert_eq!(c.window_end(), 2, "what the agent tells the relay, which answers in the same order");
     }
 
     #[test]

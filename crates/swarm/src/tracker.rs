@@ -753,16 +753,16 @@ impl Tracker {
             Some(x) if x.by != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
             Some(x) if x.by == a && self.stands(x, now) => self.grant(a, b, now),
             // A slow agent takes its blocks from peers while faster agents pull: a block it took from
-            // the relay would reach the others at its pace, or cost the relay a second copy. Not one
-            // that reached the swarm and that nobody keeps any more (dropped from every serve cache,
-            // its holders gone): no faster agent will bring it back, and a slow agent lagging more
-            // than a cache behind would wait until the last fast agent of the swarm is done, however
-            // late that one joined (found once the simulator modelled the caches, issue 33's ninth
-            // pass). One
-            // such copy at a time: its relay reads go at its own pace and hold one of the relay's few
-            // flows the while (several at once took a fleet of four with two slow hosts from 1.24 to
-            // 1.37 of one agent's time, seed 3).
-            _ if self.slow(a) && self.pace.fast_pulling > 0 && (!self.reached.get(b) || mine > 0) => Answer::Wait,
+            // the relay would reach the others at its pace, or cost the relay a second copy. Not a
+            // block that reached the swarm and that nobody is named for any more (dropped from every
+            // serve cache, its holders gone): no faster agent will bring it back, and a slow agent
+            // lagging more than a cache behind would wait until the last fast agent of the swarm is
+            // done, however late that one joined (found once the simulator modelled the caches, issue
+            // 33's ninth pass). One such copy at a time: its relay reads go at its own pace and hold
+            // one of the relay's few flows the while (several at once took a fleet of four with two
+            // slow hosts from 1.24 to 1.37 of one agent's time, seed 3). A block with holders (all
+            // full, or too slow) is no such block: the slow agent waits for them.
+            _ if self.slow(a) && self.pace.fast_pulling > 0 && (self.live[b as usize] > 0 || !self.reached.get(b) || mine > 0) => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => self.grant(a, b, now),
         }
@@ -1465,6 +1465,10 @@ mod tests {
         tr.arriving(0, 2, t);
         tr.have(0, 2, t + s(1));
         assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 1 is slow: block 3 nobody has yet comes to it through agent 0");
+        // The relay's other ways to a claim (the repair of a starved block, holders too slow) do not
+        // serve a slow agent a block that has a holder.
+        let f = Fetching { may_claim: true, open: Vec::new(), flows_free: 1 };
+        assert_eq!(tr.claim(1, 2, &f, t + s(5)), Answer::Wait, "block 2 is held: the slow agent waits for its holder");
         // Agent 0 drops block 0 from its cache (it still pulls): nobody holds it now.
         tr.not_at(0, 0, 0);
         assert_eq!(tr.holders(0), 0);

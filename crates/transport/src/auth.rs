@@ -12,8 +12,10 @@ use std::io::{Read, Write};
 pub const MAGIC: &[u8; 8] = b"FASTREPL";
 /// Wire protocol version. 2: agents report their upload load, and say which peers they read from
 /// when they ask where blocks are. 3: agents serve blocks while they arrive (`Arriving`; a read cut
-/// off part-way is not a failed peer). A relay and its agents must be of one version.
-pub const VERSION: u16 = 3;
+/// off part-way is not a failed peer). 4: an agent's `Locate` says where its own window ends (the
+/// blocks after it, asked on its serve cache's room, are answered last). A relay and its agents must
+/// be of one version.
+pub const VERSION: u16 = 4;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

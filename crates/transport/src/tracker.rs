@@ -462,7 +462,7 @@ mod tests {
     fn what_needs_no_answer_goes_out_while_a_question_is_unanswered_and_answers_are_read_in_order() {
         let (mut link, heard, say) = scripted_relay();
         link.load(1, 1).unwrap();
-        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3, 4], flows_free: 1, open: Vec::new() }).unwrap();
+        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3, 4], flows_free: 1, ..Locate::default() }).unwrap();
         link.have(7).unwrap();
         link.not_at(2, 5).unwrap();
         // The relay has the have and the not-at although it has not answered the locate.
@@ -490,7 +490,7 @@ mod tests {
     }
 
     fn ask(blocks: Vec<u64>) -> Locate {
-        Locate { relay_slots: 1, peer_slots: 1, blocks, flows_free: 1, open: Vec::new() }
+        Locate { relay_slots: 1, peer_slots: 1, blocks, flows_free: 1, ..Locate::default() }
     }
 
     #[test]

@@ -127,6 +127,7 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
             Some(Ask::NotAt { peer, block }) => link.not_at(peer, block),
         };
         let heard = sent.and_then(|()| if awaited.is_empty() { Ok(None) } else { link.poll_answer() });
+        let owed = link.questions_owed();
         drop(link);
         let heard = match heard {
             Ok(Some(answer)) => {
@@ -139,6 +140,9 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
             // (A question unanswered for longer than the link's timeout is the link's failure.)
             Ok(None) => match awaited.front() {
                 None => continue,
+                // The link keeps the deadline of the questions it still owes: one awaited here that it
+                // no longer owes would be waited for without end.
+                Some(_) if owed < awaited.len() => Heard::Lost(transport::Error::Protocol(format!("tracker link: {} answers awaited, {owed} owed", awaited.len()))),
                 // Nothing said and nothing arrived: wait for either.
                 Some(_) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
                     Ok(()) => {
@@ -181,7 +185,7 @@ pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), tran
     let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
     match n {
         n if n > 0 => Ok(()),
-        0 => Ok(()), // Timed out: the caller looks at its deadline.
+        0 => Ok(()), // Timed out: the caller polls again (the link keeps the questions' deadline).
         _ => {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {

@@ -475,6 +475,7 @@ impl<'a> Planner<'a> {
             relay_slots: self.chooser.relay_slots().min(255) as u8,
             peer_slots: self.chooser.peer_slots().min(255) as u8,
             blocks: wanted,
+            window_end: self.chooser.window_end(),
             flows_free: fetching.flows_free.min(255) as u8,
             open: fetching.open,
         }));

@@ -17,7 +17,7 @@ pub const PEERS_PER_BLOCK_MAX: usize = limits::LOCATE_PEERS_PER_BLOCK_MAX;
 /// Most peers an agent says it reads from in one [`Locate`] (more are left out when encoding).
 pub const OPEN_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
 /// Encoded size bound of a [`Locate`].
-pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 2 + 4 * OPEN_PEERS_MAX;
+pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 8 + 2 + 4 * OPEN_PEERS_MAX;
 
 /// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them,
 /// rarest first), with how many fetches of each kind the agent can start now and which peers it can
@@ -31,6 +31,10 @@ pub struct Locate {
     pub peer_slots: u8,
     /// The blocks wanted.
     pub blocks: Vec<u64>,
+    /// The end of the agent's own window: blocks from here on are asked on its serve cache's unused
+    /// room (`swarm::Chooser::with_cache_room`), and the relay answers for them after the others,
+    /// whatever their rarity (0: no such distinction).
+    pub window_end: u64,
     /// Peers the agent may open a connection to, besides those it reads from.
     pub flows_free: u8,
     /// Peers it reads from now with room for another read on that connection.
@@ -79,17 +83,19 @@ pub fn check_addr(a: &[u8]) -> Result<String, Error> {
 }
 
 impl Locate {
-    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u8 flows_free, u8 k, k × u32 open`.
+    /// `u8 relay_slots, u8 peer_slots, u16 n, n × u64 block, u64 window_end, u8 flows_free, u8 k,
+    /// k × u32 open`.
     pub fn encode(&self) -> Vec<u8> {
         let n = self.blocks.len().min(LOCATE_BLOCKS_MAX);
         let k = self.open.len().min(OPEN_PEERS_MAX);
-        let mut v = Vec::with_capacity(6 + 8 * n + 4 * k);
+        let mut v = Vec::with_capacity(14 + 8 * n + 4 * k);
         v.push(self.relay_slots);
         v.push(self.peer_slots);
         v.extend_from_slice(&(n as u16).to_be_bytes());
         for b in &self.blocks[..n] {
             v.extend_from_slice(&b.to_be_bytes());
         }
+        v.extend_from_slice(&self.window_end.to_be_bytes());
         v.push(self.flows_free);
         v.push(k as u8);
         for p in &self.open[..k] {
@@ -107,6 +113,7 @@ impl Locate {
             return Err(bad("too many blocks asked"));
         }
         let blocks = (0..n).map(|_| c.u64()).collect::<Result<_, _>>()?;
+        let window_end = c.u64()?;
         let flows_free = c.u8()?;
         let k = c.u8()? as usize;
         if k > OPEN_PEERS_MAX {
@@ -114,7 +121,7 @@ impl Locate {
         }
         let open = (0..k).map(|_| c.u32()).collect::<Result<_, _>>()?;
         c.end()?;
-        Ok(Locate { relay_slots, peer_slots, blocks, flows_free, open })
+        Ok(Locate { relay_slots, peer_slots, blocks, window_end, flows_free, open })
     }
 }
 
@@ -198,7 +205,7 @@ mod tests {
 
     #[test]
     fn locate_round_trips_and_is_bounded() {
-        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], flows_free: 1, open: vec![7] };
+        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], window_end: 2, flows_free: 1, open: vec![7] };
         assert_eq!(Locate::decode(&l.encode()).unwrap(), l);
         let mut big = vec![0, 0];
         big.extend_from_slice(&(LOCATE_BLOCKS_MAX as u16 + 1).to_be_bytes());
