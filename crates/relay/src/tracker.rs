@@ -226,7 +226,7 @@ mod tests {
         let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, ..Locate::default() }, 3, Some(3), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "{got:?}");
         // Blocks past the asker's own window (asked on its serve cache's room) come after the
-        // others, whatever their rarity: block 2, only arriving, before the blocks held whole.
+        // others, whatever their rarity: block 0 before block 1, which more agents hold whole.
         let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 0, flows_free: 2, ..Locate::default() }, 3, Some(3), now);
         assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "window end 0: no room asked on, rarity alone: {got:?}");
         let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 1, flows_free: 2, ..Locate::default() }, 3, Some(3), now);

@@ -12,10 +12,11 @@ use std::io::{Read, Write};
 pub const MAGIC: &[u8; 8] = b"FASTREPL";
 /// Wire protocol version. 2: agents report their upload load, and say which peers they read from
 /// when they ask where blocks are. 3: agents serve blocks while they arrive (`Arriving`; a read cut
-/// off part-way is not a failed peer). 4: an agent's `Locate` says where its own window ends (the
-/// blocks after it, asked on its serve cache's room, are answered last). A relay and its agents must
-/// be of one version.
-pub const VERSION: u16 = 4;
+/// off part-way is not a failed peer). 5: an agent's `Locate` says where its own window ends (the
+/// blocks after it, asked on its serve cache's room, are answered last); not 4, which a layout tried
+/// and reverted in issue 33 used (a build of it must be refused by name, not misread). A relay and its
+/// agents must be of one version.
+pub const VERSION: u16 = 5;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

@@ -19,8 +19,8 @@ pub const OPEN_PEERS_MAX: usize = limits::LOCATE_OPEN_PEERS_MAX;
 /// Encoded size bound of a [`Locate`].
 pub const LOCATE_BODY_MAX: usize = 4 + 8 * LOCATE_BLOCKS_MAX + 8 + 2 + 4 * OPEN_PEERS_MAX;
 
-/// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them,
-/// rarest first), with how many fetches of each kind the agent can start now and which peers it can
+/// "Where do I get these blocks?" — in the agent's order of preference (the relay reorders them: the
+/// agent's own window first, then rarest first), with how many fetches of each kind the agent can start now and which peers it can
 /// use: those it reads from with room on the connection, and how many more it may start reading from
 /// (the relay names a holder serving its maximum of uploads only to an agent already reading from it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
