@@ -1430,18 +1430,26 @@ mod tests {
         assert_eq!(tr.locate_t(0, 6, t + ms(4000)), Answer::Relay);
     }
 
-    #[test]
-    fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
+    /// Two agents of a snapshot of `blocks` blocks: agent 0 took blocks 0 and 2 in 1 s each, agent 1
+    /// block 1 in 5 s (slow against 0).
+    fn a_slow_agent_beside_a_fast_one(blocks: u64) -> (Tracker, Instant) {
         let t = Instant::now();
         let s = Duration::from_secs;
-        let mut tr = joined(4, 2);
-        tr.set_total(4);
+        let mut tr = joined(blocks, 2);
+        tr.set_total(blocks);
         tr.arriving(0, 0, t);
         tr.have(0, 0, t + s(1));
         tr.arriving(1, 1, t);
         tr.have(1, 1, t + s(5));
         tr.arriving(0, 2, t);
         tr.have(0, 2, t + s(1));
+        (tr, t)
+    }
+
+    #[test]
+    fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
+        let s = Duration::from_secs;
+        let (mut tr, t) = a_slow_agent_beside_a_fast_one(4);
         assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 0 is faster and still pulls");
         tr.arriving(0, 1, t + s(5));
         tr.have(0, 1, t + s(6));
@@ -1454,16 +1462,8 @@ mod tests {
 
     #[test]
     fn a_slow_agent_takes_a_block_nobody_keeps_any_more_from_the_relay_while_faster_agents_pull() {
-        let t = Instant::now();
         let s = Duration::from_secs;
-        let mut tr = joined(8, 2);
-        tr.set_total(8);
-        tr.arriving(0, 0, t);
-        tr.have(0, 0, t + s(1));
-        tr.arriving(1, 1, t);
-        tr.have(1, 1, t + s(5));
-        tr.arriving(0, 2, t);
-        tr.have(0, 2, t + s(1));
+        let (mut tr, t) = a_slow_agent_beside_a_fast_one(8);
         assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 1 is slow: block 3 nobody has yet comes to it through agent 0");
         // The relay's other ways to a claim (the repair of a starved block, holders too slow) do not
         // serve a slow agent a block that has a holder.
