@@ -1,7 +1,9 @@
 //! `fastrepl verify` on what today's servers store, against real servers: zset scores compared as the
 //! doubles they are (Redis 7.0 and Valkey print the same double differently), hash fields with their own
 //! TTLs and vector sets on Redis 8.2 (identical copies are identical; every kind of difference is
-//! found), and a type it does not know reported as such (exit 2), never as identical.
+//! found), a type it does not know reported as such (exit 2), never as identical, and a key a server
+//! refuses to read (a cluster node not serving its slot) reported as not compared (exit 2), never as
+//! a difference.
 
 mod common;
 use common::*;
@@ -107,4 +109,23 @@ fn a_type_verify_does_not_know_is_not_called_identical() {
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("cannot compare type graphdata"), "{out}");
     assert!(!out.contains("identical"), "{out}");
+}
+
+#[test]
+fn a_key_a_server_refuses_to_read_is_not_compared_and_not_a_difference() {
+    // A cluster node that serves no slot answers every key with CLUSTERDOWN (a restarted node does so
+    // until it learns its cluster's state): the keys cannot be compared, which is neither identical
+    // nor different. Counted as differences, a staged node still settling looked diverged.
+    let a = Server::start(Flavor::Redis70, &[]);
+    let b = Server::start(Flavor::Redis70, &["--cluster-enabled", "yes"]);
+    a.client().cmd(&["SET", "k", "1"]).unwrap();
+    let (code, out) = run_verify(&a.addr(), &b.addr());
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("the second server answered TYPE of key 'k' with an error: CLUSTERDOWN"), "{out}");
+    assert!(!out.contains("DIFFERENT") && !out.contains("identical"), "{out}");
+    // The same key readable on both, and equal: identical.
+    let c = Server::start(Flavor::Redis70, &[]);
+    c.client().cmd(&["SET", "k", "1"]).unwrap();
+    let (code, out) = run_verify(&a.addr(), &c.addr());
+    assert_eq!(code, Some(0), "{out}");
 }

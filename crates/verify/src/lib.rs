@@ -70,6 +70,45 @@ pub enum Error {
     /// A server failed.
     #[error(transparent)]
     Client(#[from] client::Error),
+    /// A server answered a read of a key with an error: a cluster node that does not serve the key's
+    /// slot (yet) answers `MOVED` or `CLUSTERDOWN`, a user without the permission `NOPERM`. The key
+    /// cannot be compared, which is neither equal nor different: counted as a difference, a replica
+    /// still learning its cluster's state looked diverged (a fault-matrix run did).
+    #[error("the {side} server answered {op} of key '{key}' with an error: {reply}")]
+    Refused {
+        /// `first` or `second`, as the servers were given.
+        side: &'static str,
+        /// The command refused.
+        op: &'static str,
+        /// The key, printable.
+        key: String,
+        /// The server's error reply.
+        reply: String,
+    },
+}
+
+/// Which server of the comparison, for messages.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    First,
+    Second,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::First => "first",
+            Side::Second => "second",
+        }
+    }
+}
+
+/// `reply` itself, unless it is an error reply: then the key cannot be compared.
+fn answered(reply: Frame, side: Side, op: &'static str, key: &[u8]) -> Result<Frame, Error> {
+    match reply {
+        Frame::Error(e) => Err(Error::Refused { side: side.name(), op, key: printable(key), reply: String::from_utf8_lossy(&e).into_owned() }),
+        f => Ok(f),
+    }
 }
 
 fn printable(k: &[u8]) -> String {
@@ -143,7 +182,7 @@ fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts:
             let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
             let cmds: Vec<_> = keys.iter().map(|k| command(&[b"EXISTS".as_slice(), k])).collect();
             for (k, e) in keys.iter().zip(a.pipeline(&cmds)?) {
-                if e.as_int() == Some(0) {
+                if answered(e, Side::First, "EXISTS", k)?.as_int() == Some(0) {
                     out.differ(max, format!("db{db} key '{}': only on the second server", printable(k)));
                 }
             }
@@ -155,7 +194,7 @@ fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts:
     Ok(())
 }
 
-fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame)>, Error> {
+fn describe(keys: &[Vec<u8>], c: &mut Client, side: Side) -> Result<Vec<(Frame, Frame, Frame)>, Error> {
     let mut cmds = Vec::with_capacity(keys.len() * 3);
     for k in keys {
         cmds.push(command(&[b"TYPE".as_slice(), k]));
@@ -164,8 +203,9 @@ fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame
     }
     let mut r = c.pipeline(&cmds)?.into_iter();
     let mut v = Vec::with_capacity(keys.len());
-    while let (Some(t), Some(p), Some(d)) = (r.next(), r.next(), r.next()) {
-        v.push((t, p, d));
+    for k in keys {
+        let (Some(t), Some(p), Some(d)) = (r.next(), r.next(), r.next()) else { break };
+        v.push((answered(t, side, "TYPE", k)?, answered(p, side, "PTTL", k)?, answered(d, side, "DUMP", k)?));
     }
     Ok(v)
 }
@@ -179,8 +219,8 @@ fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], caps:
     // up to the time both reads took (a loaded host, a batch of large DUMPs). Widen the tolerance by
     // that, or a busy machine reports the same expiry as a difference.
     let started = std::time::Instant::now();
-    let da = describe(keys, a)?;
-    let db_ = describe(keys, b)?;
+    let da = describe(keys, a, Side::First)?;
+    let db_ = describe(keys, b, Side::Second)?;
     let ttl_tolerance_ms = opts.ttl_tolerance_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX));
     for (k, ((ta, pa, va), (tb, pb, vb))) in keys.iter().zip(da.into_iter().zip(db_)) {
         let name = printable(k);

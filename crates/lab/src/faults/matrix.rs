@@ -266,7 +266,8 @@ pub struct Observed {
     pub following: String,
     /// Keys in the replica (all databases) afterwards.
     pub replica_keys: u64,
-    /// Differences from the master once caught up (`None`: not compared, e.g. the join failed).
+    /// Differences from the master once caught up (`None`: not compared, e.g. the join failed, or a
+    /// server never answered every read).
     pub differences: Option<u64>,
     /// For a killed agent: whom its replica followed a few seconds after the kill (empty:
     /// standalone). Anything but the real master is a replica left on a dead agent.
@@ -326,7 +327,7 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
     let identical = |what: &str| match o.differences {
         Some(0) => Ok(()),
         Some(n) => Err(Verdict::Violation(format!("{what} but {n} keys differ from the master"))),
-        None => Err(Verdict::Violation(format!("{what} but the replica never caught up with the master"))),
+        None => Err(Verdict::Violation(format!("{what} but the replica was never compared: it never caught up with the master, or never served every key"))),
     };
     match o.exit {
         None => {
