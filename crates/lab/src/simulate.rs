@@ -22,7 +22,7 @@
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
 use crate::stats;
-use swarm::{AgentId, Answer, Chooser, Keep, Origin, Tracker};
+use swarm::{AgentId, Answer, Chooser, Keep, Origin, ServeCache, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -222,10 +222,8 @@ struct Agent {
     load_changes: u64,
     /// Connections it started serving (askers that arrived), for its load reports.
     arrivals: u64,
-    /// Blocks handed on so far, and those of them it keeps (its serve cache), by `keep`'s choice.
-    fed: u64,
-    cached: Vec<u64>,
-    keep: Keep,
+    /// Which blocks handed on it keeps (`None`: every block, for good), by the agents' own rule.
+    cache: Option<ServeCache>,
 }
 
 struct Transfer {
@@ -473,9 +471,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let t0 = Instant::now();
     let at = |t: f64| t0 + Duration::from_secs_f64(t);
 
-    // Whole blocks of the serve cache (`None`: unbounded).
+    // Whole blocks of the serve cache (0: unbounded).
     let cache_blocks = a.serve_cache_mib / a.block_mib;
-    let cache_bound = (a.serve_cache_mib > 0).then_some(cache_blocks);
     let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
     let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
     // The relay holds the whole snapshot before the first agent joins (the bench's relays too: they
@@ -505,7 +502,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 chooser = chooser.with_cache_room(cache_blocks);
             }
             chooser.published(blocks);
-            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, fed: 0, cached: Vec::new(), keep: Keep::new(a.seed.wrapping_mul(0x1_0000_0001) ^ i as u64) }
+            let cache = match (a.serve_cache_mib, a.cache_keeps_newest) {
+                (0, _) => None,
+                (_, true) => Some(ServeCache::keeping_newest(cache_blocks)),
+                (_, false) => Some(ServeCache::new(cache_blocks, Keep::new(a.seed.wrapping_mul(0x1_0000_0001) ^ i as u64))),
+            };
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, cache }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -816,14 +818,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             // tracker.
             let fed = g.chooser.held_prefix();
             g.chooser.written(fed);
-            if let Some(c) = cache_bound {
-                g.cached.extend(g.fed..fed);
-                g.fed = fed;
-                let bound = if tracker.needing(g.id) > 0 { c } else { 0 };
-                while g.cached.len() as u64 > bound {
-                    let v = if a.cache_keeps_newest { g.cached.iter().min().copied() } else { g.keep.victim(fed, c, g.cached.iter().copied()) };
-                    let Some(v) = v else { break };
-                    g.cached.retain(|b| *b != v);
+            if let Some(c) = g.cache.as_mut() {
+                for v in c.fed(fed, tracker.needing(g.id) > 0) {
                     tracker.not_at(g.id, g.id, v);
                 }
             }

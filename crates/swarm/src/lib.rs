@@ -23,10 +23,12 @@
 mod bits;
 mod chooser;
 mod keep;
+mod serve_cache;
 mod tracker;
 
 pub use chooser::*;
 pub use keep::*;
+pub use serve_cache::*;
 pub use tracker::*;
 
 /// A well-mixed 64-bit value of `x` (splitmix64's finalizer): nearby inputs give unrelated outputs.

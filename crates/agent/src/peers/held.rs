@@ -12,18 +12,17 @@ pub struct Held {
     /// The generation whose blocks these are.
     pub(crate) generation: u64,
     block_size: u64,
+    /// Whole blocks the cache of fed blocks keeps at most.
+    cache_blocks: u64,
     inner: Mutex<HeldInner>,
 }
 
 struct HeldInner {
     blocks: BTreeMap<u64, Arc<Vec<u8>>>,
-    /// Blocks `0..fed` went to the replica: those of them still here are the cache (`keep` chose).
-    fed: u64,
-    cached_bytes: u64,
-    cache_max: u64,
-    /// Which fed blocks the cache keeps once full: the newest half, and a sample of the older ones of
-    /// this agent's own (see [`swarm::Keep`]).
-    keep: swarm::Keep,
+    /// Which of the blocks fed to the replica are still here (the rest of `blocks` is the window's):
+    /// once full, the newest half and a sample of the older ones of this agent's own (see
+    /// [`swarm::ServeCache`], [`swarm::Keep`]).
+    cache: swarm::ServeCache,
     /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
     /// memory stays the window's), and starts keeping again as soon as someone joins.
     others_need: bool,
@@ -36,16 +35,18 @@ struct HeldInner {
 }
 
 impl Held {
-    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks, chosen by
-    /// `keep` once it is full.
+    /// An empty store for `generation` that keeps at most `cache_max` bytes of fed blocks (whole
+    /// blocks), chosen by `keep` once it is full.
     pub fn new(generation: u64, block_size: u64, cache_max: u64, keep: swarm::Keep) -> Held {
-        Held { generation, block_size, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), fed: 0, cached_bytes: 0, cache_max, keep, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
+        let cache_blocks = cache_max / block_size.max(1);
+        let cache = swarm::ServeCache::new(cache_blocks, keep);
+        Held { generation, block_size, cache_blocks, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), cache, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
     /// Whole blocks the cache of fed blocks may keep (the pull's window looks further ahead while it
     /// keeps fewer: `swarm::Chooser::with_cache_room`).
     pub fn cache_blocks(&self) -> u64 {
-        self.lock().cache_max / self.block_size.max(1)
+        self.cache_blocks
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HeldInner> {
@@ -57,9 +58,6 @@ impl Held {
     pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
         let mut h = self.lock();
         h.arriving.remove(&b);
-        if b < h.fed {
-            h.cached_bytes += bytes.len() as u64;
-        }
         h.blocks.insert(b, bytes);
     }
 
@@ -107,24 +105,13 @@ impl Held {
     }
 
     /// Blocks `0..n` were fed to the replica: they join the cache, and cached blocks beyond its bound
-    /// are dropped, as `keep` chooses. Returns the dropped blocks (the tracker must stop naming us for
-    /// them) and their buffers (for reuse).
+    /// are dropped, as [`swarm::ServeCache`] says. Returns the dropped blocks (the tracker must stop
+    /// naming us for them) and their buffers (for reuse).
     pub fn fed(&self, n: u64) -> Vec<(u64, Arc<Vec<u8>>)> {
         let mut h = self.lock();
         let h = &mut *h;
-        let newly: u64 = h.blocks.range(h.fed..n).map(|(_, v)| v.len() as u64).sum();
-        h.cached_bytes += newly;
-        h.fed = h.fed.max(n);
-        let mut dropped = Vec::new();
-        let bound = if h.others_need { h.cache_max } else { 0 };
-        let capacity = h.cache_max / self.block_size.max(1);
-        while h.cached_bytes > bound {
-            let Some(b) = h.keep.victim(h.fed, capacity, h.blocks.range(..h.fed).map(|(b, _)| *b)) else { break };
-            let v = h.blocks.remove(&b).expect("present");
-            h.cached_bytes -= v.len() as u64;
-            dropped.push((b, v));
-        }
-        dropped
+        let dropped = h.cache.fed(n, h.others_need);
+        dropped.into_iter().filter_map(|b| h.blocks.remove(&b).map(|v| (b, v))).collect()
     }
 
     /// Bytes held now (window and cache).
@@ -166,12 +153,12 @@ mod tests {
         for b in 0..4 {
             h.insert(b, Arc::new(vec![b as u8; 4]));
         }
-        assert!(h.fed(1).is_empty(), "4 bytes cached, bound 8");
+        assert!(h.fed(1).is_empty(), "one block cached, bound two");
         let mut dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
         let first = keep.victim(4, 2, [0, 1, 2, 3]).unwrap();
         assert_eq!(dropped[0], first, "the choice's victim goes first");
         dropped.sort_unstable();
-        assert_eq!(dropped.len(), 2, "16 bytes fed, 8 kept");
+        assert_eq!(dropped.len(), 2, "four blocks fed, two kept");
         assert!(!dropped.contains(&3) && h.get(3).is_some(), "the newest half of the cache stays");
         let kept_old = (0..3).find(|b| !dropped.contains(b)).unwrap();
         assert!(h.get(kept_old).is_some());
