@@ -81,7 +81,8 @@ pub struct PullConfig {
     /// Reads in flight (0: the transport's default).
     pub readers: usize,
     /// Blocks buffered ahead of the consumer at most; `None`: the default for how it pulls
-    /// ([`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for a member of a swarm,
+    /// ([`limits::WINDOW_BLOCKS_SERVING_DEFAULT`] for a member of a swarm that serves,
+    /// [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for one that only reads,
     /// [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay alone).
     pub window_blocks: Option<u64>,
 }

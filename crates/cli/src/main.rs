@@ -386,10 +386,10 @@ struct PullArgs {
     /// Readers (connections, each with reads in flight); 0 = the transport's default (4; ucx 2).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=limits::READERS_MAX as u64), env = "FASTREPL_READERS")]
     readers: u64,
-    /// Blocks fetched ahead of what is written (to the replica or the file) at most [default: 32 for a
-    /// join that reads from other agents too, 16 for a pull from the relay alone]. A join that serves
-    /// other agents also looks ahead by the room its serve cache does not use yet (its blocks in memory
-    /// stay within this window and `--serve-cache-mib`).
+    /// Blocks fetched ahead of what is written (to the replica or the file) at most [default: 64 for a
+    /// join that serves other agents, 32 for one that only reads from them, 16 for a pull from the
+    /// relay alone]. A join that serves other agents also looks ahead by the room its serve cache does
+    /// not use yet (its blocks in memory stay within this window and `--serve-cache-mib`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=limits::WINDOW_BLOCKS_MAX), env = "FASTREPL_WINDOW_BLOCKS")]
     window_blocks: Option<u64>,
 }
@@ -1310,7 +1310,12 @@ mod tests {
         let mut cmd = super::Cli::command();
         let join = cmd.find_subcommand_mut("join").expect("a join subcommand");
         let help = join.render_long_help().to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-        let said = format!("[default: {} for a join that reads from other agents too, {} for a pull from the relay alone]", limits::WINDOW_BLOCKS_SWARM_DEFAULT, limits::WINDOW_BLOCKS_DEFAULT);
+        let said = format!(
+            "[default: {} for a join that serves other agents, {} for one that only reads from them, {} for a pull from the relay alone]",
+            limits::WINDOW_BLOCKS_SERVING_DEFAULT,
+            limits::WINDOW_BLOCKS_SWARM_DEFAULT,
+            limits::WINDOW_BLOCKS_DEFAULT
+        );
         assert!(help.contains(&said), "the help's window defaults are not limits':\n{help}");
     }
 

@@ -731,7 +731,7 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                    let pull = agent::pull::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: agent::pull::pipeline::window(None, false), cancel, peering: None, counters: None };
+                    let pull = agent::pull::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: agent::pull::pipeline::window(None, agent::pull::pipeline::Membership::Alone), cancel, peering: None, counters: None };
                     agent::pull::pipeline::pull(&pull, &mut |b| {
                         n += b.len() as u64;
                         Ok(())

@@ -62,8 +62,9 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 0.0)]
     pub join_spread: f64,
     /// Blocks an agent looks ahead of what it has handed on to its replica (default: the join's
-    /// `--window-blocks` default in a swarm, the same constant).
-    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_SWARM_DEFAULT)]
+    /// `--window-blocks` default for an agent that serves, the same constant: every simulated agent
+    /// serves).
+    #[arg(long, default_value_t = limits::WINDOW_BLOCKS_SERVING_DEFAULT)]
     pub window: u64,
     /// Blocks an agent keeps after handing them on, for other agents, in MiB (the join's
     /// `--serve-cache-mib`): once it is full, blocks are dropped as the agents' `swarm::Keep` chooses,

@@ -48,8 +48,9 @@ pub const HANDSHAKE_ARGS_MAX: usize = 64;
 /// Default `--serve-cache-mib` of a join: blocks already fed to the replica that an agent keeps to
 /// serve peers (once full, the newest half and a sample of the older of the agent's own, see
 /// `swarm::Keep`; blocks not yet fed are the window's, bounded by it, which also takes the cache's
-/// room while the cache does not use it: `swarm::Chooser::with_cache_room`).
-pub const SERVE_CACHE_BYTES_DEFAULT: u64 = 512 << 20;
+/// room while the cache does not use it: `swarm::Chooser::with_cache_room`). 384 beside a window of
+/// [`WINDOW_BLOCKS_SERVING_DEFAULT`]: see there.
+pub const SERVE_CACHE_BYTES_DEFAULT: u64 = 384 << 20;
 /// Reads of at least this size populate their page tables in one call (shm transport).
 pub const POPULATE_BYTES_MIN: usize = 256 << 10;
 
@@ -70,9 +71,20 @@ pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
 /// full-rate agent from 1.32 to 1.22 of one agent's time at 8 agents, 1.36 to 1.31 at 64, 1.42 to
 /// 1.37 at 1 000, and the even fan-out no slower; on the bench, side by side, the even fan-out was the
 /// same and the uneven fleet's worst run 1.15 against 1.29 (docs/results/issue33-eighth). It costs up
-/// to 64 MiB more of an agent's memory at the default block size (a swarm's agent also keeps up to
-/// `--serve-cache-mib`, 512 by default).
+/// to 64 MiB more of an agent's memory at the default block size. Since issue 33's tenth pass this is
+/// the window of a member that keeps no serve cache (`--no-serve`, or a TLS relay without a peer
+/// certificate); one that serves looks further: [`WINDOW_BLOCKS_SERVING_DEFAULT`].
 pub const WINDOW_BLOCKS_SWARM_DEFAULT: u64 = 32;
+/// Default `--window-blocks` of a `join` that serves other agents: 64 blocks with a 384 MiB serve
+/// cache, the same memory as the 32 with 512 MiB before (checked below). Blocks ahead help the fleet
+/// more than blocks behind: an agent's window is what others read from it while they are new, its
+/// cache only serves the agents that lag. In the simulator (issue 33's ninth pass: 5 % slow hosts, 1 %
+/// failures, joins over 30 s, 1 GiB at 100 Mbit/s; 20 seeds, 6 at 1 000) the slowest full-rate agent
+/// went from 1.238 / 1.266 / 1.322 of one agent's time at 8 / 64 / 1 000 agents to 1.173 / 1.241 /
+/// 1.288, runs above 1.3 from 2 / 4 / 6 to 1 / 1 / 1 (one seed at 64 agents got worse: 1.457 against
+/// 1.348, a late joiner whose fast holders were all busy serving). Snapshots up to the cache's size
+/// are pulled exactly as before: the window's end at the start of a pull is 160 blocks either way.
+pub const WINDOW_BLOCKS_SERVING_DEFAULT: u64 = 64;
 /// Block reads an agent keeps in flight on one TCP connection to the relay (and the most a peer's
 /// connection takes): requests sent before the earlier answers arrived, so that the flow does not
 /// idle for a round trip between blocks — which, behind busy links' queues (100 ms each on the
@@ -510,6 +522,9 @@ const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
 const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SWARM_DEFAULT <= WINDOW_BLOCKS_MAX);
 // A swarm's member looks further ahead than a pull from the relay alone (what the window is for there).
 const _: () = assert!(WINDOW_BLOCKS_SWARM_DEFAULT > WINDOW_BLOCKS_DEFAULT);
+const _: () = assert!(WINDOW_BLOCKS_SERVING_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SERVING_DEFAULT > WINDOW_BLOCKS_SWARM_DEFAULT);
+// A serving agent's default window and cache hold what the 32 blocks and 512 MiB before held.
+const _: () = assert!(WINDOW_BLOCKS_SERVING_DEFAULT * BLOCK_BYTES_DEFAULT + SERVE_CACHE_BYTES_DEFAULT == WINDOW_BLOCKS_SWARM_DEFAULT * BLOCK_BYTES_DEFAULT + (512 << 20));
 // A peer fetcher pipelines on a TCP connection, which takes at most this many reads in flight: more
 // would fail locally and be blamed on the peer.
 const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);

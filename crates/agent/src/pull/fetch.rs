@@ -51,7 +51,7 @@ pub fn fetch(
         transport: transport.as_ref(),
         progress: &attached.progress,
         readers: crate::pull::pipeline::readers(settings.readers, transport.as_ref()),
-        window: crate::pull::pipeline::window(settings.window_blocks, false),
+        window: crate::pull::pipeline::window(settings.window_blocks, crate::pull::pipeline::Membership::Alone),
         cancel,
         peering: None,
         counters: None,

@@ -1023,12 +1023,30 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
 }
 
 
-/// The window to pull with: as asked, or by default [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for a
-/// member of a swarm (`peers`: it reads from other agents too, and the window hides how long a block
-/// takes to reach it through them) and [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay
-/// alone (a larger one would only hold memory).
-pub fn window(asked: Option<u64>, peers: bool) -> u64 {
-    asked.unwrap_or(if peers { limits::WINDOW_BLOCKS_SWARM_DEFAULT } else { limits::WINDOW_BLOCKS_DEFAULT })
+/// How a pull takes part in a swarm, for its default window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// It pulls from the relay alone (`stage`, `fetch`, a join that is no member of a swarm).
+    Alone,
+    /// It reads from other agents too, and serves none (`--no-serve`, or a TLS relay without a peer
+    /// certificate).
+    Reads,
+    /// It reads from other agents and serves them.
+    Serves,
+}
+
+/// The window to pull with: as asked, or by default [`limits::WINDOW_BLOCKS_SERVING_DEFAULT`] for a
+/// member of a swarm that serves (its window's blocks are what other agents read while they are
+/// new, and the window hides how long a block takes to reach it through them),
+/// [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for one that only reads (its memory stays as before), and
+/// [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay alone (a larger one would only hold
+/// memory).
+pub fn window(asked: Option<u64>, membership: Membership) -> u64 {
+    asked.unwrap_or(match membership {
+        Membership::Alone => limits::WINDOW_BLOCKS_DEFAULT,
+        Membership::Reads => limits::WINDOW_BLOCKS_SWARM_DEFAULT,
+        Membership::Serves => limits::WINDOW_BLOCKS_SERVING_DEFAULT,
+    })
 }
 
 /// Readers to use: as asked, or the transport's default when `asked` is 0.
@@ -1042,13 +1060,15 @@ pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::window;
+    use super::{window, Membership};
 
     #[test]
     fn a_member_of_a_swarm_looks_further_ahead_by_default_than_a_pull_from_the_relay_alone() {
-        assert_eq!(window(None, true), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
-        assert_eq!(window(None, false), limits::WINDOW_BLOCKS_DEFAULT);
-        assert_eq!(window(Some(8), true), 8, "an asked window is kept");
-        assert_eq!(window(Some(64), false), 64);
+        assert_eq!(window(None, Membership::Serves), limits::WINDOW_BLOCKS_SERVING_DEFAULT);
+        assert_eq!(window(None, Membership::Reads), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
+        assert_eq!(window(None, Membership::Alone), limits::WINDOW_BLOCKS_DEFAULT);
+        assert!(limits::WINDOW_BLOCKS_SERVING_DEFAULT > limits::WINDOW_BLOCKS_SWARM_DEFAULT && limits::WINDOW_BLOCKS_SWARM_DEFAULT > limits::WINDOW_BLOCKS_DEFAULT);
+        assert_eq!(window(Some(8), Membership::Serves), 8, "an asked window is kept");
+        assert_eq!(window(Some(64), Membership::Alone), 64);
     }
 }

@@ -110,7 +110,7 @@ pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: 
             transport: transport.as_ref(),
             progress: &attached.progress,
             readers: crate::pull::pipeline::readers(src.pull.readers, transport.as_ref()),
-            window: crate::pull::pipeline::window(src.pull.window_blocks, false),
+            window: crate::pull::pipeline::window(src.pull.window_blocks, crate::pull::pipeline::Membership::Alone),
             cancel: src.cancel,
             peering: None,
             counters: Some(&src.live.sources),
