@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 out=docs/results/issue33-tenth/simulate
 cargo build --release -q -p fastrepl-lab
-L=./target/release/fastrepl-lab
+# A copy: a build during the run does not change the binary under it.
+L=$(mktemp -d)/fastrepl-lab
+cp ./target/release/fastrepl-lab "$L"
 S="--link 100mbit --slow-fraction 0.05 --fail-fraction 0.01 --join-spread 30"
 git rev-parse --short HEAD > $out/commit.txt
 declare -A V=([now]="" [before]="--window 32 --serve-cache-mib 512")
