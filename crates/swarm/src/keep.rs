@@ -34,7 +34,8 @@ impl Keep {
     /// `capacity` blocks: the lowest priority among those older than the newest half, or, when every
     /// cached block is among the newest half, the oldest. `None` when `cached` is empty.
     pub fn victim(&self, fed: u64, capacity: u64, cached: impl IntoIterator<Item = u64>) -> Option<u64> {
-        let recent_from = fed.saturating_sub(capacity / 2);
+        // The newest half rounded up: a cache of one block keeps the newest, not a sampled old one.
+        let recent_from = fed.saturating_sub(capacity.div_ceil(2));
         let mut oldest: Option<u64> = None;
         let mut lowest: Option<(u64, u64)> = None;
         for b in cached {
@@ -103,6 +104,9 @@ mod tests {
     fn with_only_recent_blocks_cached_the_oldest_goes_first() {
         let k = Keep::new(7);
         assert_eq!(k.victim(10, 8, [6, 7, 8, 9]), Some(6), "all four within the newest half of 8");
+        for seed in 0..20 {
+            assert_eq!(Keep::new(seed).victim(10, 1, [3, 9]), Some(3), "a cache of one keeps the newest");
+        }
         assert_eq!(k.victim(10, 0, Vec::new()), None);
         let first = k.victim(3, 0, [0, 1, 2]).unwrap();
         let rest: Vec<u64> = [0, 1, 2].into_iter().filter(|b| *b != first).collect();
