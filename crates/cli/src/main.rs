@@ -1279,12 +1279,19 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
             for (t, n) in &out.uncomparable {
                 writeln!(o, "cannot compare type {t} ({n} keys): verify does not know how its values are meant")?;
             }
+            if out.refused_count > 0 {
+                writeln!(o, "cannot read {} keys (a server answered with an error); first {}:", out.refused_count, out.refused.len())?;
+                for r in &out.refused {
+                    writeln!(o, "  {r}")?;
+                }
+            }
         }
         o.flush()
     })();
     // A reader that went away (`| head`) saw what it wanted; the verdict is still the exit status.
     quiet_on_broken_pipe(written)?;
-    // 1: something differs; 2: nothing found different, but not everything could be compared.
+    // 1: something differs; 2: nothing found different, but not everything could be compared (a
+    // type verify does not know, a key a server refused to read).
     Ok(if out.identical() {
         ExitCode::SUCCESS
     } else if out.difference_count > 0 {

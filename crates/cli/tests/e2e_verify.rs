@@ -1,9 +1,9 @@
 //! `fastrepl verify` on what today's servers store, against real servers: zset scores compared as the
 //! doubles they are (Redis 7.0 and Valkey print the same double differently), hash fields with their own
 //! TTLs and vector sets on Redis 8.2 (identical copies are identical; every kind of difference is
-//! found), a type it does not know reported as such (exit 2), never as identical, and a key a server
-//! refuses to read (a cluster node not serving its slot) reported as not compared (exit 2), never as
-//! a difference.
+//! found), a type it does not know reported as such (exit 2), never as identical, a key a server
+//! refuses to read (a cluster node not serving its slot) reported as not read (exit 2), never as a
+//! difference, and values compared by their logical form where a server refuses `DUMP`.
 
 mod common;
 use common::*;
@@ -114,18 +114,47 @@ fn a_type_verify_does_not_know_is_not_called_identical() {
 #[test]
 fn a_key_a_server_refuses_to_read_is_not_compared_and_not_a_difference() {
     // A cluster node that serves no slot answers every key with CLUSTERDOWN (a restarted node does so
-    // until it learns its cluster's state): the keys cannot be compared, which is neither identical
+    // until it learns its cluster's state): those keys cannot be compared, which is neither identical
     // nor different. Counted as differences, a staged node still settling looked diverged.
     let a = Server::start(Flavor::Redis70, &[]);
     let b = Server::start(Flavor::Redis70, &["--cluster-enabled", "yes"]);
     a.client().cmd(&["SET", "k", "1"]).unwrap();
     let (code, out) = run_verify(&a.addr(), &b.addr());
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("the second server answered TYPE of key 'k' with an error: CLUSTERDOWN"), "{out}");
+    assert!(out.contains("cannot read 1 keys") && out.contains("db0 key 'k': the second server answered TYPE with CLUSTERDOWN"), "{out}");
     assert!(!out.contains("DIFFERENT") && !out.contains("identical"), "{out}");
-    // The same key readable on both, and equal: identical.
-    let c = Server::start(Flavor::Redis70, &[]);
-    c.client().cmd(&["SET", "k", "1"]).unwrap();
-    let (code, out) = run_verify(&a.addr(), &c.addr());
+    // A key refused does not hide a key that differs.
+    // A node that serves every slot but `k`'s (without full coverage required, it serves the others).
+    let c = Server::start(Flavor::Redis70, &["--cluster-enabled", "yes", "--cluster-require-full-coverage", "no"]);
+    let slot = |k: &str| c.client().cmd(&["CLUSTER", "KEYSLOT", k]).unwrap().as_int().unwrap();
+    let sk = slot("k");
+    for (from, to) in [(0, sk - 1), (sk + 1, 16383)].into_iter().filter(|(f, t)| f <= t) {
+        c.client().cmd(&["CLUSTER", "ADDSLOTSRANGE", &from.to_string(), &to.to_string()]).unwrap();
+    }
+    let kd = (0..).map(|i| format!("other{i}")).find(|x| slot(x) != sk).unwrap();
+    fixtures::wait_until("the node to serve its slots", std::time::Duration::from_secs(30), || c.client().cmd(&["SET", &kd, "2"]).ok());
+    let d = Server::start(Flavor::Redis70, &[]);
+    d.client().cmd(&["SET", "k", "1"]).unwrap();
+    d.client().cmd(&["SET", &kd, "1"]).unwrap();
+    let (code, out) = run_verify(&d.addr(), &c.addr());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("DIFFERENT: 1 differences") && out.contains(&format!("'{kd}'")) && out.contains("cannot read 1 keys"), "{out}");
+}
+
+#[test]
+fn values_are_compared_by_their_logical_form_where_dump_is_refused() {
+    // DUMP renamed away on both sides (an operator's hardening): values are compared as the servers
+    // mean them, never called equal because both refused alike (the refusals read the same).
+    let a = Server::start(Flavor::Redis70, &["--rename-command", "DUMP", ""]);
+    let b = Server::start(Flavor::Redis70, &["--rename-command", "DUMP", ""]);
+    for s in [&a, &b] {
+        s.client().cmd(&["HSET", "h", "f", "1", "g", "2"]).unwrap();
+        s.client().cmd(&["SET", "s", "x"]).unwrap();
+    }
+    let (code, out) = run_verify(&a.addr(), &b.addr());
     assert_eq!(code, Some(0), "{out}");
+    b.client().cmd(&["HSET", "h", "g", "3"]).unwrap();
+    let (code, out) = run_verify(&a.addr(), &b.addr());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("'h' (hash)"), "{out}");
 }

@@ -49,17 +49,30 @@ pub struct Outcome {
     pub differences: Vec<String>,
     /// Keys of types this comparison does not know, by type: neither equal nor different.
     pub uncomparable: std::collections::BTreeMap<String, u64>,
+    /// Keys a server answered a read of with an error — a cluster node that does not serve the key's
+    /// slot (yet: `CLUSTERDOWN`, `MOVED`), a user without the permission (`NOPERM`) —: neither equal
+    /// nor different. (Counted as differences, a staged node still learning its cluster's state
+    /// looked diverged in a fault-matrix run.)
+    pub refused_count: u64,
+    /// The first few, described.
+    pub refused: Vec<String>,
 }
 
 impl Outcome {
     /// True when nothing differs and every key could be compared.
     pub fn identical(&self) -> bool {
-        self.difference_count == 0 && self.uncomparable.is_empty()
+        self.difference_count == 0 && self.uncomparable.is_empty() && self.refused_count == 0
     }
     fn differ(&mut self, max: usize, what: String) {
         self.difference_count += 1;
         if self.differences.len() < max {
             self.differences.push(what);
+        }
+    }
+    fn refuse(&mut self, max: usize, db: u32, side: Side, op: &str, key: &[u8], reply: &[u8]) {
+        self.refused_count += 1;
+        if self.refused.len() < max {
+            self.refused.push(format!("db{db} key '{}': the {} server answered {op} with {}", printable(key), side.name(), String::from_utf8_lossy(reply)));
         }
     }
 }
@@ -70,21 +83,6 @@ pub enum Error {
     /// A server failed.
     #[error(transparent)]
     Client(#[from] client::Error),
-    /// A server answered a read of a key with an error: a cluster node that does not serve the key's
-    /// slot (yet) answers `MOVED` or `CLUSTERDOWN`, a user without the permission `NOPERM`. The key
-    /// cannot be compared, which is neither equal nor different: counted as a difference, a replica
-    /// still learning its cluster's state looked diverged (a fault-matrix run did).
-    #[error("the {side} server answered {op} of key '{key}' with an error: {reply}")]
-    Refused {
-        /// `first` or `second`, as the servers were given.
-        side: &'static str,
-        /// The command refused.
-        op: &'static str,
-        /// The key, printable.
-        key: String,
-        /// The server's error reply.
-        reply: String,
-    },
 }
 
 /// Which server of the comparison, for messages.
@@ -103,12 +101,12 @@ impl Side {
     }
 }
 
-/// `reply` itself, unless it is an error reply: then the key cannot be compared.
-fn answered(reply: Frame, side: Side, op: &'static str, key: &[u8]) -> Result<Frame, Error> {
-    match reply {
-        Frame::Error(e) => Err(Error::Refused { side: side.name(), op, key: printable(key), reply: String::from_utf8_lossy(&e).into_owned() }),
-        f => Ok(f),
-    }
+/// The error reply among `replies` (each with the command that got it), if any.
+fn refusal<'a>(replies: &[(&'a Frame, &'static str)]) -> Option<(&'static str, &'a [u8])> {
+    replies.iter().find_map(|(f, op)| match f {
+        Frame::Error(e) => Some((*op, e.as_slice())),
+        _ => None,
+    })
 }
 
 fn printable(k: &[u8]) -> String {
@@ -182,7 +180,9 @@ fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts:
             let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
             let cmds: Vec<_> = keys.iter().map(|k| command(&[b"EXISTS".as_slice(), k])).collect();
             for (k, e) in keys.iter().zip(a.pipeline(&cmds)?) {
-                if answered(e, Side::First, "EXISTS", k)?.as_int() == Some(0) {
+                if let Frame::Error(r) = &e {
+                    out.refuse(max, db, Side::First, "EXISTS", k, r);
+                } else if e.as_int() == Some(0) {
                     out.differ(max, format!("db{db} key '{}': only on the second server", printable(k)));
                 }
             }
@@ -194,7 +194,7 @@ fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts:
     Ok(())
 }
 
-fn describe(keys: &[Vec<u8>], c: &mut Client, side: Side) -> Result<Vec<(Frame, Frame, Frame)>, Error> {
+fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame)>, Error> {
     let mut cmds = Vec::with_capacity(keys.len() * 3);
     for k in keys {
         cmds.push(command(&[b"TYPE".as_slice(), k]));
@@ -203,9 +203,8 @@ fn describe(keys: &[Vec<u8>], c: &mut Client, side: Side) -> Result<Vec<(Frame, 
     }
     let mut r = c.pipeline(&cmds)?.into_iter();
     let mut v = Vec::with_capacity(keys.len());
-    for k in keys {
-        let (Some(t), Some(p), Some(d)) = (r.next(), r.next(), r.next()) else { break };
-        v.push((answered(t, side, "TYPE", k)?, answered(p, side, "PTTL", k)?, answered(d, side, "DUMP", k)?));
+    while let (Some(t), Some(p), Some(d)) = (r.next(), r.next(), r.next()) {
+        v.push((t, p, d));
     }
     Ok(v)
 }
@@ -219,11 +218,21 @@ fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], caps:
     // up to the time both reads took (a loaded host, a batch of large DUMPs). Widen the tolerance by
     // that, or a busy machine reports the same expiry as a difference.
     let started = std::time::Instant::now();
-    let da = describe(keys, a, Side::First)?;
-    let db_ = describe(keys, b, Side::Second)?;
+    let da = describe(keys, a)?;
+    let db_ = describe(keys, b)?;
     let ttl_tolerance_ms = opts.ttl_tolerance_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX));
     for (k, ((ta, pa, va), (tb, pb, vb))) in keys.iter().zip(da.into_iter().zip(db_)) {
         let name = printable(k);
+        // A refused TYPE or PTTL: the key cannot be compared. (A refused DUMP — renamed away, or not
+        // allowed — leaves the values to be compared by their logical form, below.)
+        if let Some((op, r)) = refusal(&[(&ta, "TYPE"), (&pa, "PTTL")]) {
+            out.refuse(max, db, Side::First, op, k, r);
+            continue;
+        }
+        if let Some((op, r)) = refusal(&[(&tb, "TYPE"), (&pb, "PTTL")]) {
+            out.refuse(max, db, Side::Second, op, k, r);
+            continue;
+        }
         let ttl_a = pa.as_int().unwrap_or(-2);
         let ttl_b = pb.as_int().unwrap_or(-2);
         if ta.as_text().as_deref() == Some("none") {
@@ -255,10 +264,25 @@ fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], caps:
             *out.uncomparable.entry(t).or_insert(0) += 1;
             continue;
         }
-        if va == vb {
+        // Equal dumps are equal values; two refusals are not.
+        if va == vb && !matches!(va, Frame::Error(_)) {
             continue;
         }
         let (la, lb) = (logical(a, k, &t, caps.0)?, logical(b, k, &t, caps.1)?);
+        let parts = |l: &[(String, Frame)]| -> Option<(String, Vec<u8>)> {
+            l.iter().find_map(|(label, f)| match f {
+                Frame::Error(e) => Some((label.clone(), e.clone())),
+                _ => None,
+            })
+        };
+        if let Some((label, r)) = parts(&la) {
+            out.refuse(max, db, Side::First, &format!("the read of its {label}"), k, &r);
+            continue;
+        }
+        if let Some((label, r)) = parts(&lb) {
+            out.refuse(max, db, Side::Second, &format!("the read of its {label}"), k, &r);
+            continue;
+        }
         if let Some(what) = first_difference(&la, &lb, ttl_tolerance_ms) {
             out.differ(max, format!("db{db} key '{name}' ({t}): {what}"));
         }

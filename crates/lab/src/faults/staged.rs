@@ -292,24 +292,21 @@ fn compare(master: &Node, node: &Node) -> Option<u64> {
         let (mut a, mut b) = (master.try_client().ok()?, node.try_client().ok()?);
         a.cmd(&["READONLY"]).ok()?;
         b.cmd(&["READONLY"]).ok()?;
-        match verify::compare(&mut a, &mut b, &verify::Options::default()) {
-            Ok(o) => {
-                for d in &o.differences {
-                    eprintln!("    differs: {d}");
-                }
-                return Some(o.difference_count);
+        let o = verify::compare(&mut a, &mut b, &verify::Options::default()).ok()?;
+        if o.refused_count == 0 {
+            for d in &o.differences {
+                eprintln!("    differs: {d}");
             }
-            Err(e @ verify::Error::Refused { .. }) if Instant::now() < deadline => {
-                if !std::mem::replace(&mut told, true) {
-                    eprintln!("    waiting to compare: {e}");
-                }
-                std::thread::sleep(Duration::from_millis(100)); // Waiting for the node's cluster view, with a deadline.
-            }
-            Err(e) => {
-                eprintln!("    not compared: {e}");
-                return None;
-            }
+            return Some(o.difference_count);
         }
+        if Instant::now() >= deadline {
+            eprintln!("    not compared: {} keys refused, first: {}", o.refused_count, o.refused.first().map(String::as_str).unwrap_or_default());
+            return None;
+        }
+        if !std::mem::replace(&mut told, true) {
+            eprintln!("    waiting to compare: {}", o.refused.first().map(String::as_str).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100)); // Waiting for the node's cluster view, with a deadline.
     }
 }
 
