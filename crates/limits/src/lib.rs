@@ -72,18 +72,21 @@ pub const WINDOW_BLOCKS_DEFAULT: u64 = 16;
 /// 1.37 at 1 000, and the even fan-out no slower; on the bench, side by side, the even fan-out was the
 /// same and the uneven fleet's worst run 1.15 against 1.29 (docs/results/issue33-eighth). It costs up
 /// to 64 MiB more of an agent's memory at the default block size. Since issue 33's tenth pass this is
-/// the window of a member that keeps no serve cache (`--no-serve`, or a TLS relay without a peer
-/// certificate); one that serves looks further: [`WINDOW_BLOCKS_SERVING_DEFAULT`].
+/// the window of a member that keeps no serve cache (`--no-serve`, a TLS relay without a peer
+/// certificate, a cache under one block); one that keeps a cache looks further:
+/// [`WINDOW_BLOCKS_SERVING_DEFAULT`].
 pub const WINDOW_BLOCKS_SWARM_DEFAULT: u64 = 32;
-/// Default `--window-blocks` of a `join` that serves other agents: 64 blocks with a 384 MiB serve
+/// Default `--window-blocks` of a `join` that keeps a serve cache: 64 blocks with a 384 MiB serve
 /// cache, the same memory as the 32 with 512 MiB before (checked below). Blocks ahead help the fleet
 /// more than blocks behind: an agent's window is what others read from it while they are new, its
 /// cache only serves the agents that lag. In the simulator (issue 33's ninth pass: 5 % slow hosts, 1 %
 /// failures, joins over 30 s, 1 GiB at 100 Mbit/s; 20 seeds, 6 at 1 000) the slowest full-rate agent
 /// went from 1.238 / 1.266 / 1.322 of one agent's time at 8 / 64 / 1 000 agents to 1.173 / 1.241 /
 /// 1.288, runs above 1.3 from 2 / 4 / 6 to 1 / 1 / 1 (one seed at 64 agents got worse: 1.457 against
-/// 1.348, a late joiner whose fast holders were all busy serving). Snapshots up to the cache's size
-/// are pulled exactly as before: the window's end at the start of a pull is 160 blocks either way.
+/// 1.348, a late joiner whose fast holders were all busy serving). The look-ahead with the cache's
+/// unused room is the same (160 blocks at the start of a pull), and below 384 MiB the cache never
+/// drops; what moves is which of those blocks are the window's own, asked for first: 64 ahead rather
+/// than 32. Snapshots up to 128 MiB are pulled exactly as before.
 pub const WINDOW_BLOCKS_SERVING_DEFAULT: u64 = 64;
 /// Block reads an agent keeps in flight on one TCP connection to the relay (and the most a peer's
 /// connection takes): requests sent before the earlier answers arrived, so that the flow does not

@@ -65,6 +65,11 @@ impl ServeCache {
         dropped
     }
 
+    /// Blocks handed on so far (`0..handed_on()`).
+    pub fn handed_on(&self) -> u64 {
+        self.fed
+    }
+
     /// Blocks it keeps now.
     pub fn len(&self) -> usize {
         self.cached.len()

@@ -393,11 +393,7 @@ impl Driver<'_> {
                 transport: transport.as_ref(),
                 progress: &progress,
                 readers: readers(cfg.pull.readers, transport.as_ref()),
-                window: window(cfg.pull.window_blocks, match peering {
-                    None => pipeline::Membership::Alone,
-                    Some(p) if p.serves() => pipeline::Membership::Serves,
-                    Some(_) => pipeline::Membership::Reads,
-                }),
+                window: window(cfg.pull.window_blocks, pipeline::Membership::of(peering)),
                 cancel: &cfg.cancel,
                 peering,
                 counters: Some(&cfg.live.sources),

@@ -58,6 +58,12 @@ impl Held {
     pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
         let mut h = self.lock();
         h.arriving.remove(&b);
+        // A block handed on already is held only as the serve cache says; one that arrived after
+        // (cannot today: the pipeline asks for no block it holds) would be held beyond its bound.
+        if b < h.cache.handed_on() {
+            debug_assert!(false, "block {b} inserted after it was handed on");
+            return;
+        }
         h.blocks.insert(b, bytes);
     }
 
@@ -149,6 +155,9 @@ mod tests {
     #[test]
     fn held_keeps_a_bounded_cache_of_fed_blocks_as_its_choice_says() {
         let keep = swarm::Keep::new(3);
+        // Whole blocks: 10 bytes of 4-byte blocks keep two.
+        assert_eq!(Held::new(1, 4, 10, keep).cache_blocks(), 2);
+        assert_eq!(Held::new(1, 4, 3, keep).cache_blocks(), 0, "a cache under one block keeps nothing");
         let h = Held::new(1, 4, 8, keep);
         for b in 0..4 {
             h.insert(b, Arc::new(vec![b as u8; 4]));

@@ -1028,24 +1028,35 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
 pub enum Membership {
     /// It pulls from the relay alone (`stage`, `fetch`, a join that is no member of a swarm).
     Alone,
-    /// It reads from other agents too, and serves none (`--no-serve`, or a TLS relay without a peer
-    /// certificate).
-    Reads,
-    /// It reads from other agents and serves them.
-    Serves,
+    /// It reads from other agents too, and keeps no serve cache (`--no-serve`, a TLS relay without a
+    /// peer certificate, `--serve-cache-mib` under one block).
+    Uncached,
+    /// It reads from other agents and keeps a serve cache for them.
+    Cached,
+}
+
+impl Membership {
+    /// A join's: alone without `peering`, else by whether it keeps a serve cache.
+    pub fn of(peering: Option<&Peering>) -> Membership {
+        match peering {
+            None => Membership::Alone,
+            Some(p) if p.serves() && p.held.cache_blocks() > 0 => Membership::Cached,
+            Some(_) => Membership::Uncached,
+        }
+    }
 }
 
 /// The window to pull with: as asked, or by default [`limits::WINDOW_BLOCKS_SERVING_DEFAULT`] for a
-/// member of a swarm that serves (its window's blocks are what other agents read while they are
-/// new, and the window hides how long a block takes to reach it through them),
-/// [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for one that only reads (its memory stays as before), and
-/// [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay alone (a larger one would only hold
-/// memory).
+/// member of a swarm that keeps a serve cache (its window's blocks are what other agents read while
+/// they are new, its cache's only what lagging agents read; the two defaults are sized together),
+/// [`limits::WINDOW_BLOCKS_SWARM_DEFAULT`] for one that keeps none (its memory stays what it was
+/// before the serving default grew), and [`limits::WINDOW_BLOCKS_DEFAULT`] for a pull from the relay
+/// alone (a larger one would only hold memory).
 pub fn window(asked: Option<u64>, membership: Membership) -> u64 {
     asked.unwrap_or(match membership {
         Membership::Alone => limits::WINDOW_BLOCKS_DEFAULT,
-        Membership::Reads => limits::WINDOW_BLOCKS_SWARM_DEFAULT,
-        Membership::Serves => limits::WINDOW_BLOCKS_SERVING_DEFAULT,
+        Membership::Uncached => limits::WINDOW_BLOCKS_SWARM_DEFAULT,
+        Membership::Cached => limits::WINDOW_BLOCKS_SERVING_DEFAULT,
     })
 }
 
@@ -1064,11 +1075,11 @@ mod tests {
 
     #[test]
     fn a_member_of_a_swarm_looks_further_ahead_by_default_than_a_pull_from_the_relay_alone() {
-        assert_eq!(window(None, Membership::Serves), limits::WINDOW_BLOCKS_SERVING_DEFAULT);
-        assert_eq!(window(None, Membership::Reads), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
+        assert_eq!(window(None, Membership::Cached), limits::WINDOW_BLOCKS_SERVING_DEFAULT);
+        assert_eq!(window(None, Membership::Uncached), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
         assert_eq!(window(None, Membership::Alone), limits::WINDOW_BLOCKS_DEFAULT);
         assert!(limits::WINDOW_BLOCKS_SERVING_DEFAULT > limits::WINDOW_BLOCKS_SWARM_DEFAULT && limits::WINDOW_BLOCKS_SWARM_DEFAULT > limits::WINDOW_BLOCKS_DEFAULT);
-        assert_eq!(window(Some(8), Membership::Serves), 8, "an asked window is kept");
+        assert_eq!(window(Some(8), Membership::Cached), 8, "an asked window is kept");
         assert_eq!(window(Some(64), Membership::Alone), 64);
     }
 }
