@@ -472,7 +472,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let t0 = Instant::now();
     let at = |t: f64| t0 + Duration::from_secs_f64(t);
 
-    // Whole blocks of the serve cache (0: unbounded).
+    // Whole blocks of the serve cache (`--serve-cache-mib 0`: no cache, every block kept for good).
     let cache_blocks = a.serve_cache_mib / a.block_mib;
     let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
     let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
