@@ -1078,7 +1078,6 @@ mod tests {
         assert_eq!(window(None, Membership::Cached), limits::WINDOW_BLOCKS_SERVING_DEFAULT);
         assert_eq!(window(None, Membership::Uncached), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
         assert_eq!(window(None, Membership::Alone), limits::WINDOW_BLOCKS_DEFAULT);
-        assert!(limits::WINDOW_BLOCKS_SERVING_DEFAULT > limits::WINDOW_BLOCKS_SWARM_DEFAULT && limits::WINDOW_BLOCKS_SWARM_DEFAULT > limits::WINDOW_BLOCKS_DEFAULT);
         assert_eq!(window(Some(8), Membership::Cached), 8, "an asked window is kept");
         assert_eq!(window(Some(64), Membership::Alone), 64);
     }
