@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     /// Admission to the agents' port and the shm socket (one budget for both); its reaper runs on a
     /// thread of the relay's.
     pub(crate) gate: Arc<admission::Gate>,
+    /// Where generations are kept with `--store` (locked for this relay); `None`: in memory.
+    pub(crate) store: Option<snapshot::Store>,
     /// The UCX side, when offered and UCX initialised.
     #[cfg(feature = "ucx")]
     pub(crate) ucx: Option<crate::ucx_serve::UcxServer>,
@@ -47,14 +49,25 @@ struct Life {
 
 impl Life {
     fn find(&self, id: u64) -> Option<Arc<Generation>> {
-        self.all.iter().filter_map(Weak::upgrade).find(|g| g.id() == id)
+        self.all
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|g| g.id() == id)
     }
 }
 
 impl Shared {
     /// A relay's shared state, before any generation: tokens from the configuration, `machine` fresh.
-    pub(crate) fn new(config: Config, machine: Generations, shm_socket: Option<String>, #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>) -> Shared {
-        let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
+    pub(crate) fn new(
+        config: Config,
+        machine: Generations,
+        shm_socket: Option<String>,
+        store: Option<snapshot::Store>,
+        #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>,
+    ) -> Shared {
+        let tokens = std::iter::once(config.token.clone())
+            .chain(config.extra_tokens.iter().cloned())
+            .collect();
         let budget = admission::Budget {
             unauthenticated_max: limits::UNAUTHENTICATED_MAX,
             per_source_max: limits::UNAUTHENTICATED_PER_SOURCE_MAX,
@@ -65,12 +78,17 @@ impl Shared {
         Shared {
             tokens: std::sync::RwLock::new(tokens),
             config,
-            life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
+            life: Mutex::new(Life {
+                machine,
+                current: None,
+                all: Vec::new(),
+            }),
             changed: Condvar::new(),
             shm_socket,
             swarms: tracker::Swarms::default(),
             stats: stats::Stats::new(),
             gate,
+            store,
             #[cfg(feature = "ucx")]
             ucx,
         }
@@ -103,7 +121,12 @@ impl Shared {
                     self.stats.sealed(reason);
                     if let Some(g) = life.find(id) {
                         g.record(State::Sealed, Some(reason.describe()));
-                        tracing::info!(generation = id, reason = reason.describe(), log_bytes = g.log_len(), "generation sealed");
+                        tracing::info!(
+                            generation = id,
+                            reason = reason.describe(),
+                            log_bytes = g.log_len(),
+                            "generation sealed"
+                        );
                     }
                 }
                 Action::Fail { id, why } => {
@@ -118,7 +141,11 @@ impl Shared {
                     }
                     stats::Stats::add(&self.stats.released_idle, 1);
                     let rdb_bytes = life.find(id).map(|g| g.descriptor(usize::MAX).0.published);
-                    tracing::info!(generation = id, ?rdb_bytes, "released an idle generation; the next agent triggers a new capture");
+                    tracing::info!(
+                        generation = id,
+                        ?rdb_bytes,
+                        "released an idle generation; the next agent triggers a new capture"
+                    );
                 }
             }
         }
@@ -147,6 +174,14 @@ impl Shared {
         self.feed(|g| ((), g.rdb_failed(id, why)));
     }
 
+    /// Generation `id`'s store file failed under it (`why` names the file and the operation): it fails,
+    /// whatever its phase, and its agents are told.
+    pub(crate) fn store_failed(&self, id: u64, why: String) {
+        tracing::error!(generation = id, error = %why, "the store failed under a published generation: failing it");
+        stats::Stats::add(&self.stats.store_faults, 1);
+        self.feed(|g| ((), g.store_failed(id, why)));
+    }
+
     /// The relay is stopping (loops check it on every turn).
     pub(crate) fn stopping(&self) -> bool {
         self.lock().machine.stopped()
@@ -154,7 +189,9 @@ impl Shared {
 
     /// Whether capture `id` goes on (see [`Generations::capture_turn`]).
     pub(crate) fn capture_turn(&self, id: u64, master_changes: u64, rdb_done: bool) -> Turn {
-        self.lock().machine.capture_turn(id, master_changes, rdb_done)
+        self.lock()
+            .machine
+            .capture_turn(id, master_changes, rdb_done)
     }
 
     /// The current generation's id.
@@ -194,7 +231,10 @@ impl Shared {
 
     /// The tokens accepted now.
     pub(crate) fn tokens(&self) -> Vec<Token> {
-        self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Accept these tokens from now on.
@@ -237,7 +277,11 @@ impl Shared {
                 Next::Stop => return None,
                 Next::Wait => {}
             }
-            life = self.changed.wait_timeout(life, limits::IDLE_RELEASE_TICK).unwrap_or_else(|p| p.into_inner()).0;
+            life = self
+                .changed
+                .wait_timeout(life, limits::IDLE_RELEASE_TICK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
             let actions = life.machine.idle_tick(Instant::now());
             self.carry_out(&mut life, actions);
         }
@@ -261,7 +305,11 @@ impl Shared {
 
     /// A new agent waits (up to `timeout`) for a generation it may use; `Err` says why it has none
     /// ([`Answer::Wait`]: not yet).
-    pub(crate) fn generation_for_agent(&self, ticket: Ticket, timeout: Duration) -> Result<Arc<Generation>, Answer> {
+    pub(crate) fn generation_for_agent(
+        &self,
+        ticket: Ticket,
+        timeout: Duration,
+    ) -> Result<Arc<Generation>, Answer> {
         let deadline = Instant::now() + timeout;
         let mut life = self.lock();
         loop {
@@ -279,7 +327,11 @@ impl Shared {
             if now >= deadline {
                 return Err(Answer::Wait);
             }
-            life = self.changed.wait_timeout(life, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            life = self
+                .changed
+                .wait_timeout(life, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 

@@ -35,6 +35,9 @@ pub enum Error {
     /// Mapping a region failed.
     #[error("map the snapshot region: {0}")]
     Map(#[from] crate::region::MapError),
+    /// A file of the store could not be created, written or read.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// The capture of this generation failed.
     #[error("snapshot generation {generation} failed: {reason}")]
     Failed {

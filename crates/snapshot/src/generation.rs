@@ -9,7 +9,9 @@ use crate::error::Error;
 use crate::log::StreamLog;
 use crate::region::Region;
 use crate::state::State;
+use crate::store::{write_back, Store, StoreError, StoreFile};
 use replication::ReplId;
+use std::os::unix::fs::FileExt;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,23 +41,71 @@ pub struct Generation {
 
 impl std::fmt::Debug for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Generation").field("id", &self.id).field("replid", &self.replid).field("offset", &self.offset).finish()
+        f.debug_struct("Generation")
+            .field("id", &self.id)
+            .field("replid", &self.replid)
+            .field("offset", &self.offset)
+            .finish()
     }
 }
 
 impl Generation {
     /// A new generation for the RDB that follows `+FULLRESYNC <replid> <offset>`. `length` is known for
-    /// the `$<len>` framing. Returns the shared generation and its only writer.
-    pub fn create(id: u64, replid: ReplId, offset: u64, length: Option<u64>, config: Config) -> Result<(std::sync::Arc<Generation>, Writer), Error> {
-        assert!(config.block_size > 0 && config.block_size <= limits::GENERATION_BLOCK_BYTES_MAX, "block size out of range");
+    /// the `$<len>` framing. In memory, or with `store` in two new files of it (the RDB, the log).
+    /// Returns the shared generation and its only writer.
+    pub fn create(
+        id: u64,
+        replid: ReplId,
+        offset: u64,
+        length: Option<u64>,
+        config: Config,
+        store: Option<&Store>,
+    ) -> Result<(std::sync::Arc<Generation>, Writer), Error> {
+        assert!(
+            config.block_size > 0 && config.block_size <= limits::GENERATION_BLOCK_BYTES_MAX,
+            "block size out of range"
+        );
         let capacity = match length {
-            Some(n) if n > config.snapshot_bytes_max => return Err(Error::TooLarge { max: config.snapshot_bytes_max }),
+            Some(n) if n > config.snapshot_bytes_max => {
+                return Err(Error::TooLarge {
+                    max: config.snapshot_bytes_max,
+                })
+            }
             // Room for the EOF mark too: it lands in the region before we know it is the mark.
             Some(n) => n,
             None => config.snapshot_bytes_max + replication::framing::EOF_MARK_LEN as u64,
         };
-        let region = Region::create(&format!("fastrepl-gen-{id}"), capacity).map_err(Error::Region)?;
-        let map = region.map_writable().map_err(Error::Region)?;
+        let holdback = if length.is_some() {
+            0
+        } else {
+            replication::framing::EOF_MARK_LEN as u64
+        };
+        let (region, log, sink) = match store {
+            None => {
+                let region = Region::create(&format!("fastrepl-gen-{id}"), capacity)
+                    .map_err(Error::Region)?;
+                let map = region.map_writable().map_err(Error::Region)?;
+                (region, StreamLog::new(offset), Sink::Mapped(map))
+            }
+            Some(store) => {
+                let (file, path) = store.create(id, StoreFile::Snapshot)?;
+                let region = Region::in_file(file, path.clone(), capacity).map_err(|source| {
+                    StoreError::Io {
+                        op: "size the snapshot file",
+                        path,
+                        source,
+                    }
+                })?;
+                let (log_file, log_path) = store.create(id, StoreFile::Log)?;
+                // One block and the held-back mark: the most the writer holds before it writes.
+                let buf = vec![0u8; (config.block_size + holdback) as usize];
+                (
+                    region,
+                    StreamLog::in_file(offset, log_file, log_path),
+                    Sink::Buffered { buf, used: 0 },
+                )
+            }
+        };
         let gen = std::sync::Arc::new(Generation {
             id,
             replid,
@@ -70,13 +120,20 @@ impl Generation {
                 rdb_version: None,
                 state: State::Capturing,
                 error: None,
-                log: StreamLog::new(offset),
+                log,
                 version: 0,
             }),
             changed: Condvar::new(),
         });
-        let holdback = if length.is_some() { 0 } else { replication::framing::EOF_MARK_LEN as u64 };
-        let writer = Writer { gen: gen.clone(), map, written: 0, holdback, capacity, published: 0 };
+        let writer = Writer {
+            gen: gen.clone(),
+            sink,
+            written: 0,
+            holdback,
+            capacity,
+            published: 0,
+            head: [0; 9],
+        };
         Ok((gen, writer))
     }
 
@@ -121,7 +178,11 @@ impl Generation {
             block_size: self.config.block_size,
             length: inner.length,
             published: inner.published,
-            checksums: inner.checksums.get(checksums_from..).unwrap_or(&[]).to_vec(),
+            checksums: inner
+                .checksums
+                .get(checksums_from..)
+                .unwrap_or(&[])
+                .to_vec(),
             rdb_version: inner.rdb_version,
             log_end: inner.log.complete_end(),
             state: inner.state,
@@ -133,7 +194,10 @@ impl Generation {
     /// Blocks readable now, and the total once the RDB's length is known.
     pub fn blocks(&self) -> (u64, Option<u64>) {
         let inner = self.lock();
-        (inner.checksums.len() as u64, inner.length.map(|l| l.div_ceil(self.config.block_size)))
+        (
+            inner.checksums.len() as u64,
+            inner.length.map(|l| l.div_ceil(self.config.block_size)),
+        )
     }
 
     /// Wait until something changed after `seen_version`, or the timeout; returns the new version.
@@ -150,10 +214,47 @@ impl Generation {
     pub fn check_readable(&self, offset: u64, len: u64) -> Result<(), Error> {
         let inner = self.lock();
         if inner.state == State::Failed {
-            return Err(Error::Failed { generation: self.id, reason: inner.error.clone().unwrap_or_default() });
+            return Err(Error::Failed {
+                generation: self.id,
+                reason: inner.error.clone().unwrap_or_default(),
+            });
         }
-        if offset.checked_add(len).is_none_or(|end| end > inner.published) {
-            return Err(Error::NotPublished { offset, len, published: inner.published });
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > inner.published)
+        {
+            return Err(Error::NotPublished {
+                offset,
+                len,
+                published: inner.published,
+            });
+        }
+        Ok(())
+    }
+
+    /// With a store, check that the generation's file still holds `[offset, offset+len)` (one `fstat`):
+    /// a file truncated under the relay is a store fault naming the file, never a short answer.
+    /// Always fine in memory (a sealed memfd cannot shrink).
+    pub fn check_stored(&self, offset: u64, len: u64) -> Result<(), Error> {
+        let Some(path) = self.region.path() else {
+            return Ok(());
+        };
+        let io = |source| {
+            Error::Store(StoreError::Io {
+                op: "read a snapshot block from",
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let have = self.region.file().metadata().map_err(io)?.len();
+        if offset.saturating_add(len) > have {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the file holds {have} bytes, {} published: truncated under the relay",
+                    offset + len
+                ),
+            )));
         }
         Ok(())
     }
@@ -166,28 +267,31 @@ impl Generation {
 
     /// Append stream bytes after the RDB; `complete_end` is the offset after the last complete command.
     /// A generation recorded sealed or failed takes no more bytes (readers may already have taken its
-    /// log's end as final): [`Appended::Refused`].
-    pub fn append_log(&self, bytes: &[u8], complete_end: u64) -> Appended {
+    /// log's end as final): [`Appended::Refused`]. A store's write error takes nothing and is returned:
+    /// the log as it was stays readable, and the relay seals it.
+    pub fn append_log(&self, bytes: &[u8], complete_end: u64) -> Result<Appended, Error> {
         let mut inner = self.lock();
         if matches!(inner.state, State::Sealed | State::Failed) {
-            return Appended::Refused;
+            return Ok(Appended::Refused);
         }
-        inner.log.append(bytes, complete_end);
-        let full = inner.log.len() as u64 >= self.config.log_bytes_max || self.created.elapsed() >= self.config.log_age_max;
+        inner.log.append(bytes, complete_end)?;
+        let full = inner.log.len() >= self.config.log_bytes_max
+            || self.created.elapsed() >= self.config.log_age_max;
         self.bump(&mut inner);
-        if full {
+        Ok(if full {
             Appended::AtBound
         } else {
             Appended::Taken
-        }
+        })
     }
 
     /// Record the state the relay's lifecycle decided (complete, sealed, failed), and why for the last
-    /// two: the descriptor tells agents. This store decides no transition; sealed and failed are final.
+    /// two: the descriptor tells agents. This store decides no transition; failed is final, and sealed
+    /// is but for a store fault (its file failed under it: failed).
     pub fn record(&self, state: State, why: Option<&str>) {
         let mut inner = self.lock();
         debug_assert!(
-            !matches!(inner.state, State::Sealed | State::Failed),
+            inner.state != State::Failed && !(inner.state == State::Sealed && state != State::Failed),
             "generation {}: {:?} is final, {state:?} recorded after it (a sealed generation takes no more log bytes)",
             self.id,
             inner.state
@@ -209,17 +313,46 @@ impl Generation {
         self.created.elapsed()
     }
 
-    /// Bytes held in memory by the log.
-    pub fn log_len(&self) -> usize {
+    /// Bytes this generation's files take on the store's disk (allocated, so a sparse snapshot file
+    /// counts what was written); 0 in memory.
+    pub fn store_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        if self.region.path().is_none() {
+            return 0;
+        }
+        let rdb = self
+            .region
+            .file()
+            .metadata()
+            .map(|m| m.blocks() * 512)
+            .unwrap_or(0);
+        rdb + self.lock().log.store_bytes()
+    }
+
+    /// Bytes the log holds (in memory, or in its store file).
+    pub fn log_len(&self) -> u64 {
         self.lock().log.len()
     }
 }
 
+/// Where a writer puts the RDB bytes before they are published.
+enum Sink {
+    /// The memfd mapped writable: bytes are read straight into it (socket → memfd, one copy).
+    Mapped(memmap2::MmapMut),
+    /// A store file: bytes are read into one block's buffer (and the held-back mark), written with
+    /// `pwrite` when the block is whole, then published. Published bytes are on the file.
+    Buffered {
+        /// Holds the file's bytes from the watermark on: `buf[..used]` is `[published, written)`.
+        buf: Vec<u8>,
+        used: usize,
+    },
+}
+
 /// The single writer of a generation's RDB bytes. Reads from the master go straight into the region
-/// through [`Writer::spare`], so the RDB is copied once: socket → memfd.
+/// (memory) or one block's buffer (store) through [`Writer::spare`].
 pub struct Writer {
     gen: std::sync::Arc<Generation>,
-    map: memmap2::MmapMut,
+    sink: Sink,
     /// Bytes written into the region (may include an EOF mark at the end).
     written: u64,
     /// Bytes at the end that may turn out to be the EOF mark; not published until the length is known.
@@ -228,6 +361,8 @@ pub struct Writer {
     /// The watermark as this writer last moved it (only it moves it): [`Writer::spare`] never hands
     /// out room below it, because published bytes never change.
     published: u64,
+    /// The RDB's first bytes (its header: the format version), as they arrived.
+    head: [u8; 9],
 }
 
 impl Writer {
@@ -238,10 +373,23 @@ impl Writer {
 
     /// Room to read the next bytes into, at most `max`. Empty when the region is full.
     pub fn spare(&mut self, max: u64) -> &mut [u8] {
-        debug_assert!(self.written >= self.published, "room below the watermark: published bytes never change");
-        let start = self.written as usize;
-        let end = (self.capacity.min(self.written.saturating_add(max))) as usize;
-        &mut self.map[start..end]
+        debug_assert!(
+            self.written >= self.published,
+            "room below the watermark: published bytes never change"
+        );
+        let room = self.capacity.min(self.written.saturating_add(max)) - self.written;
+        match &mut self.sink {
+            Sink::Mapped(map) => {
+                let start = self.written as usize;
+                &mut map[start..start + room as usize]
+            }
+            // Never past one block and the mark: a read then ends exactly where a block can be
+            // written, and what stays behind is at most the mark's bytes.
+            Sink::Buffered { buf, used } => {
+                let room = (room as usize).min(buf.len() - *used);
+                &mut buf[*used..*used + room]
+            }
+        }
     }
 
     /// True when the region is full (only an error when the payload is not complete).
@@ -249,57 +397,165 @@ impl Writer {
         self.written >= self.capacity
     }
 
-    /// The last (up to) `n` bytes written.
+    /// The last (up to) `n` bytes written (with a store, at most the bytes not yet published: with
+    /// the EOF framing that is always the mark's length, all the machine looks at).
     pub fn tail(&self, n: usize) -> &[u8] {
-        let end = self.written as usize;
-        &self.map[end.saturating_sub(n)..end]
+        match &self.sink {
+            Sink::Mapped(map) => {
+                let end = self.written as usize;
+                &map[end.saturating_sub(n)..end]
+            }
+            Sink::Buffered { buf, used } => &buf[used.saturating_sub(n)..*used],
+        }
     }
 
     /// Account for `n` bytes just read into [`Writer::spare`] and publish, with its checksum, every block
-    /// that is now whole.
-    pub fn commit(&mut self, n: usize) {
+    /// that is now whole. With a store, a block is on its file before it is published; a write that
+    /// fails publishes nothing and is returned (the capture fails, and the generation with it).
+    pub fn commit(&mut self, n: usize) -> Result<(), Error> {
         let bs = self.gen.config.block_size;
+        let from = self.written;
         self.written += n as u64;
         assert!(self.written <= self.capacity, "wrote past the region");
-        let mut inner = self.gen.lock();
-        if inner.rdb_version.is_none() && self.written >= 9 {
-            inner.rdb_version = replication::rdb::version(&self.map[..9]);
+        let just = match &mut self.sink {
+            Sink::Mapped(map) => &map[from as usize..self.written as usize],
+            Sink::Buffered { buf, used } => {
+                *used += n;
+                &buf[*used - n..*used]
+            }
+        };
+        // The RDB's header, kept aside as it passes: a store's buffer may have moved on by the time
+        // its 9 bytes are all there (blocks smaller than a header, in tests).
+        if from < self.head.len() as u64 {
+            let k = (self.head.len() - from as usize).min(n);
+            self.head[from as usize..from as usize + k].copy_from_slice(&just[..k]);
         }
+        let version = (self.written >= self.head.len() as u64)
+            .then(|| replication::rdb::version(&self.head))
+            .flatten();
         let publishable = self.written.saturating_sub(self.holdback);
-        let mut changed = false;
-        // Publish every block that is now full (and certainly not the EOF mark).
-        while publishable >= inner.published + bs {
-            let start = inner.published as usize;
-            let crc = block_checksum(&self.map[start..start + bs as usize]);
-            inner.checksums.push(crc);
-            inner.published += bs;
-            changed = true;
+        // Checksummed (and with a store written) outside the lock: readers take it at every request,
+        // and only this writer moves the watermark.
+        let mut crcs = Vec::new();
+        while publishable >= self.published + bs {
+            let start = self.published;
+            let crc = match &mut self.sink {
+                Sink::Mapped(map) => block_checksum(&map[start as usize..(start + bs) as usize]),
+                Sink::Buffered { buf, used } => {
+                    let crc = block_checksum(&buf[..bs as usize]);
+                    if let Err(e) = write_block(&self.gen, &buf[..bs as usize], start) {
+                        // What was written before this block is still published.
+                        self.publish(crcs, version);
+                        return Err(e);
+                    }
+                    buf.copy_within(bs as usize..*used, 0);
+                    *used -= bs as usize;
+                    crc
+                }
+            };
+            crcs.push(crc);
+            self.published += bs;
         }
-        debug_assert!(inner.published >= self.published && inner.published <= publishable, "the watermark only moves forward, never over held-back bytes");
-        debug_assert_eq!(inner.checksums.len() as u64, inner.published / bs, "one checksum per published block");
-        self.published = inner.published;
-        if changed {
-            self.gen.bump(&mut inner);
+        self.publish(crcs, version);
+        Ok(())
+    }
+
+    /// Move the generation's watermark to this writer's, with the checksums of the blocks between.
+    fn publish(&self, crcs: Vec<u32>, version: Option<u32>) {
+        let bs = self.gen.config.block_size;
+        let mut inner = self.gen.lock();
+        if inner.rdb_version.is_none() && version.is_some() {
+            inner.rdb_version = version;
         }
+        if crcs.is_empty() {
+            return;
+        }
+        debug_assert!(
+            self.published > inner.published,
+            "the watermark only moves forward"
+        );
+        inner.checksums.extend(crcs);
+        inner.published = self.published;
+        debug_assert!(
+            inner.published <= self.written.saturating_sub(self.holdback) || inner.length.is_some(),
+            "never over held-back bytes"
+        );
+        debug_assert_eq!(
+            inner.checksums.len() as u64,
+            inner.published.div_ceil(bs),
+            "one checksum per published block"
+        );
+        self.gen.bump(&mut inner);
     }
 
     /// The payload is complete and its RDB bytes are `length` long (any EOF mark excluded): publish the
     /// last partial block. The generation's state is the relay's to record ([`Generation::record`]).
-    pub fn finish(self, length: u64) {
-        assert!(length <= self.written, "RDB length beyond the bytes written");
+    pub fn finish(mut self, length: u64) -> Result<(), Error> {
+        assert!(
+            length <= self.written,
+            "RDB length beyond the bytes written"
+        );
+        assert!(
+            self.published <= length,
+            "published past the end of the RDB"
+        );
         let bs = self.gen.config.block_size;
-        let mut inner = self.gen.lock();
-        assert!(inner.published <= length, "published past the end of the RDB");
-        while inner.published < length {
-            let start = inner.published as usize;
-            let end = (inner.published + bs).min(length) as usize;
-            inner.checksums.push(block_checksum(&self.map[start..end]));
-            inner.published = end as u64;
+        // A store's buffer holds the bytes from here on.
+        let base = self.published;
+        let mut crcs = Vec::new();
+        while self.published < length {
+            let start = self.published;
+            let end = (start + bs).min(length);
+            let crc = match &mut self.sink {
+                Sink::Mapped(map) => block_checksum(&map[start as usize..end as usize]),
+                Sink::Buffered { buf, .. } => {
+                    let bytes = &buf[(start - base) as usize..(end - base) as usize];
+                    write_block(&self.gen, bytes, start)?;
+                    block_checksum(bytes)
+                }
+            };
+            crcs.push(crc);
+            self.published = end;
         }
-        debug_assert_eq!(inner.checksums.len() as u64, length.div_ceil(bs), "one checksum per published block");
+        let mut inner = self.gen.lock();
+        inner.checksums.extend(crcs);
+        inner.published = self.published;
+        debug_assert_eq!(
+            inner.checksums.len() as u64,
+            length.div_ceil(bs),
+            "one checksum per published block"
+        );
         inner.length = Some(length);
         self.gen.bump(&mut inner);
+        Ok(())
     }
+}
+
+/// Write one block of a store's generation at `offset`, and keep the dirty pages the capture leaves
+/// within about two blocks ([`write_back`]).
+fn write_block(gen: &Generation, bytes: &[u8], offset: u64) -> Result<(), Error> {
+    let file = gen.region.file();
+    let path = || {
+        gen.region
+            .path()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default()
+    };
+    file.write_all_at(bytes, offset)
+        .map_err(|source| StoreError::Io {
+            op: "write a snapshot block to",
+            path: path(),
+            source,
+        })?;
+    let bs = gen.config.block_size;
+    write_back(file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|source| {
+        StoreError::Io {
+            op: "write back the snapshot to",
+            path: path(),
+            source,
+        }
+    })?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -312,29 +568,40 @@ mod tests {
     }
 
     fn cfg(bs: u64) -> Config {
-        Config { block_size: bs, snapshot_bytes_max: 1 << 20, ..Default::default() }
+        Config {
+            block_size: bs,
+            snapshot_bytes_max: 1 << 20,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn eof_framing_holds_back_the_mark() {
-        let (gen, mut w) = Generation::create(1, rid(), 10, None, cfg(8)).unwrap();
+        let (gen, mut w) = Generation::create(1, rid(), 10, None, cfg(8), None).unwrap();
         let data: Vec<u8> = (0..20u8).collect();
         let mark = [b'M'; 40];
         let mut all = data.clone();
         all.extend_from_slice(&mark);
         for chunk in all.chunks(7) {
             w.spare(7)[..chunk.len()].copy_from_slice(chunk);
-            w.commit(chunk.len());
+            w.commit(chunk.len()).unwrap();
         }
         let (d, _) = gen.descriptor(0);
         // 60 bytes written, 40 held back: only 2 full blocks of 8 published.
         assert_eq!(d.published, 16);
         assert_eq!(d.state, State::Capturing);
-        w.finish(20);
+        w.finish(20).unwrap();
         let (d, _) = gen.descriptor(0);
         assert_eq!(d.published, 20);
         assert_eq!(d.length, Some(20));
-        assert_eq!(d.checksums, vec![block_checksum(&data[..8]), block_checksum(&data[8..16]), block_checksum(&data[16..])]);
+        assert_eq!(
+            d.checksums,
+            vec![
+                block_checksum(&data[..8]),
+                block_checksum(&data[8..16]),
+                block_checksum(&data[16..])
+            ]
+        );
         assert!(gen.check_readable(16, 4).is_ok());
         assert!(gen.check_readable(16, 5).is_err());
         // The memfd holds the bytes.
@@ -345,29 +612,166 @@ mod tests {
 
     #[test]
     fn length_framing_and_bounds() {
-        assert!(matches!(Generation::create(1, rid(), 0, Some(2 << 20), cfg(8)), Err(Error::TooLarge { .. })));
-        let (gen, mut w) = Generation::create(1, rid(), 0, Some(16), cfg(8)).unwrap();
+        assert!(matches!(
+            Generation::create(1, rid(), 0, Some(2 << 20), cfg(8), None),
+            Err(Error::TooLarge { .. })
+        ));
+        let (gen, mut w) = Generation::create(1, rid(), 0, Some(16), cfg(8), None).unwrap();
         w.spare(100)[..16].copy_from_slice(b"REDIS0011abcdefg");
-        w.commit(16);
+        w.commit(16).unwrap();
         assert!(w.is_full());
         let (d, _) = gen.descriptor(1);
-        assert_eq!((d.published, d.rdb_version, d.checksums.len()), (16, Some(11), 1));
+        assert_eq!(
+            (d.published, d.rdb_version, d.checksums.len()),
+            (16, Some(11), 1)
+        );
     }
 
     #[test]
     fn log_reads_stop_at_command_boundaries() {
-        let (gen, w) = Generation::create(1, rid(), 100, Some(0), cfg(8)).unwrap();
-        w.finish(0);
-        assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114), Appended::Taken);
+        let (gen, w) = Generation::create(1, rid(), 100, Some(0), cfg(8), None).unwrap();
+        w.finish(0).unwrap();
+        assert_eq!(
+            gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114)
+                .unwrap(),
+            Appended::Taken
+        );
         assert_eq!(gen.read_log(101, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"");
         assert!(gen.read_log(99, 10).is_err());
-        gen.append_log(b"\r\nPING\r\n", 128);
+        gen.append_log(b"\r\nPING\r\n", 128).unwrap();
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         gen.record(State::Sealed, Some("log bound"));
-        assert_eq!(gen.append_log(b"*1\r\n", 132), Appended::Refused, "a sealed generation takes no more log bytes");
+        assert_eq!(
+            gen.append_log(b"*1\r\n", 132).unwrap(),
+            Appended::Refused,
+            "a sealed generation takes no more log bytes"
+        );
         assert_eq!(gen.read_log(129, 1000).unwrap(), b"");
         let (d, _) = gen.descriptor(0);
-        assert_eq!((d.state, d.error.as_deref()), (State::Sealed, Some("log bound")));
+        assert_eq!(
+            (d.state, d.error.as_deref()),
+            (State::Sealed, Some("log bound"))
+        );
+    }
+
+    /// Feed `all` in chunks of the given sizes (cycled), as a capture would, and finish at `len`.
+    fn feed(w: &mut Writer, all: &[u8], sizes: &[usize]) {
+        let mut done = 0;
+        let mut k = 0;
+        while done < all.len() {
+            let want = sizes[k % sizes.len()].min(all.len() - done);
+            k += 1;
+            let spare = w.spare(want as u64);
+            let n = spare.len().min(want);
+            assert!(n > 0, "no room at {done}");
+            spare[..n].copy_from_slice(&all[done..done + n]);
+            w.commit(n).unwrap();
+            // The machine looks for the mark in the tail after every read.
+            assert_eq!(
+                w.tail(TAIL),
+                &all[(done + n).saturating_sub(TAIL)..done + n],
+                "tail at {}",
+                done + n
+            );
+            done += n;
+        }
+    }
+    const TAIL: usize = replication::framing::EOF_MARK_LEN;
+
+    #[test]
+    fn a_store_holds_the_same_blocks_as_memory_and_removes_its_files() {
+        let dir = crate::store::tests::tempdir();
+        let (store, _) = Store::open(&dir).unwrap();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut all = data.clone();
+        all.extend_from_slice(&[b'M'; TAIL]);
+        for sizes in [&[7usize][..], &[1, 64, 3], &[1000], &[48, 48, 5]] {
+            let (mem, mut mw) = Generation::create(1, rid(), 10, None, cfg(64), None).unwrap();
+            let (disk, mut dw) =
+                Generation::create(2, rid(), 10, None, cfg(64), Some(&store)).unwrap();
+            feed(&mut mw, &all, sizes);
+            feed(&mut dw, &all, sizes);
+            assert_eq!(
+                mem.descriptor(0).0.published,
+                disk.descriptor(0).0.published,
+                "{sizes:?}"
+            );
+            assert_eq!(
+                disk.descriptor(0).0.published,
+                960,
+                "never over the held-back mark"
+            );
+            mw.finish(1000).unwrap();
+            dw.finish(1000).unwrap();
+            let (m, d) = (mem.descriptor(0).0, disk.descriptor(0).0);
+            assert_eq!(
+                (d.published, d.length, &d.checksums),
+                (1000, Some(1000), &m.checksums),
+                "{sizes:?}"
+            );
+            let mut buf = vec![0u8; 1000];
+            disk.region().read_at(0, &mut buf).unwrap();
+            assert_eq!(buf, data, "the file holds the RDB bytes, not the mark");
+            assert!(disk.store_bytes() > 0);
+            let path = dir.join("gen-2.rdb");
+            assert!(path.exists() && dir.join("gen-2.log").exists());
+            drop(disk);
+            assert!(
+                !path.exists() && !dir.join("gen-2.log").exists(),
+                "a released generation's files are removed"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stored_log_and_a_truncated_file_are_told_by_name() {
+        let dir = crate::store::tests::tempdir();
+        let (store, _) = Store::open(&dir).unwrap();
+        let (gen, mut w) =
+            Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
+        // A length-framed RDB: reads end at block boundaries.
+        for half in [&b"REDIS001"[..], b"1abcdefg"] {
+            assert_eq!(w.spare(16).len(), 8, "one block's room at most");
+            w.spare(8).copy_from_slice(half);
+            w.commit(8).unwrap();
+        }
+        w.finish(16).unwrap();
+        assert_eq!(gen.descriptor(0).0.rdb_version, Some(11));
+        assert_eq!(
+            gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114)
+                .unwrap(),
+            Appended::Taken
+        );
+        assert_eq!(gen.read_log(101, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(gen.read_log(105, 4).unwrap(), b"$4\r\n");
+        assert_eq!(gen.log_len(), 20);
+        assert!(gen.check_stored(0, 16).is_ok());
+        // Someone truncates the files under the relay: an error naming the file, never fewer bytes.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("gen-1.rdb"))
+            .unwrap()
+            .set_len(8)
+            .unwrap();
+        let e = gen.check_stored(8, 8).unwrap_err();
+        assert!(
+            matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb"),
+            "{e}"
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("gen-1.log"))
+            .unwrap()
+            .set_len(4)
+            .unwrap();
+        let e = gen.read_log(101, 1000).unwrap_err();
+        assert!(
+            matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.log"),
+            "{e}"
+        );
+        drop(gen);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -139,6 +139,25 @@ pub struct RelayStatus {
     pub errors_total: BTreeMap<String, u64>,
     /// The relay's resident memory, bytes (Linux).
     pub resident_memory_bytes: u64,
+    /// The relay's memory the kernel cannot take back: anonymous and shared (memfd) resident pages,
+    /// bytes (`RssAnon` + `RssShmem`; page cache of a store's files is not in it).
+    #[serde(default)]
+    pub memory_unreclaimable_bytes: u64,
+    /// With `--store`: the bound the relay's unreclaimable memory stays under, for the connections
+    /// open now (it does not grow with the snapshot; docs/operations.md says how it is made up).
+    /// `None` in memory, where a snapshot's bytes are the relay's memory.
+    #[serde(default)]
+    pub memory_bound_bytes: Option<u64>,
+    /// `--store`'s directory; `None` in memory.
+    #[serde(default)]
+    pub store: Option<String>,
+    /// Bytes the generations held take on the store's disk (allocated: sparse files count what was
+    /// written); 0 in memory.
+    #[serde(default)]
+    pub store_bytes: u64,
+    /// Generations failed because their store file failed under them (a read error, a truncation).
+    #[serde(default)]
+    pub store_faults_total: u64,
 }
 
 #[cfg(test)]
@@ -198,14 +217,24 @@ mod tests {
             ucx_side_restarts_total: 0,
             errors_total: Default::default(),
             resident_memory_bytes: 0,
+            memory_unreclaimable_bytes: 0,
+            memory_bound_bytes: None,
+            store: None,
+            store_bytes: 0,
+            store_faults_total: 0,
         };
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Status(Box::new(st.clone()))).unwrap();
-        let Control::Status(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a status") };
+        let Control::Status(got) = recv_control(&mut &buf[..]).unwrap() else {
+            panic!("not a status")
+        };
         assert_eq!(*got, st);
         let json = serde_json::to_value(&st).unwrap();
         assert_eq!(json["served_bytes_total"]["tcp"], 3);
-        assert_eq!((json["schema_version"].as_u64(), json["ok"].as_bool()), (Some(1), Some(true)));
+        assert_eq!(
+            (json["schema_version"].as_u64(), json["ok"].as_bool()),
+            (Some(1), Some(true))
+        );
         assert_eq!(json["generations"][0]["state"], "complete");
     }
 }
