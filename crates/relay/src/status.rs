@@ -86,7 +86,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         ]
         .into(),
         resident_memory_bytes: rss_bytes(),
-        memory_unreclaimable_bytes: unreclaimable_bytes(),
+        memory_unreclaimable_bytes: anonymous_bytes() + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
         memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared)),
         store: shared.store.as_ref().map(|s| s.dir().display().to_string()),
         store_bytes: shared.held().iter().map(|g| g.store_bytes()).sum(),
@@ -106,17 +106,12 @@ fn memory_bound(shared: &Shared) -> u64 {
         + blocks * limits::RELAY_MEMORY_PER_BLOCK_BYTES
 }
 
-/// Memory the kernel cannot reclaim: `RssAnon` + `RssShmem` from /proc/self/status (0 where there is none).
-fn unreclaimable_bytes() -> u64 {
+/// The heap and other anonymous memory: `RssAnon` from /proc/self/status (0 where there is none). A
+/// memfd's pages are not in it once unmapped (they are shmem, counted per generation instead).
+fn anonymous_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (kib("RssAnon:") + kib("RssShmem:")) * 1024
+    let kib = status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
+    kib * 1024
 }
 
 /// Resident memory from /proc/self/statm (0 where there is none).

@@ -313,6 +313,16 @@ impl Generation {
         self.created.elapsed()
     }
 
+    /// Bytes of memory the kernel cannot take back that this generation's region holds: a memfd's
+    /// allocated pages (shmem, mapped or not); 0 for a store's file (page cache, reclaimable).
+    pub fn memory_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        if self.region.path().is_some() {
+            return 0;
+        }
+        self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+
     /// Bytes this generation's files take on the store's disk (allocated, so a sparse snapshot file
     /// counts what was written); 0 in memory.
     pub fn store_bytes(&self) -> u64 {

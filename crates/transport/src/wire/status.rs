@@ -139,8 +139,8 @@ pub struct RelayStatus {
     pub errors_total: BTreeMap<String, u64>,
     /// The relay's resident memory, bytes (Linux).
     pub resident_memory_bytes: u64,
-    /// The relay's memory the kernel cannot take back: anonymous and shared (memfd) resident pages,
-    /// bytes (`RssAnon` + `RssShmem`; page cache of a store's files is not in it).
+    /// The relay's memory the kernel cannot take back, bytes: its anonymous resident pages (`RssAnon`)
+    /// and its generations' memfd pages (shmem, mapped or not); a store's page cache is not in it.
     #[serde(default)]
     pub memory_unreclaimable_bytes: u64,
     /// With `--store`: the bound the relay's unreclaimable memory stays under, for the connections
