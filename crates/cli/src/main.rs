@@ -375,8 +375,11 @@ struct JoinArgs {
     /// Seconds to wait for the replica to load the snapshot.
     #[arg(long, default_value_t = 3600, env = "FASTREPL_LOAD_TIMEOUT_SECS")]
     load_timeout_secs: u64,
-    /// Seconds to wait for the replica's link to the master after the handoff.
-    #[arg(long, default_value_t = 3600, env = "FASTREPL_HANDOFF_TIMEOUT_SECS")]
+    /// Seconds to wait for the replica to be in sync with the master after the handoff. A partial
+    /// resync takes well under a second; past this the join ends as a full sync (exit 3), saying what
+    /// it saw (the master's full syncs, its output-buffer disconnects, the replica's link), and leaves
+    /// the replica the master's, trying natively.
+    #[arg(long, default_value_t = limits::HANDOFF_WAIT_DEFAULT.as_secs(), env = "FASTREPL_HANDOFF_TIMEOUT_SECS")]
     handoff_timeout_secs: u64,
     /// Print one JSON object with the report.
     #[arg(long, env = "FASTREPL_JSON")]

@@ -249,6 +249,11 @@ pub const UCX_WAIT_MAX: Duration = Duration::from_millis(50);
 /// Default oldest a generation's stream log may grow before the generation is sealed (`fastrepl relay
 /// --log-max-age-secs`): an old snapshot plus a long log loads slower than a fresh capture.
 pub const LOG_AGE_DEFAULT: Duration = Duration::from_secs(3600);
+/// Default `fastrepl join --handoff-timeout-secs`: how long a join waits, after `REPLICAOF <master>`,
+/// for the replica to be in sync. A partial resync is there in well under a second; a join still
+/// waiting after 5 minutes waits on a native full sync, which under heavy writes may loop for ever
+/// (output-buffer overruns): it ends as a full sync (exit 3) instead, and says what it saw.
+pub const HANDOFF_WAIT_DEFAULT: Duration = Duration::from_secs(300);
 /// Default `--log-max-age-secs` with `--store`: a warm join's cost is the log's bytes, not its age,
 /// and a store's generation costs disk, not memory: a day (X-Pipe keeps two).
 pub const LOG_AGE_STORE_DEFAULT: Duration = Duration::from_secs(24 * 3600);

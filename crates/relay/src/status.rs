@@ -86,7 +86,8 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         ]
         .into(),
         resident_memory_bytes: rss_bytes(),
-        memory_unreclaimable_bytes: anonymous_bytes() + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
+        memory_unreclaimable_bytes: anonymous_bytes()
+            + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
         memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared)),
         store: shared.store.as_ref().map(|s| s.dir().display().to_string()),
         store_bytes: shared.held().iter().map(|g| g.store_bytes()).sum(),
@@ -110,7 +111,11 @@ fn memory_bound(shared: &Shared) -> u64 {
 /// memfd's pages are not in it once unmapped (they are shmem, counted per generation instead).
 fn anonymous_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
     kib * 1024
 }
 

@@ -320,7 +320,11 @@ impl Generation {
         if self.region.path().is_some() {
             return 0;
         }
-        self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+        self.region
+            .file()
+            .metadata()
+            .map(|m| m.blocks() * 512)
+            .unwrap_or(0)
     }
 
     /// Bytes this generation's files take on the store's disk (allocated, so a sparse snapshot file

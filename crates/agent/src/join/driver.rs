@@ -842,6 +842,8 @@ fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
         full: s.num("sync_full").unwrap_or(0),
         partial_ok: s.num("sync_partial_ok").unwrap_or(0),
         replica_input_bytes,
+        partial_err: s.num("sync_partial_err").unwrap_or(0),
+        output_buffer_disconnects: s.num("client_output_buffer_limit_disconnections"),
     })
 }
 

@@ -61,6 +61,11 @@ pub struct Counters {
     pub partial_ok: i64,
     /// The replica's `total_net_repl_input_bytes`, where the server reports it.
     pub replica_input_bytes: Option<i64>,
+    /// The master's `sync_partial_err`: partial resyncs it refused.
+    pub partial_err: i64,
+    /// The master's `client_output_buffer_limit_disconnections`, where the server reports it (a
+    /// replica cut off mid full sync because its output buffer overran).
+    pub output_buffer_disconnects: Option<i64>,
 }
 
 /// What the handoff is expected to be, from the master's state before it.
@@ -225,6 +230,9 @@ pub struct Join {
     streamed: u64,
     plan: Option<Plan>,
     before: Option<Counters>,
+    /// The replica's state when the handoff's deadline passed without it in sync with the master:
+    /// the join then ends as a full sync (exit 3) saying what it saw, never waiting on.
+    unfinished: Option<ReplState>,
     rdb_length: Option<u64>,
     timeline: Timeline,
     notes: Vec<String>,
@@ -250,6 +258,7 @@ impl Join {
             streamed,
             plan: None,
             before: None,
+            unfinished: None,
             rdb_length: None,
             timeline: Timeline {
                 started,
@@ -522,10 +531,12 @@ impl Join {
             return Action::ReadOutcome;
         }
         if now > deadline {
-            return self.fail(Error::Timeout(format!(
-                "the replica's link to the master (after {:?})",
-                self.timeouts.handoff
-            )));
+            // The replica is the master's now, whatever happens: a join that waited on would wait on
+            // a native full sync that may never finish (an output buffer overrun under heavy writes
+            // loops it). End it, as a full sync, with what the counters say.
+            self.unfinished = Some(state.clone());
+            self.phase = Phase::Classifying;
+            return Action::ReadOutcome;
         }
         Action::PollReplica
     }
@@ -533,8 +544,13 @@ impl Join {
     /// The counters after the link came up: partial or full (in doubt, full), and the join is over.
     fn classified(&mut self, after: Counters) -> Action {
         let before = self.before.expect("counters are read before the handoff");
-        let handoff = classify(&before, &after, self.rdb_length);
-        if handoff == Handoff::Full {
+        let mut handoff = classify(&before, &after, self.rdb_length);
+        if let Some(st) = self.unfinished.take() {
+            // Not in sync within the deadline: never a success, whatever the counters say.
+            handoff = Handoff::Full;
+            self.notes
+                .push(unfinished_note(self.timeouts.handoff, &before, &after, &st));
+        } else if handoff == Handoff::Full {
             self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
         }
         self.phase = Phase::Over;
@@ -626,6 +642,34 @@ pub fn not_ready_for_handoff(st: &ReplState, replid: &str, streamed: u64) -> Opt
         return Some(format!("it applied up to {:?}, not {streamed}", st.offset));
     }
     None
+}
+
+/// What a join whose handoff did not end in sync within `waited` saw: the master's full syncs and
+/// refusals since the handoff, its output-buffer disconnects, the replica's link.
+fn unfinished_note(
+    waited: Duration,
+    before: &Counters,
+    after: &Counters,
+    st: &ReplState,
+) -> String {
+    let obuf = match (
+        before.output_buffer_disconnects,
+        after.output_buffer_disconnects,
+    ) {
+        (Some(b), Some(a)) => format!("{} output-buffer disconnects", a - b),
+        _ => "output-buffer disconnects not reported by this server".to_string(),
+    };
+    let link = match (st.link_up, st.syncing) {
+        (true, false) => "link up",
+        (_, true) => "link down, a full sync in progress",
+        (false, false) => "link down",
+    };
+    format!(
+        "the replica was not in sync with the master {waited:?} after the handoff: the master started {} full sync(s) and refused {} partial resync(s) since, {obuf}; the replica: {link} (master {}). It stays the master's replica, which goes on trying natively; if full syncs repeat, raise the master's client-output-buffer-limit replica and repl-backlog-size",
+        after.full - before.full,
+        after.partial_err - before.partial_err,
+        st.master.as_deref().unwrap_or("none"),
+    )
 }
 
 /// Can the master continue from `next` (the replica's next offset)? An error when handing over would
@@ -1161,6 +1205,7 @@ mod tests {
             full: 1,
             partial_ok: 0,
             replica_input_bytes: Some(10),
+            ..Default::default()
         };
         assert!(matches!(
             j.on(t, Input::Counters(before)),
@@ -1185,6 +1230,7 @@ mod tests {
                 full: 2,
                 partial_ok: 0,
                 replica_input_bytes: Some(10 << 20),
+                ..Default::default()
             }),
         ) {
             Action::Done(o) => {
@@ -1197,6 +1243,96 @@ mod tests {
                 assert_eq!((o.offset, o.log_bytes), (1300, 300));
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_handoff_not_in_sync_by_its_deadline_ends_as_a_full_sync_saying_what_it_saw() {
+        for partial_counted in [false, true] {
+            let t = Instant::now();
+            let mut j = caught_up_join(t);
+            j.on(
+                t,
+                Input::Replica {
+                    state: &replica(true, false, ID, Some(1300)),
+                    ack_seen: true,
+                },
+            );
+            assert!(matches!(
+                j.on(t, Input::Master(&master_ok())),
+                Action::HandOff
+            ));
+            let before = Counters {
+                full: 1,
+                partial_ok: 0,
+                replica_input_bytes: None,
+                partial_err: 0,
+                output_buffer_disconnects: Some(0),
+            };
+            assert!(matches!(
+                j.on(t, Input::Counters(before)),
+                Action::PollReplica
+            ));
+            // The master keeps starting full syncs it cannot finish: the replica's link never comes up.
+            let mut looping = replica(false, true, OTHER, None);
+            looping.master = Some("10.0.0.1:6379".into());
+            let soon = t + Duration::from_secs(1);
+            assert!(
+                matches!(
+                    j.on(
+                        soon,
+                        Input::Replica {
+                            state: &looping,
+                            ack_seen: false
+                        }
+                    ),
+                    Action::PollReplica
+                ),
+                "within the deadline it waits"
+            );
+            let late = t + Duration::from_secs(31);
+            assert!(
+                matches!(
+                    j.on(
+                        late,
+                        Input::Replica {
+                            state: &looping,
+                            ack_seen: false
+                        }
+                    ),
+                    Action::ReadOutcome
+                ),
+                "past it, the outcome is read"
+            );
+            // Even counters that would say partial do not make an unfinished handoff a success.
+            let after = Counters {
+                full: 4,
+                partial_ok: i64::from(partial_counted),
+                replica_input_bytes: None,
+                partial_err: 1,
+                output_buffer_disconnects: Some(3),
+            };
+            match j.on(late, Input::Counters(after)) {
+                Action::Done(o) => {
+                    assert_eq!(o.handoff, Handoff::Full);
+                    let note = o
+                        .notes
+                        .iter()
+                        .find(|n| n.contains("not in sync"))
+                        .unwrap_or_else(|| panic!("{:?}", o.notes));
+                    for said in [
+                        "started 3 full sync(s)",
+                        "refused 1 partial",
+                        "3 output-buffer disconnects",
+                        "a full sync in progress",
+                        "10.0.0.1:6379",
+                        "stays the master's replica",
+                    ] {
+                        assert!(note.contains(said), "{said}: {note}");
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 
@@ -1250,11 +1386,13 @@ mod tests {
                         ack_seen: false
                     }
                 ),
-                Action::Fail {
-                    reset_replica: false,
-                    ..
-                }
+                Action::ReadOutcome
             ),
+            "past the deadline the outcome is read, the replica left as it is"
+        );
+        // Never reset after REPLICAOF, never a success when not in sync: a full sync, told.
+        assert!(
+            matches!(j.on(late, Input::Counters(Counters::default())), Action::Done(o) if o.handoff == Handoff::Full),
             "after REPLICAOF the replica is never reset"
         );
     }
@@ -1308,6 +1446,7 @@ mod tests {
                 full: 0,
                 partial_ok: 1,
                 replica_input_bytes: None,
+                ..Default::default()
             }),
         ) {
             Action::Done(o) => assert!(
@@ -1383,6 +1522,7 @@ mod tests {
                 full: 3,
                 partial_ok: 7,
                 replica_input_bytes: None,
+                ..Default::default()
             }),
         );
         let mut st = replica(true, false, ID, Some(1300));
@@ -1400,6 +1540,7 @@ mod tests {
                 full: 3,
                 partial_ok: 8,
                 replica_input_bytes: None,
+                ..Default::default()
             }),
         ) {
             Action::Done(o) => {
@@ -1483,6 +1624,7 @@ mod tests {
             full: 1,
             partial_ok: 1,
             replica_input_bytes: Some(100),
+            ..Default::default()
         };
         assert_eq!(
             classify(&b, &Counters { partial_ok: 2, ..b }, Some(1000)),
@@ -1496,6 +1638,7 @@ mod tests {
             full: 2,
             partial_ok: 2,
             replica_input_bytes: Some(150),
+            ..Default::default()
         };
         assert_eq!(
             classify(&b, &both, Some(1000)),
