@@ -22,7 +22,5 @@ fn main() {
         .generate()
         .unwrap_or_else(|e| panic!("bindgen over <ucp/api/ucp.h> failed ({e}); install libucx-dev (scripts/setup.sh does)"));
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("write bindings");
+    bindings.write_to_file(out.join("bindings.rs")).expect("write bindings");
 }

@@ -62,12 +62,7 @@ impl Gate {
     pub fn new(listener: &'static str, budget: Budget) -> Arc<Gate> {
         Arc::new(Gate {
             listener,
-            inner: Mutex::new(Inner {
-                machine: Admission::new(budget),
-                sockets: HashMap::new(),
-                log: RefusalLog::new(limits::REFUSAL_SUMMARY_EVERY),
-                stopped: false,
-            }),
+            inner: Mutex::new(Inner { machine: Admission::new(budget), sockets: HashMap::new(), log: RefusalLog::new(limits::REFUSAL_SUMMARY_EVERY), stopped: false }),
             changed: Condvar::new(),
             refused: Default::default(),
             totals: registry::totals(listener),
@@ -78,9 +73,7 @@ impl Gate {
     pub fn start(listener: &'static str, budget: Budget) -> std::io::Result<Arc<Gate>> {
         let gate = Gate::new(listener, budget);
         let g = gate.clone();
-        std::thread::Builder::new()
-            .name(format!("{listener}-reaper"))
-            .spawn(move || g.reap())?;
+        std::thread::Builder::new().name(format!("{listener}-reaper")).spawn(move || g.reap())?;
         Ok(gate)
     }
 
@@ -107,22 +100,11 @@ impl Gate {
         };
         self.changed.notify_all();
         self.say(line, DISPLACED);
-        Pass {
-            gate: self.clone(),
-            id: admitted.id,
-            source,
-        }
+        Pass { gate: self.clone(), id: admitted.id, source }
     }
 
     /// Count a refusal and tell the limiter; what to log comes back (logged without the lock).
-    fn count(
-        &self,
-        g: &mut Inner,
-        kind: Refusal,
-        source: Source,
-        detail: &str,
-        now: Instant,
-    ) -> Option<Line> {
+    fn count(&self, g: &mut Inner, kind: Refusal, source: Source, detail: &str, now: Instant) -> Option<Line> {
         self.refused.add(kind);
         self.totals.add(kind);
         g.log.refused(kind, source, detail, now)
@@ -177,10 +159,7 @@ impl Gate {
                 lines.extend(self.count(&mut g, Refusal::Deadline, source, LATE, now));
             }
             lines.extend(g.log.tick(now).map(Line::Summary));
-            let next = [g.machine.next_deadline(), g.log.next_due()]
-                .into_iter()
-                .flatten()
-                .min();
+            let next = [g.machine.next_deadline(), g.log.next_due()].into_iter().flatten().min();
             if !lines.is_empty() {
                 drop(g);
                 for l in lines {
@@ -190,14 +169,8 @@ impl Gate {
                 continue;
             }
             // Nothing due: wait for the next due time, or a change (an arrival brings a deadline).
-            let wait = next.map_or(Duration::from_secs(3600), |n| {
-                n.saturating_duration_since(now)
-            });
-            g = self
-                .changed
-                .wait_timeout(g, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let wait = next.map_or(Duration::from_secs(3600), |n| n.saturating_duration_since(now));
+            g = self.changed.wait_timeout(g, wait).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 }
@@ -219,10 +192,7 @@ impl Pass {
             g.sockets.remove(&self.id);
             let v = g.machine.authenticated(self.id, now);
             let line = match v {
-                Verdict::Refused(kind) => {
-                    self.gate
-                        .count(&mut g, kind, self.source, TOO_LATE_OR_FULL, now)
-                }
+                Verdict::Refused(kind) => self.gate.count(&mut g, kind, self.source, TOO_LATE_OR_FULL, now),
                 _ => None,
             };
             (v, line)
@@ -268,12 +238,7 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 
     fn budget(deadline: Duration) -> Budget {
-        Budget {
-            unauthenticated_max: 2,
-            per_source_max: 2,
-            authenticated_max: 1,
-            deadline,
-        }
+        Budget { unauthenticated_max: 2, per_source_max: 2, authenticated_max: 1, deadline }
     }
 
     /// A connected pair: (our end, the far end).
@@ -291,10 +256,7 @@ mod tests {
         far.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         match far.read(&mut [0u8; 1]) {
             Ok(n) => n == 0,
-            Err(e) => !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
         }
     }
 
@@ -312,13 +274,7 @@ mod tests {
         // Its thread then fails to authenticate: already counted as displaced, not again.
         first.failed(Refusal::Closed, &"read: end of stream");
         drop(first);
-        assert_eq!(
-            (
-                gate.refused(Refusal::Displaced),
-                gate.refused(Refusal::Closed)
-            ),
-            (1, 0)
-        );
+        assert_eq!((gate.refused(Refusal::Displaced), gate.refused(Refusal::Closed)), (1, 0));
         assert_eq!(third.authenticated(), Ok(()));
         assert_eq!((gate.strangers(), gate.served()), (1, 1));
         gate.stop();

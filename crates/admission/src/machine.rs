@@ -98,13 +98,7 @@ pub struct Admission {
 impl Admission {
     /// An admission with no connection.
     pub fn new(budget: Budget) -> Admission {
-        Admission {
-            budget,
-            next: 0,
-            strangers: VecDeque::new(),
-            held_by: HashMap::new(),
-            served: HashSet::new(),
-        }
+        Admission { budget, next: 0, strangers: VecDeque::new(), held_by: HashMap::new(), served: HashSet::new() }
     }
 
     /// A connection from `source` was accepted at `now`. It is always given a place: when its
@@ -116,39 +110,26 @@ impl Admission {
     pub fn arrive(&mut self, source: Source, now: Instant) -> Admitted {
         let from_source = self.held_by.get(&source).copied().unwrap_or(0);
         let displaced = if from_source >= self.budget.per_source_max.max(1) {
-            self.displace(source)
-                .map(|(id, s)| (id, s, Refusal::SourceCap))
+            self.displace(source).map(|(id, s)| (id, s, Refusal::SourceCap))
         } else if self.strangers.len() >= self.budget.unauthenticated_max.max(1) {
             let busiest = self.busiest().expect("a full budget holds strangers");
-            self.displace(busiest)
-                .map(|(id, s)| (id, s, Refusal::Displaced))
+            self.displace(busiest).map(|(id, s)| (id, s, Refusal::Displaced))
         } else {
             None
         };
         let id = Id(self.next);
         self.next += 1;
         let deadline = now + self.budget.deadline;
-        self.strangers.push_back(Stranger {
-            id,
-            source,
-            deadline,
-        });
+        self.strangers.push_back(Stranger { id, source, deadline });
         *self.held_by.entry(source).or_default() += 1;
-        Admitted {
-            id,
-            deadline,
-            displaced,
-        }
+        Admitted { id, deadline, displaced }
     }
 
     /// The source holding the most places; of those, the one whose oldest arrived first (the
     /// strangers are oldest first).
     fn busiest(&self) -> Option<Source> {
         let most = self.held_by.values().copied().max()?;
-        self.strangers
-            .iter()
-            .map(|s| s.source)
-            .find(|src| self.held_by.get(src) == Some(&most))
+        self.strangers.iter().map(|s| s.source).find(|src| self.held_by.get(src) == Some(&most))
     }
 
     /// Remove the oldest stranger of `source`.
@@ -171,9 +152,7 @@ impl Admission {
 
     /// Connection `id` authenticated at `now`.
     pub fn authenticated(&mut self, id: Id, now: Instant) -> Verdict {
-        let Some(at) = self.strangers.iter().position(|s| s.id == id) else {
-            return Verdict::Gone;
-        };
+        let Some(at) = self.strangers.iter().position(|s| s.id == id) else { return Verdict::Gone };
         let s = self.remove_at(at).expect("found just now");
         if now >= s.deadline {
             return Verdict::Refused(Refusal::Deadline);
@@ -229,12 +208,7 @@ mod tests {
     const DEADLINE: Duration = Duration::from_secs(2);
 
     fn budget() -> Budget {
-        Budget {
-            unauthenticated_max: 4,
-            per_source_max: 2,
-            authenticated_max: 3,
-            deadline: DEADLINE,
-        }
+        Budget { unauthenticated_max: 4, per_source_max: 2, authenticated_max: 3, deadline: DEADLINE }
     }
 
     fn ip(n: u8) -> Source {
@@ -247,10 +221,7 @@ mod tests {
         let first: Vec<Admitted> = (1..=4).map(|n| a.arrive(ip(n), t)).collect();
         assert!(first.iter().all(|x| x.displaced.is_none()));
         let fifth = a.arrive(ip(5), t);
-        assert_eq!(
-            fifth.displaced,
-            Some((first[0].id, ip(1), Refusal::Displaced))
-        );
+        assert_eq!(fifth.displaced, Some((first[0].id, ip(1), Refusal::Displaced)));
         assert_eq!(a.strangers(), 4);
         // The displaced one lost its place: authenticating now does not serve it.
         assert_eq!(a.authenticated(first[0].id, t), Verdict::Gone);
@@ -262,16 +233,9 @@ mod tests {
         let (mut a, t) = (Admission::new(budget()), Instant::now());
         // An agent's connection first, then two sources holding the rest (one of them twice).
         let agent = a.arrive(ip(1), t);
-        let flood: Vec<Admitted> = [ip(2), ip(3), ip(3)]
-            .iter()
-            .map(|s| a.arrive(*s, t))
-            .collect();
+        let flood: Vec<Admitted> = [ip(2), ip(3), ip(3)].iter().map(|s| a.arrive(*s, t)).collect();
         let next = a.arrive(ip(4), t);
-        assert_eq!(
-            next.displaced,
-            Some((flood[1].id, ip(3), Refusal::Displaced)),
-            "the busiest source's oldest, not the agent, oldest of all"
-        );
+        assert_eq!(next.displaced, Some((flood[1].id, ip(3), Refusal::Displaced)), "the busiest source's oldest, not the agent, oldest of all");
         assert_eq!(a.authenticated(agent.id, t), Verdict::Served);
     }
 
@@ -281,10 +245,7 @@ mod tests {
         let other = a.arrive(ip(9), t);
         let mine: Vec<Admitted> = (0..2).map(|_| a.arrive(ip(1), t)).collect();
         let third = a.arrive(ip(1), t);
-        assert_eq!(
-            third.displaced,
-            Some((mine[0].id, ip(1), Refusal::SourceCap))
-        );
+        assert_eq!(third.displaced, Some((mine[0].id, ip(1), Refusal::SourceCap)));
         // However many more it opens, the other source keeps its place.
         for _ in 0..100 {
             assert_eq!(a.arrive(ip(1), t).displaced.map(|d| d.1), Some(ip(1)));
@@ -325,10 +286,7 @@ mod tests {
         assert_eq!(a.expire(t + DEADLINE), vec![(early, ip(1))]);
         assert_eq!(a.next_deadline(), Some(t + DEADLINE + DEADLINE / 2));
         // Not expired yet, but past its deadline when it authenticates: refused.
-        assert_eq!(
-            a.authenticated(later, t + DEADLINE * 2),
-            Verdict::Refused(Refusal::Deadline)
-        );
+        assert_eq!(a.authenticated(later, t + DEADLINE * 2), Verdict::Refused(Refusal::Deadline));
         assert_eq!((a.strangers(), a.served(), a.next_deadline()), (0, 0, None));
     }
 
@@ -337,10 +295,7 @@ mod tests {
         let (mut a, t) = (Admission::new(budget()), Instant::now());
         let mut ids = Vec::new();
         for n in 0..40u32 {
-            let x = a.arrive(
-                ip((n % 3) as u8),
-                t + Duration::from_millis(u64::from(n) * 100),
-            );
+            let x = a.arrive(ip((n % 3) as u8), t + Duration::from_millis(u64::from(n) * 100));
             ids.push(x.id);
             match n % 7 {
                 0 => a.closed(ids[(n / 2) as usize]),

@@ -47,12 +47,7 @@ impl Summary {
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} connections refused in the last {:.0} s (",
-            self.total(),
-            self.over.as_secs_f64()
-        )?;
+        write!(f, "{} connections refused in the last {:.0} s (", self.total(), self.over.as_secs_f64())?;
         for (i, (k, n, last)) in self.kinds.iter().enumerate() {
             write!(f, "{}{k} {n}", if i > 0 { ", " } else { "" })?;
             if !last.is_empty() {
@@ -67,12 +62,7 @@ impl std::fmt::Display for Summary {
             write!(f, " and {} more", self.other_sources)?;
         }
         if self.untracked > 0 {
-            write!(
-                f,
-                " (+{} refusals from sources past the {} kept)",
-                self.untracked,
-                limits::REFUSAL_SOURCES_MAX
-            )?;
+            write!(f, " (+{} refusals from sources past the {} kept)", self.untracked, limits::REFUSAL_SOURCES_MAX)?;
         }
         Ok(())
     }
@@ -91,13 +81,7 @@ struct Period {
 
 impl Period {
     fn new(since: Instant) -> Period {
-        Period {
-            since,
-            kinds: Default::default(),
-            last: Default::default(),
-            sources: HashMap::new(),
-            untracked: 0,
-        }
+        Period { since, kinds: Default::default(), last: Default::default(), sources: HashMap::new(), untracked: 0 }
     }
 }
 
@@ -116,21 +100,12 @@ pub struct RefusalLog {
 impl RefusalLog {
     /// A limiter that sums up at most once per `every`.
     pub fn new(every: Duration) -> RefusalLog {
-        RefusalLog {
-            every,
-            period: None,
-        }
+        RefusalLog { every, period: None }
     }
 
     /// A refusal of `kind` from `source` at `now`, `detail` saying how (our own text, cut at
     /// [`DETAIL_CHARS_MAX`]): what to log, if anything.
-    pub fn refused(
-        &mut self,
-        kind: Refusal,
-        source: Source,
-        detail: &str,
-        now: Instant,
-    ) -> Option<Line> {
+    pub fn refused(&mut self, kind: Refusal, source: Source, detail: &str, now: Instant) -> Option<Line> {
         let summary = self.tick(now);
         let Some(p) = self.period.as_mut() else {
             self.period = Some(Period::new(now));
@@ -166,24 +141,8 @@ impl RefusalLog {
         sources.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let other_sources = sources.len().saturating_sub(limits::REFUSAL_SOURCES_NAMED);
         sources.truncate(limits::REFUSAL_SOURCES_NAMED);
-        let kinds = Refusal::ALL
-            .iter()
-            .map(|k| {
-                (
-                    *k,
-                    done.kinds[k.index()],
-                    std::mem::take(&mut done.last[k.index()]),
-                )
-            })
-            .filter(|(_, n, _)| *n > 0)
-            .collect();
-        Some(Summary {
-            over,
-            kinds,
-            busiest: sources,
-            other_sources,
-            untracked: done.untracked,
-        })
+        let kinds = Refusal::ALL.iter().map(|k| (*k, done.kinds[k.index()], std::mem::take(&mut done.last[k.index()]))).filter(|(_, n, _)| *n > 0).collect();
+        Some(Summary { over, kinds, busiest: sources, other_sources, untracked: done.untracked })
     }
 
     /// When the next summary may be due (`None`: quiet).
@@ -210,98 +169,39 @@ mod tests {
         // 10 000 refusals a second for 30 s, from 20 addresses, one of them busier.
         for i in 0..300_000u32 {
             let now = t + Duration::from_micros(u64::from(i) * 100);
-            let source = if i % 2 == 0 {
-                ip(1)
-            } else {
-                ip(2 + (i % 19) as u8)
-            };
-            let kind = if i % 3 == 0 {
-                Refusal::Deadline
-            } else {
-                Refusal::Displaced
-            };
+            let source = if i % 2 == 0 { ip(1) } else { ip(2 + (i % 19) as u8) };
+            let kind = if i % 3 == 0 { Refusal::Deadline } else { Refusal::Displaced };
             lines.extend(log.refused(kind, source, "", now));
         }
         lines.extend(log.tick(t + Duration::from_secs(31)).map(Line::Summary));
-        assert_eq!(
-            lines[0],
-            Line::First {
-                kind: Refusal::Deadline,
-                source: ip(1)
-            }
-        );
+        assert_eq!(lines[0], Line::First { kind: Refusal::Deadline, source: ip(1) });
         assert!((6..=8).contains(&lines.len()), "{} lines", lines.len());
-        let summaries: Vec<&Summary> = lines
-            .iter()
-            .filter_map(|l| {
-                if let Line::Summary(s) = l {
-                    Some(s)
-                } else {
-                    None
-                }
-            })
-            .collect();
+        let summaries: Vec<&Summary> = lines.iter().filter_map(|l| if let Line::Summary(s) = l { Some(s) } else { None }).collect();
         // Every refusal is in a line: the first, or a summary.
-        assert_eq!(
-            1 + summaries.iter().map(|s| s.total()).sum::<u64>(),
-            300_000
-        );
+        assert_eq!(1 + summaries.iter().map(|s| s.total()).sum::<u64>(), 300_000);
         let s = summaries[0];
         assert_eq!(s.busiest[0].0, ip(1));
-        assert_eq!(
-            (s.busiest.len(), s.other_sources),
-            (
-                limits::REFUSAL_SOURCES_NAMED,
-                19 - limits::REFUSAL_SOURCES_NAMED + 1
-            )
-        );
-        assert_eq!(
-            s.kinds.iter().map(|k| k.0).collect::<Vec<_>>(),
-            vec![Refusal::Displaced, Refusal::Deadline]
-        );
+        assert_eq!((s.busiest.len(), s.other_sources), (limits::REFUSAL_SOURCES_NAMED, 19 - limits::REFUSAL_SOURCES_NAMED + 1));
+        assert_eq!(s.kinds.iter().map(|k| k.0).collect::<Vec<_>>(), vec![Refusal::Displaced, Refusal::Deadline]);
         assert!(s.kinds.iter().all(|k| k.2.is_empty()));
         let text = s.to_string();
-        assert!(
-            text.contains("displaced ") && text.contains("10.0.0.1 "),
-            "{text}"
-        );
+        assert!(text.contains("displaced ") && text.contains("10.0.0.1 "), "{text}");
     }
 
     #[test]
     fn after_a_quiet_period_the_next_refusal_is_logged_in_full_again() {
         let (mut log, t) = (RefusalLog::new(EVERY), Instant::now());
-        assert!(matches!(
-            log.refused(Refusal::Auth, ip(1), "sent no token", t),
-            Some(Line::First { .. })
-        ));
-        assert_eq!(
-            log.refused(
-                Refusal::Auth,
-                ip(1),
-                "presented a wrong token",
-                t + Duration::from_secs(1)
-            ),
-            None
-        );
+        assert!(matches!(log.refused(Refusal::Auth, ip(1), "sent no token", t), Some(Line::First { .. })));
+        assert_eq!(log.refused(Refusal::Auth, ip(1), "presented a wrong token", t + Duration::from_secs(1)), None);
         assert_eq!(log.next_due(), Some(t + EVERY));
         let s = log.tick(t + EVERY).expect("a summary of the second");
         assert_eq!((s.total(), s.over), (1, EVERY));
         // The summary says what the last of each kind was: a client's wrong token is not lost in it.
-        assert!(
-            s.to_string()
-                .contains("auth 1 (last: presented a wrong token)"),
-            "{s}"
-        );
+        assert!(s.to_string().contains("auth 1 (last: presented a wrong token)"), "{s}");
         // A period with nothing counted ends the spell: quiet, and the next one is a first again.
         assert_eq!(log.tick(t + EVERY * 2), None);
         assert_eq!(log.next_due(), None);
-        assert_eq!(
-            log.refused(Refusal::Closed, ip(2), "", t + EVERY * 3),
-            Some(Line::First {
-                kind: Refusal::Closed,
-                source: ip(2)
-            })
-        );
+        assert_eq!(log.refused(Refusal::Closed, ip(2), "", t + EVERY * 3), Some(Line::First { kind: Refusal::Closed, source: ip(2) }));
     }
 
     #[test]
@@ -314,17 +214,8 @@ mod tests {
         }
         let s = log.tick(t + EVERY).unwrap();
         assert_eq!(s.total(), limits::REFUSAL_SOURCES_MAX as u64 + 500);
-        assert_eq!(
-            s.other_sources,
-            limits::REFUSAL_SOURCES_MAX - limits::REFUSAL_SOURCES_NAMED
-        );
-        assert_eq!(
-            s.untracked, 500,
-            "the sources past the bound are summed, not lost"
-        );
-        assert!(
-            s.to_string().contains("+500 refusals from sources past"),
-            "{s}"
-        );
+        assert_eq!(s.other_sources, limits::REFUSAL_SOURCES_MAX - limits::REFUSAL_SOURCES_NAMED);
+        assert_eq!(s.untracked, 500, "the sources past the bound are summed, not lost");
+        assert!(s.to_string().contains("+500 refusals from sources past"), "{s}");
     }
 }

@@ -33,22 +33,12 @@ fn registry() -> &'static Mutex<BTreeMap<&'static str, Arc<Totals>>> {
 
 /// The totals of listener `name` (made on first use).
 pub(crate) fn totals(name: &'static str) -> Arc<Totals> {
-    registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(name)
-        .or_default()
-        .clone()
+    registry().lock().unwrap_or_else(|p| p.into_inner()).entry(name).or_default().clone()
 }
 
 /// Every listener the process has had, by name, with its totals.
 pub fn listeners() -> Vec<(&'static str, Arc<Totals>)> {
-    registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .map(|(n, t)| (*n, t.clone()))
-        .collect()
+    registry().lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, t)| (*n, t.clone())).collect()
 }
 
 #[cfg(test)]
@@ -60,10 +50,7 @@ mod tests {
         let (a, b) = (totals("registry-test"), totals("registry-test"));
         a.add(Refusal::Deadline);
         b.add(Refusal::Deadline);
-        let (_, t) = listeners()
-            .into_iter()
-            .find(|(n, _)| *n == "registry-test")
-            .expect("listed");
+        let (_, t) = listeners().into_iter().find(|(n, _)| *n == "registry-test").expect("listed");
         assert_eq!(t.refused(Refusal::Deadline), 2);
         assert_eq!(t.refused(Refusal::Full), 0);
     }

@@ -3,10 +3,10 @@
 //! node's restart. A root of the crate: it names nothing of the rooms (join, pull, peers, staged)
 //! that read it.
 
+use endpoint::Endpoint;
 use crate::master::MasterAccess;
 use crate::node::Node;
 use crate::report::Live;
-use endpoint::Endpoint;
 use replication::replica::Auth;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,22 +64,12 @@ impl Config {
 
     /// The local server as the join's steps reach it: made once, handed down.
     pub fn node(&self) -> Node {
-        Node {
-            addr: self.replica.clone(),
-            auth: self.replica_auth.clone(),
-            tls: self.replica_tls().cloned(),
-            cancel: self.cancel.clone(),
-        }
+        Node { addr: self.replica.clone(), auth: self.replica_auth.clone(), tls: self.replica_tls().cloned(), cancel: self.cancel.clone() }
     }
 
     /// How the master is reached.
     pub fn master(&self) -> MasterAccess<'_> {
-        MasterAccess {
-            given: self.master.as_deref(),
-            sentinel: self.sentinel.as_ref(),
-            auth: self.master_auth.as_ref(),
-            tls: self.tls.as_ref(),
-        }
+        MasterAccess { given: self.master.as_deref(), sentinel: self.sentinel.as_ref(), auth: self.master_auth.as_ref(), tls: self.tls.as_ref() }
     }
 }
 
@@ -115,13 +105,7 @@ pub struct PeerConfig {
 
 impl Default for PeerConfig {
     fn default() -> Self {
-        PeerConfig {
-            serve: true,
-            listen: None,
-            advertise: None,
-            cache_bytes: limits::SERVE_CACHE_BYTES_DEFAULT,
-            linger: limits::SERVE_LINGER_DEFAULT,
-        }
+        PeerConfig { serve: true, listen: None, advertise: None, cache_bytes: limits::SERVE_CACHE_BYTES_DEFAULT, linger: limits::SERVE_LINGER_DEFAULT }
     }
 }
 
@@ -138,11 +122,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy {
-            retries: limits::JOIN_RETRIES_DEFAULT,
-            base: limits::JOIN_RETRY_BASE,
-            max: limits::JOIN_RETRY_MAX,
-        }
+        RetryPolicy { retries: limits::JOIN_RETRIES_DEFAULT, base: limits::JOIN_RETRY_BASE, max: limits::JOIN_RETRY_MAX }
     }
 }
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
+
 /// The party an error came from (or was about).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {
@@ -187,20 +188,9 @@ impl Error {
     /// [`Error::Unavailable`].
     pub fn server(party: Party, e: client::Error) -> Error {
         match e {
-            e if e.is_permission() => Error::Permission {
-                party,
-                cause: Cause::Server(Box::new(e)),
-            },
-            e @ (client::Error::Resp { .. } | client::Error::Unexpected { .. }) => {
-                Error::Protocol {
-                    party,
-                    cause: Cause::Server(Box::new(e)),
-                }
-            }
-            e => Error::Unavailable {
-                party,
-                cause: Cause::Server(Box::new(e)),
-            },
+            e if e.is_permission() => Error::Permission { party, cause: Cause::Server(Box::new(e)) },
+            e @ (client::Error::Resp { .. } | client::Error::Unexpected { .. }) => Error::Protocol { party, cause: Cause::Server(Box::new(e)) },
+            e => Error::Unavailable { party, cause: Cause::Server(Box::new(e)) },
         }
     }
 
@@ -220,18 +210,9 @@ impl Error {
     pub fn relay(e: transport::Error) -> Error {
         let party = Party::Relay;
         match e {
-            e @ transport::Error::Auth(_) => Error::Permission {
-                party,
-                cause: Cause::Link(e),
-            },
-            e @ transport::Error::Protocol(_) => Error::Protocol {
-                party,
-                cause: Cause::Link(e),
-            },
-            e => Error::Unavailable {
-                party,
-                cause: Cause::Link(e),
-            },
+            e @ transport::Error::Auth(_) => Error::Permission { party, cause: Cause::Link(e) },
+            e @ transport::Error::Protocol(_) => Error::Protocol { party, cause: Cause::Link(e) },
+            e => Error::Unavailable { party, cause: Cause::Link(e) },
         }
     }
 
@@ -248,18 +229,12 @@ impl Error {
 
     /// `party` is unavailable, as observed.
     pub fn unavailable(party: Party, what: impl Into<String>) -> Error {
-        Error::Unavailable {
-            party,
-            cause: Cause::Observed(what.into()),
-        }
+        Error::Unavailable { party, cause: Cause::Observed(what.into()) }
     }
 
     /// `party` broke the protocol, as observed.
     pub fn protocol(party: Party, what: impl Into<String>) -> Error {
-        Error::Protocol {
-            party,
-            cause: Cause::Observed(what.into()),
-        }
+        Error::Protocol { party, cause: Cause::Observed(what.into()) }
     }
 
     /// Its kind.
@@ -285,17 +260,8 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::Capture { kind, .. } => kind.transient(),
-            Error::Unavailable { .. }
-            | Error::Protocol { .. }
-            | Error::Changed(_)
-            | Error::Checksum { .. }
-            | Error::Timeout(_)
-            | Error::Resource(_) => true,
-            Error::Precondition(_)
-            | Error::Permission { .. }
-            | Error::Incompatible(_)
-            | Error::Internal(_)
-            | Error::Interrupted => false,
+            Error::Unavailable { .. } | Error::Protocol { .. } | Error::Changed(_) | Error::Checksum { .. } | Error::Timeout(_) | Error::Resource(_) => true,
+            Error::Precondition(_) | Error::Permission { .. } | Error::Incompatible(_) | Error::Internal(_) | Error::Interrupted => false,
         }
     }
 }

@@ -45,13 +45,7 @@ static STREAM: metrics::EventStream = metrics::EventStream::new();
 
 /// Open the stream at `path` (truncated) and write its first line. Once per process.
 pub fn open(path: &Path) -> std::io::Result<()> {
-    STREAM.open(
-        path,
-        &Event::Start {
-            version: VERSION,
-            process: "join".into(),
-        },
-    )
+    STREAM.open(path, &Event::Start { version: VERSION, process: "join".into() })
 }
 
 /// The join entered `phase`.
@@ -75,28 +69,10 @@ mod tests {
 
     #[test]
     fn lines_are_lower_case_and_typed() {
-        let e = Event::Phase {
-            phase: JoinPhase::StreamingLog,
-            at_ms: 12,
-        };
-        assert_eq!(
-            serde_json::to_string(&e).unwrap(),
-            r#"{"event":"phase","phase":"streaming_log","at_ms":12}"#
-        );
+        let e = Event::Phase { phase: JoinPhase::StreamingLog, at_ms: 12 };
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"event":"phase","phase":"streaming_log","at_ms":12}"#);
         let text = "{\"event\":\"start\",\"version\":1,\"process\":\"join\"}\n{\"event\":\"handed_off\",\"offset\":7,\"at_ms\":3}\n{\"event\":\"pha";
         let got = parse(text).unwrap();
-        assert_eq!(
-            got,
-            [
-                Event::Start {
-                    version: 1,
-                    process: "join".into()
-                },
-                Event::HandedOff {
-                    offset: 7,
-                    at_ms: 3
-                }
-            ]
-        );
+        assert_eq!(got, [Event::Start { version: 1, process: "join".into() }, Event::HandedOff { offset: 7, at_ms: 3 }]);
     }
 }

@@ -16,6 +16,7 @@ use crate::node::Node;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 
+
 const ENV_REPLICA: &str = "FASTREPL_GUARD_REPLICA";
 const ENV_USER: &str = "FASTREPL_GUARD_REPLICA_USER";
 const ENV_PASSWORD: &str = "FASTREPL_GUARD_REPLICA_PASSWORD";
@@ -47,19 +48,13 @@ pub struct Guard {
 }
 
 /// Start a guard for the local server `node`, which is about to follow `follows` (the agent's listener).
-pub fn arm(
-    node: &Node,
-    follows: std::net::SocketAddr,
-    diskless_load_before: Option<&str>,
-) -> Result<Guard, Error> {
+pub fn arm(node: &Node, follows: std::net::SocketAddr, diskless_load_before: Option<&str>) -> Result<Guard, Error> {
     let mut cmd = command(node)?;
     cmd.env(ENV_FOLLOWS, follows.to_string());
     if let Some(v) = diskless_load_before {
         cmd.env(ENV_DISKLESS, v);
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| Error::Internal(format!("start the replica guard: {e}")))?;
+    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the replica guard: {e}")))?;
     Ok(Guard { child })
 }
 
@@ -84,22 +79,15 @@ pub struct StagedNode<'a> {
 /// as the master's replica and resyncs.
 pub fn arm_staged(node: &Node, staged: &StagedNode<'_>) -> Result<Guard, Error> {
     let mut cmd = command(node)?;
-    cmd.env(ENV_STAGED_MASTER, staged.master)
-        .env(ENV_STAGED_RDB, staged.rdb)
-        .env(ENV_STAGED_RDB_ASIDE, staged.rdb_aside);
+    cmd.env(ENV_STAGED_MASTER, staged.master).env(ENV_STAGED_RDB, staged.rdb).env(ENV_STAGED_RDB_ASIDE, staged.rdb_aside);
     // The password travels in the environment of our own child, never in argv.
-    for (k, v) in [
-        (ENV_STAGED_MASTERUSER, staged.masteruser),
-        (ENV_STAGED_MASTERAUTH, staged.masterauth),
-    ] {
+    for (k, v) in [(ENV_STAGED_MASTERUSER, staged.masteruser), (ENV_STAGED_MASTERAUTH, staged.masterauth)] {
         match v {
             Some(v) => cmd.env(k, v),
             None => cmd.env_remove(k),
         };
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| Error::Internal(format!("start the node's guard: {e}")))?;
+    let child = cmd.spawn().map_err(|e| Error::Internal(format!("start the node's guard: {e}")))?;
     Ok(Guard { child })
 }
 
@@ -110,10 +98,7 @@ fn command(node: &Node) -> Result<Command, Error> {
     // binary, or none: "No such file or directory"). argv[0] keeps the path, for `ps`.
     let mut cmd = Command::new("/proc/self/exe");
     if let Ok(path) = std::env::current_exe() {
-        std::os::unix::process::CommandExt::arg0(
-            &mut cmd,
-            path.to_string_lossy().trim_end_matches(" (deleted)"),
-        );
+        std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
     }
     cmd.arg(SUBCOMMAND)
         .env(ENV_REPLICA, &node.addr)
@@ -131,23 +116,13 @@ fn command(node: &Node) -> Result<Command, Error> {
         cmd.env(ENV_PASSWORD, &a.password);
     }
     // A TLS-only local server: the guard needs the same files (paths, not secrets, but not argv either).
-    for k in [
-        ENV_TLS,
-        ENV_TLS_CACERT,
-        ENV_TLS_CERT,
-        ENV_TLS_KEY,
-        ENV_TLS_NAME,
-    ] {
+    for k in [ENV_TLS, ENV_TLS_CACERT, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_NAME] {
         cmd.env_remove(k);
     }
     if let Some(t) = &node.tls {
         let o = t.options();
         cmd.env(ENV_TLS, "1");
-        for (k, v) in [
-            (ENV_TLS_CACERT, &o.cacert),
-            (ENV_TLS_CERT, &o.cert),
-            (ENV_TLS_KEY, &o.key),
-        ] {
+        for (k, v) in [(ENV_TLS_CACERT, &o.cacert), (ENV_TLS_CERT, &o.cert), (ENV_TLS_KEY, &o.key)] {
             if let Some(p) = v {
                 cmd.env(k, p);
             }
@@ -186,24 +161,14 @@ impl Drop for Guard {
 pub fn run() -> i32 {
     let staged = std::env::var(ENV_STAGED_MASTER).ok();
     let follows = std::env::var(ENV_FOLLOWS);
-    let (Ok(replica), true) = (
-        std::env::var(ENV_REPLICA),
-        follows.is_ok() || staged.is_some(),
-    ) else {
+    let (Ok(replica), true) = (std::env::var(ENV_REPLICA), follows.is_ok() || staged.is_some()) else {
         tracing::error!("fastrepl {SUBCOMMAND} is started by `fastrepl join`, not by hand");
         return 2;
     };
-    let auth = std::env::var(ENV_PASSWORD)
-        .ok()
-        .map(|password| replication::replica::Auth {
-            user: std::env::var(ENV_USER).ok(),
-            password,
-        });
+    let auth = std::env::var(ENV_PASSWORD).ok().map(|password| replication::replica::Auth { user: std::env::var(ENV_USER).ok(), password });
     let mut word = Vec::new();
     // EOF (the agent died or dropped us) or the word; a read error counts as the agent gone.
-    let _ = std::io::stdin()
-        .take(DISARM.len() as u64)
-        .read_to_end(&mut word);
+    let _ = std::io::stdin().take(DISARM.len() as u64).read_to_end(&mut word);
     if word == DISARM {
         return 0;
     }
@@ -211,21 +176,12 @@ pub fn run() -> i32 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let node = Node {
-        addr: replica.clone(),
-        auth,
-        tls,
-        cancel: Default::default(),
-    };
+    let node = Node { addr: replica.clone(), auth, tls, cancel: Default::default() };
     if let Some(master) = staged {
         return undo_staged(&node, &master);
     }
     let follows = follows.unwrap_or_default();
-    match local::reset(
-        &node,
-        std::env::var(ENV_DISKLESS).ok().as_deref(),
-        Some(&follows),
-    ) {
+    match local::reset(&node, std::env::var(ENV_DISKLESS).ok().as_deref(), Some(&follows)) {
         Ok(Reset::Done) => {
             tracing::warn!(replica = %replica, "the join's agent died before the handoff; the replica was reset to an empty standalone server");
             0
@@ -250,12 +206,7 @@ fn load_tls(replica: &str) -> Result<Option<client::tls::Tls>, i32> {
         return Ok(None);
     }
     let path = |k: &str| std::env::var_os(k).map(std::path::PathBuf::from);
-    let o = client::tls::Options {
-        cacert: path(ENV_TLS_CACERT),
-        cert: path(ENV_TLS_CERT),
-        key: path(ENV_TLS_KEY),
-        server_name: std::env::var(ENV_TLS_NAME).ok(),
-    };
+    let o = client::tls::Options { cacert: path(ENV_TLS_CACERT), cert: path(ENV_TLS_CERT), key: path(ENV_TLS_KEY), server_name: std::env::var(ENV_TLS_NAME).ok() };
     client::tls::Tls::load(&o).map(Some).map_err(|e| {
         tracing::error!(replica = %replica, error = %e, "the join's agent died; could not load TLS to reset the replica");
         1
@@ -282,14 +233,8 @@ fn undo_staged(n: &Node, master: &str) -> i32 {
     let steps: [(&str, &[&str]); 4] = [
         ("CLUSTER RESET SOFT", &["CLUSTER", "RESET", "SOFT"]),
         ("CLUSTER MEET", &["CLUSTER", "MEET", &host, &port]),
-        (
-            "restore masteruser",
-            &["CONFIG", "SET", "masteruser", &user],
-        ),
-        (
-            "restore masterauth",
-            &["CONFIG", "SET", "masterauth", &pass],
-        ),
+        ("restore masteruser", &["CONFIG", "SET", "masteruser", &user]),
+        ("restore masterauth", &["CONFIG", "SET", "masterauth", &pass]),
     ];
     for (what, args) in steps {
         if let Err(e) = c.cmd(args) {
@@ -297,21 +242,8 @@ fn undo_staged(n: &Node, master: &str) -> i32 {
             return 1;
         }
     }
-    let (rdb, aside) = (
-        std::path::PathBuf::from(env(ENV_STAGED_RDB)),
-        std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)),
-    );
-    let restored = if aside.exists() {
-        std::fs::rename(&aside, &rdb)
-    } else {
-        std::fs::remove_file(&rdb).or_else(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Ok(())
-            } else {
-                Err(e)
-            }
-        })
-    };
+    let (rdb, aside) = (std::path::PathBuf::from(env(ENV_STAGED_RDB)), std::path::PathBuf::from(env(ENV_STAGED_RDB_ASIDE)));
+    let restored = if aside.exists() { std::fs::rename(&aside, &rdb) } else { std::fs::remove_file(&rdb).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }) };
     if let Err(e) = restored {
         tracing::error!(node = %node, file = %rdb.display(), error = %e, "the join's agent died while staging the node; it was reset, but its staged RDB file could not be removed");
         return 1;

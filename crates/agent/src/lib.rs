@@ -35,7 +35,4 @@ pub use error::{Cause, Error, Kind, Party};
 pub use join::driver::{join, Joined};
 pub use phase::JoinPhase;
 pub use pull::pipeline::readers;
-pub use report::{
-    Failed, Handoff, Live, Phases, ReceivedBytes, ReplicaState, Report, RestartBy, StagedReport,
-    REPORT_SCHEMA_VERSION,
-};
+pub use report::{Failed, Handoff, Live, Phases, ReceivedBytes, ReplicaState, Report, RestartBy, StagedReport, REPORT_SCHEMA_VERSION};

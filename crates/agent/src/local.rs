@@ -27,9 +27,7 @@ pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
     let addr = node.addr.as_str();
     let mut client = node.connect()?;
     let info = client.info("server").map_err(Error::replica)?;
-    let server = Server::from_info(&info_text(&info)).ok_or_else(|| {
-        Error::Incompatible(format!("{addr}: cannot tell its version from INFO server"))
-    })?;
+    let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
     let keys = key_count(&mut client).map_err(Error::replica)?;
     if keys > 0 && !force {
         return Err(Error::Precondition(format!(
@@ -38,21 +36,11 @@ pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
     }
     let repl = client.info("replication").map_err(Error::replica)?;
     if repl.num("connected_slaves").unwrap_or(0) > 0 {
-        tracing::warn!(
-            replica = addr,
-            "the local server has replicas of its own; they will resync from it after the join"
-        );
+        tracing::warn!(replica = addr, "the local server has replicas of its own; they will resync from it after the join");
     }
-    let diskless_load_before = client
-        .config_get("repl-diskless-load")
-        .map_err(Error::replica)?;
+    let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::replica)?;
     let rdb_version_check = rdb_version_check(&mut client, &server)?;
-    Ok(Local {
-        client,
-        server,
-        diskless_load_before,
-        rdb_version_check,
-    })
+    Ok(Local { client, server, diskless_load_before, rdb_version_check })
 }
 
 /// `rdb-version-check` where the server has it (Valkey 9+; `None` elsewhere).
@@ -60,9 +48,7 @@ pub fn rdb_version_check(client: &mut Client, server: &Server) -> Result<Option<
     if server.flavour != "valkey" || server.version.0 < 9 {
         return Ok(None);
     }
-    client
-        .config_get("rdb-version-check")
-        .map_err(Error::replica)
+    client.config_get("rdb-version-check").map_err(Error::replica)
 }
 
 /// Keys the server holds, over all databases (`INFO keyspace`).
@@ -72,11 +58,7 @@ pub fn key_count(client: &mut Client) -> Result<u64, client::Error> {
         .0
         .iter()
         .filter(|(k, _)| k.starts_with("db"))
-        .filter_map(|(_, v)| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix("keys="))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
+        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok()))
         .sum())
 }
 
@@ -109,20 +91,14 @@ pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
         (Some(h), Some(p)) => Some(endpoint::host_port(h, p)),
         _ => None,
     };
-    let role = i.role().map_err(|e| client::Error::Unexpected {
-        addr: c.addr().into(),
-        what: e.to_string(),
-    })?;
+    let role = i.role().map_err(|e| client::Error::Unexpected { addr: c.addr().into(), what: e.to_string() })?;
     Ok(ReplState {
         role: Some(role),
         master,
         link_up: i.get("master_link_status") == Some("up"),
         syncing: i.get("master_sync_in_progress") == Some("1"),
         replid: i.get("master_replid").unwrap_or_default().to_string(),
-        offset: i
-            .num("slave_repl_offset")
-            .or_else(|| i.num("master_repl_offset"))
-            .map(|n| n as u64),
+        offset: i.num("slave_repl_offset").or_else(|| i.num("master_repl_offset")).map(|n| n as u64),
     })
 }
 
@@ -142,11 +118,7 @@ pub enum Reset {
 /// A replica still loading from a closed link answers `-LOADING` until it has read to the link's
 /// end, so refusals are retried up to [`limits::REPLICA_RESET_MAX`]; the last refusal is the error.
 /// Shared by the join's own reset and by the guard's.
-pub fn reset(
-    node: &Node,
-    diskless_load_before: Option<&str>,
-    only_if_following: Option<&str>,
-) -> Result<Reset, String> {
+pub fn reset(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, String> {
     let deadline = std::time::Instant::now() + limits::REPLICA_RESET_MAX;
     loop {
         let refused = match reset_once(node, diskless_load_before, only_if_following) {
@@ -170,10 +142,7 @@ struct Refused {
 
 impl From<client::Error> for Refused {
     fn from(e: client::Error) -> Refused {
-        Refused {
-            permanent: e.is_permission(),
-            why: e.to_string(),
-        }
+        Refused { permanent: e.is_permission(), why: e.to_string() }
     }
 }
 
@@ -181,16 +150,10 @@ impl From<client::Error> for Refused {
 /// listener)? Compared as endpoints, so that `[::1]:7` and `[0:0::1]:7` or a host's case agree.
 fn same_address(master: Option<&str>, follows: &str) -> bool {
     let parse = |s: &str| s.parse::<endpoint::Endpoint>().ok();
-    master
-        .and_then(parse)
-        .is_some_and(|m| Some(m) == parse(follows))
+    master.and_then(parse).is_some_and(|m| Some(m) == parse(follows))
 }
 
-fn reset_once(
-    node: &Node,
-    diskless_load_before: Option<&str>,
-    only_if_following: Option<&str>,
-) -> Result<Reset, Refused> {
+fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
     let mut c = match node.connect_within(CMD_TIMEOUT) {
         Ok(c) => c,
         Err(e @ client::Error::Io { .. }) => return Ok(Reset::Unreachable(e.to_string())),
@@ -209,10 +172,7 @@ fn reset_once(
     }
     match repl_state(&mut c)?.role {
         Some(Role::Master) => Ok(Reset::Done),
-        _ => Err(Refused {
-            why: "still a replica after REPLICAOF NO ONE".into(),
-            permanent: false,
-        }),
+        _ => Err(Refused { why: "still a replica after REPLICAOF NO ONE".into(), permanent: false }),
     }
 }
 
@@ -223,10 +183,7 @@ mod tests {
     #[test]
     fn the_guard_knows_its_listener_in_either_family() {
         assert!(same_address(Some("127.0.0.1:7000"), "127.0.0.1:7000"));
-        assert!(
-            same_address(Some("[::1]:7000"), "[::1]:7000"),
-            "INFO's ::1 is bracketed as the listener's address is"
-        );
+        assert!(same_address(Some("[::1]:7000"), "[::1]:7000"), "INFO's ::1 is bracketed as the listener's address is");
         assert!(!same_address(Some("[::1]:7001"), "[::1]:7000"));
         assert!(!same_address(Some("10.0.0.1:6379"), "127.0.0.1:7000"));
         assert!(!same_address(None, "127.0.0.1:7000"));

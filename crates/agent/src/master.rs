@@ -25,9 +25,7 @@ impl MasterAccess<'_> {
     /// only then).
     pub fn find(&self, relays: impl FnOnce() -> Result<String, Error>) -> Result<String, Error> {
         match (self.sentinel, self.given) {
-            (Some(s), _) => s
-                .find_master(limits::COMMAND_TIMEOUT)
-                .map_err(Error::sentinel),
+            (Some(s), _) => s.find_master(limits::COMMAND_TIMEOUT).map_err(Error::sentinel),
             (None, Some(m)) => Ok(m.to_string()),
             (None, None) => relays(),
         }
@@ -84,44 +82,25 @@ impl MasterRepl {
 pub fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
     match c.cmd(&["CLUSTER", "NODES"])? {
         resp::Frame::Bulk(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-        other => Err(client::Error::Unexpected {
-            addr: c.addr().into(),
-            what: format!("CLUSTER NODES answered {other:?}"),
-        }),
+        other => Err(client::Error::Unexpected { addr: c.addr().into(), what: format!("CLUSTER NODES answered {other:?}") }),
     }
 }
 
 /// The master's address as an IP and a port (a name resolved here): what `CLUSTER MEET` takes, and
 /// what a cluster config file holds (the servers read an IP there).
 pub fn ip_address(addr: &str) -> Result<(String, String), Error> {
-    let ep: endpoint::Endpoint = addr
-        .parse()
-        .map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
-    let ip = ep
-        .resolve()
-        .ok()
-        .and_then(|a| a.first().copied())
-        .ok_or_else(|| {
-            Error::unavailable(
-                crate::error::Party::Master,
-                format!("resolve {}", ep.host_str()),
-            )
-        })?
-        .ip();
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    let ip = ep.resolve().ok().and_then(|a| a.first().copied()).ok_or_else(|| Error::unavailable(crate::error::Party::Master, format!("resolve {}", ep.host_str())))?.ip();
     Ok((ip.to_string(), ep.port().to_string()))
 }
 
 /// `host:port` as its host (brackets of an IPv6 address removed) and port, as `REPLICAOF` takes them.
 pub fn split_host_port(addr: &str) -> Result<(String, String), Error> {
-    let ep: endpoint::Endpoint = addr
-        .parse()
-        .map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
     Ok((ep.host_str(), ep.port().to_string()))
 }
 
 /// `master_repl_offset` from `INFO replication` (0 when it does not say).
 pub fn repl_offset(repl: &Info) -> u64 {
-    repl.num("master_repl_offset")
-        .and_then(|n| u64::try_from(n).ok())
-        .unwrap_or(0)
+    repl.num("master_repl_offset").and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
 }

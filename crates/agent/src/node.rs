@@ -27,8 +27,7 @@ impl Node {
     /// A connection with the command timeout ([`limits::COMMAND_TIMEOUT`]); a failure is the local
     /// server's.
     pub fn connect(&self) -> Result<Client, Error> {
-        self.connect_within(limits::COMMAND_TIMEOUT)
-            .map_err(Error::replica)
+        self.connect_within(limits::COMMAND_TIMEOUT).map_err(Error::replica)
     }
 
     /// A connection whose commands time out after `timeout`, the client's error as it is (a caller

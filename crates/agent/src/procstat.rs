@@ -13,40 +13,22 @@ pub fn cpu_secs_with_children(pid: u32) -> Option<f64> {
 fn ticks_with_children(pid: u32) -> Option<u64> {
     let st = Process::new(pid as i32).ok()?.stat().ok()?;
     let own = st.utime + st.stime + st.cutime.max(0) as u64 + st.cstime.max(0) as u64;
-    Some(
-        own + children(pid)
-            .into_iter()
-            .filter_map(ticks_with_children)
-            .sum::<u64>(),
-    )
+    Some(own + children(pid).into_iter().filter_map(ticks_with_children).sum::<u64>())
 }
 
 /// The running processes `pid` started (from every thread's `children` list).
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
         let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|c| c.parse::<u32>().ok()),
-        );
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
     }
     out
 }
 
 /// PSS in KiB of `pid` and the processes it started that still run (`None` if `pid` is gone).
 pub fn pss_kib_with_children(pid: u32) -> Option<u64> {
-    Some(
-        pss_kib(pid)?
-            + children(pid)
-                .into_iter()
-                .filter_map(pss_kib_with_children)
-                .sum::<u64>(),
-    )
+    Some(pss_kib(pid)? + children(pid).into_iter().filter_map(pss_kib_with_children).sum::<u64>())
 }
 
 /// CPU seconds (user + system) this process has used so far, to the microsecond (`getrusage`; /proc
@@ -75,11 +57,7 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 
 /// This process's peak resident memory in KiB (0 if `/proc` cannot say).
 pub fn own_peak_rss_kib() -> u64 {
-    Process::myself()
-        .ok()
-        .and_then(|p| p.status().ok())
-        .and_then(|s| s.vmhwm)
-        .unwrap_or(0)
+    Process::myself().ok().and_then(|p| p.status().ok()).and_then(|s| s.vmhwm).unwrap_or(0)
 }
 
 /// Proportional set size of process `pid` in KiB (`Pss:` of `/proc/PID/smaps_rollup`): its private
@@ -88,10 +66,7 @@ pub fn own_peak_rss_kib() -> u64 {
 /// its own region for UCX) as this process's own.
 pub fn pss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    text.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
 }
 
 /// This process's proportional set size in KiB (0 if `/proc` cannot say).
@@ -126,36 +101,24 @@ mod tests {
     #[test]
     fn reads_this_process() {
         let v: Vec<u8> = vec![1; 8 << 20];
-        assert!(
-            own_peak_rss_kib() >= 8 << 10,
-            "peak RSS covers an 8 MiB buffer"
-        );
+        assert!(own_peak_rss_kib() >= 8 << 10, "peak RSS covers an 8 MiB buffer");
         assert_eq!(v.iter().map(|&b| b as u64).sum::<u64>(), 8 << 20);
         let cpu0 = own_cpu_secs();
         let spin = std::time::Instant::now();
         while std::time::Instant::now() < spin + std::time::Duration::from_millis(30) {
             std::hint::black_box(0u64);
         }
-        assert!(
-            own_cpu_secs() > cpu0,
-            "30 ms of spinning shows in this process's CPU time"
-        );
+        assert!(own_cpu_secs() > cpu0, "30 ms of spinning shows in this process's CPU time");
         assert!(cpu_secs_with_children(std::process::id()).is_some());
         assert!(peak_rss_kib(std::process::id()).is_some());
         let pss = own_pss_kib();
-        assert!(
-            pss >= 8 << 10,
-            "the buffer is private memory, counted whole in PSS: {pss} KiB"
-        );
+        assert!(pss >= 8 << 10, "the buffer is private memory, counted whole in PSS: {pss} KiB");
         let (got, peak) = with_peak_pss(std::time::Duration::from_millis(5), || {
             let big: Vec<u8> = vec![2; 32 << 20];
             std::thread::sleep(std::time::Duration::from_millis(30)); // Let the sampler see it; not synchronization.
             big.iter().map(|&b| b as u64).sum::<u64>()
         });
         assert_eq!(got, 64 << 20);
-        assert!(
-            peak >= pss + (24 << 10),
-            "the sampler saw the 32 MiB buffer: {peak} KiB, {pss} before"
-        );
+        assert!(peak >= pss + (24 << 10), "the sampler saw the 32 MiB buffer: {peak} KiB, {pss} before");
     }
 }

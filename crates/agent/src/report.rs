@@ -58,6 +58,7 @@ impl ReplicaState {
     }
 }
 
+
 /// A join that failed for good: the last error and every attempt (the last one included).
 #[derive(Debug)]
 pub struct Failed {
@@ -143,37 +144,12 @@ impl Live {
         let mut e = metrics::Exposition::new("fastrepl_join");
         let now = self.phase();
         for p in JoinPhase::ALL {
-            e.gauge(
-                "phase",
-                "The join's phase (1 = current).",
-                &[("phase", p.name())],
-                if Some(p) == now { 1.0 } else { 0.0 },
-            );
+            e.gauge("phase", "The join's phase (1 = current).", &[("phase", p.name())], if Some(p) == now { 1.0 } else { 0.0 });
         }
-        e.counter(
-            "rdb_sent_bytes_total",
-            "Snapshot bytes sent to the local server.",
-            &[],
-            self.rdb_bytes_sent.load(Relaxed) as f64,
-        );
-        e.gauge(
-            "rdb_length_bytes",
-            "The snapshot's length (0 until known).",
-            &[],
-            self.rdb_bytes_total.load(Relaxed) as f64,
-        );
-        e.counter(
-            "received_bytes_total",
-            "Verified snapshot bytes received, by source.",
-            &[("source", "relay")],
-            self.sources.from_relay.load(Relaxed) as f64,
-        );
-        e.counter(
-            "received_bytes_total",
-            "",
-            &[("source", "peers")],
-            self.sources.from_peers.load(Relaxed) as f64,
-        );
+        e.counter("rdb_sent_bytes_total", "Snapshot bytes sent to the local server.", &[], self.rdb_bytes_sent.load(Relaxed) as f64);
+        e.gauge("rdb_length_bytes", "The snapshot's length (0 until known).", &[], self.rdb_bytes_total.load(Relaxed) as f64);
+        e.counter("received_bytes_total", "Verified snapshot bytes received, by source.", &[("source", "relay")], self.sources.from_relay.load(Relaxed) as f64);
+        e.counter("received_bytes_total", "", &[("source", "peers")], self.sources.from_peers.load(Relaxed) as f64);
         e.finish()
     }
 }
@@ -350,6 +326,7 @@ pub struct StagedReport {
     pub renewals: u32,
 }
 
+
 #[cfg(test)]
 mod display_tests {
     use super::Handoff;
@@ -358,20 +335,7 @@ mod display_tests {
     #[test]
     fn logged_names_are_the_json_names() {
         use Kind::*;
-        for k in [
-            Precondition,
-            Permission,
-            Incompatible,
-            Capture,
-            Unavailable,
-            Protocol,
-            Changed,
-            Checksum,
-            Timeout,
-            Resource,
-            Internal,
-            Interrupted,
-        ] {
+        for k in [Precondition, Permission, Incompatible, Capture, Unavailable, Protocol, Changed, Checksum, Timeout, Resource, Internal, Interrupted] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.to_string());
         }
         for h in [Handoff::Partial, Handoff::Full] {
@@ -387,22 +351,12 @@ mod live_tests {
         let live = super::Live::default();
         live.set_phase(crate::phase::JoinPhase::Loading);
         let text = live.prometheus();
-        let phases: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("fastrepl_join_phase{"))
-            .collect();
-        let mut names: Vec<&str> = phases
-            .iter()
-            .map(|l| l.split('"').nth(1).unwrap_or_default())
-            .collect();
+        let phases: Vec<&str> = text.lines().filter(|l| l.starts_with("fastrepl_join_phase{")).collect();
+        let mut names: Vec<&str> = phases.iter().map(|l| l.split('"').nth(1).unwrap_or_default()).collect();
         let n = names.len();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), n, "a phase listed twice: {phases:?}");
-        assert_eq!(
-            phases.iter().filter(|l| l.ends_with(" 1")).count(),
-            1,
-            "{phases:?}"
-        );
+        assert_eq!(phases.iter().filter(|l| l.ends_with(" 1")).count(), 1, "{phases:?}");
     }
 }

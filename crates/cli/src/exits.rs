@@ -21,10 +21,7 @@ pub fn exit_on_panic(json: bool) {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("unnamed");
         let what = info.payload_as_str().unwrap_or("(no message)");
-        let at = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
+        let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         let text = format!("fastrepl: internal error: thread '{name}' panicked at {at}: {what}; exiting (status {PANIC_EXIT})");
         // The default hook's backtrace, kept: as it does, on RUST_BACKTRACE alone (unset or "0":
         // none; "full": every frame; anything else: the short form).
@@ -55,8 +52,7 @@ pub fn stop_deadline_on_signal() -> anyhow::Result<()> {
 fn stop_deadline_after(grace: Duration) -> anyhow::Result<()> {
     use anyhow::Context;
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .context("install the stop deadline's signal handler")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("install the stop deadline's signal handler")?;
     std::thread::Builder::new()
         .name("stop-deadline".into())
         .spawn(move || {
@@ -72,10 +68,7 @@ fn stop_deadline_after(grace: Duration) -> anyhow::Result<()> {
 /// process with [`STOP_DEADLINE_EXIT`].
 fn exit_after(grace: Duration, signal: &str) {
     std::thread::sleep(grace);
-    last_word(format!(
-        "fastrepl: still stopping {} s after {signal}; exiting now (status {STOP_DEADLINE_EXIT})",
-        grace.as_secs()
-    ));
+    last_word(format!("fastrepl: still stopping {} s after {signal}; exiting now (status {STOP_DEADLINE_EXIT})", grace.as_secs()));
     exit_now(STOP_DEADLINE_EXIT);
 }
 
@@ -86,12 +79,10 @@ fn last_word(line: String) {
     // The log's queued lines first (bounded the same way: the log's reader may be what stalled).
     crate::log_sink::drain(limits::LAST_WORD_WAIT);
     let (said, heard) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("last-word".into())
-        .spawn(move || {
-            metrics::output::stderr_line(&line);
-            let _ = said.send(());
-        });
+    let spawned = std::thread::Builder::new().name("last-word".into()).spawn(move || {
+        metrics::output::stderr_line(&line);
+        let _ = said.send(());
+    });
     if spawned.is_ok() {
         let _ = heard.recv_timeout(limits::LAST_WORD_WAIT);
     }
@@ -118,15 +109,7 @@ mod tests {
     fn child(test: &str, stderr: Stdio, env: &[(&str, &str)]) -> (Option<i32>, String) {
         use std::io::Read;
         let exe = std::env::current_exe().expect("the test binary");
-        let mut c = Command::new(exe)
-            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-            .env(CHILD, "1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("run the test binary again");
+        let mut c = Command::new(exe).args(["--exact", test, "--nocapture", "--test-threads", "1"]).env(CHILD, "1").envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("run the test binary again");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(st) = c.try_wait().expect("try_wait") {
@@ -150,49 +133,21 @@ mod tests {
     fn a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk() {
         if std::env::var_os(CHILD).is_some() {
             exit_on_panic(false);
-            let t = std::thread::Builder::new()
-                .name("doomed".into())
-                .spawn(|| panic!("on purpose"))
-                .unwrap();
+            let t = std::thread::Builder::new().name("doomed".into()).spawn(|| panic!("on purpose")).unwrap();
             let _ = t.join();
             // Without the hook the thread dies alone and the process goes on: status 0.
             std::process::exit(0);
         }
-        let test =
-            "exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk";
-        let (code, err) = child(
-            test,
-            Stdio::piped(),
-            &[("RUST_BACKTRACE", "0"), ("RUST_LIB_BACKTRACE", "0")],
-        );
+        let test = "exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk";
+        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "0"), ("RUST_LIB_BACKTRACE", "0")]);
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
-        assert!(
-            err.contains("thread 'doomed' panicked at") && err.contains("on purpose"),
-            "{err}"
-        );
-        assert!(
-            !err.contains("backtrace:"),
-            "no backtrace unless asked for: {err}"
-        );
-        let (code, err) = child(
-            test,
-            Stdio::piped(),
-            &[("RUST_BACKTRACE", "1"), ("RUST_LIB_BACKTRACE", "0")],
-        );
+        assert!(err.contains("thread 'doomed' panicked at") && err.contains("on purpose"), "{err}");
+        assert!(!err.contains("backtrace:"), "no backtrace unless asked for: {err}");
+        let (code, err) = child(test, Stdio::piped(), &[("RUST_BACKTRACE", "1"), ("RUST_LIB_BACKTRACE", "0")]);
         assert_eq!(code, Some(PANIC_EXIT), "{err}");
-        assert!(
-            err.contains("on purpose") && err.contains("backtrace:"),
-            "RUST_BACKTRACE=1 keeps the backtrace: {err}"
-        );
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .expect("open /dev/full");
-        let (code, _) = child(
-            "exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk",
-            full.into(),
-            &[],
-        );
+        assert!(err.contains("on purpose") && err.contains("backtrace:"), "RUST_BACKTRACE=1 keeps the backtrace: {err}");
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
+        let (code, _) = child("exits::tests::a_panicking_thread_ends_the_process_also_with_stderr_on_a_full_disk", full.into(), &[]);
         assert_eq!(code, Some(PANIC_EXIT));
     }
 
@@ -243,11 +198,7 @@ mod tests {
                 std::thread::sleep(Duration::from_secs(60));
             }
         }
-        let (code, err) = child(
-            "exits::tests::a_stop_that_does_not_end_ends_at_its_deadline",
-            Stdio::piped(),
-            &[],
-        );
+        let (code, err) = child("exits::tests::a_stop_that_does_not_end_ends_at_its_deadline", Stdio::piped(), &[]);
         assert_eq!(code, Some(STOP_DEADLINE_EXIT), "{err}");
         assert!(err.contains("after SIGTERM; exiting now"), "{err}");
     }

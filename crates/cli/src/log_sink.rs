@@ -27,18 +27,16 @@ const FULL_RETRY_EVERY: Duration = Duration::from_millis(10);
 /// (the thread could not start), lines are written by the thread that logs, as before.
 pub fn start(write: fn(&[u8])) {
     let (tx, rx) = sync_channel::<Item>(limits::LOG_QUEUE_LINES);
-    let spawned = std::thread::Builder::new()
-        .name("log-writer".into())
-        .spawn(move || {
-            for item in rx {
-                match item {
-                    Item::Line(line) => write(&line),
-                    Item::Flush(done) => {
-                        let _ = done.send(());
-                    }
+    let spawned = std::thread::Builder::new().name("log-writer".into()).spawn(move || {
+        for item in rx {
+            match item {
+                Item::Line(line) => write(&line),
+                Item::Flush(done) => {
+                    let _ = done.send(());
                 }
             }
-        });
+        }
+    });
     if spawned.is_ok() {
         let _ = QUEUE.set(tx);
     }
@@ -47,9 +45,7 @@ pub fn start(write: fn(&[u8])) {
 /// Queue `line` for the writer; dropped and counted when the queue is full (the reader is behind by
 /// [`limits::LOG_QUEUE_LINES`] lines). Before [`start`], written at once by `write`.
 pub fn send(line: Vec<u8>, write: fn(&[u8])) {
-    let Some(q) = QUEUE.get() else {
-        return write(&line);
-    };
+    let Some(q) = QUEUE.get() else { return write(&line) };
     match q.try_send(Item::Line(line)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => metrics::output::count_dropped(),

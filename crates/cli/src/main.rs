@@ -1,11 +1,12 @@
 //! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay. The product only:
 //! the demo, benchmarks and probes are in `fastrepl-lab` (crates/lab).
 
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 use transport_arg::TransportArg;
@@ -192,22 +193,13 @@ impl RelayTlsArgs {
     }
 
     /// Like `credentials`, serving peers over TLS with `peer` (certificate, key) when given.
-    fn credentials_serving(
-        &self,
-        token: transport::Token,
-        peer: Option<(&PathBuf, &PathBuf)>,
-    ) -> Result<transport::Credentials> {
+    fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Credentials> {
         let Some(ca) = &self.relay_cacert else {
             return Ok(token.into());
         };
-        let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone())
-            .map_err(anyhow::Error::msg)
-            .context("load --relay-cacert")?;
+        let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?;
         if let Some((c, k)) = peer {
-            t = t
-                .serving_peers(c, k)
-                .map_err(anyhow::Error::msg)
-                .context("load --peer-tls-cert")?;
+            t = t.serving_peers(c, k).map_err(anyhow::Error::msg).context("load --peer-tls-cert")?;
         }
         Ok(transport::Credentials::from(token).with_relay_tls(t))
     }
@@ -230,12 +222,7 @@ struct TlsArgs {
     key: Option<PathBuf>,
     /// Name to check the servers' certificates against (default: the host connected to), as
     /// redis-cli's --sni; the older spelling tls-server-name is accepted too.
-    #[arg(
-        long = "sni",
-        alias = "tls-server-name",
-        requires = "tls",
-        env = "FASTREPL_SNI"
-    )]
+    #[arg(long = "sni", alias = "tls-server-name", requires = "tls", env = "FASTREPL_SNI")]
     tls_server_name: Option<String>,
 }
 
@@ -244,17 +231,8 @@ impl TlsArgs {
         if !self.tls {
             return Ok(None);
         }
-        let o = client::tls::Options {
-            cacert: self.cacert.clone(),
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            server_name: self.tls_server_name.clone(),
-        };
-        Ok(Some(
-            client::tls::Tls::load(&o)
-                .map_err(anyhow::Error::msg)
-                .context("load TLS certificates")?,
-        ))
+        let o = client::tls::Options { cacert: self.cacert.clone(), cert: self.cert.clone(), key: self.key.clone(), server_name: self.tls_server_name.clone() };
+        Ok(Some(client::tls::Tls::load(&o).map_err(anyhow::Error::msg).context("load TLS certificates")?))
     }
 }
 
@@ -277,21 +255,12 @@ struct SentinelArgs {
 }
 
 impl SentinelArgs {
-    fn sentinels(
-        &self,
-        tls: Option<&client::tls::Tls>,
-    ) -> Result<Option<client::sentinel::Sentinels>> {
+    fn sentinels(&self, tls: Option<&client::tls::Tls>) -> Result<Option<client::sentinel::Sentinels>> {
         let Some(list) = &self.sentinel else {
             return Ok(None);
         };
-        let auth = secrets::auth(
-            self.sentinel_user.as_deref(),
-            self.sentinel_password_file.as_deref(),
-            "FASTREPL_SENTINEL_PASSWORD",
-        )?;
-        let mut s =
-            client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth)
-                .map_err(anyhow::Error::msg)?;
+        let auth = secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
+        let mut s = client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?;
         s.tls = tls.cloned();
         Ok(Some(s))
     }
@@ -365,12 +334,7 @@ struct JoinArgs {
     #[command(flatten)]
     pull: PullArgs,
     /// Where the agent listens for its local replica (it pulls the snapshot from here).
-    #[arg(
-        long,
-        alias = "listen",
-        default_value = "127.0.0.1:0",
-        env = "FASTREPL_REPLICA_LISTEN"
-    )]
+    #[arg(long, alias = "listen", default_value = "127.0.0.1:0", env = "FASTREPL_REPLICA_LISTEN")]
     replica_listen: SocketAddr,
     /// Seconds to wait for the replica to load the snapshot.
     #[arg(long, default_value_t = 3600, env = "FASTREPL_LOAD_TIMEOUT_SECS")]
@@ -448,11 +412,7 @@ struct PullArgs {
 impl PullArgs {
     /// The pull's settings, as the agent takes them.
     fn config(&self) -> agent::config::PullConfig {
-        agent::config::PullConfig {
-            transport: self.transport.kind(),
-            readers: self.readers as usize,
-            window_blocks: self.window_blocks,
-        }
+        agent::config::PullConfig { transport: self.transport.kind(), readers: self.readers as usize, window_blocks: self.window_blocks }
     }
 }
 
@@ -485,12 +445,7 @@ struct StageArgs {
     server_config: Option<PathBuf>,
     /// The server that will load the file, as flavour-version (redis-7.2.4, valkey-8.1.1): a snapshot
     /// it cannot load is refused before anything is pulled. Or --server-binary.
-    #[arg(
-        long,
-        env = "FASTREPL_SERVER",
-        required_unless_present = "server_binary",
-        conflicts_with = "server_binary"
-    )]
+    #[arg(long, env = "FASTREPL_SERVER", required_unless_present = "server_binary", conflicts_with = "server_binary")]
     server: Option<String>,
     /// The server's binary, asked for its version (`--version`), instead of --server.
     #[arg(long, env = "FASTREPL_SERVER_BINARY")]
@@ -561,9 +516,7 @@ struct VerifyArgs {
 /// admission gate's bounded rate. The failure itself comes back to us as an error and is counted and
 /// summed up there.
 fn log_filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
-    let filter = spec
-        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let filter = spec.and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok()).unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     if spec.is_some_and(|s| s.contains("rustls")) {
         return filter;
     }
@@ -576,11 +529,7 @@ fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
     let json = format == LogFormat::Json;
-    let log = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(move || LogWriter { json })
-        .with_target(false)
-        .with_ansi(ansi);
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(move || LogWriter { json }).with_target(false).with_ansi(ansi);
     // A failed write must not be reported by `eprintln!` (what the subscriber does by default): on a
     // closed stderr that panics the thread that logged. LogWriter drops and counts it instead.
     let log = log.log_internal_errors(false);
@@ -589,12 +538,7 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => log.init(),
         // One object per line, fields flattened, span fields kept: what Loki, Elastic and journald
         // pipelines parse without a grok pattern.
-        LogFormat::Json => log
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
+        LogFormat::Json => log.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
     }
 }
 
@@ -606,23 +550,12 @@ fn main() -> ExitCode {
     exits::exit_on_panic(cli.log_format == LogFormat::Json);
     // Also before any thread: UCX reads its device list from the environment, where an operator's
     // own UCX_NET_DEVICES is already; --ucx-devices is the same setting under our name.
-    if let Cmd::Relay(RelayArgs {
-        ucx_devices: Some(d),
-        ..
-    }) = &cli.cmd
-    {
+    if let Cmd::Relay(RelayArgs { ucx_devices: Some(d), .. }) = &cli.cmd {
         std::env::set_var("UCX_NET_DEVICES", d);
     }
     // Every process this one starts logs as it does: the relay's UCX side, a join's or a stage's
     // guard (whose lines share this one's stderr).
-    std::env::set_var(
-        "FASTREPL_LOG_FORMAT",
-        if cli.log_format == LogFormat::Json {
-            "json"
-        } else {
-            "text"
-        },
-    );
+    std::env::set_var("FASTREPL_LOG_FORMAT", if cli.log_format == LogFormat::Json { "json" } else { "text" });
     init_logging(cli.log_format);
     let r = match cli.cmd {
         Cmd::Relay(a) => relay(a),
@@ -631,16 +564,9 @@ fn main() -> ExitCode {
         Cmd::Fetch(a) => fetch(a),
         Cmd::Stage(a) => stage(a),
         Cmd::Status(a) => status(a),
-        Cmd::Guard => Ok(ExitCode::from(
-            u8::try_from(agent::guard::run()).unwrap_or(1),
-        )),
+        Cmd::Guard => Ok(ExitCode::from(u8::try_from(agent::guard::run()).unwrap_or(1))),
         #[cfg(feature = "ucx")]
-        Cmd::RelayUcxSide => Ok(ExitCode::from(
-            u8::try_from(relay::ucx_side::run(|| {
-                log_sink::drain(limits::LAST_WORD_WAIT)
-            }))
-            .unwrap_or(1),
-        )),
+        Cmd::RelayUcxSide => Ok(ExitCode::from(u8::try_from(relay::ucx_side::run(|| log_sink::drain(limits::LAST_WORD_WAIT))).unwrap_or(1))),
     };
     let code = match r {
         Ok(code) => code,
@@ -678,11 +604,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         }),
         sentinel,
         file: a.file,
-        master_auth: secrets::auth(
-            a.master_user.as_deref(),
-            a.master_password_file.as_deref(),
-            "FASTREPL_MASTER_PASSWORD",
-        )?,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         listen: a.listen,
         token: tokens[0].clone(),
         extra_tokens: tokens[1..].to_vec(),
@@ -691,18 +613,8 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         snapshot: snapshot::Config {
             block_size: a.block_size,
             snapshot_bytes_max: a.snapshot_max_bytes,
-            log_bytes_max: a.log_max_bytes.unwrap_or(if a.store.is_some() {
-                limits::LOG_BYTES_STORE_DEFAULT
-            } else {
-                limits::LOG_BYTES_DEFAULT
-            }),
-            log_age_max: a.log_max_age_secs.map(Duration::from_secs).unwrap_or(
-                if a.store.is_some() {
-                    limits::LOG_AGE_STORE_DEFAULT
-                } else {
-                    limits::LOG_AGE_DEFAULT
-                },
-            ),
+            log_bytes_max: a.log_max_bytes.unwrap_or(if a.store.is_some() { limits::LOG_BYTES_STORE_DEFAULT } else { limits::LOG_BYTES_DEFAULT }),
+            log_age_max: a.log_max_age_secs.map(Duration::from_secs).unwrap_or(if a.store.is_some() { limits::LOG_AGE_STORE_DEFAULT } else { limits::LOG_AGE_DEFAULT }),
         },
         store: a.store,
         connections_max: a.connections_max,
@@ -712,11 +624,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
         capture: a.capture,
         idle_release: (a.idle_release_secs > 0).then(|| Duration::from_secs(a.idle_release_secs)),
         agents_tls: match (&a.agents_tls_cert, &a.agents_tls_key) {
-            (Some(c), Some(k)) => Some(
-                transport::tls::server_config(c, k)
-                    .map_err(anyhow::Error::msg)
-                    .context("load --agents-tls-cert")?,
-            ),
+            (Some(c), Some(k)) => Some(transport::tls::server_config(c, k).map_err(anyhow::Error::msg).context("load --agents-tls-cert")?),
             _ => None,
         },
     };
@@ -724,31 +632,13 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     if no_token {
         // Said once, at start (beyond loopback the relay refused to start): loopback is every user
         // and process of this host.
-        let reach = if r.local_addr().ip().is_loopback() {
-            "anyone on this host"
-        } else {
-            "anyone who can reach it"
-        };
+        let reach = if r.local_addr().ip().is_loopback() { "anyone on this host" } else { "anyone who can reach it" };
         tracing::warn!(listen = %r.local_addr(), "no token (FASTREPL_TOKEN / --token-file): {reach} can pull the whole dataset from {}", r.local_addr());
     }
-    tracing::info!(
-        "fastrepl relay listening on {} (transports: {})",
-        r.local_addr(),
-        r.offered()
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
-        let bound = metrics::serve(
-            addr,
-            std::sync::Arc::new(move || {
-                relay::stats::prometheus(&r2.status()) + &dropped_output("fastrepl_relay")
-            }),
-        )
-        .with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()) + &dropped_output("fastrepl_relay"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
@@ -770,8 +660,7 @@ fn dropped_output(prefix: &str) -> String {
 fn log_stop_on_signal() -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     exits::stop_deadline_on_signal()?;
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .context("install SIGTERM/SIGINT handler")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).context("install SIGTERM/SIGINT handler")?;
     std::thread::Builder::new()
         .name("stop".into())
         .spawn(move || {
@@ -791,8 +680,7 @@ fn log_stop_on_signal() -> Result<()> {
 fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf>) -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let hup = std::sync::Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
-        .context("install SIGHUP handler")?;
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("install SIGHUP handler")?;
     std::thread::Builder::new()
         .name("reload".into())
         .spawn(move || loop {
@@ -817,35 +705,18 @@ fn reload_tokens_on_sighup(r: std::sync::Arc<relay::Relay>, file: Option<PathBuf
 }
 
 fn stage(a: StageArgs) -> Result<ExitCode> {
-    let token = a
-        .relay_tls
-        .credentials(secrets::token(a.token_file.as_deref())?)?;
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
     let tls = a.tls.load()?;
     let live = agent::Live::default();
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let pull = a.pull.config();
-    let master_auth = secrets::auth(
-        a.master_user.as_deref(),
-        a.master_password_file.as_deref(),
-        "FASTREPL_MASTER_PASSWORD",
-    )?;
+    let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
     let server = agent::staged::target::server(a.server.as_deref(), a.server_binary.as_deref())?;
     let sentinels = a.sentinel.sentinels(tls.as_ref())?;
     let cfg = agent::staged::stage::StageConfig {
-        source: agent::staged::snapshot_file::Source {
-            relay: &a.relay,
-            token: &token,
-            pull: &pull,
-            cancel: &cancel,
-            live: &live,
-        },
-        master: agent::master::MasterAccess {
-            given: a.master.as_deref(),
-            sentinel: sentinels.as_ref(),
-            auth: master_auth.as_ref(),
-            tls: tls.as_ref(),
-        },
+        source: agent::staged::snapshot_file::Source { relay: &a.relay, token: &token, pull: &pull, cancel: &cancel, live: &live },
+        master: agent::master::MasterAccess { given: a.master.as_deref(), sentinel: sentinels.as_ref(), auth: master_auth.as_ref(), tls: tls.as_ref() },
         dir: a.dir,
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,
@@ -856,28 +727,14 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
         Ok(r) => r,
         Err(e) => {
             if a.json {
-                outln!(
-                    "{}",
-                    serde_json::json!({"schema_version": agent::REPORT_SCHEMA_VERSION, "ok": false, "error": e.to_string(), "error_kind": e.kind()})
-                );
+                outln!("{}", serde_json::json!({"schema_version": agent::REPORT_SCHEMA_VERSION, "ok": false, "error": e.to_string(), "error_kind": e.kind()}));
             }
             errln!("fastrepl stage failed (relay {}, dir {}): {e}\nNothing was written to the directory but what the report of a success names.", a.relay, cfg.dir.display());
-            return Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) {
-                130
-            } else {
-                1
-            }));
+            return Ok(ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 }));
         }
     };
     if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string(&Versioned {
-                schema_version: agent::REPORT_SCHEMA_VERSION,
-                ok: true,
-                body: &r
-            })?
-        );
+        outln!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: &r })?);
     } else {
         print_stage_report(&r);
     }
@@ -889,18 +746,9 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
     use agent::staged::start::{Decision, Keep, Stage};
     let master = r.master.as_deref().unwrap_or("-");
     match &r.start {
-        Decision::Keep(Keep::ServesSlots { slots }) => outln!(
-            "kept: the node is a cluster master serving {slots} slots; nothing pulled or written"
-        ),
-        Decision::Keep(Keep::ResumesPartially {
-            replid,
-            offset,
-            headroom_bytes,
-            headroom_secs,
-        }) => {
-            let secs = headroom_secs
-                .map(|s| format!(", ~{s:.0} s at its write rate"))
-                .unwrap_or_default();
+        Decision::Keep(Keep::ServesSlots { slots }) => outln!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
+        Decision::Keep(Keep::ResumesPartially { replid, offset, headroom_bytes, headroom_secs }) => {
+            let secs = headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
             outln!("kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written");
         }
         Decision::Stage(why) => {
@@ -908,9 +756,7 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
                 Stage::Empty => "no RDB in the directory".to_string(),
                 Stage::Unreadable { error } => format!("the RDB there cannot be read ({error})"),
                 Stage::NoHistory => "the RDB there names no replication history".to_string(),
-                Stage::OtherHistory { replid } => format!(
-                    "the RDB there continues another history ({replid}) than master {master}'s"
-                ),
+                Stage::OtherHistory { replid } => format!("the RDB there continues another history ({replid}) than master {master}'s"),
                 Stage::Stale { offset, why } => {
                     format!("the RDB there (offset {offset}) is too old: {why}")
                 }
@@ -919,19 +765,8 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
         }
     }
     let Some(s) = &r.staged else { return };
-    outln!(
-        "staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}",
-        s.generation,
-        s.rdb_length_bytes as f64 / 1048576.0,
-        s.snapshot_offset,
-        s.rdb_file.display(),
-        r.secs,
-        s.transport
-    );
-    let secs = s
-        .backlog_headroom_secs
-        .map(|s| format!(", ~{s:.0} s at its write rate"))
-        .unwrap_or_default();
+    outln!("staged generation {} ({:.1} MiB, offset {}) as {} in {:.1} s over {}", s.generation, s.rdb_length_bytes as f64 / 1048576.0, s.snapshot_offset, s.rdb_file.display(), r.secs, s.transport);
+    let secs = s.backlog_headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
     outln!("master {master}: its backlog keeps the snapshot's offset for {} more bytes{secs}; start the server before then", s.backlog_headroom_bytes);
     match &s.cluster {
         Some(c) => outln!("cluster config {} written: node {} is a replica of {}; introduce it once it runs (CLUSTER MEET <a node's ip> <port>)", c.config_file.display(), c.node_id, c.master_id),
@@ -941,31 +776,19 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
 
 fn fetch(a: FetchArgs) -> Result<ExitCode> {
     use std::io::Write;
-    let token = a
-        .relay_tls
-        .credentials(secrets::token(a.token_file.as_deref())?)?;
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let to_stdout = a.out.as_os_str() == "-";
     let mut out: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::BufWriter::with_capacity(
-            4 << 20,
-            std::io::stdout().lock(),
-        ))
+        Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock()))
     } else {
-        Box::new(
-            std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?,
-        )
+        Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
     let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| {
-        out.write_all(b)
-            .map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
+        out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
     });
-    let r = r.and_then(|r| {
-        out.flush()
-            .map(|_| r)
-            .map_err(|e| agent::Error::Resource(format!("flush output: {e}")))
-    });
+    let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
     let r = match r {
         Ok(r) => r,
         Err(e) => {
@@ -1000,17 +823,12 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
-    let (relay_addr, replica_addr, json, join_metrics) =
-        (a.relay.clone(), a.replica.clone(), a.json, a.join_metrics);
+    let (relay_addr, replica_addr, json, join_metrics) = (a.relay.clone(), a.replica.clone(), a.json, a.join_metrics);
     let cfg = join_config(a)?;
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = join_metrics {
         let live = cfg.live.clone();
-        let bound = metrics::serve(
-            addr,
-            std::sync::Arc::new(move || live.prometheus() + &dropped_output("fastrepl_join")),
-        )
-        .with_context(|| format!("serve metrics on {addr}"))?;
+        let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus() + &dropped_output("fastrepl_join"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("join metrics on http://{bound}/metrics");
     }
     let bar = progress_bar(cfg.live.clone());
@@ -1021,13 +839,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     }
     match result {
         Ok(joined) => join_succeeded(&joined, &cfg, json),
-        Err(f) => Ok(join_failed(
-            &f,
-            json,
-            log_format,
-            &relay_addr,
-            &replica_addr,
-        )),
+        Err(f) => Ok(join_failed(&f, json, log_format, &relay_addr, &replica_addr)),
     }
 }
 
@@ -1035,9 +847,7 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
 /// environment).
 fn join_config(a: JoinArgs) -> Result<agent::Config> {
     let peer_cert = a.peer_tls_cert.as_ref().zip(a.peer_tls_key.as_ref());
-    let token = a
-        .relay_tls
-        .credentials_serving(secrets::token(a.token_file.as_deref())?, peer_cert)?;
+    let token = a.relay_tls.credentials_serving(secrets::token(a.token_file.as_deref())?, peer_cert)?;
     let tls = a.tls.load()?;
     Ok(agent::Config {
         sentinel: a.sentinel.sentinels(tls.as_ref())?,
@@ -1046,17 +856,9 @@ fn join_config(a: JoinArgs) -> Result<agent::Config> {
         relay: a.relay,
         token: token.clone(),
         replica: a.replica,
-        replica_auth: secrets::auth(
-            a.replica_user.as_deref(),
-            a.replica_password_file.as_deref(),
-            "FASTREPL_REPLICA_PASSWORD",
-        )?,
+        replica_auth: secrets::auth(a.replica_user.as_deref(), a.replica_password_file.as_deref(), "FASTREPL_REPLICA_PASSWORD")?,
         master: a.master,
-        master_auth: secrets::auth(
-            a.master_user.as_deref(),
-            a.master_password_file.as_deref(),
-            "FASTREPL_MASTER_PASSWORD",
-        )?,
+        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
         force: a.force,
         listen: a.replica_listen,
         pull: a.pull.config(),
@@ -1076,11 +878,7 @@ fn join_config(a: JoinArgs) -> Result<agent::Config> {
             base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
             max: Duration::from_secs(a.retry_max_secs),
         },
-        restart: agent::config::Restart {
-            command: a.restart_command,
-            timeout: Duration::from_secs(a.restart_timeout_secs),
-            dir: a.replica_dir,
-        },
+        restart: agent::config::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
     })
 }
 
@@ -1089,14 +887,7 @@ fn join_config(a: JoinArgs) -> Result<agent::Config> {
 fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Result<ExitCode> {
     let report = &joined.report;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string(&Versioned {
-                schema_version: agent::REPORT_SCHEMA_VERSION,
-                ok: true,
-                body: report
-            })?
-        );
+        outln!("{}", serde_json::to_string(&Versioned { schema_version: agent::REPORT_SCHEMA_VERSION, ok: true, body: report })?);
     } else {
         print_report(report);
     }
@@ -1105,11 +896,7 @@ fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Re
     let _ = std::io::stdout().flush();
     let (secs, served) = joined.linger(cfg.peers.linger, &cfg.cancel);
     if served > 0 || secs >= 1.0 {
-        tracing::info!(
-            served_mib = served as f64 / 1048576.0,
-            lingered_secs = secs,
-            "done serving other agents"
-        );
+        tracing::info!(served_mib = served as f64 / 1048576.0, lingered_secs = secs, "done serving other agents");
     }
     Ok(match report.handoff {
         agent::Handoff::Partial => ExitCode::SUCCESS,
@@ -1118,13 +905,7 @@ fn join_succeeded(joined: &agent::Joined, cfg: &agent::Config, json: bool) -> Re
 }
 
 /// A join that failed: said from what happened to the replica; exit 130 when interrupted, else 1.
-fn join_failed(
-    f: &agent::Failed,
-    json: bool,
-    log_format: LogFormat,
-    relay_addr: &endpoint::Endpoint,
-    replica_addr: &str,
-) -> ExitCode {
+fn join_failed(f: &agent::Failed, json: bool, log_format: LogFormat, relay_addr: &endpoint::Endpoint, replica_addr: &str) -> ExitCode {
     let e = &f.error;
     if json {
         outln!(
@@ -1148,12 +929,7 @@ fn join_failed(
     // Said from what happened to the replica in the last attempt, never a fixed sentence.
     // The addresses as given: "connect to relay: Connection refused" alone names no one.
     match log_format {
-        LogFormat::Text => errln!(
-            "fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}",
-            relay_addr,
-            replica_addr,
-            f.replica.explain()
-        ),
+        LogFormat::Text => errln!("fastrepl join failed{tries} (relay {}, replica {}): {e}\n{}", relay_addr, replica_addr, f.replica.explain()),
         // Under --log-format json the last word is a log object like every other line.
         LogFormat::Json => tracing::error!(
             relay = %relay_addr,
@@ -1166,11 +942,7 @@ fn join_failed(
             "fastrepl join failed"
         ),
     }
-    ExitCode::from(if matches!(e, agent::Error::Interrupted) {
-        130
-    } else {
-        1
-    })
+    ExitCode::from(if matches!(e, agent::Error::Interrupted) { 130 } else { 1 })
 }
 
 /// A `--json` object with its schema version and `ok` first, then the object's own fields.
@@ -1267,9 +1039,7 @@ impl Rate {
     const WINDOW: Duration = Duration::from_secs(3);
 
     fn new() -> Rate {
-        Rate {
-            samples: std::collections::VecDeque::new(),
-        }
+        Rate { samples: std::collections::VecDeque::new() }
     }
 
     /// Record `bytes` (a running total) at `now`; bytes per second over the window, once there is
@@ -1287,66 +1057,29 @@ impl Rate {
 
 /// What the display shows for the join's state: a spinner and a line while the size is unknown
 /// (waiting for the relay's capture, pulling while the master still produces), a bar once it is.
-fn progress_line(
-    phase: Option<agent::JoinPhase>,
-    since_phase: Duration,
-    sent: u64,
-    total: u64,
-    rate: Option<f64>,
-    peers: Option<(u64, u64)>,
-) -> (bool, String) {
+fn progress_line(phase: Option<agent::JoinPhase>, since_phase: Duration, sent: u64, total: u64, rate: Option<f64>, peers: Option<(u64, u64)>) -> (bool, String) {
     use indicatif::HumanBytes;
-    let rate = rate
-        .map(|r| format!("{}/s", HumanBytes(r as u64)))
-        .unwrap_or_else(|| "-".into());
-    let sources = peers
-        .map(|(relay, peers)| {
-            format!(
-                " (relay {}, peers {})",
-                HumanBytes(relay),
-                HumanBytes(peers)
-            )
-        })
-        .unwrap_or_default();
+    let rate = rate.map(|r| format!("{}/s", HumanBytes(r as u64))).unwrap_or_else(|| "-".into());
+    let sources = peers.map(|(relay, peers)| format!(" (relay {}, peers {})", HumanBytes(relay), HumanBytes(peers))).unwrap_or_default();
     if phase == Some(agent::JoinPhase::WaitingForCapture) {
-        return (
-            false,
-            format!(
-                "waiting for the relay's capture ({} s)",
-                since_phase.as_secs()
-            ),
-        );
+        return (false, format!("waiting for the relay's capture ({} s)", since_phase.as_secs()));
     }
     if total == 0 {
         // The master is still producing the snapshot: its size is not known yet.
         let phase = phase.map(agent::JoinPhase::name).unwrap_or_default();
         return (false, format!("{phase}: {} so far, size not known yet (the master is still writing it), {rate}{sources}", HumanBytes(sent)));
     }
-    (
-        true,
-        format!(
-            "{}  {rate}{sources}",
-            phase.map(agent::JoinPhase::name).unwrap_or_default()
-        ),
-    )
+    (true, format!("{}  {rate}{sources}", phase.map(agent::JoinPhase::name).unwrap_or_default()))
 }
 
 /// A progress display on stderr, only when stderr is a terminal: phase, RDB bytes sent, rate.
-fn progress_bar(
-    live: std::sync::Arc<agent::Live>,
-) -> Option<(
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<()>,
-)> {
+fn progress_bar(live: std::sync::Arc<agent::Live>) -> Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
     use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
     if !std::io::stderr().is_terminal() {
         return None;
     }
-    let bar_style =
-        indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {msg}")
-            .ok()?
-            .progress_chars("#>.");
+    let bar_style = indicatif::ProgressStyle::with_template("[{bar:30}] {bytes}/{total_bytes}  {msg}").ok()?.progress_chars("#>.");
     let spin_style = indicatif::ProgressStyle::with_template("{spinner} {msg}").ok()?;
     let bar = indicatif::ProgressBar::new(0).with_style(spin_style.clone());
     *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
@@ -1364,22 +1097,10 @@ fn progress_bar(
             let total = live.rdb_bytes_total.load(Ordering::Relaxed);
             let sent = live.rdb_bytes_sent.load(Ordering::Relaxed);
             let peers = live.sources.from_peers.load(Ordering::Relaxed);
-            let sources =
-                (peers > 0).then(|| (live.sources.from_relay.load(Ordering::Relaxed), peers));
-            let (show_bar, msg) = progress_line(
-                phase,
-                now.duration_since(phase_since),
-                sent,
-                total,
-                rate.update(now, sent),
-                sources,
-            );
+            let sources = (peers > 0).then(|| (live.sources.from_relay.load(Ordering::Relaxed), peers));
+            let (show_bar, msg) = progress_line(phase, now.duration_since(phase_since), sent, total, rate.update(now, sent), sources);
             if show_bar != as_bar {
-                bar.set_style(if show_bar {
-                    bar_style.clone()
-                } else {
-                    spin_style.clone()
-                });
+                bar.set_style(if show_bar { bar_style.clone() } else { spin_style.clone() });
                 as_bar = show_bar;
             }
             if show_bar {
@@ -1399,16 +1120,7 @@ fn progress_bar(
 
 fn print_report(r: &agent::Report) {
     let p = &r.phases;
-    outln!(
-        "replica {} ({}) ← relay {} over {} ({}), master {} ({})",
-        r.replica,
-        r.replica_server,
-        r.relay,
-        r.transport,
-        r.transport_detail,
-        r.master,
-        r.master_server
-    );
+    outln!("replica {} ({}) ← relay {} over {} ({}), master {} ({})", r.replica, r.replica_server, r.relay, r.transport, r.transport_detail, r.master, r.master_server);
     outln!(
         "snapshot: generation {}, {:.1} MiB in {} blocks at {:.0} MiB/s; log {} bytes; handoff at offset {}",
         r.generation,
@@ -1425,12 +1137,7 @@ fn print_report(r: &agent::Report) {
     let mib = |b: u64| b as f64 / 1048576.0;
     outln!("swarm: {}", r.swarm);
     if r.received_bytes_total.peers > 0 || r.bytes_served_to_peers > 0 {
-        let peers: Vec<String> = r
-            .sources
-            .iter()
-            .filter(|s| s.source != "relay")
-            .map(|s| format!("{} {:.1} MiB", s.source, mib(s.bytes)))
-            .collect();
+        let peers: Vec<String> = r.sources.iter().filter(|s| s.source != "relay").map(|s| format!("{} {:.1} MiB", s.source, mib(s.bytes))).collect();
         outln!(
             "sources: relay {:.1} MiB, peers {:.1} MiB ({}); served {:.1} MiB to peers so far",
             mib(r.received_bytes_total.relay),
@@ -1440,22 +1147,11 @@ fn print_report(r: &agent::Report) {
         );
     }
     match r.handoff {
-        agent::Handoff::Partial => outln!(
-            "handoff: partial resync accepted — the replica is a live replica of {}",
-            r.master
-        ),
-        agent::Handoff::Full => outln!(
-            "handoff: the master sent a FULL sync instead — the replica is in sync, natively"
-        ),
+        agent::Handoff::Partial => outln!("handoff: partial resync accepted — the replica is a live replica of {}", r.master),
+        agent::Handoff::Full => outln!("handoff: the master sent a FULL sync instead — the replica is in sync, natively"),
     }
     for a in &r.attempts {
-        outln!(
-            "  attempt {} failed after {:.1} s: {} (retried after {:.1} s)",
-            a.attempt,
-            a.secs,
-            a.error,
-            a.waited_secs
-        );
+        outln!("  attempt {} failed after {:.1} s: {} (retried after {:.1} s)", a.attempt, a.secs, a.error, a.waited_secs);
     }
     for n in &r.notes {
         outln!("note: {n}");
@@ -1463,62 +1159,27 @@ fn print_report(r: &agent::Report) {
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let token = a
-        .relay_tls
-        .credentials(secrets::token(a.token_file.as_deref())?)?;
-    let mut s = transport::tcp::connect(
-        &a.relay,
-        &token,
-        transport::auth::Kind::Status,
-        limits::CONNECT_TIMEOUT,
-    )
-    .with_context(|| format!("authenticate to relay {}", a.relay))?;
-    let st: relay::stats::Status = match transport::wire::recv_control(&mut s)
-        .with_context(|| format!("read status from {}", a.relay))?
-    {
+    let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
+    let mut s = transport::tcp::connect(&a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
+    let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
         transport::wire::Control::Status(st) => *st,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),
-        other => anyhow::bail!(
-            "relay {} answered {other:?} instead of its status (an older relay?)",
-            a.relay
-        ),
+        other => anyhow::bail!("relay {} answered {other:?} instead of its status (an older relay?)", a.relay),
     };
     let mut o = std::io::stdout().lock();
-    let written = if a.json {
-        writeln!(o, "{}", serde_json::to_string_pretty(&st)?)
-    } else {
-        print_status(&mut o, &st)
-    };
+    let written = if a.json { writeln!(o, "{}", serde_json::to_string_pretty(&st)?) } else { print_status(&mut o, &st) };
     quiet_on_broken_pipe(written.and_then(|()| o.flush()))
 }
 
 fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::io::Result<()> {
     let mib = |b: u64| b as f64 / 1048576.0;
     let at = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
-    writeln!(
-        o,
-        "relay {} (fastrepl {}), up {:.0} s",
-        st.listen, st.version, st.uptime_seconds
-    )?;
+    writeln!(o, "relay {} (fastrepl {}), up {:.0} s", st.listen, st.version, st.uptime_seconds)?;
     if !st.ucx_listeners.is_empty() {
         writeln!(o, "ucx listens on {}", st.ucx_listeners.join(", "))?;
     }
-    writeln!(
-        o,
-        "master {}; source {} (--source {}); capture {}",
-        st.master,
-        if st.source.is_empty() {
-            "-"
-        } else {
-            &st.source
-        },
-        st.source_policy,
-        st.capture_policy
-    )?;
-    let silent = st
-        .source_last_io_seconds
-        .map(|s| format!("{s:.1} s ago"))
-        .unwrap_or_else(|| "never".into());
+    writeln!(o, "master {}; source {} (--source {}); capture {}", st.master, if st.source.is_empty() { "-" } else { &st.source }, st.source_policy, st.capture_policy)?;
+    let silent = st.source_last_io_seconds.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "never".into());
     writeln!(
         o,
         "captures {} ({} failed), sealed {}, released idle {}; source last sent {silent}, {:.1} MiB received",
@@ -1531,17 +1192,9 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     if let Some(e) = &st.last_capture_error {
         writeln!(o, "last capture failure: {e}")?;
     }
-    writeln!(
-        o,
-        "generations held: {} ({:.1} MiB)",
-        st.generations.len(),
-        mib(st.held_bytes)
-    )?;
+    writeln!(o, "generations held: {} ({:.1} MiB)", st.generations.len(), mib(st.held_bytes))?;
     for g in &st.generations {
-        let total = g
-            .blocks_total
-            .map(|t| t.to_string())
-            .unwrap_or_else(|| "?".into());
+        let total = g.blocks_total.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
         writeln!(
             o,
             "  #{} {:8} {:9} {:.1} MiB{}, {}/{} blocks, log {}, age {:.0} s, {} agents{}",
@@ -1549,18 +1202,13 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
             if g.current { "current" } else { "" },
             g.state,
             mib(g.rdb_bytes),
-            g.rdb_version
-                .map(|v| format!(" (RDB {v})"))
-                .unwrap_or_default(),
+            g.rdb_version.map(|v| format!(" (RDB {v})")).unwrap_or_default(),
             g.blocks,
             total,
             bytes_text(g.log_bytes),
             g.age_seconds,
             g.agents,
-            g.error
-                .as_deref()
-                .map(|e| format!(" — {e}"))
-                .unwrap_or_default()
+            g.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default()
         )?;
     }
     writeln!(
@@ -1568,12 +1216,7 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
         "agents attached {} ({} since start); connections {}/{} ({} refused at the limit), {} not authenticated yet",
         st.agents_attached, st.agents_attached_total, st.connections, st.connections_max, st.connections_refused_total, st.connections_unauthenticated
     )?;
-    let refused: Vec<String> = st
-        .connections_refused_by_kind_total
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
+    let refused: Vec<String> = st.connections_refused_by_kind_total.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
     if !refused.is_empty() {
         writeln!(o, "closed before they were served: {}", refused.join(", "))?;
     }
@@ -1619,32 +1262,18 @@ fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<ExitCode> {
 }
 
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
-    let auth = secrets::auth(
-        a.user.as_deref(),
-        a.password_file.as_deref(),
-        "FASTREPL_VERIFY_PASSWORD",
-    )?;
+    let auth = secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
     let t = Duration::from_secs(60);
     let tls = a.tls.load()?;
-    let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref())
-        .with_context(|| format!("connect to {}", a.a))?;
-    let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref())
-        .with_context(|| format!("connect to {}", a.b))?;
+    let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.a))?;
+    let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.b))?;
     // A cluster replica redirects reads to its master unless the connection is READONLY.
     for (c, addr) in [(&mut ca, &a.a), (&mut cb, &a.b)] {
-        if c.info("cluster")
-            .with_context(|| format!("INFO cluster on {addr}"))?
-            .get("cluster_enabled")
-            == Some("1")
-        {
-            c.cmd(&["READONLY"])
-                .with_context(|| format!("READONLY on cluster node {addr}"))?;
+        if c.info("cluster").with_context(|| format!("INFO cluster on {addr}"))?.get("cluster_enabled") == Some("1") {
+            c.cmd(&["READONLY"]).with_context(|| format!("READONLY on cluster node {addr}"))?;
         }
     }
-    let opts = verify::Options {
-        ttl_tolerance_ms: a.ttl_tolerance_ms,
-        ..Default::default()
-    };
+    let opts = verify::Options { ttl_tolerance_ms: a.ttl_tolerance_ms, ..Default::default() };
     let out = match verify::compare(&mut ca, &mut cb, &opts) {
         Ok(o) => o,
         Err(e) => {
@@ -1657,20 +1286,10 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
         if a.json {
             writeln!(o, "{}", serde_json::to_string(&out)?)?;
         } else if out.identical() {
-            writeln!(
-                o,
-                "identical: {} keys in databases {:?}, {} function libraries",
-                out.keys, out.databases, out.function_libraries
-            )?;
+            writeln!(o, "identical: {} keys in databases {:?}, {} function libraries", out.keys, out.databases, out.function_libraries)?;
         } else {
             if out.difference_count > 0 {
-                writeln!(
-                    o,
-                    "DIFFERENT: {} differences among {} keys; first {}:",
-                    out.difference_count,
-                    out.keys,
-                    out.differences.len()
-                )?;
+                writeln!(o, "DIFFERENT: {} differences among {} keys; first {}:", out.difference_count, out.keys, out.differences.len())?;
                 for d in &out.differences {
                     writeln!(o, "  {d}")?;
                 }
@@ -1679,12 +1298,7 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
                 writeln!(o, "cannot compare type {t} ({n} keys): verify does not know how its values are meant")?;
             }
             if out.refused_count > 0 {
-                writeln!(
-                    o,
-                    "cannot read {} keys (a server answered with an error); first {}:",
-                    out.refused_count,
-                    out.refused.len()
-                )?;
+                writeln!(o, "cannot read {} keys (a server answered with an error); first {}:", out.refused_count, out.refused.len())?;
                 for r in &out.refused {
                     writeln!(o, "  {r}")?;
                 }
@@ -1712,10 +1326,7 @@ mod tests {
     fn the_help_states_the_stop_bound_limits_holds() {
         use clap::CommandFactory;
         let help = super::Cli::command().render_long_help().to_string();
-        assert!(
-            help.contains(&format!("within {} s", limits::STOP_GRACE_MAX.as_secs())),
-            "the help's stop bound is not limits::STOP_GRACE_MAX:\n{help}"
-        );
+        assert!(help.contains(&format!("within {} s", limits::STOP_GRACE_MAX.as_secs())), "the help's stop bound is not limits::STOP_GRACE_MAX:\n{help}");
     }
 
     #[test]
@@ -1723,22 +1334,14 @@ mod tests {
         use clap::CommandFactory;
         let mut cmd = super::Cli::command();
         let join = cmd.find_subcommand_mut("join").expect("a join subcommand");
-        let help = join
-            .render_long_help()
-            .to_string()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+        let help = join.render_long_help().to_string().split_whitespace().collect::<Vec<_>>().join(" ");
         let said = format!(
             "[default: {} for a join that serves other agents, {} for one that only reads from them, {} for a pull from the relay alone]",
             limits::WINDOW_BLOCKS_SERVING_DEFAULT,
             limits::WINDOW_BLOCKS_SWARM_DEFAULT,
             limits::WINDOW_BLOCKS_DEFAULT
         );
-        assert!(
-            help.contains(&said),
-            "the help's window defaults are not limits':\n{help}"
-        );
+        assert!(help.contains(&said), "the help's window defaults are not limits':\n{help}");
     }
 
     /// Lines captured by a test's subscriber.
@@ -1760,11 +1363,7 @@ mod tests {
     fn logged_under(spec: Option<&str>) -> String {
         let out = Captured::default();
         let w = out.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_env_filter(super::log_filter(spec))
-            .with_writer(move || w.clone())
-            .with_ansi(false)
-            .finish();
+        let sub = tracing_subscriber::fmt().with_env_filter(super::log_filter(spec)).with_writer(move || w.clone()).with_ansi(false).finish();
         tracing::subscriber::with_default(sub, || {
             tracing::warn!(target: "rustls::check", "Received a ApplicationData message while expecting [Handshake]");
             tracing::error!(target: "rustls::common_state", "traffic keys exhausted");
@@ -1778,30 +1377,18 @@ mod tests {
     fn rustls_warnings_a_stranger_can_cause_are_not_logged_unless_asked_for() {
         for spec in [None, Some("info"), Some("debug"), Some("warn,relay=debug")] {
             let text = logged_under(spec);
-            assert!(
-                !text.contains("Received a")
-                    && text.contains("traffic keys exhausted")
-                    && text.contains("ours"),
-                "{spec:?}: {text}"
-            );
+            assert!(!text.contains("Received a") && text.contains("traffic keys exhausted") && text.contains("ours"), "{spec:?}: {text}");
         }
-        assert!(
-            logged_under(Some("info,rustls=warn")).contains("Received a"),
-            "an operator who names rustls gets its lines"
-        );
+        assert!(logged_under(Some("info,rustls=warn")).contains("Received a"), "an operator who names rustls gets its lines");
     }
 
     #[test]
     fn json_log_lines_get_real_lists() {
         let line = br#"{"level":"INFO","transports":"[\"shm\",\"tcp\"]","note":"[not json","span":{"restored":"[\"a=1\"]"}}"#;
-        let out: serde_json::Value =
-            serde_json::from_slice(&super::json_lists(line).unwrap()).unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&super::json_lists(line).unwrap()).unwrap();
         assert_eq!(out["transports"], serde_json::json!(["shm", "tcp"]));
         assert_eq!(out["span"]["restored"], serde_json::json!(["a=1"]));
-        assert_eq!(
-            out["note"], "[not json",
-            "a string that only looks like a list stays a string"
-        );
+        assert_eq!(out["note"], "[not json", "a string that only looks like a list stays a string");
         assert!(super::json_lists(br#"{"level":"INFO","message":"no lists"}"#).is_none());
         assert!(super::json_lists(b"not json").is_none());
     }
@@ -1817,9 +1404,7 @@ mod tests {
     /// The status's per-transport lines read the counters by `TransportKind` and print their names.
     #[test]
     fn the_status_names_each_transports_counters() {
-        let zero = |keys: &[&str]| {
-            serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), 0.into())).collect())
-        };
+        let zero = |keys: &[&str]| serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), 0.into())).collect());
         let mut st: relay::stats::Status = serde_json::from_value(serde_json::json!({
             "version": "0", "listen": "l", "master": "m", "source_policy": "master", "source": "", "capture_policy": "on-start",
             "uptime_seconds": 1.0, "captures_total": 0, "capture_failures_total": 0, "generations_sealed_total": 0,
@@ -1832,62 +1417,22 @@ mod tests {
         st.served_bytes_total.insert("tcp".into(), 3 << 20);
         st.attaches_total.insert("shm".into(), 4);
         st.attaches_total.insert("ucx".into(), 5);
-        st.connections_refused_by_kind_total = [
-            ("displaced".to_string(), 7),
-            ("auth".to_string(), 1),
-            ("full".to_string(), 0),
-        ]
-        .into();
+        st.connections_refused_by_kind_total = [("displaced".to_string(), 7), ("auth".to_string(), 1), ("full".to_string(), 0)].into();
         let mut out = Vec::new();
         print_status(&mut out, &st).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.contains("closed before they were served: auth 1, displaced 7\n"),
-            "{text}"
-        );
+        assert!(text.contains("closed before they were served: auth 1, displaced 7\n"), "{text}");
         assert!(text.contains("served: 3.0 MiB of blocks over tcp, 0 B of log; one-sided attaches (not agents: one agent may attach more than once): shm 4, ucx 5\n"), "{text}");
     }
 
     #[test]
     fn the_display_says_what_the_join_is_doing() {
-        let (bar, msg) = progress_line(
-            Some(agent::JoinPhase::WaitingForCapture),
-            Duration::from_secs(7),
-            0,
-            0,
-            None,
-            None,
-        );
-        assert!(
-            !bar && msg == "waiting for the relay's capture (7 s)",
-            "{msg}"
-        );
-        let (bar, msg) = progress_line(
-            Some(agent::JoinPhase::Pulling),
-            Duration::ZERO,
-            36 << 20,
-            0,
-            Some(93.0 * 1048576.0),
-            None,
-        );
-        assert!(
-            !bar && msg.contains("36.00 MiB so far")
-                && msg.contains("size not known yet")
-                && msg.contains("93.00 MiB/s"),
-            "{msg}"
-        );
-        let (bar, msg) = progress_line(
-            Some(agent::JoinPhase::Loading),
-            Duration::ZERO,
-            1 << 20,
-            1 << 20,
-            None,
-            Some((1 << 20, 2 << 20)),
-        );
-        assert!(
-            bar && msg.starts_with("loading") && msg.contains("peers 2.00 MiB"),
-            "{msg}"
-        );
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::WaitingForCapture), Duration::from_secs(7), 0, 0, None, None);
+        assert!(!bar && msg == "waiting for the relay's capture (7 s)", "{msg}");
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::Pulling), Duration::ZERO, 36 << 20, 0, Some(93.0 * 1048576.0), None);
+        assert!(!bar && msg.contains("36.00 MiB so far") && msg.contains("size not known yet") && msg.contains("93.00 MiB/s"), "{msg}");
+        let (bar, msg) = progress_line(Some(agent::JoinPhase::Loading), Duration::ZERO, 1 << 20, 1 << 20, None, Some((1 << 20, 2 << 20)));
+        assert!(bar && msg.starts_with("loading") && msg.contains("peers 2.00 MiB"), "{msg}");
     }
 
     #[test]
@@ -1895,10 +1440,7 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut r = Rate::new();
         assert_eq!(r.update(t0, 0), None, "one sample is no rate");
-        assert_eq!(
-            r.update(t0 + Duration::from_secs(1), 100 << 20),
-            Some((100u64 << 20) as f64)
-        );
+        assert_eq!(r.update(t0 + Duration::from_secs(1), 100 << 20), Some((100u64 << 20) as f64));
         // Old samples leave the window: the rate follows what happens now.
         assert_eq!(r.update(t0 + Duration::from_secs(10), 100 << 20), Some(0.0));
     }

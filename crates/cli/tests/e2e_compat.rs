@@ -19,21 +19,9 @@ fn pair(m: Flavor, r: Flavor) {
         assert_identical(&master, &replica);
     } else {
         assert_eq!(j.code, Some(1), "{}", j.output);
-        assert!(
-            j.output.contains("incompatible") && j.output.contains("RDB version"),
-            "{}",
-            j.output
-        );
+        assert!(j.output.contains("incompatible") && j.output.contains("RDB version"), "{}", j.output);
         assert_untouched(&replica);
-        assert_eq!(
-            replica
-                .client()
-                .config_get("repl-diskless-load")
-                .unwrap()
-                .as_deref(),
-            Some("disabled"),
-            "config was changed"
-        );
+        assert_eq!(replica.client().config_get("repl-diskless-load").unwrap().as_deref(), Some("disabled"), "config was changed");
     }
 }
 
@@ -48,30 +36,18 @@ fn newer_mode(f: Flavor, extra: &[&str], offer: &str) {
     let j = join(&relay.addr, &replica.addr(), &[], &[]);
     assert_partial(&j);
     assert_identical(&master, &replica);
-    let said = j
-        .output
-        .lines()
-        .find(|l| l.contains("the replica's handshake"))
-        .unwrap_or_else(|| panic!("the handshake is not logged:\n{}", j.output));
+    let said = j.output.lines().find(|l| l.contains("the replica's handshake")).unwrap_or_else(|| panic!("the handshake is not logged:\n{}", j.output));
     assert!(said.contains(&format!("declined={offer}")), "{said}");
 }
 
 #[test]
 fn a_redis82_replica_with_an_rdb_channel_is_fed_over_one() {
-    newer_mode(
-        Flavor::Redis82,
-        &["--repl-rdb-channel", "yes"],
-        "rdb-channel-repl",
-    );
+    newer_mode(Flavor::Redis82, &["--repl-rdb-channel", "yes"], "rdb-channel-repl");
 }
 
 #[test]
 fn a_valkey81_replica_with_dual_channel_replication_is_fed_over_one() {
-    newer_mode(
-        Flavor::Valkey81,
-        &["--dual-channel-replication-enabled", "yes"],
-        "dual-channel",
-    );
+    newer_mode(Flavor::Valkey81, &["--dual-channel-replication-enabled", "yes"], "dual-channel");
 }
 
 #[test]
@@ -81,19 +57,12 @@ fn a_valkey_source_is_told_the_replica_version_and_a_redis_source_is_not() {
     require_server(Flavor::Valkey81);
     let valkey = Server::start(Flavor::Valkey81, &[]);
     data::fill_small_mixed(&mut valkey.client(), 100);
-    for (extra, said) in [
-        (&[][..], "announced=8.1."),
-        (&["--announce-version", "8.0.0"][..], "announced=8.0.0"),
-    ] {
+    for (extra, said) in [(&[][..], "announced=8.1."), (&["--announce-version", "8.0.0"][..], "announced=8.0.0")] {
         let r = relay(&valkey.addr(), extra, &[]);
         let replica = Server::start(Flavor::Valkey81, &[]);
         assert_partial(&join(&r.addr, &replica.addr(), &[], &[]));
         let log = r.proc.output();
-        assert!(
-            log.lines()
-                .any(|l| l.contains("REPLCONF version") && l.contains(said)),
-            "{said}:\n{log}"
-        );
+        assert!(log.lines().any(|l| l.contains("REPLCONF version") && l.contains(said)), "{said}:\n{log}");
     }
     let redis = Server::start(Flavor::Redis82, &[]);
     data::fill_small_mixed(&mut redis.client(), 100);
@@ -101,10 +70,7 @@ fn a_valkey_source_is_told_the_replica_version_and_a_redis_source_is_not() {
     let replica = Server::start(Flavor::Redis82, &[]);
     assert_partial(&join(&r.addr, &replica.addr(), &[], &[]));
     let log = r.proc.output();
-    assert!(
-        log.contains("--announce-version is for Valkey sources"),
-        "{log}"
-    );
+    assert!(log.contains("--announce-version is for Valkey sources"), "{log}");
 }
 
 macro_rules! pairs {

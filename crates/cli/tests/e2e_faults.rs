@@ -56,11 +56,7 @@ fn fullresync() -> Vec<u8> {
 }
 
 fn relay_reports(relay: &Relay, what: &str) {
-    wait_until(
-        &format!("the relay to report {what:?}"),
-        Duration::from_secs(20),
-        || relay.proc.output().contains(what).then_some(()),
-    );
+    wait_until(&format!("the relay to report {what:?}"), Duration::from_secs(20), || relay.proc.output().contains(what).then_some(()));
 }
 
 #[test]
@@ -91,11 +87,7 @@ fn rdb_cut_off_mid_stream_fails_the_join_cleanly() {
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = join(&relay.addr, &replica.addr(), &["--retries", "0"], &[]);
     assert_ne!(j.code, Some(0), "{}", j.output);
-    assert!(
-        j.output.contains("run the same `fastrepl join` again"),
-        "{}",
-        j.output
-    );
+    assert!(j.output.contains("run the same `fastrepl join` again"), "{}", j.output);
     assert_untouched(&replica);
 }
 
@@ -110,27 +102,12 @@ fn garbage_on_the_relay_port_closes_only_that_peer() {
     s.write_all(&data::bytes(3, 4096)).unwrap();
     // Authenticated, then a read far beyond the bound.
     let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
-    let mut d = transport::tcp::connect(
-        &relay.addr.parse().unwrap(),
-        &token,
-        transport::auth::Kind::Data,
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let mut req = transport::wire::Request::Range {
-        generation: 1,
-        offset: 0,
-        len: 1,
-    }
-    .encode();
+    let mut d = transport::tcp::connect(&relay.addr.parse().unwrap(), &token, transport::auth::Kind::Data, Duration::from_secs(5)).unwrap();
+    let mut req = transport::wire::Request::Range { generation: 1, offset: 0, len: 1 }.encode();
     req[17..21].copy_from_slice(&u32::MAX.to_be_bytes());
     d.write_all(&req).unwrap();
     let mut b = [0u8; 16];
-    assert_eq!(
-        d.read(&mut b).unwrap_or(0),
-        0,
-        "the relay should close a connection that asks for an unbounded read"
-    );
+    assert_eq!(d.read(&mut b).unwrap_or(0), 0, "the relay should close a connection that asks for an unbounded read");
     relay_reports(&relay, "exceeds");
     // The relay still serves.
     let replica = Server::start(Flavor::Redis70, &[]);
@@ -146,15 +123,10 @@ fn slow_master() -> Server {
 }
 
 fn wait_replica_syncing(replica: &Server) {
-    wait_until(
-        "the replica to be loading from the agent",
-        Duration::from_secs(30),
-        || {
-            let r = replica.client().info("replication").ok()?;
-            (r.get("master_sync_in_progress") == Some("1") || r.get("role") == Some("slave"))
-                .then_some(())
-        },
-    );
+    wait_until("the replica to be loading from the agent", Duration::from_secs(30), || {
+        let r = replica.client().info("replication").ok()?;
+        (r.get("master_sync_in_progress") == Some("1") || r.get("role") == Some("slave")).then_some(())
+    });
 }
 
 /// The relay is killed while the replica loads from it and comes back on the same address: the join
@@ -164,20 +136,11 @@ fn relay_killed_mid_sync_join_retries_on_the_restarted_relay() {
     let master = slow_master();
     let replica = Server::start(Flavor::Redis70, &[]);
     let mut relay1 = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    let j = start_join(
-        &relay1.addr,
-        &replica.addr(),
-        &["--retries", "8", "--retry-max-secs", "2"],
-        &[],
-    );
+    let j = start_join(&relay1.addr, &replica.addr(), &["--retries", "8", "--retry-max-secs", "2"], &[]);
     wait_replica_syncing(&replica);
     relay1.proc.kill();
     // Until the new relay listens, every attempt fails at connect; the join keeps waiting.
-    wait_until(
-        "the join to report a failed attempt",
-        Duration::from_secs(30),
-        || j.output().contains("join attempt failed").then_some(()),
-    );
+    wait_until("the join to report a failed attempt", Duration::from_secs(30), || j.output().contains("join attempt failed").then_some(()));
     let relay2 = spawn_relay_at(&relay1.addr, &master.addr(), |cmd| {
         Transport::from_env().apply(cmd);
         cmd.args(["--block-size", "65536"]);
@@ -185,15 +148,9 @@ fn relay_killed_mid_sync_join_retries_on_the_restarted_relay() {
     let j = finish_join(j);
     assert_partial(&j);
     assert_identical(&master, &replica);
-    let attempts = j.report["attempts"]
-        .as_array()
-        .expect("attempts in the report");
+    let attempts = j.report["attempts"].as_array().expect("attempts in the report");
     assert!(!attempts.is_empty(), "{}", j.output);
-    assert!(
-        attempts[0]["error"].as_str().unwrap().contains("relay"),
-        "the first attempt's error names the relay: {}",
-        j.output
-    );
+    assert!(attempts[0]["error"].as_str().unwrap().contains("relay"), "the first attempt's error names the relay: {}", j.output);
     assert!(relay2.proc.output().contains("relay started"));
 }
 
@@ -208,17 +165,8 @@ fn relay_killed_mid_sync_without_retries_resets_the_replica() {
     relay1.proc.kill();
     let j = finish_join(j);
     assert_eq!(j.code, Some(1), "{}", j.output);
-    assert!(
-        j.output.contains("relay"),
-        "the error should name the relay:\n{}",
-        j.output
-    );
-    assert_eq!(
-        j.report["attempts"].as_array().map(Vec::len),
-        Some(1),
-        "{}",
-        j.output
-    );
+    assert!(j.output.contains("relay"), "the error should name the relay:\n{}", j.output);
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1), "{}", j.output);
     assert_untouched(&replica);
 }
 
@@ -227,24 +175,14 @@ fn local_server_killed_mid_sync() {
     let master = slow_master();
     let mut replica = Server::start(Flavor::Redis70, &[]);
     let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
-    let j = start_join(
-        &relay.addr,
-        &replica.addr(),
-        &["--retries", "1", "--retry-max-secs", "1"],
-        &[],
-    );
+    let j = start_join(&relay.addr, &replica.addr(), &["--retries", "1", "--retry-max-secs", "1"], &[]);
     wait_replica_syncing(&replica);
     replica.kill();
     let j = finish_join(j);
     assert_eq!(j.code, Some(1), "{}", j.output);
     assert!(j.output.contains("local server"), "{}", j.output);
     // The dead server is retried once (it may be restarted by its supervisor), then given up.
-    assert_eq!(
-        j.report["attempts"].as_array().map(Vec::len),
-        Some(2),
-        "{}",
-        j.output
-    );
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(2), "{}", j.output);
     assert!(j.output.contains("after 2 attempts"), "{}", j.output);
     // The relay keeps serving: a new replica joins.
     let replica2 = Server::start(Flavor::Redis70, &[]);
@@ -278,37 +216,18 @@ fn killed_join_its_guard_resets_the_replica() {
     let mut j = start_join(&relay.addr, &replica.addr(), &["--log-format", "json"], &[]);
     wait_replica_syncing(&replica);
     j.kill();
-    wait_until(
-        "the guard to reset the replica",
-        Duration::from_secs(30),
-        || {
-            let r = replica.client().info("replication").ok()?;
-            (r.get("role") == Some("master")).then_some(())
-        },
-    );
+    wait_until("the guard to reset the replica", Duration::from_secs(30), || {
+        let r = replica.client().info("replication").ok()?;
+        (r.get("role") == Some("master")).then_some(())
+    });
     assert_untouched(&replica);
     // The guard shares the join's stderr: its word lands in the join's output.
     // Whole lines only: the output file is read while the guard may still be writing to it.
-    let said = wait_until(
-        "the guard to say it reset the replica",
-        Duration::from_secs(10),
-        || {
-            j.output()
-                .split_inclusive('\n')
-                .find(|l| l.ends_with('\n') && l.contains("agent died"))
-                .map(|l| l.trim_end().to_owned())
-        },
-    );
-    let line: serde_json::Value = serde_json::from_str(&said)
-        .unwrap_or_else(|e| panic!("the guard's line is not JSON ({e}): {said}"));
+    let said = wait_until("the guard to say it reset the replica", Duration::from_secs(10), || j.output().split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains("agent died")).map(|l| l.trim_end().to_owned()));
+    let line: serde_json::Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("the guard's line is not JSON ({e}): {said}"));
     assert_eq!(line["level"], "WARN", "{said}");
     assert_eq!(line["replica"], replica.addr(), "{said}");
-    assert!(
-        line["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("was reset")),
-        "{said}"
-    );
+    assert!(line["message"].as_str().is_some_and(|m| m.contains("was reset")), "{said}");
     // And the same join runs again to success.
     assert_partial(&join(&relay.addr, &replica.addr(), &[], &[]));
     assert_identical(&master, &replica);

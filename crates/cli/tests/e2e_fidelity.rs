@@ -6,45 +6,22 @@ use common::*;
 
 fn fidelity(flavor: Flavor, diskless_master: bool) {
     require_server(flavor);
-    let master = Server::start(
-        flavor,
-        &[
-            "--repl-diskless-sync",
-            if diskless_master { "yes" } else { "no" },
-        ],
-    );
+    let master = Server::start(flavor, &["--repl-diskless-sync", if diskless_master { "yes" } else { "no" }]);
     data::fill_every_type(&mut master.client(), 64, flavor.has_functions());
     let replica = Server::start(flavor, &[]);
     let relay = relay(&master.addr(), &["--block-size", "1048576"], &[]);
     let j = join(&relay.addr, &replica.addr(), &[], &[]);
     assert_partial(&j);
-    assert!(
-        j.report["rdb_length_bytes"].as_u64().unwrap() > 64 << 20,
-        "{}",
-        j.output
-    );
+    assert!(j.report["rdb_length_bytes"].as_u64().unwrap() > 64 << 20, "{}", j.output);
     assert!(j.report["blocks"].as_u64().unwrap() >= 64);
     assert_identical(&master, &replica);
     // The replica is a live replica: a write after the handoff arrives.
     master.client().cmd(&["SET", "after-handoff", "1"]).unwrap();
-    wait_until(
-        "a write after the handoff to arrive",
-        std::time::Duration::from_secs(10),
-        || {
-            (replica
-                .client()
-                .cmd(&["GET", "after-handoff"])
-                .ok()?
-                .as_text()?
-                == "1")
-                .then_some(())
-        },
-    );
+    wait_until("a write after the handoff to arrive", std::time::Duration::from_secs(10), || {
+        (replica.client().cmd(&["GET", "after-handoff"]).ok()?.as_text()? == "1").then_some(())
+    });
     if flavor.has_functions() {
-        let r = replica
-            .client()
-            .cmd(&["FCALL_RO", "echo_first", "0", "hello"])
-            .unwrap();
+        let r = replica.client().cmd(&["FCALL_RO", "echo_first", "0", "hello"]).unwrap();
         assert_eq!(r.as_text().as_deref(), Some("hello"));
     }
 }
@@ -79,16 +56,11 @@ fn verify_detects_differences() {
         data::fill_every_type(&mut s.client(), 1, true);
     }
     assert_identical(&a, &b);
-    b.client()
-        .cmd(&["HSET", "hash:big", "field7", "changed"])
-        .unwrap();
+    b.client().cmd(&["HSET", "hash:big", "field7", "changed"]).unwrap();
     b.client().cmd(&["EXPIRE", "str:int", "100"]).unwrap();
     b.client().cmd(&["DEL", "set:int"]).unwrap();
     b.client().cmd(&["SELECT", "9"]).unwrap();
     let (code, out) = verify(&a, &b);
     assert_eq!(code, Some(1), "{out}");
-    assert!(
-        out.contains("hash:big") && out.contains("str:int") && out.contains("set:int"),
-        "{out}"
-    );
+    assert!(out.contains("hash:big") && out.contains("str:int") && out.contains("set:int"), "{out}");
 }

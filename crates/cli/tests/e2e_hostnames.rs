@@ -29,35 +29,13 @@ fn a_join_and_its_tools_take_host_names() {
     let relay = relay(&by_name(&master), &[], &[]);
     let port = relay.addr.rsplit_once(':').unwrap().1;
     let relay_by_name = format!("localhost:{port}");
-    let j = join(
-        &relay_by_name,
-        &by_name(&replica),
-        &["--master", &by_name(&master)],
-        &[],
-    );
+    let j = join(&relay_by_name, &by_name(&replica), &["--master", &by_name(&master)], &[]);
     assert_partial(&j);
-    assert_eq!(
-        j.report["master"],
-        by_name(&master),
-        "the master as given: {}",
-        j.output
-    );
+    assert_eq!(j.report["master"], by_name(&master), "the master as given: {}", j.output);
     let st = status_json(&relay_by_name);
-    assert!(
-        st["generations"].as_array().is_some_and(|g| !g.is_empty()),
-        "status through a host name: {st}"
-    );
-    let out = fastrepl()
-        .args(["verify", &by_name(&master), &by_name(&replica)])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "verify through host names: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(st["generations"].as_array().is_some_and(|g| !g.is_empty()), "status through a host name: {st}");
+    let out = fastrepl().args(["verify", &by_name(&master), &by_name(&replica)]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "verify through host names: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -65,75 +43,36 @@ fn ipv6_literals_go_in_brackets() {
     let master = dual_stack_server();
     data::fill_small_mixed(&mut master.client(), 500);
     let replica = dual_stack_server();
-    let relay = spawn_relay_at(
-        &format!("[::1]:{}", fixtures::free_port()),
-        &by_ipv6(&master),
-        |cmd| {
-            Transport::from_env().apply(cmd);
-        },
-    );
-    let j = join(
-        &relay.addr,
-        &by_ipv6(&replica),
-        &["--master", &by_ipv6(&master)],
-        &[],
-    );
+    let relay = spawn_relay_at(&format!("[::1]:{}", fixtures::free_port()), &by_ipv6(&master), |cmd| {
+        Transport::from_env().apply(cmd);
+    });
+    let j = join(&relay.addr, &by_ipv6(&replica), &["--master", &by_ipv6(&master)], &[]);
     assert_partial(&j);
     // The replica follows the master at its IPv6 address.
     let r = replica.client().info("replication").unwrap();
-    assert_eq!(
-        (r.get("master_host"), r.get("master_link_status")),
-        (Some("::1"), Some("up")),
-        "{}",
-        j.output
-    );
+    assert_eq!((r.get("master_host"), r.get("master_link_status")), (Some("::1"), Some("up")), "{}", j.output);
     assert_identical(&master, &replica);
 }
 
 #[test]
 fn what_is_not_host_port_is_refused_saying_why() {
-    for (addr, why) in [
-        ("::1:7400", "brackets"),
-        ("relay.example", "no :port"),
-        ("bad_host!:7400", "label"),
-    ] {
-        let out = fastrepl()
-            .args(["status", "--relay", addr])
-            .output()
-            .unwrap();
+    for (addr, why) in [("::1:7400", "brackets"), ("relay.example", "no :port"), ("bad_host!:7400", "label")] {
+        let out = fastrepl().args(["status", "--relay", addr]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "a usage error for {addr}: {text}"
-        );
+        assert_eq!(out.status.code(), Some(2), "a usage error for {addr}: {text}");
         assert!(text.contains(why), "{addr}: {text}");
     }
     let master = dual_stack_server();
-    let out = fastrepl()
-        .args(["verify", &format!("::1:{}", master.port), &by_name(&master)])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = fastrepl().args(["verify", &format!("::1:{}", master.port), &by_name(&master)]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_ne!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("brackets"), "{text}");
 }
 
 #[test]
 fn a_name_that_resolves_to_nothing_is_a_clear_failure() {
-    let out = fastrepl()
-        .args(["status", "--relay", "no-such-relay.invalid:7400"])
-        .env("FASTREPL_TOKEN", "0123456789abcdef")
-        .output()
-        .unwrap();
+    let out = fastrepl().args(["status", "--relay", "no-such-relay.invalid:7400"]).env("FASTREPL_TOKEN", "0123456789abcdef").output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{text}");
-    assert!(
-        text.contains("no-such-relay.invalid:7400"),
-        "the error names the address: {text}"
-    );
+    assert!(text.contains("no-such-relay.invalid:7400"), "the error names the address: {text}");
 }

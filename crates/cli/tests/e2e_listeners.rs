@@ -12,17 +12,9 @@ use std::time::{Duration, Instant};
 /// The TCP sockets in LISTEN state that process `pid` holds.
 fn listening(pid: u32) -> Vec<SocketAddr> {
     let mut inodes = HashSet::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
         if let Ok(t) = std::fs::read_link(e.path()) {
-            if let Some(n) = t
-                .to_string_lossy()
-                .strip_prefix("socket:[")
-                .and_then(|s| s.strip_suffix(']'))
-            {
+            if let Some(n) = t.to_string_lossy().strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
                 inodes.insert(n.to_string());
             }
         }
@@ -39,13 +31,7 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
             let (ip, port) = f[1].split_once(':').unwrap();
             let port = u16::from_str_radix(port, 16).unwrap();
             // Each 32-bit word is printed in host byte order.
-            let words: Vec<[u8; 4]> = (0..ip.len() / 8)
-                .map(|w| {
-                    u32::from_str_radix(&ip[w * 8..w * 8 + 8], 16)
-                        .unwrap()
-                        .to_ne_bytes()
-                })
-                .collect();
+            let words: Vec<[u8; 4]> = (0..ip.len() / 8).map(|w| u32::from_str_radix(&ip[w * 8..w * 8 + 8], 16).unwrap().to_ne_bytes()).collect();
             let ip = if v6 {
                 let b: Vec<u8> = words.concat();
                 IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap()))
@@ -57,6 +43,7 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
     }
     out
 }
+
 
 /// As [`listening`], for `pid` and every process it started, and theirs (the relay's UCX side).
 fn listening_tree(pid: u32) -> Vec<SocketAddr> {
@@ -82,16 +69,8 @@ fn every_listener_is_where_it_was_asked_for() {
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
     let st = status_json(&relay.addr);
-    let ucx: Vec<SocketAddr> = st["ucx_listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().parse().unwrap())
-        .collect();
-    assert!(
-        !ucx.is_empty(),
-        "the relay offers ucx here but names no UCX listener: {st}"
-    );
+    let ucx: Vec<SocketAddr> = st["ucx_listeners"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().parse().unwrap()).collect();
+    assert!(!ucx.is_empty(), "the relay offers ucx here but names no UCX listener: {st}");
     let mut asked: Vec<SocketAddr> = vec![relay.addr.parse().unwrap(), metrics.parse().unwrap()];
     asked.extend(&ucx);
     // UCX runs in a process the relay started (its UCX side): its listeners are the relay's too.
@@ -99,22 +78,9 @@ fn every_listener_is_where_it_was_asked_for() {
     found.sort();
     asked.sort();
     assert_eq!(found, asked, "the relay (with its UCX side) listens beyond what was asked (--listen, --metrics) and the UCX listeners it names");
-    assert!(
-        !listening(relay.proc.pid()).iter().any(|a| ucx.contains(a)),
-        "UCX listens in the relay's own process, not in its side"
-    );
-    assert!(
-        ucx.iter().all(|a| a.ip() == loopback),
-        "UCX listens off the --listen device: {ucx:?}"
-    );
-    assert!(
-        relay
-            .proc
-            .output()
-            .contains(&format!("ucx_listeners=[\"{}", ucx[0])),
-        "start-up log does not name the UCX listener:\n{}",
-        relay.proc.output()
-    );
+    assert!(!listening(relay.proc.pid()).iter().any(|a| ucx.contains(a)), "UCX listens in the relay's own process, not in its side");
+    assert!(ucx.iter().all(|a| a.ip() == loopback), "UCX listens off the --listen device: {ucx:?}");
+    assert!(relay.proc.output().contains(&format!("ucx_listeners=[\"{}", ucx[0])), "start-up log does not name the UCX listener:\n{}", relay.proc.output());
 
     // A stranger on the UCX port: garbage in, nothing out; the relay is not disturbed.
     let mut s = std::net::TcpStream::connect(ucx[0]).unwrap();
@@ -123,11 +89,7 @@ fn every_listener_is_where_it_was_asked_for() {
     let _ = s.write_all(&garbage); // UCX may reset the connection before all of it is taken.
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got); // Ends at UCX's close/reset, or the read timeout.
-    assert!(
-        got.is_empty(),
-        "a stranger on the UCX port got {} bytes back",
-        got.len()
-    );
+    assert!(got.is_empty(), "a stranger on the UCX port got {} bytes back", got.len());
     drop(s);
 
     // A join over ucx: its replica listener and peer listener on loopback (where the relay is
@@ -138,44 +100,19 @@ fn every_listener_is_where_it_was_asked_for() {
     let mut seen: HashSet<SocketAddr> = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     while join.running() {
-        assert!(
-            Instant::now() < deadline,
-            "join still running:\n{}",
-            join.output()
-        );
+        assert!(Instant::now() < deadline, "join still running:\n{}", join.output());
         seen.extend(listening(join.pid()));
     }
     let j = finish_join(join);
     assert_eq!(j.code, Some(0), "join failed:\n{}", j.output);
-    assert_eq!(
-        (j.report["handoff"].as_str(), j.report["transport"].as_str()),
-        (Some("partial"), Some("ucx")),
-        "{}",
-        j.output
-    );
-    assert!(
-        !seen.is_empty(),
-        "the join was never seen listening (it must listen for its replica)"
-    );
+    assert_eq!((j.report["handoff"].as_str(), j.report["transport"].as_str()), (Some("partial"), Some("ucx")), "{}", j.output);
+    assert!(!seen.is_empty(), "the join was never seen listening (it must listen for its replica)");
     // The peer listener the join logged (--peer-listen's default: where it reaches the relay from)
     // was among those seen: the sampling saw the join's listeners, not nothing.
-    let peer: SocketAddr = j
-        .output
-        .lines()
-        .find(|l| l.contains("serving peers"))
-        .and_then(|l| l.split("listen=").nth(1))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no peer listener logged:\n{}", j.output));
-    assert!(
-        seen.contains(&peer),
-        "peer listener {peer} not seen among {seen:?}"
-    );
+    let peer: SocketAddr = j.output.lines().find(|l| l.contains("serving peers")).and_then(|l| l.split("listen=").nth(1)).and_then(|r| r.split_whitespace().next()).and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("no peer listener logged:\n{}", j.output));
+    assert!(seen.contains(&peer), "peer listener {peer} not seen among {seen:?}");
     let off: Vec<&SocketAddr> = seen.iter().filter(|a| a.ip() != loopback).collect();
-    assert!(
-        off.is_empty(),
-        "the join listened off loopback: {off:?} (all seen: {seen:?})"
-    );
+    assert!(off.is_empty(), "the join listened off loopback: {off:?} (all seen: {seen:?})");
     assert_identical(&master, &replica);
 
     // The relay after all of it: still only what was asked.

@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use fixtures::netns;
 use std::process::Command;
 use std::time::Duration;
+use fixtures::netns;
 
 fn in_ns(ns: &str) -> Command {
     let mut c = Command::new("ip");
@@ -34,48 +34,19 @@ fn join_across_hosts() {
     let relay = Proc::spawn("relay", relay_cmd);
     let a = lab.a.clone();
     let ra = relay_addr.clone();
-    wait_until(
-        "the relay to listen on its host address",
-        Duration::from_secs(20),
-        || {
-            let ra = ra.clone();
-            netns::within(&a, move || std::net::TcpStream::connect(&ra).ok())
-                .ok()
-                .flatten()
-        },
-    );
+    wait_until("the relay to listen on its host address", Duration::from_secs(20), || {
+        let ra = ra.clone();
+        netns::within(&a, move || std::net::TcpStream::connect(&ra).ok()).ok().flatten()
+    });
     let mut join_cmd = in_ns(&lab.b);
-    join_cmd.args([
-        "join",
-        "--relay",
-        &relay_addr,
-        "--replica",
-        &replica.addr(),
-        "--json",
-    ]);
+    join_cmd.args(["join", "--relay", &relay_addr, "--replica", &replica.addr(), "--json"]);
     let j = finish_join(Proc::spawn("join", join_cmd));
     assert_partial(&j);
     // `auto` across hosts: the relay's shm socket lives in its own network namespace, out of reach.
     assert_eq!(j.report["transport"], "tcp", "{}", j.output);
-    assert!(
-        j.report["transport_detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("auto"),
-        "{}",
-        j.output
-    );
-    assert_eq!(
-        j.report["master"],
-        master.addr(),
-        "the agent reached the master by the relay's address"
-    );
-    let out = verify::compare(
-        &mut master.client(),
-        &mut replica.client(),
-        &verify::Options::default(),
-    )
-    .unwrap();
+    assert!(j.report["transport_detail"].as_str().unwrap_or("").contains("auto"), "{}", j.output);
+    assert_eq!(j.report["master"], master.addr(), "the agent reached the master by the relay's address");
+    let out = verify::compare(&mut master.client(), &mut replica.client(), &verify::Options::default()).unwrap();
     assert!(out.identical(), "{:?}", out.differences);
     drop(relay);
 }

@@ -21,9 +21,9 @@
 
 mod common;
 mod pods;
+use pods::*;
 use common::*;
 use fixtures::netns::{self, Lab};
-use pods::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,11 +46,7 @@ type Master = Prerequisite;
 /// when the master fails (what Sentinel or an operator does).
 fn start_standby(host: &netns::Host) -> Master {
     let of = format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}");
-    Prerequisite::start(
-        host,
-        "standby",
-        &["--replicaof", &of, "6379", "--masterauth", PASSWORD],
-    )
+    Prerequisite::start(host, "standby", &["--replicaof", &of, "6379", "--masterauth", PASSWORD])
 }
 
 // ---- The life ----
@@ -87,48 +83,21 @@ impl Fleet {
         if let Some(mut old) = self.relay.take() {
             old.terminate();
         }
-        let mut p = Pod::create(
-            &self.m,
-            self.m.get("Deployment", "fastrepl-relay"),
-            "fastrepl-relay-pod",
-            &self.lab.hosts[RELAY_HOST],
-            &BTreeMap::new(),
-        );
+        let mut p = Pod::create(&self.m, self.m.get("Deployment", "fastrepl-relay"), "fastrepl-relay-pod", &self.lab.hosts[RELAY_HOST], &BTreeMap::new());
         p.run();
         let (ns, relay) = (self.master.ns.clone(), self.relay_addr.clone());
-        wait_until(
-            "the relay's pod to answer status",
-            Duration::from_secs(15),
-            || {
-                fastrepl_in(
-                    &ns,
-                    &["status", "--relay", &relay, "--json"],
-                    &[("FASTREPL_TOKEN", TOKEN)],
-                )
-                .0
-                .then_some(())
-            },
-        );
+        wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&ns, &["status", "--relay", &relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
         self.relay = Some(p);
     }
 
     /// The pod's stable DNS name (the StatefulSet's headless Service).
     fn fqdn(&self, pod: &str) -> String {
-        let (svc, ns) = (
-            self.sts["spec"]["serviceName"]
-                .as_str()
-                .expect("serviceName"),
-            self.sts["metadata"]["namespace"]
-                .as_str()
-                .expect("namespace"),
-        );
+        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
         format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
     }
 
     fn claim(&self, pod: &str) -> PathBuf {
-        let name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
-            .as_str()
-            .expect("a claim template");
+        let name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().expect("a claim template");
         self.claims_root.path().join(format!("{name}-{pod}"))
     }
 
@@ -145,10 +114,7 @@ impl Fleet {
         let h = self.lab.hosts[host].clone();
         let fqdn = self.fqdn(pod);
         self.dns.set(&fqdn, Some(&h.ip)); // publishNotReadyAddresses: named before Ready
-        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
         let claims = BTreeMap::from([(claim_name, self.claim(pod))]);
         Pod::create(&self.m, &self.sts, pod, &h, &claims)
     }
@@ -160,23 +126,9 @@ impl Fleet {
         let before = self.master.counts();
         self.lab.set_link(host, false).unwrap();
         pod.run();
-        wait_until(
-            "the server to answer in its pod",
-            Duration::from_secs(15),
-            || {
-                netns::within(&pod.ns, || {
-                    std::net::TcpStream::connect("127.0.0.1:6379").is_ok()
-                })
-                .ok()?
-                .then_some(())
-            },
-        );
+        wait_until("the server to answer in its pod", Duration::from_secs(15), || netns::within(&pod.ns, || std::net::TcpStream::connect("127.0.0.1:6379").is_ok()).ok()?.then_some(()));
         let (ready, said) = pod.ready();
-        assert!(
-            !ready && said.contains("not ready"),
-            "{}: ready while cut off from the master: {said}",
-            pod.name
-        );
+        assert!(!ready && said.contains("not ready"), "{}: ready while cut off from the master: {said}", pod.name);
         self.lab.set_link(host, true).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -184,34 +136,15 @@ impl Fleet {
             if ready {
                 // Ready means linked and loaded, now.
                 let i = pod.client().info("replication").unwrap();
-                assert_eq!(
-                    i.get("master_link_status"),
-                    Some("up"),
-                    "{}: ready but not linked",
-                    pod.name
-                );
-                assert_eq!(
-                    pod.info_num("persistence", "loading"),
-                    0,
-                    "{}: ready while loading",
-                    pod.name
-                );
+                assert_eq!(i.get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
+                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{}: never ready: {said}",
-                pod.name
-            );
+            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
             std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
         }
         let after = self.master.counts();
-        assert_eq!(
-            (after.0, after.1),
-            (before.0, before.1 + 1),
-            "{}: the start was not one partial resync (sync_full, sync_partial_ok)",
-            pod.name
-        );
+        assert_eq!((after.0, after.1), (before.0, before.1 + 1), "{}: the start was not one partial resync (sync_full, sync_partial_ok)", pod.name);
     }
 
     /// Stop `pod` as Kubernetes does and create it again on `host` with its volume, `writes` keys
@@ -227,11 +160,7 @@ impl Fleet {
         let served = relay_served(&self.master.ns, &self.relay_addr);
         let (mut pod, d) = self.create_replica(&name, host);
         assert_kept_own(&d, offset);
-        assert_eq!(
-            relay_served(&self.master.ns, &self.relay_addr),
-            served,
-            "{name}: the relay served bytes for a kept volume"
-        );
+        assert_eq!(relay_served(&self.master.ns, &self.relay_addr), served, "{name}: the relay served bytes for a kept volume");
         self.serve(&mut pod, host);
         self.assert_identical(&name);
         pod
@@ -240,29 +169,14 @@ impl Fleet {
     /// `fastrepl verify` between the master and a pod, by their DNS names, from the master's namespace.
     fn assert_identical(&self, pod: &str) {
         let replica = format!("{}:6379", self.fqdn(pod));
-        wait_until(
-            &format!("{pod} to catch up"),
-            Duration::from_secs(30),
-            || {
-                let i = self.master.client().info("replication").ok()?;
-                let m = i.num("master_repl_offset")?;
-                let line =
-                    i.0.into_iter()
-                        .find(|(_, v)| v.contains(&self.fqdn(pod)))?
-                        .1;
-                let off: i64 = line
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("offset="))?
-                    .parse()
-                    .ok()?;
-                (off >= m).then_some(())
-            },
-        );
-        let (ok, out, err) = fastrepl_in(
-            &self.master.ns,
-            &["verify", &self.master_addr, &replica],
-            &[("FASTREPL_VERIFY_PASSWORD", PASSWORD)],
-        );
+        wait_until(&format!("{pod} to catch up"), Duration::from_secs(30), || {
+            let i = self.master.client().info("replication").ok()?;
+            let m = i.num("master_repl_offset")?;
+            let line = i.0.into_iter().find(|(_, v)| v.contains(&self.fqdn(pod)))?.1;
+            let off: i64 = line.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
+            (off >= m).then_some(())
+        });
+        let (ok, out, err) = fastrepl_in(&self.master.ns, &["verify", &self.master_addr, &replica], &[("FASTREPL_VERIFY_PASSWORD", PASSWORD)]);
         assert!(ok, "verify {} {replica}:\n{out}{err}", self.master_addr);
     }
 }
@@ -277,27 +191,11 @@ fn a_replica_pod_lives_through_its_life() {
 
     let lab = Lab::new(HOSTS, None).unwrap_or_else(|e| panic!("make the lab: {e}"));
     let mut dns = Dns::new(&lab);
-    dns.set(
-        &format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"),
-        Some(&lab.hosts[MASTER_HOST].ip),
-    );
-    dns.set(
-        &m.service_name("fastrepl-relay"),
-        Some(&lab.hosts[RELAY_HOST].ip),
-    );
+    dns.set(&format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"), Some(&lab.hosts[MASTER_HOST].ip));
+    dns.set(&m.service_name("fastrepl-relay"), Some(&lab.hosts[RELAY_HOST].ip));
     let master = Prerequisite::start(&lab.hosts[MASTER_HOST], "master", &[]);
     data::fill_small_mixed(&mut master.client(), 3000);
-    let mut f = Fleet {
-        relay: None,
-        master,
-        dns,
-        lab,
-        m,
-        master_addr,
-        relay_addr,
-        sts,
-        claims_root: tempfile::tempdir().unwrap(),
-    };
+    let mut f = Fleet { relay: None, master, dns, lab, m, master_addr, relay_addr, sts, claims_root: tempfile::tempdir().unwrap() };
     f.start_relay();
 
     // 1. The fleet's first replica: an empty volume staged; the relay captured from the master (no
@@ -306,11 +204,7 @@ fn a_replica_pod_lives_through_its_life() {
     let (mut pod0, d) = f.create_replica("redis-replica-0", 2);
     assert_eq!(d.what, ("stage".into(), "empty".into()));
     f.serve(&mut pod0, 2);
-    assert_eq!(
-        f.master.counts().2,
-        forks + 1,
-        "the first capture is the master's one fork"
-    );
+    assert_eq!(f.master.counts().2, forks + 1, "the first capture is the master's one fork");
     f.assert_identical("redis-replica-0");
 
     // The relay's pod replaced (Recreate): its next capture is from a replica, by the name it
@@ -321,15 +215,8 @@ fn a_replica_pod_lives_through_its_life() {
     let (mut pod1, d) = f.create_replica("redis-replica-1", 3);
     assert_eq!(d.what, ("stage".into(), "empty".into()));
     f.serve(&mut pod1, 3);
-    assert_eq!(
-        f.master.counts().2,
-        forks,
-        "the master forked for the second replica"
-    );
-    assert!(
-        pod0.info_num("stats", "total_forks") > forks0,
-        "the relay did not capture from redis-replica-0"
-    );
+    assert_eq!(f.master.counts().2, forks, "the master forked for the second replica");
+    assert!(pod0.info_num("stats", "total_forks") > forks0, "the relay did not capture from redis-replica-0");
     f.assert_identical("redis-replica-1");
 
     // 2. A rolling restart: SIGTERM (the config saves), the next start keeps the RDB, pulls nothing.
@@ -341,19 +228,8 @@ fn a_replica_pod_lives_through_its_life() {
     write(&f.master, "c", 1000);
     let mut pod1 = f.restart_keeping(pod1, 5, 500);
     assert_eq!(f.master.counts().2, forks);
-    let slave = f
-        .master
-        .client()
-        .info("replication")
-        .unwrap()
-        .0
-        .into_iter()
-        .find(|(_, v)| v.contains("redis-replica-1"))
-        .map(|(_, v)| v);
-    assert!(
-        slave.is_some(),
-        "the master does not list redis-replica-1 by its name"
-    );
+    let slave = f.master.client().info("replication").unwrap().0.into_iter().find(|(_, v)| v.contains("redis-replica-1")).map(|(_, v)| v);
+    assert!(slave.is_some(), "the master does not list redis-replica-1 by its name");
     f.assert_identical("redis-replica-1");
 
     // 4. Scale down to one (redis-replica-1 and its claim deleted: the StatefulSet's default keeps
@@ -366,40 +242,16 @@ fn a_replica_pod_lives_through_its_life() {
     let gone = f.fqdn("redis-replica-1");
     f.dns.set(&gone, None);
     write(&f.master, "e", 2000);
-    let (mut pod1, mut pod2) = (
-        f.place_replica("redis-replica-1", 6),
-        f.place_replica("redis-replica-2", 4),
-    );
+    let (mut pod1, mut pod2) = (f.place_replica("redis-replica-1", 6), f.place_replica("redis-replica-2", 4));
     let (d1, d2) = std::thread::scope(|s| {
-        let (a, b) = (
-            s.spawn(|| decision(&pod1.init())),
-            s.spawn(|| decision(&pod2.init())),
-        );
-        (
-            a.join().expect("redis-replica-1's init"),
-            b.join().expect("redis-replica-2's init"),
-        )
+        let (a, b) = (s.spawn(|| decision(&pod1.init())), s.spawn(|| decision(&pod2.init())));
+        (a.join().expect("redis-replica-1's init"), b.join().expect("redis-replica-2's init"))
     });
-    assert_eq!(
-        (d1.what, d2.what),
-        (
-            ("stage".into(), "empty".into()),
-            ("stage".into(), "empty".into())
-        )
-    );
-    assert!(
-        d1.generation.is_some() && d1.generation == d2.generation,
-        "the two new pods did not stage one snapshot: {:?} {:?}",
-        d1.generation,
-        d2.generation
-    );
+    assert_eq!((d1.what, d2.what), (("stage".into(), "empty".into()), ("stage".into(), "empty".into())));
+    assert!(d1.generation.is_some() && d1.generation == d2.generation, "the two new pods did not stage one snapshot: {:?} {:?}", d1.generation, d2.generation);
     f.serve(&mut pod1, 6);
     f.serve(&mut pod2, 4);
-    assert_eq!(
-        f.master.counts().2,
-        forks,
-        "the master forked for a scale-up"
-    );
+    assert_eq!(f.master.counts().2, forks, "the master forked for a scale-up");
     for p in ["redis-replica-0", "redis-replica-1", "redis-replica-2"] {
         f.assert_identical(p);
     }
@@ -411,65 +263,29 @@ fn a_replica_pod_lives_through_its_life() {
     //    the relay follows the name too: a pod born after the failover is staged from a capture of
     //    a replica, the new master never forks.
     let standby = start_standby(&f.lab.hosts[STANDBY_HOST]);
-    wait_until(
-        "the standby to link to the master",
-        Duration::from_secs(30),
-        || {
-            (standby
-                .client()
-                .info("replication")
-                .ok()?
-                .get("master_link_status")
-                == Some("up"))
-            .then_some(())
-        },
-    );
+    wait_until("the standby to link to the master", Duration::from_secs(30), || (standby.client().info("replication").ok()?.get("master_link_status") == Some("up")).then_some(()));
     write(&f.master, "f", 1000);
     let pods = [pod0, pod1, pod2];
     // No write is in flight at the failover: every replica has all the master wrote (nothing lost
     // to the failover itself: what an asynchronous failover can lose is not ours to test).
     let wanted = f.master.info_num("replication", "master_repl_offset");
-    wait_until(
-        "every replica to have all the master wrote",
-        Duration::from_secs(30),
-        || {
-            let at = |mut c: client::Client| c.info("replication").ok()?.num("slave_repl_offset");
-            (pods.iter().all(|p| at(p.client()) == Some(wanted))
-                && at(standby.client()) == Some(wanted))
-            .then_some(())
-        },
-    );
+    wait_until("every replica to have all the master wrote", Duration::from_secs(30), || {
+        let at = |mut c: client::Client| c.info("replication").ok()?.num("slave_repl_offset");
+        (pods.iter().all(|p| at(p.client()) == Some(wanted)) && at(standby.client()) == Some(wanted)).then_some(())
+    });
     let old = std::mem::replace(&mut f.master, standby);
     drop(old); // Killed: the master's host is gone.
     for p in &pods {
-        wait_until(
-            &format!("{} to say it is not ready, cut off from its master", p.name),
-            Duration::from_secs(30),
-            || (!p.ready().0).then_some(()),
-        );
+        wait_until(&format!("{} to say it is not ready, cut off from its master", p.name), Duration::from_secs(30), || (!p.ready().0).then_some(()));
     }
-    f.master
-        .client()
-        .cmd(&["REPLICAOF", "NO", "ONE"])
-        .expect("promote the standby");
-    f.dns.set(
-        &format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"),
-        Some(&f.lab.hosts[STANDBY_HOST].ip),
-    );
-    wait_until(
-        "the pods to follow the name to the new master, Ready again",
-        Duration::from_secs(60),
-        || {
-            let linked = f.master.info_num("replication", "connected_slaves");
-            (linked == 3 && pods.iter().all(|p| p.ready().0)).then_some(())
-        },
-    );
+    f.master.client().cmd(&["REPLICAOF", "NO", "ONE"]).expect("promote the standby");
+    f.dns.set(&format!("{MASTER_SERVICE}.redis.{CLUSTER_DOMAIN}"), Some(&f.lab.hosts[STANDBY_HOST].ip));
+    wait_until("the pods to follow the name to the new master, Ready again", Duration::from_secs(60), || {
+        let linked = f.master.info_num("replication", "connected_slaves");
+        (linked == 3 && pods.iter().all(|p| p.ready().0)).then_some(())
+    });
     let (full, partial, forks) = f.master.counts();
-    assert_eq!(
-        (full, partial),
-        (0, 3),
-        "the pods' resyncs with the new master (sync_full, sync_partial_ok)"
-    );
+    assert_eq!((full, partial), (0, 3), "the pods' resyncs with the new master (sync_full, sync_partial_ok)");
     write(&f.master, "g", 1000);
     for p in ["redis-replica-0", "redis-replica-1", "redis-replica-2"] {
         f.assert_identical(p);

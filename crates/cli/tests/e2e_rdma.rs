@@ -15,20 +15,12 @@ fn tls() -> String {
 }
 
 fn rdma_transports() -> Vec<String> {
-    ucx::Context::local_transports()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| ucx::is_rdma_transport(t))
-        .collect()
+    ucx::Context::local_transports().unwrap_or_default().into_iter().filter(|t| ucx::is_rdma_transport(t)).collect()
 }
 
 fn require_rdma() {
     let found = rdma_transports();
-    assert!(
-        !found.is_empty(),
-        "no RDMA-capable UCX transport here (UCX sees: {:?})",
-        ucx::Context::local_transports()
-    );
+    assert!(!found.is_empty(), "no RDMA-capable UCX transport here (UCX sees: {:?})", ucx::Context::local_transports());
 }
 
 #[test]
@@ -45,10 +37,7 @@ fn join_over_ucx_reads_with_rdma() {
     let j = finish_join(spawn_join(&relay.addr, &replica.addr(), ucx));
     assert_eq!(j.code, Some(0), "{}", j.output);
     let detail = j.report["transport_detail"].as_str().unwrap_or_default();
-    assert!(
-        ucx::is_rdma_transport(detail.split([' ', ';']).next().unwrap_or("")),
-        "GETs did not use a verbs transport: {detail}"
-    );
+    assert!(ucx::is_rdma_transport(detail.split([' ', ';']).next().unwrap_or("")), "GETs did not use a verbs transport: {detail}");
     assert!(!detail.contains("emulated"), "{detail}");
     assert_identical(&master, &replica);
 }

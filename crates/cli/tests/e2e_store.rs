@@ -25,11 +25,7 @@ fn join_over(relay: &str, replica: &str, transport: &str, extra: &[&str]) -> Joi
 }
 
 fn generation_files(store: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(store)
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("gen-"))
-        .collect();
+    let mut v: Vec<String> = std::fs::read_dir(store).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with("gen-")).collect();
     v.sort();
     v
 }
@@ -45,46 +41,23 @@ fn joins_over_every_transport_are_served_from_the_store() {
     assert_eq!(generation_files(store.path()), ["gen-1.log", "gen-1.rdb"]);
     let st = status_json(&relay.addr);
     assert_eq!(st["store"], store.path().display().to_string(), "{st}");
-    assert!(
-        st["store_bytes"].as_u64().unwrap() >= st["held_bytes"].as_u64().unwrap(),
-        "{st}"
-    );
-    let bound = st["memory_bound_bytes"]
-        .as_u64()
-        .expect("a bound with a store");
+    assert!(st["store_bytes"].as_u64().unwrap() >= st["held_bytes"].as_u64().unwrap(), "{st}");
+    let bound = st["memory_bound_bytes"].as_u64().expect("a bound with a store");
     let held = st["memory_unreclaimable_bytes"].as_u64().unwrap();
-    assert!(
-        held > 0 && held < bound,
-        "unreclaimable {held} under the bound {bound}: {st}"
-    );
+    assert!(held > 0 && held < bound, "unreclaimable {held} under the bound {bound}: {st}");
     // Writes after the snapshot land in the store's log and reach every replica.
     for (i, t) in ["tcp", "shm", "ucx"].iter().enumerate() {
         let replica = Server::start(Flavor::Redis70, &[]);
-        master
-            .client()
-            .cmd(&["SET", &format!("after:{i}"), t])
-            .unwrap();
+        master.client().cmd(&["SET", &format!("after:{i}"), t]).unwrap();
         let j = join_over(&relay.addr, &replica.addr(), t, &[]);
         assert_eq!(j.code, Some(0), "join over {t} failed:\n{}", j.output);
-        assert_eq!(
-            (j.report["handoff"].as_str(), j.report["transport"].as_str()),
-            (Some("partial"), Some(*t)),
-            "{}",
-            j.output
-        );
-        assert_eq!(
-            j.report["generation"], 1,
-            "one capture for all: {}",
-            j.output
-        );
+        assert_eq!((j.report["handoff"].as_str(), j.report["transport"].as_str()), (Some("partial"), Some(*t)), "{}", j.output);
+        assert_eq!(j.report["generation"], 1, "one capture for all: {}", j.output);
         wait_caught_up(&master, &replica);
         assert_identical(&master, &replica);
     }
     let st = status_json(&relay.addr);
-    assert!(
-        st["generations"][0]["log_bytes"].as_u64().unwrap() > 0,
-        "the log grew in its file: {st}"
-    );
+    assert!(st["generations"][0]["log_bytes"].as_u64().unwrap() > 0, "the log grew in its file: {st}");
     assert_eq!(st["captures_total"], 1, "{st}");
 }
 
@@ -96,45 +69,17 @@ fn a_killed_relays_leftovers_are_removed_and_a_store_serves_one_relay() {
     let mut first = stored_relay(&master.addr(), store.path(), &[]);
     wait_relay_generation(&first.addr);
     // A second relay on the same store is refused by name while the first lives.
-    let out = fastrepl()
-        .args([
-            "relay",
-            "--master",
-            &master.addr(),
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-        ])
-        .arg(store.path())
-        .output()
-        .unwrap();
+    let out = fastrepl().args(["relay", "--master", &master.addr(), "--listen", "127.0.0.1:0", "--store"]).arg(store.path()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("another relay uses it"),
-        "{err}"
-    );
+    assert!(!out.status.success() && err.contains("another relay uses it"), "{err}");
     first.proc.kill();
     std::fs::write(store.path().join("notes.txt"), "the operator's").unwrap();
-    assert_eq!(
-        generation_files(store.path()),
-        ["gen-1.log", "gen-1.rdb"],
-        "a killed relay leaves its files"
-    );
+    assert_eq!(generation_files(store.path()), ["gen-1.log", "gen-1.rdb"], "a killed relay leaves its files");
     // The next relay removes them (and nothing else) before it captures its own.
     let second = stored_relay(&master.addr(), store.path(), &["--capture", "on-demand"]);
-    assert!(
-        second
-            .proc
-            .output()
-            .contains("removed the generation files a previous relay left"),
-        "{}",
-        second.proc.output()
-    );
+    assert!(second.proc.output().contains("removed the generation files a previous relay left"), "{}", second.proc.output());
     assert!(generation_files(store.path()).is_empty());
-    assert!(
-        store.path().join("notes.txt").exists(),
-        "a file not the relay's is left alone"
-    );
+    assert!(store.path().join("notes.txt").exists(), "a file not the relay's is left alone");
 }
 
 #[test]
@@ -143,24 +88,10 @@ fn a_store_that_is_missing_or_not_a_directory_is_named() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     for bad in [dir.path().join("missing"), file] {
-        let out = fastrepl()
-            .args([
-                "relay",
-                "--master",
-                "127.0.0.1:1",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-            ])
-            .arg(&bad)
-            .output()
-            .unwrap();
+        let out = fastrepl().args(["relay", "--master", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--store"]).arg(&bad).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(
-            err.contains(&format!("store directory {}", bad.display())),
-            "{err}"
-        );
+        assert!(err.contains(&format!("store directory {}", bad.display())), "{err}");
     }
 }
 
@@ -170,28 +101,14 @@ fn a_released_generation_takes_its_files_with_it() {
     data::fill_small_mixed(&mut master.client(), 500);
     let store = tempfile::tempdir().unwrap();
     let relay = stored_relay(&master.addr(), store.path(), &["--idle-release-secs", "1"]);
-    wait_until("a generation in the store", Duration::from_secs(30), || {
-        (!generation_files(store.path()).is_empty()).then_some(())
-    });
+    wait_until("a generation in the store", Duration::from_secs(30), || (!generation_files(store.path()).is_empty()).then_some(()));
     // Watched on the disk alone: a status connection would keep the relay from being idle.
-    wait_until(
-        "the idle generation released with its files",
-        Duration::from_secs(30),
-        || generation_files(store.path()).is_empty().then_some(()),
-    );
-    assert_eq!(
-        status_json(&relay.addr)["generations_released_idle_total"],
-        1
-    );
+    wait_until("the idle generation released with its files", Duration::from_secs(30), || generation_files(store.path()).is_empty().then_some(()));
+    assert_eq!(status_json(&relay.addr)["generations_released_idle_total"], 1);
     // The next agent gets a new capture, in new files.
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = join_over(&relay.addr, &replica.addr(), "tcp", &[]);
-    assert_eq!(
-        (j.code, j.report["handoff"].as_str()),
-        (Some(0), Some("partial")),
-        "{}",
-        j.output
-    );
+    assert_eq!((j.code, j.report["handoff"].as_str()), (Some(0), Some("partial")), "{}", j.output);
     assert_identical(&master, &replica);
 }
 
@@ -202,44 +119,18 @@ fn a_file_truncated_under_the_relay_fails_its_generation_and_the_next_join_gets_
     let store = tempfile::tempdir().unwrap();
     let relay = stored_relay(&master.addr(), store.path(), &["--block-size", "65536"]);
     wait_relay_generation(&relay.addr);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(store.path().join("gen-1.rdb"))
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(store.path().join("gen-1.rdb")).unwrap().set_len(0).unwrap();
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = join_over(&relay.addr, &replica.addr(), "tcp", &["--retries", "0"]);
-    assert_ne!(
-        j.code,
-        Some(0),
-        "a join on a truncated snapshot must not succeed:\n{}",
-        j.output
-    );
-    assert!(
-        j.output.contains("gen-1.rdb"),
-        "the agent is told which file: {}",
-        j.output
-    );
+    assert_ne!(j.code, Some(0), "a join on a truncated snapshot must not succeed:\n{}", j.output);
+    assert!(j.output.contains("gen-1.rdb"), "the agent is told which file: {}", j.output);
     assert_untouched(&replica);
     let st = status_json(&relay.addr);
     assert_eq!(st["store_faults_total"], 1, "{st}");
-    assert!(
-        st["generations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|g| g["id"] != 1 || g["state"] == "failed"),
-        "{st}"
-    );
+    assert!(st["generations"].as_array().unwrap().iter().all(|g| g["id"] != 1 || g["state"] == "failed"), "{st}");
     // The next join triggers a fresh capture and succeeds.
     let j = join_over(&relay.addr, &replica.addr(), "tcp", &[]);
-    assert_eq!(
-        (j.code, j.report["handoff"].as_str()),
-        (Some(0), Some("partial")),
-        "{}",
-        j.output
-    );
+    assert_eq!((j.code, j.report["handoff"].as_str()), (Some(0), Some("partial")), "{}", j.output);
     assert_eq!(j.report["generation"], 2, "{}", j.output);
     assert_identical(&master, &replica);
 }
@@ -250,18 +141,7 @@ struct SmallDisk(tempfile::TempDir);
 impl SmallDisk {
     fn mount(size: &str) -> Option<SmallDisk> {
         let dir = tempfile::tempdir().ok()?;
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size}"),
-                "fastrepl-test-disk",
-            ])
-            .arg(dir.path())
-            .status()
-            .ok()?
-            .success();
+        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "fastrepl-test-disk"]).arg(dir.path()).status().ok()?.success();
         ok.then_some(SmallDisk(dir))
     }
 }
@@ -282,32 +162,13 @@ fn a_full_disk_mid_capture_fails_the_generation_and_the_agent_is_told() {
     };
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_big_values(&mut master.client(), 200, 16 << 10);
-    let relay = stored_relay(
-        &master.addr(),
-        disk.0.path(),
-        &["--block-size", "65536", "--capture", "on-demand"],
-    );
+    let relay = stored_relay(&master.addr(), disk.0.path(), &["--block-size", "65536", "--capture", "on-demand"]);
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = join_over(&relay.addr, &replica.addr(), "tcp", &["--retries", "0"]);
-    assert_ne!(
-        j.code,
-        Some(0),
-        "a join on a snapshot the disk could not hold must not succeed:\n{}",
-        j.output
-    );
-    assert!(
-        j.output.contains("No space left on device") && j.output.contains("gen-1.rdb"),
-        "the agent is told why and which file: {}",
-        j.output
-    );
+    assert_ne!(j.code, Some(0), "a join on a snapshot the disk could not hold must not succeed:\n{}", j.output);
+    assert!(j.output.contains("No space left on device") && j.output.contains("gen-1.rdb"), "the agent is told why and which file: {}", j.output);
     assert_untouched(&replica);
     let st = status_json(&relay.addr);
     assert!(st["capture_failures_total"].as_u64().unwrap() >= 1, "{st}");
-    assert!(
-        st["last_capture_error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("No space left on device"),
-        "{st}"
-    );
+    assert!(st["last_capture_error"].as_str().unwrap_or_default().contains("No space left on device"), "{st}");
 }

@@ -15,11 +15,7 @@ fn agents_pull_while_the_master_still_writes_the_rdb() {
     let j = join(&relay.addr, &replica.addr(), &["--readers", "4"], &[]);
     assert_partial(&j);
     assert_eq!(j.report["streamed_while_capturing"], true, "{}", j.output);
-    assert!(
-        j.report["reads_in_flight_max"].as_u64().unwrap() >= 2,
-        "{}",
-        j.output
-    );
+    assert!(j.report["reads_in_flight_max"].as_u64().unwrap() >= 2, "{}", j.output);
     assert_identical(&master, &replica);
 }
 
@@ -31,19 +27,13 @@ fn no_loss_under_writes_and_partial_handoff() {
     let replica = Server::start(Flavor::Redis70, &[]);
     // The writer runs through capture, transfer, load and handoff.
     let writer = data::Writer::start(master.client(), 1_000_000, Duration::from_secs(120));
-    wait_until("the writer to start", Duration::from_secs(10), || {
-        (writer.count() > 10).then_some(())
-    });
+    wait_until("the writer to start", Duration::from_secs(10), || (writer.count() > 10).then_some(()));
     let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
     let full0 = info_num(&master, "stats", "sync_full");
     let partial0 = info_num(&master, "stats", "sync_partial_ok");
     let j = join(&relay.addr, &replica.addr(), &[], &[]);
     let during = writer.count();
-    wait_until(
-        "more writes after the handoff",
-        Duration::from_secs(10),
-        || (writer.count() > during + 20).then_some(()),
-    );
+    wait_until("more writes after the handoff", Duration::from_secs(10), || (writer.count() > during + 20).then_some(()));
     let written = writer.stop();
     assert_partial(&j);
     // The relay's own capture is the only full sync; the replica's handoff is partial.
@@ -66,13 +56,8 @@ fn one_fork_serves_concurrent_and_late_agents() {
     data::fill_every_type(&mut master.client(), 4, true);
     let forks0 = info_num(&master, "stats", "total_forks");
     let relay = relay(&master.addr(), &["--block-size", "262144"], &[]);
-    let replicas: Vec<Server> = (0..3)
-        .map(|_| Server::start(Flavor::Redis70, &[]))
-        .collect();
-    let joins: Vec<Proc> = replicas[..2]
-        .iter()
-        .map(|r| start_join(&relay.addr, &r.addr(), &[], &[]))
-        .collect();
+    let replicas: Vec<Server> = (0..3).map(|_| Server::start(Flavor::Redis70, &[])).collect();
+    let joins: Vec<Proc> = replicas[..2].iter().map(|r| start_join(&relay.addr, &r.addr(), &[], &[])).collect();
     for j in joins {
         assert_partial(&finish_join(j));
     }
@@ -82,11 +67,7 @@ fn one_fork_serves_concurrent_and_late_agents() {
     let late = join(&relay.addr, &replicas[2].addr(), &[], &[]);
     assert_partial(&late);
     assert!(late.report["log_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(
-        info_num(&master, "stats", "total_forks") - forks0,
-        1,
-        "the master forked more than once"
-    );
+    assert_eq!(info_num(&master, "stats", "total_forks") - forks0, 1, "the master forked more than once");
     for r in &replicas {
         wait_caught_up(&master, r);
         assert_identical(&master, r);
@@ -98,36 +79,16 @@ fn a_full_log_seals_the_generation_and_the_next_agent_gets_a_fresh_one() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_every_type(&mut master.client(), 1, true);
     let forks0 = info_num(&master, "stats", "total_forks");
-    let relay = relay(
-        &master.addr(),
-        &["--block-size", "65536", "--log-max-bytes", "65536"],
-        &[],
-    );
-    let replicas: Vec<Server> = (0..2)
-        .map(|_| Server::start(Flavor::Redis70, &[]))
-        .collect();
+    let relay = relay(&master.addr(), &["--block-size", "65536", "--log-max-bytes", "65536"], &[]);
+    let replicas: Vec<Server> = (0..2).map(|_| Server::start(Flavor::Redis70, &[])).collect();
     assert_partial(&join(&relay.addr, &replicas[0].addr(), &[], &[]));
     // Write past the log bound: the relay seals generation 1 and lets go of the master link.
     data::fill_small_mixed(&mut master.client(), 5000);
-    wait_until(
-        "the relay to seal its generation",
-        Duration::from_secs(20),
-        || {
-            relay
-                .proc
-                .output()
-                .contains("generation sealed")
-                .then_some(())
-        },
-    );
+    wait_until("the relay to seal its generation", Duration::from_secs(20), || relay.proc.output().contains("generation sealed").then_some(()));
     let j = join(&relay.addr, &replicas[1].addr(), &[], &[]);
     assert_partial(&j);
     assert_eq!(j.report["generation"], 2, "{}", j.output);
-    assert_eq!(
-        info_num(&master, "stats", "total_forks") - forks0,
-        2,
-        "one fork per generation"
-    );
+    assert_eq!(info_num(&master, "stats", "total_forks") - forks0, 2, "one fork per generation");
     for r in &replicas {
         wait_caught_up(&master, r);
         assert_identical(&master, r);

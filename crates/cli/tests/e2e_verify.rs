@@ -10,27 +10,13 @@ use common::*;
 
 /// `fastrepl verify a b`: exit code and output.
 fn run_verify(a: &str, b: &str) -> (Option<i32>, String) {
-    let out = fastrepl()
-        .args(["verify", a, b])
-        .output()
-        .expect("run verify");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let out = fastrepl().args(["verify", a, b]).output().expect("run verify");
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 /// Make `replica` a native replica of `master` and wait until it holds everything.
 fn replicate(master: &Server, replica: &Server) {
-    let (h, p) = master
-        .addr()
-        .rsplit_once(':')
-        .map(|(h, p)| (h.to_string(), p.to_string()))
-        .unwrap();
+    let (h, p) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_string(), p.to_string())).unwrap();
     replica.client().cmd(&["REPLICAOF", &h, &p]).unwrap();
     wait_caught_up(master, replica);
 }
@@ -48,11 +34,9 @@ fn scores_printed_differently_are_the_same_doubles() {
     let mut c = master.client();
     for i in 0..500 {
         let score = (i as f64 + 1.0) * std::f64::consts::PI / 7.3;
-        c.cmd(&["ZADD", "z", &format!("{score:.17}"), &format!("m{i}")])
-            .unwrap();
+        c.cmd(&["ZADD", "z", &format!("{score:.17}"), &format!("m{i}")]).unwrap();
     }
-    c.cmd(&["ZADD", "z", "inf", "top", "-inf", "bottom"])
-        .unwrap();
+    c.cmd(&["ZADD", "z", "inf", "top", "-inf", "bottom"]).unwrap();
     let replica = Server::start(Flavor::Valkey81, &[]);
     replicate(&master, &replica);
     let (code, out) = run_verify(&master.addr(), &replica.addr());
@@ -76,95 +60,21 @@ fn field_ttls_and_vector_sets_on_redis_82() {
     let replica = Server::start(Flavor::Redis82, &[]);
     replicate(&master, &replica);
     let (code, out) = run_verify(&master.addr(), &replica.addr());
-    assert_eq!(
-        code,
-        Some(0),
-        "identical copies with vector sets and field TTLs:\n{out}"
-    );
+    assert_eq!(code, Some(0), "identical copies with vector sets and field TTLs:\n{out}");
     detach(&replica);
     let mut r = replica.client();
     // Each change alone is found (restored after each).
     let cases: [(&[&str], &[&str], &str); 4] = [
-        (
-            &[
-                "HPEXPIRE",
-                "hash:field-ttl",
-                "7200000",
-                "FIELDS",
-                "1",
-                "short",
-            ],
-            &[
-                "HPEXPIRE",
-                "hash:field-ttl",
-                "3600000",
-                "FIELDS",
-                "1",
-                "short",
-            ],
-            "field-ttl short",
-        ),
-        (
-            &["HPERSIST", "hash:field-ttl", "FIELDS", "1", "long"],
-            &[
-                "HPEXPIRE",
-                "hash:field-ttl",
-                "86400000",
-                "FIELDS",
-                "1",
-                "long",
-            ],
-            "field-ttl long",
-        ),
-        (
-            &[
-                "VSETATTR",
-                "vset:q8",
-                "item-0",
-                "{\"year\":1,\"tag\":\"x\"}",
-            ],
-            &[
-                "VSETATTR",
-                "vset:q8",
-                "item-0",
-                "{\"year\":1990,\"tag\":\"t0\"}",
-            ],
-            "item-0 attributes",
-        ),
-        (
-            &[
-                "VADD",
-                "vset:noquant",
-                "VALUES",
-                "3",
-                "0.5",
-                "-0.25",
-                "0.75",
-                "only",
-                "NOQUANT",
-            ],
-            &[
-                "VADD",
-                "vset:noquant",
-                "VALUES",
-                "3",
-                "0.5",
-                "-0.25",
-                "1",
-                "only",
-                "NOQUANT",
-            ],
-            "only vector",
-        ),
+        (&["HPEXPIRE", "hash:field-ttl", "7200000", "FIELDS", "1", "short"], &["HPEXPIRE", "hash:field-ttl", "3600000", "FIELDS", "1", "short"], "field-ttl short"),
+        (&["HPERSIST", "hash:field-ttl", "FIELDS", "1", "long"], &["HPEXPIRE", "hash:field-ttl", "86400000", "FIELDS", "1", "long"], "field-ttl long"),
+        (&["VSETATTR", "vset:q8", "item-0", "{\"year\":1,\"tag\":\"x\"}"], &["VSETATTR", "vset:q8", "item-0", "{\"year\":1990,\"tag\":\"t0\"}"], "item-0 attributes"),
+        (&["VADD", "vset:noquant", "VALUES", "3", "0.5", "-0.25", "0.75", "only", "NOQUANT"], &["VADD", "vset:noquant", "VALUES", "3", "0.5", "-0.25", "1", "only", "NOQUANT"], "only vector"),
     ];
     for (change, undo, what) in cases {
         r.cmd(change).unwrap_or_else(|e| panic!("{change:?}: {e}"));
         let (code, out) = run_verify(&master.addr(), &replica.addr());
         assert_eq!(code, Some(1), "{change:?} not found:\n{out}");
-        assert!(
-            out.contains(what),
-            "{change:?}: expected {what:?} in:\n{out}"
-        );
+        assert!(out.contains(what), "{change:?}: expected {what:?} in:\n{out}");
         r.cmd(undo).unwrap();
         // Restored (a restored TTL is relative to now, not to the master's: within verify's
         // tolerance), so that the next case is found alone.
@@ -192,9 +102,7 @@ fn a_type_verify_does_not_know_is_not_called_identical() {
     };
     let b = Server::start(Flavor::Redis82, &["--loadmodule", &m]);
     for s in [&a, &b] {
-        s.client()
-            .cmd(&["GRAPH.QUERY", "g", "CREATE (:Person {name:'ada'})"])
-            .unwrap();
+        s.client().cmd(&["GRAPH.QUERY", "g", "CREATE (:Person {name:'ada'})"]).unwrap();
         s.client().cmd(&["SET", "plain", "1"]).unwrap();
     }
     let (code, out) = run_verify(&a.addr(), &b.addr());
@@ -213,67 +121,24 @@ fn a_key_a_server_refuses_to_read_is_not_compared_and_not_a_difference() {
     a.client().cmd(&["SET", "k", "1"]).unwrap();
     let (code, out) = run_verify(&a.addr(), &b.addr());
     assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("cannot read 1 keys")
-            && out.contains("db0 key 'k': the second server answered TYPE with CLUSTERDOWN"),
-        "{out}"
-    );
-    assert!(
-        !out.contains("DIFFERENT") && !out.contains("identical"),
-        "{out}"
-    );
+    assert!(out.contains("cannot read 1 keys") && out.contains("db0 key 'k': the second server answered TYPE with CLUSTERDOWN"), "{out}");
+    assert!(!out.contains("DIFFERENT") && !out.contains("identical"), "{out}");
     // A key refused does not hide a key that differs.
     // A node that serves every slot but `k`'s (without full coverage required, it serves the others).
-    let c = Server::start(
-        Flavor::Redis70,
-        &[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-require-full-coverage",
-            "no",
-        ],
-    );
-    let slot = |k: &str| {
-        c.client()
-            .cmd(&["CLUSTER", "KEYSLOT", k])
-            .unwrap()
-            .as_int()
-            .unwrap()
-    };
+    let c = Server::start(Flavor::Redis70, &["--cluster-enabled", "yes", "--cluster-require-full-coverage", "no"]);
+    let slot = |k: &str| c.client().cmd(&["CLUSTER", "KEYSLOT", k]).unwrap().as_int().unwrap();
     let sk = slot("k");
-    for (from, to) in [(0, sk - 1), (sk + 1, 16383)]
-        .into_iter()
-        .filter(|(f, t)| f <= t)
-    {
-        c.client()
-            .cmd(&[
-                "CLUSTER",
-                "ADDSLOTSRANGE",
-                &from.to_string(),
-                &to.to_string(),
-            ])
-            .unwrap();
+    for (from, to) in [(0, sk - 1), (sk + 1, 16383)].into_iter().filter(|(f, t)| f <= t) {
+        c.client().cmd(&["CLUSTER", "ADDSLOTSRANGE", &from.to_string(), &to.to_string()]).unwrap();
     }
-    let kd = (0..)
-        .map(|i| format!("other{i}"))
-        .find(|x| slot(x) != sk)
-        .unwrap();
-    fixtures::wait_until(
-        "the node to serve its slots",
-        std::time::Duration::from_secs(30),
-        || c.client().cmd(&["SET", &kd, "2"]).ok(),
-    );
+    let kd = (0..).map(|i| format!("other{i}")).find(|x| slot(x) != sk).unwrap();
+    fixtures::wait_until("the node to serve its slots", std::time::Duration::from_secs(30), || c.client().cmd(&["SET", &kd, "2"]).ok());
     let d = Server::start(Flavor::Redis70, &[]);
     d.client().cmd(&["SET", "k", "1"]).unwrap();
     d.client().cmd(&["SET", &kd, "1"]).unwrap();
     let (code, out) = run_verify(&d.addr(), &c.addr());
     assert_eq!(code, Some(1), "{out}");
-    assert!(
-        out.contains("DIFFERENT: 1 differences")
-            && out.contains(&format!("'{kd}'"))
-            && out.contains("cannot read 1 keys"),
-        "{out}"
-    );
+    assert!(out.contains("DIFFERENT: 1 differences") && out.contains(&format!("'{kd}'")) && out.contains("cannot read 1 keys"), "{out}");
 }
 
 #[test]

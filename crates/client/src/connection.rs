@@ -24,26 +24,9 @@ impl Client {
     }
 
     /// Connect over TLS when `tls` is given, and authenticate if `auth` is given.
-    pub fn connect_tls(
-        addr: &str,
-        auth: Option<&Auth>,
-        timeout: Duration,
-        tls: Option<&tls::Tls>,
-    ) -> Result<Client, Error> {
-        let s = tls::connect(addr, tls, timeout).map_err(|(op, source)| Error::Io {
-            op,
-            addr: addr.into(),
-            source,
-        })?;
-        let mut c = Client {
-            s,
-            addr: addr.to_string(),
-            buf: Vec::new(),
-            limits: Limits {
-                bulk_len_max: limits::CLIENT_BULK_BYTES_MAX,
-                ..Limits::default()
-            },
-        };
+    pub fn connect_tls(addr: &str, auth: Option<&Auth>, timeout: Duration, tls: Option<&tls::Tls>) -> Result<Client, Error> {
+        let s = tls::connect(addr, tls, timeout).map_err(|(op, source)| Error::Io { op, addr: addr.into(), source })?;
+        let mut c = Client { s, addr: addr.to_string(), buf: Vec::new(), limits: Limits { bulk_len_max: limits::CLIENT_BULK_BYTES_MAX, ..Limits::default() } };
         if let Some(a) = auth {
             let r = match &a.user {
                 Some(u) => c.raw(&[b"AUTH".as_slice(), u.as_bytes(), a.password.as_bytes()])?,
@@ -77,11 +60,7 @@ impl Client {
     /// Send one command; an error reply becomes [`Error::Server`].
     pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Frame, Error> {
         match self.raw(args)? {
-            Frame::Error(e) => Err(Error::server(
-                &self.addr,
-                args.first().map(AsRef::as_ref).unwrap_or(b""),
-                &e,
-            )),
+            Frame::Error(e) => Err(Error::server(&self.addr, args.first().map(AsRef::as_ref).unwrap_or(b""), &e)),
             f => Ok(f),
         }
     }
@@ -122,25 +101,14 @@ impl Client {
         let _ = self.s.tcp().set_read_timeout(before);
         match r {
             Ok(f) => Ok(Some(f)),
-            Err(Error::Io { source, .. })
-                if matches!(
-                    source.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(Error::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let addr = self.addr.clone();
-        self.s.write_all(bytes).map_err(|source| Error::Io {
-            op: "send to",
-            addr,
-            source,
-        })
+        self.s.write_all(bytes).map_err(|source| Error::Io { op: "send to", addr, source })
     }
 
     fn read_reply(&mut self) -> Result<Frame, Error> {
@@ -151,25 +119,12 @@ impl Client {
                     return Ok(f);
                 }
                 Err(resp::Error::Incomplete) => {}
-                Err(source) => {
-                    return Err(Error::Resp {
-                        addr: self.addr.clone(),
-                        source,
-                    })
-                }
+                Err(source) => return Err(Error::Resp { addr: self.addr.clone(), source }),
             }
             let mut chunk = [0u8; limits::READ_CHUNK_BYTES];
-            let n = self.s.read(&mut chunk).map_err(|source| Error::Io {
-                op: "read from",
-                addr: self.addr.clone(),
-                source,
-            })?;
+            let n = self.s.read(&mut chunk).map_err(|source| Error::Io { op: "read from", addr: self.addr.clone(), source })?;
             if n == 0 {
-                return Err(Error::Io {
-                    op: "read from",
-                    addr: self.addr.clone(),
-                    source: std::io::ErrorKind::UnexpectedEof.into(),
-                });
+                return Err(Error::Io { op: "read from", addr: self.addr.clone(), source: std::io::ErrorKind::UnexpectedEof.into() });
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
@@ -187,9 +142,6 @@ mod tests {
 
     #[test]
     fn command_splits_arguments() {
-        assert_eq!(
-            command(&["SET", "k", "v"]),
-            vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]
-        );
+        assert_eq!(command(&["SET", "k", "v"]), vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]);
     }
 }

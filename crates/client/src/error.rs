@@ -63,12 +63,7 @@ impl Error {
 
     pub(crate) fn server(addr: &str, command: &[u8], message: &[u8]) -> Error {
         let message = String::from_utf8_lossy(message).into_owned();
-        Error::Server {
-            addr: addr.into(),
-            command: String::from_utf8_lossy(command).into_owned(),
-            code: ErrorCode::parse(&message),
-            message,
-        }
+        Error::Server { addr: addr.into(), command: String::from_utf8_lossy(command).into_owned(), code: ErrorCode::parse(&message), message }
     }
 }
 
@@ -109,22 +104,14 @@ impl ErrorCode {
             "BUSY" => ErrorCode::Busy,
             "MASTERDOWN" => ErrorCode::MasterDown,
             "ERR" => ErrorCode::Err,
-            w if !w.is_empty()
-                && w.len() <= 32
-                && w.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') =>
-            {
-                ErrorCode::Other(w.into())
-            }
+            w if !w.is_empty() && w.len() <= 32 && w.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') => ErrorCode::Other(w.into()),
             _ => ErrorCode::Err,
         }
     }
 
     /// A refusal of our credentials or of the command: only an operator can change that.
     pub fn is_permission(&self) -> bool {
-        matches!(
-            self,
-            ErrorCode::NoPerm | ErrorCode::WrongPass | ErrorCode::NoAuth
-        )
+        matches!(self, ErrorCode::NoPerm | ErrorCode::WrongPass | ErrorCode::NoAuth)
     }
 }
 
@@ -134,47 +121,17 @@ mod tests {
 
     #[test]
     fn error_codes_are_the_first_word() {
-        assert_eq!(
-            ErrorCode::parse("NOPERM this user has no permissions to run the 'info' command"),
-            ErrorCode::NoPerm
-        );
-        assert_eq!(
-            ErrorCode::parse("WRONGPASS invalid username-password pair or user is disabled."),
-            ErrorCode::WrongPass
-        );
-        assert_eq!(
-            ErrorCode::parse("NOAUTH Authentication required."),
-            ErrorCode::NoAuth
-        );
-        assert_eq!(
-            ErrorCode::parse("LOADING Redis is loading the dataset in memory"),
-            ErrorCode::Loading
-        );
-        assert_eq!(
-            ErrorCode::parse("ERR unknown command 'FOO'"),
-            ErrorCode::Err
-        );
-        assert_eq!(
-            ErrorCode::parse("CROSSSLOT Keys in request don't hash to the same slot"),
-            ErrorCode::Other("CROSSSLOT".into())
-        );
-        assert_eq!(
-            ErrorCode::parse("no code here"),
-            ErrorCode::Err,
-            "an error without a code is the generic one"
-        );
+        assert_eq!(ErrorCode::parse("NOPERM this user has no permissions to run the 'info' command"), ErrorCode::NoPerm);
+        assert_eq!(ErrorCode::parse("WRONGPASS invalid username-password pair or user is disabled."), ErrorCode::WrongPass);
+        assert_eq!(ErrorCode::parse("NOAUTH Authentication required."), ErrorCode::NoAuth);
+        assert_eq!(ErrorCode::parse("LOADING Redis is loading the dataset in memory"), ErrorCode::Loading);
+        assert_eq!(ErrorCode::parse("ERR unknown command 'FOO'"), ErrorCode::Err);
+        assert_eq!(ErrorCode::parse("CROSSSLOT Keys in request don't hash to the same slot"), ErrorCode::Other("CROSSSLOT".into()));
+        assert_eq!(ErrorCode::parse("no code here"), ErrorCode::Err, "an error without a code is the generic one");
         assert_eq!(ErrorCode::parse(""), ErrorCode::Err);
-        assert!(
-            ErrorCode::NoPerm.is_permission()
-                && ErrorCode::WrongPass.is_permission()
-                && ErrorCode::NoAuth.is_permission()
-        );
+        assert!(ErrorCode::NoPerm.is_permission() && ErrorCode::WrongPass.is_permission() && ErrorCode::NoAuth.is_permission());
         assert!(!ErrorCode::Loading.is_permission() && !ErrorCode::Err.is_permission());
-        let e = Error::server(
-            "h:1",
-            b"INFO",
-            b"NOPERM this user has no permissions to run the 'info' command",
-        );
+        let e = Error::server("h:1", b"INFO", b"NOPERM this user has no permissions to run the 'info' command");
         assert!(e.is_permission());
         assert!(e.to_string().contains("answered INFO: NOPERM"), "{e}");
     }

@@ -40,11 +40,7 @@ mod tests {
     fn info_skips_sections_and_keeps_values_with_colons() {
         let i = Info::parse("# Replication\r\nrole:slave\r\nmaster_host:::1\r\nmaster_repl_offset:42\r\n\r\nslave0:ip=1.2.3.4,port=5\r\n");
         assert_eq!(i.get("role"), Some("slave"));
-        assert_eq!(
-            i.get("master_host"),
-            Some("::1"),
-            "only the first colon separates"
-        );
+        assert_eq!(i.get("master_host"), Some("::1"), "only the first colon separates");
         assert_eq!(i.num("master_repl_offset"), Some(42));
         assert_eq!(i.num("role"), None);
         assert_eq!(i.get("# Replication"), None);
@@ -55,14 +51,7 @@ mod tests {
     fn roles_parse_from_info_and_unknown_ones_are_errors() {
         assert_eq!(Info::parse("role:master\r\n").role(), Ok(Role::Master));
         assert_eq!(Info::parse("role:slave\r\n").role(), Ok(Role::Replica));
-        assert_eq!(
-            Info::parse("role:sentinel\r\n").role(),
-            Err(UnknownRole("sentinel".into()))
-        );
-        assert!(Info::parse("")
-            .role()
-            .unwrap_err()
-            .to_string()
-            .contains("no role"));
+        assert_eq!(Info::parse("role:sentinel\r\n").role(), Err(UnknownRole("sentinel".into())));
+        assert!(Info::parse("").role().unwrap_err().to_string().contains("no role"));
     }
 }

@@ -9,9 +9,7 @@ use std::sync::Arc;
 /// The certificates in a PEM file (at least one).
 pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut std::io::BufReader::new(f))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("read certificates from {}: {e}", path.display()))?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut std::io::BufReader::new(f)).collect::<Result<_, _>>().map_err(|e| format!("read certificates from {}: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!("{} holds no PEM certificate", path.display()));
     }
@@ -21,9 +19,7 @@ pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
 pub fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    rustls_pemfile::private_key(&mut std::io::BufReader::new(f))
-        .map_err(|e| format!("read the key in {}: {e}", path.display()))?
-        .ok_or_else(|| format!("{} holds no PEM private key", path.display()))
+    rustls_pemfile::private_key(&mut std::io::BufReader::new(f)).map_err(|e| format!("read the key in {}: {e}", path.display()))?.ok_or_else(|| format!("{} holds no PEM private key", path.display()))
 }
 
 /// The one crypto provider we use.
@@ -35,9 +31,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 pub fn roots(path: &Path) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     for c in certs(path)? {
-        roots
-            .add(c)
-            .map_err(|e| format!("CA certificate in {}: {e}", path.display()))?;
+        roots.add(c).map_err(|e| format!("CA certificate in {}: {e}", path.display()))?;
     }
     Ok(roots)
 }

@@ -36,10 +36,7 @@ pub fn parse_addr(reply: &Frame) -> Result<Option<String>, String> {
         Frame::Null => Ok(None),
         Frame::Array(a) if a.len() == 2 => {
             let host = a[0].as_text().ok_or("host is not text")?;
-            let port: u16 = a[1]
-                .as_text()
-                .and_then(|p| p.parse().ok())
-                .ok_or("port is not a number")?;
+            let port: u16 = a[1].as_text().and_then(|p| p.parse().ok()).ok_or("port is not a number")?;
             if host.is_empty() || host.len() > limits::SENTINEL_HOST_BYTES_MAX {
                 return Err(format!("bad host {host:?}"));
             }
@@ -63,46 +60,26 @@ pub fn parse_switch(push: &Frame, name: &str) -> Option<String> {
         return None;
     }
     let port: u16 = f[4].parse().ok()?;
-    Some(if f[3].contains(':') {
-        format!("[{}]:{port}", f[3])
-    } else {
-        format!("{}:{port}", f[3])
-    })
+    Some(if f[3].contains(':') { format!("[{}]:{port}", f[3]) } else { format!("{}:{port}", f[3]) })
 }
 
 impl Sentinels {
     /// Parse `--sentinel a:1,b:2`.
     pub fn new(list: &str, name: &str, auth: Option<Auth>) -> Result<Sentinels, String> {
-        let addrs: Vec<String> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
+        let addrs: Vec<String> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
         if addrs.is_empty() {
             return Err("--sentinel: no address given".into());
         }
         if addrs.len() > limits::SENTINELS_MAX {
-            return Err(format!(
-                "--sentinel: more than {} sentinels",
-                limits::SENTINELS_MAX
-            ));
+            return Err(format!("--sentinel: more than {} sentinels", limits::SENTINELS_MAX));
         }
         if name.is_empty() {
             return Err("--master-name is required with --sentinel".into());
         }
-        if let Some(e) = addrs
-            .iter()
-            .find_map(|a| a.parse::<endpoint::Endpoint>().err())
-        {
+        if let Some(e) = addrs.iter().find_map(|a| a.parse::<endpoint::Endpoint>().err()) {
             return Err(format!("--sentinel: {e}"));
         }
-        Ok(Sentinels {
-            addrs,
-            name: name.into(),
-            auth,
-            tls: None,
-        })
+        Ok(Sentinels { addrs, name: name.into(), auth, tls: None })
     }
 
     fn connect(&self, addr: &str, timeout: Duration) -> Result<Client, Error> {
@@ -129,10 +106,7 @@ impl Sentinels {
             });
             match r {
                 Ok(Ok(Some(m))) => return Ok(m),
-                Ok(Ok(None)) => why.push(format!(
-                    "{a}: does not monitor a master named {:?}",
-                    self.name
-                )),
+                Ok(Ok(None)) => why.push(format!("{a}: does not monitor a master named {:?}", self.name)),
                 Ok(Err(e)) => why.push(format!("{a}: {e}")),
                 Err(e) => {
                     refused += usize::from(e.is_permission());
@@ -140,14 +114,7 @@ impl Sentinels {
                 }
             }
         }
-        Err(NoMaster {
-            why: format!(
-                "no sentinel named the master {:?} ({})",
-                self.name,
-                why.join("; ")
-            ),
-            refused: refused == self.addrs.len(),
-        })
+        Err(NoMaster { why: format!("no sentinel named the master {:?} ({})", self.name, why.join("; ")), refused: refused == self.addrs.len() })
     }
 
     /// Follow the group's master until `stop()` says so: call `changed(new)` whenever it differs
@@ -161,11 +128,8 @@ impl Sentinels {
             let addr = &self.addrs[i % self.addrs.len()];
             i += 1;
             let r = (|| -> Result<(), String> {
-                let mut c = self
-                    .connect(addr, limits::CONNECT_TIMEOUT)
-                    .map_err(|e| e.to_string())?;
-                c.cmd(&["SUBSCRIBE", "+switch-master"])
-                    .map_err(|e| e.to_string())?;
+                let mut c = self.connect(addr, limits::CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+                c.cmd(&["SUBSCRIBE", "+switch-master"]).map_err(|e| e.to_string())?;
                 // Subscribed: anything from now on arrives as a message. Catch up on what we missed.
                 let now = self.master(limits::CONNECT_TIMEOUT)?;
                 if now != last {
@@ -205,13 +169,7 @@ pub fn fuzz_one(data: &[u8]) {
     let limits = resp::Limits::default();
     let mut rest = data;
     while let Ok((frame, used)) = resp::parse(rest, &limits) {
-        for a in [
-            parse_addr(&frame).ok().flatten(),
-            parse_switch(&frame, "mymaster"),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for a in [parse_addr(&frame).ok().flatten(), parse_switch(&frame, "mymaster")].into_iter().flatten() {
             let (h, p) = a.rsplit_once(':').expect("host:port");
             assert!(!h.is_empty() && p.parse::<u16>().is_ok(), "{a}");
         }
@@ -232,44 +190,22 @@ mod tests {
 
     #[test]
     fn reads_the_master_address() {
-        assert_eq!(
-            parse_addr(&Frame::Array(vec![bulk("10.0.0.1"), bulk("6379")])).unwrap(),
-            Some("10.0.0.1:6379".into())
-        );
-        assert_eq!(
-            parse_addr(&Frame::Array(vec![bulk("::1"), bulk("6379")])).unwrap(),
-            Some("[::1]:6379".into())
-        );
+        assert_eq!(parse_addr(&Frame::Array(vec![bulk("10.0.0.1"), bulk("6379")])).unwrap(), Some("10.0.0.1:6379".into()));
+        assert_eq!(parse_addr(&Frame::Array(vec![bulk("::1"), bulk("6379")])).unwrap(), Some("[::1]:6379".into()));
         assert_eq!(parse_addr(&Frame::Null).unwrap(), None);
         assert!(parse_addr(&Frame::Array(vec![bulk("h"), bulk("port")])).is_err());
         assert!(parse_addr(&Frame::Array(vec![bulk("h")])).is_err());
-        assert!(parse_addr(&Frame::Error(b"ERR no such".to_vec()))
-            .unwrap_err()
-            .contains("no such"));
+        assert!(parse_addr(&Frame::Error(b"ERR no such".to_vec())).unwrap_err().contains("no such"));
     }
 
     #[test]
     fn reads_switch_master_for_our_group_only() {
-        let msg =
-            |text: &str| Frame::Array(vec![bulk("message"), bulk("+switch-master"), bulk(text)]);
-        assert_eq!(
-            parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"),
-            Some("10.0.0.2:6380".into())
-        );
-        assert_eq!(
-            parse_switch(&msg("other 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"),
-            None
-        );
-        assert_eq!(
-            parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2"), "mymaster"),
-            None
-        );
+        let msg = |text: &str| Frame::Array(vec![bulk("message"), bulk("+switch-master"), bulk(text)]);
+        assert_eq!(parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"), Some("10.0.0.2:6380".into()));
+        assert_eq!(parse_switch(&msg("other 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"), None);
+        assert_eq!(parse_switch(&msg("mymaster 10.0.0.1 6379 10.0.0.2"), "mymaster"), None);
         assert_eq!(parse_switch(&msg("mymaster a 1 b port"), "mymaster"), None);
-        let other = Frame::Array(vec![
-            bulk("subscribe"),
-            bulk("+switch-master"),
-            Frame::Integer(1),
-        ]);
+        let other = Frame::Array(vec![bulk("subscribe"), bulk("+switch-master"), Frame::Integer(1)]);
         assert_eq!(parse_switch(&other, "mymaster"), None);
     }
 
@@ -295,9 +231,6 @@ mod tests {
     fn the_list_is_checked() {
         assert!(Sentinels::new("", "m", None).is_err());
         assert!(Sentinels::new("a:1", "", None).is_err());
-        assert_eq!(
-            Sentinels::new("a:1, b:2", "m", None).unwrap().addrs,
-            vec!["a:1", "b:2"]
-        );
+        assert_eq!(Sentinels::new("a:1, b:2", "m", None).unwrap().addrs, vec!["a:1", "b:2"]);
     }
 }

@@ -18,25 +18,16 @@ pub enum Stream {
 
 /// TLS over `tcp` to `name`, handshake completed (so a refused certificate is reported as such);
 /// `what` names the handshake in errors.
-pub fn handshake(
-    config: &Arc<ClientConfig>,
-    name: ServerName<'static>,
-    mut tcp: TcpStream,
-    what: &str,
-) -> std::io::Result<Stream> {
+pub fn handshake(config: &Arc<ClientConfig>, name: ServerName<'static>, mut tcp: TcpStream, what: &str) -> std::io::Result<Stream> {
     let mut conn = ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut tcp)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))?;
+        conn.complete_io(&mut tcp).map_err(|e| std::io::Error::new(e.kind(), format!("{what}: {e}")))?;
     }
     Ok(Stream::Tls(Box::new(StreamOwned::new(conn, tcp))))
 }
 
 /// Serve TLS on an accepted connection, handshake completed (bounded by the socket's timeouts).
-pub fn accept(
-    config: &Arc<ServerConfig>,
-    mut tcp: TcpStream,
-) -> std::io::Result<StreamOwned<ServerConnection, TcpStream>> {
+pub fn accept(config: &Arc<ServerConfig>, mut tcp: TcpStream) -> std::io::Result<StreamOwned<ServerConnection, TcpStream>> {
     let mut conn = ServerConnection::new(config.clone()).map_err(std::io::Error::other)?;
     while conn.is_handshaking() {
         conn.complete_io(&mut tcp)?;
@@ -49,11 +40,7 @@ pub fn accept(
 /// nothing yet, `None` closed by the other end or failed (a read would say which).
 pub fn bytes_waiting(s: &TcpStream) -> Option<bool> {
     let mut byte = [0u8; 1];
-    match rustix::net::recv(
-        s,
-        &mut byte,
-        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
-    ) {
+    match rustix::net::recv(s, &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
         Ok((0, _)) => None,
         Ok(_) => Some(true),
         Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Some(false),
@@ -75,10 +62,7 @@ impl Stream {
     /// the socket may be a record's first part: the read that follows then waits for the rest.
     pub fn readable_now(&mut self) -> std::io::Result<bool> {
         if let Stream::Tls(s) = self {
-            let state = s
-                .conn
-                .process_new_packets()
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            let state = s.conn.process_new_packets().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             if state.plaintext_bytes_to_read() > 0 {
                 return Ok(true);
             }
@@ -134,9 +118,6 @@ mod tests {
         while bytes_waiting(s.tcp()).is_some() {
             std::thread::yield_now();
         }
-        assert!(
-            s.readable_now().unwrap(),
-            "closed counts as readable: the read that follows reports it"
-        );
+        assert!(s.readable_now().unwrap(), "closed counts as readable: the read that follows reports it");
     }
 }

@@ -49,12 +49,8 @@ impl FromStr for Endpoint {
     fn from_str(s: &str) -> Result<Endpoint, ParseError> {
         let err = |why: &str| ParseError(format!("{s:?} is not host:port: {why}"));
         let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (ip, port) = rest
-                .split_once("]:")
-                .ok_or_else(|| err("an IPv6 address in brackets must be followed by :port"))?;
-            let ip: std::net::Ipv6Addr = ip
-                .parse()
-                .map_err(|_| err("not an IPv6 address between the brackets"))?;
+            let (ip, port) = rest.split_once("]:").ok_or_else(|| err("an IPv6 address in brackets must be followed by :port"))?;
+            let ip: std::net::Ipv6Addr = ip.parse().map_err(|_| err("not an IPv6 address between the brackets"))?;
             (Host::Ip(IpAddr::V6(ip)), port)
         } else {
             let (host, port) = s.rsplit_once(':').ok_or_else(|| err("no :port"))?;
@@ -67,9 +63,7 @@ impl FromStr for Endpoint {
             };
             (host, port)
         };
-        let port = port
-            .parse::<u16>()
-            .map_err(|_| err("the port is not a number from 0 to 65535"))?;
+        let port = port.parse::<u16>().map_err(|_| err("the port is not a number from 0 to 65535"))?;
         Ok(Endpoint { host, port })
     }
 }
@@ -81,17 +75,13 @@ fn check_name(h: &str) -> Result<String, String> {
         return Err("no host".into());
     }
     if h.len() > HOST_BYTES_MAX {
-        return Err(format!(
-            "a host name is at most {HOST_BYTES_MAX} characters"
-        ));
+        return Err(format!("a host name is at most {HOST_BYTES_MAX} characters"));
     }
     let labels = h.strip_suffix('.').unwrap_or(h);
     for label in labels.split('.') {
         let ok = !label.is_empty()
             && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             && !label.starts_with('-')
             && !label.ends_with('-');
         if !ok {
@@ -113,10 +103,7 @@ impl fmt::Display for Endpoint {
 
 impl From<SocketAddr> for Endpoint {
     fn from(a: SocketAddr) -> Endpoint {
-        Endpoint {
-            host: Host::Ip(a.ip()),
-            port: a.port(),
-        }
+        Endpoint { host: Host::Ip(a.ip()), port: a.port() }
     }
 }
 
@@ -170,14 +157,9 @@ impl Endpoint {
         if let Some(a) = self.socket_addr() {
             return Ok(vec![a]);
         }
-        let addrs: Vec<SocketAddr> = (self.host_str().as_str(), self.port)
-            .to_socket_addrs()?
-            .collect();
+        let addrs: Vec<SocketAddr> = (self.host_str().as_str(), self.port).to_socket_addrs()?.collect();
         if addrs.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} resolves to no address", self.host_str()),
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} resolves to no address", self.host_str())));
         }
         Ok(addrs)
     }
@@ -185,24 +167,15 @@ impl Endpoint {
     /// A TCP connection to the first of its addresses that answers, each tried within `timeout`;
     /// the name is resolved again at every call. The error is the last address's, naming it.
     pub fn connect(&self, timeout: Duration) -> std::io::Result<TcpStream> {
-        let addrs = self
-            .resolve()
-            .map_err(|e| std::io::Error::new(e.kind(), format!("resolve {self}: {e}")))?;
+        let addrs = self.resolve().map_err(|e| std::io::Error::new(e.kind(), format!("resolve {self}: {e}")))?;
         connect_first(self, &addrs, timeout)
     }
 }
 
 /// A connection to the first of `addrs` (what `ep` resolved to) that answers, each tried within
 /// `timeout`; the error is the last address's, naming `ep` and it.
-fn connect_first(
-    ep: &Endpoint,
-    addrs: &[SocketAddr],
-    timeout: Duration,
-) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::new(
-        std::io::ErrorKind::NotFound,
-        format!("{ep} resolves to no address"),
-    );
+fn connect_first(ep: &Endpoint, addrs: &[SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{ep} resolves to no address"));
     for a in addrs {
         match TcpStream::connect_timeout(a, timeout) {
             Ok(s) => return Ok(s),
@@ -232,26 +205,12 @@ mod tests {
 
     #[test]
     fn names_addresses_and_brackets() {
-        assert_eq!(
-            ep("fastrepl-relay.redis.svc:7400").host(),
-            &Host::Name("fastrepl-relay.redis.svc".into())
-        );
+        assert_eq!(ep("fastrepl-relay.redis.svc:7400").host(), &Host::Name("fastrepl-relay.redis.svc".into()));
         assert_eq!(ep("LocalHost:1").host_str(), "localhost");
-        assert_eq!(
-            ep("10.0.0.5:7400").socket_addr(),
-            Some("10.0.0.5:7400".parse().unwrap())
-        );
-        assert_eq!(
-            ep("[::1]:7400").socket_addr(),
-            Some("[::1]:7400".parse().unwrap())
-        );
+        assert_eq!(ep("10.0.0.5:7400").socket_addr(), Some("10.0.0.5:7400".parse().unwrap()));
+        assert_eq!(ep("[::1]:7400").socket_addr(), Some("[::1]:7400".parse().unwrap()));
         assert_eq!(ep("redis-0.redis.ns.svc.cluster.local.:6379").port(), 6379);
-        for s in [
-            "fastrepl-relay.redis.svc:7400",
-            "10.0.0.5:7400",
-            "[::1]:7400",
-            "[fe80::1]:0",
-        ] {
+        for s in ["fastrepl-relay.redis.svc:7400", "10.0.0.5:7400", "[::1]:7400", "[fe80::1]:0"] {
             assert_eq!(ep(s).to_string(), s, "round trip");
         }
     }
@@ -272,11 +231,7 @@ mod tests {
             let e = s.parse::<Endpoint>().unwrap_err().to_string();
             assert!(e.contains(why), "{s}: {e}");
         }
-        assert!(format!("{}:1", "a".repeat(254))
-            .parse::<Endpoint>()
-            .unwrap_err()
-            .to_string()
-            .contains("at most"));
+        assert!(format!("{}:1", "a".repeat(254)).parse::<Endpoint>().unwrap_err().to_string().contains("at most"));
     }
 
     #[test]
@@ -291,10 +246,7 @@ mod tests {
     fn serde_is_the_text() {
         let e = ep("[::1]:7400");
         assert_eq!(serde_json::to_string(&e).unwrap(), "\"[::1]:7400\"");
-        assert_eq!(
-            serde_json::from_str::<Endpoint>("\"relay.example:1\"").unwrap(),
-            ep("relay.example:1")
-        );
+        assert_eq!(serde_json::from_str::<Endpoint>("\"relay.example:1\"").unwrap(), ep("relay.example:1"));
     }
 
     #[test]
@@ -303,36 +255,21 @@ mod tests {
         let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dead: SocketAddr = "127.0.0.1:0".parse().unwrap(); // nothing can listen on port 0: refused at once
         let ep = ep(&format!("localhost:{}", live.local_addr().unwrap().port()));
-        let s = connect_first(
-            &ep,
-            &[dead, live.local_addr().unwrap()],
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let s = connect_first(&ep, &[dead, live.local_addr().unwrap()], Duration::from_secs(5)).unwrap();
         assert_eq!(s.peer_addr().unwrap(), live.local_addr().unwrap());
-        let e = connect_first(&ep, &[dead], Duration::from_secs(5))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&dead.to_string()) && e.contains("localhost"),
-            "{e}"
-        );
+        let e = connect_first(&ep, &[dead], Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.contains(&dead.to_string()) && e.contains("localhost"), "{e}");
     }
 
     #[test]
     fn localhost_reaches_a_listener_on_either_family() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let s = ep(&format!("localhost:{port}"))
-            .connect(Duration::from_secs(5))
-            .unwrap();
+        let s = ep(&format!("localhost:{port}")).connect(Duration::from_secs(5)).unwrap();
         assert_eq!(s.peer_addr().unwrap().ip(), IpAddr::from([127, 0, 0, 1]));
         // Nothing listening: the error names the endpoint.
         drop(l);
-        let e = ep(&format!("localhost:{port}"))
-            .connect(Duration::from_secs(5))
-            .unwrap_err()
-            .to_string();
+        let e = ep(&format!("localhost:{port}")).connect(Duration::from_secs(5)).unwrap_err().to_string();
         assert!(e.contains(&format!("localhost:{port}")), "{e}");
     }
 }

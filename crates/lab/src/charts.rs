@@ -16,10 +16,7 @@ pub struct Series {
     pub baseline: bool,
 }
 
-const FONTS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-];
+const FONTS: &[&str] = &["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf"];
 
 fn register_font() -> Result<()> {
     static ONCE: Once = Once::new();
@@ -36,10 +33,7 @@ fn register_font() -> Result<()> {
 }
 
 fn bounds(series: &[Series], log: bool, pick: impl Fn(&(f64, f64)) -> f64) -> (f64, f64) {
-    let vals = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(&pick))
-        .filter(|v| v.is_finite() && (!log || *v > 0.0));
+    let vals = series.iter().flat_map(|s| s.points.iter().map(&pick)).filter(|v| v.is_finite() && (!log || *v > 0.0));
     let (lo, hi) = vals.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
     if lo > hi {
         return (1.0, 10.0);
@@ -52,13 +46,7 @@ fn bounds(series: &[Series], log: bool, pick: impl Fn(&(f64, f64)) -> f64) -> (f
 }
 
 /// Draw a chart with logarithmic x and y axes.
-pub fn log_log(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-) -> Result<()> {
+pub fn log_log(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (1000, 650)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -79,49 +67,22 @@ pub fn log_log(
         .draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .copied()
-            .filter(|(x, y)| *x > 0.0 && *y > 0.0 && y.is_finite())
-            .collect();
-        let style = ShapeStyle {
-            color,
-            filled: true,
-            stroke_width: if s.baseline { 1 } else { 2 },
-        };
+        let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| *x > 0.0 && *y > 0.0 && y.is_finite()).collect();
+        let style = ShapeStyle { color, filled: true, stroke_width: if s.baseline { 1 } else { 2 } };
         if s.baseline {
-            chart
-                .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))?
-                .label(&s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))?.label(&s.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
         } else {
-            chart
-                .draw_series(LineSeries::new(pts.clone(), style))?
-                .label(&s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(LineSeries::new(pts.clone(), style))?.label(&s.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
             chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, style)))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()
-        .with_context(|| format!("write {}", path.display()))?;
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
 
 /// Draw a chart with linear axes starting at zero (e.g. seconds against replica count).
-pub fn linear(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-) -> Result<()> {
+pub fn linear(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (1000, 650)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -134,49 +95,21 @@ pub fn linear(
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..x1.max(1.0) * 1.02, 0.0..y1.max(1e-3))?;
     // Replica counts and indices are whole numbers: label only those (one tick per whole number).
-    let whole = series
-        .iter()
-        .flat_map(|s| &s.points)
-        .all(|p| p.0.fract() == 0.0);
-    let x_fmt = |v: &f64| {
-        if !whole {
-            decimal(*v)
-        } else if v.fract() == 0.0 {
-            format!("{v:.0}")
-        } else {
-            String::new()
-        }
-    };
+    let whole = series.iter().flat_map(|s| &s.points).all(|p| p.0.fract() == 0.0);
+    let x_fmt = |v: &f64| if !whole { decimal(*v) } else if v.fract() == 0.0 { format!("{v:.0}") } else { String::new() };
     let mut mesh = chart.configure_mesh();
     if whole {
         mesh.x_labels(x1.max(1.0) as usize + 1);
     }
-    mesh.x_desc(x_label)
-        .y_desc(y_label)
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&|v| decimal(*v))
-        .draw()?;
+    mesh.x_desc(x_label).y_desc(y_label).x_label_formatter(&x_fmt).y_label_formatter(&|v| decimal(*v)).draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let style = ShapeStyle {
-            color,
-            filled: true,
-            stroke_width: 2,
-        };
-        chart
-            .draw_series(LineSeries::new(s.points.clone(), style))?
-            .label(&s.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        let style = ShapeStyle { color, filled: true, stroke_width: 2 };
+        chart.draw_series(LineSeries::new(s.points.clone(), style))?.label(&s.name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
         chart.draw_series(s.points.iter().map(|p| Circle::new(*p, 4, style)))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()
-        .with_context(|| format!("write {}", path.display()))?;
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+    root.present().with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
 

@@ -3,9 +3,9 @@
 //! number of replicas synced natively from the same master, verified; a table side by side.
 
 use anyhow::{bail, Context, Result};
-use fixtures::{data, Flavor, Proc, Server};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
+use fixtures::{data, Flavor, Proc, Server};
 
 #[derive(clap::Args)]
 /// `fastrepl-lab demo` arguments.
@@ -63,16 +63,10 @@ fn cpu_secs(pid: u32) -> f64 {
 
 /// Run the demo; the exit status says whether every replica verified.
 pub fn run(a: DemoArgs) -> Result<ExitCode> {
-    let flavor =
-        Flavor::parse(&a.server).with_context(|| format!("unknown server {:?}", a.server))?;
+    let flavor = Flavor::parse(&a.server).with_context(|| format!("unknown server {:?}", a.server))?;
     let n = a.replicas.clamp(1, 8);
-    println!(
-        "== fastrepl demo: {} master, {} MB of data, {n} replicas per mode",
-        flavor.name(),
-        a.mb
-    );
-    let master =
-        Server::try_start(flavor, &["--repl-backlog-size", "256mb"]).map_err(anyhow::Error::msg)?;
+    println!("== fastrepl demo: {} master, {} MB of data, {n} replicas per mode", flavor.name(), a.mb);
+    let master = Server::try_start(flavor, &["--repl-backlog-size", "256mb"]).map_err(anyhow::Error::msg)?;
     let mut mc = master.client();
     let t = Instant::now();
     if a.dataset == "original" {
@@ -83,17 +77,9 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         data::fill_small_mixed(&mut mc, 20_000);
         data::fill_every_type(&mut mc, 1, flavor.has_functions());
     }
-    let used = mc
-        .info("memory")?
-        .get("used_memory_human")
-        .unwrap_or("?")
-        .to_string();
+    let used = mc.info("memory")?.get("used_memory_human").unwrap_or("?").to_string();
     let keys = mc.cmd(&["DBSIZE"])?.as_int().unwrap_or(0);
-    println!(
-        "master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)",
-        master.addr(),
-        t.elapsed().as_secs_f64()
-    );
+    println!("master {} filled in {:.1} s: {used} used, {keys} keys in db0 (+ other dbs)", master.addr(), t.elapsed().as_secs_f64());
 
     let native = run_native(&master, flavor, n)?;
     let warm: Vec<LabTransport> = if !a.warm_join {
@@ -125,11 +111,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     }
     println!();
     for m in &modes[1..] {
-        println!(
-            "{} / native time: {:.2}",
-            m.name,
-            m.secs / modes[0].secs.max(1e-9)
-        );
+        println!("{} / native time: {:.2}", m.name, m.secs / modes[0].secs.max(1e-9));
     }
     println!("(native: repl-diskless-sync yes, delay 0, replicas repl-diskless-load on-empty-db; the cold fastrepl time runs from starting the relay)");
     if let Some(out) = &a.out {
@@ -143,8 +125,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
             "master_settings": {"repl-diskless-sync": "yes", "repl-diskless-sync-delay": 0, "repl-backlog-size": "256mb"},
             "modes": modes,
         });
-        std::fs::write(out, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("write {}", out.display()))?;
+        std::fs::write(out, serde_json::to_string_pretty(&doc)?).with_context(|| format!("write {}", out.display()))?;
         println!("raw results: {}", out.display());
     }
     if modes.iter().all(|m| m.verified) {
@@ -155,20 +136,12 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     }
 }
 
-fn run_fastrepl(
-    master: &Server,
-    flavor: Flavor,
-    n: usize,
-    transport: LabTransport,
-    warm: &[LabTransport],
-) -> Result<Vec<Mode>> {
+fn run_fastrepl(master: &Server, flavor: Flavor, n: usize, transport: LabTransport, warm: &[LabTransport]) -> Result<Vec<Mode>> {
     let exe = crate::fastrepl_bin()?;
     let mut token = [0u8; 24];
     getrandom::getrandom(&mut token).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
     let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let replicas: Vec<Server> = (0..n)
-        .map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg))
-        .collect::<Result<_>>()?;
+    let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     let cpu0 = cpu_secs(master.pid());
@@ -177,46 +150,19 @@ fn run_fastrepl(
     println!("\n-- fastrepl: relay on {relay_addr}, {n} agents joining at once");
     let t0 = Instant::now();
     let mut cmd = Command::new(&exe);
-    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr])
-        .env("FASTREPL_TOKEN", &token);
+    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token);
     let _relay = Proc::spawn("relay", cmd);
-    fixtures::wait_until("the relay to listen", Duration::from_secs(30), || {
-        std::net::TcpStream::connect(&relay_addr).ok()
-    });
-    let mut cold = joins(
-        &exe,
-        &token,
-        &relay_addr,
-        &replicas,
-        t0,
-        "fastrepl cold",
-        transport,
-    )?;
+    fixtures::wait_until("the relay to listen", Duration::from_secs(30), || std::net::TcpStream::connect(&relay_addr).ok());
+    let mut cold = joins(&exe, &token, &relay_addr, &replicas, t0, "fastrepl cold", transport)?;
     cold.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     cold.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     cold.verified = verify_all(master, &replicas)?;
     let mut modes = vec![cold];
     for &t in warm {
-        println!(
-            "\n-- fastrepl: {n} more agents against the warm relay, transport {}",
-            t.name()
-        );
-        let replicas: Vec<Server> = (0..n)
-            .map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg))
-            .collect::<Result<_>>()?;
-        let (forks0, cpu0) = (
-            stat(&mut mc, "stats", "total_forks")?,
-            cpu_secs(master.pid()),
-        );
-        let mut m = joins(
-            &exe,
-            &token,
-            &relay_addr,
-            &replicas,
-            Instant::now(),
-            "fastrepl warm",
-            t,
-        )?;
+        println!("\n-- fastrepl: {n} more agents against the warm relay, transport {}", t.name());
+        let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &[]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+        let (forks0, cpu0) = (stat(&mut mc, "stats", "total_forks")?, cpu_secs(master.pid()));
+        let mut m = joins(&exe, &token, &relay_addr, &replicas, Instant::now(), "fastrepl warm", t)?;
         m.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
         m.master_cpu_secs = cpu_secs(master.pid()) - cpu0;
         m.verified = verify_all(master, &replicas)?;
@@ -226,37 +172,15 @@ fn run_fastrepl(
 }
 
 /// Join `replicas` through the relay at once; times from `t0`.
-fn joins(
-    exe: &std::path::Path,
-    token: &str,
-    relay_addr: &str,
-    replicas: &[Server],
-    t0: Instant,
-    name: &str,
-    transport: LabTransport,
-) -> Result<Mode> {
+fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Server], t0: Instant, name: &str, transport: LabTransport) -> Result<Mode> {
     let n = replicas.len();
-    let (targ, tls) = (
-        transport.choice().map_or("auto", |k| k.name()),
-        transport.ucx_tls(),
-    );
+    let (targ, tls) = (transport.choice().map_or("auto", |k| k.name()), transport.ucx_tls());
     let mut joins: Vec<Proc> = replicas
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let mut cmd = Command::new(exe);
-            cmd.args([
-                "join",
-                "--relay",
-                relay_addr,
-                "--replica",
-                &r.addr(),
-                "--json",
-                "--transport",
-                targ,
-            ])
-            .env("FASTREPL_TOKEN", token)
-            .env("FASTREPL_LOG", "warn");
+            cmd.args(["join", "--relay", relay_addr, "--replica", &r.addr(), "--json", "--transport", targ]).env("FASTREPL_TOKEN", token).env("FASTREPL_LOG", "warn");
             if let Some(tls) = tls {
                 cmd.env("UCX_TLS", tls);
             }
@@ -292,30 +216,11 @@ fn joins(
         reports.push(report);
     }
     let secs = t0.elapsed().as_secs_f64();
-    println!(
-        "all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}",
-        handoffs.join(", ")
-    );
-    let used = reports
-        .first()
-        .map(|r| r.transport.to_string())
-        .unwrap_or_default();
-    let detail_t = reports
-        .first()
-        .map(|r| {
-            r.transport_detail
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
-        .unwrap_or_default();
+    println!("all {n} replicas handed off ({}) in {secs:.2} s; replica 1 (join clock): {phases}", handoffs.join(", "));
+    let used = reports.first().map(|r| r.transport.to_string()).unwrap_or_default();
+    let detail_t = reports.first().map(|r| r.transport_detail.split(';').next().unwrap_or("").to_string()).unwrap_or_default();
     Ok(Mode {
-        name: if transport.name() == used || transport == LabTransport::Auto {
-            format!("{name} ({used})")
-        } else {
-            format!("{name} ({})", transport.name())
-        },
+        name: if transport.name() == used || transport == LabTransport::Auto { format!("{name} ({used})") } else { format!("{name} ({})", transport.name()) },
         secs,
         per_replica: per,
         forks: 0,
@@ -328,20 +233,12 @@ fn joins(
 
 fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     println!("\n-- native: {n} replicas REPLICAOF the master at once");
-    let replicas: Vec<Server> = (0..n)
-        .map(|_| {
-            Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"])
-                .map_err(anyhow::Error::msg)
-        })
-        .collect::<Result<_>>()?;
+    let replicas: Vec<Server> =
+        (0..n).map(|_| Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     let cpu0 = cpu_secs(master.pid());
-    let (host, port) = master
-        .addr()
-        .rsplit_once(':')
-        .map(|(h, p)| (h.to_string(), p.to_string()))
-        .context("master address")?;
+    let (host, port) = master.addr().rsplit_once(':').map(|(h, p)| (h.to_string(), p.to_string())).context("master address")?;
     let t0 = Instant::now();
     for r in &replicas {
         r.client().cmd(&["REPLICAOF", &host, &port])?;
@@ -350,30 +247,14 @@ fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     let mut phases = vec![serde_json::json!({}); n];
     let mut clients: Vec<client::Client> = replicas.iter().map(Server::client).collect();
     let all: Vec<usize> = (0..n).collect();
-    crate::bench::run::wait_native_in_sync(
-        &mut clients,
-        &all,
-        t0,
-        Instant::now() + Duration::from_secs(3600),
-        &mut phases,
-        &mut per,
-    )?;
+    crate::bench::run::wait_native_in_sync(&mut clients, &all, t0, Instant::now() + Duration::from_secs(3600), &mut phases, &mut per)?;
     let secs = t0.elapsed().as_secs_f64();
     println!("all {n} replicas in sync natively in {secs:.2} s");
     let forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     let master_cpu_secs = cpu_secs(master.pid()) - cpu0;
     let verified = verify_all(master, &replicas)?;
     // The replicas are stopped when this returns: the master's replica list is clean for the next mode.
-    Ok(Mode {
-        name: "native diskless".into(),
-        secs,
-        per_replica: per,
-        forks,
-        master_cpu_secs,
-        verified,
-        detail: "repl-diskless-sync-delay 0".into(),
-        reports: vec![],
-    })
+    Ok(Mode { name: "native diskless".into(), secs, per_replica: per, forks, master_cpu_secs, verified, detail: "repl-diskless-sync-delay 0".into(), reports: vec![] })
 }
 
 fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
@@ -383,20 +264,10 @@ fn verify_all(master: &Server, replicas: &[Server]) -> Result<bool> {
         let mut b = r.client();
         let out = verify::compare(&mut a, &mut b, &verify::Options::default())?;
         if out.identical() {
-            println!(
-                "verify {}: identical ({} keys, dbs {:?})",
-                r.addr(),
-                out.keys,
-                out.databases
-            );
+            println!("verify {}: identical ({} keys, dbs {:?})", r.addr(), out.keys, out.databases);
         } else {
             all = false;
-            println!(
-                "verify {}: {} DIFFERENCES: {:?}",
-                r.addr(),
-                out.difference_count,
-                out.differences
-            );
+            println!("verify {}: {} DIFFERENCES: {:?}", r.addr(), out.difference_count, out.differences);
         }
     }
     Ok(all)

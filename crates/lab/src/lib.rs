@@ -39,10 +39,7 @@ pub fn fastrepl_bin() -> Result<PathBuf> {
     let me = std::env::current_exe()?;
     let bin = me.with_file_name("fastrepl");
     if !bin.is_file() {
-        bail!(
-            "{} not found: build it (cargo build --release) or set FASTREPL_BIN",
-            bin.display()
-        );
+        bail!("{} not found: build it (cargo build --release) or set FASTREPL_BIN", bin.display());
     }
     Ok(bin)
 }

@@ -7,11 +7,7 @@ use lab::{bench, demo, faults, probe, report, simulate, soak};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "fastrepl-lab",
-    version,
-    about = "fastrepl's lab: demo, benchmarks, transport probes"
-)]
+#[command(name = "fastrepl-lab", version, about = "fastrepl's lab: demo, benchmarks, transport probes")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -44,13 +40,8 @@ fn main() -> ExitCode {
     #[cfg(feature = "ucx")]
     ucx::apply_tuned_env();
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FASTREPL_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     let r: Result<ExitCode> = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::main(a).map(|_| ExitCode::SUCCESS),

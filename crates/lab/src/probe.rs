@@ -72,9 +72,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         Some('g') => (&s[..s.len() - 1], 1 << 30),
         _ => (&s[..], 1),
     };
-    num.parse::<u64>()
-        .map(|n| n * mul)
-        .map_err(|e| format!("{s:?}: {e}"))
+    num.parse::<u64>().map(|n| n * mul).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Message sizes: 32 B to 32 MiB in steps of 4×.
@@ -124,70 +122,23 @@ impl Drop for OwnRelay {
 fn throwaway_certs() -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     let run = |args: &[&str]| -> Result<()> {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .context("run openssl")?;
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output().context("run openssl")?;
         if !out.status.success() {
             bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         }
         Ok(())
     };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=probe CA",
-    ])?;
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "relay.key",
-        "-out",
-        "relay.csr",
-        "-subj",
-        "/CN=relay",
-    ])?;
+    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=probe CA"])?;
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "relay.key", "-out", "relay.csr", "-subj", "/CN=relay"])?;
     std::fs::write(dir.path().join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "relay.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "relay.crt",
-        "-days",
-        "1",
-        "-extfile",
-        "ext.cnf",
-    ])?;
+    run(&["x509", "-req", "-in", "relay.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "relay.crt", "-days", "1", "-extfile", "ext.cnf"])?;
     Ok(dir)
 }
 
 fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
     let file = std::env::temp_dir().join(format!("fastrepl-probe-{}.bin", std::process::id()));
     {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?,
-        );
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file).with_context(|| format!("create {}", file.display()))?);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut chunk = vec![0u8; 1 << 20];
         let mut left = bytes;
@@ -209,34 +160,20 @@ fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
     let certs = if tls { Some(throwaway_certs()?) } else { None };
     let mut cmd = std::process::Command::new(crate::fastrepl_bin()?);
     if let Some(d) = &certs {
-        cmd.arg("relay")
-            .arg("--agents-tls-cert")
-            .arg(d.path().join("relay.crt"))
-            .arg("--agents-tls-key")
-            .arg(d.path().join("relay.key"));
+        cmd.arg("relay").arg("--agents-tls-cert").arg(d.path().join("relay.crt")).arg("--agents-tls-key").arg(d.path().join("relay.key"));
     } else {
         cmd.arg("relay");
     }
     let child = cmd
         .args(["--file"])
         .arg(&file)
-        .args([
-            "--listen",
-            &addr.to_string(),
-            "--snapshot-max-bytes",
-            &(bytes + (1 << 20)).to_string(),
-        ])
+        .args(["--listen", &addr.to_string(), "--snapshot-max-bytes", &(bytes + (1 << 20)).to_string()])
         .env("FASTREPL_TOKEN", token)
         .env("FASTREPL_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("start a relay for the probe")?;
-    let mut r = OwnRelay {
-        child,
-        addr,
-        file,
-        certs,
-    };
+    let mut r = OwnRelay { child, addr, file, certs };
     let deadline = Instant::now() + Duration::from_secs(120);
     while TcpStream::connect(addr).is_err() {
         if let Some(st) = r.child.try_wait()? {
@@ -251,14 +188,8 @@ fn start_own_relay(bytes: u64, token: &str, tls: bool) -> Result<OwnRelay> {
 }
 
 /// A transport to probe, by name.
-fn open_transport(
-    name: &str,
-    relay: SocketAddr,
-    token: &Credentials,
-    offered: &agent::pull::progress::Offered,
-) -> Result<Box<dyn Transport>> {
-    let t = <LabTransport as clap::ValueEnum>::from_str(name, false)
-        .map_err(|e| anyhow::anyhow!("transport {name:?}: {e}"))?;
+fn open_transport(name: &str, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered) -> Result<Box<dyn Transport>> {
+    let t = <LabTransport as clap::ValueEnum>::from_str(name, false).map_err(|e| anyhow::anyhow!("transport {name:?}: {e}"))?;
     Ok(match t {
         LabTransport::Tcp => Box::new(transport::tcp::TcpTransport::new(relay, token.clone())),
         LabTransport::Shm => {
@@ -273,9 +204,7 @@ fn open_transport(
 
 /// Which baseline a transport is compared with.
 fn baseline_of(t: &str) -> &'static str {
-    <LabTransport as clap::ValueEnum>::from_str(t, false)
-        .map(LabTransport::baseline)
-        .unwrap_or("tcp-stream")
+    <LabTransport as clap::ValueEnum>::from_str(t, false).map(LabTransport::baseline).unwrap_or("tcp-stream")
 }
 
 struct Measured {
@@ -286,19 +215,10 @@ struct Measured {
 }
 
 /// Run `readers` threads doing reads of `size` for `secs`; each thread gets its own reader.
-fn throughput(
-    t: &dyn Transport,
-    generation: u64,
-    region: u64,
-    size: usize,
-    readers: usize,
-    secs: f64,
-    relay_pid: Option<u32>,
-) -> Result<Measured> {
+fn throughput(t: &dyn Transport, generation: u64, region: u64, size: usize, readers: usize, secs: f64, relay_pid: Option<u32>) -> Result<Measured> {
     let stop = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
-    let mut rs: Vec<Box<dyn RangeReader>> =
-        (0..readers).map(|_| t.open()).collect::<Result<_, _>>()?;
+    let mut rs: Vec<Box<dyn RangeReader>> = (0..readers).map(|_| t.open()).collect::<Result<_, _>>()?;
     // Warm up: set-up costs (attach, registration, connection) are not per-read costs.
     for r in rs.iter_mut() {
         let mut b = vec![0u8; size];
@@ -341,22 +261,12 @@ fn throughput(
         mib_s: (n * size as u64) as f64 / (1 << 20) as f64 / elapsed,
         reads: n,
         cpu_secs: agent::procstat::own_cpu_secs() - cpu0,
-        relay_cpu_secs: rcpu0.and_then(|c0| {
-            relay_pid
-                .and_then(agent::procstat::cpu_secs_with_children)
-                .map(|c1| c1 - c0)
-        }),
+        relay_cpu_secs: rcpu0.and_then(|c0| relay_pid.and_then(agent::procstat::cpu_secs_with_children).map(|c1| c1 - c0)),
     })
 }
 
 /// One reader, one read at a time, for `secs`: per-read latencies in µs, sorted.
-fn latency(
-    t: &dyn Transport,
-    generation: u64,
-    region: u64,
-    size: usize,
-    secs: f64,
-) -> Result<Vec<f64>> {
+fn latency(t: &dyn Transport, generation: u64, region: u64, size: usize, secs: f64) -> Result<Vec<f64>> {
     let mut r = t.open()?;
     let mut b = vec![0u8; size];
     r.read(generation, 0, &mut b)?;
@@ -432,16 +342,7 @@ fn memcpy_from_fresh_mapping(bytes: usize) -> Result<f64> {
     let mut dst = vec![1u8; bytes]; // touched: we time the mapping and the copy, not our allocation
     let t = Instant::now();
     // SAFETY: a fresh read-only shared mapping of a memfd we own and do not resize; unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0) };
     if p == libc::MAP_FAILED {
         bail!("mmap: {}", std::io::Error::last_os_error());
     }
@@ -515,10 +416,7 @@ fn tcp_baseline(size: usize, secs: f64) -> Result<(f64, Vec<f64>, f64)> {
 }
 
 /// The relay to probe: ours (started for `bytes` of synthetic data) or the user's.
-fn relay_for(
-    a: &ProbeArgs,
-    bytes: u64,
-) -> Result<(Option<OwnRelay>, SocketAddr, Credentials, Option<u32>)> {
+fn relay_for(a: &ProbeArgs, bytes: u64) -> Result<(Option<OwnRelay>, SocketAddr, Credentials, Option<u32>)> {
     if a.self_ {
         let mut raw = [0u8; 16];
         getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random token: {e}"))?;
@@ -527,36 +425,19 @@ fn relay_for(
         let (addr, pid) = (r.addr, r.child.id());
         let mut token = Credentials::from(transport::Token::new(tok.as_bytes())?);
         if let Some(d) = &r.certs {
-            token = token.with_relay_tls(
-                transport::tls::RelayTls::load(&d.path().join("ca.crt"), None)
-                    .map_err(anyhow::Error::msg)?,
-            );
+            token = token.with_relay_tls(transport::tls::RelayTls::load(&d.path().join("ca.crt"), None).map_err(anyhow::Error::msg)?);
         }
         Ok((Some(r), addr, token, Some(pid)))
     } else {
-        Ok((
-            None,
-            a.relay.context("--relay or --self")?,
-            secrets::token(a.token_file.as_deref())?.into(),
-            a.relay_pid,
-        ))
+        Ok((None, a.relay.context("--relay or --self")?, secrets::token(a.token_file.as_deref())?.into(), a.relay_pid))
     }
 }
 
 /// Attach and wait for a complete snapshot; returns the attachment and (generation, length).
-fn attach_complete(
-    relay: SocketAddr,
-    token: &Credentials,
-) -> Result<(agent::pull::progress::Attached, u64, u64)> {
-    let attached = agent::pull::progress::attach(&relay.into(), token, Duration::from_secs(120))
-        .context("attach to the relay")?;
-    let view = attached
-        .progress
-        .wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
-    let region = view
-        .desc
-        .length
-        .context("the relay's snapshot is not complete")?;
+fn attach_complete(relay: SocketAddr, token: &Credentials) -> Result<(agent::pull::progress::Attached, u64, u64)> {
+    let attached = agent::pull::progress::attach(&relay.into(), token, Duration::from_secs(120)).context("attach to the relay")?;
+    let view = attached.progress.wait_until(Duration::from_secs(300), |v| v.desc.length.is_some());
+    let region = view.desc.length.context("the relay's snapshot is not complete")?;
     Ok((attached, view.desc.generation, region))
 }
 
@@ -570,20 +451,8 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
         for &bytes in &a.fetch {
             let (own, relay, token, relay_pid) = relay_for(&a, bytes)?;
             let (attached, _, region) = attach_complete(relay, &token)?;
-            let name = if a.fetch.len() == 1 {
-                "fetch.json".to_string()
-            } else {
-                format!("fetch-{}.json", charts::human_bytes(bytes as f64))
-            };
-            fetch_runs(
-                &a,
-                relay,
-                &token,
-                &attached.offered,
-                region,
-                relay_pid,
-                &name,
-            )?;
+            let name = if a.fetch.len() == 1 { "fetch.json".to_string() } else { format!("fetch-{}.json", charts::human_bytes(bytes as f64)) };
+            fetch_runs(&a, relay, &token, &attached.offered, region, relay_pid, &name)?;
             drop(own);
         }
         return Ok(std::process::ExitCode::SUCCESS);
@@ -594,9 +463,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
     let (own, relay, token, relay_pid) = relay_for(&a, (largest * 4).max(128 << 20))?;
     let (attached, generation, region) = attach_complete(relay, &token)?;
     if region < largest {
-        bail!(
-            "the relay's snapshot ({region} bytes) is smaller than the largest message ({largest})"
-        );
+        bail!("the relay's snapshot ({region} bytes) is smaller than the largest message ({largest})");
     }
     let machine = crate::bench::report::machine();
 
@@ -624,15 +491,7 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
             }
         };
         for &size in &sizes {
-            let m = match throughput(
-                t.as_ref(),
-                generation,
-                region,
-                size,
-                a.in_flight.unwrap_or(4).max(1),
-                secs,
-                relay_pid,
-            ) {
+            let m = match throughput(t.as_ref(), generation, region, size, a.in_flight.unwrap_or(4).max(1), secs, relay_pid) {
                 Ok(m) => m,
                 Err(e) => {
                     eprintln!("probe: {name} at {size} bytes failed: {e:#}");
@@ -660,32 +519,18 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
     drop(own);
 
     // Table.
-    println!(
-        "{:<8} {:>6} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10}  detail",
-        "transport", "size", "MiB/s", "×base", "p50 µs", "p99 µs", "cpu µs/rd", "relay µs"
-    );
+    println!("{:<8} {:>6} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10}  detail", "transport", "size", "MiB/s", "×base", "p50 µs", "p99 µs", "cpu µs/rd", "relay µs");
     for p in &points {
         println!(
             "{:<8} {:>6} {:>10.1} {:>9} {:>10.1} {:>10.1} {:>10.2} {:>10}  {}",
             p.transport,
             charts::human_bytes(p.size as f64),
             p.mib_s,
-            p.ratio_to_baseline
-                .map(|r| format!(
-                    "{r:.2} {}",
-                    if p.baseline.as_deref() == Some("memcpy") {
-                        "m"
-                    } else {
-                        "t"
-                    }
-                ))
-                .unwrap_or_default(),
+            p.ratio_to_baseline.map(|r| format!("{r:.2} {}", if p.baseline.as_deref() == Some("memcpy") { "m" } else { "t" })).unwrap_or_default(),
             p.p50_us,
             p.p99_us,
             p.reader_cpu_us_per_read,
-            p.relay_cpu_us_per_read
-                .map(|c| format!("{c:.2}"))
-                .unwrap_or_else(|| "-".into()),
+            p.relay_cpu_us_per_read.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
             p.detail
         );
     }
@@ -712,66 +557,33 @@ pub fn run(a: ProbeArgs) -> Result<std::process::ExitCode> {
         "skipped": skipped,
     });
     let jpath = a.out.join("probe.json");
-    std::fs::write(&jpath, serde_json::to_vec_pretty(&json)?)
-        .with_context(|| format!("write {}", jpath.display()))?;
+    std::fs::write(&jpath, serde_json::to_vec_pretty(&json)?).with_context(|| format!("write {}", jpath.display()))?;
     write_charts(&a.out, &points, &baselines)?;
-    println!(
-        "raw results: {}; charts: throughput.png, latency.png, cpu.png in {}",
-        jpath.display(),
-        a.out.display()
-    );
+    println!("raw results: {}; charts: throughput.png, latency.png, cpu.png in {}", jpath.display(), a.out.display());
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn write_charts(
-    dir: &std::path::Path,
-    points: &[Point],
-    baselines: &[serde_json::Value],
-) -> Result<()> {
+fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json::Value]) -> Result<()> {
     let mut names: Vec<String> = points.iter().map(|p| p.transport.clone()).collect();
     names.dedup();
     let series = |f: &dyn Fn(&Point) -> Option<f64>, bkey: Option<&str>| {
         let mut v: Vec<Series> = names
             .iter()
-            .map(|n| Series {
-                name: n.clone(),
-                points: points
-                    .iter()
-                    .filter(|p| &p.transport == n)
-                    .filter_map(|p| f(p).map(|y| (p.size as f64, y)))
-                    .collect(),
-                baseline: false,
-            })
+            .map(|n| Series { name: n.clone(), points: points.iter().filter(|p| &p.transport == n).filter_map(|p| f(p).map(|y| (p.size as f64, y))).collect(), baseline: false })
             .collect();
         if let Some(k) = bkey {
             for b in ["memcpy", "tcp-stream"] {
                 v.push(Series {
                     name: format!("{b} (baseline)"),
-                    points: baselines
-                        .iter()
-                        .filter(|x| x["baseline"] == b)
-                        .filter_map(|x| Some((x["size"].as_f64()?, x[k].as_f64()?)))
-                        .collect(),
+                    points: baselines.iter().filter(|x| x["baseline"] == b).filter_map(|x| Some((x["size"].as_f64()?, x[k].as_f64()?))).collect(),
                     baseline: true,
                 });
             }
         }
         v
     };
-    charts::log_log(
-        &dir.join("throughput.png"),
-        "Throughput, reads in flight",
-        "message size (bytes)",
-        "MiB/s",
-        &series(&|p| Some(p.mib_s), Some("mib_s")),
-    )?;
-    charts::log_log(
-        &dir.join("latency.png"),
-        "Latency p50 (one read in flight)",
-        "message size (bytes)",
-        "µs",
-        &series(&|p| Some(p.p50_us), Some("p50_us")),
-    )?;
+    charts::log_log(&dir.join("throughput.png"), "Throughput, reads in flight", "message size (bytes)", "MiB/s", &series(&|p| Some(p.mib_s), Some("mib_s")))?;
+    charts::log_log(&dir.join("latency.png"), "Latency p50 (one read in flight)", "message size (bytes)", "µs", &series(&|p| Some(p.p50_us), Some("p50_us")))?;
     let mut cpu = series(&|p| Some(p.reader_cpu_us_per_read), None);
     for s in cpu.iter_mut() {
         s.name = format!("{} reader", s.name);
@@ -782,13 +594,7 @@ fn write_charts(
         s.baseline = true;
     }
     cpu.extend(relay_cpu.into_iter().filter(|s| !s.points.is_empty()));
-    charts::log_log(
-        &dir.join("cpu.png"),
-        "CPU time per read",
-        "message size (bytes)",
-        "µs CPU per read",
-        &cpu,
-    )?;
+    charts::log_log(&dir.join("cpu.png"), "CPU time per read", "message size (bytes)", "µs CPU per read", &cpu)?;
     Ok(())
 }
 
@@ -797,21 +603,9 @@ fn write_charts(
 /// of the same size. Every row is measured `--repeat` times, interleaved (round-robin over the rows,
 /// so a noisy minute on a shared machine hits all of them alike); the table shows medians and the JSON
 /// keeps every run.
-fn fetch_runs(
-    a: &ProbeArgs,
-    relay: SocketAddr,
-    token: &Credentials,
-    offered: &agent::pull::progress::Offered,
-    bytes: u64,
-    relay_pid: Option<u32>,
-    file: &str,
-) -> Result<()> {
+fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered, bytes: u64, relay_pid: Option<u32>, file: &str) -> Result<()> {
     let mib = bytes as f64 / (1 << 20) as f64;
-    let mut modes: Vec<(String, usize)> = vec![
-        ("memcpy (baseline)".into(), 1),
-        ("memcpy from a fresh memfd mapping (reference)".into(), 1),
-        ("tcp-stream (baseline)".into(), 1),
-    ];
+    let mut modes: Vec<(String, usize)> = vec![("memcpy (baseline)".into(), 1), ("memcpy from a fresh memfd mapping (reference)".into(), 1), ("tcp-stream (baseline)".into(), 1)];
     for t in &a.transports {
         modes.push((t.clone(), 1));
         modes.push((t.clone(), 4));
@@ -820,16 +614,9 @@ fn fetch_runs(
     for round in 0..a.repeat.max(1) {
         for (i, (mode, conc)) in modes.iter().enumerate() {
             let r = match mode.as_str() {
-                "memcpy (baseline)" => {
-                    memcpy_hot(bytes as usize).map(|s| serde_json::json!({"secs": s}))
-                }
-                "memcpy from a fresh memfd mapping (reference)" => {
-                    memcpy_from_fresh_mapping(bytes as usize)
-                        .map(|s| serde_json::json!({"secs": s}))
-                }
-                "tcp-stream (baseline)" => {
-                    tcp_stream_once(bytes).map(|s| serde_json::json!({"secs": s}))
-                }
+                "memcpy (baseline)" => memcpy_hot(bytes as usize).map(|s| serde_json::json!({"secs": s})),
+                "memcpy from a fresh memfd mapping (reference)" => memcpy_from_fresh_mapping(bytes as usize).map(|s| serde_json::json!({"secs": s})),
+                "tcp-stream (baseline)" => tcp_stream_once(bytes).map(|s| serde_json::json!({"secs": s})),
                 t => pull_round(a, t, *conc, relay, token, offered, bytes, relay_pid),
             };
             match r {
@@ -841,16 +628,8 @@ fn fetch_runs(
             }
         }
     }
-    let median = |v: &[f64]| -> Option<f64> {
-        crate::stats::median(
-            &v.iter()
-                .copied()
-                .filter(|x| x.is_finite())
-                .collect::<Vec<_>>(),
-        )
-    };
-    let col =
-        |i: usize, k: &str| -> Vec<f64> { runs[i].iter().filter_map(|r| r[k].as_f64()).collect() };
+    let median = |v: &[f64]| -> Option<f64> { crate::stats::median(&v.iter().copied().filter(|x| x.is_finite()).collect::<Vec<_>>()) };
+    let col = |i: usize, k: &str| -> Vec<f64> { runs[i].iter().filter_map(|r| r[k].as_f64()).collect() };
     let mut rows = Vec::new();
     for (i, (mode, conc)) in modes.iter().enumerate() {
         let secs = median(&col(i, "secs_per_pull")).or_else(|| median(&col(i, "secs")));
@@ -865,36 +644,19 @@ fn fetch_runs(
             "runs": runs[i],
         }));
     }
-    let base = |m: &str| {
-        rows.iter()
-            .find(|r| r["mode"] == m)
-            .and_then(|r| r["mib_s"].as_f64())
-    };
+    let base = |m: &str| rows.iter().find(|r| r["mode"] == m).and_then(|r| r["mib_s"].as_f64());
     let (memcpy, tcp) = (base("memcpy (baseline)"), base("tcp-stream (baseline)"));
     println!("pull of {mib:.0} MiB, median of {} runs:", a.repeat.max(1));
-    println!(
-        "{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}",
-        "mode", "conc", "s/pull", "MiB/s", "×base", "cpu s/pull", "relay cpu %"
-    );
+    println!("{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}", "mode", "conc", "s/pull", "MiB/s", "×base", "cpu s/pull", "relay cpu %");
     for r in rows.iter_mut() {
         let m = r["mode"].as_str().unwrap_or("").to_string();
-        let b = if m.contains('(') {
-            None
-        } else if baseline_of(&m) == "memcpy" {
-            memcpy
-        } else {
-            tcp
-        };
+        let b = if m.contains('(') { None } else if baseline_of(&m) == "memcpy" { memcpy } else { tcp };
         let ratio = b.and_then(|b| r["mib_s"].as_f64().map(|x| x / b));
         if let Some(x) = ratio {
             r["ratio_to_baseline"] = serde_json::json!(x);
             r["baseline"] = serde_json::json!(baseline_of(&m));
         }
-        let f = |k: &str, scale: f64, prec: usize| {
-            r[k].as_f64()
-                .map(|x| format!("{:.*}", prec, x * scale))
-                .unwrap_or_default()
-        };
+        let f = |k: &str, scale: f64, prec: usize| r[k].as_f64().map(|x| format!("{:.*}", prec, x * scale)).unwrap_or_default();
         println!(
             "{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}",
             m,
@@ -935,9 +697,7 @@ fn memcpy_hot(bytes: usize) -> Result<f64> {
 fn tcp_stream_once(bytes: u64) -> Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    let server = std::thread::spawn(move || -> std::io::Result<()> {
-        write_stream(&mut l.accept()?.0, bytes, None)
-    });
+    let server = std::thread::spawn(move || -> std::io::Result<()> { write_stream(&mut l.accept()?.0, bytes, None) });
     let t = Instant::now();
     let mut c = TcpStream::connect(addr)?;
     let mut b = vec![0u8; 4 << 20];
@@ -956,16 +716,7 @@ fn tcp_stream_once(bytes: u64) -> Result<f64> {
 
 /// `conc` concurrent pulls of the relay's snapshot over transport `name`; one JSON run record.
 #[allow(clippy::too_many_arguments)]
-fn pull_round(
-    a: &ProbeArgs,
-    name: &str,
-    conc: usize,
-    relay: SocketAddr,
-    token: &Credentials,
-    offered: &agent::pull::progress::Offered,
-    bytes: u64,
-    relay_pid: Option<u32>,
-) -> Result<serde_json::Value> {
+fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
     let cancel = AtomicBool::new(false);
     let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
     let cpu0 = agent::procstat::own_cpu_secs();
@@ -976,26 +727,11 @@ fn pull_round(
                 let cancel = &cancel;
                 s.spawn(move || -> Result<(f64, String)> {
                     let t = open_transport(name, relay, token, offered)?;
-                    let attached = agent::pull::progress::attach(
-                        &relay.into(),
-                        token,
-                        Duration::from_secs(60),
-                    )?;
+                    let attached = agent::pull::progress::attach(&relay.into(), token, Duration::from_secs(60))?;
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                    let pull = agent::pull::pipeline::Pull {
-                        transport: t.as_ref(),
-                        progress: &attached.progress,
-                        readers,
-                        window: agent::pull::pipeline::window(
-                            None,
-                            agent::pull::pipeline::Membership::Alone,
-                        ),
-                        cancel,
-                        peering: None,
-                        counters: None,
-                    };
+                    let pull = agent::pull::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: agent::pull::pipeline::window(None, agent::pull::pipeline::Membership::Alone), cancel, peering: None, counters: None };
                     agent::pull::pipeline::pull(&pull, &mut |b| {
                         n += b.len() as u64;
                         Ok(())
@@ -1007,20 +743,11 @@ fn pull_round(
                 })
             })
             .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))
-            })
-            .collect()
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("pull thread panicked")))).collect()
     });
     let wall = t0.elapsed().as_secs_f64();
     let cpu = agent::procstat::own_cpu_secs() - cpu0;
-    let rcpu = rcpu0.and_then(|c0| {
-        relay_pid
-            .and_then(agent::procstat::cpu_secs_with_children)
-            .map(|c1| c1 - c0)
-    });
+    let rcpu = rcpu0.and_then(|c0| relay_pid.and_then(agent::procstat::cpu_secs_with_children).map(|c1| c1 - c0));
     let rs = results.into_iter().collect::<Result<Vec<_>>>()?;
     let per: Vec<f64> = rs.iter().map(|r| r.0).collect();
     Ok(serde_json::json!({

@@ -29,15 +29,9 @@ struct Loaded {
 fn load(dir: &Path) -> Result<Loaded> {
     let path = dir.join("results.json");
     let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-    let doc: serde_json::Value =
-        serde_json::from_slice(&bytes).with_context(|| format!("parse {}", path.display()))?;
-    let scenarios: Vec<ScenarioResult> = serde_json::from_value(doc["scenarios"].clone())
-        .with_context(|| format!("read the scenarios of {}", path.display()))?;
-    Ok(Loaded {
-        dir: dir.to_path_buf(),
-        doc,
-        scenarios,
-    })
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("parse {}", path.display()))?;
+    let scenarios: Vec<ScenarioResult> = serde_json::from_value(doc["scenarios"].clone()).with_context(|| format!("read the scenarios of {}", path.display()))?;
+    Ok(Loaded { dir: dir.to_path_buf(), doc, scenarios })
 }
 
 /// Re-render every directory, then the summary.
@@ -48,8 +42,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         println!("re-rendered {}", l.dir.join("results.md").display());
     }
     if let Some(path) = &a.summary {
-        std::fs::write(path, summary(&loaded))
-            .with_context(|| format!("write {}", path.display()))?;
+        std::fs::write(path, summary(&loaded)).with_context(|| format!("write {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(())
@@ -62,12 +55,7 @@ fn summary(loaded: &[Loaded]) -> String {
         let delay = &l.doc["settings"]["repl-diskless-sync-delay"];
         for s in &l.scenarios {
             let _ = writeln!(md, "### {} — `{}`\n", s.spec.name, l.dir.display());
-            let _ = writeln!(
-                md,
-                "{}; server `{server}`, `repl-diskless-sync-delay {delay}`. Command: `{}`\n",
-                s.spec.describe(),
-                l.doc["command"].as_str().unwrap_or("")
-            );
+            let _ = writeln!(md, "{}; server `{server}`, `repl-diskless-sync-delay {delay}`. Command: `{}`\n", s.spec.describe(), l.doc["command"].as_str().unwrap_or(""));
             let _ = writeln!(md, "Time to all replicas in sync (s):\n");
             md.push_str(&summary_table(s));
             if s.spec.arrival != crate::bench::scenario::Arrival::Staggered {

@@ -22,12 +22,12 @@
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
 use crate::stats;
+use swarm::{AgentId, Answer, Chooser, Keep, Origin, ServeCache, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use swarm::{AgentId, Answer, Chooser, Keep, Origin, ServeCache, Tracker};
 
 /// `fastrepl-lab simulate` arguments.
 #[derive(clap::Args, Debug, Clone)]
@@ -181,9 +181,7 @@ fn link_bps(s: &str) -> Result<f64> {
     } else {
         (l.as_str(), 1.0)
     };
-    let v: f64 = num.trim().parse().map_err(|_| {
-        anyhow::anyhow!("link rate {s:?}: expected e.g. 100mbit, 1gbit or bits per second")
-    })?;
+    let v: f64 = num.trim().parse().map_err(|_| anyhow::anyhow!("link rate {s:?}: expected e.g. 100mbit, 1gbit or bits per second"))?;
     if v <= 0.0 {
         bail!("link rate {s:?} must be positive");
     }
@@ -291,32 +289,18 @@ struct TraceAt {
 }
 
 impl Trace {
-    fn step(
-        &mut self,
-        agents: &[Agent],
-        transfers: &[Transfer],
-        rates: &[f64],
-        tracker: &Tracker,
-        at: TraceAt,
-    ) {
+    fn step(&mut self, agents: &[Agent], transfers: &[Transfer], rates: &[f64], tracker: &Tracker, at: TraceAt) {
         let g = &agents[self.agent];
         if !g.started || !g.alive || g.finished.is_some() {
             return;
         }
         self.pulling += 1;
-        let down: f64 = transfers
-            .iter()
-            .zip(rates)
-            .filter(|(x, _)| x.dst == g.host)
-            .map(|(_, r)| r)
-            .sum();
+        let down: f64 = transfers.iter().zip(rates).filter(|(x, _)| x.dst == g.host).map(|(_, r)| r).sum();
         if down >= 0.99 * at.bps {
             return;
         }
         let next = g.chooser.held_prefix();
-        let unread: Vec<u64> = (next..(next + g.chooser.window_now()).min(at.blocks))
-            .filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b))
-            .collect();
+        let unread: Vec<u64> = (next..(next + g.chooser.window_now()).min(at.blocks)).filter(|b| !g.chooser.holds(*b) && !g.chooser.in_flight(*b)).collect();
         if unread.is_empty() {
             self.window_full += 1;
         } else {
@@ -332,36 +316,18 @@ impl Trace {
             self.idle += 1;
         }
         if at.step % self.every == 0 {
-            let uploads = |src: usize| {
-                transfers
-                    .iter()
-                    .filter(|y| y.src == src && !y.refusal)
-                    .count()
-            };
+            let uploads = |src: usize| transfers.iter().filter(|y| y.src == src && !y.refusal).count();
             let reads: Vec<String> = transfers
                 .iter()
                 .zip(rates)
                 .filter(|(x, _)| x.dst == g.host)
                 .map(|(x, r)| {
-                    let from = if x.src == 0 {
-                        "relay".to_string()
-                    } else {
-                        format!("a{} ({} up)", x.src - 1, uploads(x.src))
-                    };
+                    let from = if x.src == 0 { "relay".to_string() } else { format!("a{} ({} up)", x.src - 1, uploads(x.src)) };
                     let refused = if x.refusal { " refused" } else { "" };
-                    format!(
-                        "b{} from {from}{refused} at {:.0} %, wait {:.2} s, {:.0} % left",
-                        x.block,
-                        r / at.bps * 100.0,
-                        x.wait.max(0.0),
-                        x.left / at.block * 100.0
-                    )
+                    format!("b{} from {from}{refused} at {:.0} %, wait {:.2} s, {:.0} % left", x.block, r / at.bps * 100.0, x.wait.max(0.0), x.left / at.block * 100.0)
                 })
                 .collect();
-            let holders: Vec<(usize, usize)> = unread
-                .iter()
-                .map(|b| (tracker.holders(*b), tracker.whole_holders(*b)))
-                .collect();
+            let holders: Vec<(usize, usize)> = unread.iter().map(|b| (tracker.holders(*b), tracker.whole_holders(*b))).collect();
             eprintln!(
                 "t={:.2} a{} downlink {:.0} %, next {next}, held {}, not read {unread:?} (holders, whole) {holders:?}; reads: {}",
                 at.t,
@@ -400,10 +366,7 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
         let o = oldest.entry((x.src, x.dst)).or_insert(x.seq);
         *o = (*o).min(x.seq);
     }
-    let mut frozen: Vec<bool> = transfers
-        .iter()
-        .map(|x| x.refusal || oldest[&(x.src, x.dst)] != x.seq || x.wait > 0.0)
-        .collect();
+    let mut frozen: Vec<bool> = transfers.iter().map(|x| x.refusal || oldest[&(x.src, x.dst)] != x.seq || x.wait > 0.0).collect();
     let mut up: Vec<f64> = hosts.iter().map(|h| h.up).collect();
     let mut down: Vec<f64> = hosts.iter().map(|h| h.down).collect();
     let mut up_queue = vec![false; hosts.len()];
@@ -418,12 +381,7 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
             }
         }
         let inc = (0..hosts.len())
-            .flat_map(|h| {
-                [
-                    (nu[h] > 0).then(|| up[h] / f64::from(nu[h])),
-                    (nd[h] > 0).then(|| down[h] / f64::from(nd[h])),
-                ]
-            })
+            .flat_map(|h| [(nu[h] > 0).then(|| up[h] / f64::from(nu[h])), (nd[h] > 0).then(|| down[h] / f64::from(nd[h]))])
             .flatten()
             .fold(f64::INFINITY, f64::min);
         if !inc.is_finite() {
@@ -438,10 +396,7 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
         }
         let full = |c: f64, cap: f64| c <= cap * 1e-9;
         for (i, x) in transfers.iter().enumerate() {
-            let (u, d) = (
-                full(up[x.src], hosts[x.src].up),
-                full(down[x.dst], hosts[x.dst].down),
-            );
+            let (u, d) = (full(up[x.src], hosts[x.src].up), full(down[x.dst], hosts[x.dst].down));
             if !frozen[i] && (u || d) {
                 frozen[i] = true;
                 up_queue[x.src] |= u;
@@ -449,22 +404,12 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
             }
         }
     }
-    Rates {
-        rate,
-        up_queue,
-        down_queue,
-    }
+    Rates { rate, up_queue, down_queue }
 }
 
 /// Whether holder `p` refuses a new connection from host `me`: it serves its maximum, on other
 /// connections.
-fn full(
-    agents: &[Agent],
-    flows: &HashMap<(usize, usize), usize>,
-    p: AgentId,
-    me: usize,
-    max: usize,
-) -> bool {
+fn full(agents: &[Agent], flows: &HashMap<(usize, usize), usize>, p: AgentId, me: usize, max: usize) -> bool {
     agents[p as usize].uploads >= max && !flows.contains_key(&(agents[p as usize].host, me))
 }
 
@@ -477,9 +422,7 @@ fn open(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> boo
 
 /// One read fewer on a connection; whether that closed it.
 fn close(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> bool {
-    let Some(n) = flows.get_mut(&pair) else {
-        return false;
-    };
+    let Some(n) = flows.get_mut(&pair) else { return false };
     *n -= 1;
     if *n == 0 {
         flows.remove(&pair);
@@ -490,13 +433,7 @@ fn close(flows: &mut HashMap<(usize, usize), usize>, pair: (usize, usize)) -> bo
 
 /// A read from `from` (host `src`) to host `dst` ended, whatever its end: one read fewer on its
 /// connection, and a peer's upload slot given back when that closed it.
-fn end_read(
-    flows: &mut HashMap<(usize, usize), usize>,
-    agents: &mut [Agent],
-    from: Origin,
-    src: usize,
-    dst: usize,
-) {
+fn end_read(flows: &mut HashMap<(usize, usize), usize>, agents: &mut [Agent], from: Origin, src: usize, dst: usize) {
     if close(flows, (src, dst)) {
         if let Origin::Peer(p) = from {
             agents[p as usize].uploads -= 1;
@@ -537,11 +474,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 
     // Whole blocks of the serve cache (`--serve-cache-mib 0`: no cache, every block kept for good).
     let cache_blocks = a.serve_cache_mib / a.block_mib;
-    let mut hosts = vec![Host {
-        up: bps,
-        down: bps,
-        sent: 0.0,
-    }];
+    let mut hosts = vec![Host { up: bps, down: bps, sent: 0.0 }];
     let mut tracker = Tracker::new(blocks).with_uploads_max(a.uploads);
     // The relay holds the whole snapshot before the first agent joins (the bench's relays too: they
     // are warm when the replicas join), so the tracker knows its size: agents that hold every block
@@ -562,17 +495,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let slow = rng.next() < a.slow_fraction;
             let slow = slow_set.as_ref().map_or(slow, |s| s[i]);
             let rate = if slow { bps / a.slow_factor } else { bps };
-            hosts.push(Host {
-                up: rate,
-                down: rate,
-                sent: 0.0,
-            });
+            hosts.push(Host { up: rate, down: rate, sent: 0.0 });
             let start = rng.next() * a.join_spread;
             let fail_at = (rng.next() < a.fail_fraction).then(|| start + rng.next() * t_one);
-            let mut chooser = Chooser::new(a.window, a.downloads)
-                .with_relay_fetches(a.relay_readers)
-                .with_depth(a.peer_depth)
-                .with_relay_depth(a.relay_depth);
+            let mut chooser = Chooser::new(a.window, a.downloads).with_relay_fetches(a.relay_readers).with_depth(a.peer_depth).with_relay_depth(a.relay_depth);
             if !a.window_fixed {
                 chooser = chooser.with_cache_room(cache_blocks);
             }
@@ -580,26 +506,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let cache = match (a.serve_cache_mib, a.cache_keeps_newest) {
                 (0, _) => None,
                 (_, true) => Some(ServeCache::keeping_newest(cache_blocks)),
-                (_, false) => Some(ServeCache::new(
-                    cache_blocks,
-                    Keep::new(a.seed.wrapping_mul(0x1_0000_0001) ^ i as u64),
-                )),
+                (_, false) => Some(ServeCache::new(cache_blocks, Keep::new(a.seed.wrapping_mul(0x1_0000_0001) ^ i as u64))),
             };
-            Agent {
-                id: i as AgentId,
-                host: i + 1,
-                start,
-                fail_at,
-                slow,
-                chooser,
-                alive: true,
-                started: false,
-                finished: None,
-                uploads: 0,
-                load_changes: 0,
-                arrivals: 0,
-                cache,
-            }
+            Agent { id: i as AgentId, host: i + 1, start, fail_at, slow, chooser, alive: true, started: false, finished: None, uploads: 0, load_changes: 0, arrivals: 0, cache }
         })
         .collect();
     let mut transfers: Vec<Transfer> = Vec::new();
@@ -610,8 +519,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     let (mut busy_up, mut busy_down) = (vec![false; hosts.len()], vec![false; hosts.len()]);
     let queue = a.queue_ms / 1000.0;
     let rtt = a.rtt_ms / 1000.0;
-    let mut load_history: std::collections::VecDeque<Vec<(usize, u64, u64)>> =
-        std::collections::VecDeque::new();
+    let mut load_history: std::collections::VecDeque<Vec<(usize, u64, u64)>> = std::collections::VecDeque::new();
     let load_lag_steps = (queue / dt).ceil() as usize;
     // Per agent: the changes and the arrivals its last report covered.
     let mut load_told = vec![(0u64, 0u64); n];
@@ -627,20 +535,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
     // reads under way (held back by their claimers' downlinks), with no block nobody holds in any
     // window (nothing to claim), and with such blocks not claimed (the relay's flows shared out).
     let mut relay_short = [0u64; 3];
-    let every = std::env::var("SIM_TRACE_EVERY")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|e| *e > 0)
-        .unwrap_or(60);
-    let mut traced = std::env::var("SIM_TRACE")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|w| *w < n)
-        .map(|w| Trace {
-            agent: w,
-            every,
-            ..Trace::default()
-        });
+    let every = std::env::var("SIM_TRACE_EVERY").ok().and_then(|v| v.parse::<u64>().ok()).filter(|e| *e > 0).unwrap_or(60);
+    let mut traced = std::env::var("SIM_TRACE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| *w < n).map(|w| Trace { agent: w, every, ..Trace::default() });
     while agents.iter().any(|g| g.alive && g.finished.is_none()) {
         if t > limit {
             break;
@@ -686,17 +582,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         // Each agent's upload load reaches the tracker a queue's delay late (the report crosses the
         // agent's busy uplink).
         if !a.oracle_load {
-            load_history.push_back(
-                agents
-                    .iter()
-                    .map(|g| (g.uploads, g.load_changes, g.arrivals))
-                    .collect(),
-            );
+            load_history.push_back(agents.iter().map(|g| (g.uploads, g.load_changes, g.arrivals)).collect());
             if load_history.len() > load_lag_steps {
                 let seen = load_history.pop_front().unwrap_or_default();
-                for (g, ((u, changes, arrivals), told)) in
-                    agents.iter().zip(seen.iter().zip(load_told.iter_mut()))
-                {
+                for (g, ((u, changes, arrivals), told)) in agents.iter().zip(seen.iter().zip(load_told.iter_mut())) {
                     if g.alive && *changes != told.0 {
                         tracker.load(g.id, *u as u32, (arrivals - told.1) as u32, at(t));
                         *told = (*changes, *arrivals);
@@ -744,16 +633,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             for b in wanted {
                 // Asked block by block, with the chooser's state of the moment (a real agent asks about
                 // its window at once, and the relay mirrors what its chooser will do with each answer).
-                let answer =
-                    tracker.locate(agents[i].id, b, &mut agents[i].chooser.fetching(), at(t));
+                let answer = tracker.locate(agents[i].id, b, &mut agents[i].chooser.fetching(), at(t));
                 let me = agents[i].host;
                 let answer = match answer {
                     // With `--oracle-load` askers see every holder's load and never ask a full one.
                     Answer::Peers(ps) if a.oracle_load => {
-                        let free: Vec<AgentId> = ps
-                            .into_iter()
-                            .filter(|p| !full(&agents, &flows, *p, me, a.uploads))
-                            .collect();
+                        let free: Vec<AgentId> = ps.into_iter().filter(|p| !full(&agents, &flows, *p, me, a.uploads)).collect();
                         if free.is_empty() {
                             continue;
                         }
@@ -761,9 +646,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     }
                     other => other,
                 };
-                let Some(from) = agents[i].chooser.choose_at(b, &answer, at(t)) else {
-                    continue;
-                };
+                let Some(from) = agents[i].chooser.choose_at(b, &answer, at(t)) else { continue };
                 let dst = agents[i].host;
                 // As real agents do: a holder the tracker's (late) load reports put first may be full
                 // by the time the request arrives, and refuses it — a round trip that moves nothing,
@@ -771,25 +654,10 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 if let Origin::Peer(p) = from {
                     if full(&agents, &flows, p, me, a.uploads) {
                         let src = agents[p as usize].host;
-                        let queues = [busy_up[dst], busy_down[src], busy_up[src], busy_down[dst]]
-                            .iter()
-                            .filter(|b| **b)
-                            .count();
+                        let queues = [busy_up[dst], busy_down[src], busy_up[src], busy_down[dst]].iter().filter(|b| **b).count();
                         seq += 1;
                         refusals += 1;
-                        transfers.push(Transfer {
-                            src,
-                            from,
-                            dst,
-                            block: b,
-                            left: 0.0,
-                            since: t,
-                            wait: rtt + queue * queues as f64,
-                            seq,
-                            refusal: true,
-                            announced: false,
-                            upstream: None,
-                        });
+                        transfers.push(Transfer { src, from, dst, block: b, left: 0.0, since: t, wait: rtt + queue * queues as f64, seq, refusal: true, announced: false, upstream: None });
                         if !agents[i].chooser.has_free_slot() {
                             break;
                         }
@@ -806,15 +674,9 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                 // what is queued there is this connection's own earlier answer, and this one follows
                 // it without a gap — which is what pipelining buys.
                 let idle = !flows.contains_key(&(src, dst));
-                let mut queues = [busy_up[dst], busy_down[src]]
-                    .iter()
-                    .filter(|b| **b)
-                    .count();
+                let mut queues = [busy_up[dst], busy_down[src]].iter().filter(|b| **b).count();
                 if idle {
-                    queues += [busy_up[src], busy_down[dst]]
-                        .iter()
-                        .filter(|b| **b)
-                        .count();
+                    queues += [busy_up[src], busy_down[dst]].iter().filter(|b| **b).count();
                 }
                 let wait = rtt + queue * queues as f64;
                 if open(&mut flows, (src, dst)) {
@@ -825,38 +687,17 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     }
                 }
                 seq += 1;
-                transfers.push(Transfer {
-                    src,
-                    from,
-                    dst,
-                    block: b,
-                    left: block,
-                    since: t,
-                    wait,
-                    seq,
-                    refusal: false,
-                    announced: false,
-                    upstream: None,
-                });
+                transfers.push(Transfer { src, from, dst, block: b, left: block, since: t, wait, seq, refusal: false, announced: false, upstream: None });
                 if !agents[i].chooser.has_free_slot() {
                     break;
                 }
             }
         }
         // Move bytes: links shared max-min fairly among their transfers (what TCP approximates).
-        let Rates {
-            rate: mut rates,
-            up_queue,
-            down_queue,
-        } = max_min_rates(&hosts, &transfers);
+        let Rates { rate: mut rates, up_queue, down_queue } = max_min_rates(&hosts, &transfers);
         busy_up = up_queue;
         busy_down = down_queue;
-        let relay: f64 = transfers
-            .iter()
-            .zip(&rates)
-            .filter(|(x, _)| x.src == 0)
-            .map(|(_, r)| r)
-            .sum();
+        let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
         if debug && step % 40 == 0 {
             let total: f64 = rates.iter().sum();
             let nrelay = transfers.iter().filter(|x| x.src == 0).count();
@@ -864,48 +705,20 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let held: Vec<u64> = agents.iter().map(|g| g.chooser.held()).collect();
             eprintln!("t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}", relay / bps * 100.0, transfers.len(), total / (bps * n as f64) * 100.0);
         }
-        if agents
-            .iter()
-            .any(|g| g.started && g.alive && g.finished.is_none() && !g.slow)
-        {
+        if agents.iter().any(|g| g.started && g.alive && g.finished.is_none() && !g.slow) {
             pulling_steps += 1;
             relay_full_steps += u64::from(relay >= 0.99 * bps);
             if debug && relay < 0.99 * bps {
                 let relay_reads = transfers.iter().any(|x| x.src == 0 && !x.refusal);
-                let unclaimed = agents
-                    .iter()
-                    .filter(|g| g.started && g.alive && g.finished.is_none())
-                    .any(|g| {
-                        let next = g.chooser.held_prefix();
-                        (next..(next + g.chooser.window_now()).min(blocks)).any(|b| {
-                            tracker.holders(b) == 0
-                                && !g.chooser.holds(b)
-                                && !g.chooser.in_flight(b)
-                        })
-                    });
-                relay_short[if relay_reads {
-                    0
-                } else if !unclaimed {
-                    1
-                } else {
-                    2
-                }] += 1;
+                let unclaimed = agents.iter().filter(|g| g.started && g.alive && g.finished.is_none()).any(|g| {
+                    let next = g.chooser.held_prefix();
+                    (next..(next + g.chooser.window_now()).min(blocks)).any(|b| tracker.holders(b) == 0 && !g.chooser.holds(b) && !g.chooser.in_flight(b))
+                });
+                relay_short[if relay_reads { 0 } else if !unclaimed { 1 } else { 2 }] += 1;
             }
         }
         if let Some(tr) = traced.as_mut() {
-            tr.step(
-                &agents,
-                &transfers,
-                &rates,
-                &tracker,
-                TraceAt {
-                    t,
-                    step,
-                    bps,
-                    block,
-                    blocks,
-                },
-            );
+            tr.step(&agents, &transfers, &rates, &tracker, TraceAt { t, step, bps, block, blocks });
         }
         t += dt;
         step += 1;
@@ -915,9 +728,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         // first arrival only, as a real agent's.
         let mut arrived: HashMap<(usize, u64), (u64, f64)> = HashMap::new();
         for x in transfers.iter().filter(|x| !x.refusal) {
-            let e = arrived
-                .entry((x.dst, x.block))
-                .or_insert((x.seq, block - x.left));
+            let e = arrived.entry((x.dst, x.block)).or_insert((x.seq, block - x.left));
             if x.seq < e.0 {
                 *e = (x.seq, block - x.left);
             }
@@ -983,13 +794,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     Origin::Relay => "relay".to_string(),
                     Origin::Peer(p) => format!("a{p}"),
                 };
-                eprintln!(
-                    "read b{} by a{} from {from}: {:.2}-{:.2} s",
-                    x.block,
-                    x.dst - 1,
-                    x.since,
-                    t
-                );
+                eprintln!("read b{} by a{} from {from}: {:.2}-{:.2} s", x.block, x.dst - 1, x.since, t);
             }
             let g = &mut agents[x.dst - 1];
             let moved = match x.from {
@@ -1049,40 +854,18 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         let [reads, nothing, unclaimed] = relay_short;
         eprintln!("the relay's link under 99 % in {} of {pulling_steps} steps with full-rate agents pulling: relay reads under way (held back by their claimers' downlinks) {reads}, no block nobody holds in any window {nothing}, such blocks not claimed {unclaimed}", reads + nothing + unclaimed);
         for g in &agents {
-            let took = g.finished.map_or("unfinished".to_string(), |f| {
-                format!("{:.2} s", f - g.start)
-            });
+            let took = g.finished.map_or("unfinished".to_string(), |f| format!("{:.2} s", f - g.start));
             eprintln!("agent {}: started {:.2} s, took {took}, slow {}, alive {}, uplink carried {:.2} copies", g.id, g.start, g.slow, g.alive, hosts[g.host].sent / snapshot);
         }
     }
     let survivors: Vec<&Agent> = agents.iter().filter(|g| g.alive).collect();
-    let fast_pulls: Vec<(f64, f64)> = survivors
-        .iter()
-        .filter(|g| !g.slow)
-        .filter_map(|g| g.finished.map(|f| (g.start, f)))
-        .collect();
-    let pull_efficiency = (!fast_pulls.is_empty()).then(|| {
-        t_one * fast_pulls.len() as f64 / fast_pulls.iter().map(|(s, f)| f - s).sum::<f64>()
-    });
-    let ends_within = (fast_pulls.len() >= 2).then(|| {
-        fast_pulls.iter().map(|p| p.1).fold(f64::MIN, f64::max)
-            - fast_pulls.iter().map(|p| p.1).fold(f64::MAX, f64::min)
-    });
-    let end = survivors
-        .iter()
-        .filter(|g| !g.slow)
-        .filter_map(|g| g.finished.map(|f| f - g.start))
-        .fold(0.0, f64::max);
+    let fast_pulls: Vec<(f64, f64)> = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| (g.start, f))).collect();
+    let pull_efficiency = (!fast_pulls.is_empty()).then(|| t_one * fast_pulls.len() as f64 / fast_pulls.iter().map(|(s, f)| f - s).sum::<f64>());
+    let ends_within = (fast_pulls.len() >= 2).then(|| fast_pulls.iter().map(|p| p.1).fold(f64::MIN, f64::max) - fast_pulls.iter().map(|p| p.1).fold(f64::MAX, f64::min));
+    let end = survivors.iter().filter(|g| !g.slow).filter_map(|g| g.finished.map(|f| f - g.start)).fold(0.0, f64::max);
     let slow_bound = t_one * a.slow_factor;
-    let slow_over_own_bound = survivors
-        .iter()
-        .filter(|g| g.slow)
-        .filter_map(|g| g.finished.map(|f| (f - g.start) / slow_bound))
-        .reduce(f64::max);
-    let slowest = survivors
-        .iter()
-        .filter(|g| g.finished.is_some())
-        .max_by(|x, y| (x.finished.unwrap() - x.start).total_cmp(&(y.finished.unwrap() - y.start)));
+    let slow_over_own_bound = survivors.iter().filter(|g| g.slow).filter_map(|g| g.finished.map(|f| (f - g.start) / slow_bound)).reduce(f64::max);
+    let slowest = survivors.iter().filter(|g| g.finished.is_some()).max_by(|x, y| (x.finished.unwrap() - x.start).total_cmp(&(y.finished.unwrap() - y.start)));
     Ok(Row {
         agents: n,
         seed: a.seed,
@@ -1091,9 +874,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         slow_over_own_bound,
         relay_copies: hosts[0].sent / snapshot,
         agent_upload_copies_max: hosts[1..].iter().map(|h| h.sent).fold(0.0, f64::max) / snapshot,
-        slowest_secs: slowest
-            .map(|g| g.finished.unwrap_or(0.0) - g.start)
-            .unwrap_or(0.0),
+        slowest_secs: slowest.map(|g| g.finished.unwrap_or(0.0) - g.start).unwrap_or(0.0),
         slowest_is_slow_host: slowest.is_some_and(|g| g.slow),
         failed: agents.iter().filter(|g| !g.alive).count(),
         unfinished: survivors.iter().filter(|g| g.finished.is_none()).count(),
@@ -1107,24 +888,11 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
 /// Fleet size `n` with every seed of `a.seeds`, in seed order; the seeds run on every core.
 fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
     use anyhow::Context;
-    a.seed.checked_add(a.seeds - 1).with_context(|| {
-        format!(
-            "--seed {} with --seeds {}: the last seed is past the largest",
-            a.seed, a.seeds
-        )
-    })?;
+    a.seed.checked_add(a.seeds - 1).with_context(|| format!("--seed {} with --seeds {}: the last seed is past the largest", a.seed, a.seeds))?;
     let next = std::sync::atomic::AtomicU64::new(0);
     // The diagnostics print per run: one run at a time, each headed by its seed, or they interleave.
-    let diagnostics = ["SIM_DEBUG", "SIM_TRACE", "SIM_READS"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    let threads = if diagnostics {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, |p| p.get())
-            .min(a.seeds as usize)
-    };
+    let diagnostics = ["SIM_DEBUG", "SIM_TRACE", "SIM_READS"].iter().any(|v| std::env::var_os(v).is_some());
+    let threads = if diagnostics { 1 } else { std::thread::available_parallelism().map_or(1, |p| p.get()).min(a.seeds as usize) };
     let mut rows: Vec<Row> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -1139,23 +907,12 @@ fn run_seeds(a: &SimulateArgs, n: usize) -> Result<Vec<Row>> {
                         if diagnostics {
                             eprintln!("== {n} agents, seed {seed}");
                         }
-                        mine.push(
-                            run_one(&SimulateArgs { seed, ..a.clone() }, n).with_context(|| {
-                                format!("simulating {n} agents with seed {seed}")
-                            })?,
-                        );
+                        mine.push(run_one(&SimulateArgs { seed, ..a.clone() }, n).with_context(|| format!("simulating {n} agents with seed {seed}"))?);
                     }
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join().map_err(|_| {
-                    anyhow::anyhow!("simulating {n} agents: a thread running seeds panicked")
-                })?
-            })
-            .collect::<Result<Vec<Vec<Row>>>>()
+        workers.into_iter().map(|w| w.join().map_err(|_| anyhow::anyhow!("simulating {n} agents: a thread running seeds panicked"))?).collect::<Result<Vec<Vec<Row>>>>()
     })?
     .into_iter()
     .flatten()
@@ -1173,9 +930,7 @@ fn seeds_row(n: usize, runs: &[Row]) -> String {
     let ratios: Vec<f64> = with_ratio.iter().map(|r| r.t_over_t1).collect();
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);
-    let worst = with_ratio
-        .iter()
-        .max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1));
+    let worst = with_ratio.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1));
     let slow: Vec<f64> = runs.iter().filter_map(|r| r.slow_over_own_bound).collect();
     let copies: Vec<f64> = runs.iter().map(|r| r.relay_copies).collect();
     let efficiency: Vec<f64> = runs.iter().filter_map(|r| r.pull_efficiency).collect();
@@ -1184,19 +939,7 @@ fn seeds_row(n: usize, runs: &[Row]) -> String {
         "| {n} | {} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
         stats::median(&ratios).map_or("–".into(), |m| format!("{m:.3}")),
         worst.map_or("–".into(), |w| format!("{:.3} ({})", w.t_over_t1, w.seed)),
-        sorted
-            .iter()
-            .map(|v| format!("{v:.3}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-            + &if left_out > 0 {
-                format!(
-                    " ({left_out} of {} without a full-rate agent that finished)",
-                    runs.len()
-                )
-            } else {
-                String::new()
-            },
+        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ") + &if left_out > 0 { format!(" ({left_out} of {} without a full-rate agent that finished)", runs.len()) } else { String::new() },
         stats::median(&slow).map_or("–".into(), |m| format!("{m:.2} ({:.2})", most(&slow))),
         stats::median(&copies).unwrap_or(f64::NAN),
         most(&copies),
@@ -1264,12 +1007,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         }
     }
     if let Some(p) = &a.json {
-        std::fs::write(
-            p,
-            serde_json::to_vec_pretty(
-                &serde_json::json!({"settings": format!("{a:?}"), "rows": rows}),
-            )?,
-        )?;
+        std::fs::write(p, serde_json::to_vec_pretty(&serde_json::json!({"settings": format!("{a:?}"), "rows": rows}))?)?;
     }
     Ok(())
 }
@@ -1302,10 +1040,7 @@ mod tests {
     fn the_relay_sends_about_one_copy_for_many_agents() {
         let r = run_one(&args(&[]), 16).unwrap();
         assert_eq!(r.unfinished, 0, "{r:?}");
-        assert!(
-            r.relay_copies < 1.5,
-            "the relay's link carries about one copy: {r:?}"
-        );
+        assert!(r.relay_copies < 1.5, "the relay's link carries about one copy: {r:?}");
     }
 
     #[test]
@@ -1316,50 +1051,22 @@ mod tests {
     }
 
     #[test]
-    fn blocks_dropped_from_every_serve_cache_come_from_the_relay_again_unless_the_fleet_keeps_them()
-    {
+    fn blocks_dropped_from_every_serve_cache_come_from_the_relay_again_unless_the_fleet_keeps_them() {
         // 16 blocks; a slow host (a fifth of the others' rate) lags far behind the others. With caches
         // of four blocks that keep the newest, the fast agents all drop what it still needs, and it
         // gets those from the relay again (the tracker was told of every drop); kept for good, they
         // reach it through peers. Caches that keep a sample of their own of the older blocks
         // (`swarm::Keep`) keep most blocks somewhere in a fleet of sixteen.
         let kept = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "0"]), 4).unwrap();
-        let newest = run_one(
-            &args(&[
-                "--slow-hosts",
-                "1",
-                "--serve-cache-mib",
-                "16",
-                "--cache-keeps-newest",
-            ]),
-            4,
-        )
-        .unwrap();
-        let newest_16 = run_one(
-            &args(&[
-                "--slow-hosts",
-                "1",
-                "--serve-cache-mib",
-                "16",
-                "--cache-keeps-newest",
-            ]),
-            16,
-        )
-        .unwrap();
-        let sampled_16 =
-            run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16"]), 16).unwrap();
+        let newest = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16", "--cache-keeps-newest"]), 4).unwrap();
+        let newest_16 = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16", "--cache-keeps-newest"]), 16).unwrap();
+        let sampled_16 = run_one(&args(&["--slow-hosts", "1", "--serve-cache-mib", "16"]), 16).unwrap();
         for r in [&kept, &newest, &newest_16, &sampled_16] {
             assert_eq!(r.unfinished, 0, "{r:?}");
-            assert!(
-                r.slow_over_own_bound.is_some_and(|s| s < 1.1),
-                "the slow host at its own link's pace: {r:?}"
-            );
+            assert!(r.slow_over_own_bound.is_some_and(|s| s < 1.1), "the slow host at its own link's pace: {r:?}");
         }
         assert!(kept.relay_copies < 1.02, "{kept:?}");
-        assert!(
-            newest.relay_copies > 1.1,
-            "blocks nobody keeps any more come from the relay: {newest:?}"
-        );
+        assert!(newest.relay_copies > 1.1, "blocks nobody keeps any more come from the relay: {newest:?}");
         assert!(newest_16.relay_copies > 1.1, "{newest_16:?}");
         assert!(sampled_16.relay_copies < newest_16.relay_copies - 0.1, "the fleet's samples keep what the lagging agent needs: {sampled_16:?} against {newest_16:?}");
     }
@@ -1368,126 +1075,46 @@ mod tests {
     fn round_trips_through_busy_queues_cost_time_and_pipelining_hides_them_from_one_agent() {
         let fluid = run_one(&args(&["--queue-ms", "0", "--rtt-ms", "0"]), 8).unwrap();
         let queued = run_one(&args(&[]), 8).unwrap();
-        assert!(
-            queued.secs > fluid.secs * 1.02,
-            "peer reads wait behind busy queues: {fluid:?} vs {queued:?}"
-        );
+        assert!(queued.secs > fluid.secs * 1.02, "peer reads wait behind busy queues: {fluid:?} vs {queued:?}");
         let alone = run_one(&args(&[]), 1).unwrap();
-        assert!(
-            (alone.t_over_t1 - 1.0).abs() < 0.05,
-            "pipelined relay reads keep one agent's link full: {alone:?}"
-        );
+        assert!((alone.t_over_t1 - 1.0).abs() < 0.05, "pipelined relay reads keep one agent's link full: {alone:?}");
         let one_connection = run_one(&args(&["--relay-readers", "1"]), 1).unwrap();
-        assert!(
-            (one_connection.t_over_t1 - 1.0).abs() < 0.05,
-            "pipelined, one connection is enough: {one_connection:?}"
-        );
-        let unpipelined =
-            run_one(&args(&["--relay-depth", "1", "--relay-readers", "1"]), 1).unwrap();
-        assert!(
-            unpipelined.secs > alone.secs * 1.02,
-            "one read at a time idles a round trip per block: {alone:?} vs {unpipelined:?}"
-        );
+        assert!((one_connection.t_over_t1 - 1.0).abs() < 0.05, "pipelined, one connection is enough: {one_connection:?}");
+        let unpipelined = run_one(&args(&["--relay-depth", "1", "--relay-readers", "1"]), 1).unwrap();
+        assert!(unpipelined.secs > alone.secs * 1.02, "one read at a time idles a round trip per block: {alone:?} vs {unpipelined:?}");
     }
 
     #[test]
     fn a_seed_names_one_outcome() {
         // Spread joins, slow hosts and failures: the paths where a map's order once chose among equals.
-        let a = Cli::parse_from([
-            "sim",
-            "--mib",
-            "256",
-            "--link",
-            "100mbit",
-            "--join-spread",
-            "30",
-            "--slow-fraction",
-            "0.2",
-            "--fail-fraction",
-            "0.1",
-            "--seed",
-            "3",
-        ])
-        .a;
+        let a = Cli::parse_from(["sim", "--mib", "256", "--link", "100mbit", "--join-spread", "30", "--slow-fraction", "0.2", "--fail-fraction", "0.1", "--seed", "3"]).a;
         let (x, y) = (run_one(&a, 8).unwrap(), run_one(&a, 8).unwrap());
-        assert_eq!(
-            serde_json::to_string(&x).unwrap(),
-            serde_json::to_string(&y).unwrap()
-        );
+        assert_eq!(serde_json::to_string(&x).unwrap(), serde_json::to_string(&y).unwrap());
     }
 
     #[test]
     fn many_seeds_give_each_seed_its_own_run_in_seed_order() {
-        let a = Cli::parse_from([
-            "sim",
-            "--mib",
-            "64",
-            "--link",
-            "100mbit",
-            "--join-spread",
-            "10",
-            "--slow-fraction",
-            "0.3",
-            "--seed",
-            "5",
-            "--seeds",
-            "3",
-        ])
-        .a;
+        let a = Cli::parse_from(["sim", "--mib", "64", "--link", "100mbit", "--join-spread", "10", "--slow-fraction", "0.3", "--seed", "5", "--seeds", "3"]).a;
         let runs = run_seeds(&a, 4).unwrap();
-        assert_eq!(
-            runs.iter().map(|r| r.seed).collect::<Vec<_>>(),
-            vec![5, 6, 7]
-        );
+        assert_eq!(runs.iter().map(|r| r.seed).collect::<Vec<_>>(), vec![5, 6, 7]);
         for r in &runs {
-            let alone = run_one(
-                &SimulateArgs {
-                    seed: r.seed,
-                    ..a.clone()
-                },
-                4,
-            )
-            .unwrap();
-            assert_eq!(
-                serde_json::to_string(r).unwrap(),
-                serde_json::to_string(&alone).unwrap(),
-                "seed {} run among others is the seed run alone",
-                r.seed
-            );
+            let alone = run_one(&SimulateArgs { seed: r.seed, ..a.clone() }, 4).unwrap();
+            assert_eq!(serde_json::to_string(r).unwrap(), serde_json::to_string(&alone).unwrap(), "seed {} run among others is the seed run alone", r.seed);
         }
-        assert_ne!(
-            serde_json::to_string(&runs[0])
-                .unwrap()
-                .replace("\"seed\":5", ""),
-            serde_json::to_string(&runs[1])
-                .unwrap()
-                .replace("\"seed\":6", ""),
-            "different seeds, different fleets"
-        );
+        assert_ne!(serde_json::to_string(&runs[0]).unwrap().replace("\"seed\":5", ""), serde_json::to_string(&runs[1]).unwrap().replace("\"seed\":6", ""), "different seeds, different fleets");
         let line = seeds_row(4, &runs);
-        let worst = runs
-            .iter()
-            .max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1))
-            .unwrap();
-        assert!(
-            line.contains(&format!("{:.3} ({})", worst.t_over_t1, worst.seed)),
-            "the worst run is named with its seed: {line}"
-        );
+        let worst = runs.iter().max_by(|x, y| x.t_over_t1.total_cmp(&y.t_over_t1)).unwrap();
+        assert!(line.contains(&format!("{:.3} ({})", worst.t_over_t1, worst.seed)), "the worst run is named with its seed: {line}");
     }
 
     #[test]
     fn slow_hosts_are_drawn_from_the_seed_exactly_k_of_them() {
-        let draw = |seed: u64, n: usize, k: usize| {
-            draw_slow(&mut Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1), n, k)
-        };
+        let draw = |seed: u64, n: usize, k: usize| draw_slow(&mut Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1), n, k);
         for seed in 1..50 {
             assert_eq!(draw(seed, 8, 3).iter().filter(|s| **s).count(), 3);
             assert_eq!(draw(seed, 8, 3), draw(seed, 8, 3), "one seed, one draw");
         }
-        assert!(
-            draw(1, 3, 5).iter().all(|s| *s),
-            "more slow hosts than agents: all slow"
-        );
+        assert!(draw(1, 3, 5).iter().all(|s| *s), "more slow hosts than agents: all slow");
         assert!(draw(1, 4, 0).iter().all(|s| !*s));
         // Not always the same agent (the last one was, before issue 33's seventh pass): over 100
         // seeds every one of four is drawn.

@@ -9,19 +9,13 @@ pub fn median(v: &[f64]) -> Option<f64> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let n = s.len();
-    Some(if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    })
+    Some(if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 })
 }
 
 /// The `q`-quantile (0.0..=1.0) of an ascending slice: the value at index round((n-1)·q), so that
 /// q = 0.5 of an odd count is the median and q = 1.0 the maximum. `None` for an empty slice.
 pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    sorted
-        .get(((sorted.len().checked_sub(1)?) as f64 * q.clamp(0.0, 1.0)).round() as usize)
-        .copied()
+    sorted.get(((sorted.len().checked_sub(1)?) as f64 * q.clamp(0.0, 1.0)).round() as usize).copied()
 }
 
 #[cfg(test)]

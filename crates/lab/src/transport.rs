@@ -38,9 +38,7 @@ impl LabTransport {
             LabTransport::Auto => None,
             LabTransport::Tcp => Some(transport::TransportKind::Tcp),
             LabTransport::Shm => Some(transport::TransportKind::Shm),
-            LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => {
-                Some(transport::TransportKind::Ucx)
-            }
+            LabTransport::Ucx | LabTransport::UcxTcp | LabTransport::UcxSm => Some(transport::TransportKind::Ucx),
         }
     }
 

@@ -17,10 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// The workspace's root: this crate lives at `crates/lab`.
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the workspace root")
 }
 
 /// The workspace's crates: every directory under `crates/` with a manifest, by directory name.
@@ -41,12 +38,7 @@ fn crate_roots(ws: &Path) -> Vec<PathBuf> {
     let mut roots = Vec::new();
     for (_, dir) in crate_dirs(ws) {
         let src = dir.join("src");
-        roots.extend(
-            ["lib.rs", "main.rs"]
-                .iter()
-                .map(|f| src.join(f))
-                .filter(|p| p.is_file()),
-        );
+        roots.extend(["lib.rs", "main.rs"].iter().map(|f| src.join(f)).filter(|p| p.is_file()));
         roots.extend(rs_files(&src.join("bin")));
     }
     roots.extend(rs_files(&ws.join("fuzz/fuzz_targets")));
@@ -55,10 +47,7 @@ fn crate_roots(ws: &Path) -> Vec<PathBuf> {
 
 fn rs_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(rd) => rd
-            .map(|e| e.expect("a directory entry").path())
-            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-            .collect(),
+        Ok(rd) => rd.map(|e| e.expect("a directory entry").path()).filter(|p| p.extension().is_some_and(|x| x == "rs")).collect(),
         Err(_) => Vec::new(),
     };
     files.sort();
@@ -70,8 +59,7 @@ fn no_import_circle_in_any_crate() {
     let ws = workspace();
     let mut report = String::new();
     for root in crate_roots(&ws) {
-        let tree = circles::Tree::load(&root, &|p: &Path| fs::read_to_string(p).ok())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let tree = circles::Tree::load(&root, &|p: &Path| fs::read_to_string(p).ok()).unwrap_or_else(|e| panic!("{e}"));
         for circle in tree.circles() {
             report += &circle.describe(&ws);
         }
@@ -86,10 +74,7 @@ fn crate_map_matches_the_manifests() {
 
 #[test]
 fn architecture_is_a_front_door() {
-    check_architecture(
-        front_door::check,
-        "ARCHITECTURE.md (the rule: see crates/lab/tests/house.rs, mod front_door)",
-    );
+    check_architecture(front_door::check, "ARCHITECTURE.md (the rule: see crates/lab/tests/house.rs, mod front_door)");
 }
 
 /// Runs one check of ARCHITECTURE.md and fails with every problem it found.
@@ -145,42 +130,26 @@ mod lex {
                     i += 1;
                 }
                 // A raw identifier (`r#type`) is the identifier.
-                if i - start == 1
-                    && ch == 'r'
-                    && at(i) == '#'
-                    && (at(i + 1).is_alphabetic() || at(i + 1) == '_')
-                {
+                if i - start == 1 && ch == 'r' && at(i) == '#' && (at(i + 1).is_alphabetic() || at(i + 1) == '_') {
                     let s = i + 1;
                     i = s;
                     while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
                         i += 1;
                     }
-                    out.push(Token {
-                        tok: Tok::Ident(c[s..i].iter().collect()),
-                        line,
-                    });
+                    out.push(Token { tok: Tok::Ident(c[s..i].iter().collect()), line });
                 } else {
-                    out.push(Token {
-                        tok: Tok::Ident(c[start..i].iter().collect()),
-                        line,
-                    });
+                    out.push(Token { tok: Tok::Ident(c[start..i].iter().collect()), line });
                 }
             } else if ch.is_ascii_digit() {
                 while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
                     i += 1;
                 }
             } else if ch == ':' && at(i + 1) == ':' {
-                out.push(Token {
-                    tok: Tok::Sep,
-                    line,
-                });
+                out.push(Token { tok: Tok::Sep, line });
                 i += 2;
             } else {
                 if !ch.is_whitespace() {
-                    out.push(Token {
-                        tok: Tok::Punct(ch),
-                        line,
-                    });
+                    out.push(Token { tok: Tok::Punct(ch), line });
                 }
                 i += 1;
             }
@@ -193,10 +162,7 @@ mod lex {
     /// The intra-doc link paths of a comment, if it is a doc comment (`///`, `//!`, `/**`, `/*!`).
     fn doc_paths(comment: &[char], mut line: usize, out: &mut Vec<Token>) {
         let text: String = comment.iter().collect();
-        let doc = (text.starts_with("///") && !text.starts_with("////"))
-            || text.starts_with("//!")
-            || (text.starts_with("/**") && !text.starts_with("/***") && text != "/**/")
-            || text.starts_with("/*!");
+        let doc = (text.starts_with("///") && !text.starts_with("////")) || text.starts_with("//!") || (text.starts_with("/**") && !text.starts_with("/***") && text != "/**/") || text.starts_with("/*!");
         if !doc {
             return;
         }
@@ -204,23 +170,12 @@ mod lex {
             for anchor in ["crate::", "super::"] {
                 for (k, _) in piece.match_indices(anchor) {
                     let before = &piece[..k];
-                    if !(before.ends_with('[') || before.ends_with("[`") || before.ends_with("]("))
-                    {
+                    if !(before.ends_with('[') || before.ends_with("[`") || before.ends_with("](")) {
                         continue;
                     }
-                    let path: String = piece[k..]
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                        .collect();
-                    let segs: Vec<String> = path
-                        .split("::")
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string)
-                        .collect();
-                    out.push(Token {
-                        tok: Tok::DocPath(segs),
-                        line,
-                    });
+                    let path: String = piece[k..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+                    let segs: Vec<String> = path.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+                    out.push(Token { tok: Tok::DocPath(segs), line });
                 }
             }
             line += 1;
@@ -352,33 +307,11 @@ mod scan {
         pub reexports: Vec<Reexport>,
     }
 
-    const ITEM_KEYWORDS: [&str; 14] = [
-        "fn",
-        "impl",
-        "struct",
-        "enum",
-        "union",
-        "trait",
-        "mod",
-        "use",
-        "const",
-        "static",
-        "type",
-        "extern",
-        "macro_rules",
-        "unsafe",
-    ];
-    const DEFINING: [&str; 8] = [
-        "fn", "struct", "enum", "union", "trait", "const", "static", "type",
-    ];
+    const ITEM_KEYWORDS: [&str; 14] = ["fn", "impl", "struct", "enum", "union", "trait", "mod", "use", "const", "static", "type", "extern", "macro_rules", "unsafe"];
+    const DEFINING: [&str; 8] = ["fn", "struct", "enum", "union", "trait", "const", "static", "type"];
 
     pub fn scan(src: &str) -> FileScan {
-        Scanner {
-            t: lex(src),
-            out: FileScan::default(),
-            frames: Vec::new(),
-        }
-        .run()
+        Scanner { t: lex(src), out: FileScan::default(), frames: Vec::new() }.run()
     }
 
     struct Scanner {
@@ -444,11 +377,7 @@ mod scan {
             match self.ident(i) {
                 Some("mod") => self.module_item(i),
                 Some("use") => self.use_item(i),
-                Some("crate" | "super" | "self")
-                    if self.is_sep(i + 1) && !self.is_sep(i.wrapping_sub(1)) =>
-                {
-                    self.path(i)
-                }
+                Some("crate" | "super" | "self") if self.is_sep(i + 1) && !self.is_sep(i.wrapping_sub(1)) => self.path(i),
                 Some(k) if DEFINING.contains(&k) => {
                     if let (Some(at), Some(name)) = (self.module(), self.ident(i + 1)) {
                         self.out.defines.push((at, name.to_string()));
@@ -470,15 +399,8 @@ mod scan {
                 }
                 let close = self.matching(open);
                 let body: Vec<&Tok> = self.t[open + 1..close].iter().map(|t| &t.tok).collect();
-                let cfg_test = [
-                    Tok::Ident("cfg".into()),
-                    Tok::Punct('('),
-                    Tok::Ident("test".into()),
-                    Tok::Punct(')'),
-                ];
-                test |= !inner
-                    && body.len() == 4
-                    && body.iter().zip(cfg_test.iter()).all(|(a, b)| *a == b);
+                let cfg_test = [Tok::Ident("cfg".into()), Tok::Punct('('), Tok::Ident("test".into()), Tok::Punct(')')];
+                test |= !inner && body.len() == 4 && body.iter().zip(cfg_test.iter()).all(|(a, b)| *a == b);
                 i = close + 1;
             }
             (i, test)
@@ -510,11 +432,7 @@ mod scan {
                 k += 1;
             }
             while self.ident(k).is_some_and(|s| s == "pub") {
-                k += if self.is(k + 1, '(') {
-                    self.matching(k + 1) - k + 1
-                } else {
-                    1
-                };
+                k += if self.is(k + 1, '(') { self.matching(k + 1) - k + 1 } else { 1 };
             }
             let item = self.ident(k).is_some_and(|s| ITEM_KEYWORDS.contains(&s));
             let mut depth = 0i32;
@@ -541,9 +459,7 @@ mod scan {
 
         /// `mod x;` (a file) or `mod x {` (inline).
         fn module_item(&mut self, i: usize) -> usize {
-            let Some(name) = self.ident(i + 1).map(str::to_string) else {
-                return i + 1;
-            };
+            let Some(name) = self.ident(i + 1).map(str::to_string) else { return i + 1 };
             let line = self.t[i].line;
             if self.is(i + 2, ';') {
                 if let Some(at) = self.module() {
@@ -582,27 +498,16 @@ mod scan {
 
         /// `use …;`, split into one path per leaf; a `pub use` also recorded as a re-export.
         fn use_item(&mut self, i: usize) -> usize {
-            let public = self.ident(i.wrapping_sub(1)) == Some("pub")
-                || (self.is(i.wrapping_sub(1), ')') && self.pub_paren_before(i - 1));
+            let public = self.ident(i.wrapping_sub(1)) == Some("pub") || (self.is(i.wrapping_sub(1), ')') && self.pub_paren_before(i - 1));
             let line = self.t[i].line;
             let mut leaves = Vec::new();
             let end = self.use_tree(i + 1, Vec::new(), &mut leaves);
             let at = self.at();
             for (segs, rename, glob) in leaves {
-                let Some(target) = named(at.clone(), segs, line) else {
-                    continue;
-                };
+                let Some(target) = named(at.clone(), segs, line) else { continue };
                 if public && self.module().is_some() {
-                    let name = if glob {
-                        None
-                    } else {
-                        rename.or_else(|| target.segs.last().cloned())
-                    };
-                    self.out.reexports.push(Reexport {
-                        at: at.clone(),
-                        name,
-                        target: target.clone(),
-                    });
+                    let name = if glob { None } else { rename.or_else(|| target.segs.last().cloned()) };
+                    self.out.reexports.push(Reexport { at: at.clone(), name, target: target.clone() });
                 }
                 self.out.named.push(target);
             }
@@ -611,19 +516,11 @@ mod scan {
 
         /// Whether the `)` at `close` ends a `pub(…)`.
         fn pub_paren_before(&self, close: usize) -> bool {
-            (0..close)
-                .rev()
-                .find(|&k| self.is(k, '('))
-                .is_some_and(|open| self.ident(open.wrapping_sub(1)) == Some("pub"))
+            (0..close).rev().find(|&k| self.is(k, '(')).is_some_and(|open| self.ident(open.wrapping_sub(1)) == Some("pub"))
         }
 
         /// One use tree from `i` under `prefix`: its leaves as (path, rename, glob); returns its end.
-        fn use_tree(
-            &self,
-            mut i: usize,
-            prefix: Vec<String>,
-            leaves: &mut Vec<(Vec<String>, Option<String>, bool)>,
-        ) -> usize {
+        fn use_tree(&self, mut i: usize, prefix: Vec<String>, leaves: &mut Vec<(Vec<String>, Option<String>, bool)>) -> usize {
             let mut path = prefix;
             let mut glob = false;
             loop {
@@ -686,12 +583,7 @@ mod scan {
             Anchor::Bare => 0,
         };
         segs.drain(..drop);
-        Some(Named {
-            at,
-            anchor,
-            segs,
-            line,
-        })
+        Some(Named { at, anchor, segs, line })
     }
 }
 
@@ -732,12 +624,7 @@ pub mod circles {
     impl Circle {
         pub fn describe(&self, ws: &Path) -> String {
             let rel = |p: &Path| p.strip_prefix(ws).unwrap_or(p).display().to_string();
-            let names: Vec<String> = self
-                .files
-                .iter()
-                .chain(self.files.first())
-                .map(|p| rel(p))
-                .collect();
+            let names: Vec<String> = self.files.iter().chain(self.files.first()).map(|p| rel(p)).collect();
             let mut s = format!("circle: {}\n", names.join(" -> "));
             for (from, to, line, text) in &self.along {
                 s += &format!("  {}:{line} names {}: {text}\n", rel(from), rel(to));
@@ -755,11 +642,7 @@ pub mod circles {
     impl Tree {
         /// The module tree under a crate root, following `mod x;` declarations to their files.
         pub fn load(root: &Path, read: &dyn Fn(&Path) -> Option<String>) -> Result<Tree, String> {
-            let mut tree = Tree {
-                files: Vec::new(),
-                modules: BTreeMap::new(),
-                paths: Vec::new(),
-            };
+            let mut tree = Tree { files: Vec::new(), modules: BTreeMap::new(), paths: Vec::new() };
             let mut queue = VecDeque::from([(root.to_path_buf(), Vec::new())]);
             while let Some((file, path)) = queue.pop_front() {
                 let src = read(&file).ok_or_else(|| format!("cannot read {}", file.display()))?;
@@ -767,29 +650,16 @@ pub mod circles {
                 let index = tree.files.len();
                 tree.modules.insert(path.clone(), index);
                 for inline in &s.inline {
-                    tree.modules
-                        .insert([path.clone(), inline.clone()].concat(), index);
+                    tree.modules.insert([path.clone(), inline.clone()].concat(), index);
                 }
                 let dir = module_dir(&file, root);
                 for (at, name, line) in &s.mods {
                     let base = at.iter().fold(dir.clone(), |d, m| d.join(m));
-                    let child = [
-                        base.join(format!("{name}.rs")),
-                        base.join(name).join("mod.rs"),
-                    ]
-                    .into_iter()
-                    .find(|p| read(p).is_some())
-                    .ok_or_else(|| {
-                        format!(
-                            "{}:{line}: `mod {name};` has no file {name}.rs or {name}/mod.rs in {}",
-                            file.display(),
-                            base.display()
-                        )
-                    })?;
-                    queue.push_back((
-                        child,
-                        [path.clone(), at.clone(), vec![name.clone()]].concat(),
-                    ));
+                    let child = [base.join(format!("{name}.rs")), base.join(name).join("mod.rs")]
+                        .into_iter()
+                        .find(|p| read(p).is_some())
+                        .ok_or_else(|| format!("{}:{line}: `mod {name};` has no file {name}.rs or {name}/mod.rs in {}", file.display(), base.display()))?;
+                    queue.push_back((child, [path.clone(), at.clone(), vec![name.clone()]].concat()));
                 }
                 tree.paths.push(path);
                 tree.files.push((file, s, src));
@@ -803,9 +673,7 @@ pub mod circles {
                 return None;
             }
             for k in (0..=segs.len()).rev() {
-                let Some(&file) = self.modules.get(&segs[..k]) else {
-                    continue;
-                };
+                let Some(&file) = self.modules.get(&segs[..k]) else { continue };
                 if k < segs.len() && is_facade(&self.files[file].0) {
                     if let Some(target) = self.reexport(file, &segs[..k], &segs[k]) {
                         let full = [target?, segs[k + 1..].to_vec()].concat();
@@ -819,41 +687,19 @@ pub mod circles {
 
         /// Where `name`, re-exported by the facade module `module`, comes from: `Some(None)` when
         /// from another crate, `None` when it is no re-export.
-        fn reexport(
-            &self,
-            file: usize,
-            module: &[String],
-            name: &str,
-        ) -> Option<Option<Vec<String>>> {
+        fn reexport(&self, file: usize, module: &[String], name: &str) -> Option<Option<Vec<String>>> {
             let inner = &module[self.paths[file].len()..];
             let scan = &self.files[file].1;
-            let found = scan
-                .reexports
-                .iter()
-                .filter(|r| r.at == inner)
-                .find(|r| r.name.as_deref() == Some(name));
+            let found = scan.reexports.iter().filter(|r| r.at == inner).find(|r| r.name.as_deref() == Some(name));
             if let Some(r) = found {
                 return Some(self.absolute(file, &r.target));
             }
             // A glob re-export brings the names its module defines.
-            for r in scan
-                .reexports
-                .iter()
-                .filter(|r| r.at == inner && r.name.is_none())
-            {
-                let Some(source) = self.absolute(file, &r.target) else {
-                    continue;
-                };
-                let Some(&src_file) = self.modules.get(&source) else {
-                    continue;
-                };
+            for r in scan.reexports.iter().filter(|r| r.at == inner && r.name.is_none()) {
+                let Some(source) = self.absolute(file, &r.target) else { continue };
+                let Some(&src_file) = self.modules.get(&source) else { continue };
                 let inner_src = source[self.paths[src_file].len()..].to_vec();
-                if self.files[src_file]
-                    .1
-                    .defines
-                    .iter()
-                    .any(|(at, n)| *at == inner_src && n == name)
-                {
+                if self.files[src_file].1.defines.iter().any(|(at, n)| *at == inner_src && n == name) {
                     return Some(Some([source, vec![name.to_string()]].concat()));
                 }
             }
@@ -882,14 +728,8 @@ pub mod circles {
         fn edges(&self) -> BTreeMap<(usize, usize), usize> {
             let mut edges = BTreeMap::new();
             for (from, (_, s, _)) in self.files.iter().enumerate() {
-                for n in s
-                    .named
-                    .iter()
-                    .filter(|n| matches!(n.anchor, Anchor::Crate | Anchor::Super(_)))
-                {
-                    let Some(to) = self.absolute(from, n).and_then(|p| self.resolve(&p, 0)) else {
-                        continue;
-                    };
+                for n in s.named.iter().filter(|n| matches!(n.anchor, Anchor::Crate | Anchor::Super(_))) {
+                    let Some(to) = self.absolute(from, n).and_then(|p| self.resolve(&p, 0)) else { continue };
                     if to != from {
                         edges.entry((from, to)).or_insert(n.line);
                     }
@@ -901,47 +741,23 @@ pub mod circles {
         pub fn circles(&self) -> Vec<Circle> {
             let edges = self.edges();
             let mut out = Vec::new();
-            for comp in components(self.files.len(), &edges)
-                .into_iter()
-                .filter(|c| c.len() > 1)
-            {
+            for comp in components(self.files.len(), &edges).into_iter().filter(|c| c.len() > 1) {
                 let cycle = shortest_cycle(comp[0], &comp, &edges);
                 let edge = |&(a, b): &(usize, usize)| {
                     let line = edges[&(a, b)];
-                    let text = self.files[a]
-                        .2
-                        .lines()
-                        .nth(line - 1)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string();
+                    let text = self.files[a].2.lines().nth(line - 1).unwrap_or_default().trim().to_string();
                     (self.files[a].0.clone(), self.files[b].0.clone(), line, text)
                 };
-                let pairs: Vec<(usize, usize)> = (0..cycle.len())
-                    .map(|k| (cycle[k], cycle[(k + 1) % cycle.len()]))
-                    .collect();
-                let others = edges
-                    .keys()
-                    .filter(|(a, b)| {
-                        comp.contains(a) && comp.contains(b) && !pairs.contains(&(*a, *b))
-                    })
-                    .map(edge)
-                    .collect();
-                out.push(Circle {
-                    files: cycle.iter().map(|&f| self.files[f].0.clone()).collect(),
-                    along: pairs.iter().map(edge).collect(),
-                    others,
-                });
+                let pairs: Vec<(usize, usize)> = (0..cycle.len()).map(|k| (cycle[k], cycle[(k + 1) % cycle.len()])).collect();
+                let others = edges.keys().filter(|(a, b)| comp.contains(a) && comp.contains(b) && !pairs.contains(&(*a, *b))).map(edge).collect();
+                out.push(Circle { files: cycle.iter().map(|&f| self.files[f].0.clone()).collect(), along: pairs.iter().map(edge).collect(), others });
             }
             out
         }
     }
 
     fn is_facade(file: &Path) -> bool {
-        matches!(
-            file.file_name().and_then(|n| n.to_str()),
-            Some("lib.rs" | "main.rs" | "mod.rs")
-        )
+        matches!(file.file_name().and_then(|n| n.to_str()), Some("lib.rs" | "main.rs" | "mod.rs"))
     }
 
     /// The directory a file's `mod x;` children live in.
@@ -999,15 +815,7 @@ pub mod circles {
             adj[a].push(b);
         }
         let mut out = Vec::new();
-        let mut t = T {
-            adj,
-            index: vec![None; n],
-            low: vec![0; n],
-            stack: Vec::new(),
-            on: vec![false; n],
-            next: 0,
-            out: &mut out,
-        };
+        let mut t = T { adj, index: vec![None; n], low: vec![0; n], stack: Vec::new(), on: vec![false; n], next: 0, out: &mut out };
         for v in 0..n {
             if t.index[v].is_none() {
                 visit(&mut t, v);
@@ -1018,11 +826,7 @@ pub mod circles {
     }
 
     /// A shortest cycle through `start` within `comp` (breadth first).
-    fn shortest_cycle(
-        start: usize,
-        comp: &[usize],
-        edges: &BTreeMap<(usize, usize), usize>,
-    ) -> Vec<usize> {
+    fn shortest_cycle(start: usize, comp: &[usize], edges: &BTreeMap<(usize, usize), usize>) -> Vec<usize> {
         let mut prev: BTreeMap<usize, usize> = BTreeMap::new();
         let mut queue = VecDeque::from([start]);
         while let Some(v) = queue.pop_front() {
@@ -1068,59 +872,30 @@ pub mod map {
     }
 
     pub fn rows(doc: &str) -> Vec<Row> {
-        let section = doc
-            .split("\n## ")
-            .find(|s| s.starts_with("The crates"))
-            .unwrap_or("");
+        let section = doc.split("\n## ").find(|s| s.starts_with("The crates")).unwrap_or("");
         section
             .lines()
             .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| crate "))
             .filter_map(|l| {
-                let cells: Vec<&str> = l
-                    .trim()
-                    .trim_matches('|')
-                    .split('|')
-                    .map(str::trim)
-                    .collect();
-                let name = cells
-                    .first()?
-                    .split('`')
-                    .nth(1)?
-                    .trim_end_matches('/')
-                    .to_string();
+                let cells: Vec<&str> = l.trim().trim_matches('|').split('|').map(str::trim).collect();
+                let name = cells.first()?.split('`').nth(1)?.trim_end_matches('/').to_string();
                 let deps = cells.get(2)?.split(',').filter_map(dep_item).collect();
-                Some(Row {
-                    name,
-                    what: cells.get(1)?.to_string(),
-                    deps,
-                })
+                Some(Row { name, what: cells.get(1)?.to_string(), deps })
             })
             .collect()
     }
 
     fn dep_item(item: &str) -> Option<(String, bool)> {
-        let name: String = item
-            .trim()
-            .trim_matches('`')
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-            .collect();
+        let name: String = item.trim().trim_matches('`').chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
         (!name.is_empty()).then(|| (name, item.contains("(optional)")))
     }
 
     /// A manifest's normal dependencies (name -> optional) that `internal` accepts, given the
     /// dependency's name and its declaration.
-    pub fn deps(
-        manifest: &str,
-        internal: &dyn Fn(&str, &str) -> Option<String>,
-    ) -> BTreeMap<String, bool> {
+    pub fn deps(manifest: &str, internal: &dyn Fn(&str, &str) -> Option<String>) -> BTreeMap<String, bool> {
         let mut out = BTreeMap::new();
         let mut section = String::new();
-        for line in manifest
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.starts_with('#'))
-        {
+        for line in manifest.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
             if line.starts_with('[') {
                 section = line.trim_matches(|c| c == '[' || c == ']').to_string();
                 if let Some(name) = section.strip_prefix("dependencies.") {
@@ -1130,11 +905,8 @@ pub mod map {
                 }
                 continue;
             }
-            let normal = section == "dependencies"
-                || (section.starts_with("target.") && section.ends_with(".dependencies"));
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
+            let normal = section == "dependencies" || (section.starts_with("target.") && section.ends_with(".dependencies"));
+            let Some((key, value)) = line.split_once('=') else { continue };
             let optional = value.replace(' ', "").contains("optional=true");
             if normal {
                 let key = key.trim().trim_end_matches(".workspace").trim();
@@ -1158,7 +930,7 @@ pub mod map {
 
     /// The quoted value of `key = "…"` in a declaration.
     fn quoted<'a>(decl: &'a str, key: &str) -> Option<&'a str> {
-        let rest = &decl[decl.find(&format!("{key} ="))?..];
+        let rest = &decl[decl.find(&format!("{key} ="))? ..];
         rest.split('"').nth(1)
     }
 
@@ -1167,13 +939,7 @@ pub mod map {
         ["lib.rs", "main.rs"]
             .iter()
             .filter_map(|f| fs::read_to_string(dir.join("src").join(f)).ok())
-            .flat_map(|src| {
-                scan::scan(&src)
-                    .mods
-                    .into_iter()
-                    .filter(|(at, _, _)| at.is_empty())
-                    .map(|(_, name, _)| name)
-            })
+            .flat_map(|src| scan::scan(&src).mods.into_iter().filter(|(at, _, _)| at.is_empty()).map(|(_, name, _)| name))
             .collect()
     }
 
@@ -1191,30 +957,13 @@ pub mod map {
             .collect();
         let mut out = BTreeMap::new();
         for (name, dir) in crate_dirs(ws) {
-            let manifest =
-                fs::read_to_string(dir.join("Cargo.toml")).expect("read a crate's Cargo.toml");
-            let internal = |key: &str, decl: &str| {
-                members.get(key).cloned().or_else(|| {
-                    quoted(decl, "path")
-                        .and_then(|p| p.rsplit('/').next())
-                        .map(str::to_string)
-                })
-            };
+            let manifest = fs::read_to_string(dir.join("Cargo.toml")).expect("read a crate's Cargo.toml");
+            let internal = |key: &str, decl: &str| members.get(key).cloned().or_else(|| quoted(decl, "path").and_then(|p| p.rsplit('/').next()).map(str::to_string));
             out.insert(name, (top_modules(&dir), deps(&manifest, &internal)));
         }
         if let Ok(manifest) = fs::read_to_string(ws.join("fuzz/Cargo.toml")) {
-            let internal = |_: &str, decl: &str| {
-                quoted(decl, "path")
-                    .and_then(|p| p.strip_prefix("../crates/"))
-                    .map(str::to_string)
-            };
-            let targets = manifest
-                .lines()
-                .filter(|l| l.trim_start().starts_with("name ="))
-                .skip(1)
-                .filter_map(|l| quoted(l, "name"))
-                .map(str::to_string)
-                .collect();
+            let internal = |_: &str, decl: &str| quoted(decl, "path").and_then(|p| p.strip_prefix("../crates/")).map(str::to_string);
+            let targets = manifest.lines().filter(|l| l.trim_start().starts_with("name =")).skip(1).filter_map(|l| quoted(l, "name")).map(str::to_string).collect();
             out.insert("fuzz".to_string(), (targets, deps(&manifest, &internal)));
         }
         out
@@ -1224,10 +973,7 @@ pub mod map {
         compare(&rows(doc), &expected(ws))
     }
 
-    pub fn compare(
-        rows: &[Row],
-        expected: &BTreeMap<String, (BTreeSet<String>, BTreeMap<String, bool>)>,
-    ) -> Vec<String> {
+    pub fn compare(rows: &[Row], expected: &BTreeMap<String, (BTreeSet<String>, BTreeMap<String, bool>)>) -> Vec<String> {
         let mut problems = Vec::new();
         for row in rows.iter().filter(|r| !expected.contains_key(&r.name)) {
             problems.push(format!("row `{}`: no such crate (a crate is a directory under crates/ with a Cargo.toml, or fuzz/)", row.name));
@@ -1237,25 +983,13 @@ pub mod map {
                 problems.push(format!("`{name}`: no row"));
                 continue;
             };
-            for m in modules.iter().filter(|m| {
-                !row.what.contains(&format!("`{m}`")) && !row.what.contains(&format!("`{m}/`"))
-            }) {
+            for m in modules.iter().filter(|m| !row.what.contains(&format!("`{m}`")) && !row.what.contains(&format!("`{m}/`"))) {
                 problems.push(format!("`{name}`: \"what it is\" does not name `{m}`"));
             }
             for (d, optional) in deps {
                 match row.deps.get(d) {
-                    None => problems.push(format!(
-                        "`{name}`: \"depends on\" misses {d}{}",
-                        if *optional { " (optional)" } else { "" }
-                    )),
-                    Some(marked) if marked != optional => problems.push(format!(
-                        "`{name}`: \"depends on\" should mark {d} {}",
-                        if *optional {
-                            "(optional)"
-                        } else {
-                            "as not optional"
-                        }
-                    )),
+                    None => problems.push(format!("`{name}`: \"depends on\" misses {d}{}", if *optional { " (optional)" } else { "" })),
+                    Some(marked) if marked != optional => problems.push(format!("`{name}`: \"depends on\" should mark {d} {}", if *optional { "(optional)" } else { "as not optional" })),
                     _ => {}
                 }
             }
@@ -1278,27 +1012,15 @@ pub mod front_door {
     pub fn check(ws: &Path, doc: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if doc.len() > BUDGET {
-            problems.push(format!(
-                "{} bytes, over the budget of {BUDGET}: move detail to docs/design/",
-                doc.len()
-            ));
+            problems.push(format!("{} bytes, over the budget of {BUDGET}: move detail to docs/design/", doc.len()));
         }
-        let decisions = doc
-            .split("\n## ")
-            .find(|s| s.starts_with("Decisions"))
-            .unwrap_or("");
+        let decisions = doc.split("\n## ").find(|s| s.starts_with("Decisions")).unwrap_or("");
         // Past the heading and any introduction, every line is a decision of its own.
-        for line in decisions
-            .lines()
-            .skip_while(|l| !l.starts_with("- "))
-            .filter(|l| !l.trim().is_empty())
-        {
+        for line in decisions.lines().skip_while(|l| !l.starts_with("- ")).filter(|l| !l.trim().is_empty()) {
             if !line.starts_with("- ") {
                 problems.push(format!("a decision runs over more than one line: {line:?}"));
             } else if !line.contains("](docs/") {
-                problems.push(format!(
-                    "a decision does not link to its detail under docs/: {line:?}"
-                ));
+                problems.push(format!("a decision does not link to its detail under docs/: {line:?}"));
             }
         }
         for (file, anchor) in links(doc) {
@@ -1307,14 +1029,8 @@ pub mod front_door {
                 problems.push(format!("a link to {file}, which does not exist"));
             } else if let Some(anchor) = anchor.filter(|_| file.ends_with(".md")) {
                 let text = fs::read_to_string(&path).unwrap_or_default();
-                if !text
-                    .lines()
-                    .filter(|l| l.starts_with('#'))
-                    .any(|h| slug(h) == anchor)
-                {
-                    problems.push(format!(
-                        "a link to {file}#{anchor}, a heading {file} does not have"
-                    ));
+                if !text.lines().filter(|l| l.starts_with('#')).any(|h| slug(h) == anchor) {
+                    problems.push(format!("a link to {file}#{anchor}, a heading {file} does not have"));
                 }
             }
         }
@@ -1326,12 +1042,7 @@ pub mod front_door {
         doc.split("](")
             .skip(1)
             .filter_map(|rest| rest.split(')').next())
-            .filter(|t| {
-                !t.is_empty()
-                    && !t.starts_with('#')
-                    && !t.contains("://")
-                    && !t.starts_with("mailto:")
-            })
+            .filter(|t| !t.is_empty() && !t.starts_with('#') && !t.contains("://") && !t.starts_with("mailto:"))
             .map(|t| match t.split_once('#') {
                 Some((file, anchor)) => (file.to_string(), Some(anchor.to_string())),
                 None => (t.to_string(), None),
@@ -1342,10 +1053,7 @@ pub mod front_door {
     /// A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens.
     pub fn slug(heading: &str) -> String {
         let text = heading.trim_start_matches('#').trim().to_lowercase();
-        text.chars()
-            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-            .map(|c| if c == ' ' { '-' } else { c })
-            .collect()
+        text.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_').map(|c| if c == ' ' { '-' } else { c }).collect()
     }
 }
 
@@ -1356,112 +1064,50 @@ mod rules {
 
     /// The circles of a crate given as (path under src/, text), each as "a.rs -> b.rs".
     fn circles(files: &[(&str, &str)]) -> Vec<String> {
-        let files: BTreeMap<PathBuf, String> = files
-            .iter()
-            .map(|(p, s)| (Path::new("src").join(p), s.to_string()))
-            .collect();
+        let files: BTreeMap<PathBuf, String> = files.iter().map(|(p, s)| (Path::new("src").join(p), s.to_string())).collect();
         let tree = Tree::load(Path::new("src/lib.rs"), &|p: &Path| files.get(p).cloned()).unwrap();
-        tree.circles()
-            .iter()
-            .map(|c| {
-                c.files
-                    .iter()
-                    .map(|f| f.strip_prefix("src").unwrap().display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" -> ")
-            })
-            .collect()
+        tree.circles().iter().map(|c| c.files.iter().map(|f| f.strip_prefix("src").unwrap().display().to_string()).collect::<Vec<_>>().join(" -> ")).collect()
     }
 
     #[test]
     fn a_circle_is_found_and_told_with_file_and_line() {
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", "use crate::b::B;\npub struct A;\n"),
-            (
-                "b.rs",
-                "pub struct B;\n\nfn f() -> crate::a::A { todo!() }\n",
-            ),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", "use crate::b::B;\npub struct A;\n"), ("b.rs", "pub struct B;\n\nfn f() -> crate::a::A { todo!() }\n")];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
-        let map: BTreeMap<PathBuf, String> = files
-            .iter()
-            .map(|(p, s)| (Path::new("src").join(p), s.to_string()))
-            .collect();
-        let text = Tree::load(Path::new("src/lib.rs"), &|p: &Path| map.get(p).cloned())
-            .unwrap()
-            .circles()[0]
-            .describe(Path::new(""));
-        assert!(
-            text.contains("src/a.rs:1 names src/b.rs: use crate::b::B;"),
-            "{text}"
-        );
-        assert!(
-            text.contains("src/b.rs:3 names src/a.rs: fn f() -> crate::a::A { todo!() }"),
-            "{text}"
-        );
+        let map: BTreeMap<PathBuf, String> = files.iter().map(|(p, s)| (Path::new("src").join(p), s.to_string())).collect();
+        let text = Tree::load(Path::new("src/lib.rs"), &|p: &Path| map.get(p).cloned()).unwrap().circles()[0].describe(Path::new(""));
+        assert!(text.contains("src/a.rs:1 names src/b.rs: use crate::b::B;"), "{text}");
+        assert!(text.contains("src/b.rs:3 names src/a.rs: fn f() -> crate::a::A { todo!() }"), "{text}");
     }
 
     #[test]
     fn no_circle_in_a_tree_of_leaves() {
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\npub use b::B;\n"),
-            ("a.rs", "use crate::B;\nuse super::b;\n"),
-            ("b.rs", "pub struct B;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\npub use b::B;\n"), ("a.rs", "use crate::B;\nuse super::b;\n"), ("b.rs", "pub struct B;\n")];
         assert!(circles(&files).is_empty());
     }
 
     #[test]
     fn a_re_export_is_followed_to_its_module() {
         // a names `crate::B`, which lib.rs re-exports from b: the edge is a -> b, so with b -> a a circle.
-        let files = [
-            (
-                "lib.rs",
-                "mod a;\nmod b;\npub use self::b::{B as Bee, C};\n",
-            ),
-            ("a.rs", "use crate::Bee;\npub struct A;\n"),
-            ("b.rs", "pub struct B;\npub struct C;\nuse crate::a::A;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\npub use self::b::{B as Bee, C};\n"), ("a.rs", "use crate::Bee;\npub struct A;\n"), ("b.rs", "pub struct B;\npub struct C;\nuse crate::a::A;\n")];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
         // A glob re-export brings what its module defines.
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\npub use b::*;\n"),
-            ("a.rs", "fn f(_: crate::B) {}\npub struct A;\n"),
-            ("b.rs", "pub struct B;\nuse crate::a::A;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\npub use b::*;\n"), ("a.rs", "fn f(_: crate::B) {}\npub struct A;\n"), ("b.rs", "pub struct B;\nuse crate::a::A;\n")];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
         // Without the re-export, `crate::B` is lib.rs's own, and lib.rs names nobody: no circle.
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\npub struct B;\n"),
-            ("a.rs", "use crate::B;\npub struct A;\n"),
-            ("b.rs", "use crate::a::A;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\npub struct B;\n"), ("a.rs", "use crate::B;\npub struct A;\n"), ("b.rs", "use crate::a::A;\n")];
         assert!(circles(&files).is_empty());
     }
 
     #[test]
     fn test_items_comments_and_strings_are_ignored() {
         let a = "pub struct A;\n// crate::b::B\n/* crate::b::B /* nested */ crate::b::B */\nconst S: &str = \"crate::b::B\";\nconst R: &str = r#\"crate::b \"B\" {\"#;\nconst C: char = '{';\nfn g<'a>(x: &'a str) -> &'a str { x }\n#[cfg(test)]\nmod tests {\n    use crate::b::B;\n}\n#[cfg(test)]\nfn helper() { crate::b::f() }\n#[cfg(test)]\nuse crate::b::B;\n";
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", a),
-            ("b.rs", "use crate::a::A;\npub fn f() {}\npub struct B;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", a), ("b.rs", "use crate::a::A;\npub fn f() {}\npub struct B;\n")];
         assert!(circles(&files).is_empty());
         // An intra-doc link is a name rustdoc resolves: it counts.
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", "//! Driven by [`crate::b`].\n"),
-            ("b.rs", "use crate::a;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", "//! Driven by [`crate::b`].\n"), ("b.rs", "use crate::a;\n")];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
         // …but code after them still counts.
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", &format!("{a}fn late() {{ crate::b::f() }}\n")),
-            ("b.rs", "use crate::a::A;\npub fn f() {}\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", &format!("{a}fn late() {{ crate::b::f() }}\n")), ("b.rs", "use crate::a::A;\npub fn f() {}\n")];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
     }
 
@@ -1469,68 +1115,36 @@ mod rules {
     fn a_use_group_is_split_into_its_paths() {
         let files = [
             ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
-            (
-                "a.rs",
-                "use crate::{\n    c::C,\n    b::{self, inner::{X, Y as Z}},\n};\n",
-            ),
+            ("a.rs", "use crate::{\n    c::C,\n    b::{self, inner::{X, Y as Z}},\n};\n"),
             ("b.rs", "pub mod inner;\nuse crate::a;\n"),
             ("b/inner.rs", "pub struct X;\npub struct Y;\n"),
             ("c.rs", "pub struct C;\n"),
         ];
         assert_eq!(circles(&files), ["a.rs -> b.rs"]);
         // The group's leaf deep in b/inner.rs: a -> b/inner.rs; inner naming a closes that circle.
-        let files = [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", "use crate::{b::{inner::{X}}};\n"),
-            ("b/mod.rs", "pub mod inner;\n"),
-            ("b/inner.rs", "pub struct X;\nuse crate::a;\n"),
-        ];
+        let files = [("lib.rs", "mod a;\nmod b;\n"), ("a.rs", "use crate::{b::{inner::{X}}};\n"), ("b/mod.rs", "pub mod inner;\n"), ("b/inner.rs", "pub struct X;\nuse crate::a;\n")];
         assert_eq!(circles(&files), ["a.rs -> b/inner.rs"]);
     }
 
     #[test]
     fn a_child_naming_its_parent_counts_and_super_is_the_inline_module() {
         // The facade with logic names its child, the child its parent: a circle.
-        let files = [
-            ("lib.rs", "mod x;\n"),
-            ("x/mod.rs", "mod y;\npub fn f() { crate::x::y::g() }\n"),
-            ("x/y.rs", "use super::f;\npub fn g() {}\n"),
-        ];
+        let files = [("lib.rs", "mod x;\n"), ("x/mod.rs", "mod y;\npub fn f() { crate::x::y::g() }\n"), ("x/y.rs", "use super::f;\npub fn g() {}\n")];
         assert_eq!(circles(&files), ["x/mod.rs -> x/y.rs"]);
         // `self::` and bare paths to children are the tree's own direction.
-        let files = [
-            ("lib.rs", "mod x;\n"),
-            ("x/mod.rs", "mod y;\npub fn f() { self::y::g(); y::g() }\n"),
-            ("x/y.rs", "use super::f;\npub fn g() {}\n"),
-        ];
+        let files = [("lib.rs", "mod x;\n"), ("x/mod.rs", "mod y;\npub fn f() { self::y::g(); y::g() }\n"), ("x/y.rs", "use super::f;\npub fn g() {}\n")];
         assert!(circles(&files).is_empty());
         // `super::` in an inline module of a.rs is a.rs itself, not lib.rs.
-        let files = [
-            ("lib.rs", "mod a;\npub fn f() { crate::a::g() }\n"),
-            ("a.rs", "pub fn g() {}\nmod inner {\n    use super::g;\n}\n"),
-        ];
+        let files = [("lib.rs", "mod a;\npub fn f() { crate::a::g() }\n"), ("a.rs", "pub fn g() {}\nmod inner {\n    use super::g;\n}\n")];
         assert!(circles(&files).is_empty());
     }
 
     #[test]
     fn links_and_anchors_are_read_as_github_makes_them() {
-        assert_eq!(
-            front_door::slug("## The handoff preconditions, and why each exists"),
-            "the-handoff-preconditions-and-why-each-exists"
-        );
-        assert_eq!(
-            front_door::slug("### `transport` on a leaf codec"),
-            "transport-on-a-leaf-codec"
-        );
-        let links =
-            front_door::links("[a](docs/x.md#y) [b](https://e.org) [c](#local) [d](CHANGELOG.md)");
-        assert_eq!(
-            links,
-            [
-                ("docs/x.md".to_string(), Some("y".to_string())),
-                ("CHANGELOG.md".to_string(), None)
-            ]
-        );
+        assert_eq!(front_door::slug("## The handoff preconditions, and why each exists"), "the-handoff-preconditions-and-why-each-exists");
+        assert_eq!(front_door::slug("### `transport` on a leaf codec"), "transport-on-a-leaf-codec");
+        let links = front_door::links("[a](docs/x.md#y) [b](https://e.org) [c](#local) [d](CHANGELOG.md)");
+        assert_eq!(links, [("docs/x.md".to_string(), Some("y".to_string())), ("CHANGELOG.md".to_string(), None)]);
     }
 
     #[test]
@@ -1539,15 +1153,9 @@ mod rules {
         let members = |k: &str, _: &str| ["b", "c", "d"].contains(&k).then(|| k.to_string());
         let manifest = "[dependencies]\nb.workspace = true\nc = { workspace = true, optional = true }\nserde = \"1\"\n[target.'cfg(unix)'.dependencies]\nd = { workspace = true }\n[dev-dependencies]\nb.workspace = true\nzz = { path = \"x\" }\n";
         let deps = map::deps(manifest, &members);
-        assert_eq!(
-            deps,
-            BTreeMap::from([("b".into(), false), ("c".into(), true), ("d".into(), false)])
-        );
+        assert_eq!(deps, BTreeMap::from([("b".into(), false), ("c".into(), true), ("d".into(), false)]));
         let modules = BTreeSet::from(["one".to_string(), "two".to_string(), "three".to_string()]);
-        let problems = map::compare(
-            &map::rows(doc),
-            &BTreeMap::from([("a".to_string(), (modules, deps))]),
-        );
+        let problems = map::compare(&map::rows(doc), &BTreeMap::from([("a".to_string(), (modules, deps))]));
         assert_eq!(problems, ["row `gone`: no such crate (a crate is a directory under crates/ with a Cargo.toml, or fuzz/)", "`a`: \"what it is\" does not name `three`", "`a`: \"depends on\" misses d"]);
     }
 }

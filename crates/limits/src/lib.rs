@@ -133,10 +133,7 @@ pub const PEER_UNAUTHENTICATED_MAX: usize = 64;
 /// (or a test's loopback, a loaded one) several times that; more from one address is one stranger
 /// taking the budget from everyone else (its newest displaces its oldest).
 pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
-const _: () = assert!(
-    UNAUTHENTICATED_PER_SOURCE_MAX < UNAUTHENTICATED_MAX
-        && UNAUTHENTICATED_PER_SOURCE_MAX < PEER_UNAUTHENTICATED_MAX
-);
+const _: () = assert!(UNAUTHENTICATED_PER_SOURCE_MAX < UNAUTHENTICATED_MAX && UNAUTHENTICATED_PER_SOURCE_MAX < PEER_UNAUTHENTICATED_MAX);
 /// Scrapes the metrics endpoint answers at once (a scrape endpoint, not a web server).
 pub const METRICS_CONNECTIONS_MAX: usize = 8;
 /// Connections to the metrics endpoint whose request has not arrived yet (Prometheus sends it at
@@ -294,16 +291,11 @@ pub const UCX_SIDE_PROGRESS_WAIT_MAX: Duration = Duration::from_millis(100);
 pub const UCX_SIDE_PROGRESS_POLL_EVERY: Duration = Duration::from_millis(1);
 
 // The relay's configured blocks (one read each) are within what its store accepts.
-const _: () = assert!(
-    READ_BYTES_MAX as u64 <= GENERATION_BLOCK_BYTES_MAX
-        && BLOCK_BYTES_DEFAULT <= GENERATION_BLOCK_BYTES_MAX
-);
+const _: () = assert!(READ_BYTES_MAX as u64 <= GENERATION_BLOCK_BYTES_MAX && BLOCK_BYTES_DEFAULT <= GENERATION_BLOCK_BYTES_MAX);
 // The capture's loop turns at least every CAPTURE_TICK, so it can tick the lifecycle this often.
 const _: () = assert!(ms(CAPTURE_TICK) <= ms(IDLE_RELEASE_TICK));
 // Coalescing pushes delays a published block much less than an agent waits for one.
-const _: () = assert!(
-    10 * ms(DESCRIPTOR_PUSH_GAP) <= ms(BLOCK_WAIT_MAX) && ms(DESCRIPTOR_PUSH_GAP) < ms(HEARTBEAT)
-);
+const _: () = assert!(10 * ms(DESCRIPTOR_PUSH_GAP) <= ms(BLOCK_WAIT_MAX) && ms(DESCRIPTOR_PUSH_GAP) < ms(HEARTBEAT));
 // A packed UCX key or worker address fits one message to or from the side.
 const _: () = assert!(UCX_BLOB_BYTES_MAX <= UCX_SIDE_MESSAGE_BYTES_MAX);
 // An agent waiting for its attach hears the side's failure before its own I/O timeout.
@@ -311,16 +303,10 @@ const _: () = assert!(ms(UCX_SIDE_ANSWER_MAX) < ms(IO_TIMEOUT));
 // The watcher notices a dead side at least as often as a new one may start.
 const _: () = assert!(ms(UCX_SIDE_WATCH_EVERY) <= ms(UCX_SIDE_RESTART_EVERY));
 // Polls are much shorter than the waits they serve.
-const _: () = assert!(
-    10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX)
-        && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX)
-);
+const _: () = assert!(10 * ms(UCX_SIDE_EXIT_POLL_EVERY) <= ms(UCX_SIDE_EXIT_MAX) && 10 * ms(UCX_SIDE_PROGRESS_POLL_EVERY) <= ms(UCX_SIDE_PROGRESS_WAIT_MAX));
 // The join's last reset (connect, retries, its last command) fits in the stop's bound with room to
 // spare (5 s), and the bound with the last word's wait stays under systemd's default 90 s.
-const _: () = assert!(
-    ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) + 5_000 <= ms(STOP_GRACE_MAX)
-        && ms(STOP_GRACE_MAX) + 2 * ms(LAST_WORD_WAIT) < 90_000
-);
+const _: () = assert!(ms(CONNECT_TIMEOUT) + ms(REPLICA_RESET_MAX) + ms(COMMAND_TIMEOUT) + 5_000 <= ms(STOP_GRACE_MAX) && ms(STOP_GRACE_MAX) + 2 * ms(LAST_WORD_WAIT) < 90_000);
 
 // ---- agent and swarm ----------------------------------------------------------------------------
 
@@ -335,8 +321,7 @@ pub const PEER_CUT_OFFS_MAX: u32 = 3;
 /// Longest a read of an arriving block waits for its next bytes before it is cut off: well inside the
 /// asker's own wait for bytes ([`PEER_IO_TIMEOUT`]), so that the asker sees a cut-off (and goes
 /// elsewhere for the block) rather than a peer that stalls (and avoids it for good).
-pub const PEER_ARRIVAL_STALL_MAX: Duration =
-    Duration::from_millis(PEER_IO_TIMEOUT.as_millis() as u64 / 2);
+pub const PEER_ARRIVAL_STALL_MAX: Duration = Duration::from_millis(PEER_IO_TIMEOUT.as_millis() as u64 / 2);
 /// Bytes of piece buffers an agent keeps for its next arrivals: a few blocks in flight. A freed buffer
 /// of a piece's size goes back to the kernel (the allocator's heap is trimmed), and a new one costs a
 /// page fault per 4 KiB, for every byte an agent receives (docs/results/issue22-cut-through).
@@ -464,40 +449,24 @@ const _: () = assert!(ms(PEER_CUT_OFF_DRAIN_MAX) < ms(PEER_IO_TIMEOUT));
 // The spares hold a piece buffer for every read an agent has in flight at the default block size: its
 // peer flows at their depth and its relay flow at its own.
 const _: () = assert!(
-    (PEER_FETCHES_MAX * PEER_READS_IN_FLIGHT + READS_IN_FLIGHT_PER_CONNECTION) as u64
-        * BLOCK_BYTES_DEFAULT
-        <= ARRIVAL_SPARE_BYTES_MAX as u64
+    (PEER_FETCHES_MAX * PEER_READS_IN_FLIGHT + READS_IN_FLIGHT_PER_CONNECTION) as u64 * BLOCK_BYTES_DEFAULT <= ARRIVAL_SPARE_BYTES_MAX as u64
 );
 // Polls and slices are short beside the waits they serve.
-const _: () = assert!(
-    10 * ms(TRACKER_WAIT_SLICE) <= ms(HEARTBEAT) && 10 * ms(TLS_ACK_WAIT_MAX) <= ms(ACK_EVERY)
-);
-const _: () = assert!(
-    10 * ms(REPLICA_ACCEPT_POLL_EVERY) <= ms(REPLICA_CONNECT_MAX)
-        && 10 * ms(LOADING_POLL_EVERY) <= ms(COMMAND_TIMEOUT)
-);
+const _: () = assert!(10 * ms(TRACKER_WAIT_SLICE) <= ms(HEARTBEAT) && 10 * ms(TLS_ACK_WAIT_MAX) <= ms(ACK_EVERY));
+const _: () = assert!(10 * ms(REPLICA_ACCEPT_POLL_EVERY) <= ms(REPLICA_CONNECT_MAX) && 10 * ms(LOADING_POLL_EVERY) <= ms(COMMAND_TIMEOUT));
 const _: () = assert!(10 * ms(SERVER_VERSION_POLL_EVERY) <= ms(SERVER_VERSION_WAIT_MAX));
-const _: () = assert!(
-    ms(RETRY_WAIT_SLICE) <= ms(JOIN_RETRY_BASE)
-        && ms(NODE_RESTART_CONNECT_TIMEOUT) < ms(NODE_SHUTDOWN_MAX)
-);
+const _: () = assert!(ms(RETRY_WAIT_SLICE) <= ms(JOIN_RETRY_BASE) && ms(NODE_RESTART_CONNECT_TIMEOUT) < ms(NODE_SHUTDOWN_MAX));
 // One aux field (its name and its value) fits the RDB head kept to read them.
 const _: () = assert!(2 * RDB_AUX_STRING_BYTES_MAX <= RDB_HEAD_BYTES);
 // The staging's margin on its estimate is a margin (at least the estimate itself).
-const _: () = assert!(
-    STAGED_HEADROOM_FACTOR >= 1.0 && RDB_LOAD_BYTES_PER_SEC_MIN > 0.0 && NODE_RESTART_SECS > 0.0
-);
+const _: () = assert!(STAGED_HEADROOM_FACTOR >= 1.0 && RDB_LOAD_BYTES_PER_SEC_MIN > 0.0 && NODE_RESTART_SECS > 0.0);
 // The swarm's download slots match its upload slots; an answer names fewer holders than it looks at.
 const _: () = assert!(PEER_FETCHES_MAX == UPLOADS_MAX && PEERS_PER_ANSWER <= HOLDERS_LOOKED_AT_MAX);
 // A holder passed over for being busy is asked again within the streak gap (its refusals count as in
 // a row), and giving it up takes several such refusals.
-const _: () = assert!(
-    ms(PEER_BUSY_BACKOFF) < ms(PEER_BUSY_STREAK_GAP)
-        && ms(PEER_BUSY_STREAK_GAP) < ms(PEER_BUSY_GIVE_UP)
-);
+const _: () = assert!(ms(PEER_BUSY_BACKOFF) < ms(PEER_BUSY_STREAK_GAP) && ms(PEER_BUSY_STREAK_GAP) < ms(PEER_BUSY_GIVE_UP));
 // A fraction of the median rate; a multiple of the median time.
-const _: () =
-    assert!(PEER_SLOW_FRACTION > 0.0 && PEER_SLOW_FRACTION < 1.0 && ARRIVAL_SLOW_RATIO > 1.0);
+const _: () = assert!(PEER_SLOW_FRACTION > 0.0 && PEER_SLOW_FRACTION < 1.0 && ARRIVAL_SLOW_RATIO > 1.0);
 
 // ---- transport and client ------------------------------------------------------------------------
 
@@ -553,15 +522,11 @@ const _: () = assert!(REPLID_BYTES_MAX >= 40);
 // read yet.
 const _: () = assert!(TRACKER_ANSWERS_OWED_MAX as usize * 5 <= 4096);
 // A piece is part of one read, and a read chunk is part of a piece.
-const _: () = assert!(
-    READ_CHUNK_BYTES <= ARRIVAL_PIECE_BYTES && ARRIVAL_PIECE_BYTES <= READ_BYTES_MAX as usize
-);
+const _: () = assert!(READ_CHUNK_BYTES <= ARRIVAL_PIECE_BYTES && ARRIVAL_PIECE_BYTES <= READ_BYTES_MAX as usize);
 // A sentinel's host is an address as short as an advertised one; its retries grow from their
 // minimum to their maximum, and a push wait is well within the connect that follows a failure.
 const _: () = assert!(SENTINEL_HOST_BYTES_MAX <= ADVERTISE_ADDRESS_BYTES_MAX);
-const _: () = assert!(
-    ms(SENTINEL_RETRY_MIN) < ms(SENTINEL_RETRY_MAX) && ms(SENTINEL_PUSH_WAIT) < ms(CONNECT_TIMEOUT)
-);
+const _: () = assert!(ms(SENTINEL_RETRY_MIN) < ms(SENTINEL_RETRY_MAX) && ms(SENTINEL_PUSH_WAIT) < ms(CONNECT_TIMEOUT));
 // The client takes a bulk as large as any a server sends by default (512 MiB).
 const _: () = assert!(CLIENT_BULK_BYTES_MAX >= 512 << 20);
 
@@ -572,8 +537,7 @@ const fn ms(d: Duration) -> u128 {
 }
 
 // A block is one read: the largest block must fit one read.
-const _: () =
-    assert!(BLOCK_BYTES_MIN <= BLOCK_BYTES_DEFAULT && BLOCK_BYTES_DEFAULT <= READ_BYTES_MAX as u64);
+const _: () = assert!(BLOCK_BYTES_MIN <= BLOCK_BYTES_DEFAULT && BLOCK_BYTES_DEFAULT <= READ_BYTES_MAX as u64);
 // A log chunk is one read too.
 const _: () = assert!(LOG_CHUNK_BYTES <= READ_BYTES_MAX as u64);
 // UCX registers whole segments; a block read may span two, never more.
@@ -582,22 +546,12 @@ const _: () = assert!(UCX_GET_BYTES as u64 <= BLOCK_BYTES_DEFAULT);
 // The default snapshot capacity must be mappable by agents.
 const _: () = assert!(SNAPSHOT_BYTES_DEFAULT <= REGION_BYTES_MAX);
 // The pipeline's window must be able to hold one block per reader.
-const _: () = assert!(
-    WINDOW_BLOCKS_MAX >= READERS_MAX as u64
-        && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX
-        && WINDOW_BLOCKS_SWARM_DEFAULT <= WINDOW_BLOCKS_MAX
-);
+const _: () = assert!(WINDOW_BLOCKS_MAX >= READERS_MAX as u64 && WINDOW_BLOCKS_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SWARM_DEFAULT <= WINDOW_BLOCKS_MAX);
 // A swarm's member looks further ahead than a pull from the relay alone (what the window is for there).
 const _: () = assert!(WINDOW_BLOCKS_SWARM_DEFAULT > WINDOW_BLOCKS_DEFAULT);
-const _: () = assert!(
-    WINDOW_BLOCKS_SERVING_DEFAULT <= WINDOW_BLOCKS_MAX
-        && WINDOW_BLOCKS_SERVING_DEFAULT > WINDOW_BLOCKS_SWARM_DEFAULT
-);
+const _: () = assert!(WINDOW_BLOCKS_SERVING_DEFAULT <= WINDOW_BLOCKS_MAX && WINDOW_BLOCKS_SERVING_DEFAULT > WINDOW_BLOCKS_SWARM_DEFAULT);
 // A serving agent's default window and cache hold what the 32 blocks and 512 MiB before held.
-const _: () = assert!(
-    WINDOW_BLOCKS_SERVING_DEFAULT * BLOCK_BYTES_DEFAULT + SERVE_CACHE_BYTES_DEFAULT
-        == WINDOW_BLOCKS_SWARM_DEFAULT * BLOCK_BYTES_DEFAULT + (512 << 20)
-);
+const _: () = assert!(WINDOW_BLOCKS_SERVING_DEFAULT * BLOCK_BYTES_DEFAULT + SERVE_CACHE_BYTES_DEFAULT == WINDOW_BLOCKS_SWARM_DEFAULT * BLOCK_BYTES_DEFAULT + (512 << 20));
 // A peer fetcher pipelines on a TCP connection, which takes at most this many reads in flight: more
 // would fail locally and be blamed on the peer.
 const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);
@@ -605,24 +559,15 @@ const _: () = assert!(PEER_READS_IN_FLIGHT <= READS_IN_FLIGHT_PER_CONNECTION);
 const _: () = assert!(3 * ms(HEARTBEAT) <= ms(RELAY_SILENCE_MAX));
 // The capture ticks at least as often as it must acknowledge, and acknowledges well within the
 // master's patience.
-const _: () = assert!(
-    ms(CAPTURE_TICK) <= ms(ACK_EVERY_UNTIL_STREAM) && ms(ACK_EVERY_UNTIL_STREAM) < ms(ACK_EVERY)
-);
+const _: () = assert!(ms(CAPTURE_TICK) <= ms(ACK_EVERY_UNTIL_STREAM) && ms(ACK_EVERY_UNTIL_STREAM) < ms(ACK_EVERY));
 const _: () = assert!(10 * ms(ACK_EVERY) <= ms(MASTER_SILENCE_MAX));
 // Polls are much shorter than the waits they serve.
-const _: () = assert!(
-    10 * ms(SERVER_POLL_EVERY) <= ms(COMMAND_TIMEOUT) && ms(BLOCK_WAIT_MAX) < ms(RELAY_SILENCE_MAX)
-);
+const _: () = assert!(10 * ms(SERVER_POLL_EVERY) <= ms(COMMAND_TIMEOUT) && ms(BLOCK_WAIT_MAX) < ms(RELAY_SILENCE_MAX));
 // A peer that stalls is dropped well before the relay would be declared gone, and a connect is
 // shorter than a read.
-const _: () = assert!(
-    ms(PEER_CONNECT_TIMEOUT) < ms(PEER_IO_TIMEOUT) && ms(PEER_IO_TIMEOUT) <= ms(IO_TIMEOUT)
-);
+const _: () = assert!(ms(PEER_CONNECT_TIMEOUT) < ms(PEER_IO_TIMEOUT) && ms(PEER_IO_TIMEOUT) <= ms(IO_TIMEOUT));
 // Backoff grows from its minimum to its maximum.
 const _: () = assert!(ms(CAPTURE_BACKOFF_MIN) < ms(CAPTURE_BACKOFF_MAX));
 const _: () = assert!(ms(JOIN_RETRY_BASE) <= ms(JOIN_RETRY_MAX));
 // Error messages and handshake lines fit the buffers that read them.
-const _: () = assert!(
-    ERROR_MESSAGE_BYTES_MAX <= READ_CHUNK_BYTES
-        && HANDSHAKE_LINE_BYTES_MAX <= HANDSHAKE_BUFFER_BYTES_MAX
-);
+const _: () = assert!(ERROR_MESSAGE_BYTES_MAX <= READ_CHUNK_BYTES && HANDSHAKE_LINE_BYTES_MAX <= HANDSHAKE_BUFFER_BYTES_MAX);

@@ -24,9 +24,7 @@ struct Sink {
 impl EventStream {
     /// A stream not opened yet (for a `static`).
     pub const fn new() -> EventStream {
-        EventStream {
-            sink: OnceLock::new(),
-        }
+        EventStream { sink: OnceLock::new() }
     }
 
     /// Create `path` (truncated) and write `first` as its first line. Once per stream.
@@ -36,14 +34,7 @@ impl EventStream {
             return Err(std::io::Error::other("the event stream is already open"));
         }
         let file = std::fs::File::create(path)?;
-        if self
-            .sink
-            .set(Mutex::new(Sink {
-                file,
-                opened: Instant::now(),
-            }))
-            .is_err()
-        {
+        if self.sink.set(Mutex::new(Sink { file, opened: Instant::now() })).is_err() {
             return Err(std::io::Error::other("the event stream is already open"));
         }
         self.write(|_| first);
@@ -77,11 +68,7 @@ impl Default for EventStream {
 /// Read a stream back: its events in order (a torn last line, still being written, is left out).
 pub fn parse<E: DeserializeOwned>(text: &str) -> Result<Vec<E>, serde_json::Error> {
     let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect()
+    complete.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str).collect()
 }
 
 #[cfg(test)]
@@ -94,14 +81,10 @@ mod tests {
         let path = dir.path().join("events");
         let s = EventStream::new();
         s.write(|_| 0u32); // not open: nothing, no panic
-        s.open(&path, &serde_json::json!({"event": "start"}))
-            .unwrap();
+        s.open(&path, &serde_json::json!({"event": "start"})).unwrap();
         s.write(|at| serde_json::json!({"event": "x", "at_ms": at}));
         assert!(s.open(&path, &1).is_err(), "once");
-        assert!(
-            s.open(&dir.path().join("other"), &1).is_err(),
-            "once, wherever"
-        );
+        assert!(s.open(&dir.path().join("other"), &1).is_err(), "once, wherever");
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("{\"event\":\"to");
         let v: Vec<serde_json::Value> = parse(&text).unwrap();

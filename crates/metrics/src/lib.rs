@@ -48,10 +48,7 @@ pub struct Exposition {
 impl Exposition {
     /// Every metric is named `<prefix>_<name>`.
     pub fn new(prefix: &str) -> Exposition {
-        Exposition {
-            prefix: prefix.into(),
-            families: Vec::new(),
-        }
+        Exposition { prefix: prefix.into(), families: Vec::new() }
     }
 
     /// A gauge sample. `help` is used the first time a name is seen.
@@ -69,21 +66,13 @@ impl Exposition {
         debug_assert!(valid_name(&full), "metric name {full}");
         let mut line = full.clone();
         if !labels.is_empty() {
-            let l: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-                .collect();
+            let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
             line += &format!("{{{}}}", l.join(","));
         }
         line += &format!(" {}", number(value));
         match self.families.iter_mut().find(|f| f.name == full) {
             Some(f) => f.samples.push(line),
-            None => self.families.push(Family {
-                name: full,
-                help: help.into(),
-                kind,
-                samples: vec![line],
-            }),
+            None => self.families.push(Family { name: full, help: help.into(), kind, samples: vec![line] }),
         }
     }
 
@@ -91,13 +80,7 @@ impl Exposition {
     pub fn finish(self) -> String {
         let mut out = String::new();
         for f in self.families {
-            out += &format!(
-                "# HELP {} {}\n# TYPE {} {}\n",
-                f.name,
-                f.help.replace('\\', "\\\\").replace('\n', "\\n"),
-                f.name,
-                f.kind.name()
-            );
+            out += &format!("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help.replace('\\', "\\\\").replace('\n', "\\n"), f.name, f.kind.name());
             for s in f.samples {
                 out += &s;
                 out.push('\n');
@@ -108,9 +91,7 @@ impl Exposition {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn number(v: f64) -> String {
@@ -127,9 +108,7 @@ fn number(v: f64) -> String {
 
 fn valid_name(n: &str) -> bool {
     let mut c = n.chars();
-    c.next()
-        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':')
-        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':')
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':') && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':')
 }
 
 /// Longest request head read.
@@ -150,44 +129,33 @@ fn budget() -> admission::Budget {
 /// address. Other paths get 404, other methods 405. A request must arrive whole within
 /// [`limits::UNAUTHENTICATED_DEADLINE`] of the connection (however slowly it trickles); refusals are
 /// logged at a bounded rate.
-pub fn serve(
-    addr: SocketAddr,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-) -> std::io::Result<SocketAddr> {
+pub fn serve(addr: SocketAddr, render: Arc<dyn Fn() -> String + Send + Sync>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     let gate = admission::Gate::start("metrics", budget())?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for conn in l.incoming() {
-                let Ok((s, handle)) = conn.and_then(|s| s.try_clone().map(|h| (s, h))) else {
-                    // Out of descriptors, most likely: a pause rather than a spin (not synchronization).
-                    std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE);
-                    continue;
-                };
-                let mut pass = gate.arrive(Box::new(handle), admission::Source::of_tcp(&s));
-                let render = render.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("metrics-conn".into())
-                    .spawn(move || {
-                        if let Err(e) = answer(s, &*render, &mut pass) {
-                            tracing::debug!(error = %e, "metrics request");
-                        }
-                    });
-                if spawned.is_err() {
-                    tracing::debug!("spawn metrics connection thread failed");
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for conn in l.incoming() {
+            let Ok((s, handle)) = conn.and_then(|s| s.try_clone().map(|h| (s, h))) else {
+                // Out of descriptors, most likely: a pause rather than a spin (not synchronization).
+                std::thread::sleep(limits::ACCEPT_FAILURE_PAUSE);
+                continue;
+            };
+            let mut pass = gate.arrive(Box::new(handle), admission::Source::of_tcp(&s));
+            let render = render.clone();
+            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
+                if let Err(e) = answer(s, &*render, &mut pass) {
+                    tracing::debug!(error = %e, "metrics request");
                 }
+            });
+            if spawned.is_err() {
+                tracing::debug!("spawn metrics connection thread failed");
             }
-        })?;
+        }
+    })?;
     Ok(local)
 }
 
-fn answer(
-    mut s: TcpStream,
-    render: &(dyn Fn() -> String + Send + Sync),
-    pass: &mut admission::Pass,
-) -> std::io::Result<()> {
+fn answer(mut s: TcpStream, render: &(dyn Fn() -> String + Send + Sync), pass: &mut admission::Pass) -> std::io::Result<()> {
     // Per read; the gate's reaper bounds the whole request.
     s.set_read_timeout(Some(limits::UNAUTHENTICATED_DEADLINE))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -212,47 +180,17 @@ fn answer(
         head.extend_from_slice(&chunk[..n]);
         if head.len() > REQUEST_BYTES_MAX {
             pass.failed(admission::Refusal::Protocol, &"request head too large");
-            return reply(
-                &mut s,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "request too large\n",
-            );
+            return reply(&mut s, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
         }
     }
     if pass.authenticated().is_err() {
-        return reply(
-            &mut s,
-            "503 Service Unavailable",
-            "text/plain",
-            "too many scrapes at once\n",
-        );
+        return reply(&mut s, "503 Service Unavailable", "text/plain", "too many scrapes at once\n");
     }
     match route(&head) {
-        Route::Metrics => reply(
-            &mut s,
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            &(render() + &refusals()),
-        ),
-        Route::Index => reply(
-            &mut s,
-            "200 OK",
-            "text/html",
-            "<html><body><a href=\"/metrics\">metrics</a></body></html>\n",
-        ),
-        Route::NotFound => reply(
-            &mut s,
-            "404 Not Found",
-            "text/plain",
-            "not found: try /metrics\n",
-        ),
-        Route::BadMethod => reply(
-            &mut s,
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET /metrics\n",
-        ),
+        Route::Metrics => reply(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &(render() + &refusals())),
+        Route::Index => reply(&mut s, "200 OK", "text/html", "<html><body><a href=\"/metrics\">metrics</a></body></html>\n"),
+        Route::NotFound => reply(&mut s, "404 Not Found", "text/plain", "not found: try /metrics\n"),
+        Route::BadMethod => reply(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
     }
 }
 
@@ -263,12 +201,7 @@ pub fn refusals() -> String {
     for (listener, totals) in admission::registry::listeners() {
         for &kind in admission::Refusal::ALL {
             let help = "Connections a listener closed before they were served (before or at authentication), by listener and kind.";
-            e.counter(
-                "admission_refused_total",
-                help,
-                &[("listener", listener), ("kind", kind.name())],
-                totals.refused(kind) as f64,
-            );
+            e.counter("admission_refused_total", help, &[("listener", listener), ("kind", kind.name())], totals.refused(kind) as f64);
         }
     }
     e.finish()
@@ -295,10 +228,7 @@ pub fn route(head: &[u8]) -> Route {
     let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|b| *b == b' ');
-    let (method, target) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
+    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     let path = target.split(|b| *b == b'?').next().unwrap_or_default();
     match (method, path) {
         (b"GET" | b"HEAD", b"/metrics") => Route::Metrics,
@@ -314,10 +244,7 @@ pub fn route(head: &[u8]) -> Route {
 pub fn fuzz_one(data: &[u8]) {
     let r = route(data);
     if r == Route::Metrics {
-        assert!(
-            data.starts_with(b"GET ") || data.starts_with(b"HEAD "),
-            "a metrics route starts with its method"
-        );
+        assert!(data.starts_with(b"GET ") || data.starts_with(b"HEAD "), "a metrics route starts with its method");
     }
     let _ = parse(&String::from_utf8_lossy(data));
 }
@@ -354,18 +281,14 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, t) = rest
-                .split_once(' ')
-                .ok_or_else(|| at("TYPE without a type".into()))?;
+            let (name, t) = rest.split_once(' ').ok_or_else(|| at("TYPE without a type".into()))?;
             let kind = match t {
                 "gauge" => Kind::Gauge,
                 "counter" => Kind::Counter,
                 t => return Err(at(format!("unsupported type {t}"))),
             };
             if types.iter().any(|(n, _)| n == name) {
-                return Err(at(format!(
-                    "family {name} declared twice (families must be contiguous)"
-                )));
+                return Err(at(format!("family {name} declared twice (families must be contiguous)")));
             }
             types.push((name.into(), kind));
             current = Some(name.into());
@@ -382,14 +305,7 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
         };
         let (name, labels) = match series.split_once('{') {
             None => (series, Vec::new()),
-            Some((name, rest)) => (
-                name,
-                parse_labels(
-                    rest.strip_suffix('}')
-                        .ok_or_else(|| at("unclosed labels".into()))?,
-                )
-                .map_err(at)?,
-            ),
+            Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}').ok_or_else(|| at("unclosed labels".into()))?).map_err(at)?),
         };
         if !valid_name(name) {
             return Err(at(format!("bad metric name {name}")));
@@ -397,17 +313,8 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
         if current.as_deref() != Some(name) {
             return Err(at(format!("sample of {name} outside its family's block")));
         }
-        let kind = types
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, k)| *k)
-            .ok_or_else(|| at("no TYPE".into()))?;
-        out.push(Sample {
-            name: name.into(),
-            labels,
-            value,
-            kind,
-        });
+        let kind = types.iter().find(|(n, _)| n == name).map(|(_, k)| *k).ok_or_else(|| at("no TYPE".into()))?;
+        out.push(Sample { name: name.into(), labels, value, kind });
     }
     Ok(out)
 }
@@ -443,26 +350,14 @@ fn parse_labels(s: &str) -> Result<Vec<(String, String)>, String> {
 
 /// Fetch `http://addr/metrics` (tests, `fastrepl status --metrics`): the body of a 200.
 pub fn scrape(addr: &str, timeout: Duration) -> Result<String, String> {
-    let sa: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(addr)
-        .map_err(|e| format!("resolve {addr}: {e}"))?
-        .next()
-        .ok_or(format!("resolve {addr}"))?;
-    let mut s =
-        TcpStream::connect_timeout(&sa, timeout).map_err(|e| format!("connect to {addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.write_all(
-        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .map_err(|e| format!("send to {addr}: {e}"))?;
+    let sa: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(addr).map_err(|e| format!("resolve {addr}: {e}"))?.next().ok_or(format!("resolve {addr}"))?;
+    let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| format!("connect to {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).map_err(|e| format!("send to {addr}: {e}"))?;
     let mut body = Vec::new();
-    s.take(64 << 20)
-        .read_to_end(&mut body)
-        .map_err(|e| format!("read from {addr}: {e}"))?;
+    s.take(64 << 20).read_to_end(&mut body).map_err(|e| format!("read from {addr}: {e}"))?;
     let text = String::from_utf8(body).map_err(|_| format!("{addr}: not UTF-8"))?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or(format!("{addr}: no HTTP header"))?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or(format!("{addr}: no HTTP header"))?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(format!("{addr}: {}", head.lines().next().unwrap_or("")));
     }
@@ -482,11 +377,7 @@ mod tests {
         let text = e.finish();
         let s = parse(&text).unwrap();
         assert_eq!(s.len(), 3);
-        assert_eq!(
-            (s[0].name.as_str(), s[1].name.as_str(), s[2].name.as_str()),
-            ("x_a", "x_a", "x_b_total"),
-            "{text}"
-        );
+        assert_eq!((s[0].name.as_str(), s[1].name.as_str(), s[2].name.as_str()), ("x_a", "x_a", "x_b_total"), "{text}");
         assert_eq!(s[1].labels[1].1, "q\"uo\\te\nnl");
         assert_eq!(s[1].value, 2.5);
         assert_eq!(s[2].kind, Kind::Counter);
@@ -496,22 +387,15 @@ mod tests {
     fn the_parser_is_strict() {
         assert!(parse("x 1\n").unwrap_err().contains("outside"));
         assert!(parse("# TYPE x gauge\nx{a=\"1} 1\n").is_err());
-        assert!(parse("# TYPE x gauge\nx one\n")
-            .unwrap_err()
-            .contains("bad value"));
-        assert!(parse("# TYPE x gauge\nx 1\n# TYPE y gauge\ny 1\nx 2\n")
-            .unwrap_err()
-            .contains("outside"));
-        assert!(parse("# TYPE x gauge\nx 1\n# TYPE x gauge\n")
-            .unwrap_err()
-            .contains("twice"));
+        assert!(parse("# TYPE x gauge\nx one\n").unwrap_err().contains("bad value"));
+        assert!(parse("# TYPE x gauge\nx 1\n# TYPE y gauge\ny 1\nx 2\n").unwrap_err().contains("outside"));
+        assert!(parse("# TYPE x gauge\nx 1\n# TYPE x gauge\n").unwrap_err().contains("twice"));
     }
 
     #[test]
     fn fuzz_smoke() {
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let alphabet =
-            b"# TYPE HELP gauge counter x_a{l=\"v\\\",} 1.5e3 +Inf NaN\nGET /metrics HTTP/1.1\r";
+        let alphabet = b"# TYPE HELP gauge counter x_a{l=\"v\\\",} 1.5e3 +Inf NaN\nGET /metrics HTTP/1.1\r";
         for len in 0..3000usize {
             let d: Vec<u8> = (0..len % 200)
                 .map(|_| {
@@ -546,11 +430,7 @@ mod tests {
 
     #[test]
     fn serves_scrapes_and_refuses_other_paths() {
-        let addr = serve(
-            "127.0.0.1:0".parse().unwrap(),
-            Arc::new(|| "# TYPE t gauge\nt 1\n".to_string()),
-        )
-        .unwrap();
+        let addr = serve("127.0.0.1:0".parse().unwrap(), Arc::new(|| "# TYPE t gauge\nt 1\n".to_string())).unwrap();
         let body = scrape(&addr.to_string(), Duration::from_secs(5)).unwrap();
         assert_eq!(parse(&body).unwrap()[0].value, 1.0);
         let mut s = TcpStream::connect(addr).unwrap();

@@ -35,19 +35,13 @@ pub fn write_or_drop(w: &mut impl Write, bytes: &[u8]) -> bool {
 /// One line (a newline added) on stderr, or dropped and counted. For what a process says outside its
 /// log (the guard's last word, a command's failure).
 pub fn stderr_line(line: &str) -> bool {
-    write_or_drop(
-        &mut std::io::stderr().lock(),
-        format!("{line}\n").as_bytes(),
-    )
+    write_or_drop(&mut std::io::stderr().lock(), format!("{line}\n").as_bytes())
 }
 
 /// One line (a newline added) on stdout, or dropped and counted. For reports whose loss does not
 /// change what the command did (its exit status says that).
 pub fn stdout_line(line: &str) -> bool {
-    write_or_drop(
-        &mut std::io::stdout().lock(),
-        format!("{line}\n").as_bytes(),
-    )
+    write_or_drop(&mut std::io::stdout().lock(), format!("{line}\n").as_bytes())
 }
 
 /// The dropped-writes counter in an exposition.
@@ -83,10 +77,7 @@ mod tests {
 
     #[test]
     fn a_full_disk_is_dropped_and_counted() {
-        let mut full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .expect("open /dev/full");
+        let mut full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
         let before = dropped();
         assert!(!write_or_drop(&mut full, b"line\n"));
         assert!(dropped() > before);
@@ -98,10 +89,7 @@ mod tests {
         let mut e = crate::Exposition::new("fastrepl_test");
         expose(&mut e);
         let samples = crate::parse(&e.finish()).unwrap();
-        let s = samples
-            .iter()
-            .find(|s| s.name == "fastrepl_test_output_writes_dropped_total")
-            .expect("the counter");
+        let s = samples.iter().find(|s| s.name == "fastrepl_test_output_writes_dropped_total").expect("the counter");
         assert!(s.value >= 1.0);
     }
 }

@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use transport::wire::CaptureFailure;
 
-use limits::{
-    CAPTURE_TICK as TICK, CONNECT_TIMEOUT, RDB_READ_BYTES_MAX as RDB_READ_MAX,
-    READ_CHUNK_BYTES as READ_CHUNK,
-};
+use limits::{CAPTURE_TICK as TICK, CONNECT_TIMEOUT, RDB_READ_BYTES_MAX as RDB_READ_MAX, READ_CHUNK_BYTES as READ_CHUNK};
 
 /// Why a capture ended.
 #[derive(Debug, thiserror::Error)]
@@ -61,19 +58,8 @@ impl Error {
     pub fn kind(&self) -> CaptureFailure {
         use replication::capture::CaptureError as C;
         match self {
-            Error::Io { .. }
-            | Error::Protocol {
-                source: C::Silent { .. },
-                ..
-            } => CaptureFailure::Unreachable,
-            Error::Protocol {
-                source:
-                    C::Protocol {
-                        source: replication::Error::Refused { message, .. },
-                        ..
-                    },
-                ..
-            } if client::ErrorCode::parse(message).is_permission() => CaptureFailure::Permission,
+            Error::Io { .. } | Error::Protocol { source: C::Silent { .. }, .. } => CaptureFailure::Unreachable,
+            Error::Protocol { source: C::Protocol { source: replication::Error::Refused { message, .. }, .. }, .. } if client::ErrorCode::parse(message).is_permission() => CaptureFailure::Permission,
             Error::Snapshot(snapshot::Error::TooLarge { .. }) => CaptureFailure::TooLarge,
             Error::Source { kind, .. } => *kind,
             Error::Protocol { .. } | Error::Snapshot(_) | Error::Stopped => CaptureFailure::Other,
@@ -95,10 +81,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
             Ok(()) => {
                 backoff = limits::CAPTURE_BACKOFF_MIN;
                 shared.feed(|g| ((), g.capture_ended(id, Ended::Sealed)));
-                tracing::info!(
-                    secs = started.elapsed().as_secs_f64(),
-                    "generation sealed; next capture on demand"
-                );
+                tracing::info!(secs = started.elapsed().as_secs_f64(), "generation sealed; next capture on demand");
             }
             Err(Error::Stopped) => {
                 shared.feed(|g| ((), g.capture_ended(id, Ended::Stopped)));
@@ -108,10 +91,7 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 // Waiting agents are told now; the machine says whether this was a failure at all (the
                 // link of a generation already sealed is not) and whether another capture is wanted.
                 let kind = e.kind();
-                let failure = Failure {
-                    kind,
-                    why: e.to_string(),
-                };
+                let failure = Failure { kind, why: e.to_string() };
                 let failed = shared.feed(|g| {
                     let actions = g.capture_ended(id, Ended::Failed(failure));
                     (actions.contains(&Action::CountFailure), actions)
@@ -139,17 +119,10 @@ struct Link<'a> {
 
 impl Link<'_> {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + '_ {
-        move |source| Error::Io {
-            op,
-            server: self.server.clone(),
-            source,
-        }
+        move |source| Error::Io { op, server: self.server.clone(), source }
     }
     fn proto(&self) -> impl FnOnce(CaptureError) -> Error + '_ {
-        move |source| Error::Protocol {
-            server: self.server.clone(),
-            source,
-        }
+        move |source| Error::Protocol { server: self.server.clone(), source }
     }
     fn send(&mut self, bytes: &[u8], op: &'static str) -> Result<(), Error> {
         let r = self.s.write_all(bytes);
@@ -160,25 +133,13 @@ impl Link<'_> {
         let mut chunk = [0u8; READ_CHUNK];
         let phase = self.machine.phase().name();
         let r = match self.s.read(&mut chunk) {
-            Ok(0) => {
-                return Err(Error::Io {
-                    op: phase,
-                    server: self.server.clone(),
-                    source: ErrorKind::UnexpectedEof.into(),
-                })
-            }
+            Ok(0) => return Err(Error::Io { op: phase, server: self.server.clone(), source: ErrorKind::UnexpectedEof.into() }),
             Ok(n) => {
                 self.stats.source_io(n as u64);
                 self.machine.on_bytes(Instant::now(), &chunk[..n])
             }
             Err(e) if quiet(&e) => self.machine.on_tick(Instant::now()),
-            Err(e) => {
-                return Err(Error::Io {
-                    op: phase,
-                    server: self.server.clone(),
-                    source: e,
-                })
-            }
+            Err(e) => return Err(Error::Io { op: phase, server: self.server.clone(), source: e }),
         };
         r.map_err(self.proto())
     }
@@ -186,10 +147,7 @@ impl Link<'_> {
 
 /// A read that timed out (a tick), not a failure.
 fn quiet(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-    )
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted)
 }
 
 /// What one capture has made so far.
@@ -214,113 +172,45 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     let cfg = &shared.config;
     // Read together with the address: a switch after this makes the count differ.
     let (master_now, master_changes) = shared.master_now();
-    let chosen = crate::source::resolve(
-        &cfg.source,
-        &master_now,
-        cfg.master_auth.as_ref(),
-        cfg.tls.as_ref(),
-        &[shared.config.listen.to_string()],
-        CONNECT_TIMEOUT,
-    )
-    .map_err(|u| Error::Source {
-        kind: u.kind,
-        why: u.why,
-    })?;
+    let chosen = crate::source::resolve(&cfg.source, &master_now, cfg.master_auth.as_ref(), cfg.tls.as_ref(), &[shared.config.listen.to_string()], CONNECT_TIMEOUT)
+        .map_err(|u| Error::Source { kind: u.kind, why: u.why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
     // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
     let raw = match (cfg.source_rdb_raw, chosen.replica) {
-        (true, true) => Some(
-            crate::source::RawRdb::switch_off(
-                &chosen.addr,
-                cfg.master_auth.as_ref(),
-                cfg.tls.as_ref(),
-                CONNECT_TIMEOUT,
-            )
-            .map_err(|u| Error::Source {
-                kind: u.kind,
-                why: u.why,
-            })?,
-        ),
+        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|u| Error::Source { kind: u.kind, why: u.why })?),
         (true, false) => {
             tracing::warn!("--source-rdb-raw: not switching RDB compression off on the master (only ever on a replica)");
             None
         }
         _ => None,
     };
-    let server = if chosen.replica {
-        format!("source replica {}", chosen.addr)
-    } else {
-        format!("master {}", chosen.addr)
-    };
+    let server = if chosen.replica { format!("source replica {}", chosen.addr) } else { format!("master {}", chosen.addr) };
     let t0 = Instant::now();
-    let s = client::tls::connect(&chosen.addr, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(
-        |(op, source)| Error::Io {
-            op,
-            server: server.clone(),
-            source,
-        },
-    )?;
+    let s = client::tls::connect(&chosen.addr, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|(op, source)| Error::Io { op, server: server.clone(), source })?;
     s.tcp()
         .set_read_timeout(Some(TICK))
-        .and_then(|_| {
-            s.tcp()
-                .set_write_timeout(Some(replication::capture::SILENCE_MAX))
-        })
-        .map_err(|source| Error::Io {
-            op: "configure the socket",
-            server: server.clone(),
-            source,
-        })?;
-    let (machine, first) = Capture::new(
-        cfg.master_auth.as_ref(),
-        announce_port,
-        cfg.announce_version.as_deref(),
-        cfg.snapshot.snapshot_bytes_max,
-        t0,
-    );
-    let mut link = Link {
-        s,
-        stats: &shared.stats,
-        server,
-        machine,
-    };
-    let mut run = Run {
-        raw,
-        master_changes,
-        ..Run::default()
-    };
+        .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
+        .map_err(|source| Error::Io { op: "configure the socket", server: server.clone(), source })?;
+    let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.announce_version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
+    let mut link = Link { s, stats: &shared.stats, server, machine };
+    let mut run = Run { raw, master_changes, ..Run::default() };
     // A failure fails (mid-RDB) or seals (streaming) the generation: the machine decides, once
     // `supervise` reports the end.
     drive(shared, id, &mut link, &mut run, first, t0)
 }
 
 /// Feed the machine and do what it says until the generation is sealed (Ok) or anything fails.
-fn drive(
-    shared: &Shared,
-    id: u64,
-    link: &mut Link<'_>,
-    run: &mut Run,
-    first: Event,
-    t0: Instant,
-) -> Result<(), Error> {
+fn drive(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, first: Event, t0: Instant) -> Result<(), Error> {
     let mut events = vec![first];
     loop {
-        if run.writer.is_none()
-            && run
-                .ticked
-                .is_none_or(|t| t.elapsed() >= limits::IDLE_RELEASE_TICK)
-        {
+        if run.writer.is_none() && run.ticked.is_none_or(|t| t.elapsed() >= limits::IDLE_RELEASE_TICK) {
             // Idle release is decided on a tick (not on every turn: a tick walks the whole machine).
             run.ticked = Some(Instant::now());
             shared.idle_tick();
         }
         // One look at the machine per turn (its lock, uncontended but for a moment per agent event).
-        match shared.capture_turn(
-            id,
-            run.master_changes,
-            run.writer.is_none() && run.gen.is_some(),
-        ) {
+        match shared.capture_turn(id, run.master_changes, run.writer.is_none() && run.gen.is_some()) {
             Turn::Go => {}
             Turn::Stop => return Err(Error::Stopped),
             Turn::MasterChanged => {
@@ -336,11 +226,7 @@ fn drive(
             }
         }
         events = match link.machine.phase() {
-            Phase::Rdb => receive_rdb(
-                shared,
-                link,
-                run.writer.as_mut().expect("a writer during the RDB"),
-            )?,
+            Phase::Rdb => receive_rdb(shared, link, run.writer.as_mut().expect("a writer during the RDB"))?,
             _ => link.pump()?,
         };
     }
@@ -352,14 +238,7 @@ enum Applied {
     Sealed,
 }
 
-fn apply(
-    shared: &Shared,
-    id: u64,
-    link: &mut Link<'_>,
-    run: &mut Run,
-    ev: Event,
-    t0: Instant,
-) -> Result<Applied, Error> {
+fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event, t0: Instant) -> Result<Applied, Error> {
     match ev {
         Event::Send(bytes, op) => link.send(&bytes, op)?,
         Event::Source { server, announced } => match (&server, &announced) {
@@ -411,16 +290,8 @@ fn apply(
 }
 
 /// Move RDB payload into the region: first what came with the header, then straight from the socket.
-fn receive_rdb(
-    shared: &Shared,
-    link: &mut Link<'_>,
-    writer: &mut snapshot::Writer,
-) -> Result<Vec<Event>, Error> {
-    let too_large = || {
-        Error::from(snapshot::Error::TooLarge {
-            max: shared.config.snapshot.snapshot_bytes_max,
-        })
-    };
+fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writer) -> Result<Vec<Event>, Error> {
+    let too_large = || Error::from(snapshot::Error::TooLarge { max: shared.config.snapshot.snapshot_bytes_max });
     let buffered = link.machine.take_buffered_rdb(RDB_READ_MAX);
     let n = if !buffered.is_empty() {
         let spare = writer.spare(buffered.len() as u64);
@@ -435,33 +306,17 @@ fn receive_rdb(
             return Err(too_large());
         }
         match link.s.read(spare) {
-            Ok(0) => {
-                return Err(Error::Io {
-                    op: "read RDB (cut off mid-stream)",
-                    server: link.server.clone(),
-                    source: ErrorKind::UnexpectedEof.into(),
-                })
-            }
+            Ok(0) => return Err(Error::Io { op: "read RDB (cut off mid-stream)", server: link.server.clone(), source: ErrorKind::UnexpectedEof.into() }),
             Ok(n) => {
                 link.stats.source_io(n as u64);
                 n
             }
-            Err(e) if quiet(&e) => {
-                return link.machine.on_tick(Instant::now()).map_err(link.proto())
-            }
-            Err(e) => {
-                return Err(Error::Io {
-                    op: "read RDB",
-                    server: link.server.clone(),
-                    source: e,
-                })
-            }
+            Err(e) if quiet(&e) => return link.machine.on_tick(Instant::now()).map_err(link.proto()),
+            Err(e) => return Err(Error::Io { op: "read RDB", server: link.server.clone(), source: e }),
         }
     };
     writer.commit(n)?;
-    link.machine
-        .on_rdb(Instant::now(), n as u64, writer.tail(TAIL_LEN))
-        .map_err(link.proto())
+    link.machine.on_rdb(Instant::now(), n as u64, writer.tail(TAIL_LEN)).map_err(link.proto())
 }
 
 #[cfg(test)]
@@ -470,56 +325,21 @@ mod tests {
     use replication::capture::CaptureError as C;
 
     fn refused(message: &str) -> Error {
-        Error::Protocol {
-            server: "master m:1".into(),
-            source: C::Protocol {
-                phase: "handshake",
-                source: replication::Error::Refused {
-                    step: "PSYNC",
-                    message: message.into(),
-                },
-            },
-        }
+        Error::Protocol { server: "master m:1".into(), source: C::Protocol { phase: "handshake", source: replication::Error::Refused { step: "PSYNC", message: message.into() } } }
     }
 
     #[test]
     fn failures_are_told_to_agents_by_kind() {
-        let down = Error::Io {
-            op: "connect",
-            server: "master m:1".into(),
-            source: ErrorKind::ConnectionRefused.into(),
-        };
+        let down = Error::Io { op: "connect", server: "master m:1".into(), source: ErrorKind::ConnectionRefused.into() };
         assert_eq!(down.kind(), CaptureFailure::Unreachable);
-        assert_eq!(
-            Error::Protocol {
-                server: "master m:1".into(),
-                source: C::Silent { phase: "RDB" }
-            }
-            .kind(),
-            CaptureFailure::Unreachable
-        );
-        assert_eq!(
-            refused("NOPERM this user has no permissions to run the 'psync' command").kind(),
-            CaptureFailure::Permission
-        );
-        assert_eq!(
-            refused("WRONGPASS invalid username-password pair").kind(),
-            CaptureFailure::Permission
-        );
+        assert_eq!(Error::Protocol { server: "master m:1".into(), source: C::Silent { phase: "RDB" } }.kind(), CaptureFailure::Unreachable);
+        assert_eq!(refused("NOPERM this user has no permissions to run the 'psync' command").kind(), CaptureFailure::Permission);
+        assert_eq!(refused("WRONGPASS invalid username-password pair").kind(), CaptureFailure::Permission);
         assert_eq!(refused("ERR something else").kind(), CaptureFailure::Other);
-        assert_eq!(
-            Error::from(snapshot::Error::TooLarge { max: 1 }).kind(),
-            CaptureFailure::TooLarge
-        );
-        let source = Error::Source {
-            kind: CaptureFailure::Source,
-            why: "snapshot source r:1 is not a replica of the master (role: master)".into(),
-        };
+        assert_eq!(Error::from(snapshot::Error::TooLarge { max: 1 }).kind(), CaptureFailure::TooLarge);
+        let source = Error::Source { kind: CaptureFailure::Source, why: "snapshot source r:1 is not a replica of the master (role: master)".into() };
         assert_eq!(source.kind(), CaptureFailure::Source);
-        assert_eq!(
-            source.to_string(),
-            "snapshot source r:1 is not a replica of the master (role: master)"
-        );
+        assert_eq!(source.to_string(), "snapshot source r:1 is not a replica of the master (role: master)");
         assert!(down.to_string().contains("(master m:1)"), "{down}");
     }
 }

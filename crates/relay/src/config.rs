@@ -67,22 +67,13 @@ impl Config {
             )));
         }
         if self.snapshot.snapshot_bytes_max > limits::REGION_BYTES_MAX {
-            return Err(Error::Config(format!(
-                "--snapshot-max-bytes can be at most {} (agents refuse a larger snapshot region)",
-                limits::REGION_BYTES_MAX
-            )));
+            return Err(Error::Config(format!("--snapshot-max-bytes can be at most {} (agents refuse a larger snapshot region)", limits::REGION_BYTES_MAX)));
         }
         if self.source_rdb_raw && self.source == source::Source::Master {
             return Err(Error::Config("--source-rdb-raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
         }
-        if self.snapshot.block_size < limits::BLOCK_BYTES_MIN
-            || self.snapshot.block_size > transport::wire::READ_MAX as u64
-        {
-            return Err(Error::Config(format!(
-                "block size must be between {} and {} bytes",
-                limits::BLOCK_BYTES_MIN,
-                transport::wire::READ_MAX
-            )));
+        if self.snapshot.block_size < limits::BLOCK_BYTES_MIN || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
+            return Err(Error::Config(format!("block size must be between {} and {} bytes", limits::BLOCK_BYTES_MIN, transport::wire::READ_MAX)));
         }
         Ok(())
     }
@@ -120,19 +111,10 @@ mod tests {
 
     #[test]
     fn refuses_to_expose_the_dataset_without_a_token() {
-        assert!(
-            config("127.0.0.1:0", Token::empty()).validate().is_ok(),
-            "loopback may go without"
-        );
-        let e = config("0.0.0.0:7400", Token::empty())
-            .validate()
-            .unwrap_err();
+        assert!(config("127.0.0.1:0", Token::empty()).validate().is_ok(), "loopback may go without");
+        let e = config("0.0.0.0:7400", Token::empty()).validate().unwrap_err();
         assert!(e.to_string().contains("without a token"), "{e}");
-        assert!(
-            config("0.0.0.0:7400", Token::new(b"0123456789abcdef").unwrap())
-                .validate()
-                .is_ok()
-        );
+        assert!(config("0.0.0.0:7400", Token::new(b"0123456789abcdef").unwrap()).validate().is_ok());
     }
 
     #[test]

@@ -46,13 +46,7 @@ static STREAM: metrics::EventStream = metrics::EventStream::new();
 
 /// Open the stream at `path` (truncated) and write its first line. Once per process.
 pub fn open(path: &Path) -> std::io::Result<()> {
-    STREAM.open(
-        path,
-        &Event::Start {
-            version: VERSION,
-            process: "relay".into(),
-        },
-    )
+    STREAM.open(path, &Event::Start { version: VERSION, process: "relay".into() })
 }
 
 /// Generation `generation`'s RDB began to arrive.
@@ -62,11 +56,7 @@ pub fn rdb_started(generation: u64) {
 
 /// Generation `generation`'s snapshot is complete, `bytes` long.
 pub fn published(generation: u64, bytes: u64) {
-    STREAM.write(|at_ms| Event::Published {
-        generation,
-        bytes,
-        at_ms,
-    });
+    STREAM.write(|at_ms| Event::Published { generation, bytes, at_ms });
 }
 
 /// Read a stream back: its events in order (a torn last line, still being written, is left out).
@@ -80,28 +70,9 @@ mod tests {
 
     #[test]
     fn lines_are_lower_case_and_typed() {
-        let e = Event::RdbStarted {
-            generation: 1,
-            at_ms: 5,
-        };
-        assert_eq!(
-            serde_json::to_string(&e).unwrap(),
-            r#"{"event":"rdb_started","generation":1,"at_ms":5}"#
-        );
+        let e = Event::RdbStarted { generation: 1, at_ms: 5 };
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"event":"rdb_started","generation":1,"at_ms":5}"#);
         let text = "{\"event\":\"start\",\"version\":1,\"process\":\"relay\"}\n{\"event\":\"published\",\"generation\":1,\"bytes\":9,\"at_ms\":6}\n";
-        assert_eq!(
-            parse(text).unwrap(),
-            [
-                Event::Start {
-                    version: 1,
-                    process: "relay".into()
-                },
-                Event::Published {
-                    generation: 1,
-                    bytes: 9,
-                    at_ms: 6
-                }
-            ]
-        );
+        assert_eq!(parse(text).unwrap(), [Event::Start { version: 1, process: "relay".into() }, Event::Published { generation: 1, bytes: 9, at_ms: 6 }]);
     }
 }

@@ -12,38 +12,22 @@ use std::sync::Arc;
 
 /// Load `path` into a new generation and publish it; the generation stays complete for good.
 pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| Error::Config(format!("open {}: {e}", path.display())))?;
-    let len = f
-        .metadata()
-        .map_err(|e| Error::Config(format!("stat {}: {e}", path.display())))?
-        .len();
+    let mut f = std::fs::File::open(path).map_err(|e| Error::Config(format!("open {}: {e}", path.display())))?;
+    let len = f.metadata().map_err(|e| Error::Config(format!("stat {}: {e}", path.display())))?.len();
     // A file has no replication ID; all zeros says so to anyone who looks.
     let replid = ReplId([b'0'; 40]);
-    let (gen, mut writer): (Arc<Generation>, _) = Generation::create(
-        1,
-        replid,
-        0,
-        Some(len),
-        shared.config.snapshot,
-        shared.store.as_ref(),
-    )
-    .map_err(|e| Error::Config(format!("region for {}: {e}", path.display())))?;
+    let (gen, mut writer): (Arc<Generation>, _) =
+        Generation::create(1, replid, 0, Some(len), shared.config.snapshot, shared.store.as_ref()).map_err(|e| Error::Config(format!("region for {}: {e}", path.display())))?;
     shared.publish(gen.clone());
     crate::events::rdb_started(gen.id());
     let t0 = std::time::Instant::now();
     let mut done = 0u64;
     while done < len {
         let spare = writer.spare((len - done).min(limits::RDB_READ_BYTES_MAX));
-        let n = f
-            .read(spare)
-            .map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
+        let n = f.read(spare).map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
         if n == 0 {
             shared.rdb_failed(gen.id(), "the file shrank while being read".into());
-            return Err(Error::Config(format!(
-                "{} shrank while being read",
-                path.display()
-            )));
+            return Err(Error::Config(format!("{} shrank while being read", path.display())));
         }
         if let Err(e) = writer.commit(n) {
             shared.rdb_failed(gen.id(), e.to_string());

@@ -25,13 +25,7 @@ pub(crate) enum SealReason {
 
 impl SealReason {
     /// Every reason, in the order of [`SealReason::index`].
-    pub(crate) const ALL: [SealReason; 5] = [
-        SealReason::LogBound,
-        SealReason::LinkLost,
-        SealReason::MasterChanged,
-        SealReason::IdleRelease,
-        SealReason::Stale,
-    ];
+    pub(crate) const ALL: [SealReason; 5] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease, SealReason::Stale];
 
     /// Its place in [`SealReason::ALL`] (a counter per reason).
     pub(crate) fn index(self) -> usize {
@@ -56,9 +50,7 @@ impl SealReason {
             SealReason::LinkLost => "the link to the source was lost",
             SealReason::MasterChanged => "the master changed (Sentinel)",
             SealReason::IdleRelease => "no agent for --idle-release-secs: memory released",
-            SealReason::Stale => {
-                "an agent needed a newer snapshot (the master's backlog no longer covers this one)"
-            }
+            SealReason::Stale => "an agent needed a newer snapshot (the master's backlog no longer covers this one)",
         }
     }
 }
@@ -229,12 +221,7 @@ pub(crate) struct Generations {
 
 impl Generations {
     /// A relay that has captured nothing yet.
-    pub(crate) fn new(
-        policy: CapturePolicy,
-        idle_release: Option<Duration>,
-        master: String,
-        now: Instant,
-    ) -> Generations {
+    pub(crate) fn new(policy: CapturePolicy, idle_release: Option<Duration>, master: String, now: Instant) -> Generations {
         Generations {
             policy,
             idle_release,
@@ -314,9 +301,7 @@ impl Generations {
 
     /// An agent begins waiting for a generation.
     pub(crate) fn ticket(&self) -> Ticket {
-        Ticket {
-            failures: self.failures,
-        }
+        Ticket { failures: self.failures }
     }
 
     /// An agent (holding `ticket`) wants a generation: the current one if new agents may use it,
@@ -337,14 +322,7 @@ impl Generations {
         }
         let wake = !self.demand && self.running.is_none();
         self.demand = true;
-        (
-            Answer::Wait,
-            if wake {
-                vec![Action::StartCapture]
-            } else {
-                Vec::new()
-            },
-        )
+        (Answer::Wait, if wake { vec![Action::StartCapture] } else { Vec::new() })
     }
 
     /// The capture thread asks what to do.
@@ -356,10 +334,7 @@ impl Generations {
             return Next::Wait;
         }
         self.captures += 1;
-        debug_assert!(
-            self.current.is_none_or(|(cur, _)| cur < self.captures),
-            "generation ids only move forward"
-        );
+        debug_assert!(self.current.is_none_or(|(cur, _)| cur < self.captures), "generation ids only move forward");
         self.running = Some(self.captures);
         Next::Capture(self.captures)
     }
@@ -415,12 +390,7 @@ impl Generations {
     /// condition on the offset bounds the captures one agent can cause: a capture started after the
     /// request is at or past `min_offset` (the master's offset the agent read), so asking again with
     /// the same offset does nothing.
-    pub(crate) fn renew(
-        &mut self,
-        id: u64,
-        offset: u64,
-        min_offset: u64,
-    ) -> (Renewed, Vec<Action>) {
+    pub(crate) fn renew(&mut self, id: u64, offset: u64, min_offset: u64) -> (Renewed, Vec<Action>) {
         if offset >= min_offset {
             return (Renewed::FreshEnough, Vec::new());
         }
@@ -434,9 +404,7 @@ impl Generations {
                 (Renewed::Sealed, actions)
             }
             // Sealed or failed already: the next attach wants a capture anyway.
-            Some((cur, Phase::Sealed(_) | Phase::Failed)) if cur == id => {
-                (Renewed::Sealed, Vec::new())
-            }
+            Some((cur, Phase::Sealed(_) | Phase::Failed)) if cur == id => (Renewed::Sealed, Vec::new()),
             _ => (Renewed::Newer, Vec::new()),
         }
     }
@@ -478,10 +446,7 @@ impl Generations {
         let mut actions = match self.current {
             Some((cur, Phase::Capturing)) if cur == id => {
                 self.current = Some((id, Phase::Failed));
-                vec![Action::Fail {
-                    id,
-                    why: why.clone(),
-                }]
+                vec![Action::Fail { id, why: why.clone() }]
             }
             Some((cur, Phase::Complete)) if cur == id => self.seal(id, SealReason::LinkLost),
             _ => Vec::new(),
@@ -498,10 +463,7 @@ impl Generations {
     /// Sentinel named another master: the current generation's history is the old master's, so it
     /// is sealed (or failed, mid-RDB); the next agent triggers a capture from the new master.
     pub(crate) fn master_changed(&mut self, new: String) -> Vec<Action> {
-        let why = format!(
-            "the master changed from {} to {new} (Sentinel)",
-            self.master
-        );
+        let why = format!("the master changed from {} to {new} (Sentinel)", self.master);
         self.master = new;
         self.master_changes += 1;
         match self.current {
@@ -544,41 +506,24 @@ mod tests {
     const IDLE: Duration = Duration::from_secs(10);
 
     fn failure(why: &str) -> Failure {
-        Failure {
-            kind: transport::wire::CaptureFailure::Unreachable,
-            why: why.into(),
-        }
+        Failure { kind: transport::wire::CaptureFailure::Unreachable, why: why.into() }
     }
 
     fn machine(policy: CapturePolicy) -> (Generations, Instant) {
         let t0 = Instant::now();
-        (
-            Generations::new(policy, Some(IDLE), "m1:6379".into(), t0),
-            t0,
-        )
+        (Generations::new(policy, Some(IDLE), "m1:6379".into(), t0), t0)
     }
 
     /// Start, publish and complete one capture; returns its id.
     fn capture(g: &mut Generations) -> u64 {
-        let Next::Capture(id) = g.next_capture() else {
-            panic!("a capture should start: {g:?}")
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!("a capture should start: {g:?}") };
         g.rdb_started(id);
         g.rdb_complete(id);
         id
     }
 
     fn seals(actions: &[Action]) -> Vec<(u64, SealReason)> {
-        actions
-            .iter()
-            .filter_map(|a| {
-                if let Action::Seal { id, reason } = a {
-                    Some((*id, *reason))
-                } else {
-                    None
-                }
-            })
-            .collect()
+        actions.iter().filter_map(|a| if let Action::Seal { id, reason } = a { Some((*id, *reason)) } else { None }).collect()
     }
 
     #[test]
@@ -602,9 +547,7 @@ mod tests {
         let (mut g, _) = machine(CapturePolicy::OnDemand);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         // Agents arrive while the capture runs, before its RDB starts.
         for _ in 0..3 {
             let t = g.ticket();
@@ -614,11 +557,7 @@ mod tests {
         g.rdb_complete(id);
         g.log_bound(id);
         g.capture_ended(id, Ended::Sealed);
-        assert_eq!(
-            g.next_capture(),
-            Next::Wait,
-            "the waiters' demand was met by the publish"
-        );
+        assert_eq!(g.next_capture(), Next::Wait, "the waiters' demand was met by the publish");
     }
 
     /// Regression: a sealed generation's log kept growing when another thread (Sentinel, idle
@@ -628,26 +567,11 @@ mod tests {
     fn a_generation_is_sealed_once_and_stays_sealed() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
         let id = capture(&mut g);
-        assert_eq!(
-            seals(&g.master_changed("m2:6379".into())),
-            vec![(id, SealReason::MasterChanged)]
-        );
-        assert_eq!(
-            g.current(),
-            Some((id, Phase::Sealed(SealReason::MasterChanged)))
-        );
-        assert!(
-            seals(&g.log_bound(id)).is_empty(),
-            "the log of a sealed generation takes no more bytes"
-        );
-        assert!(
-            seals(&g.capture_ended(id, Ended::Failed(failure("link dropped")))).is_empty(),
-            "not counted again"
-        );
-        assert_eq!(
-            g.current(),
-            Some((id, Phase::Sealed(SealReason::MasterChanged)))
-        );
+        assert_eq!(seals(&g.master_changed("m2:6379".into())), vec![(id, SealReason::MasterChanged)]);
+        assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::MasterChanged))));
+        assert!(seals(&g.log_bound(id)).is_empty(), "the log of a sealed generation takes no more bytes");
+        assert!(seals(&g.capture_ended(id, Ended::Failed(failure("link dropped")))).is_empty(), "not counted again");
+        assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::MasterChanged))));
     }
 
     #[test]
@@ -657,9 +581,7 @@ mod tests {
         for t in &tickets {
             assert_eq!(g.want(*t).0, Answer::Wait);
         }
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         assert!(g.rdb_started(id).contains(&Action::TellWaiters));
         for t in tickets {
             assert_eq!(g.want(t).0, Answer::Ready(id));
@@ -673,23 +595,12 @@ mod tests {
         for t in &tickets {
             g.want(*t);
         }
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
-        assert!(g
-            .capture_ended(id, Ended::Failed(failure("connection refused")))
-            .contains(&Action::TellWaiters));
+        let Next::Capture(id) = g.next_capture() else { panic!() };
+        assert!(g.capture_ended(id, Ended::Failed(failure("connection refused"))).contains(&Action::TellWaiters));
         for t in tickets {
-            assert_eq!(
-                g.want(t).0,
-                Answer::CaptureFailed(failure("connection refused"))
-            );
+            assert_eq!(g.want(t).0, Answer::CaptureFailed(failure("connection refused")));
         }
-        assert_eq!(
-            g.next_capture(),
-            Next::Wait,
-            "nobody waits: no loop of captures"
-        );
+        assert_eq!(g.next_capture(), Next::Wait, "nobody waits: no loop of captures");
         let t = g.ticket();
         assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]));
         assert_eq!(g.next_capture(), Next::Capture(id + 1));
@@ -700,38 +611,21 @@ mod tests {
         let (mut g, _) = machine(CapturePolicy::OnDemand);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
         g.rdb_complete(id);
         g.log_bound(id);
         g.capture_ended(id, Ended::Sealed);
         assert!(matches!(g.current(), Some((_, Phase::Sealed(_)))));
         // Sealed, then its file failed under it: failed (agents told), and never twice.
-        assert_eq!(
-            g.store_failed(id, "read gen-1.rdb: EIO".into()),
-            vec![
-                Action::Fail {
-                    id,
-                    why: "read gen-1.rdb: EIO".into()
-                },
-                Action::TellWaiters
-            ]
-        );
+        assert_eq!(g.store_failed(id, "read gen-1.rdb: EIO".into()), vec![Action::Fail { id, why: "read gen-1.rdb: EIO".into() }, Action::TellWaiters]);
         assert_eq!(g.current(), Some((id, Phase::Failed)));
         assert_eq!(g.store_failed(id, "again".into()), Vec::new());
         // The next agent asks for a fresh capture.
         let t = g.ticket();
         assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]));
         // A generation no longer current is failed too (agents may still read it).
-        assert_eq!(
-            g.store_failed(id - 1, "old".into()),
-            vec![Action::Fail {
-                id: id - 1,
-                why: "old".into()
-            }]
-        );
+        assert_eq!(g.store_failed(id - 1, "old".into()), vec![Action::Fail { id: id - 1, why: "old".into() }]);
     }
 
     #[test]
@@ -739,30 +633,16 @@ mod tests {
         let (mut g, _) = machine(CapturePolicy::OnDemand);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
-        assert_eq!(
-            g.capture_ended(id, Ended::Failed(failure("cut off"))),
-            vec![
-                Action::Fail {
-                    id,
-                    why: "cut off".into()
-                },
-                Action::CountFailure,
-                Action::TellWaiters
-            ]
-        );
+        assert_eq!(g.capture_ended(id, Ended::Failed(failure("cut off"))), vec![Action::Fail { id, why: "cut off".into() }, Action::CountFailure, Action::TellWaiters]);
         assert_eq!(g.current(), Some((id, Phase::Failed)));
     }
 
     #[test]
     fn on_start_retries_its_first_capture_without_agents() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.capture_ended(id, Ended::Failed(failure("master down")));
         assert_eq!(g.next_capture(), Next::Capture(id + 1));
     }
@@ -784,13 +664,9 @@ mod tests {
     #[test]
     fn a_master_change_mid_rdb_fails_the_generation() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
-        assert!(
-            matches!(g.master_changed("m2:6379".into())[0], Action::Fail { id: failed, .. } if failed == id)
-        );
+        assert!(matches!(g.master_changed("m2:6379".into())[0], Action::Fail { id: failed, .. } if failed == id));
         let t = g.ticket();
         assert_eq!(g.want(t).0, Answer::Wait);
     }
@@ -799,41 +675,23 @@ mod tests {
     fn idle_release_only_after_the_idle_time_without_connections() {
         let (mut g, t0) = machine(CapturePolicy::OnStart);
         let id = capture(&mut g);
-        assert!(
-            g.idle_tick(t0 + IDLE / 2).is_empty(),
-            "not idle long enough"
-        );
+        assert!(g.idle_tick(t0 + IDLE / 2).is_empty(), "not idle long enough");
         g.connection_opened(t0 + IDLE / 2);
-        assert!(
-            g.idle_tick(t0 + IDLE * 3).is_empty(),
-            "a connection is open"
-        );
+        assert!(g.idle_tick(t0 + IDLE * 3).is_empty(), "a connection is open");
         g.connection_closed(t0 + IDLE * 3);
-        assert!(
-            g.idle_tick(t0 + IDLE * 3 + IDLE / 2).is_empty(),
-            "idle time counts from the last close"
-        );
+        assert!(g.idle_tick(t0 + IDLE * 3 + IDLE / 2).is_empty(), "idle time counts from the last close");
         let a = g.idle_tick(t0 + IDLE * 4);
-        assert_eq!(
-            seals(&a),
-            vec![(id, SealReason::IdleRelease)],
-            "counted as a seal"
-        );
+        assert_eq!(seals(&a), vec![(id, SealReason::IdleRelease)], "counted as a seal");
         assert!(a.contains(&Action::Release { id }));
         assert_eq!(g.current(), None);
         assert!(g.idle_tick(t0 + IDLE * 9).is_empty(), "released once");
-        assert!(
-            seals(&g.capture_ended(id, Ended::Failed(failure("link closed")))).is_empty(),
-            "not counted again when the link drops"
-        );
+        assert!(seals(&g.capture_ended(id, Ended::Failed(failure("link closed")))).is_empty(), "not counted again when the link drops");
     }
 
     #[test]
     fn idle_release_leaves_a_capture_in_progress_alone() {
         let (mut g, t0) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
         assert!(g.idle_tick(t0 + IDLE * 2).is_empty());
     }
@@ -842,23 +700,10 @@ mod tests {
     fn the_log_bound_seals() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
         let id = capture(&mut g);
-        assert_eq!(
-            g.log_bound(id),
-            vec![
-                Action::Seal {
-                    id,
-                    reason: SealReason::LogBound
-                },
-                Action::TellWaiters
-            ]
-        );
+        assert_eq!(g.log_bound(id), vec![Action::Seal { id, reason: SealReason::LogBound }, Action::TellWaiters]);
         g.capture_ended(id, Ended::Sealed);
         let t = g.ticket();
-        assert_eq!(
-            g.want(t),
-            (Answer::Wait, vec![Action::StartCapture]),
-            "the next agent wants a fresh capture"
-        );
+        assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]), "the next agent wants a fresh capture");
     }
 
     #[test]
@@ -897,22 +742,10 @@ mod tests {
         let id = capture(&mut g);
         assert_eq!(seals(&g.log_bound(id)), vec![(id, SealReason::LogBound)]);
         let t = g.ticket();
-        assert_eq!(
-            g.want(t).0,
-            Answer::Wait,
-            "a sealed generation is not handed to new agents"
-        );
-        assert!(
-            g.capture_ended(id, Ended::Failed(failure("link reset")))
-                .is_empty(),
-            "nothing counted, nobody told"
-        );
+        assert_eq!(g.want(t).0, Answer::Wait, "a sealed generation is not handed to new agents");
+        assert!(g.capture_ended(id, Ended::Failed(failure("link reset"))).is_empty(), "nothing counted, nobody told");
         assert_eq!(g.failures().0, 0);
-        assert_eq!(
-            g.want(t).0,
-            Answer::Wait,
-            "still waiting, not told of a failure"
-        );
+        assert_eq!(g.want(t).0, Answer::Wait, "still waiting, not told of a failure");
         assert_eq!(g.next_capture(), Next::Capture(id + 1), "the demand stands");
     }
 
@@ -921,28 +754,14 @@ mod tests {
     #[test]
     fn on_start_tries_until_a_first_generation_completes() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(one) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(one) = g.next_capture() else { panic!() };
         g.rdb_started(one);
         g.capture_ended(one, Ended::Failed(failure("cut mid-RDB")));
-        let Next::Capture(two) = g.next_capture() else {
-            panic!("retried after a failure mid-RDB: {g:?}")
-        };
+        let Next::Capture(two) = g.next_capture() else { panic!("retried after a failure mid-RDB: {g:?}") };
         g.capture_ended(two, Ended::Failed(failure("connection refused")));
         let three = capture(&mut g);
-        assert_eq!(
-            g.capture_ended(three, Ended::Failed(failure("link lost")))
-                .iter()
-                .filter(|a| matches!(a, Action::CountFailure))
-                .count(),
-            1
-        );
-        assert_eq!(
-            g.next_capture(),
-            Next::Wait,
-            "a first generation completed: the next capture waits for an agent"
-        );
+        assert_eq!(g.capture_ended(three, Ended::Failed(failure("link lost"))).iter().filter(|a| matches!(a, Action::CountFailure)).count(), 1);
+        assert_eq!(g.next_capture(), Next::Wait, "a first generation completed: the next capture waits for an agent");
     }
 
     /// A master change under a running capture fails (mid-RDB) its generation in the machine; the
@@ -952,48 +771,31 @@ mod tests {
         let (mut g, _) = machine(CapturePolicy::OnDemand);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
         g.master_changed("m2:6379".into());
         let t = g.ticket();
         assert_eq!(g.want(t).0, Answer::Wait);
         assert!(g.capture_ended(id, Ended::Sealed).is_empty());
         assert_eq!(g.failures().0, 0);
-        assert_eq!(
-            g.next_capture(),
-            Next::Capture(id + 1),
-            "captured again, from the new master"
-        );
+        assert_eq!(g.next_capture(), Next::Capture(id + 1), "captured again, from the new master");
     }
+
 
     #[test]
     fn a_stale_generation_is_sealed_once_and_a_capture_follows() {
         let (mut g, _) = machine(CapturePolicy::OnDemand);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
         // Mid-RDB: not sealed (its offset is where the source was when it started).
         assert_eq!(g.renew(id, 100, 500).0, Renewed::Newer);
         g.rdb_complete(id);
-        assert_eq!(
-            g.renew(id, 100, 100),
-            (Renewed::FreshEnough, vec![]),
-            "at the offset asked for: fresh enough"
-        );
+        assert_eq!(g.renew(id, 100, 100), (Renewed::FreshEnough, vec![]), "at the offset asked for: fresh enough");
         let (r, actions) = g.renew(id, 100, 500);
         assert_eq!(r, Renewed::Sealed);
-        assert!(
-            actions.contains(&Action::Seal {
-                id,
-                reason: SealReason::Stale
-            }),
-            "{actions:?}"
-        );
+        assert!(actions.contains(&Action::Seal { id, reason: SealReason::Stale }), "{actions:?}");
         assert_eq!(g.current(), Some((id, Phase::Sealed(SealReason::Stale))));
         // Its capture thread ends (sealed); a new capture is wanted without another agent asking.
         g.capture_ended(id, Ended::Sealed);
@@ -1006,9 +808,7 @@ mod tests {
     #[test]
     fn a_complete_rdb_is_recorded_once_and_not_over_a_failure() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.rdb_started(id);
         assert_eq!(g.rdb_complete(id), vec![Action::Complete { id }]);
         assert!(g.rdb_complete(id).is_empty(), "recorded once");
@@ -1017,9 +817,7 @@ mod tests {
         g.capture_ended(id, Ended::Sealed);
         let t = g.ticket();
         g.want(t);
-        let Next::Capture(two) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(two) = g.next_capture() else { panic!() };
         g.rdb_started(two);
         g.master_changed("m2:6379".into());
         assert!(g.rdb_complete(two).is_empty());
@@ -1030,47 +828,27 @@ mod tests {
     fn a_served_file_that_breaks_fails_its_generation_once() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
         g.rdb_started(1);
-        assert_eq!(
-            g.rdb_failed(1, "shrank".into()),
-            vec![
-                Action::Fail {
-                    id: 1,
-                    why: "shrank".into()
-                },
-                Action::TellWaiters
-            ]
-        );
+        assert_eq!(g.rdb_failed(1, "shrank".into()), vec![Action::Fail { id: 1, why: "shrank".into() }, Action::TellWaiters]);
         assert_eq!(g.current(), Some((1, Phase::Failed)));
         assert!(g.rdb_failed(1, "again".into()).is_empty(), "failed once");
-        assert!(
-            g.rdb_complete(1).is_empty(),
-            "a failed generation is not completed"
-        );
+        assert!(g.rdb_complete(1).is_empty(), "a failed generation is not completed");
     }
 
     #[test]
     fn a_capture_goes_on_until_its_master_changes_or_its_generation_is_sealed() {
         let (mut g, t0) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         assert_eq!(g.capture_turn(id, 0, false), Turn::Go, "handshake");
         g.rdb_started(id);
         assert_eq!(g.capture_turn(id, 0, false), Turn::Go, "mid-RDB");
         g.rdb_complete(id);
         assert_eq!(g.capture_turn(id, 0, true), Turn::Go, "streaming");
         g.renew(id, 1, 2);
-        assert_eq!(
-            g.capture_turn(id, 0, true),
-            Turn::Sealed,
-            "sealed by a renewal"
-        );
+        assert_eq!(g.capture_turn(id, 0, true), Turn::Sealed, "sealed by a renewal");
 
         // Released when idle.
         g.capture_ended(id, Ended::Sealed);
-        let Next::Capture(two) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(two) = g.next_capture() else { panic!() };
         g.rdb_started(two);
         g.rdb_complete(two);
         g.idle_tick(t0 + IDLE * 2);
@@ -1079,24 +857,16 @@ mod tests {
 
         // A master change ends a capture at any stage.
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         g.master_changed("m2:6379".into());
         assert_eq!(g.capture_turn(id, 0, false), Turn::MasterChanged);
-        assert_eq!(
-            g.capture_turn(id, 1, false),
-            Turn::Go,
-            "a capture begun after the change"
-        );
+        assert_eq!(g.capture_turn(id, 1, false), Turn::Go, "a capture begun after the change");
     }
 
     #[test]
     fn stop_is_told() {
         let (mut g, _) = machine(CapturePolicy::OnStart);
-        let Next::Capture(id) = g.next_capture() else {
-            panic!()
-        };
+        let Next::Capture(id) = g.next_capture() else { panic!() };
         assert!(!g.stopped());
         g.stop();
         assert!(g.stopped());

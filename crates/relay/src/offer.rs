@@ -13,11 +13,7 @@ pub struct Offer {
 
 impl Offer {
     /// Everything that works here (`--transport auto`).
-    pub const ALL: Offer = Offer {
-        tcp: true,
-        shm: true,
-        ucx: true,
-    };
+    pub const ALL: Offer = Offer { tcp: true, shm: true, ucx: true };
 }
 
 impl From<Option<transport::TransportKind>> for Offer {
@@ -27,21 +23,9 @@ impl From<Option<transport::TransportKind>> for Offer {
         use transport::TransportKind::{Shm, Tcp, Ucx};
         match c {
             None => Offer::ALL,
-            Some(Tcp) => Offer {
-                tcp: true,
-                shm: false,
-                ucx: false,
-            },
-            Some(Shm) => Offer {
-                tcp: false,
-                shm: true,
-                ucx: false,
-            },
-            Some(Ucx) => Offer {
-                tcp: false,
-                shm: false,
-                ucx: true,
-            },
+            Some(Tcp) => Offer { tcp: true, shm: false, ucx: false },
+            Some(Shm) => Offer { tcp: false, shm: true, ucx: false },
+            Some(Ucx) => Offer { tcp: false, shm: false, ucx: true },
         }
     }
 }
@@ -53,29 +37,8 @@ mod tests {
     #[test]
     fn transport_choice_maps_to_what_is_offered() {
         assert_eq!(Offer::from(None), Offer::ALL);
-        assert_eq!(
-            Offer::from(Some(transport::TransportKind::Tcp)),
-            Offer {
-                tcp: true,
-                shm: false,
-                ucx: false
-            }
-        );
-        assert_eq!(
-            Offer::from(Some(transport::TransportKind::Shm)),
-            Offer {
-                tcp: false,
-                shm: true,
-                ucx: false
-            }
-        );
-        assert_eq!(
-            Offer::from(Some(transport::TransportKind::Ucx)),
-            Offer {
-                tcp: false,
-                shm: false,
-                ucx: true
-            }
-        );
+        assert_eq!(Offer::from(Some(transport::TransportKind::Tcp)), Offer { tcp: true, shm: false, ucx: false });
+        assert_eq!(Offer::from(Some(transport::TransportKind::Shm)), Offer { tcp: false, shm: true, ucx: false });
+        assert_eq!(Offer::from(Some(transport::TransportKind::Ucx)), Offer { tcp: false, shm: false, ucx: true });
     }
 }

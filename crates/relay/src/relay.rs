@@ -27,29 +27,15 @@ impl Relay {
         config.validate()?;
         if config.agents_tls.is_some() && config.offer.ucx {
             // UCX reads cannot be encrypted: a relay that requires TLS does not offer them.
-            tracing::info!(
-                "agents connect over TLS: not offering ucx (its reads cannot be encrypted)"
-            );
+            tracing::info!("agents connect over TLS: not offering ucx (its reads cannot be encrypted)");
             config.offer.ucx = false;
         }
-        let listener = TcpListener::bind(config.listen).map_err(|source| Error::Listen {
-            addr: config.listen,
-            source,
-        })?;
-        let local_addr = listener.local_addr().map_err(|source| Error::Listen {
-            addr: config.listen,
-            source,
-        })?;
-        let shm = if config.offer.shm {
-            Some(bind_shm_socket(local_addr)?)
-        } else {
-            None
-        };
+        let listener = TcpListener::bind(config.listen).map_err(|source| Error::Listen { addr: config.listen, source })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
+        let shm = if config.offer.shm { Some(bind_shm_socket(local_addr)?) } else { None };
         #[cfg(not(feature = "ucx"))]
         if config.offer.ucx && !config.offer.tcp && !config.offer.shm {
-            return Err(Error::Config(
-                "this fastrepl was built without ucx (cargo feature `ucx`)".into(),
-            ));
+            return Err(Error::Config("this fastrepl was built without ucx (cargo feature `ucx`)".into()));
         }
         #[cfg(feature = "ucx")]
         let ucx = if config.offer.ucx {
@@ -69,8 +55,7 @@ impl Relay {
         };
         let store = match &config.store {
             Some(dir) => {
-                let (store, cleaned) = snapshot::Store::open(dir)
-                    .map_err(|e| Error::Config(format!("open the store: {e}")))?;
+                let (store, cleaned) = snapshot::Store::open(dir).map_err(|e| Error::Config(format!("open the store: {e}")))?;
                 if cleaned.files > 0 {
                     tracing::info!(store = %dir.display(), files = cleaned.files, bytes = cleaned.bytes, "removed the generation files a previous relay left in the store");
                 }
@@ -87,10 +72,7 @@ impl Relay {
         let shared = Arc::new(Shared::new(config, machine, shm_socket, store));
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(f)
-                .map_err(|e| Error::Config(format!("spawn {name} thread: {e}")))
+            std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::Config(format!("spawn {name} thread: {e}")))
         };
         let mut threads = Vec::new();
         // A served file is loaded once, before anyone connects; a master is captured by a thread.
@@ -98,10 +80,7 @@ impl Relay {
             file::load(&shared, &path)?;
         } else {
             let s1 = shared.clone();
-            threads.push(spawn(
-                "capture",
-                Box::new(move || capture::supervise(s1, announce)),
-            )?);
+            threads.push(spawn("capture", Box::new(move || capture::supervise(s1, announce)))?);
         }
         if let Some(sentinels) = shared.config.sentinel.clone() {
             let s = shared.clone();
@@ -116,23 +95,13 @@ impl Relay {
         let g = shared.gate.clone();
         threads.push(spawn("admission", Box::new(move || g.reap()))?);
         let s2 = shared.clone();
-        threads.push(spawn(
-            "accept",
-            Box::new(move || serve::accept_loop(s2, listener)),
-        )?);
+        threads.push(spawn("accept", Box::new(move || serve::accept_loop(s2, listener)))?);
         if let Some((_, unix)) = shm {
             let s3 = shared.clone();
-            threads.push(spawn(
-                "accept-shm",
-                Box::new(move || serve::accept_unix_loop(s3, unix)),
-            )?);
+            threads.push(spawn("accept-shm", Box::new(move || serve::accept_unix_loop(s3, unix)))?);
         }
         tracing::info!(listen = %local_addr, master = %shared.master(), transports = %json_list(&shared.offered()), ucx = %json_list(&shared.ucx_transports()), ucx_listeners = %json_list(&shared.ucx_listeners()), "relay started");
-        Ok(Relay {
-            shared,
-            local_addr,
-            threads: Mutex::new(threads),
-        })
+        Ok(Relay { shared, local_addr, threads: Mutex::new(threads) })
     }
 
     /// The transports offered.
@@ -148,12 +117,8 @@ impl Relay {
     /// Accept these tokens from now on (a reload during a rotation; connections already
     /// authenticated are not affected). Refused when it would leave a non-loopback relay open.
     pub fn set_tokens(&self, tokens: Vec<Token>) -> Result<(), Error> {
-        if tokens.is_empty()
-            || (tokens.iter().any(Token::is_empty) && !self.local_addr.ip().is_loopback())
-        {
-            return Err(Error::Config(
-                "refusing an empty token on a non-loopback relay".into(),
-            ));
+        if tokens.is_empty() || (tokens.iter().any(Token::is_empty) && !self.local_addr.ip().is_loopback()) {
+            return Err(Error::Config("refusing an empty token on a non-loopback relay".into()));
         }
         self.shared.set_tokens(tokens);
         Ok(())
@@ -188,9 +153,7 @@ impl Relay {
 fn bind_shm_socket(local: SocketAddr) -> Result<(String, std::os::unix::net::UnixListener), Error> {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("fastrepl-relay-{}-{}", local.port(), std::process::id());
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .map_err(|e| Error::Config(format!("shm socket name: {e}")))?;
-    let l = std::os::unix::net::UnixListener::bind_addr(&addr)
-        .map_err(|e| Error::Config(format!("bind shm socket @{name}: {e}")))?;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::Config(format!("shm socket name: {e}")))?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Config(format!("bind shm socket @{name}: {e}")))?;
     Ok((name, l))
 }

@@ -2,8 +2,8 @@
 //! its changes pushed, data connections get range reads.
 
 use crate::generations::Answer;
-use crate::shared::Shared;
 use crate::stats::Stats;
+use crate::shared::Shared;
 use crate::tracker;
 use snapshot::Generation;
 use std::net::{TcpListener, TcpStream};
@@ -16,10 +16,7 @@ use transport::wire::{self, Control, Request};
 use transport::{serve as reply, Error, TransportKind};
 
 use admission::{Pass, Refusal, Shut, Source};
-use limits::{
-    DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT,
-    UNAUTHENTICATED_DEADLINE,
-};
+use limits::{UNAUTHENTICATED_DEADLINE, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
 
 /// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write {
@@ -36,10 +33,7 @@ pub(crate) trait DataStream: std::io::Read + std::io::Write {
 impl DataStream for TcpStream {
     const IS_TCP: bool = true;
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
-        reply::send_error(
-            self,
-            "shared memory is offered only over the relay's unix socket",
-        )
+        reply::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.peer_addr().ok().map(|a| a.ip())
@@ -55,10 +49,7 @@ type TlsStream = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
 impl DataStream for TlsStream {
     const IS_TCP: bool = true;
     fn attach_shm(&mut self, _: &Generation) -> Result<(), Error> {
-        reply::send_error(
-            self,
-            "shared memory is offered only over the relay's unix socket",
-        )
+        reply::send_error(self, "shared memory is offered only over the relay's unix socket")
     }
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.get_ref().peer_addr().ok().map(|a| a.ip())
@@ -85,34 +76,14 @@ impl DataStream for UnixStream {
 pub(crate) fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let source = Source::of_tcp;
     let handle = |s: &TcpStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
-    let peer = |s: &TcpStream| {
-        s.peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into())
-    };
-    accept_each(
-        &shared,
-        listener.incoming(),
-        source,
-        peer,
-        handle,
-        "agent-conn",
-        serve_connection,
-    );
+    let peer = |s: &TcpStream| s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    accept_each(&shared, listener.incoming(), source, peer, handle, "agent-conn", serve_connection);
 }
 
 /// Serve the shm transport's unix socket: data connections only.
 pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
     let handle = |s: &UnixStream| s.try_clone().map(|c| Box::new(c) as Box<dyn Shut>);
-    accept_each(
-        &shared,
-        listener.incoming(),
-        local_user,
-        |_| "shm".to_string(),
-        handle,
-        "agent-shm",
-        serve_shm_connection,
-    );
+    accept_each(&shared, listener.incoming(), local_user, |_| "shm".to_string(), handle, "agent-shm", serve_shm_connection);
 }
 
 /// A unix socket's peer by its user id: the abstract socket has no permissions, so any local
@@ -120,23 +91,11 @@ pub(crate) fn accept_unix_loop(shared: Arc<Shared>, listener: UnixListener) {
 /// the strangers' budget.
 fn local_user(s: &UnixStream) -> Source {
     use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: the descriptor is the live socket `s` owns; `cred` and `len` are valid for writes of
     // the size `len` says, which is what SO_PEERCRED writes at most.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
     if r == 0 && len as usize == std::mem::size_of::<libc::ucred>() {
         Source::LocalUser(cred.uid)
     } else {
@@ -178,15 +137,13 @@ fn accept_each<S: Send + 'static>(
         let peer = peer_of(&s);
         let mut pass = shared.gate.arrive(handle, source);
         let sh = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name(thread.into())
-            .spawn(move || {
-                let span = tracing::info_span!("agent", %peer);
-                let _g = span.enter();
-                if let Err(e) = serve(&sh, s, &mut pass) {
-                    ended(&sh.stats, &pass, &e);
-                }
-            });
+        let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
+            let span = tracing::info_span!("agent", %peer);
+            let _g = span.enter();
+            if let Err(e) = serve(&sh, s, &mut pass) {
+                ended(&sh.stats, &pass, &e);
+            }
+        });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "spawn connection thread");
         }
@@ -262,11 +219,8 @@ impl ConnError {
                 Refusal::Deadline => Class::LateBeforeAuth,
                 _ => Class::ClosedBeforeAuth,
             },
-            ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => {
-                Class::Auth
-            }
-            ConnError::Authenticating(Error::Protocol(_))
-            | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
+            ConnError::Authenticating(Error::Auth(_)) | ConnError::Serving(Error::Auth(_)) => Class::Auth,
+            ConnError::Authenticating(Error::Protocol(_)) | ConnError::Serving(Error::Protocol(_)) => Class::Protocol,
             ConnError::Refused(_) => Class::Refused,
             _ => Class::Io,
         }
@@ -295,51 +249,31 @@ impl Drop for Open<'_> {
     }
 }
 
-fn serve_shm_connection(
-    shared: &Shared,
-    mut s: UnixStream,
-    pass: &mut Pass,
-) -> Result<(), ConnError> {
-    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE))
-        .map_err(Error::io(transport::Operation::ConfigureSocket))?;
-    s.set_write_timeout(Some(limits::IO_TIMEOUT))
-        .map_err(Error::io(transport::Operation::ConfigureSocket))?;
+fn serve_shm_connection(shared: &Shared, mut s: UnixStream, pass: &mut Pass) -> Result<(), ConnError> {
+    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
     let kind = auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)?;
     let _open = Open::new(shared, pass)?;
     match kind {
         Kind::Data => {
-            s.set_read_timeout(Some(DATA_IDLE_MAX))
-                .map_err(Error::io(transport::Operation::ConfigureSocket))?;
+            s.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
             Ok(serve_data(shared, s)?)
         }
-        Kind::Control | Kind::Status => Err(Error::Protocol(
-            "control and status connections go over TCP, not the shm socket".into(),
-        )
-        .into()),
+        Kind::Control | Kind::Status => Err(Error::Protocol("control and status connections go over TCP, not the shm socket".into()).into()),
     }
 }
 
 fn serve_connection(shared: &Shared, s: TcpStream, pass: &mut Pass) -> Result<(), ConnError> {
     // Per read; the reaper bounds the whole handshake (UNAUTHENTICATED_DEADLINE from the accept).
-    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE))
-        .map_err(Error::io(transport::Operation::ConfigureSocket))?;
-    s.set_write_timeout(Some(limits::IO_TIMEOUT))
-        .map_err(Error::io(transport::Operation::ConfigureSocket))?;
-    s.set_nodelay(true)
-        .map_err(Error::io(transport::Operation::ConfigureSocket))?;
-    let raw = s
-        .try_clone()
-        .map_err(Error::io(transport::Operation::CloneSocket))?;
+    s.set_read_timeout(Some(UNAUTHENTICATED_DEADLINE)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_write_timeout(Some(limits::IO_TIMEOUT)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    s.set_nodelay(true).map_err(Error::io(transport::Operation::ConfigureSocket))?;
+    let raw = s.try_clone().map_err(Error::io(transport::Operation::CloneSocket))?;
     match &shared.config.agents_tls {
         None => serve_authenticated(shared, s, raw, pass),
         // The handshake is bounded by the gate's deadline, like the authentication after it.
         Some(cfg) => {
-            let tls = transport::tls::accept(cfg, s).map_err(|e| {
-                ConnError::Authenticating(Error::Io {
-                    op: transport::Operation::TlsHandshakeWithAgent,
-                    source: e,
-                })
-            })?;
+            let tls = transport::tls::accept(cfg, s).map_err(|e| ConnError::Authenticating(Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: e }))?;
             serve_authenticated(shared, tls, raw, pass)
         }
     }
@@ -347,26 +281,18 @@ fn serve_connection(shared: &Shared, s: TcpStream, pass: &mut Pass) -> Result<()
 
 /// Authenticate, then serve the connection's kind. `raw` is the TCP socket under `s` (timeouts,
 /// addresses, and noticing a control connection's agent leave).
-fn serve_authenticated<S: DataStream>(
-    shared: &Shared,
-    mut s: S,
-    raw: TcpStream,
-    pass: &mut Pass,
-) -> Result<(), ConnError> {
+fn serve_authenticated<S: DataStream>(shared: &Shared, mut s: S, raw: TcpStream, pass: &mut Pass) -> Result<(), ConnError> {
     let kind = auth::server_any(&mut s, &shared.tokens()).map_err(ConnError::Authenticating)?;
     let _open = Open::new(shared, pass)?;
     Ok(match kind {
         Kind::Control => serve_control(shared, s, &raw),
         Kind::Status => {
-            let local = raw
-                .local_addr()
-                .map_err(Error::io(transport::Operation::LocalAddress))?;
+            let local = raw.local_addr().map_err(Error::io(transport::Operation::LocalAddress))?;
             let status = crate::status::status(shared, local);
             wire::send_control(&mut s, &Control::Status(Box::new(status)))
         }
         Kind::Data => {
-            raw.set_read_timeout(Some(DATA_IDLE_MAX))
-                .map_err(Error::io(transport::Operation::ConfigureSocket))?;
+            raw.set_read_timeout(Some(DATA_IDLE_MAX)).map_err(Error::io(transport::Operation::ConfigureSocket))?;
             serve_data(shared, s)
         }
     }?)
@@ -376,27 +302,16 @@ fn serve_authenticated<S: DataStream>(
 /// it is gone (over TLS the bytes are its close_notify). Peeks without blocking or consuming.
 fn agent_left(raw: &TcpStream) -> Result<bool, Error> {
     let mut b = [0u8; 1];
-    match rustix::net::recv(
-        raw,
-        &mut b,
-        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
-    ) {
+    match rustix::net::recv(raw, &mut b, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
         Ok((0, _)) => Ok(true),
         Ok(_) => Ok(true),
         Err(rustix::io::Errno::AGAIN) => Ok(false),
         Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(Error::Io {
-            op: transport::Operation::WatchControlConnection,
-            source: e.into(),
-        }),
+        Err(e) => Err(Error::Io { op: transport::Operation::WatchControlConnection, source: e.into() }),
     }
 }
 
-fn serve_control<S: std::io::Write>(
-    shared: &Shared,
-    mut s: S,
-    raw: &TcpStream,
-) -> Result<(), Error> {
+fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) -> Result<(), Error> {
     wire::send_control(
         &mut s,
         &Control::Hello {
@@ -417,24 +332,13 @@ fn serve_control<S: std::io::Write>(
             // master that is down, a snapshot over --snapshot-max-bytes). The agent decides to retry.
             Err(Answer::CaptureFailed(f)) => {
                 tracing::warn!(error = %f.why, kind = %f.kind, "no snapshot for a waiting agent: the capture failed");
-                wire::send_control(
-                    &mut s,
-                    &Control::CaptureFailed {
-                        kind: f.kind,
-                        message: f.why,
-                    },
-                )?;
+                wire::send_control(&mut s, &Control::CaptureFailed { kind: f.kind, message: f.why })?;
                 return Ok(());
             }
             Err(_) => {}
         }
         if Instant::now() >= deadline || shared.stopping() {
-            wire::send_control(
-                &mut s,
-                &Control::Error(
-                    "no snapshot available from the master (see the relay's log)".into(),
-                ),
-            )?;
+            wire::send_control(&mut s, &Control::Error("no snapshot available from the master (see the relay's log)".into()))?;
             return Ok(());
         }
         wire::send_control(&mut s, &Control::Heartbeat)?;
@@ -504,30 +408,20 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
         };
         // Requests with a body: read it whole (bounded by the decode) before anything else.
         let mut body = vec![0u8; req.body_len() as usize];
-        s.read_exact(&mut body)
-            .map_err(Error::io(transport::Operation::ReadRequestBody))?;
+        s.read_exact(&mut body).map_err(Error::io(transport::Operation::ReadRequestBody))?;
         let id = req.generation();
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
         }
         let Some(gen) = cached.as_ref() else {
-            reply::send_error(
-                &mut s,
-                &format!("generation {id} is not held by this relay"),
-            )?;
+            reply::send_error(&mut s, &format!("generation {id} is not held by this relay"))?;
             continue;
         };
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
-            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => reply::send_error(
-                &mut s,
-                "this relay does not offer tcp block reads (see its --transport)",
-            )?,
-            Request::Range { offset, len, .. } => match gen
-                .check_readable(offset, u64::from(len))
-                .and_then(|()| gen.check_stored(offset, u64::from(len)))
-            {
+            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?,
+            Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)).and_then(|()| gen.check_stored(offset, u64::from(len))) {
                 Err(e @ snapshot::Error::Store(_)) => {
                     shared.store_failed(id, e.to_string());
                     reply::send_error(&mut s, &e.to_string())?
@@ -542,23 +436,18 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             },
             // At most one chunk per answer, whatever was asked (an answer may be shorter than asked):
             // what a connection holds stays within the relay's memory bound.
-            Request::Log { from, max, .. } => {
-                match gen.read_log(from, (max as usize).min(limits::LOG_CHUNK_BYTES as usize)) {
-                    Err(e @ snapshot::Error::Store(_)) => {
-                        shared.store_failed(id, e.to_string());
-                        reply::send_error(&mut s, &e.to_string())?
-                    }
-                    Ok(bytes) => {
-                        reply::send_bytes(&mut s, &bytes)?;
-                        Stats::add(&shared.stats.log_bytes_served, bytes.len() as u64);
-                    }
-                    Err(e) => reply::send_error(&mut s, &e.to_string())?,
+            Request::Log { from, max, .. } => match gen.read_log(from, (max as usize).min(limits::LOG_CHUNK_BYTES as usize)) {
+                Err(e @ snapshot::Error::Store(_)) => {
+                    shared.store_failed(id, e.to_string());
+                    reply::send_error(&mut s, &e.to_string())?
                 }
-            }
-            Request::Attach {
-                transport: wire::AttachKind::Shm,
-                ..
-            } => {
+                Ok(bytes) => {
+                    reply::send_bytes(&mut s, &bytes)?;
+                    Stats::add(&shared.stats.log_bytes_served, bytes.len() as u64);
+                }
+                Err(e) => reply::send_error(&mut s, &e.to_string())?,
+            },
+            Request::Attach { transport: wire::AttachKind::Shm, .. } => {
                 s.attach_shm(gen)?;
                 shared.stats.attached(TransportKind::Shm);
             }
@@ -569,72 +458,16 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
                 }
                 Err(e) => reply::send_error(&mut s, &e.to_string())?,
             },
-            Request::Register {
-                port,
-                serves,
-                local,
-                ..
-            } => answer_swarm(
-                shared,
-                &mut s,
-                gen,
-                Swarm::Register {
-                    port,
-                    serves,
-                    local,
-                },
-                &body,
-                &mut member,
-            )?,
-            Request::Locate { .. } => {
-                answer_swarm(shared, &mut s, gen, Swarm::Locate, &body, &mut member)?
-            }
-            Request::Have { block, .. } => answer_swarm(
-                shared,
-                &mut s,
-                gen,
-                Swarm::Have { block },
-                &body,
-                &mut member,
-            )?,
-            Request::Arriving { block, .. } => answer_swarm(
-                shared,
-                &mut s,
-                gen,
-                Swarm::Arriving { block },
-                &body,
-                &mut member,
-            )?,
-            Request::NotAt { block, peer, .. } => answer_swarm(
-                shared,
-                &mut s,
-                gen,
-                Swarm::NotAt { block, peer },
-                &body,
-                &mut member,
-            )?,
-            Request::Needed { .. } => {
-                answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?
-            }
-            Request::Load {
-                uploads, arrived, ..
-            } => answer_swarm(
-                shared,
-                &mut s,
-                gen,
-                Swarm::Load { uploads, arrived },
-                &body,
-                &mut member,
-            )?,
+            Request::Register { port, serves, local, .. } => answer_swarm(shared, &mut s, gen, Swarm::Register { port, serves, local }, &body, &mut member)?,
+            Request::Locate { .. } => answer_swarm(shared, &mut s, gen, Swarm::Locate, &body, &mut member)?,
+            Request::Have { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Have { block }, &body, &mut member)?,
+            Request::Arriving { block, .. } => answer_swarm(shared, &mut s, gen, Swarm::Arriving { block }, &body, &mut member)?,
+            Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
+            Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
+            Request::Load { uploads, arrived, .. } => answer_swarm(shared, &mut s, gen, Swarm::Load { uploads, arrived }, &body, &mut member)?,
             Request::Renew { min_offset, .. } => {
                 let renewal = shared.renew(gen, min_offset);
-                tracing::info!(
-                    generation = gen.id(),
-                    offset = gen.offset(),
-                    min_offset,
-                    ?renewal,
-                    "an agent asked for a snapshot at or after an offset"
-                );
+                tracing::info!(generation = gen.id(), offset = gen.offset(), min_offset, ?renewal, "an agent asked for a snapshot at or after an offset");
                 reply::send_bytes(&mut s, &[renewal.byte()])?
             }
         }
@@ -642,14 +475,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
 }
 
 /// Answer a swarm request: its bytes, or the refusal.
-fn answer_swarm<'a, S: DataStream>(
-    shared: &'a Shared,
-    s: &mut S,
-    gen: &Generation,
-    req: Swarm,
-    body: &[u8],
-    member: &mut Option<Membership<'a>>,
-) -> Result<(), Error> {
+fn answer_swarm<'a, S: DataStream>(shared: &'a Shared, s: &mut S, gen: &Generation, req: Swarm, body: &[u8], member: &mut Option<Membership<'a>>) -> Result<(), Error> {
     match swarm_request(shared, s, gen, req, body, member)? {
         Ok(bytes) => reply::send_bytes(s, &bytes),
         Err(message) => reply::send_error(s, &message),
@@ -660,27 +486,13 @@ fn answer_swarm<'a, S: DataStream>(
 /// one match, with what each carries besides its generation.
 #[derive(Debug, Clone, Copy)]
 enum Swarm {
-    Register {
-        port: u16,
-        serves: bool,
-        local: bool,
-    },
+    Register { port: u16, serves: bool, local: bool },
     Locate,
-    Have {
-        block: u64,
-    },
-    Arriving {
-        block: u64,
-    },
-    NotAt {
-        block: u64,
-        peer: u32,
-    },
+    Have { block: u64 },
+    Arriving { block: u64 },
+    NotAt { block: u64, peer: u32 },
     Needed,
-    Load {
-        uploads: u32,
-        arrived: u32,
-    },
+    Load { uploads: u32, arrived: u32 },
 }
 
 /// What a swarm request is answered: the bytes of a success, or a refusal. A connection registers once; the
@@ -694,65 +506,26 @@ fn swarm_request<'a, S: DataStream>(
     member: &mut Option<Membership<'a>>,
 ) -> Result<Result<Vec<u8>, String>, Error> {
     let (published, total) = gen.blocks();
-    let me = member
-        .as_ref()
-        .filter(|m| m.generation == gen.id())
-        .map(|m| m.id);
+    let me = member.as_ref().filter(|m| m.generation == gen.id()).map(|m| m.id);
     Ok(match (req, me) {
-        (Swarm::Register { .. }, _) if member.is_some() => {
-            Err("this connection is already registered".to_string())
-        }
-        (
-            Swarm::Register {
-                port,
-                serves,
-                local,
-            },
-            _,
-        ) => {
-            let advertise = if body.is_empty() {
-                None
-            } else {
-                Some(transport::wire::swarm::check_addr(body)?)
-            };
+        (Swarm::Register { .. }, _) if member.is_some() => Err("this connection is already registered".to_string()),
+        (Swarm::Register { port, serves, local }, _) => {
+            let advertise = if body.is_empty() { None } else { Some(transport::wire::swarm::check_addr(body)?) };
             let Some(seen_at) = s.peer_ip() else {
                 return Ok(Err("swarm registration goes over TCP".into()));
             };
             if serves && port == 0 && advertise.is_none() {
                 return Ok(Err("a serving agent must give its port".into()));
             }
-            let id = shared.swarms.register(
-                gen.id(),
-                seen_at,
-                tracker::Member {
-                    port,
-                    serves,
-                    local,
-                    advertise,
-                },
-                published,
-            );
-            tracing::info!(
-                generation = gen.id(),
-                agent = id,
-                serves,
-                local,
-                "agent joined the swarm"
-            );
-            *member = Some(Membership {
-                shared,
-                generation: gen.id(),
-                id,
-            });
+            let id = shared.swarms.register(gen.id(), seen_at, tracker::Member { port, serves, local, advertise }, published);
+            tracing::info!(generation = gen.id(), agent = id, serves, local, "agent joined the swarm");
+            *member = Some(Membership { shared, generation: gen.id(), id });
             Ok(id.to_be_bytes().to_vec())
         }
         (_, None) => Err("register with this generation's swarm first".to_string()),
         (Swarm::Locate, Some(id)) => {
             let ask = transport::wire::swarm::Locate::decode(body)?;
-            let answers =
-                shared
-                    .swarms
-                    .locate(gen.id(), id, &ask, published, total, Instant::now());
+            let answers = shared.swarms.locate(gen.id(), id, &ask, published, total, Instant::now());
             Ok(transport::wire::swarm::encode_located(&answers))
         }
         (Swarm::Have { block }, Some(id)) if block < published => {
@@ -769,9 +542,7 @@ fn swarm_request<'a, S: DataStream>(
             shared.swarms.not_at(gen.id(), id, peer, block);
             Ok(Vec::new())
         }
-        (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32)
-            .to_be_bytes()
-            .to_vec()),
+        (Swarm::Needed, Some(id)) => Ok((shared.swarms.needing(gen.id(), id, total) as u32).to_be_bytes().to_vec()),
         (Swarm::Load { uploads, arrived }, Some(id)) => {
             shared.swarms.load(gen.id(), id, uploads, arrived);
             Ok(Vec::new())
@@ -792,53 +563,26 @@ mod tests {
     }
 
     fn io() -> Error {
-        Error::Io {
-            op: transport::Operation::ReadDataRequest,
-            source: std::io::ErrorKind::UnexpectedEof.into(),
-        }
+        Error::Io { op: transport::Operation::ReadDataRequest, source: std::io::ErrorKind::UnexpectedEof.into() }
     }
 
     #[test]
     fn a_socket_error_is_a_probe_only_before_authentication() {
-        assert_eq!(
-            ConnError::Authenticating(io()).class(),
-            Class::ClosedBeforeAuth
-        );
+        assert_eq!(ConnError::Authenticating(io()).class(), Class::ClosedBeforeAuth);
         assert_eq!(ConnError::Serving(io()).class(), Class::Io);
-        assert_eq!(
-            ConnError::Authenticating(Error::Auth("wrong token".into())).class(),
-            Class::Auth
-        );
-        assert_eq!(
-            ConnError::Authenticating(Error::Protocol("bad magic".into())).class(),
-            Class::Protocol
-        );
-        assert_eq!(
-            ConnError::Serving(Error::Protocol("bad request".into())).class(),
-            Class::Protocol
-        );
+        assert_eq!(ConnError::Authenticating(Error::Auth("wrong token".into())).class(), Class::Auth);
+        assert_eq!(ConnError::Authenticating(Error::Protocol("bad magic".into())).class(), Class::Protocol);
+        assert_eq!(ConnError::Serving(Error::Protocol("bad request".into())).class(), Class::Protocol);
         // Bytes that are not TLS on a TLS relay are not our protocol, not a probe; the gate's refusals
         // are counted there, not again.
-        let not_tls = Error::Io {
-            op: transport::Operation::TlsHandshakeWithAgent,
-            source: std::io::ErrorKind::InvalidData.into(),
-        };
+        let not_tls = Error::Io { op: transport::Operation::TlsHandshakeWithAgent, source: std::io::ErrorKind::InvalidData.into() };
         assert_eq!(ConnError::Authenticating(not_tls).class(), Class::Protocol);
         assert_eq!(ConnError::Refused(Refusal::Full).class(), Class::Refused);
         // A read timing out before authentication is the deadline, not a probe that closed.
         for kind in [std::io::ErrorKind::WouldBlock, std::io::ErrorKind::TimedOut] {
-            let late = Error::Io {
-                op: transport::Operation::ReadAgentAuthentication,
-                source: kind.into(),
-            };
-            assert_eq!(
-                ConnError::Authenticating(late).class(),
-                Class::LateBeforeAuth
-            );
+            let late = Error::Io { op: transport::Operation::ReadAgentAuthentication, source: kind.into() };
+            assert_eq!(ConnError::Authenticating(late).class(), Class::LateBeforeAuth);
         }
-        assert!(
-            ConnError::Authenticating(io()).before_auth()
-                && !ConnError::Serving(io()).before_auth()
-        );
+        assert!(ConnError::Authenticating(io()).before_auth() && !ConnError::Serving(io()).before_auth());
     }
 }

@@ -49,25 +49,14 @@ struct Life {
 
 impl Life {
     fn find(&self, id: u64) -> Option<Arc<Generation>> {
-        self.all
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|g| g.id() == id)
+        self.all.iter().filter_map(Weak::upgrade).find(|g| g.id() == id)
     }
 }
 
 impl Shared {
     /// A relay's shared state, before any generation: tokens from the configuration, `machine` fresh.
-    pub(crate) fn new(
-        config: Config,
-        machine: Generations,
-        shm_socket: Option<String>,
-        store: Option<snapshot::Store>,
-        #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>,
-    ) -> Shared {
-        let tokens = std::iter::once(config.token.clone())
-            .chain(config.extra_tokens.iter().cloned())
-            .collect();
+    pub(crate) fn new(config: Config, machine: Generations, shm_socket: Option<String>, store: Option<snapshot::Store>, #[cfg(feature = "ucx")] ucx: Option<crate::ucx_serve::UcxServer>) -> Shared {
+        let tokens = std::iter::once(config.token.clone()).chain(config.extra_tokens.iter().cloned()).collect();
         let budget = admission::Budget {
             unauthenticated_max: limits::UNAUTHENTICATED_MAX,
             per_source_max: limits::UNAUTHENTICATED_PER_SOURCE_MAX,
@@ -78,11 +67,7 @@ impl Shared {
         Shared {
             tokens: std::sync::RwLock::new(tokens),
             config,
-            life: Mutex::new(Life {
-                machine,
-                current: None,
-                all: Vec::new(),
-            }),
+            life: Mutex::new(Life { machine, current: None, all: Vec::new() }),
             changed: Condvar::new(),
             shm_socket,
             swarms: tracker::Swarms::default(),
@@ -121,12 +106,7 @@ impl Shared {
                     self.stats.sealed(reason);
                     if let Some(g) = life.find(id) {
                         g.record(State::Sealed, Some(reason.describe()));
-                        tracing::info!(
-                            generation = id,
-                            reason = reason.describe(),
-                            log_bytes = g.log_len(),
-                            "generation sealed"
-                        );
+                        tracing::info!(generation = id, reason = reason.describe(), log_bytes = g.log_len(), "generation sealed");
                     }
                 }
                 Action::Fail { id, why } => {
@@ -141,11 +121,7 @@ impl Shared {
                     }
                     stats::Stats::add(&self.stats.released_idle, 1);
                     let rdb_bytes = life.find(id).map(|g| g.descriptor(usize::MAX).0.published);
-                    tracing::info!(
-                        generation = id,
-                        ?rdb_bytes,
-                        "released an idle generation; the next agent triggers a new capture"
-                    );
+                    tracing::info!(generation = id, ?rdb_bytes, "released an idle generation; the next agent triggers a new capture");
                 }
             }
         }
@@ -189,9 +165,7 @@ impl Shared {
 
     /// Whether capture `id` goes on (see [`Generations::capture_turn`]).
     pub(crate) fn capture_turn(&self, id: u64, master_changes: u64, rdb_done: bool) -> Turn {
-        self.lock()
-            .machine
-            .capture_turn(id, master_changes, rdb_done)
+        self.lock().machine.capture_turn(id, master_changes, rdb_done)
     }
 
     /// The current generation's id.
@@ -231,10 +205,7 @@ impl Shared {
 
     /// The tokens accepted now.
     pub(crate) fn tokens(&self) -> Vec<Token> {
-        self.tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Accept these tokens from now on.
@@ -277,11 +248,7 @@ impl Shared {
                 Next::Stop => return None,
                 Next::Wait => {}
             }
-            life = self
-                .changed
-                .wait_timeout(life, limits::IDLE_RELEASE_TICK)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            life = self.changed.wait_timeout(life, limits::IDLE_RELEASE_TICK).unwrap_or_else(|p| p.into_inner()).0;
             let actions = life.machine.idle_tick(Instant::now());
             self.carry_out(&mut life, actions);
         }
@@ -305,11 +272,7 @@ impl Shared {
 
     /// A new agent waits (up to `timeout`) for a generation it may use; `Err` says why it has none
     /// ([`Answer::Wait`]: not yet).
-    pub(crate) fn generation_for_agent(
-        &self,
-        ticket: Ticket,
-        timeout: Duration,
-    ) -> Result<Arc<Generation>, Answer> {
+    pub(crate) fn generation_for_agent(&self, ticket: Ticket, timeout: Duration) -> Result<Arc<Generation>, Answer> {
         let deadline = Instant::now() + timeout;
         let mut life = self.lock();
         loop {
@@ -327,11 +290,7 @@ impl Shared {
             if now >= deadline {
                 return Err(Answer::Wait);
             }
-            life = self
-                .changed
-                .wait_timeout(life, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            life = self.changed.wait_timeout(life, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 

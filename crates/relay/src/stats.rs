@@ -75,36 +75,24 @@ impl Stats {
 
     /// The relay's CPU sent `n` snapshot bytes over `kind`.
     pub fn served(&self, kind: TransportKind, n: u64) {
-        debug_assert!(
-            SERVED_OVER.contains(&kind),
-            "{kind} bytes are not counted where the status shows them"
-        );
+        debug_assert!(SERVED_OVER.contains(&kind), "{kind} bytes are not counted where the status shows them");
         Stats::add(self.served_bytes.of(kind), n);
     }
 
     /// An agent attached over the one-sided `kind` (its reads then bypass the relay).
     pub fn attached(&self, kind: TransportKind) {
-        debug_assert!(
-            ATTACHED_OVER.contains(&kind),
-            "{kind} attaches are not counted where the status shows them"
-        );
+        debug_assert!(ATTACHED_OVER.contains(&kind), "{kind} attaches are not counted where the status shows them");
         Stats::add(self.attaches.of(kind), 1);
     }
 
     /// Snapshot bytes sent over each transport that passes through the relay's CPU, by name.
     pub fn served_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
-        SERVED_OVER
-            .iter()
-            .map(|k| (k.name().to_string(), get(self.served_bytes.of(*k))))
-            .collect()
+        SERVED_OVER.iter().map(|k| (k.name().to_string(), get(self.served_bytes.of(*k)))).collect()
     }
 
     /// Attaches over each one-sided transport, by name.
     pub fn attaches_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
-        ATTACHED_OVER
-            .iter()
-            .map(|k| (k.name().to_string(), get(self.attaches.of(*k))))
-            .collect()
+        ATTACHED_OVER.iter().map(|k| (k.name().to_string(), get(self.attaches.of(*k)))).collect()
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -114,17 +102,11 @@ impl Stats {
     /// The source sent `n` bytes just now.
     pub fn source_io(&self, n: u64) {
         Stats::add(&self.source_bytes, n);
-        self.source_io_ms.store(
-            (self.started.elapsed().as_millis() as u64).max(1),
-            Ordering::Relaxed,
-        );
+        self.source_io_ms.store((self.started.elapsed().as_millis() as u64).max(1), Ordering::Relaxed);
     }
 
     pub fn source(&self) -> String {
-        self.source
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.source.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn uptime_secs(&self) -> f64 {
@@ -135,9 +117,7 @@ impl Stats {
     pub fn source_silent_secs(&self) -> Option<f64> {
         match self.source_io_ms.load(Ordering::Relaxed) {
             0 => None,
-            ms => {
-                Some((self.started.elapsed().as_millis() as u64).saturating_sub(ms) as f64 / 1000.0)
-            }
+            ms => Some((self.started.elapsed().as_millis() as u64).saturating_sub(ms) as f64 / 1000.0),
         }
     }
 }
@@ -158,10 +138,7 @@ struct ByTransport([AtomicU64; TransportKind::ALL.len()]);
 
 impl ByTransport {
     fn of(&self, kind: TransportKind) -> &AtomicU64 {
-        let i = TransportKind::ALL
-            .iter()
-            .position(|k| *k == kind)
-            .expect("every kind is in TransportKind::ALL");
+        let i = TransportKind::ALL.iter().position(|k| *k == kind).expect("every kind is in TransportKind::ALL");
         &self.0[i]
     }
 }
@@ -182,234 +159,59 @@ pub use transport::wire::status::{GenerationStatus, RelayStatus as Status};
 /// Prometheus text exposition of a status, metric names `fastrepl_relay_*`.
 pub fn prometheus(st: &Status) -> String {
     let mut e = metrics::Exposition::new("fastrepl_relay");
-    let info = [
-        ("version", st.version.as_str()),
-        ("master", &st.master),
-        ("source", &st.source),
-        ("source_policy", &st.source_policy),
-        ("capture_policy", &st.capture_policy),
-    ];
-    e.gauge(
-        "info",
-        "The relay: version, master, source, policies (value 1).",
-        &info,
-        1.0,
-    );
-    e.gauge(
-        "uptime_seconds",
-        "Seconds since the relay started.",
-        &[],
-        st.uptime_seconds,
-    );
-    e.counter(
-        "captures_total",
-        "Captures started (each one fork on its source).",
-        &[],
-        st.captures_total as f64,
-    );
-    e.counter(
-        "capture_failures_total",
-        "Captures that failed.",
-        &[],
-        st.capture_failures_total as f64,
-    );
-    e.counter(
-        "generations_sealed_total",
-        "Generations sealed.",
-        &[],
-        st.generations_sealed_total as f64,
-    );
+    let info = [("version", st.version.as_str()), ("master", &st.master), ("source", &st.source), ("source_policy", &st.source_policy), ("capture_policy", &st.capture_policy)];
+    e.gauge("info", "The relay: version, master, source, policies (value 1).", &info, 1.0);
+    e.gauge("uptime_seconds", "Seconds since the relay started.", &[], st.uptime_seconds);
+    e.counter("captures_total", "Captures started (each one fork on its source).", &[], st.captures_total as f64);
+    e.counter("capture_failures_total", "Captures that failed.", &[], st.capture_failures_total as f64);
+    e.counter("generations_sealed_total", "Generations sealed.", &[], st.generations_sealed_total as f64);
     for (reason, n) in &st.generations_sealed_by_reason_total {
-        e.counter(
-            "generations_sealed_by_reason_total",
-            "Generations sealed, by reason.",
-            &[("reason", reason.as_str())],
-            *n as f64,
-        );
+        e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
     }
-    e.counter(
-        "generations_released_idle_total",
-        "Generations released after --idle-release-secs without agents.",
-        &[],
-        st.generations_released_idle_total as f64,
-    );
-    e.gauge(
-        "source_last_io_seconds",
-        "Seconds since the capture source last sent anything (-1: never).",
-        &[],
-        st.source_last_io_seconds.unwrap_or(-1.0),
-    );
-    e.counter(
-        "source_bytes_total",
-        "Bytes received from capture sources.",
-        &[],
-        st.source_bytes_total as f64,
-    );
-    e.gauge(
-        "generations",
-        "Generations held in memory.",
-        &[],
-        st.generations.len() as f64,
-    );
-    e.gauge(
-        "held_bytes",
-        "Snapshot bytes held in memory, all generations.",
-        &[],
-        st.held_bytes as f64,
-    );
+    e.counter("generations_released_idle_total", "Generations released after --idle-release-secs without agents.", &[], st.generations_released_idle_total as f64);
+    e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], st.source_last_io_seconds.unwrap_or(-1.0));
+    e.counter("source_bytes_total", "Bytes received from capture sources.", &[], st.source_bytes_total as f64);
+    e.gauge("generations", "Generations held in memory.", &[], st.generations.len() as f64);
+    e.gauge("held_bytes", "Snapshot bytes held in memory, all generations.", &[], st.held_bytes as f64);
     for g in &st.generations {
         let id = g.id.to_string();
-        let l = [
-            ("generation", id.as_str()),
-            ("state", g.state.as_str()),
-            ("current", if g.current { "1" } else { "0" }),
-        ];
-        e.gauge(
-            "generation_rdb_bytes",
-            "RDB bytes held by a generation.",
-            &l,
-            g.rdb_bytes as f64,
-        );
-        e.gauge(
-            "generation_blocks",
-            "Blocks published by a generation.",
-            &l,
-            g.blocks as f64,
-        );
-        e.gauge(
-            "generation_log_bytes",
-            "Stream log bytes held after a generation's snapshot.",
-            &l,
-            g.log_bytes as f64,
-        );
-        e.gauge(
-            "generation_age_seconds",
-            "Seconds since a generation's capture started.",
-            &l,
-            g.age_seconds,
-        );
-        e.gauge(
-            "generation_agents",
-            "Agents in a generation's swarm.",
-            &l,
-            g.agents as f64,
-        );
+        let l = [("generation", id.as_str()), ("state", g.state.as_str()), ("current", if g.current { "1" } else { "0" })];
+        e.gauge("generation_rdb_bytes", "RDB bytes held by a generation.", &l, g.rdb_bytes as f64);
+        e.gauge("generation_blocks", "Blocks published by a generation.", &l, g.blocks as f64);
+        e.gauge("generation_log_bytes", "Stream log bytes held after a generation's snapshot.", &l, g.log_bytes as f64);
+        e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_seconds);
+        e.gauge("generation_agents", "Agents in a generation's swarm.", &l, g.agents as f64);
     }
-    e.gauge(
-        "connections",
-        "Agent connections open.",
-        &[],
-        st.connections as f64,
-    );
-    e.gauge(
-        "connections_max",
-        "--connections-max.",
-        &[],
-        st.connections_max as f64,
-    );
-    e.counter(
-        "connections_refused_total",
-        "Connections refused at --connections-max (authenticated ones).",
-        &[],
-        st.connections_refused_total as f64,
-    );
-    e.gauge(
-        "connections_unauthenticated",
-        "Connections that have not authenticated yet (a budget of their own).",
-        &[],
-        st.connections_unauthenticated as f64,
-    );
-    labelled(
-        &mut e,
-        "connections_refused_by_kind_total",
-        "Connections closed before they were served, by kind.",
-        "kind",
-        &st.connections_refused_by_kind_total,
-    );
-    e.gauge(
-        "agents_attached",
-        "Agents attached to a generation now.",
-        &[],
-        st.agents_attached as f64,
-    );
-    e.counter(
-        "agents_attached_total",
-        "Agents attached since the start.",
-        &[],
-        st.agents_attached_total as f64,
-    );
+    e.gauge("connections", "Agent connections open.", &[], st.connections as f64);
+    e.gauge("connections_max", "--connections-max.", &[], st.connections_max as f64);
+    e.counter("connections_refused_total", "Connections refused at --connections-max (authenticated ones).", &[], st.connections_refused_total as f64);
+    e.gauge("connections_unauthenticated", "Connections that have not authenticated yet (a budget of their own).", &[], st.connections_unauthenticated as f64);
+    labelled(&mut e, "connections_refused_by_kind_total", "Connections closed before they were served, by kind.", "kind", &st.connections_refused_by_kind_total);
+    e.gauge("agents_attached", "Agents attached to a generation now.", &[], st.agents_attached as f64);
+    e.counter("agents_attached_total", "Agents attached since the start.", &[], st.agents_attached_total as f64);
     // The labelled counters come from the status's maps, so a key there is a label value here.
-    labelled(
-        &mut e,
-        "served_bytes_total",
-        "Snapshot bytes sent by the relay's CPU, by transport.",
-        "transport",
-        &st.served_bytes_total,
-    );
-    e.counter(
-        "log_served_bytes_total",
-        "Stream log bytes sent to agents.",
-        &[],
-        st.log_served_bytes_total as f64,
-    );
-    labelled(
-        &mut e,
-        "attaches_total",
-        "One-sided attaches (reads then bypass the relay), by transport.",
-        "transport",
-        &st.attaches_total,
-    );
-    e.counter(
-        "ucx_side_restarts_total",
-        "Times the UCX side process was started again after it died or failed.",
-        &[],
-        st.ucx_side_restarts_total as f64,
-    );
-    labelled(
-        &mut e,
-        "errors_total",
-        "Connections closed on an error, by kind; capture: failed captures.",
-        "kind",
-        &st.errors_total,
-    );
-    e.gauge(
-        "resident_memory_bytes",
-        "The relay's resident memory.",
-        &[],
-        st.resident_memory_bytes as f64,
-    );
+    labelled(&mut e, "served_bytes_total", "Snapshot bytes sent by the relay's CPU, by transport.", "transport", &st.served_bytes_total);
+    e.counter("log_served_bytes_total", "Stream log bytes sent to agents.", &[], st.log_served_bytes_total as f64);
+    labelled(&mut e, "attaches_total", "One-sided attaches (reads then bypass the relay), by transport.", "transport", &st.attaches_total);
+    e.counter("ucx_side_restarts_total", "Times the UCX side process was started again after it died or failed.", &[], st.ucx_side_restarts_total as f64);
+    labelled(&mut e, "errors_total", "Connections closed on an error, by kind; capture: failed captures.", "kind", &st.errors_total);
+    e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.resident_memory_bytes as f64);
     e.gauge("memory_unreclaimable_bytes", "The relay's memory the kernel cannot take back (anonymous and memfd pages; not a store's page cache).", &[], st.memory_unreclaimable_bytes as f64);
-    e.gauge("memory_bound_bytes", "With --store: the bound its unreclaimable memory stays under for the connections open (-1: in memory, no such bound).", &[], st.memory_bound_bytes.map_or(-1.0, |b| b as f64));
     e.gauge(
-        "store_bytes",
-        "Bytes the generations held take on the store's disk (0 in memory).",
+        "memory_bound_bytes",
+        "With --store: the bound its unreclaimable memory stays under for the connections open (-1: in memory, no such bound).",
         &[],
-        st.store_bytes as f64,
+        st.memory_bound_bytes.map_or(-1.0, |b| b as f64),
     );
-    e.counter(
-        "store_faults_total",
-        "Generations failed because their store file failed under them.",
-        &[],
-        st.store_faults_total as f64,
-    );
+    e.gauge("store_bytes", "Bytes the generations held take on the store's disk (0 in memory).", &[], st.store_bytes as f64);
+    e.counter("store_faults_total", "Generations failed because their store file failed under them.", &[], st.store_faults_total as f64);
     e.finish()
 }
 
 /// One counter per key of `values`, labelled `label`=key; the help goes with the first only.
-fn labelled(
-    e: &mut metrics::Exposition,
-    name: &str,
-    help: &str,
-    label: &str,
-    values: &std::collections::BTreeMap<String, u64>,
-) {
+fn labelled(e: &mut metrics::Exposition, name: &str, help: &str, label: &str, values: &std::collections::BTreeMap<String, u64>) {
     for (i, (key, n)) in values.iter().enumerate() {
-        e.counter(
-            name,
-            if i == 0 { help } else { "" },
-            &[(label, key.as_str())],
-            *n as f64,
-        );
+        e.counter(name, if i == 0 { help } else { "" }, &[(label, key.as_str())], *n as f64);
     }
 }
 
@@ -482,27 +284,9 @@ mod tests {
     fn every_counted_status_field_is_a_metric_of_the_same_name() {
         let st = sample();
         let text = prometheus(&st);
-        let has = |name: &str| {
-            text.lines().any(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
-            })
-        };
+        let has = |name: &str| text.lines().any(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])));
         // Fields that describe rather than count: the info gauge's labels, the schema and lists.
-        let described = [
-            "schema_version",
-            "ok",
-            "version",
-            "listen",
-            "ucx_listeners",
-            "master",
-            "source_policy",
-            "source",
-            "capture_policy",
-            "last_capture_error",
-            "generations",
-            "store",
-        ];
+        let described = ["schema_version", "ok", "version", "listen", "ucx_listeners", "master", "source_policy", "source", "capture_policy", "last_capture_error", "generations", "store"];
         let json = serde_json::to_value(&st).unwrap();
         for (field, value) in json.as_object().unwrap() {
             if described.contains(&field.as_str()) {
@@ -513,11 +297,7 @@ mod tests {
             // A map is a labelled counter: each key is a label value.
             if let Some(map) = value.as_object() {
                 for key in map.keys() {
-                    assert!(
-                        text.lines().any(|l| l.starts_with(&format!("{metric}{{"))
-                            && l.contains(&format!("=\"{key}\""))),
-                        "{metric} lacks the label {key}"
-                    );
+                    assert!(text.lines().any(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&format!("=\"{key}\""))), "{metric} lacks the label {key}");
                 }
             }
         }
@@ -525,10 +305,7 @@ mod tests {
         let g = &json["generations"][0];
         for field in ["rdb_bytes", "blocks", "log_bytes", "age_seconds", "agents"] {
             assert!(g.get(field).is_some(), "generation field {field}");
-            assert!(
-                has(&format!("fastrepl_relay_generation_{field}")),
-                "generation field {field} has no metric"
-            );
+            assert!(has(&format!("fastrepl_relay_generation_{field}")), "generation field {field} has no metric");
         }
     }
 
@@ -540,30 +317,18 @@ mod tests {
         s.attached(TransportKind::Ucx);
         s.attached(TransportKind::Ucx);
         assert_eq!(s.served_by_transport(), [("tcp".to_string(), 7)].into());
-        assert_eq!(
-            s.attaches_by_transport(),
-            [("shm".to_string(), 0), ("ucx".to_string(), 2)].into()
-        );
+        assert_eq!(s.attaches_by_transport(), [("shm".to_string(), 0), ("ucx".to_string(), 2)].into());
         let mut st = sample();
         st.served_bytes_total = s.served_by_transport();
         st.attaches_total = s.attaches_by_transport();
-        assert_eq!(
-            (
-                served_bytes(&st, TransportKind::Tcp),
-                attaches(&st, TransportKind::Shm),
-                attaches(&st, TransportKind::Ucx)
-            ),
-            (7, 0, 2)
-        );
+        assert_eq!((served_bytes(&st, TransportKind::Tcp), attaches(&st, TransportKind::Shm), attaches(&st, TransportKind::Ucx)), (7, 0, 2));
     }
 
     #[test]
     fn a_source_never_heard_is_minus_one_in_the_metric_and_null_in_the_status() {
         let mut st = sample();
         st.source_last_io_seconds = None;
-        assert!(prometheus(&st)
-            .lines()
-            .any(|l| l == "fastrepl_relay_source_last_io_seconds -1"));
+        assert!(prometheus(&st).lines().any(|l| l == "fastrepl_relay_source_last_io_seconds -1"));
         assert!(serde_json::to_value(&st).unwrap()["source_last_io_seconds"].is_null());
     }
 }

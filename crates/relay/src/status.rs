@@ -41,11 +41,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         ok: true,
         version: env!("CARGO_PKG_VERSION").into(),
         listen: listen.to_string(),
-        ucx_listeners: shared
-            .ucx_listeners()
-            .iter()
-            .map(|a| a.to_string())
-            .collect(),
+        ucx_listeners: shared.ucx_listeners().iter().map(|a| a.to_string()).collect(),
         master: shared.master(),
         source_policy: shared.config.source.to_string(),
         source: s.source(),
@@ -55,10 +51,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         capture_failures_total: get(&s.capture_failures),
         last_capture_error,
         generations_sealed_total: get(&s.sealed),
-        generations_sealed_by_reason_total: SealReason::ALL
-            .iter()
-            .map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()])))
-            .collect(),
+        generations_sealed_by_reason_total: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),
         generations_released_idle_total: get(&s.released_idle),
         source_last_io_seconds: s.source_silent_secs(),
         source_bytes_total: get(&s.source_bytes),
@@ -68,10 +61,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         connections_max: shared.config.connections_max as u64,
         connections_refused_total: shared.gate.refused(Refusal::Full),
         connections_unauthenticated: shared.gate.strangers() as u64,
-        connections_refused_by_kind_total: Refusal::ALL
-            .iter()
-            .map(|k| (k.name().to_string(), shared.gate.refused(*k)))
-            .collect(),
+        connections_refused_by_kind_total: Refusal::ALL.iter().map(|k| (k.name().to_string(), shared.gate.refused(*k))).collect(),
         agents_attached: get(&s.agents_attached),
         agents_attached_total: get(&s.agents_attached_total),
         served_bytes_total: s.served_by_transport(),
@@ -86,8 +76,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         ]
         .into(),
         resident_memory_bytes: rss_bytes(),
-        memory_unreclaimable_bytes: anonymous_bytes()
-            + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
+        memory_unreclaimable_bytes: anonymous_bytes() + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
         memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared)),
         store: shared.store.as_ref().map(|s| s.dir().display().to_string()),
         store_bytes: shared.held().iter().map(|g| g.store_bytes()).sum(),
@@ -101,34 +90,20 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
 /// a snapshot's or a log's bytes: those are on the store's files, in the page cache.
 fn memory_bound(shared: &Shared) -> u64 {
     let blocks: u64 = shared.held().iter().map(|g| g.blocks().0).sum();
-    limits::RELAY_MEMORY_BASE_BYTES
-        + shared.config.snapshot.block_size
-        + shared.connections() as u64 * limits::RELAY_MEMORY_PER_CONNECTION_BYTES
-        + blocks * limits::RELAY_MEMORY_PER_BLOCK_BYTES
+    limits::RELAY_MEMORY_BASE_BYTES + shared.config.snapshot.block_size + shared.connections() as u64 * limits::RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * limits::RELAY_MEMORY_PER_BLOCK_BYTES
 }
 
 /// The heap and other anonymous memory: `RssAnon` from /proc/self/status (0 where there is none). A
 /// memfd's pages are not in it once unmapped (they are shmem, counted per generation instead).
 fn anonymous_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let kib = status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
     kib * 1024
 }
 
 /// Resident memory from /proc/self/statm (0 where there is none).
 fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
+    let pages = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok())).unwrap_or(0);
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)

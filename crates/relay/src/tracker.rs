@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 use transport::wire::swarm::{Locate, Located, Peer, Where};
 
+
 /// One generation's swarm.
 #[derive(Default)]
 struct Swarm {
@@ -44,13 +45,7 @@ impl Swarms {
     }
 
     /// A new member of `generation`'s swarm; returns its id.
-    pub fn register(
-        &self,
-        generation: u64,
-        seen_at: IpAddr,
-        m: Member,
-        published_blocks: u64,
-    ) -> u32 {
+    pub fn register(&self, generation: u64, seen_at: IpAddr, m: Member, published_blocks: u64) -> u32 {
         let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());
         let s = all.entry(generation).or_default();
         let id = s.next_id;
@@ -59,9 +54,7 @@ impl Swarms {
         s.tracker.published(published_blocks);
         s.tracker.join(id, m.serves);
         if m.serves {
-            let addr = m
-                .advertise
-                .unwrap_or_else(|| std::net::SocketAddr::new(seen_at, m.port).to_string());
+            let addr = m.advertise.unwrap_or_else(|| std::net::SocketAddr::new(seen_at, m.port).to_string());
             s.addrs.insert(id, addr);
         }
         if m.local {
@@ -78,9 +71,7 @@ impl Swarms {
     /// The member left (its tracker link closed): it serves nothing any more.
     pub fn leave(&self, generation: u64, id: u32) {
         let mut all = self.by_generation.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(s) = all.get_mut(&generation) else {
-            return;
-        };
+        let Some(s) = all.get_mut(&generation) else { return };
         s.tracker.leave(id);
         s.addrs.remove(&id);
         s.local.remove(&id);
@@ -97,15 +88,7 @@ impl Swarms {
     }
 
     /// Where member `id` should fetch the blocks it asks about.
-    pub fn locate(
-        &self,
-        generation: u64,
-        id: u32,
-        ask: &Locate,
-        published: u64,
-        total: Option<u64>,
-        now: Instant,
-    ) -> Vec<Located> {
+    pub fn locate(&self, generation: u64, id: u32, ask: &Locate, published: u64, total: Option<u64>, now: Instant) -> Vec<Located> {
         self.with(generation, |s| {
             s.tracker.published(published);
             if let Some(t) = total {
@@ -172,26 +155,19 @@ impl Swarms {
     /// Member `id` holds `block`.
     pub fn have(&self, generation: u64, id: u32, block: u64) {
         tracing::debug!(id, block, "member holds a block");
-        self.with(generation, |s| {
-            s.tracker.have(id, block, std::time::Instant::now())
-        });
+        self.with(generation, |s| s.tracker.have(id, block, std::time::Instant::now()));
     }
 
     /// Member `id` is receiving `block` and serves it while it arrives.
     pub fn arriving(&self, generation: u64, id: u32, block: u64) {
         tracing::debug!(id, block, "member receives a block");
-        self.with(generation, |s| {
-            s.tracker.arriving(id, block, std::time::Instant::now())
-        });
+        self.with(generation, |s| s.tracker.arriving(id, block, std::time::Instant::now()));
     }
 
     /// Member `id` serves `uploads` uploads now; `arrived` askers took a slot since its last report.
     pub fn load(&self, generation: u64, id: u32, uploads: u32, arrived: u32) {
         tracing::debug!(id, uploads, arrived, "member's upload load");
-        self.with(generation, |s| {
-            s.tracker
-                .load(id, uploads, arrived, std::time::Instant::now())
-        });
+        self.with(generation, |s| s.tracker.load(id, uploads, arrived, std::time::Instant::now()));
     }
 
     /// Member `by` says `peer` does not hold `block` (`peer` may be `by` itself: see
@@ -224,12 +200,7 @@ mod tests {
     use super::*;
 
     fn member(port: u16, local: bool) -> Member {
-        Member {
-            port,
-            serves: true,
-            local,
-            advertise: None,
-        }
+        Member { port, serves: true, local, advertise: None }
     }
 
     #[test]
@@ -237,128 +208,34 @@ mod tests {
         let sw = Swarms::default();
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
         let a = sw.register(1, ip, member(7401, false), 4);
-        let b = sw.register(
-            1,
-            "10.0.0.3".parse().unwrap(),
-            Member {
-                advertise: Some("peer.example:9".into()),
-                ..member(1, false)
-            },
-            4,
-        );
+        let b = sw.register(1, "10.0.0.3".parse().unwrap(), Member { advertise: Some("peer.example:9".into()), ..member(1, false) }, 4);
         let now = Instant::now();
-        let ask = |slots| Locate {
-            relay_slots: slots,
-            peer_slots: 1,
-            blocks: vec![0, 1, 2, 3],
-            flows_free: 2,
-            ..Locate::default()
-        };
+        let ask = |slots| Locate { relay_slots: slots, peer_slots: 1, blocks: vec![0, 1, 2, 3], flows_free: 2, ..Locate::default() };
         let got = sw.locate(1, a, &ask(1), 4, Some(4), now);
-        assert_eq!(
-            got,
-            vec![Located {
-                block: 0,
-                at: Where::Relay
-            }],
-            "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots"
-        );
+        assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "one relay slot, one claim; the rest is claimed by nobody yet but a is out of slots");
         sw.have(1, a, 0);
         let got = sw.locate(1, b, &ask(1), 4, Some(4), now);
-        assert_eq!(
-            got[0],
-            Located {
-                block: 0,
-                at: Where::Peers(vec![Peer {
-                    id: a,
-                    addr: "10.0.0.2:7401".into()
-                }])
-            },
-            "a block held whole first"
-        );
-        assert!(
-            got[1].at == Where::Relay && (1..4).contains(&got[1].block),
-            "then the rarest (among equals in the asker's own order): {got:?}"
-        );
+        assert_eq!(got[0], Located { block: 0, at: Where::Peers(vec![Peer { id: a, addr: "10.0.0.2:7401".into() }]) }, "a block held whole first");
+        assert!(got[1].at == Where::Relay && (1..4).contains(&got[1].block), "then the rarest (among equals in the asker's own order): {got:?}");
         // A block only arriving somewhere comes after those held whole, however rare.
-        let (x, y, z) = (
-            sw.register(2, ip, member(1, false), 3),
-            sw.register(2, ip, member(2, false), 3),
-            sw.register(2, ip, member(3, false), 3),
-        );
+        let (x, y, z) = (sw.register(2, ip, member(1, false), 3), sw.register(2, ip, member(2, false), 3), sw.register(2, ip, member(3, false), 3));
         sw.have(2, x, 0);
         sw.have(2, y, 0);
         sw.have(2, x, 1);
         sw.arriving(2, y, 2);
-        let got = sw.locate(
-            2,
-            z,
-            &Locate {
-                relay_slots: 0,
-                peer_slots: 3,
-                blocks: vec![2, 1, 0],
-                flows_free: 2,
-                ..Locate::default()
-            },
-            3,
-            Some(3),
-            now,
-        );
-        assert_eq!(
-            got.iter().map(|l| l.block).collect::<Vec<_>>(),
-            vec![1, 0, 2],
-            "{got:?}"
-        );
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], flows_free: 2, ..Locate::default() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "{got:?}");
         // Blocks past the asker's own window (asked on its serve cache's room) come after the
         // others, whatever their rarity: block 0 before block 1, which more agents hold whole.
-        let got = sw.locate(
-            2,
-            z,
-            &Locate {
-                relay_slots: 0,
-                peer_slots: 3,
-                blocks: vec![2, 1, 0],
-                window_end: 0,
-                flows_free: 2,
-                ..Locate::default()
-            },
-            3,
-            Some(3),
-            now,
-        );
-        assert_eq!(
-            got.iter().map(|l| l.block).collect::<Vec<_>>(),
-            vec![1, 0, 2],
-            "window end 0: no room asked on, rarity alone: {got:?}"
-        );
-        let got = sw.locate(
-            2,
-            z,
-            &Locate {
-                relay_slots: 0,
-                peer_slots: 3,
-                blocks: vec![2, 1, 0],
-                window_end: 1,
-                flows_free: 2,
-                ..Locate::default()
-            },
-            3,
-            Some(3),
-            now,
-        );
-        assert_eq!(
-            got.iter().map(|l| l.block).collect::<Vec<_>>(),
-            vec![0, 1, 2],
-            "block 0 in the window, 1 and 2 on the room: {got:?}"
-        );
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 0, flows_free: 2, ..Locate::default() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1, 0, 2], "window end 0: no room asked on, rarity alone: {got:?}");
+        let got = sw.locate(2, z, &Locate { relay_slots: 0, peer_slots: 3, blocks: vec![2, 1, 0], window_end: 1, flows_free: 2, ..Locate::default() }, 3, Some(3), now);
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![0, 1, 2], "block 0 in the window, 1 and 2 on the room: {got:?}");
         assert_eq!(sw.needing(1, a, Some(4)), 1);
         sw.leave(1, b);
         assert_eq!(sw.needing(1, a, Some(4)), 0);
         sw.leave(1, a);
-        assert!(
-            sw.locate(1, a, &ask(1), 4, Some(4), now).is_empty(),
-            "the swarm is gone with its last member"
-        );
+        assert!(sw.locate(1, a, &ask(1), 4, Some(4), now).is_empty(), "the swarm is gone with its last member");
     }
 
     #[test]
@@ -368,63 +245,18 @@ mod tests {
         let local = sw.register(3, ip, member(1, true), 8);
         let remote = sw.register(3, "10.0.0.9".parse().unwrap(), member(2, false), 8);
         let now = Instant::now();
-        let got = sw.locate(
-            3,
-            local,
-            &Locate {
-                relay_slots: 4,
-                peer_slots: 2,
-                blocks: (0..8).collect(),
-                ..Locate::default()
-            },
-            8,
-            None,
-            now,
-        );
+        let got = sw.locate(3, local, &Locate { relay_slots: 4, peer_slots: 2, blocks: (0..8).collect(), ..Locate::default() }, 8, None, now);
         assert_eq!(got.len(), 4);
         assert!(got.iter().all(|l| l.at == Where::Relay));
-        let got = sw.locate(
-            3,
-            remote,
-            &Locate {
-                relay_slots: 1,
-                peer_slots: 0,
-                blocks: vec![0],
-                ..Locate::default()
-            },
-            8,
-            None,
-            now,
-        );
-        assert_eq!(
-            got,
-            vec![Located {
-                block: 0,
-                at: Where::Relay
-            }],
-            "the local member's reads claimed nothing"
-        );
+        let got = sw.locate(3, remote, &Locate { relay_slots: 1, peer_slots: 0, blocks: vec![0], ..Locate::default() }, 8, None, now);
+        assert_eq!(got, vec![Located { block: 0, at: Where::Relay }], "the local member's reads claimed nothing");
     }
 
     #[test]
     fn unpublished_blocks_are_not_answered() {
         let sw = Swarms::default();
         let a = sw.register(1, "10.0.0.2".parse().unwrap(), member(1, false), 0);
-        assert!(sw
-            .locate(
-                1,
-                a,
-                &Locate {
-                    relay_slots: 4,
-                    peer_slots: 2,
-                    blocks: vec![0, 1],
-                    ..Locate::default()
-                },
-                0,
-                None,
-                Instant::now()
-            )
-            .is_empty());
+        assert!(sw.locate(1, a, &Locate { relay_slots: 4, peer_slots: 2, blocks: vec![0, 1], ..Locate::default() }, 0, None, Instant::now()).is_empty());
     }
 
     #[test]
@@ -438,44 +270,16 @@ mod tests {
         sw.have(1, holder, 0);
         sw.have(1, other, 1);
         sw.load(1, holder, swarm::UPLOADS_MAX as u32, 0);
-        let ask = |flows_free, open: Vec<u32>| Locate {
-            relay_slots: 0,
-            peer_slots: 2,
-            blocks: vec![0, 1],
-            flows_free,
-            open,
-            ..Locate::default()
-        };
+        let ask = |flows_free, open: Vec<u32>| Locate { relay_slots: 0, peer_slots: 2, blocks: vec![0, 1], flows_free, open, ..Locate::default() };
         let got = sw.locate(1, asker, &ask(2, Vec::new()), 2, Some(2), now);
-        assert_eq!(
-            got.iter().map(|l| l.block).collect::<Vec<_>>(),
-            vec![1],
-            "block 0's only holder is full: not named to a new reader: {got:?}"
-        );
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![1], "block 0's only holder is full: not named to a new reader: {got:?}");
         let got = sw.locate(1, asker, &ask(0, vec![holder]), 2, Some(2), now);
-        assert_eq!(
-            got.iter().map(|l| l.block).collect::<Vec<_>>(),
-            vec![0],
-            "named to an agent reading from it, which may open no other: {got:?}"
-        );
+        assert_eq!(got.iter().map(|l| l.block).collect::<Vec<_>>(), vec![0], "named to an agent reading from it, which may open no other: {got:?}");
         sw.load(1, holder, 0, 0);
         sw.have(1, holder, 1);
         let got = sw.locate(1, asker, &ask(1, Vec::new()), 2, Some(2), now);
-        let named: Vec<u32> = got
-            .iter()
-            .flat_map(|l| {
-                if let Where::Peers(p) = &l.at {
-                    p.iter().map(|p| p.id).collect()
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
+        let named: Vec<u32> = got.iter().flat_map(|l| if let Where::Peers(p) = &l.at { p.iter().map(|p| p.id).collect() } else { Vec::new() }).collect();
         assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!(
-            named.iter().filter(|p| **p != holder).count(),
-            0,
-            "one flow free: after the first holder named, the same one for the next block: {got:?}"
-        );
+        assert_eq!(named.iter().filter(|p| **p != holder).count(), 0, "one flow free: after the first holder named, the same one for the next block: {got:?}");
     }
 }

@@ -72,10 +72,7 @@ pub enum Answer {
 pub fn send<T: Serialize>(s: &mut impl Write, msg: &T) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
     if body.len() > MESSAGE_MAX {
-        return Err(std::io::Error::other(format!(
-            "message of {} bytes exceeds {MESSAGE_MAX}",
-            body.len()
-        )));
+        return Err(std::io::Error::other(format!("message of {} bytes exceeds {MESSAGE_MAX}", body.len())));
     }
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
@@ -92,15 +89,11 @@ pub fn receive<T: for<'de> Deserialize<'de>>(s: &mut impl Read) -> std::io::Resu
     }
     let len = u32::from_be_bytes(len) as usize;
     if len > MESSAGE_MAX {
-        return Err(std::io::Error::other(format!(
-            "message of {len} bytes exceeds {MESSAGE_MAX}"
-        )));
+        return Err(std::io::Error::other(format!("message of {len} bytes exceeds {MESSAGE_MAX}")));
     }
     let mut body = vec![0u8; len];
     s.read_exact(&mut body)?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| std::io::Error::other(format!("malformed message: {e}")))
+    serde_json::from_slice(&body).map(Some).map_err(|e| std::io::Error::other(format!("malformed message: {e}")))
 }
 
 /// The fuzz target's body: read messages of every kind from `data` until it ends or is refused; each
@@ -111,11 +104,7 @@ pub fn fuzz_one(data: &[u8]) {
         while let Ok(Some(m)) = receive::<T>(&mut r) {
             let mut again = Vec::new();
             send(&mut again, &m).expect("a message read writes back");
-            assert_eq!(
-                receive::<T>(&mut &again[..]).expect("reads back").as_ref(),
-                Some(&m),
-                "round trip"
-            );
+            assert_eq!(receive::<T>(&mut &again[..]).expect("reads back").as_ref(), Some(&m), "round trip");
         }
     }
     each::<Request>(data);
@@ -131,36 +120,9 @@ mod tests {
     fn fuzz_smoke() {
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut seed = Vec::new();
-        send(
-            &mut seed,
-            &Request::Register {
-                generation: 1,
-                fd: 3,
-                capacity: 9,
-                segment: 0,
-                start: 0,
-                len: 9,
-            },
-        )
-        .unwrap();
-        send(
-            &mut seed,
-            &Answer::Key {
-                base: 7,
-                len: 9,
-                rkey: vec![1, 2, 3],
-            },
-        )
-        .unwrap();
-        send(
-            &mut seed,
-            &Ready::Up {
-                address: vec![9],
-                transports: vec!["tcp/lo".into()],
-                listeners: vec!["127.0.0.1:1".parse().unwrap()],
-            },
-        )
-        .unwrap();
+        send(&mut seed, &Request::Register { generation: 1, fd: 3, capacity: 9, segment: 0, start: 0, len: 9 }).unwrap();
+        send(&mut seed, &Answer::Key { base: 7, len: 9, rkey: vec![1, 2, 3] }).unwrap();
+        send(&mut seed, &Ready::Up { address: vec![9], transports: vec!["tcp/lo".into()], listeners: vec!["127.0.0.1:1".parse().unwrap()] }).unwrap();
         fuzz_one(&seed);
         for _ in 0..3000 {
             let mut d = seed.clone();
@@ -178,52 +140,20 @@ mod tests {
     #[test]
     fn messages_round_trip_and_are_bounded() {
         let mut buf = Vec::new();
-        send(
-            &mut buf,
-            &Request::Register {
-                generation: 3,
-                fd: 9,
-                capacity: 1 << 20,
-                segment: 0,
-                start: 0,
-                len: 4096,
-            },
-        )
-        .unwrap();
+        send(&mut buf, &Request::Register { generation: 3, fd: 9, capacity: 1 << 20, segment: 0, start: 0, len: 4096 }).unwrap();
         send(&mut buf, &Request::Forget { generation: 3 }).unwrap();
         let mut r = &buf[..];
-        assert!(matches!(
-            receive::<Request>(&mut r).unwrap(),
-            Some(Request::Register {
-                generation: 3,
-                fd: 9,
-                segment: 0,
-                len: 4096,
-                ..
-            })
-        ));
-        assert!(matches!(
-            receive::<Request>(&mut r).unwrap(),
-            Some(Request::Forget { generation: 3 })
-        ));
+        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Register { generation: 3, fd: 9, segment: 0, len: 4096, .. })));
+        assert!(matches!(receive::<Request>(&mut r).unwrap(), Some(Request::Forget { generation: 3 })));
         assert!(receive::<Request>(&mut r).unwrap().is_none(), "a clean end");
         let mut too_long = ((MESSAGE_MAX + 1) as u32).to_be_bytes().to_vec();
         too_long.extend_from_slice(b"{}");
-        assert!(receive::<Request>(&mut &too_long[..])
-            .unwrap_err()
-            .to_string()
-            .contains("exceeds"));
+        assert!(receive::<Request>(&mut &too_long[..]).unwrap_err().to_string().contains("exceeds"));
         let mut garbage = 5u32.to_be_bytes().to_vec();
         garbage.extend_from_slice(b"nope!");
-        assert!(receive::<Request>(&mut &garbage[..])
-            .unwrap_err()
-            .to_string()
-            .contains("malformed"));
+        assert!(receive::<Request>(&mut &garbage[..]).unwrap_err().to_string().contains("malformed"));
         let mut cut = 50u32.to_be_bytes().to_vec();
         cut.extend_from_slice(b"{\"Forget\"");
-        assert!(
-            receive::<Request>(&mut &cut[..]).is_err(),
-            "cut off mid-message"
-        );
+        assert!(receive::<Request>(&mut &cut[..]).is_err(), "cut off mid-message");
     }
 }

@@ -47,10 +47,7 @@ pub enum UcxServeError {
     },
 }
 
-use limits::{
-    UCX_SIDE_ANSWER_MAX as SIDE_ANSWER_MAX, UCX_SIDE_RESTART_EVERY as RESTART_EVERY,
-    UCX_SIDE_WATCH_EVERY as WATCH_EVERY,
-};
+use limits::{UCX_SIDE_ANSWER_MAX as SIDE_ANSWER_MAX, UCX_SIDE_RESTART_EVERY as RESTART_EVERY, UCX_SIDE_WATCH_EVERY as WATCH_EVERY};
 
 /// The relay's UCX service: the side process, restarted when it dies.
 pub struct UcxServer {
@@ -97,13 +94,7 @@ impl UcxServer {
         let side = Side::spawn(listen)?;
         let info = Arc::new(Mutex::new(side.info.clone()));
         let restarts = Arc::new(AtomicU64::new(0));
-        let state = Arc::new(Mutex::new(State {
-            listen,
-            side: Some(side),
-            last_start: Instant::now(),
-            info: info.clone(),
-            restarts: restarts.clone(),
-        }));
+        let state = Arc::new(Mutex::new(State { listen, side: Some(side), last_start: Instant::now(), info: info.clone(), restarts: restarts.clone() }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, s) = (state.clone(), stop.clone());
         let watcher = std::thread::Builder::new()
@@ -122,13 +113,7 @@ impl UcxServer {
                 }
             })
             .map_err(|e| UcxServeError::Side(format!("spawn its watcher: {e}")))?;
-        Ok(UcxServer {
-            state,
-            restarts,
-            info,
-            stop,
-            watcher: Some(watcher),
-        })
+        Ok(UcxServer { state, restarts, info, stop, watcher: Some(watcher) })
     }
 
     /// Sides started again after one died or failed.
@@ -155,12 +140,8 @@ impl UcxServer {
     /// segment on first use.
     pub fn key(&self, gen: &Arc<Generation>, segment: u64) -> Result<Vec<u8>, UcxServeError> {
         let capacity = gen.region().capacity();
-        let start = segment
-            .checked_mul(UCX_SEGMENT)
-            .filter(|s| *s < capacity)
-            .ok_or(UcxServeError::BeyondRegion { segment })?;
-        gen.check_readable(start, 1)
-            .map_err(|source| UcxServeError::Segment { segment, source })?;
+        let start = segment.checked_mul(UCX_SEGMENT).filter(|s| *s < capacity).ok_or(UcxServeError::BeyondRegion { segment })?;
+        gen.check_readable(start, 1).map_err(|source| UcxServeError::Segment { segment, source })?;
         let len = UCX_SEGMENT.min(capacity - start);
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let what = format!("register segment {segment} of generation {}", gen.id());
@@ -173,24 +154,9 @@ impl UcxServer {
             }
             let side = st.side.as_mut().expect("started above");
             side.generations.insert(gen.id(), Arc::downgrade(gen));
-            let req = Request::Register {
-                generation: gen.id(),
-                fd: gen.region().file().as_raw_fd(),
-                capacity,
-                segment,
-                start,
-                len,
-            };
+            let req = Request::Register { generation: gen.id(), fd: gen.region().file().as_raw_fd(), capacity, segment, start, len };
             let e = match side.ask(&req) {
-                Ok(Answer::Key { base, len, rkey }) => {
-                    return Ok(UcxKey {
-                        worker: side.address.clone(),
-                        base,
-                        len,
-                        rkey,
-                    }
-                    .encode())
-                }
+                Ok(Answer::Key { base, len, rkey }) => return Ok(UcxKey { worker: side.address.clone(), base, len, rkey }.encode()),
                 Ok(Answer::Failed(e)) => return Err(UcxServeError::Side(format!("{what}: {e}"))),
                 Ok(Answer::Done) => format!("{what}: answered Done, not a key"),
                 Err(e) => format!("{what}: {e}"),
@@ -207,9 +173,7 @@ impl UcxServer {
 impl State {
     /// If the side has exited, say how and let it go.
     fn check(&mut self) {
-        let Some(side) = self.side.as_mut() else {
-            return;
-        };
+        let Some(side) = self.side.as_mut() else { return };
         match side.child.try_wait() {
             Ok(None) => {
                 if let Err(e) = side.forget_dropped() {
@@ -220,27 +184,16 @@ impl State {
                 tracing::error!(%status, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)");
                 self.gone();
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot tell whether the relay's UCX side process runs")
-            }
+            Err(e) => tracing::warn!(error = %e, "cannot tell whether the relay's UCX side process runs"),
         }
     }
 
     /// The side failed while answering: stop it (it may be stuck); the next use starts another. A side
     /// that has exited is said to have ended, with its status, as the watcher would say it.
     fn lost(&mut self, why: &str) {
-        match self
-            .side
-            .as_mut()
-            .and_then(|s| s.child.try_wait().ok().flatten())
-        {
-            Some(status) => {
-                tracing::error!(%status, error = why, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)")
-            }
-            None => tracing::error!(
-                error = why,
-                "the relay's UCX side process failed; starting another"
-            ),
+        match self.side.as_mut().and_then(|s| s.child.try_wait().ok().flatten()) {
+            Some(status) => tracing::error!(%status, error = why, "the relay's UCX side process ended; starting another (agents reading over ucx reconnect to it)"),
+            None => tracing::error!(error = why, "the relay's UCX side process failed; starting another"),
         }
         self.gone();
     }
@@ -282,10 +235,7 @@ impl Side {
         // file must not keep the relay from restarting its side).
         let mut cmd = Command::new("/proc/self/exe");
         if let Ok(path) = std::env::current_exe() {
-            std::os::unix::process::CommandExt::arg0(
-                &mut cmd,
-                path.to_string_lossy().trim_end_matches(" (deleted)"),
-            );
+            std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
         }
         cmd.arg(ucx_side::SUBCOMMAND)
             .env(ucx_side::ENV_LISTEN, listen.to_string())
@@ -295,28 +245,14 @@ impl Side {
         // The command holds the side's end of the socket: drop it, or a side that dies before it is
         // ready would leave us waiting for the timeout instead of reading the end of the stream.
         drop(cmd);
-        ours.set_read_timeout(Some(SIDE_ANSWER_MAX))
-            .map_err(|e| fail("set its timeout", e))?;
+        ours.set_read_timeout(Some(SIDE_ANSWER_MAX)).map_err(|e| fail("set its timeout", e))?;
         let ready = ucx_messages::receive::<Ready>(&mut ours);
         let end = |child: &mut Child| {
             let _ = child.kill();
             let _ = child.wait();
         };
         match ready {
-            Ok(Some(Ready::Up {
-                address,
-                transports,
-                listeners,
-            })) => Ok(Side {
-                child,
-                conn: ours,
-                address,
-                info: Info {
-                    transports,
-                    listeners,
-                },
-                generations: HashMap::new(),
-            }),
+            Ok(Some(Ready::Up { address, transports, listeners })) => Ok(Side { child, conn: ours, address, info: Info { transports, listeners }, generations: HashMap::new() }),
             Ok(Some(Ready::Failed(e))) => {
                 end(&mut child);
                 Err(UcxServeError::Start(e))
@@ -327,18 +263,14 @@ impl Side {
             }
             Err(e) => {
                 end(&mut child);
-                Err(UcxServeError::Side(format!(
-                    "read its first message: {}",
-                    io_text(&e)
-                )))
+                Err(UcxServeError::Side(format!("read its first message: {}", io_text(&e))))
             }
         }
     }
 
     /// One request, one answer.
     fn ask(&mut self, req: &Request) -> Result<Answer, String> {
-        ucx_messages::send(&mut self.conn, req)
-            .map_err(|e| format!("send the request: {}", io_text(&e)))?;
+        ucx_messages::send(&mut self.conn, req).map_err(|e| format!("send the request: {}", io_text(&e)))?;
         match ucx_messages::receive::<Answer>(&mut self.conn) {
             Ok(Some(a)) => Ok(a),
             Ok(None) => Err("it closed its socket".into()),
@@ -349,21 +281,12 @@ impl Side {
     /// Tell the side to forget generations the relay no longer holds. An error leaves the side in
     /// an unknown state (a late answer would be read as the next one's): the caller drops it.
     fn forget_dropped(&mut self) -> Result<(), String> {
-        let gone: Vec<u64> = self
-            .generations
-            .iter()
-            .filter(|(_, g)| g.strong_count() == 0)
-            .map(|(id, _)| *id)
-            .collect();
+        let gone: Vec<u64> = self.generations.iter().filter(|(_, g)| g.strong_count() == 0).map(|(id, _)| *id).collect();
         for generation in gone {
             self.generations.remove(&generation);
             match self.ask(&Request::Forget { generation }) {
                 Ok(Answer::Done) => {}
-                Ok(other) => {
-                    return Err(format!(
-                        "forget generation {generation}: answered {other:?}"
-                    ))
-                }
+                Ok(other) => return Err(format!("forget generation {generation}: answered {other:?}")),
                 Err(e) => return Err(format!("forget generation {generation}: {e}")),
             }
         }
@@ -375,9 +298,7 @@ impl Side {
 /// "Resource temporarily unavailable".
 fn io_text(e: &std::io::Error) -> String {
     match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            format!("no answer within {SIDE_ANSWER_MAX:?}")
-        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!("no answer within {SIDE_ANSWER_MAX:?}"),
         _ => e.to_string(),
     }
 }

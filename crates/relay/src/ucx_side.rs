@@ -48,10 +48,7 @@ pub fn run(before_exit: fn()) -> i32 {
     let mut conn = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let listen: Option<SocketAddr> = std::env::var(ENV_LISTEN).ok().and_then(|a| a.parse().ok());
     let Some(listen) = listen else {
-        let _ = send(
-            &mut conn,
-            &Ready::Failed(format!("{ENV_LISTEN} is not an address")),
-        );
+        let _ = send(&mut conn, &Ready::Failed(format!("{ENV_LISTEN} is not an address")));
         return 1;
     };
     let side = match Side::start(listen) {
@@ -61,16 +58,7 @@ pub fn run(before_exit: fn()) -> i32 {
             return 1;
         }
     };
-    if send(
-        &mut conn,
-        &Ready::Up {
-            address: side.address.clone(),
-            transports: side.ctx.transports(),
-            listeners: side.listeners.clone(),
-        },
-    )
-    .is_err()
-    {
+    if send(&mut conn, &Ready::Up { address: side.address.clone(), transports: side.ctx.transports(), listeners: side.listeners.clone() }).is_err() {
         return 1;
     }
     let mut regs: HashMap<u64, GenReg> = HashMap::new();
@@ -89,16 +77,7 @@ pub fn run(before_exit: fn()) -> i32 {
             }
         };
         let answer = match req {
-            Request::Register {
-                generation,
-                fd,
-                capacity,
-                segment,
-                start,
-                len,
-            } => match side.register(
-                &mut regs, relay, generation, fd, capacity, segment, start, len,
-            ) {
+            Request::Register { generation, fd, capacity, segment, start, len } => match side.register(&mut regs, relay, generation, fd, capacity, segment, start, len) {
                 Ok(a) => a,
                 Err(e) => Answer::Failed(e),
             },
@@ -127,9 +106,7 @@ impl Side {
     /// one that carries `listen` (UCX's tcp transport listens on every device it uses), unless
     /// `listen` is unspecified (every device asked for) or `UCX_NET_DEVICES` names them.
     fn start(listen: SocketAddr) -> Result<Side, String> {
-        let devices = if std::env::var_os("UCX_NET_DEVICES").is_some()
-            || listen.ip().is_unspecified()
-        {
+        let devices = if std::env::var_os("UCX_NET_DEVICES").is_some() || listen.ip().is_unspecified() {
             None
         } else {
             // An address no device holds cannot be listened on by UCX either: better no ucx than a
@@ -171,87 +148,42 @@ impl Side {
                 }
             })
             .map_err(|e| format!("spawn the UCX progress thread: {e}"))?;
-        let address = rx
-            .recv()
-            .map_err(|_| "the UCX progress thread died before it started".to_string())?
-            .map_err(|e| e.to_string())?;
+        let address = rx.recv().map_err(|_| "the UCX progress thread died before it started".to_string())?.map_err(|e| e.to_string())?;
         // The worker's interfaces are open now: what this process listens on beyond what it did
         // before is UCX's.
-        let listeners = ucx::netdev::listening()
-            .into_iter()
-            .filter(|a| !before.contains(a))
-            .collect();
-        Ok(Side {
-            ctx,
-            address,
-            listeners,
-            stop,
-            thread: Some(thread),
-        })
+        let listeners = ucx::netdev::listening().into_iter().filter(|a| !before.contains(a)).collect();
+        Ok(Side { ctx, address, listeners, stop, thread: Some(thread) })
     }
 
     /// Register one segment (mapping the generation's region on first use) and pack its key.
     #[allow(clippy::too_many_arguments)]
-    fn register(
-        &self,
-        regs: &mut HashMap<u64, GenReg>,
-        relay: u32,
-        generation: u64,
-        fd: i32,
-        capacity: u64,
-        segment: u64,
-        start: u64,
-        len: u64,
-    ) -> Result<Answer, String> {
+    fn register(&self, regs: &mut HashMap<u64, GenReg>, relay: u32, generation: u64, fd: i32, capacity: u64, segment: u64, start: u64, len: u64) -> Result<Answer, String> {
         if start.checked_add(len).is_none_or(|end| end > capacity) || len == 0 {
-            return Err(format!(
-                "segment {segment} [{start}, +{len}) is not inside the region of {capacity} bytes"
-            ));
+            return Err(format!("segment {segment} [{start}, +{len}) is not inside the region of {capacity} bytes"));
         }
         let reg = match regs.entry(generation) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let path = format!("/proc/{relay}/fd/{fd}");
-                let file = std::fs::File::open(&path)
-                    .map_err(|e| format!("open generation {generation}'s region at {path}: {e}"))?;
-                let map = snapshot::map_region_read_only(&file, capacity)
-                    .map_err(|e| format!("map generation {generation}'s region: {e}"))?;
-                e.insert(GenReg {
-                    segments: HashMap::new(),
-                    map,
-                })
+                let file = std::fs::File::open(&path).map_err(|e| format!("open generation {generation}'s region at {path}: {e}"))?;
+                let map = snapshot::map_region_read_only(&file, capacity).map_err(|e| format!("map generation {generation}'s region: {e}"))?;
+                e.insert(GenReg { segments: HashMap::new(), map })
             }
         };
         if reg.map.len() as u64 != capacity {
-            return Err(format!(
-                "generation {generation}: region of {capacity} bytes asked, {} mapped",
-                reg.map.len()
-            ));
+            return Err(format!("generation {generation}: region of {capacity} bytes asked, {} mapped", reg.map.len()));
         }
         if !reg.segments.contains_key(&segment) {
             // SAFETY: [start, start+len) lies inside `reg.map` (checked above against capacity, which
             // is the mapping's length), which lives in the same GenReg and is dropped after its
             // segments.
-            let mr = unsafe {
-                self.ctx
-                    .mem_map(reg.map.as_ptr().add(start as usize), len as usize)
-            }
-            .map_err(|e| e.to_string())?;
-            tracing::debug!(
-                generation,
-                segment,
-                bytes = len,
-                "registered segment for ucx"
-            );
+            let mr = unsafe { self.ctx.mem_map(reg.map.as_ptr().add(start as usize), len as usize) }.map_err(|e| e.to_string())?;
+            tracing::debug!(generation, segment, bytes = len, "registered segment for ucx");
             reg.segments.insert(segment, mr);
         }
         let mr = &reg.segments[&segment];
         let rkey = mr.pack_rkey().map_err(|e| e.to_string())?;
-        Ok(Answer::Key {
-            base: mr.addr(),
-            len: mr.len() as u64,
-            rkey,
-        })
+        Ok(Answer::Key { base: mr.addr(), len: mr.len() as u64, rkey })
     }
 }
 

@@ -24,24 +24,18 @@ use crate::{Error, ReplId};
 use resp::Limits;
 use std::time::Instant;
 
-pub use crate::HANDSHAKE_LIMITS;
 pub use limits::{ACK_EVERY, ACK_EVERY_UNTIL_STREAM, MASTER_SILENCE_MAX as SILENCE_MAX};
+pub use crate::HANDSHAKE_LIMITS;
 
 /// Bounds on the `INFO server` reply (a page of text, longer than any handshake line).
-const INFO_LIMITS: Limits = Limits {
-    bulk_len_max: 64 * 1024,
-    ..HANDSHAKE_LIMITS
-};
+const INFO_LIMITS: Limits = Limits { bulk_len_max: 64 * 1024, ..HANDSHAKE_LIMITS };
 
 /// The version to announce to a source (`REPLCONF version`): a Valkey source chooses the RDB version it
 /// writes from it (Valkey 9 writes RDB 80 for a replica of its version, RDB 11 — without hash-field
 /// TTLs — for one that says nothing), so it is told its own version, or `version_override`
 /// (`--announce-version`: the oldest version of a mixed fleet). Redis refuses the option: nothing is
 /// announced to it. A source that did not say what it is gets the override, if any.
-pub fn announced(
-    server: Option<&crate::rdb::Server>,
-    version_override: Option<&str>,
-) -> Option<String> {
+pub fn announced(server: Option<&crate::rdb::Server>, version_override: Option<&str>) -> Option<String> {
     match server {
         Some(s) if s.flavour == "valkey" => {
             let (a, b, c) = s.version;
@@ -161,13 +155,7 @@ impl Capture {
     /// Start a capture at `now`; returns the machine and the first bytes to send (the first
     /// handshake step). `snapshot_bytes_max` bounds an announced RDB length; `version_override` is the
     /// version to announce to a Valkey source instead of its own ([`announced`]).
-    pub fn new(
-        auth: Option<&Auth>,
-        announce_port: u16,
-        version_override: Option<&str>,
-        snapshot_bytes_max: u64,
-        now: Instant,
-    ) -> (Capture, Event) {
+    pub fn new(auth: Option<&Auth>, announce_port: u16, version_override: Option<&str>, snapshot_bytes_max: u64, now: Instant) -> (Capture, Event) {
         let steps = replica::handshake(auth, announce_port);
         let first = Event::Send(steps[0].command.clone(), "send handshake");
         let c = Capture {
@@ -194,10 +182,7 @@ impl Capture {
     /// In [`Phase::Rdb`]: the most payload bytes the driver may read now (it must not read the
     /// stream after a length-framed payload into the region).
     pub fn rdb_read_max(&self) -> u64 {
-        self.payload
-            .as_ref()
-            .map(Payload::next_read_max)
-            .unwrap_or(0)
+        self.payload.as_ref().map(Payload::next_read_max).unwrap_or(0)
     }
 
     /// In [`Phase::Rdb`]: payload bytes that arrived with the header, at most `max`, for the driver
@@ -228,11 +213,7 @@ impl Capture {
     fn step(&mut self, now: Instant, out: &mut Vec<Event>) -> Result<bool, CaptureError> {
         match self.phase {
             Phase::Handshake(i) => {
-                let limits = if self.steps[i].expects == Expects::ServerInfo {
-                    INFO_LIMITS
-                } else {
-                    HANDSHAKE_LIMITS
-                };
+                let limits = if self.steps[i].expects == Expects::ServerInfo { INFO_LIMITS } else { HANDSHAKE_LIMITS };
                 let reply = match resp::parse(&self.buf, &limits) {
                     Ok((f, used)) => {
                         self.buf.drain(..used);
@@ -243,19 +224,14 @@ impl Capture {
                 };
                 if self.steps[i].expects == Expects::ServerInfo {
                     let server = match &reply {
-                        resp::Frame::Bulk(text) => {
-                            crate::rdb::Server::from_info(&String::from_utf8_lossy(text))
-                        }
+                        resp::Frame::Bulk(text) => crate::rdb::Server::from_info(&String::from_utf8_lossy(text)),
                         _ => None,
                     };
                     let version = announced(server.as_ref(), self.version_override.as_deref());
                     if let Some(v) = &version {
                         self.steps.push(replica::announce_version(v));
                     }
-                    out.push(Event::Source {
-                        server,
-                        announced: version,
-                    });
+                    out.push(Event::Source { server, announced: version });
                 } else {
                     replica::check_reply(&self.steps[i], &reply).map_err(self.proto())?;
                 }
@@ -269,11 +245,7 @@ impl Capture {
                 Ok(true)
             }
             Phase::AwaitPsync => {
-                let Some((reply, used)) = replica::parse_psync_reply(&self.buf, &HANDSHAKE_LIMITS)
-                    .map_err(self.proto())?
-                else {
-                    return Ok(false);
-                };
+                let Some((reply, used)) = replica::parse_psync_reply(&self.buf, &HANDSHAKE_LIMITS).map_err(self.proto())? else { return Ok(false) };
                 self.buf.drain(..used);
                 match reply {
                     PsyncReply::FullResync { replid, offset } => {
@@ -282,25 +254,13 @@ impl Capture {
                         self.phase = Phase::AwaitRdbHeader;
                         Ok(true)
                     }
-                    PsyncReply::Continue(_) => Err((self.proto())(Error::Protocol(
-                        "master answered PSYNC ? -1 with +CONTINUE".into(),
-                    ))),
+                    PsyncReply::Continue(_) => Err((self.proto())(Error::Protocol("master answered PSYNC ? -1 with +CONTINUE".into()))),
                 }
             }
             Phase::AwaitRdbHeader => {
-                let Some((f, used)) = framing::parse_header(&self.buf, self.snapshot_bytes_max)
-                    .map_err(self.proto())?
-                else {
-                    return Ok(false);
-                };
+                let Some((f, used)) = framing::parse_header(&self.buf, self.snapshot_bytes_max).map_err(self.proto())? else { return Ok(false) };
                 self.buf.drain(..used);
-                out.push(Event::RdbStart {
-                    length: if let Framing::Length(n) = f {
-                        Some(n)
-                    } else {
-                        None
-                    },
-                });
+                out.push(Event::RdbStart { length: if let Framing::Length(n) = f { Some(n) } else { None } });
                 let payload = Payload::new(f);
                 let empty = payload.next_read_max() == 0;
                 self.payload = Some(payload);
@@ -319,21 +279,10 @@ impl Capture {
                 self.streaming = true;
                 let bytes = std::mem::take(&mut self.buf);
                 let scanner = self.scanner.as_mut().expect("a scanner while streaming");
-                let scanned = scanner
-                    .feed(&bytes)
-                    .map_err(|source| CaptureError::Protocol {
-                        phase: "replication stream",
-                        source,
-                    })?;
-                out.push(Event::Log {
-                    bytes,
-                    complete_offset: scanned.complete_offset,
-                });
+                let scanned = scanner.feed(&bytes).map_err(|source| CaptureError::Protocol { phase: "replication stream", source })?;
+                out.push(Event::Log { bytes, complete_offset: scanned.complete_offset });
                 if scanned.getack {
-                    out.push(Event::Send(
-                        replica::ack(scanned.complete_offset),
-                        "answer GETACK",
-                    ));
+                    out.push(Event::Send(replica::ack(scanned.complete_offset), "answer GETACK"));
                     self.last_ack = now;
                 }
                 Ok(false)
@@ -343,12 +292,7 @@ impl Capture {
 
     /// `n` payload bytes were written into the region, whose last bytes (at least the EOF mark's
     /// length when there are that many) are `tail`.
-    pub fn on_rdb(
-        &mut self,
-        now: Instant,
-        n: u64,
-        tail: &[u8],
-    ) -> Result<Vec<Event>, CaptureError> {
+    pub fn on_rdb(&mut self, now: Instant, n: u64, tail: &[u8]) -> Result<Vec<Event>, CaptureError> {
         assert_eq!(self.phase, Phase::Rdb, "RDB bytes outside the RDB phase");
         if n > 0 {
             self.last_io = now;
@@ -366,10 +310,7 @@ impl Capture {
     }
 
     fn finish_rdb(&mut self, length: u64) -> Vec<Event> {
-        let eof = matches!(
-            self.payload.as_ref().map(Payload::framing),
-            Some(Framing::Eof(_))
-        );
+        let eof = matches!(self.payload.as_ref().map(Payload::framing), Some(Framing::Eof(_)));
         self.payload = None;
         self.scanner = Some(Scanner::new(self.offset, Limits::default()));
         self.phase = Phase::Streaming;
@@ -385,24 +326,13 @@ impl Capture {
     /// silent for too long.
     pub fn on_tick(&mut self, now: Instant) -> Result<Vec<Event>, CaptureError> {
         if now.saturating_duration_since(self.last_io) > SILENCE_MAX {
-            return Err(CaptureError::Silent {
-                phase: self.phase.name(),
-            });
+            return Err(CaptureError::Silent { phase: self.phase.name() });
         }
-        let Some(scanner) = &self.scanner else {
-            return Ok(Vec::new());
-        };
-        let every = if self.streaming {
-            ACK_EVERY
-        } else {
-            ACK_EVERY_UNTIL_STREAM
-        };
+        let Some(scanner) = &self.scanner else { return Ok(Vec::new()) };
+        let every = if self.streaming { ACK_EVERY } else { ACK_EVERY_UNTIL_STREAM };
         if now.saturating_duration_since(self.last_ack) >= every {
             self.last_ack = now;
-            return Ok(vec![Event::Send(
-                replica::ack(scanner.complete_offset()),
-                "send ACK",
-            )]);
+            return Ok(vec![Event::Send(replica::ack(scanner.complete_offset()), "send ACK")]);
         }
         Ok(Vec::new())
     }
@@ -419,15 +349,7 @@ mod tests {
     const ID: &str = "6c879f910fada50e6bee517c0d0ea8a0b46c6e0b";
 
     fn sends(ev: &[Event]) -> Vec<String> {
-        ev.iter()
-            .filter_map(|e| {
-                if let Event::Send(b, _) = e {
-                    Some(String::from_utf8_lossy(b).into_owned())
-                } else {
-                    None
-                }
-            })
-            .collect()
+        ev.iter().filter_map(|e| if let Event::Send(b, _) = e { Some(String::from_utf8_lossy(b).into_owned()) } else { None }).collect()
     }
 
     /// Drive a capture through the handshake to `AwaitRdbHeader`.
@@ -442,9 +364,7 @@ mod tests {
             assert_eq!(sends(&ev).len(), 1, "one command per reply (step {i})");
         }
         assert_eq!(c.phase(), Phase::AwaitPsync);
-        let ev = c
-            .on_bytes(now, format!("\n\n+FULLRESYNC {ID} 1000\r\n").as_bytes())
-            .unwrap();
+        let ev = c.on_bytes(now, format!("\n\n+FULLRESYNC {ID} 1000\r\n").as_bytes()).unwrap();
         assert!(matches!(&ev[0], Event::FullResync { offset: 1000, .. }));
         c
     }
@@ -460,18 +380,12 @@ mod tests {
         let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
         let s0 = sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
         assert!(s0[0].contains("INFO") && s0[0].contains("server"));
-        let s1 = sends(
-            &c.on_bytes(now, &info("# Server\r\nredis_version:7.0.15\r\n"))
-                .unwrap(),
-        );
+        let s1 = sends(&c.on_bytes(now, &info("# Server\r\nredis_version:7.0.15\r\n")).unwrap());
         assert!(s1[0].contains("listening-port") && s1[0].contains("7400"));
         let s2 = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
         assert!(s2[0].contains("capa") && s2[0].contains("eof") && s2[0].contains("psync2"));
         let s3 = sends(&c.on_bytes(now, b"+OK\r").unwrap());
-        assert!(
-            s3.is_empty(),
-            "a reply split across reads waits for its end"
-        );
+        assert!(s3.is_empty(), "a reply split across reads waits for its end");
         let s3 = sends(&c.on_bytes(now, b"\n").unwrap());
         assert!(s3[0].contains("PSYNC") && s3[0].contains('?') && s3[0].contains("-1"));
     }
@@ -484,11 +398,7 @@ mod tests {
             let (mut c, _) = Capture::new(None, 7400, override_, 1 << 30, now);
             sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
             let ev = c.on_bytes(now, &valkey).unwrap();
-            assert!(
-                ev.iter()
-                    .any(|e| matches!(e, Event::Source { announced: Some(v), .. } if v == want)),
-                "{ev:?}"
-            );
+            assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: Some(v), .. } if v == want)), "{ev:?}");
         }
         // Step by step: INFO, listening-port, capa, version, then PSYNC.
         let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
@@ -496,65 +406,29 @@ mod tests {
         sends(&c.on_bytes(now, &valkey).unwrap());
         sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
         let s = sends(&c.on_bytes(now, b"+OK\r\n").unwrap());
-        assert!(
-            s[0].contains("REPLCONF") && s[0].contains("version") && s[0].contains("8.1.8"),
-            "{s:?}"
-        );
+        assert!(s[0].contains("REPLCONF") && s[0].contains("version") && s[0].contains("8.1.8"), "{s:?}");
         assert!(sends(&c.on_bytes(now, b"+OK\r\n").unwrap())[0].contains("PSYNC"));
         // Redis: nothing announced, even with an override; an INFO refused (NOPERM): the override only.
         let (mut c, _) = Capture::new(None, 7400, Some("8.0.0"), 1 << 30, now);
         sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
         let ev = c.on_bytes(now, &info("redis_version:8.2.3\r\n")).unwrap();
-        assert!(
-            ev.iter().any(|e| matches!(
-                e,
-                Event::Source {
-                    announced: None,
-                    server: Some(_)
-                }
-            )),
-            "{ev:?}"
-        );
+        assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: None, server: Some(_) })), "{ev:?}");
         let (mut c, _) = Capture::new(None, 7400, Some("8.0.0"), 1 << 30, now);
         sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
-        let ev = c
-            .on_bytes(
-                now,
-                b"-NOPERM this user has no permissions to run the 'info' command\r\n",
-            )
-            .unwrap();
-        assert!(
-            ev.iter().any(
-                |e| matches!(e, Event::Source { announced: Some(v), server: None } if v == "8.0.0")
-            ),
-            "{ev:?}"
-        );
+        let ev = c.on_bytes(now, b"-NOPERM this user has no permissions to run the 'info' command\r\n").unwrap();
+        assert!(ev.iter().any(|e| matches!(e, Event::Source { announced: Some(v), server: None } if v == "8.0.0")), "{ev:?}");
         // A source that refuses the option fails the capture, naming the step.
         let (mut c, _) = Capture::new(None, 7400, None, 1 << 30, now);
         sends(&c.on_bytes(now, b"+PONG\r\n").unwrap());
         sends(&c.on_bytes(now, &valkey).unwrap());
-        let e = c
-            .on_bytes(
-                now,
-                b"+OK\r\n+OK\r\n-ERR Unrecognized REPLCONF option: version\r\n",
-            )
-            .unwrap_err();
+        let e = c.on_bytes(now, b"+OK\r\n+OK\r\n-ERR Unrecognized REPLCONF option: version\r\n").unwrap_err();
         assert!(e.to_string().contains("REPLCONF version"), "{e}");
     }
 
     #[test]
     fn refused_handshake_and_continue_are_errors() {
         let now = Instant::now();
-        let (mut c, _) = Capture::new(
-            Some(&Auth {
-                user: None,
-                password: "x".into(),
-            }),
-            1,
-            None,
-            1 << 30,
-            now,
-        );
+        let (mut c, _) = Capture::new(Some(&Auth { user: None, password: "x".into() }), 1, None, 1 << 30, now);
         let e = c.on_bytes(now, b"-WRONGPASS invalid\r\n").unwrap_err();
         assert!(e.to_string().contains("AUTH refused"), "{e}");
         let (mut c, _) = Capture::new(None, 1, None, 1 << 30, now);
@@ -579,17 +453,8 @@ mod tests {
         assert_eq!(got, b"REDIS", "only the payload is handed out as RDB");
         let ev = c.on_rdb(now, got.len() as u64, &got).unwrap();
         assert_eq!(ev[0], Event::RdbDone { length: 5 });
-        assert!(
-            !sends(&ev).iter().any(|s| s.contains("ACK")),
-            "no first ACK needed after a length-framed RDB"
-        );
-        assert_eq!(
-            ev[1],
-            Event::Log {
-                bytes: set.to_vec(),
-                complete_offset: 1000 + set.len() as u64
-            }
-        );
+        assert!(!sends(&ev).iter().any(|s| s.contains("ACK")), "no first ACK needed after a length-framed RDB");
+        assert_eq!(ev[1], Event::Log { bytes: set.to_vec(), complete_offset: 1000 + set.len() as u64 });
         assert_eq!(c.phase(), Phase::Streaming);
     }
 
@@ -605,18 +470,12 @@ mod tests {
         assert_eq!(ev, vec![Event::RdbStart { length: None }]);
         let mut region = c.take_buffered_rdb(u64::MAX);
         assert_eq!(region, b"REDIS00");
-        assert!(c
-            .on_rdb(now, region.len() as u64, &region)
-            .unwrap()
-            .is_empty());
+        assert!(c.on_rdb(now, region.len() as u64, &region).unwrap().is_empty());
         region.extend_from_slice(&mark);
         let tail = &region[region.len() - 40..];
         let ev = c.on_rdb(now, 40, tail).unwrap();
         assert_eq!(ev[0], Event::RdbDone { length: 7 });
-        assert!(
-            sends(&ev)[0].contains("ACK") && sends(&ev)[0].contains("1000"),
-            "first ACK at the snapshot offset"
-        );
+        assert!(sends(&ev)[0].contains("ACK") && sends(&ev)[0].contains("1000"), "first ACK at the snapshot offset");
     }
 
     #[test]
@@ -626,8 +485,7 @@ mod tests {
         for _ in 0..4 {
             c.on_bytes(now, b"+OK\r\n").unwrap();
         }
-        c.on_bytes(now, format!("+FULLRESYNC {ID} 0\r\n").as_bytes())
-            .unwrap();
+        c.on_bytes(now, format!("+FULLRESYNC {ID} 0\r\n").as_bytes()).unwrap();
         assert!(c.on_bytes(now, b"$101\r\n").is_err());
     }
 
@@ -637,33 +495,16 @@ mod tests {
         let mut c = to_fullresync(t0, None);
         c.on_bytes(t0, b"$0\r\n").unwrap();
         assert_eq!(c.phase(), Phase::Streaming);
-        assert!(c
-            .on_tick(t0 + Duration::from_millis(50))
-            .unwrap()
-            .is_empty());
-        assert_eq!(
-            sends(&c.on_tick(t0 + Duration::from_millis(100)).unwrap()).len(),
-            1
-        );
+        assert!(c.on_tick(t0 + Duration::from_millis(50)).unwrap().is_empty());
+        assert_eq!(sends(&c.on_tick(t0 + Duration::from_millis(100)).unwrap()).len(), 1);
         let t1 = t0 + Duration::from_millis(150);
         let getack = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n";
         let ev = c.on_bytes(t1, getack).unwrap();
         let s = sends(&ev);
         assert_eq!(s.len(), 1, "{s:?}");
-        assert!(
-            s[0].contains(&(1000 + getack.len()).to_string()),
-            "GETACK answered with the offset after it: {s:?}"
-        );
-        assert!(
-            c.on_tick(t1 + Duration::from_millis(500))
-                .unwrap()
-                .is_empty(),
-            "streaming: one ACK a second"
-        );
-        assert_eq!(
-            sends(&c.on_tick(t1 + Duration::from_secs(1)).unwrap()).len(),
-            1
-        );
+        assert!(s[0].contains(&(1000 + getack.len()).to_string()), "GETACK answered with the offset after it: {s:?}");
+        assert!(c.on_tick(t1 + Duration::from_millis(500)).unwrap().is_empty(), "streaming: one ACK a second");
+        assert_eq!(sends(&c.on_tick(t1 + Duration::from_secs(1)).unwrap()).len(), 1);
     }
 
     #[test]
@@ -671,9 +512,7 @@ mod tests {
         let t0 = Instant::now();
         let (mut c, _) = Capture::new(None, 1, None, 1 << 30, t0);
         assert!(c.on_tick(t0 + SILENCE_MAX).is_ok());
-        let e = c
-            .on_tick(t0 + SILENCE_MAX + Duration::from_millis(1))
-            .unwrap_err();
+        let e = c.on_tick(t0 + SILENCE_MAX + Duration::from_millis(1)).unwrap_err();
         assert!(matches!(e, CaptureError::Silent { phase: "handshake" }));
     }
 
@@ -683,15 +522,6 @@ mod tests {
         let mut c = to_fullresync(now, None);
         c.on_bytes(now, b"$0\r\n").unwrap();
         let e = c.on_bytes(now, b"+OK\r\n").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                CaptureError::Protocol {
-                    phase: "replication stream",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, CaptureError::Protocol { phase: "replication stream", .. }), "{e}");
     }
 }

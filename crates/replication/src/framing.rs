@@ -43,16 +43,10 @@ pub fn parse_header(buf: &[u8], len_max: u64) -> Result<Option<(Framing, usize)>
     }
     if rest[0] == b'-' {
         let end = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
-        return Err(Error::Refused {
-            step: "RDB transfer",
-            message: String::from_utf8_lossy(&rest[1..end]).trim().to_string(),
-        });
+        return Err(Error::Refused { step: "RDB transfer", message: String::from_utf8_lossy(&rest[1..end]).trim().to_string() });
     }
     if rest[0] != b'$' {
-        return Err(Error::Protocol(format!(
-            "expected RDB payload header, got byte 0x{:02x}",
-            rest[0]
-        )));
+        return Err(Error::Protocol(format!("expected RDB payload header, got byte 0x{:02x}", rest[0])));
     }
     // The longest valid header is "$EOF:" + 40 + "\r\n".
     let window = &rest[..rest.len().min(5 + EOF_MARK_LEN + 2)];
@@ -65,10 +59,7 @@ pub fn parse_header(buf: &[u8], len_max: u64) -> Result<Option<(Framing, usize)>
     let line = &rest[1..cr];
     let framing = if let Some(mark) = line.strip_prefix(b"EOF:") {
         if mark.len() != EOF_MARK_LEN {
-            return Err(Error::Protocol(format!(
-                "EOF mark of {} bytes, expected {EOF_MARK_LEN}",
-                mark.len()
-            )));
+            return Err(Error::Protocol(format!("EOF mark of {} bytes, expected {EOF_MARK_LEN}", mark.len())));
         }
         let mut m = [0u8; EOF_MARK_LEN];
         m.copy_from_slice(mark);
@@ -76,9 +67,7 @@ pub fn parse_header(buf: &[u8], len_max: u64) -> Result<Option<(Framing, usize)>
     } else {
         let n = crate::parse_u64(line, "RDB length")?;
         if n > len_max {
-            return Err(Error::Protocol(format!(
-                "RDB length {n} exceeds the limit of {len_max} bytes"
-            )));
+            return Err(Error::Protocol(format!("RDB length {n} exceeds the limit of {len_max} bytes")));
         }
         Framing::Length(n)
     };
@@ -106,10 +95,7 @@ pub enum Progress {
 impl Payload {
     /// Start tracking a payload with this framing.
     pub fn new(framing: Framing) -> Self {
-        Payload {
-            framing,
-            received: 0,
-        }
+        Payload { framing, received: 0 }
     }
 
     /// The framing.
@@ -141,10 +127,7 @@ impl Payload {
                 }
             }
             Framing::Eof(mark) => {
-                if self.received >= EOF_MARK_LEN as u64
-                    && tail.len() >= EOF_MARK_LEN
-                    && tail[tail.len() - EOF_MARK_LEN..] == mark[..]
-                {
+                if self.received >= EOF_MARK_LEN as u64 && tail.len() >= EOF_MARK_LEN && tail[tail.len() - EOF_MARK_LEN..] == mark[..] {
                     Progress::Done(self.received - EOF_MARK_LEN as u64)
                 } else {
                     Progress::More(u64::MAX)
@@ -167,10 +150,7 @@ mod tests {
         let (f, used) = parse_header(&buf, 1 << 40).unwrap().unwrap();
         assert_eq!(f, Framing::Eof(mark));
         assert_eq!(&buf[used..], b"REDIS");
-        assert_eq!(
-            parse_header(b"$12\r\n", 100).unwrap().unwrap(),
-            (Framing::Length(12), 5)
-        );
+        assert_eq!(parse_header(b"$12\r\n", 100).unwrap().unwrap(), (Framing::Length(12), 5));
         assert_eq!(parse_header(b"\n\n$1", 100).unwrap(), None);
         assert!(parse_header(b"$1000\r\n", 100).is_err());
         assert!(parse_header(b"$EOF:short\r\n", 100).is_err());
@@ -186,10 +166,7 @@ mod tests {
         let mut all = b"REDIS0011payload".to_vec();
         assert_eq!(p.received(all.len() as u64, &all), Progress::More(u64::MAX));
         all.extend_from_slice(&mark[..10]);
-        assert_eq!(
-            p.received(10, &all[all.len().saturating_sub(40)..]),
-            Progress::More(u64::MAX)
-        );
+        assert_eq!(p.received(10, &all[all.len().saturating_sub(40)..]), Progress::More(u64::MAX));
         all.extend_from_slice(&mark[10..]);
         assert_eq!(p.received(30, &all[all.len() - 40..]), Progress::Done(16));
     }

@@ -12,20 +12,11 @@ pub fn parsers(data: &[u8]) {
         assert!(n <= 1 << 20 && used <= data.len());
     }
     let _ = crate::replica::parse_psync_reply(data, &resp::Limits::default());
-    let mut s = crate::stream::Scanner::new(
-        0,
-        resp::Limits {
-            bulk_len_max: 1 << 20,
-            ..Default::default()
-        },
-    );
+    let mut s = crate::stream::Scanner::new(0, resp::Limits { bulk_len_max: 1 << 20, ..Default::default() });
     let _ = s.feed(data);
     let _ = crate::master::Handshake::default().on_bytes(data);
     if let Some(v) = crate::rdb::version(data) {
-        assert!(
-            data.starts_with(b"REDIS") || data.starts_with(b"VALKEY"),
-            "a version from a header that is not one: {v}"
-        );
+        assert!(data.starts_with(b"REDIS") || data.starts_with(b"VALKEY"), "a version from a header that is not one: {v}");
     }
 }
 
@@ -68,9 +59,7 @@ pub fn capture(data: &[u8]) {
             match e {
                 Event::RdbStart { length } => announced = length,
                 Event::FullResync { offset, .. } => last_offset = offset,
-                Event::Log {
-                    complete_offset, ..
-                } => {
+                Event::Log { complete_offset, .. } => {
                     assert!(complete_offset >= last_offset, "log offsets went back");
                     last_offset = complete_offset;
                 }

@@ -31,10 +31,7 @@ impl ReplId {
     /// Parse and validate 40 hex characters.
     pub fn parse(s: &[u8]) -> Result<Self, Error> {
         if s.len() != 40 || !s.iter().all(u8::is_ascii_hexdigit) {
-            return Err(Error::Protocol(format!(
-                "bad replication id {:?}",
-                String::from_utf8_lossy(s)
-            )));
+            return Err(Error::Protocol(format!("bad replication id {:?}", String::from_utf8_lossy(s))));
         }
         let mut b = [0u8; 40];
         b.copy_from_slice(s);

@@ -38,11 +38,7 @@ pub const OFFERED_MAX: usize = 32;
 impl Offered {
     /// The offers the agent does not take up (modes the master would have to choose).
     pub fn declined(&self) -> Vec<&str> {
-        self.capas
-            .iter()
-            .map(String::as_str)
-            .filter(|c| !SERVED_CAPAS.contains(c))
-            .collect()
+        self.capas.iter().map(String::as_str).filter(|c| !SERVED_CAPAS.contains(c)).collect()
     }
 }
 
@@ -98,26 +94,16 @@ impl Handshake {
                     let mut i = 1;
                     while i + 1 < args.len() {
                         let key = args[i].to_ascii_lowercase();
-                        let value = String::from_utf8_lossy(&args[i + 1])
-                            .chars()
-                            .take(64)
-                            .collect::<String>();
+                        let value = String::from_utf8_lossy(&args[i + 1]).chars().take(64).collect::<String>();
                         if key == b"listening-port" {
-                            self.listening_port =
-                                Some(parse_u64(&args[i + 1], "listening-port")?.min(65535) as u16);
+                            self.listening_port = Some(parse_u64(&args[i + 1], "listening-port")?.min(65535) as u16);
                         } else if key == b"capa" {
                             self.capa_eof |= args[i + 1].eq_ignore_ascii_case(b"eof");
                             if self.offered.capas.len() < OFFERED_MAX {
                                 self.offered.capas.push(value.to_ascii_lowercase());
                             }
                         } else if self.offered.options.len() < OFFERED_MAX {
-                            self.offered.options.push(format!(
-                                "{}={value}",
-                                String::from_utf8_lossy(&key)
-                                    .chars()
-                                    .take(32)
-                                    .collect::<String>()
-                            ));
+                            self.offered.options.push(format!("{}={value}", String::from_utf8_lossy(&key).chars().take(32).collect::<String>()));
                         }
                         i += 2;
                     }
@@ -125,17 +111,10 @@ impl Handshake {
                 }
                 b"PSYNC" | b"SYNC" => {
                     self.done = true;
-                    events.push(Event::Psync {
-                        capa_eof: self.capa_eof,
-                        listening_port: self.listening_port,
-                        offered: std::mem::take(&mut self.offered),
-                    });
+                    events.push(Event::Psync { capa_eof: self.capa_eof, listening_port: self.listening_port, offered: std::mem::take(&mut self.offered) });
                 }
                 other => {
-                    let msg = format!(
-                        "-ERR fastrepl agent: unexpected command '{}' during replica handshake\r\n",
-                        String::from_utf8_lossy(other)
-                    );
+                    let msg = format!("-ERR fastrepl agent: unexpected command '{}' during replica handshake\r\n", String::from_utf8_lossy(other));
                     events.push(Event::Reply(msg.into_bytes()));
                 }
             }
@@ -169,18 +148,13 @@ impl AckReader {
                 Err(e) => return Err(e.into()),
             };
             pos += used;
-            if args.len() >= 3
-                && args[0].eq_ignore_ascii_case(b"REPLCONF")
-                && args[1].eq_ignore_ascii_case(b"ACK")
-            {
+            if args.len() >= 3 && args[0].eq_ignore_ascii_case(b"REPLCONF") && args[1].eq_ignore_ascii_case(b"ACK") {
                 last = Some(parse_u64(&args[2], "ACK offset")?);
             }
         }
         self.buf.drain(..pos);
         if self.buf.len() > limits::HANDSHAKE_BUFFER_BYTES_MAX {
-            return Err(Error::Protocol(
-                "replica sent over 64 KiB without a complete command".into(),
-            ));
+            return Err(Error::Protocol("replica sent over 64 KiB without a complete command".into()));
         }
         Ok(last)
     }
@@ -194,30 +168,15 @@ mod tests {
     fn serves_a_redis_handshake() {
         let mut h = Handshake::default();
         let mut wire = Vec::new();
-        for c in [
-            &["PING"][..],
-            &["REPLCONF", "listening-port", "6380"],
-            &["REPLCONF", "capa", "eof", "capa", "psync2"],
-            &["PSYNC", "?", "-1"],
-        ] {
+        for c in [&["PING"][..], &["REPLCONF", "listening-port", "6380"], &["REPLCONF", "capa", "eof", "capa", "psync2"], &["PSYNC", "?", "-1"]] {
             resp::encode_command(&mut wire, c);
         }
         let (a, b) = wire.split_at(7);
         let mut ev = h.on_bytes(a).unwrap();
         ev.extend(h.on_bytes(b).unwrap());
         assert_eq!(ev[0], Event::Reply(b"+PONG\r\n".to_vec()));
-        let offered = Offered {
-            capas: vec!["eof".into(), "psync2".into()],
-            options: vec![],
-        };
-        assert_eq!(
-            ev.last(),
-            Some(&Event::Psync {
-                capa_eof: true,
-                listening_port: Some(6380),
-                offered
-            })
-        );
+        let offered = Offered { capas: vec!["eof".into(), "psync2".into()], options: vec![] };
+        assert_eq!(ev.last(), Some(&Event::Psync { capa_eof: true, listening_port: Some(6380), offered }));
         assert!(h.on_bytes(b"more").unwrap().is_empty());
     }
 
@@ -225,18 +184,7 @@ mod tests {
     fn newer_modes_a_replica_offers_are_recorded_and_declined() {
         // Redis 8 with repl-rdb-channel yes; Valkey with dual-channel-replication-enabled yes (it also
         // says its version): both offered, neither taken up, so each replica uses one channel.
-        for (capas, extra, declined) in [
-            (
-                &["eof", "psync2", "rdb-channel-repl"][..],
-                None,
-                "rdb-channel-repl",
-            ),
-            (
-                &["eof", "psync2", "dual-channel"],
-                Some(["version", "8.1.8"]),
-                "dual-channel",
-            ),
-        ] {
+        for (capas, extra, declined) in [(&["eof", "psync2", "rdb-channel-repl"][..], None, "rdb-channel-repl"), (&["eof", "psync2", "dual-channel"], Some(["version", "8.1.8"]), "dual-channel")] {
             let mut h = Handshake::default();
             let mut wire = Vec::new();
             let mut capa: Vec<&str> = vec!["REPLCONF"];
@@ -249,21 +197,9 @@ mod tests {
             }
             resp::encode_command(&mut wire, &["PSYNC", "?", "-1"]);
             let ev = h.on_bytes(&wire).unwrap();
-            let Some(Event::Psync {
-                capa_eof: true,
-                offered,
-                ..
-            }) = ev.last()
-            else {
-                panic!("{ev:?}")
-            };
+            let Some(Event::Psync { capa_eof: true, offered, .. }) = ev.last() else { panic!("{ev:?}") };
             assert_eq!(offered.declined(), vec![declined]);
-            assert!(
-                ev[..ev.len() - 1]
-                    .iter()
-                    .all(|e| *e == Event::Reply(b"+OK\r\n".to_vec())),
-                "every REPLCONF answered +OK: {ev:?}"
-            );
+            assert!(ev[..ev.len() - 1].iter().all(|e| *e == Event::Reply(b"+OK\r\n".to_vec())), "every REPLCONF answered +OK: {ev:?}");
             if extra.is_some() {
                 assert_eq!(offered.options, vec!["version=8.1.8".to_string()]);
             }

@@ -30,19 +30,13 @@ impl Server {
     /// From the text of `INFO server`. Valkey reports `valkey_version` (and a `redis_version` of
     /// 7.2.4 for compatibility), so that field wins.
     pub fn from_info(info: &str) -> Option<Server> {
-        let field = |k: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
-        };
+        let field = |k: &str| info.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()));
         let (flavour, v) = match field("valkey_version:") {
             Some(v) => ("valkey", v),
             None => ("redis", field("redis_version:")?),
         };
         let mut it = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        Some(Server {
-            flavour: flavour.into(),
-            version: (it.next()?, it.next().unwrap_or(0), it.next().unwrap_or(0)),
-        })
+        Some(Server { flavour: flavour.into(), version: (it.next()?, it.next().unwrap_or(0), it.next().unwrap_or(0)) })
     }
 
     /// From what `redis-server --version` / `valkey-server --version` prints (`Redis server v=7.0.15
@@ -79,10 +73,7 @@ impl Server {
             None => Some(0),
         };
         let version = (next(true)?, next(false)?, next(false)?);
-        parts.next().is_none().then(|| Server {
-            flavour: flavour.into(),
-            version,
-        })
+        parts.next().is_none().then(|| Server { flavour: flavour.into(), version })
     }
 
     /// Can this server load an RDB of `version`? `rdb_version_check` is its `rdb-version-check`
@@ -100,9 +91,7 @@ impl Server {
             };
         }
         if version > max {
-            return Err(format!(
-                "{self} loads at most RDB version {max}, the snapshot is version {version}"
-            ));
+            return Err(format!("{self} loads at most RDB version {max}, the snapshot is version {version}"));
         }
         Ok(())
     }
@@ -129,38 +118,18 @@ mod loads_tests {
     use super::*;
 
     fn server(flavour: &str, v: (u32, u32, u32)) -> Server {
-        Server {
-            flavour: flavour.into(),
-            version: v,
-        }
+        Server { flavour: flavour.into(), version: v }
     }
 
     #[test]
     fn a_server_from_its_version_output_or_a_name() {
         assert_eq!(Server::from_version_output("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=ae4d7c971a948f0\n"), Some(server("redis", (7, 0, 15))));
-        assert_eq!(
-            Server::from_version_output(
-                "Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64 build=7eb4ebc9d7e91f4e"
-            ),
-            Some(server("valkey", (8, 1, 8)))
-        );
+        assert_eq!(Server::from_version_output("Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64 build=7eb4ebc9d7e91f4e"), Some(server("valkey", (8, 1, 8))));
         assert_eq!(Server::from_version_output("KeyDB server v=6.3.4"), None);
         assert_eq!(Server::from_version_output("Redis server sha=0"), None);
-        assert_eq!(
-            Server::from_spec("redis-7.2"),
-            Some(server("redis", (7, 2, 0)))
-        );
-        assert_eq!(
-            Server::from_spec("Valkey-9.0.1"),
-            Some(server("valkey", (9, 0, 1)))
-        );
-        for bad in [
-            "redis",
-            "redis-",
-            "redis-7.x",
-            "dragonfly-1.0",
-            "redis-7.2.4.1",
-        ] {
+        assert_eq!(Server::from_spec("redis-7.2"), Some(server("redis", (7, 2, 0))));
+        assert_eq!(Server::from_spec("Valkey-9.0.1"), Some(server("valkey", (9, 0, 1))));
+        for bad in ["redis", "redis-", "redis-7.x", "dragonfly-1.0", "redis-7.2.4.1"] {
             assert_eq!(Server::from_spec(bad), None, "{bad}");
         }
     }
@@ -171,21 +140,14 @@ mod loads_tests {
         assert!(redis70.loads(10, None).is_ok() && redis70.loads(11, None).is_err());
         assert!(server("redis", (8, 2, 3)).loads(12, None).is_ok());
         let valkey81 = server("valkey", (8, 1, 8));
-        assert!(
-            valkey81.loads(11, None).is_ok()
-                && valkey81.loads(12, None).is_err()
-                && valkey81.loads(80, None).is_err()
-        );
+        assert!(valkey81.loads(11, None).is_ok() && valkey81.loads(12, None).is_err() && valkey81.loads(80, None).is_err());
         let valkey9 = server("valkey", (9, 0, 0));
         assert!(valkey9.loads(11, None).is_ok() && valkey9.loads(80, None).is_ok());
         let e = valkey9.loads(12, Some("strict")).unwrap_err();
         assert!(e.contains("rdb-version-check strict"), "{e}");
         assert!(valkey9.loads(12, None).is_err(), "strict is the default");
         assert!(valkey9.loads(12, Some("relaxed")).is_ok());
-        assert!(
-            valkey9.loads(81, Some("relaxed")).is_err(),
-            "newer than it writes"
-        );
+        assert!(valkey9.loads(81, Some("relaxed")).is_err(), "newer than it writes");
     }
 }
 
@@ -198,15 +160,8 @@ mod tests {
         assert_eq!(version(b"REDIS0011\xfa"), Some(11));
         assert_eq!(version(b"VALKEY080"), Some(80));
         assert_eq!(version(b"REDIS"), None);
-        let v = Server::from_info("# Server\r\nredis_version:7.2.4\r\nvalkey_version:8.1.8\r\n")
-            .unwrap();
-        assert_eq!(
-            v,
-            Server {
-                flavour: "valkey".into(),
-                version: (8, 1, 8)
-            }
-        );
+        let v = Server::from_info("# Server\r\nredis_version:7.2.4\r\nvalkey_version:8.1.8\r\n").unwrap();
+        assert_eq!(v, Server { flavour: "valkey".into(), version: (8, 1, 8) });
         assert_eq!(v.rdb_version_max(), 11);
         let r = Server::from_info("redis_version:6.2.14\r\n").unwrap();
         assert_eq!(r.rdb_version_max(), 9);

@@ -14,10 +14,7 @@ pub struct Auth {
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
+        f.debug_struct("Auth").field("user", &self.user).field("password", &"<redacted>").finish()
     }
 }
 
@@ -45,22 +42,14 @@ impl Step {
     fn new(name: &'static str, args: &[&str], expects: Expects) -> Step {
         let mut command = Vec::new();
         resp::encode_command(&mut command, args);
-        Step {
-            name,
-            command,
-            expects,
-        }
+        Step { name, command, expects }
     }
 }
 
 /// `REPLCONF version <v>`: the server version a replica announces; a Valkey master chooses the RDB
 /// version it writes from it. Redis refuses the option: sent to Valkey sources only.
 pub fn announce_version(version: &str) -> Step {
-    Step::new(
-        "REPLCONF version",
-        &["REPLCONF", "version", version],
-        Expects::Ok,
-    )
+    Step::new("REPLCONF version", &["REPLCONF", "version", version], Expects::Ok)
 }
 
 /// The commands a replica sends before `PSYNC`, in order, with an `INFO server` after `PING` (so the
@@ -76,35 +65,19 @@ pub fn handshake(auth: Option<&Auth>, listening_port: u16) -> Vec<Step> {
         }
     }
     push("PING", &["PING"]);
-    steps.push(Step::new(
-        "INFO server",
-        &["INFO", "server"],
-        Expects::ServerInfo,
-    ));
+    steps.push(Step::new("INFO server", &["INFO", "server"], Expects::ServerInfo));
     let mut push = |name, args: &[&str]| steps.push(Step::new(name, args, Expects::Ok));
-    push(
-        "REPLCONF listening-port",
-        &["REPLCONF", "listening-port", &listening_port.to_string()],
-    );
-    push(
-        "REPLCONF capa",
-        &["REPLCONF", "capa", "eof", "capa", "psync2"],
-    );
+    push("REPLCONF listening-port", &["REPLCONF", "listening-port", &listening_port.to_string()]);
+    push("REPLCONF capa", &["REPLCONF", "capa", "eof", "capa", "psync2"]);
     steps
 }
 
 /// Check a handshake reply: any non-error simple reply is fine (`+OK`, `+PONG`).
 pub fn check_reply(step: &Step, reply: &Frame) -> Result<(), Error> {
     match reply {
-        Frame::Error(e) => Err(Error::Refused {
-            step: step.name,
-            message: String::from_utf8_lossy(e).into_owned(),
-        }),
+        Frame::Error(e) => Err(Error::Refused { step: step.name, message: String::from_utf8_lossy(e).into_owned() }),
         Frame::Simple(_) => Ok(()),
-        other => Err(Error::Protocol(format!(
-            "unexpected reply to {}: {other:?}",
-            step.name
-        ))),
+        other => Err(Error::Protocol(format!("unexpected reply to {}: {other:?}", step.name))),
     }
 }
 
@@ -143,10 +116,7 @@ pub fn skip_keepalives(buf: &[u8]) -> usize {
 }
 
 /// Parse the reply to `PSYNC` at the start of `buf` (after keep-alives). `Ok(None)` = need more bytes.
-pub fn parse_psync_reply(
-    buf: &[u8],
-    limits: &Limits,
-) -> Result<Option<(PsyncReply, usize)>, Error> {
+pub fn parse_psync_reply(buf: &[u8], limits: &Limits) -> Result<Option<(PsyncReply, usize)>, Error> {
     let skip = skip_keepalives(buf);
     let (frame, used) = match resp::parse(&buf[skip..], limits) {
         Ok(x) => x,
@@ -156,34 +126,16 @@ pub fn parse_psync_reply(
     let line = match frame {
         Frame::Simple(s) => s,
         Frame::Error(e) => {
-            return Err(Error::Refused {
-                step: "PSYNC",
-                message: String::from_utf8_lossy(&e).into_owned(),
-            })
+            return Err(Error::Refused { step: "PSYNC", message: String::from_utf8_lossy(&e).into_owned() })
         }
-        other => {
-            return Err(Error::Protocol(format!(
-                "unexpected reply to PSYNC: {other:?}"
-            )))
-        }
+        other => return Err(Error::Protocol(format!("unexpected reply to PSYNC: {other:?}"))),
     };
-    let parts: Vec<&[u8]> = line
-        .split(|c| *c == b' ')
-        .filter(|p| !p.is_empty())
-        .collect();
+    let parts: Vec<&[u8]> = line.split(|c| *c == b' ').filter(|p| !p.is_empty()).collect();
     let reply = match parts.as_slice() {
-        [b"FULLRESYNC", id, off] => PsyncReply::FullResync {
-            replid: ReplId::parse(id)?,
-            offset: parse_u64(off, "offset")?,
-        },
+        [b"FULLRESYNC", id, off] => PsyncReply::FullResync { replid: ReplId::parse(id)?, offset: parse_u64(off, "offset")? },
         [b"CONTINUE"] => PsyncReply::Continue(None),
         [b"CONTINUE", id] => PsyncReply::Continue(Some(ReplId::parse(id)?)),
-        _ => {
-            return Err(Error::Protocol(format!(
-                "unexpected reply to PSYNC: {:?}",
-                String::from_utf8_lossy(&line)
-            )))
-        }
+        _ => return Err(Error::Protocol(format!("unexpected reply to PSYNC: {:?}", String::from_utf8_lossy(&line)))),
     };
     Ok(Some((reply, skip + used)))
 }
@@ -194,10 +146,7 @@ mod tests {
 
     #[test]
     fn handshake_puts_auth_first_and_hides_password() {
-        let auth = Auth {
-            user: Some("repl".into()),
-            password: "s3cret".into(),
-        };
+        let auth = Auth { user: Some("repl".into()), password: "s3cret".into() };
         let steps = handshake(Some(&auth), 7400);
         assert_eq!(steps[0].name, "AUTH");
         assert_eq!(steps[1].name, "PING");
@@ -210,21 +159,10 @@ mod tests {
     fn psync_reply_after_keepalives() {
         let id = "a".repeat(40);
         let buf = format!("\n\n+FULLRESYNC {id} 1234\r\n$EOF:");
-        let (r, used) = parse_psync_reply(buf.as_bytes(), &Limits::default())
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            r,
-            PsyncReply::FullResync {
-                replid: ReplId::parse(id.as_bytes()).unwrap(),
-                offset: 1234
-            }
-        );
+        let (r, used) = parse_psync_reply(buf.as_bytes(), &Limits::default()).unwrap().unwrap();
+        assert_eq!(r, PsyncReply::FullResync { replid: ReplId::parse(id.as_bytes()).unwrap(), offset: 1234 });
         assert_eq!(&buf.as_bytes()[used..], b"$EOF:");
-        assert_eq!(
-            parse_psync_reply(b"\n+FULLRES", &Limits::default()).unwrap(),
-            None
-        );
+        assert_eq!(parse_psync_reply(b"\n+FULLRES", &Limits::default()).unwrap(), None);
         assert!(parse_psync_reply(b"+FULLRESYNC xyz 1\r\n", &Limits::default()).is_err());
         assert!(parse_psync_reply(b"-NOMASTERLINK\r\n", &Limits::default()).is_err());
     }

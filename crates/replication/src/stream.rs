@@ -28,11 +28,7 @@ impl Scanner {
     /// Start scanning; `offset` is the offset of the byte before the first one fed (the snapshot's
     /// offset from `+FULLRESYNC`).
     pub fn new(offset: u64, limits: Limits) -> Self {
-        Scanner {
-            complete_offset: offset,
-            pending: Vec::new(),
-            limits,
-        }
+        Scanner { complete_offset: offset, pending: Vec::new(), limits }
     }
 
     /// Offset of the end of the last complete command.
@@ -62,10 +58,7 @@ impl Scanner {
             // GETACK is tiny; only small commands are worth decoding.
             if len < 128 {
                 let (args, _) = resp::parse_command(&rest[..len], &self.limits)?;
-                if args.len() >= 2
-                    && args[0].eq_ignore_ascii_case(b"REPLCONF")
-                    && args[1].eq_ignore_ascii_case(b"GETACK")
-                {
+                if args.len() >= 2 && args[0].eq_ignore_ascii_case(b"REPLCONF") && args[1].eq_ignore_ascii_case(b"GETACK") {
                     getack = true;
                 }
             }
@@ -73,10 +66,7 @@ impl Scanner {
             self.complete_offset += len as u64;
         }
         self.pending.drain(..pos);
-        Ok(Scanned {
-            getack,
-            complete_offset: self.complete_offset,
-        })
+        Ok(Scanned { getack, complete_offset: self.complete_offset })
     }
 }
 
@@ -91,13 +81,7 @@ mod tests {
         resp::encode_command(&mut cmd, &["SET", "k", "v"]);
         let n = cmd.len() as u64;
         let r = s.feed(&cmd[..5]).unwrap();
-        assert_eq!(
-            r,
-            Scanned {
-                getack: false,
-                complete_offset: 100
-            }
-        );
+        assert_eq!(r, Scanned { getack: false, complete_offset: 100 });
         let r = s.feed(&cmd[5..]).unwrap();
         assert_eq!(r.complete_offset, 100 + n);
         let mut ga = Vec::new();

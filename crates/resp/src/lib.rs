@@ -55,12 +55,7 @@ impl fmt::Debug for Frame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Bulk values can be huge and binary: show a bounded, escaped prefix.
         fn short(b: &[u8]) -> String {
-            let s: String = b
-                .iter()
-                .take(64)
-                .flat_map(|c| std::ascii::escape_default(*c))
-                .map(char::from)
-                .collect();
+            let s: String = b.iter().take(64).flat_map(|c| std::ascii::escape_default(*c)).map(char::from).collect();
             if b.len() > 64 {
                 format!("{s}…({} bytes)", b.len())
             } else {
@@ -89,9 +84,7 @@ impl Frame {
     /// The text of a simple string, bulk string or error, lossily decoded.
     pub fn as_text(&self) -> Option<String> {
         match self {
-            Frame::Simple(b) | Frame::Bulk(b) | Frame::Error(b) => {
-                Some(String::from_utf8_lossy(b).into_owned())
-            }
+            Frame::Simple(b) | Frame::Bulk(b) | Frame::Error(b) => Some(String::from_utf8_lossy(b).into_owned()),
             Frame::Integer(i) => Some(i.to_string()),
             _ => None,
         }
@@ -184,11 +177,7 @@ fn parse_len(line: &[u8], what: &'static str, max: usize) -> Result<Option<usize
         return Err(Error::Malformed("negative length"));
     }
     if n as u64 > max as u64 {
-        return Err(Error::TooLarge {
-            what,
-            got: n as u64,
-            max: max as u64,
-        });
+        return Err(Error::TooLarge { what, got: n as u64, max: max as u64 });
     }
     Ok(Some(n as usize))
 }
@@ -202,15 +191,9 @@ pub fn frame_len(buf: &[u8], limits: &Limits) -> Result<usize, Error> {
 
 fn check_at(buf: &[u8], pos: usize, depth: usize, limits: &Limits) -> Result<usize, Error> {
     if depth > limits.depth_max {
-        return Err(Error::TooLarge {
-            what: "nesting depth",
-            got: depth as u64,
-            max: limits.depth_max as u64,
-        });
+        return Err(Error::TooLarge { what: "nesting depth", got: depth as u64, max: limits.depth_max as u64 });
     }
-    let Some(&tag) = buf.get(pos) else {
-        return Err(Error::Incomplete);
-    };
+    let Some(&tag) = buf.get(pos) else { return Err(Error::Incomplete) };
     let end = line_end(buf, pos + 1, limits)?;
     let line = &buf[pos + 1..end];
     let after = end + 2;
@@ -257,31 +240,20 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<(Frame, usize), Error> {
 /// Parse a frame already validated by `check_at`; cannot fail.
 fn parse_at(buf: &[u8], pos: usize) -> (Frame, usize) {
     let tag = buf[pos];
-    let end = pos
-        + 1
-        + buf[pos + 1..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("validated");
+    let end = pos + 1 + buf[pos + 1..].windows(2).position(|w| w == b"\r\n").expect("validated");
     let line = &buf[pos + 1..end];
     let after = end + 2;
     match tag {
         b'+' => (Frame::Simple(line.to_vec()), after - pos),
         b'-' => (Frame::Error(line.to_vec()), after - pos),
-        b':' => (
-            Frame::Integer(parse_int(line).expect("validated")),
-            after - pos,
-        ),
+        b':' => (Frame::Integer(parse_int(line).expect("validated")), after - pos),
         b'$' => {
             let n = parse_int(line).expect("validated");
             if n < 0 {
                 return (Frame::Null, after - pos);
             }
             let n = n as usize;
-            (
-                Frame::Bulk(buf[after..after + n].to_vec()),
-                after + n + 2 - pos,
-            )
+            (Frame::Bulk(buf[after..after + n].to_vec()), after + n + 2 - pos)
         }
         b'*' => {
             let n = parse_int(line).expect("validated");
@@ -316,11 +288,7 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<(Vec<Vec<u8>>, usize
                     for it in items {
                         match it {
                             Frame::Bulk(b) => args.push(b),
-                            _ => {
-                                return Err(Error::Malformed(
-                                    "command argument is not a bulk string",
-                                ))
-                            }
+                            _ => return Err(Error::Malformed("command argument is not a bulk string")),
                         }
                     }
                     Ok((args, used))
@@ -342,11 +310,7 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<(Vec<Vec<u8>>, usize
                 return Err(Error::Incomplete);
             };
             let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
-            let args = line
-                .split(|c| *c == b' ')
-                .filter(|a| !a.is_empty())
-                .map(<[u8]>::to_vec)
-                .collect();
+            let args = line.split(|c| *c == b' ').filter(|a| !a.is_empty()).map(<[u8]>::to_vec).collect();
             Ok((args, nl + 1))
         }
     }
@@ -397,12 +361,7 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame) {
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub fn fuzz_one(data: &[u8]) {
-    let limits = Limits {
-        bulk_len_max: 1 << 20,
-        array_len_max: 1 << 12,
-        depth_max: 8,
-        line_len_max: 1024,
-    };
+    let limits = Limits { bulk_len_max: 1 << 20, array_len_max: 1 << 12, depth_max: 8, line_len_max: 1024 };
     if let Ok((frame, used)) = parse(data, &limits) {
         assert!(used <= data.len());
         let mut out = Vec::new();
@@ -444,63 +403,27 @@ mod tests {
     fn every_prefix_is_incomplete() {
         let buf = b"*2\r\n$3\r\nSET\r\n$5\r\nhello\r\n";
         for i in 0..buf.len() {
-            assert_eq!(
-                frame_len(&buf[..i], &l()),
-                Err(Error::Incomplete),
-                "prefix {i}"
-            );
+            assert_eq!(frame_len(&buf[..i], &l()), Err(Error::Incomplete), "prefix {i}");
         }
         assert_eq!(frame_len(buf, &l()), Ok(buf.len()));
     }
 
     #[test]
     fn bounds_are_enforced_before_allocation() {
-        let small = Limits {
-            bulk_len_max: 10,
-            array_len_max: 2,
-            depth_max: 2,
-            line_len_max: 8,
-        };
-        assert!(matches!(
-            frame_len(b"$11\r\n", &small),
-            Err(Error::TooLarge { .. })
-        ));
-        assert!(matches!(
-            frame_len(b"*3\r\n", &small),
-            Err(Error::TooLarge { .. })
-        ));
-        assert!(matches!(
-            frame_len(b"*1\r\n*1\r\n*1\r\n*0\r\n", &small),
-            Err(Error::TooLarge { .. })
-        ));
-        assert!(matches!(
-            frame_len(b"+0123456789abc", &small),
-            Err(Error::TooLarge { .. })
-        ));
-        assert!(matches!(
-            frame_len(b"$99999999999999999999\r\n", &l()),
-            Err(Error::Malformed(_))
-        ));
+        let small = Limits { bulk_len_max: 10, array_len_max: 2, depth_max: 2, line_len_max: 8 };
+        assert!(matches!(frame_len(b"$11\r\n", &small), Err(Error::TooLarge { .. })));
+        assert!(matches!(frame_len(b"*3\r\n", &small), Err(Error::TooLarge { .. })));
+        assert!(matches!(frame_len(b"*1\r\n*1\r\n*1\r\n*0\r\n", &small), Err(Error::TooLarge { .. })));
+        assert!(matches!(frame_len(b"+0123456789abc", &small), Err(Error::TooLarge { .. })));
+        assert!(matches!(frame_len(b"$99999999999999999999\r\n", &l()), Err(Error::Malformed(_))));
     }
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(
-            frame_len(b"?x\r\n", &l()),
-            Err(Error::Malformed(_))
-        ));
-        assert!(matches!(
-            frame_len(b"$3\r\nabcXY", &l()),
-            Err(Error::Malformed(_))
-        ));
-        assert!(matches!(
-            frame_len(b":12a\r\n", &l()),
-            Err(Error::Malformed(_))
-        ));
-        assert!(matches!(
-            frame_len(b"*-2\r\n", &l()),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(frame_len(b"?x\r\n", &l()), Err(Error::Malformed(_))));
+        assert!(matches!(frame_len(b"$3\r\nabcXY", &l()), Err(Error::Malformed(_))));
+        assert!(matches!(frame_len(b":12a\r\n", &l()), Err(Error::Malformed(_))));
+        assert!(matches!(frame_len(b"*-2\r\n", &l()), Err(Error::Malformed(_))));
     }
 
     #[test]
@@ -509,10 +432,7 @@ mod tests {
         encode_command(&mut out, &["REPLCONF", "ACK", "10"]);
         let (args, used) = parse_command(&out, &l()).unwrap();
         assert_eq!(used, out.len());
-        assert_eq!(
-            args,
-            vec![b"REPLCONF".to_vec(), b"ACK".to_vec(), b"10".to_vec()]
-        );
+        assert_eq!(args, vec![b"REPLCONF".to_vec(), b"ACK".to_vec(), b"10".to_vec()]);
         let (args, used) = parse_command(b"PING  x\r\nrest", &l()).unwrap();
         assert_eq!((args, used), (vec![b"PING".to_vec(), b"x".to_vec()], 9));
         assert_eq!(parse_command(b"PIN", &l()), Err(Error::Incomplete));
@@ -522,12 +442,8 @@ mod tests {
     #[test]
     fn fuzz_smoke() {
         // A deterministic pseudo-random walk over mutated seeds: the fuzz target's invariants hold.
-        let seeds: [&[u8]; 4] = [
-            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
-            b"+OK\r\n",
-            b"$5\r\nhello\r\n",
-            b"*1\r\n*1\r\n:1\r\n",
-        ];
+        let seeds: [&[u8]; 4] =
+            [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"+OK\r\n", b"$5\r\nhello\r\n", b"*1\r\n*1\r\n:1\r\n"];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for i in 0..20_000 {
             let mut d = seeds[i % seeds.len()].to_vec();

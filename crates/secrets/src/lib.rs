@@ -2,9 +2,9 @@
 //! every user of the host) and never into logs.
 #![deny(missing_docs)]
 
+use transport::Token;
 use replication::replica::Auth;
 use std::path::{Path, PathBuf};
-use transport::Token;
 
 /// Why a secret could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -39,10 +39,7 @@ impl From<transport::auth::TokenTooShort> for SecretError {
 /// Read a secret from `file` if given, else from the environment variable `env`.
 pub fn read(file: Option<&Path>, env: &str) -> Result<Option<String>, SecretError> {
     if let Some(f) = file {
-        let s = std::fs::read_to_string(f).map_err(|source| SecretError::Read {
-            path: f.to_path_buf(),
-            source,
-        })?;
+        let s = std::fs::read_to_string(f).map_err(|source| SecretError::Read { path: f.to_path_buf(), source })?;
         let s = s.trim_end_matches(['\r', '\n']).to_string();
         if s.is_empty() {
             return Err(SecretError::Empty(f.to_path_buf()));
@@ -53,16 +50,9 @@ pub fn read(file: Option<&Path>, env: &str) -> Result<Option<String>, SecretErro
 }
 
 /// Credentials for a server: a user (not secret) and a password from a file or the environment.
-pub fn auth(
-    user: Option<&str>,
-    password_file: Option<&Path>,
-    env: &'static str,
-) -> Result<Option<Auth>, SecretError> {
+pub fn auth(user: Option<&str>, password_file: Option<&Path>, env: &'static str) -> Result<Option<Auth>, SecretError> {
     match read(password_file, env)? {
-        Some(password) => Ok(Some(Auth {
-            user: user.map(str::to_string),
-            password,
-        })),
+        Some(password) => Ok(Some(Auth { user: user.map(str::to_string), password })),
         None if user.is_some() => Err(SecretError::UserWithoutPassword(env)),
         None => Ok(None),
     }
@@ -80,17 +70,8 @@ pub fn token(file: Option<&Path>) -> Result<Token, SecretError> {
 pub fn tokens(file: Option<&Path>) -> Result<Vec<Token>, SecretError> {
     match read(file, "FASTREPL_TOKEN")? {
         Some(t) => {
-            let v: Vec<Token> = t
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(|l| Token::new(l.as_bytes()))
-                .collect::<Result<_, _>>()?;
-            Ok(if v.is_empty() {
-                vec![Token::empty()]
-            } else {
-                v
-            })
+            let v: Vec<Token> = t.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| Token::new(l.as_bytes())).collect::<Result<_, _>>()?;
+            Ok(if v.is_empty() { vec![Token::empty()] } else { v })
         }
         None => Ok(vec![Token::empty()]),
     }
@@ -106,18 +87,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("pw");
         std::fs::write(&f, "s3cret\n").unwrap();
-        assert_eq!(
-            read(Some(&f), "FASTREPL_SECRETS_TEST_UNSET")
-                .unwrap()
-                .as_deref(),
-            Some("s3cret")
-        );
+        assert_eq!(read(Some(&f), "FASTREPL_SECRETS_TEST_UNSET").unwrap().as_deref(), Some("s3cret"));
         std::fs::write(&f, "\n").unwrap();
         assert!(matches!(read(Some(&f), "X"), Err(SecretError::Empty(_))));
-        assert!(matches!(
-            auth(Some("u"), None, "FASTREPL_SECRETS_TEST_UNSET"),
-            Err(SecretError::UserWithoutPassword(_))
-        ));
+        assert!(matches!(auth(Some("u"), None, "FASTREPL_SECRETS_TEST_UNSET"), Err(SecretError::UserWithoutPassword(_))));
         std::fs::write(&f, "short").unwrap();
         assert!(matches!(token(Some(&f)), Err(SecretError::Token(_))));
         std::fs::remove_dir_all(&dir).unwrap();

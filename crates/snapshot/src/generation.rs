@@ -41,11 +41,7 @@ pub struct Generation {
 
 impl std::fmt::Debug for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Generation")
-            .field("id", &self.id)
-            .field("replid", &self.replid)
-            .field("offset", &self.offset)
-            .finish()
+        f.debug_struct("Generation").field("id", &self.id).field("replid", &self.replid).field("offset", &self.offset).finish()
     }
 }
 
@@ -53,57 +49,28 @@ impl Generation {
     /// A new generation for the RDB that follows `+FULLRESYNC <replid> <offset>`. `length` is known for
     /// the `$<len>` framing. In memory, or with `store` in two new files of it (the RDB, the log).
     /// Returns the shared generation and its only writer.
-    pub fn create(
-        id: u64,
-        replid: ReplId,
-        offset: u64,
-        length: Option<u64>,
-        config: Config,
-        store: Option<&Store>,
-    ) -> Result<(std::sync::Arc<Generation>, Writer), Error> {
-        assert!(
-            config.block_size > 0 && config.block_size <= limits::GENERATION_BLOCK_BYTES_MAX,
-            "block size out of range"
-        );
+    pub fn create(id: u64, replid: ReplId, offset: u64, length: Option<u64>, config: Config, store: Option<&Store>) -> Result<(std::sync::Arc<Generation>, Writer), Error> {
+        assert!(config.block_size > 0 && config.block_size <= limits::GENERATION_BLOCK_BYTES_MAX, "block size out of range");
         let capacity = match length {
-            Some(n) if n > config.snapshot_bytes_max => {
-                return Err(Error::TooLarge {
-                    max: config.snapshot_bytes_max,
-                })
-            }
+            Some(n) if n > config.snapshot_bytes_max => return Err(Error::TooLarge { max: config.snapshot_bytes_max }),
             // Room for the EOF mark too: it lands in the region before we know it is the mark.
             Some(n) => n,
             None => config.snapshot_bytes_max + replication::framing::EOF_MARK_LEN as u64,
         };
-        let holdback = if length.is_some() {
-            0
-        } else {
-            replication::framing::EOF_MARK_LEN as u64
-        };
+        let holdback = if length.is_some() { 0 } else { replication::framing::EOF_MARK_LEN as u64 };
         let (region, log, sink) = match store {
             None => {
-                let region = Region::create(&format!("fastrepl-gen-{id}"), capacity)
-                    .map_err(Error::Region)?;
+                let region = Region::create(&format!("fastrepl-gen-{id}"), capacity).map_err(Error::Region)?;
                 let map = region.map_writable().map_err(Error::Region)?;
                 (region, StreamLog::new(offset), Sink::Mapped(map))
             }
             Some(store) => {
                 let (file, path) = store.create(id, StoreFile::Snapshot)?;
-                let region = Region::in_file(file, path.clone(), capacity).map_err(|source| {
-                    StoreError::Io {
-                        op: "size the snapshot file",
-                        path,
-                        source,
-                    }
-                })?;
+                let region = Region::in_file(file, path.clone(), capacity).map_err(|source| StoreError::Io { op: "size the snapshot file", path, source })?;
                 let (log_file, log_path) = store.create(id, StoreFile::Log)?;
                 // One block and the held-back mark: the most the writer holds before it writes.
                 let buf = vec![0u8; (config.block_size + holdback) as usize];
-                (
-                    region,
-                    StreamLog::in_file(offset, log_file, log_path),
-                    Sink::Buffered { buf, used: 0 },
-                )
+                (region, StreamLog::in_file(offset, log_file, log_path), Sink::Buffered { buf, used: 0 })
             }
         };
         let gen = std::sync::Arc::new(Generation {
@@ -113,27 +80,10 @@ impl Generation {
             config,
             region,
             created: Instant::now(),
-            inner: Mutex::new(Inner {
-                published: 0,
-                checksums: Vec::new(),
-                length,
-                rdb_version: None,
-                state: State::Capturing,
-                error: None,
-                log,
-                version: 0,
-            }),
+            inner: Mutex::new(Inner { published: 0, checksums: Vec::new(), length, rdb_version: None, state: State::Capturing, error: None, log, version: 0 }),
             changed: Condvar::new(),
         });
-        let writer = Writer {
-            gen: gen.clone(),
-            sink,
-            written: 0,
-            holdback,
-            capacity,
-            published: 0,
-            head: [0; 9],
-        };
+        let writer = Writer { gen: gen.clone(), sink, written: 0, holdback, capacity, published: 0, head: [0; 9] };
         Ok((gen, writer))
     }
 
@@ -178,11 +128,7 @@ impl Generation {
             block_size: self.config.block_size,
             length: inner.length,
             published: inner.published,
-            checksums: inner
-                .checksums
-                .get(checksums_from..)
-                .unwrap_or(&[])
-                .to_vec(),
+            checksums: inner.checksums.get(checksums_from..).unwrap_or(&[]).to_vec(),
             rdb_version: inner.rdb_version,
             log_end: inner.log.complete_end(),
             state: inner.state,
@@ -194,10 +140,7 @@ impl Generation {
     /// Blocks readable now, and the total once the RDB's length is known.
     pub fn blocks(&self) -> (u64, Option<u64>) {
         let inner = self.lock();
-        (
-            inner.checksums.len() as u64,
-            inner.length.map(|l| l.div_ceil(self.config.block_size)),
-        )
+        (inner.checksums.len() as u64, inner.length.map(|l| l.div_ceil(self.config.block_size)))
     }
 
     /// Wait until something changed after `seen_version`, or the timeout; returns the new version.
@@ -214,20 +157,10 @@ impl Generation {
     pub fn check_readable(&self, offset: u64, len: u64) -> Result<(), Error> {
         let inner = self.lock();
         if inner.state == State::Failed {
-            return Err(Error::Failed {
-                generation: self.id,
-                reason: inner.error.clone().unwrap_or_default(),
-            });
+            return Err(Error::Failed { generation: self.id, reason: inner.error.clone().unwrap_or_default() });
         }
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > inner.published)
-        {
-            return Err(Error::NotPublished {
-                offset,
-                len,
-                published: inner.published,
-            });
+        if offset.checked_add(len).is_none_or(|end| end > inner.published) {
+            return Err(Error::NotPublished { offset, len, published: inner.published });
         }
         Ok(())
     }
@@ -239,22 +172,10 @@ impl Generation {
         let Some(path) = self.region.path() else {
             return Ok(());
         };
-        let io = |source| {
-            Error::Store(StoreError::Io {
-                op: "read a snapshot block from",
-                path: path.to_path_buf(),
-                source,
-            })
-        };
+        let io = |source| Error::Store(StoreError::Io { op: "read a snapshot block from", path: path.to_path_buf(), source });
         let have = self.region.file().metadata().map_err(io)?.len();
         if offset.saturating_add(len) > have {
-            return Err(io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                format!(
-                    "the file holds {have} bytes, {} published: truncated under the relay",
-                    offset + len
-                ),
-            )));
+            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("the file holds {have} bytes, {} published: truncated under the relay", offset + len))));
         }
         Ok(())
     }
@@ -275,14 +196,9 @@ impl Generation {
             return Ok(Appended::Refused);
         }
         inner.log.append(bytes, complete_end)?;
-        let full = inner.log.len() >= self.config.log_bytes_max
-            || self.created.elapsed() >= self.config.log_age_max;
+        let full = inner.log.len() >= self.config.log_bytes_max || self.created.elapsed() >= self.config.log_age_max;
         self.bump(&mut inner);
-        Ok(if full {
-            Appended::AtBound
-        } else {
-            Appended::Taken
-        })
+        Ok(if full { Appended::AtBound } else { Appended::Taken })
     }
 
     /// Record the state the relay's lifecycle decided (complete, sealed, failed), and why for the last
@@ -320,11 +236,7 @@ impl Generation {
         if self.region.path().is_some() {
             return 0;
         }
-        self.region
-            .file()
-            .metadata()
-            .map(|m| m.blocks() * 512)
-            .unwrap_or(0)
+        self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
 
     /// Bytes this generation's files take on the store's disk (allocated, so a sparse snapshot file
@@ -334,12 +246,7 @@ impl Generation {
         if self.region.path().is_none() {
             return 0;
         }
-        let rdb = self
-            .region
-            .file()
-            .metadata()
-            .map(|m| m.blocks() * 512)
-            .unwrap_or(0);
+        let rdb = self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0);
         rdb + self.lock().log.store_bytes()
     }
 
@@ -387,10 +294,7 @@ impl Writer {
 
     /// Room to read the next bytes into, at most `max`. Empty when the region is full.
     pub fn spare(&mut self, max: u64) -> &mut [u8] {
-        debug_assert!(
-            self.written >= self.published,
-            "room below the watermark: published bytes never change"
-        );
+        debug_assert!(self.written >= self.published, "room below the watermark: published bytes never change");
         let room = self.capacity.min(self.written.saturating_add(max)) - self.written;
         match &mut self.sink {
             Sink::Mapped(map) => {
@@ -444,9 +348,7 @@ impl Writer {
             let k = (self.head.len() - from as usize).min(n);
             self.head[from as usize..from as usize + k].copy_from_slice(&just[..k]);
         }
-        let version = (self.written >= self.head.len() as u64)
-            .then(|| replication::rdb::version(&self.head))
-            .flatten();
+        let version = (self.written >= self.head.len() as u64).then(|| replication::rdb::version(&self.head)).flatten();
         let publishable = self.written.saturating_sub(self.holdback);
         // Checksummed (and with a store written) outside the lock: readers take it at every request,
         // and only this writer moves the watermark.
@@ -484,35 +386,19 @@ impl Writer {
         if crcs.is_empty() {
             return;
         }
-        debug_assert!(
-            self.published > inner.published,
-            "the watermark only moves forward"
-        );
+        debug_assert!(self.published > inner.published, "the watermark only moves forward");
         inner.checksums.extend(crcs);
         inner.published = self.published;
-        debug_assert!(
-            inner.published <= self.written.saturating_sub(self.holdback) || inner.length.is_some(),
-            "never over held-back bytes"
-        );
-        debug_assert_eq!(
-            inner.checksums.len() as u64,
-            inner.published.div_ceil(bs),
-            "one checksum per published block"
-        );
+        debug_assert!(inner.published <= self.written.saturating_sub(self.holdback) || inner.length.is_some(), "never over held-back bytes");
+        debug_assert_eq!(inner.checksums.len() as u64, inner.published.div_ceil(bs), "one checksum per published block");
         self.gen.bump(&mut inner);
     }
 
     /// The payload is complete and its RDB bytes are `length` long (any EOF mark excluded): publish the
     /// last partial block. The generation's state is the relay's to record ([`Generation::record`]).
     pub fn finish(mut self, length: u64) -> Result<(), Error> {
-        assert!(
-            length <= self.written,
-            "RDB length beyond the bytes written"
-        );
-        assert!(
-            self.published <= length,
-            "published past the end of the RDB"
-        );
+        assert!(length <= self.written, "RDB length beyond the bytes written");
+        assert!(self.published <= length, "published past the end of the RDB");
         let bs = self.gen.config.block_size;
         // A store's buffer holds the bytes from here on.
         let base = self.published;
@@ -534,11 +420,7 @@ impl Writer {
         let mut inner = self.gen.lock();
         inner.checksums.extend(crcs);
         inner.published = self.published;
-        debug_assert_eq!(
-            inner.checksums.len() as u64,
-            length.div_ceil(bs),
-            "one checksum per published block"
-        );
+        debug_assert_eq!(inner.checksums.len() as u64, length.div_ceil(bs), "one checksum per published block");
         inner.length = Some(length);
         self.gen.bump(&mut inner);
         Ok(())
@@ -549,26 +431,10 @@ impl Writer {
 /// within about two blocks ([`write_back`]).
 fn write_block(gen: &Generation, bytes: &[u8], offset: u64) -> Result<(), Error> {
     let file = gen.region.file();
-    let path = || {
-        gen.region
-            .path()
-            .map(|p| p.to_path_buf())
-            .unwrap_or_default()
-    };
-    file.write_all_at(bytes, offset)
-        .map_err(|source| StoreError::Io {
-            op: "write a snapshot block to",
-            path: path(),
-            source,
-        })?;
+    let path = || gen.region.path().map(|p| p.to_path_buf()).unwrap_or_default();
+    file.write_all_at(bytes, offset).map_err(|source| StoreError::Io { op: "write a snapshot block to", path: path(), source })?;
     let bs = gen.config.block_size;
-    write_back(file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|source| {
-        StoreError::Io {
-            op: "write back the snapshot to",
-            path: path(),
-            source,
-        }
-    })?;
+    write_back(file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|source| StoreError::Io { op: "write back the snapshot to", path: path(), source })?;
     Ok(())
 }
 
@@ -582,11 +448,7 @@ mod tests {
     }
 
     fn cfg(bs: u64) -> Config {
-        Config {
-            block_size: bs,
-            snapshot_bytes_max: 1 << 20,
-            ..Default::default()
-        }
+        Config { block_size: bs, snapshot_bytes_max: 1 << 20, ..Default::default() }
     }
 
     #[test]
@@ -608,14 +470,7 @@ mod tests {
         let (d, _) = gen.descriptor(0);
         assert_eq!(d.published, 20);
         assert_eq!(d.length, Some(20));
-        assert_eq!(
-            d.checksums,
-            vec![
-                block_checksum(&data[..8]),
-                block_checksum(&data[8..16]),
-                block_checksum(&data[16..])
-            ]
-        );
+        assert_eq!(d.checksums, vec![block_checksum(&data[..8]), block_checksum(&data[8..16]), block_checksum(&data[16..])]);
         assert!(gen.check_readable(16, 4).is_ok());
         assert!(gen.check_readable(16, 5).is_err());
         // The memfd holds the bytes.
@@ -626,47 +481,30 @@ mod tests {
 
     #[test]
     fn length_framing_and_bounds() {
-        assert!(matches!(
-            Generation::create(1, rid(), 0, Some(2 << 20), cfg(8), None),
-            Err(Error::TooLarge { .. })
-        ));
+        assert!(matches!(Generation::create(1, rid(), 0, Some(2 << 20), cfg(8), None), Err(Error::TooLarge { .. })));
         let (gen, mut w) = Generation::create(1, rid(), 0, Some(16), cfg(8), None).unwrap();
         w.spare(100)[..16].copy_from_slice(b"REDIS0011abcdefg");
         w.commit(16).unwrap();
         assert!(w.is_full());
         let (d, _) = gen.descriptor(1);
-        assert_eq!(
-            (d.published, d.rdb_version, d.checksums.len()),
-            (16, Some(11), 1)
-        );
+        assert_eq!((d.published, d.rdb_version, d.checksums.len()), (16, Some(11), 1));
     }
 
     #[test]
     fn log_reads_stop_at_command_boundaries() {
         let (gen, w) = Generation::create(1, rid(), 100, Some(0), cfg(8), None).unwrap();
         w.finish(0).unwrap();
-        assert_eq!(
-            gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114)
-                .unwrap(),
-            Appended::Taken
-        );
+        assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114).unwrap(), Appended::Taken);
         assert_eq!(gen.read_log(101, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"");
         assert!(gen.read_log(99, 10).is_err());
         gen.append_log(b"\r\nPING\r\n", 128).unwrap();
         assert_eq!(gen.read_log(115, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         gen.record(State::Sealed, Some("log bound"));
-        assert_eq!(
-            gen.append_log(b"*1\r\n", 132).unwrap(),
-            Appended::Refused,
-            "a sealed generation takes no more log bytes"
-        );
+        assert_eq!(gen.append_log(b"*1\r\n", 132).unwrap(), Appended::Refused, "a sealed generation takes no more log bytes");
         assert_eq!(gen.read_log(129, 1000).unwrap(), b"");
         let (d, _) = gen.descriptor(0);
-        assert_eq!(
-            (d.state, d.error.as_deref()),
-            (State::Sealed, Some("log bound"))
-        );
+        assert_eq!((d.state, d.error.as_deref()), (State::Sealed, Some("log bound")));
     }
 
     /// Feed `all` in chunks of the given sizes (cycled), as a capture would, and finish at `len`.
@@ -682,12 +520,7 @@ mod tests {
             spare[..n].copy_from_slice(&all[done..done + n]);
             w.commit(n).unwrap();
             // The machine looks for the mark in the tail after every read.
-            assert_eq!(
-                w.tail(TAIL),
-                &all[(done + n).saturating_sub(TAIL)..done + n],
-                "tail at {}",
-                done + n
-            );
+            assert_eq!(w.tail(TAIL), &all[(done + n).saturating_sub(TAIL)..done + n], "tail at {}", done + n);
             done += n;
         }
     }
@@ -702,28 +535,15 @@ mod tests {
         all.extend_from_slice(&[b'M'; TAIL]);
         for sizes in [&[7usize][..], &[1, 64, 3], &[1000], &[48, 48, 5]] {
             let (mem, mut mw) = Generation::create(1, rid(), 10, None, cfg(64), None).unwrap();
-            let (disk, mut dw) =
-                Generation::create(2, rid(), 10, None, cfg(64), Some(&store)).unwrap();
+            let (disk, mut dw) = Generation::create(2, rid(), 10, None, cfg(64), Some(&store)).unwrap();
             feed(&mut mw, &all, sizes);
             feed(&mut dw, &all, sizes);
-            assert_eq!(
-                mem.descriptor(0).0.published,
-                disk.descriptor(0).0.published,
-                "{sizes:?}"
-            );
-            assert_eq!(
-                disk.descriptor(0).0.published,
-                960,
-                "never over the held-back mark"
-            );
+            assert_eq!(mem.descriptor(0).0.published, disk.descriptor(0).0.published, "{sizes:?}");
+            assert_eq!(disk.descriptor(0).0.published, 960, "never over the held-back mark");
             mw.finish(1000).unwrap();
             dw.finish(1000).unwrap();
             let (m, d) = (mem.descriptor(0).0, disk.descriptor(0).0);
-            assert_eq!(
-                (d.published, d.length, &d.checksums),
-                (1000, Some(1000), &m.checksums),
-                "{sizes:?}"
-            );
+            assert_eq!((d.published, d.length, &d.checksums), (1000, Some(1000), &m.checksums), "{sizes:?}");
             let mut buf = vec![0u8; 1000];
             disk.region().read_at(0, &mut buf).unwrap();
             assert_eq!(buf, data, "the file holds the RDB bytes, not the mark");
@@ -731,10 +551,7 @@ mod tests {
             let path = dir.join("gen-2.rdb");
             assert!(path.exists() && dir.join("gen-2.log").exists());
             drop(disk);
-            assert!(
-                !path.exists() && !dir.join("gen-2.log").exists(),
-                "a released generation's files are removed"
-            );
+            assert!(!path.exists() && !dir.join("gen-2.log").exists(), "a released generation's files are removed");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -743,8 +560,7 @@ mod tests {
     fn a_stored_log_and_a_truncated_file_are_told_by_name() {
         let dir = crate::store::tests::tempdir();
         let (store, _) = Store::open(&dir).unwrap();
-        let (gen, mut w) =
-            Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
+        let (gen, mut w) = Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
         // A length-framed RDB: reads end at block boundaries.
         for half in [&b"REDIS001"[..], b"1abcdefg"] {
             assert_eq!(w.spare(16).len(), 8, "one block's room at most");
@@ -753,38 +569,18 @@ mod tests {
         }
         w.finish(16).unwrap();
         assert_eq!(gen.descriptor(0).0.rdb_version, Some(11));
-        assert_eq!(
-            gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114)
-                .unwrap(),
-            Appended::Taken
-        );
+        assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n*1\r\n$4", 114).unwrap(), Appended::Taken);
         assert_eq!(gen.read_log(101, 1000).unwrap(), b"*1\r\n$4\r\nPING\r\n");
         assert_eq!(gen.read_log(105, 4).unwrap(), b"$4\r\n");
         assert_eq!(gen.log_len(), 20);
         assert!(gen.check_stored(0, 16).is_ok());
         // Someone truncates the files under the relay: an error naming the file, never fewer bytes.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("gen-1.rdb"))
-            .unwrap()
-            .set_len(8)
-            .unwrap();
+        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.rdb")).unwrap().set_len(8).unwrap();
         let e = gen.check_stored(8, 8).unwrap_err();
-        assert!(
-            matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb"),
-            "{e}"
-        );
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("gen-1.log"))
-            .unwrap()
-            .set_len(4)
-            .unwrap();
+        assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb"), "{e}");
+        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.log")).unwrap().set_len(4).unwrap();
         let e = gen.read_log(101, 1000).unwrap_err();
-        assert!(
-            matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.log"),
-            "{e}"
-        );
+        assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.log"), "{e}");
         drop(gen);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -41,12 +41,7 @@ impl std::fmt::Debug for StreamLog {
             Backing::Memory(_) => None,
             Backing::File { path, .. } => Some(path),
         };
-        f.debug_struct("StreamLog")
-            .field("start", &self.start)
-            .field("len", &self.len)
-            .field("complete_end", &self.complete_end)
-            .field("file", &path)
-            .finish()
+        f.debug_struct("StreamLog").field("start", &self.start).field("len", &self.len).field("complete_end", &self.complete_end).field("file", &path).finish()
     }
 }
 
@@ -62,27 +57,12 @@ impl Drop for StreamLog {
 impl StreamLog {
     /// An empty log in memory after offset `start`.
     pub fn new(start: u64) -> Self {
-        StreamLog {
-            start,
-            len: 0,
-            backing: Backing::Memory(Vec::new()),
-            complete_end: start,
-        }
+        StreamLog { start, len: 0, backing: Backing::Memory(Vec::new()), complete_end: start }
     }
 
     /// An empty log after offset `start` in a store's (new, empty) `file` at `path`.
     pub(crate) fn in_file(start: u64, file: File, path: PathBuf) -> Self {
-        StreamLog {
-            start,
-            len: 0,
-            backing: Backing::File {
-                file,
-                path,
-                kicked: 0,
-                waited: 0,
-            },
-            complete_end: start,
-        }
+        StreamLog { start, len: 0, backing: Backing::File { file, path, kicked: 0, waited: 0 }, complete_end: start }
     }
 
     /// Bytes held.
@@ -113,35 +93,16 @@ impl StreamLog {
     /// and its end stay what they were (bytes a failed write may have left past the end are never
     /// read).
     pub fn append(&mut self, bytes: &[u8], complete_end: u64) -> Result<(), Error> {
-        assert!(
-            complete_end >= self.complete_end,
-            "log offsets only move forward"
-        );
-        assert!(
-            complete_end <= self.start + self.len + bytes.len() as u64,
-            "complete end beyond the log"
-        );
+        assert!(complete_end >= self.complete_end, "log offsets only move forward");
+        assert!(complete_end <= self.start + self.len + bytes.len() as u64, "complete end beyond the log");
         match &mut self.backing {
             Backing::Memory(v) => v.extend_from_slice(bytes),
-            Backing::File {
-                file,
-                path,
-                kicked,
-                waited,
-            } => {
-                let io = |op: &'static str, source| {
-                    Error::Store(StoreError::Io {
-                        op,
-                        path: path.clone(),
-                        source,
-                    })
-                };
-                file.write_all_at(bytes, self.len)
-                    .map_err(|e| io("write the stream log to", e))?;
+            Backing::File { file, path, kicked, waited } => {
+                let io = |op: &'static str, source| Error::Store(StoreError::Io { op, path: path.clone(), source });
+                file.write_all_at(bytes, self.len).map_err(|e| io("write the stream log to", e))?;
                 let end = self.len + bytes.len() as u64;
                 if end - *kicked >= WRITE_BACK_BYTES {
-                    write_back(file, *waited, *kicked, end - *kicked)
-                        .map_err(|e| io("write back the stream log", e))?;
+                    write_back(file, *waited, *kicked, end - *kicked).map_err(|e| io("write back the stream log", e))?;
                     *waited = *kicked;
                     *kicked = end;
                 }
@@ -156,11 +117,7 @@ impl StreamLog {
     /// past the end of the last complete command.
     pub fn read(&self, from: u64, max: usize) -> Result<Vec<u8>, Error> {
         if from <= self.start || from > self.complete_end + 1 {
-            return Err(Error::LogRange {
-                from,
-                first: self.start + 1,
-                end: self.complete_end + 1,
-            });
+            return Err(Error::LogRange { from, first: self.start + 1, end: self.complete_end + 1 });
         }
         let i = from - self.start - 1;
         let end = (self.complete_end - self.start).min(i.saturating_add(max as u64));
@@ -169,13 +126,7 @@ impl StreamLog {
             Backing::File { file, path, .. } => {
                 let mut out = vec![0u8; (end - i) as usize];
                 // A short read (the file truncated under the relay) is an error, never fewer bytes.
-                file.read_exact_at(&mut out, i).map_err(|source| {
-                    Error::Store(StoreError::Io {
-                        op: "read the stream log from",
-                        path: path.clone(),
-                        source,
-                    })
-                })?;
+                file.read_exact_at(&mut out, i).map_err(|source| Error::Store(StoreError::Io { op: "read the stream log from", path: path.clone(), source }))?;
                 Ok(out)
             }
         }

@@ -30,34 +30,19 @@ impl Region {
     /// Create a memfd of `capacity` bytes (sparse).
     pub fn create(name: &str, capacity: u64) -> io::Result<Region> {
         use rustix::fs::{MemfdFlags, SealFlags};
-        let file = File::from(rustix::fs::memfd_create(
-            name,
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?);
+        let file = File::from(rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?);
         file.set_len(capacity)?;
         // Fix the size for good: agents map the region (shm transport), and a shrink would turn their
         // reads into SIGBUS. F_SEAL_SEAL keeps anyone holding the descriptor from undoing this.
         rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-        Ok(Region {
-            file,
-            capacity,
-            path: None,
-        })
+        Ok(Region { file, capacity, path: None })
     }
 
     /// A region in `file`, new in the store at `path`, sized to `capacity` (sparse). A regular file
     /// cannot be sealed: readers on this host get a descriptor they `pread` (a truncation is then a
     /// short read, an error), never a mapping that a truncation would turn into SIGBUS.
-    pub(crate) fn in_file(
-        file: File,
-        path: std::path::PathBuf,
-        capacity: u64,
-    ) -> io::Result<Region> {
-        let region = Region {
-            file,
-            capacity,
-            path: Some(path),
-        };
+    pub(crate) fn in_file(file: File, path: std::path::PathBuf, capacity: u64) -> io::Result<Region> {
+        let region = Region { file, capacity, path: Some(path) };
         region.file.set_len(capacity)?;
         Ok(region)
     }
@@ -80,9 +65,7 @@ impl Region {
     /// A new read-only descriptor of the same memory, to hand to agents: they can map it, but not
     /// writable, and cannot write through it.
     pub fn reopen_read_only(&self) -> io::Result<File> {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        std::fs::OpenOptions::new().read(true).open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 
     /// Raw descriptor.
@@ -104,11 +87,7 @@ impl Region {
         // SAFETY: the memfd is private to this process until its descriptor is handed out, and others
         // only ever read bytes below the published watermark, which this mapping no longer writes.
         // The file is never truncated while mapped.
-        unsafe {
-            memmap2::MmapOptions::new()
-                .len(self.capacity as usize)
-                .map_mut(&self.file)
-        }
+        unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }
     }
 }
 
@@ -119,21 +98,14 @@ impl Region {
 /// while the relay itself and the shm readers only ever `pread` or `sendfile` a store file.
 pub fn map_region_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
     let meta = file.metadata().map_err(MapError::Io)?;
-    let sealed =
-        rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
+    let sealed = rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
     if sealed || !meta.file_type().is_file() {
         return map_sealed_read_only(file, len);
     }
     if meta.len() < len {
-        return Err(MapError::TooShort {
-            have: meta.len(),
-            want: len,
-        });
+        return Err(MapError::TooShort { have: meta.len(), want: len });
     }
-    let len = usize::try_from(len).map_err(|_| MapError::TooShort {
-        have: usize::MAX as u64,
-        want: len,
-    })?;
+    let len = usize::try_from(len).map_err(|_| MapError::TooShort { have: usize::MAX as u64, want: len })?;
     // SAFETY: a read-only shared mapping of a store file at least `len` long (checked above). Bytes
     // below the published watermark never change again; a truncation would raise SIGBUS in this
     // process on access (see above: only the UCX side process, which the relay replaces, maps one).
@@ -149,8 +121,7 @@ pub fn is_sealed(file: &File) -> bool {
 /// relay's UCX registrations see a generation. Refuses a descriptor that is not sealed against
 /// shrinking, or shorter than `len`: a truncation under a mapping turns reads into SIGBUS.
 pub fn map_sealed_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
-    let sealed =
-        rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
+    let sealed = rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
     if !sealed {
         return Err(MapError::NotSealed);
     }
@@ -158,10 +129,7 @@ pub fn map_sealed_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapE
     if have < len {
         return Err(MapError::TooShort { have, want: len });
     }
-    let len = usize::try_from(len).map_err(|_| MapError::TooShort {
-        have: usize::MAX as u64,
-        want: len,
-    })?;
+    let len = usize::try_from(len).map_err(|_| MapError::TooShort { have: usize::MAX as u64, want: len })?;
     // SAFETY: a read-only shared mapping of a memfd that cannot shrink (sealed, checked above), so every
     // byte below `len` stays mapped. Its bytes below the published watermark never change again; bytes
     // above it may be written by the relay's single writer, which readers do not ask for (and every

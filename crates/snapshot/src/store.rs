@@ -84,49 +84,23 @@ impl StoreFile {
 impl Store {
     /// Open `dir` for this relay: lock it, then remove the generation files a killed relay left.
     pub fn open(dir: &Path) -> Result<(Store, Cleaned), StoreError> {
-        let meta = std::fs::metadata(dir).map_err(|source| StoreError::Missing {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
+        let meta = std::fs::metadata(dir).map_err(|source| StoreError::Missing { dir: dir.to_path_buf(), source })?;
         if !meta.is_dir() {
-            return Err(StoreError::Missing {
-                dir: dir.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
-            });
+            return Err(StoreError::Missing { dir: dir.to_path_buf(), source: io::Error::new(io::ErrorKind::NotADirectory, "not a directory") });
         }
         let lock_path = dir.join(LOCK_FILE);
         // Creating the lock file is also the check that the directory is writable.
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(|source| StoreError::Io {
-                op: "create the store's lock file",
-                path: lock_path.clone(),
-                source,
-            })?;
+        let lock = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&lock_path).map_err(|source| StoreError::Io {
+            op: "create the store's lock file",
+            path: lock_path.clone(),
+            source,
+        })?;
         match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(StoreError::Locked {
-                    dir: dir.to_path_buf(),
-                })
-            }
-            Err(e) => {
-                return Err(StoreError::Io {
-                    op: "lock the store",
-                    path: lock_path,
-                    source: e.into(),
-                })
-            }
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(StoreError::Locked { dir: dir.to_path_buf() }),
+            Err(e) => return Err(StoreError::Io { op: "lock the store", path: lock_path, source: e.into() }),
         }
-        let store = Store {
-            dir: dir.to_path_buf(),
-            _lock: lock,
-        };
+        let store = Store { dir: dir.to_path_buf(), _lock: lock };
         let cleaned = store.clean()?;
         Ok((store, cleaned))
     }
@@ -145,49 +119,27 @@ impl Store {
     /// such generation yet, so someone else wrote it), readable and writable by this user only.
     pub(crate) fn create(&self, id: u64, file: StoreFile) -> Result<(File, PathBuf), StoreError> {
         let path = self.path(id, file);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|source| StoreError::Io {
-                op: "create",
-                path: path.clone(),
-                source,
-            })?;
+        let f = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).custom_flags(libc::O_CLOEXEC).open(&path).map_err(|source| StoreError::Io {
+            op: "create",
+            path: path.clone(),
+            source,
+        })?;
         Ok((f, path))
     }
 
     /// Remove the files of a generation a killed relay left (`gen-<id>.rdb|log`), nothing else.
     fn clean(&self) -> Result<Cleaned, StoreError> {
         let mut cleaned = Cleaned::default();
-        let entries = std::fs::read_dir(&self.dir).map_err(|source| StoreError::Io {
-            op: "list the store",
-            path: self.dir.clone(),
-            source,
-        })?;
+        let entries = std::fs::read_dir(&self.dir).map_err(|source| StoreError::Io { op: "list the store", path: self.dir.clone(), source })?;
         for entry in entries {
-            let entry = entry.map_err(|source| StoreError::Io {
-                op: "list the store",
-                path: self.dir.clone(),
-                source,
-            })?;
+            let entry = entry.map_err(|source| StoreError::Io { op: "list the store", path: self.dir.clone(), source })?;
             let name = entry.file_name();
             if !is_generation_file(&name.to_string_lossy()) {
                 continue;
             }
             let path = entry.path();
-            let bytes = entry
-                .metadata()
-                .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
-                .unwrap_or(0);
-            std::fs::remove_file(&path).map_err(|source| StoreError::Io {
-                op: "remove a leftover generation file",
-                path: path.clone(),
-                source,
-            })?;
+            let bytes = entry.metadata().map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512).unwrap_or(0);
+            std::fs::remove_file(&path).map_err(|source| StoreError::Io { op: "remove a leftover generation file", path: path.clone(), source })?;
             cleaned.files += 1;
             cleaned.bytes += bytes;
         }
@@ -215,21 +167,14 @@ pub(crate) fn write_back(file: &File, wait_from: u64, offset: u64, len: u64) -> 
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     if offset > wait_from {
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-            | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
         // SAFETY: a plain syscall on a descriptor we own; no memory is passed.
-        if unsafe {
-            libc::sync_file_range(fd, wait_from as i64, (offset - wait_from) as i64, flags)
-        } != 0
-        {
+        if unsafe { libc::sync_file_range(fd, wait_from as i64, (offset - wait_from) as i64, flags) } != 0 {
             return Err(io::Error::last_os_error());
         }
     }
     // SAFETY: as above.
-    if unsafe { libc::sync_file_range(fd, offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE) }
-        != 0
-    {
+    if unsafe { libc::sync_file_range(fd, offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -244,15 +189,7 @@ pub(crate) mod tests {
         for ours in ["gen-1.rdb", "gen-42.log", "gen-0.rdb"] {
             assert!(is_generation_file(ours), "{ours}");
         }
-        for theirs in [
-            "gen-.rdb",
-            "gen-1.rdb.bak",
-            "gen-x.log",
-            "dump.rdb",
-            "gen-1",
-            LOCK_FILE,
-            "gen-1.aof",
-        ] {
+        for theirs in ["gen-.rdb", "gen-1.rdb.bak", "gen-x.log", "dump.rdb", "gen-1", LOCK_FILE, "gen-1.aof"] {
             assert!(!is_generation_file(theirs), "{theirs}");
         }
     }
@@ -267,10 +204,7 @@ pub(crate) mod tests {
         assert_eq!(cleaned.files, 2);
         assert!(cleaned.bytes >= 8192, "{cleaned:?}");
         assert!(!dir.join("gen-3.rdb").exists() && !dir.join("gen-3.log").exists());
-        assert!(
-            dir.join("notes.txt").exists(),
-            "a file not ours is left alone"
-        );
+        assert!(dir.join("notes.txt").exists(), "a file not ours is left alone");
         // A second relay on the same store is refused while the first holds it.
         let e = Store::open(&dir).unwrap_err();
         assert!(matches!(e, StoreError::Locked { .. }), "{e}");
@@ -288,8 +222,7 @@ pub(crate) mod tests {
     pub(crate) fn tempdir() -> PathBuf {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("fastrepl-store-test-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("fastrepl-store-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

@@ -6,9 +6,7 @@ pub(crate) struct Bits(Vec<u64>);
 
 impl Bits {
     pub(crate) fn get(&self, b: u64) -> bool {
-        self.0
-            .get((b / 64) as usize)
-            .is_some_and(|w| w & (1 << (b % 64)) != 0)
+        self.0.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0)
     }
 
     pub(crate) fn set(&mut self, b: u64, on: bool) {

@@ -154,9 +154,7 @@ impl Chooser {
     /// cache's room still unused.
     pub fn window_now(&self) -> u64 {
         let room = self.cache_blocks.saturating_sub(self.next_write);
-        self.window
-            .saturating_add(room)
-            .min(limits::WINDOW_BLOCKS_MAX.max(self.window))
+        self.window.saturating_add(room).min(limits::WINDOW_BLOCKS_MAX.max(self.window))
     }
 
     /// Allow `n` fetches from the relay at once (default 1). An agent alone, or one on the relay's host
@@ -211,12 +209,7 @@ impl Chooser {
     /// Peer `p` is rated slow: under [`SLOW_FRACTION`] of the median rated peer's rate, over at
     /// least two samples.
     pub fn is_slow(&self, p: AgentId) -> bool {
-        self.rates.get(&p).is_some_and(|r| {
-            r.samples >= 2
-                && self
-                    .yardstick
-                    .is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m)
-        })
+        self.rates.get(&p).is_some_and(|r| r.samples >= 2 && self.yardstick.is_some_and(|m| r.bytes_per_sec < SLOW_FRACTION * m))
     }
 
     /// Block `b` is being fetched.
@@ -246,31 +239,17 @@ impl Chooser {
     /// Blocks `0..n` were handed on to the replica: the window moves.
     pub fn written(&mut self, n: u64) {
         // Only what was held is handed on, and the window only moves forward.
-        debug_assert!(
-            n <= self.held_prefix().max(self.next_write),
-            "blocks up to {n} handed on, {} held in order",
-            self.held_prefix()
-        );
+        debug_assert!(n <= self.held_prefix().max(self.next_write), "blocks up to {n} handed on, {} held in order", self.held_prefix());
         self.next_write = self.next_write.max(n);
     }
 
     fn relay_busy(&self) -> bool {
-        self.in_flight
-            .values()
-            .filter(|f| **f == Origin::Relay)
-            .count()
-            >= self.relay_fetches_max()
+        self.in_flight.values().filter(|f| **f == Origin::Relay).count() >= self.relay_fetches_max()
     }
 
     /// Fetches from the relay that may start now.
     pub fn relay_slots(&self) -> usize {
-        self.relay_fetches_max()
-            - self
-                .in_flight
-                .values()
-                .filter(|f| **f == Origin::Relay)
-                .count()
-                .min(self.relay_fetches_max())
+        self.relay_fetches_max() - self.in_flight.values().filter(|f| **f == Origin::Relay).count().min(self.relay_fetches_max())
     }
 
     /// Fetches from peers that may start now.
@@ -280,16 +259,7 @@ impl Chooser {
 
     /// The peer of every read from a peer on the wire: those in flight and those moved elsewhere.
     fn peer_reads(&self) -> impl Iterator<Item = AgentId> + '_ {
-        self.in_flight
-            .values()
-            .filter_map(|f| {
-                if let Origin::Peer(p) = f {
-                    Some(*p)
-                } else {
-                    None
-                }
-            })
-            .chain(self.moved.iter().map(|(_, p)| *p))
+        self.in_flight.values().filter_map(|f| if let Origin::Peer(p) = f { Some(*p) } else { None }).chain(self.moved.iter().map(|(_, p)| *p))
     }
 
     /// Distinct peers with fetches in flight: the flows in use.
@@ -323,11 +293,7 @@ impl Chooser {
             open.push(p);
             flows += 1;
         }
-        open.retain(|p| {
-            self.load(*p) < self.depth
-                && !self.avoid.contains_key(p)
-                && !self.moved.iter().any(|(_, x)| x == p)
-        });
+        open.retain(|p| self.load(*p) < self.depth && !self.avoid.contains_key(p) && !self.moved.iter().any(|(_, x)| x == p));
         // In the peers' order, not the map's: the relay sorts what an agent sends the same way, and
         // the simulator's runs of one seed must give one outcome (the map's order differs per process).
         open.sort_unstable();
@@ -335,11 +301,7 @@ impl Chooser {
         Fetching {
             may_claim: self.may_claim(),
             open: if slots { open } else { Vec::new() },
-            flows_free: if slots {
-                self.peer_flows.saturating_sub(flows)
-            } else {
-                0
-            },
+            flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
         }
     }
 
@@ -363,9 +325,7 @@ impl Chooser {
             return Vec::new();
         }
         let end = (self.next_write + self.window_now()).min(self.published);
-        let mut v: Vec<u64> = (self.next_write..end)
-            .filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b))
-            .collect();
+        let mut v: Vec<u64> = (self.next_write..end).filter(|b| !self.have[*b as usize] && !self.in_flight.contains_key(b)).collect();
         let own_end = self.window_end();
         v.sort_by_key(|b| (*b >= own_end, order(*b)));
         v
@@ -421,11 +381,7 @@ impl Chooser {
                 // A peer a read was moved away from is slow for us: not asked again while that read is
                 // on the wire (a new read would queue behind it on the same connection).
                 let moved_from = |p: &AgentId| self.moved.iter().any(|(_, x)| x == p);
-                let usable: Vec<AgentId> = ps
-                    .iter()
-                    .copied()
-                    .filter(|p| !self.avoid.contains_key(p) && !busy(p) && !moved_from(p))
-                    .collect();
+                let usable: Vec<AgentId> = ps.iter().copied().filter(|p| !self.avoid.contains_key(p) && !busy(p) && !moved_from(p)).collect();
                 let fast: Vec<AgentId> = usable.iter().copied().filter(|p| !slow(p)).collect();
                 let pool = if fast.is_empty() { usable } else { fast };
                 let load = |p: &AgentId| self.load(*p);
@@ -436,10 +392,7 @@ impl Chooser {
                 Origin::Peer(*pool.iter().filter(|p| open(p)).min_by_key(|p| load(p))?)
             }
         };
-        debug_assert!(
-            !self.in_flight.contains_key(&b),
-            "block {b} chosen while it is being fetched"
-        );
+        debug_assert!(!self.in_flight.contains_key(&b), "block {b} chosen while it is being fetched");
         self.in_flight.insert(b, from);
         if let (Origin::Peer(_), Some(now)) = (from, now) {
             self.since.insert(b, now);
@@ -452,35 +405,11 @@ impl Chooser {
     /// relay's fetches, the peers' fetches, and the peers fetched from at once; the blocks held are
     /// some of those published.
     fn debug_check(&self) {
-        let relay = self
-            .in_flight
-            .values()
-            .filter(|f| **f == Origin::Relay)
-            .count();
-        debug_assert!(
-            relay <= self.relay_fetches_max(),
-            "{relay} relay fetches of {}",
-            self.relay_fetches_max()
-        );
-        debug_assert!(
-            self.peer_fetches() <= self.peer_fetches_max(),
-            "{} peer fetches of {}",
-            self.peer_fetches(),
-            self.peer_fetches_max()
-        );
-        debug_assert!(
-            self.peers_fetched_from() <= self.peer_flows,
-            "{} peers fetched from of {}",
-            self.peers_fetched_from(),
-            self.peer_flows
-        );
-        debug_assert!(
-            self.held <= self.published && self.have.len() as u64 == self.published,
-            "{} held of {} published ({} known)",
-            self.held,
-            self.published,
-            self.have.len()
-        );
+        let relay = self.in_flight.values().filter(|f| **f == Origin::Relay).count();
+        debug_assert!(relay <= self.relay_fetches_max(), "{relay} relay fetches of {}", self.relay_fetches_max());
+        debug_assert!(self.peer_fetches() <= self.peer_fetches_max(), "{} peer fetches of {}", self.peer_fetches(), self.peer_fetches_max());
+        debug_assert!(self.peers_fetched_from() <= self.peer_flows, "{} peers fetched from of {}", self.peers_fetched_from(), self.peer_flows);
+        debug_assert!(self.held <= self.published && self.have.len() as u64 == self.published, "{} held of {} published ({} known)", self.held, self.published, self.have.len());
     }
 
     /// Block `b` arrived from `from` and passed its checksum, `bytes` in `secs`.
@@ -504,20 +433,10 @@ impl Chooser {
         let r = self.rates.entry(p).or_default();
         let sample = bytes as f64 / secs.max(1e-6);
         // A moving average: a peer that became slow is noticed within a few blocks.
-        r.bytes_per_sec = if r.samples == 0 {
-            sample
-        } else {
-            0.5 * r.bytes_per_sec + 0.5 * sample
-        };
+        r.bytes_per_sec = if r.samples == 0 { sample } else { 0.5 * r.bytes_per_sec + 0.5 * sample };
         r.samples += 1;
         if r.samples >= 2 {
-            self.yardstick = median(
-                self.rates
-                    .values()
-                    .filter(|r| r.samples >= 2)
-                    .map(|r| r.bytes_per_sec)
-                    .collect(),
-            );
+            self.yardstick = median(self.rates.values().filter(|r| r.samples >= 2).map(|r| r.bytes_per_sec).collect());
         }
     }
 
@@ -528,18 +447,13 @@ impl Chooser {
     /// before the holder was known to be slow would hold its block back for the holder's whole
     /// arrival (issue 33: 9–14 s for a block the others read in 1).
     pub fn overdue(&self, now: Instant) -> Vec<u64> {
-        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else {
-            return Vec::new();
-        };
+        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
         let mut v: Vec<u64> = self
             .since
             .iter()
             .filter(|(b, at)| {
-                let Some(Origin::Peer(p)) = self.in_flight.get(b) else {
-                    return false;
-                };
-                self.is_slow(*p)
-                    || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
+                let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
+                self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
             })
             .map(|(b, _)| *b)
             .collect();
@@ -563,22 +477,13 @@ impl Chooser {
     /// when the peer is rated slow already: a read moved for that may be a moment old, and its
     /// "rate" (a block over that moment) would make the peer look fast.
     pub fn move_away(&mut self, b: u64, now: Instant) -> Option<AgentId> {
-        let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else {
-            return None;
-        };
+        let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
         if let Some(at) = self.since.remove(&b) {
-            let head = !self
-                .since
-                .iter()
-                .any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
+            let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
             let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
             if self.block_bytes > 0 && head && first && !self.is_slow(p) {
-                self.sample(
-                    p,
-                    self.block_bytes,
-                    now.saturating_duration_since(at).as_secs_f64(),
-                );
+                self.sample(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
                 self.rated_at_move.push((b, p));
             }
         }
@@ -591,17 +496,14 @@ impl Chooser {
     /// [`Chooser::done_moved`] (unless the replacement gave it first); its miss concerns the peer
     /// only (the replacement stands).
     pub fn moved_ended(&mut self, b: u64, p: AgentId) -> bool {
-        let Some(i) = self.moved.iter().position(|x| *x == (b, p)) else {
-            return false;
-        };
+        let Some(i) = self.moved.iter().position(|x| *x == (b, p)) else { return false };
         self.moved.swap_remove(i);
         if !self.moved.iter().any(|(_, x)| *x == p) {
             self.cut.retain(|x| *x != p);
         }
         // Kept for this read's `done_moved`, if it comes next; those of reads ended before go.
         let moved = &self.moved;
-        self.rated_at_move
-            .retain(|r| *r == (b, p) || moved.contains(r));
+        self.rated_at_move.retain(|r| *r == (b, p) || moved.contains(r));
         true
     }
 
@@ -615,8 +517,7 @@ impl Chooser {
     pub fn to_cut(&self) -> Vec<AgentId> {
         let mut v: Vec<AgentId> = Vec::new();
         for (_, p) in &self.moved {
-            let only_duplicates = self.moved.iter().all(|(b, x)| x != p || self.holds(*b))
-                && !self.in_flight.values().any(|f| *f == Origin::Peer(*p));
+            let only_duplicates = self.moved.iter().all(|(b, x)| x != p || self.holds(*b)) && !self.in_flight.values().any(|f| *f == Origin::Peer(*p));
             if only_duplicates && !self.cut.contains(p) && !v.contains(p) {
                 v.push(*p);
             }
@@ -657,10 +558,7 @@ impl Chooser {
     fn got(&mut self, b: u64, bytes: u64, secs: f64) {
         if bytes > 0 {
             let sample = secs / bytes as f64;
-            self.own_secs_per_byte = Some(
-                self.own_secs_per_byte
-                    .map_or(sample, |o| 0.75 * o + 0.25 * sample),
-            );
+            self.own_secs_per_byte = Some(self.own_secs_per_byte.map_or(sample, |o| 0.75 * o + 0.25 * sample));
             self.block_bytes = self.block_bytes.max(bytes);
         }
         if let Some(h) = self.have.get_mut(b as usize) {
@@ -690,12 +588,7 @@ impl Chooser {
 
     /// A peer is gone: every fetch from it failed.
     pub fn peer_gone(&mut self, p: AgentId) -> Vec<u64> {
-        let mut lost: Vec<u64> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| **f == Origin::Peer(p))
-            .map(|(b, _)| *b)
-            .collect();
+        let mut lost: Vec<u64> = self.in_flight.iter().filter(|(_, f)| **f == Origin::Peer(p)).map(|(b, _)| *b).collect();
         lost.sort_unstable();
         for b in &lost {
             self.in_flight.remove(b);
@@ -727,71 +620,22 @@ mod tests {
     fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
         let mut c = Chooser::new(16, 2).with_depth(2);
         c.published(16);
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: true,
-                open: Vec::new(),
-                flows_free: 2
-            }
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
         assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: true,
-                open: vec![4],
-                flows_free: 1
-            },
-            "room for a second read from peer 4 and on the relay's flow"
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: true, open: vec![4], flows_free: 1 }, "room for a second read from peer 4 and on the relay's flow");
         assert_eq!(c.choose(2, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(3, &Answer::Relay), Some(Origin::Relay));
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: false,
-                open: Vec::new(),
-                flows_free: 1
-            },
-            "peer 4's connection is at its depth"
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: Vec::new(), flows_free: 1 }, "peer 4's connection is at its depth");
         assert_eq!(c.choose(4, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: false,
-                open: vec![5],
-                flows_free: 0
-            }
-        );
-        assert_eq!(
-            c.choose(5, &Answer::Peers(vec![6])),
-            None,
-            "no flow free: the tracker was told"
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![5], flows_free: 0 });
+        assert_eq!(c.choose(5, &Answer::Peers(vec![6])), None, "no flow free: the tracker was told");
         // Peer 4's first read arrives; peer 5's turns out corrupt while a second read from it is out.
         c.done(0, 1, 1.0);
         assert_eq!(c.choose(6, &Answer::Peers(vec![5])), Some(Origin::Peer(5)));
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: false,
-                open: vec![4],
-                flows_free: 0
-            }
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 });
         c.failed(4, true);
-        assert_eq!(
-            c.fetching(),
-            Fetching {
-                may_claim: false,
-                open: vec![4],
-                flows_free: 0
-            },
-            "peer 5 has room on its connection, but it is avoided: never offered as open"
-        );
+        assert_eq!(c.fetching(), Fetching { may_claim: false, open: vec![4], flows_free: 0 }, "peer 5 has room on its connection, but it is avoided: never offered as open");
     }
 
     #[test]
@@ -821,11 +665,7 @@ mod tests {
         c.done(0, 100, 1.0);
         c.written(1);
         assert_eq!(c.wanted(|_| 0), vec![1, 3]);
-        assert_eq!(
-            c.wanted(|b| if b == 1 { 5 } else { 0 }),
-            vec![3, 1],
-            "rarest first"
-        );
+        assert_eq!(c.wanted(|b| if b == 1 { 5 } else { 0 }), vec![3, 1], "rarest first");
         assert_eq!(c.held(), 1);
     }
 
@@ -833,27 +673,15 @@ mod tests {
     fn the_window_looks_further_ahead_by_the_room_the_serve_cache_does_not_use_yet() {
         let mut c = Chooser::new(3, 8).with_relay_fetches(8).with_cache_room(4);
         c.published(20);
-        assert_eq!(
-            c.window_now(),
-            7,
-            "nothing handed on: the cache's four blocks are the window's"
-        );
+        assert_eq!(c.window_now(), 7, "nothing handed on: the cache's four blocks are the window's");
         assert_eq!(c.wanted(|_| 0), (0..7).collect::<Vec<_>>());
         for b in 0..3 {
             assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
             c.done(b, 10, 1.0);
         }
         c.written(3);
-        assert_eq!(
-            c.window_now(),
-            4,
-            "three handed on, in the cache: one block of room left"
-        );
-        assert_eq!(
-            c.wanted(|_| 0),
-            (3..7).collect::<Vec<_>>(),
-            "the window's end stays where it was: blocks in memory stay within window and cache"
-        );
+        assert_eq!(c.window_now(), 4, "three handed on, in the cache: one block of room left");
+        assert_eq!(c.wanted(|_| 0), (3..7).collect::<Vec<_>>(), "the window's end stays where it was: blocks in memory stay within window and cache");
         for b in 3..6 {
             assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
             c.done(b, 10, 1.0);
@@ -862,11 +690,7 @@ mod tests {
         assert_eq!(c.window_now(), 3, "the cache is full: the window alone");
         assert_eq!(c.wanted(|_| 0), vec![6, 7, 8]);
         let wide = Chooser::new(limits::WINDOW_BLOCKS_MAX - 1, 1).with_cache_room(1 << 20);
-        assert_eq!(
-            wide.window_now(),
-            limits::WINDOW_BLOCKS_MAX,
-            "never wider than the largest window"
-        );
+        assert_eq!(wide.window_now(), limits::WINDOW_BLOCKS_MAX, "never wider than the largest window");
         assert_eq!(Chooser::new(3, 1).window_now(), 3, "no cache (a pull from the relay alone, or an agent that does not serve): the window as asked");
     }
 
@@ -876,15 +700,8 @@ mod tests {
         c.published(10);
         // Blocks 2..5 rarer than 0 and 1 (a lower order): the window's own still come first, so that
         // the blocks the replica needs next are fetched while their holders still keep them.
-        assert_eq!(
-            c.wanted(|b| if b < 2 { 9 } else { 10 - b }),
-            vec![0, 1, 4, 3, 2]
-        );
-        assert_eq!(
-            c.window_end(),
-            2,
-            "what the agent tells the relay, which answers in the same order"
-        );
+        assert_eq!(c.wanted(|b| if b < 2 { 9 } else { 10 - b }), vec![0, 1, 4, 3, 2]);
+        assert_eq!(c.window_end(), 2, "what the agent tells the relay, which answers in the same order");
     }
 
     #[test]
@@ -893,42 +710,18 @@ mod tests {
         c.published(16);
         assert_eq!((c.relay_slots(), c.peer_slots()), (3, 6));
         assert_eq!(c.choose(0, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
-        assert_eq!(
-            c.choose(1, &Answer::Peers(vec![1, 2])),
-            Some(Origin::Peer(2)),
-            "a second flow before a deeper first one"
-        );
-        assert_eq!(
-            c.choose(2, &Answer::Peers(vec![3])),
-            None,
-            "two flows in use: a third peer waits"
-        );
-        assert_eq!(
-            c.choose(2, &Answer::Peers(vec![3, 1])),
-            Some(Origin::Peer(1)),
-            "pipelined on a flow in use"
-        );
+        assert_eq!(c.choose(1, &Answer::Peers(vec![1, 2])), Some(Origin::Peer(2)), "a second flow before a deeper first one");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "two flows in use: a third peer waits");
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3, 1])), Some(Origin::Peer(1)), "pipelined on a flow in use");
         assert_eq!(c.choose(3, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
-        assert_eq!(
-            c.choose(4, &Answer::Peers(vec![1])),
-            None,
-            "peer 1 has three reads in flight: the depth"
-        );
+        assert_eq!(c.choose(4, &Answer::Peers(vec![1])), None, "peer 1 has three reads in flight: the depth");
         assert_eq!(c.peer_slots(), 2);
         for b in 5..8 {
-            assert_eq!(
-                c.choose(b, &Answer::Relay),
-                Some(Origin::Relay),
-                "three reads on the relay's flow"
-            );
+            assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay), "three reads on the relay's flow");
         }
         assert!(!c.may_claim());
         c.done(1, 10, 1.0);
-        assert_eq!(
-            c.choose(8, &Answer::Peers(vec![3])),
-            Some(Origin::Peer(3)),
-            "peer 2's flow is free: a new peer may take it"
-        );
+        assert_eq!(c.choose(8, &Answer::Peers(vec![3])), Some(Origin::Peer(3)), "peer 2's flow is free: a new peer may take it");
     }
 
     #[test]
@@ -937,19 +730,9 @@ mod tests {
         let mut c = Chooser::new(10, 2);
         c.published(10);
         c.refused(4, t);
-        assert_eq!(
-            c.choose_at(0, &Answer::Peers(vec![4, 5]), t),
-            Some(Origin::Peer(5))
-        );
-        assert_eq!(
-            c.choose_at(1, &Answer::Peers(vec![4]), t),
-            None,
-            "its only holder is busy: another block takes the slot"
-        );
-        assert_eq!(
-            c.choose_at(1, &Answer::Peers(vec![4]), t + BUSY_BACKOFF),
-            Some(Origin::Peer(4))
-        );
+        assert_eq!(c.choose_at(0, &Answer::Peers(vec![4, 5]), t), Some(Origin::Peer(5)));
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t), None, "its only holder is busy: another block takes the slot");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t + BUSY_BACKOFF), Some(Origin::Peer(4)));
         c.done(1, 10, 1.0);
         c.refused(4, t + BUSY_GIVE_UP);
         assert!(!c.avoids(4), "it served a block since: the clock restarts");
@@ -963,10 +746,7 @@ mod tests {
             at += BUSY_BACKOFF;
         }
         c.refused(4, at);
-        assert!(
-            c.avoids(4),
-            "busy at every ask for {BUSY_GIVE_UP:?} without serving anything: avoided"
-        );
+        assert!(c.avoids(4), "busy at every ask for {BUSY_GIVE_UP:?} without serving anything: avoided");
     }
 
     #[test]
@@ -975,24 +755,11 @@ mod tests {
         c.published(100);
         // Peers 1–3 at their fair share (1000 B/s); peer 4's second block was already in the socket's
         // buffer (a millisecond): with the mean as the yardstick, 1–3 fell below a quarter of it.
-        for (b, p, secs) in [
-            (0, 1, 1.0),
-            (1, 2, 1.0),
-            (2, 3, 1.0),
-            (3, 4, 1.0),
-            (4, 1, 1.0),
-            (5, 2, 1.0),
-            (6, 3, 1.0),
-            (7, 4, 0.001),
-        ] {
+        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0), (4, 1, 1.0), (5, 2, 1.0), (6, 3, 1.0), (7, 4, 0.001)] {
             c.choose(b, &Answer::Peers(vec![p]));
             c.done(b, 1000, secs);
         }
-        assert_eq!(
-            c.choose(10, &Answer::Peers(vec![1, 4])),
-            Some(Origin::Peer(1)),
-            "peer 1 is not slow: the first of two equally loaded is taken"
-        );
+        assert_eq!(c.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "peer 1 is not slow: the first of two equally loaded is taken");
         // With two rated peers only, the burst does not make the other one slow either.
         let mut two = Chooser::new(100, 100);
         two.published(100);
@@ -1000,21 +767,13 @@ mod tests {
             two.choose(b, &Answer::Peers(vec![p]));
             two.done(b, 1000, secs);
         }
-        assert_eq!(
-            two.choose(10, &Answer::Peers(vec![1, 4])),
-            Some(Origin::Peer(1)),
-            "of two peers, the faster is not the yardstick"
-        );
+        assert_eq!(two.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "of two peers, the faster is not the yardstick");
         // A peer five times slower than the rest still is.
         for (b, p, secs) in [(20, 5, 5.0), (21, 5, 5.0)] {
             c.choose(b, &Answer::Peers(vec![p]));
             c.done(b, 1000, secs);
         }
-        assert_eq!(
-            c.choose(22, &Answer::Peers(vec![5, 2])),
-            Some(Origin::Peer(2)),
-            "slow peer 5 avoided"
-        );
+        assert_eq!(c.choose(22, &Answer::Peers(vec![5, 2])), Some(Origin::Peer(2)), "slow peer 5 avoided");
     }
 
     #[test]
@@ -1024,77 +783,36 @@ mod tests {
         let mut c = paced(t);
         assert_eq!(c.choose_at(15, &Answer::Relay, t), Some(Origin::Relay));
         c.done(15, 10, 0.01);
-        assert_eq!(
-            c.choose_at(1, &Answer::Peers(vec![7]), t),
-            Some(Origin::Peer(7))
-        );
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert!(c.overdue(t + secs(MOVE_AFTER * 0.9)).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
         let later = t + secs(MOVE_AFTER + 0.1);
         assert_eq!(c.overdue(later), vec![1]);
         assert_eq!(c.move_away(1, later), Some(7));
-        assert!(
-            !c.in_flight(1) && c.wanted(|_| 0).contains(&1),
-            "the block is wanted again"
-        );
-        assert_eq!(
-            c.fetching().flows_free,
-            1,
-            "the moved read still holds its flow"
-        );
-        assert_eq!(
-            c.choose_at(1, &Answer::Peers(vec![7]), t),
-            None,
-            "not from the peer it moved away from"
-        );
-        assert_eq!(
-            c.choose_at(1, &Answer::Relay, t),
-            Some(Origin::Relay),
-            "a whole holder or the relay instead"
-        );
+        assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");
+        assert_eq!(c.fetching().flows_free, 1, "the moved read still holds its flow");
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), None, "not from the peer it moved away from");
+        assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay), "a whole holder or the relay instead");
         // The moved read ends first, with the block: held, and the replacement is a duplicate.
         assert!(c.moved_ended(1, 7) && !c.moved_ended(1, 7));
         c.done_moved(1, 7, 1000, 6.0);
-        assert!(
-            c.holds(1) && c.in_flight(1),
-            "the replacement is still on the wire"
-        );
+        assert!(c.holds(1) && c.in_flight(1), "the replacement is still on the wire");
         assert_eq!(c.fetching().flows_free, 2, "the moved read's flow is free");
         assert_eq!(c.failed(1, false), Some(Origin::Relay));
         assert_eq!(c.held(), 3);
         // A peer rated slow since: its reads move at once (peer 7, rated slow, is one of the four
         // rated: three fast ones keep the median where it was).
-        for (b, p, took) in [
-            (2, 4, 1.0),
-            (3, 5, 1.0),
-            (4, 4, 1.0),
-            (5, 5, 1.0),
-            (9, 9, 1.0),
-            (10, 9, 1.0),
-        ] {
+        for (b, p, took) in [(2, 4, 1.0), (3, 5, 1.0), (4, 4, 1.0), (5, 5, 1.0), (9, 9, 1.0), (10, 9, 1.0)] {
             c.choose_at(b, &Answer::Peers(vec![p]), t);
             c.done(b, 1000, took);
         }
-        assert_eq!(
-            c.rates[&7].samples, 1,
-            "a read rated at its move and then ended with its block: one read, one sample"
-        );
-        assert_eq!(
-            c.choose_at(6, &Answer::Peers(vec![6]), t),
-            Some(Origin::Peer(6))
-        );
-        assert_eq!(
-            c.choose_at(7, &Answer::Peers(vec![6]), t),
-            Some(Origin::Peer(6))
-        );
+        assert_eq!(c.rates[&7].samples, 1, "a read rated at its move and then ended with its block: one read, one sample");
+        assert_eq!(c.choose_at(6, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
+        assert_eq!(c.choose_at(7, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         c.done(6, 1000, 10.0);
         assert!(c.overdue(t).is_empty(), "one slow sample is no rating");
         c.choose_at(8, &Answer::Peers(vec![6]), t);
         c.done(7, 1000, 10.0);
-        assert_eq!(
-            c.overdue(t),
-            vec![8],
-            "peer 6 is rated slow: its read still on the wire moves"
-        );
+        assert_eq!(c.overdue(t), vec![8], "peer 6 is rated slow: its read still on the wire moves");
         c.move_away(8, t);
         assert!(c.is_slow(6), "a read moved the moment it started, its peer being slow already, does not rate it fast");
         // A peer gone takes its moved reads with it.
@@ -1113,35 +831,20 @@ mod tests {
             c.done(b, 1000, 1.0);
         }
         // Two reads pipelined on one connection to peer 7, both overdue: moved together.
-        assert_eq!(
-            c.choose_at(7, &Answer::Peers(vec![7]), t),
-            Some(Origin::Peer(7))
-        );
-        assert_eq!(
-            c.choose_at(8, &Answer::Peers(vec![7]), t + secs(0.5)),
-            Some(Origin::Peer(7))
-        );
+        assert_eq!(c.choose_at(7, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(8, &Answer::Peers(vec![7]), t + secs(0.5)), Some(Origin::Peer(7)));
         let later = t + secs(MOVE_AFTER + 1.0);
         assert_eq!(c.overdue(later), vec![7, 8]);
         c.refused(7, t);
         c.move_away(8, later);
-        assert!(
-            !c.rates.contains_key(&7),
-            "the read queued behind another is no sample"
-        );
+        assert!(!c.rates.contains_key(&7), "the read queued behind another is no sample");
         c.move_away(7, later);
         assert_eq!(c.rates[&7].samples, 1, "the head of the connection is");
-        assert!(
-            c.busy_since.contains_key(&7),
-            "a move is no block served: a refusal streak goes on"
-        );
+        assert!(c.busy_since.contains_key(&7), "a move is no block served: a refusal streak goes on");
         assert!(!c.is_slow(7), "one slow episode is one sample, no rating");
         // The cut ends both; a second slow episode rates the peer slow.
         assert!(c.moved_ended(7, 7) && c.moved_ended(8, 7));
-        assert_eq!(
-            c.choose_at(9, &Answer::Peers(vec![7]), later),
-            Some(Origin::Peer(7))
-        );
+        assert_eq!(c.choose_at(9, &Answer::Peers(vec![7]), later), Some(Origin::Peer(7)));
         c.move_away(9, later + secs(MOVE_AFTER + 1.0));
         assert!(c.is_slow(7));
     }
@@ -1152,37 +855,21 @@ mod tests {
         let secs = Duration::from_secs_f64;
         let mut c = paced(t);
         assert!(c.to_cut().is_empty(), "nothing moved: nothing cut");
-        assert_eq!(
-            c.choose_at(1, &Answer::Peers(vec![7]), t),
-            Some(Origin::Peer(7))
-        );
-        assert_eq!(
-            c.choose_at(2, &Answer::Peers(vec![7]), t),
-            Some(Origin::Peer(7))
-        );
+        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
+        assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert!(c.to_cut().is_empty(), "reads in flight, none moved");
         let later = t + secs(MOVE_AFTER + 0.1);
         assert_eq!(c.overdue(later), vec![1, 2]);
         assert_eq!(c.move_away(1, later), Some(7));
-        assert!(
-            c.to_cut().is_empty(),
-            "block 1 is not held yet (and block 2 is still wanted from peer 7)"
-        );
+        assert!(c.to_cut().is_empty(), "block 1 is not held yet (and block 2 is still wanted from peer 7)");
         assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay));
         c.done(1, 1000, 1.0);
-        assert!(
-            c.to_cut().is_empty(),
-            "block 2 is still wanted from peer 7 on the same connection"
-        );
+        assert!(c.to_cut().is_empty(), "block 2 is still wanted from peer 7 on the same connection");
         assert_eq!(c.move_away(2, later), Some(7));
         assert!(c.to_cut().is_empty(), "block 2 moved but not held");
         assert_eq!(c.choose_at(2, &Answer::Relay, t), Some(Origin::Relay));
         c.done(2, 1000, 1.0);
-        assert_eq!(
-            c.to_cut(),
-            vec![7],
-            "every read from peer 7 is a duplicate now"
-        );
+        assert_eq!(c.to_cut(), vec![7], "every read from peer 7 is a duplicate now");
         assert!(!c.is_cut(7), "named, not cut yet");
         assert_eq!(c.to_cut(), vec![7], "named until it is cut");
         c.cutting(7);
@@ -1203,38 +890,15 @@ mod tests {
         let mut c = Chooser::new(100, 100);
         c.published(100);
         // Peer 1 fast, peer 2 slow, peer 3 fast: two samples each.
-        for (b, p, secs) in [
-            (0, 1, 1.0),
-            (1, 2, 20.0),
-            (2, 3, 1.0),
-            (3, 1, 1.0),
-            (4, 2, 20.0),
-            (5, 3, 1.0),
-        ] {
+        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 20.0), (2, 3, 1.0), (3, 1, 1.0), (4, 2, 20.0), (5, 3, 1.0)] {
             c.choose(b, &Answer::Peers(vec![p]));
             c.done(b, 1000, secs);
         }
-        assert_eq!(
-            c.choose(10, &Answer::Peers(vec![2, 1])),
-            Some(Origin::Peer(1)),
-            "slow peer 2 avoided"
-        );
-        assert_eq!(
-            c.choose(11, &Answer::Peers(vec![1, 3])),
-            Some(Origin::Peer(3)),
-            "least loaded of the fast"
-        );
-        assert_eq!(
-            c.choose(12, &Answer::Peers(vec![2])),
-            Some(Origin::Peer(2)),
-            "a slow peer still serves when it is the only holder"
-        );
+        assert_eq!(c.choose(10, &Answer::Peers(vec![2, 1])), Some(Origin::Peer(1)), "slow peer 2 avoided");
+        assert_eq!(c.choose(11, &Answer::Peers(vec![1, 3])), Some(Origin::Peer(3)), "least loaded of the fast");
+        assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
         assert_eq!(c.failed(12, true), Some(Origin::Peer(2)));
-        assert_eq!(
-            c.choose(13, &Answer::Peers(vec![2])),
-            None,
-            "a peer that sent a bad block is never asked again"
-        );
+        assert_eq!(c.choose(13, &Answer::Peers(vec![2])), None, "a peer that sent a bad block is never asked again");
         let mut gone = c.peer_gone(1);
         gone.sort();
         assert_eq!(gone, vec![10], "the fetches from peer 1 failed with it");

@@ -33,21 +33,13 @@ impl Keep {
     /// Of the blocks `cached` (all handed on: below `fed`), the one to drop first from a cache of
     /// `capacity` blocks: the lowest priority among those older than the newest half, or, when every
     /// cached block is among the newest half, the oldest. `None` when `cached` is empty.
-    pub fn victim(
-        &self,
-        fed: u64,
-        capacity: u64,
-        cached: impl IntoIterator<Item = u64>,
-    ) -> Option<u64> {
+    pub fn victim(&self, fed: u64, capacity: u64, cached: impl IntoIterator<Item = u64>) -> Option<u64> {
         // The newest half rounded up: a cache of one block keeps the newest, not a sampled old one.
         let recent_from = fed.saturating_sub(capacity.div_ceil(2));
         let mut oldest: Option<u64> = None;
         let mut lowest: Option<(u64, u64)> = None;
         for b in cached {
-            debug_assert!(
-                b < fed,
-                "block {b} cached before it was handed on ({fed} were)"
-            );
+            debug_assert!(b < fed, "block {b} cached before it was handed on ({fed} were)");
             oldest = Some(oldest.map_or(b, |o| o.min(b)));
             if b < recent_from {
                 let p = self.priority(b);
@@ -99,55 +91,26 @@ mod tests {
         // kept by about 64 × 8 / 120 ≈ 4 agents (by none with a chance of (1 - 8/120)^64 ≈ 1 %);
         // kept by the newest alone, blocks 0..112 would be nowhere.
         let fleet: Vec<Vec<u64>> = (0..64).map(|a| pass(Keep::new(a), 16, 128)).collect();
-        let nowhere = (0..120)
-            .filter(|b| !fleet.iter().any(|k| k.contains(b)))
-            .count();
-        assert!(
-            nowhere <= 6,
-            "{nowhere} of 120 old blocks dropped by every agent"
-        );
-        let kept: usize = (0..120)
-            .map(|b| fleet.iter().filter(|k| k.contains(&b)).count())
-            .max()
-            .unwrap();
-        assert!(
-            kept <= 16,
-            "no old block is kept by a large part of the fleet: {kept} of 64 keep one"
-        );
+        let nowhere = (0..120).filter(|b| !fleet.iter().any(|k| k.contains(b))).count();
+        assert!(nowhere <= 6, "{nowhere} of 120 old blocks dropped by every agent");
+        let kept: usize = (0..120).map(|b| fleet.iter().filter(|k| k.contains(&b)).count()).max().unwrap();
+        assert!(kept <= 16, "no old block is kept by a large part of the fleet: {kept} of 64 keep one");
         let distinct: std::collections::HashSet<&Vec<u64>> = fleet.iter().collect();
-        assert!(
-            distinct.len() > 60,
-            "agents keep different old blocks: {} distinct caches",
-            distinct.len()
-        );
-        assert!(
-            fleet.iter().all(|k| k[..8].iter().any(|b| *b < 112)),
-            "every agent keeps some blocks older than its newest"
-        );
+        assert!(distinct.len() > 60, "agents keep different old blocks: {} distinct caches", distinct.len());
+        assert!(fleet.iter().all(|k| k[..8].iter().any(|b| *b < 112)), "every agent keeps some blocks older than its newest");
     }
 
     #[test]
     fn with_only_recent_blocks_cached_the_oldest_goes_first() {
         let k = Keep::new(7);
-        assert_eq!(
-            k.victim(10, 8, [6, 7, 8, 9]),
-            Some(6),
-            "all four within the newest half of 8"
-        );
+        assert_eq!(k.victim(10, 8, [6, 7, 8, 9]), Some(6), "all four within the newest half of 8");
         for seed in 0..20 {
-            assert_eq!(
-                Keep::new(seed).victim(10, 1, [3, 9]),
-                Some(3),
-                "a cache of one keeps the newest"
-            );
+            assert_eq!(Keep::new(seed).victim(10, 1, [3, 9]), Some(3), "a cache of one keeps the newest");
         }
         assert_eq!(k.victim(10, 0, Vec::new()), None);
         let first = k.victim(3, 0, [0, 1, 2]).unwrap();
         let rest: Vec<u64> = [0, 1, 2].into_iter().filter(|b| *b != first).collect();
         let second = k.victim(3, 0, rest.iter().copied()).unwrap();
-        assert!(
-            first != second && first < 3 && second < 3,
-            "a cache of nothing drops every block, one by one, by priority alone"
-        );
+        assert!(first != second && first < 3 && second < 3, "a cache of nothing drops every block, one by one, by priority alone");
     }
 }

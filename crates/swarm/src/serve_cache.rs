@@ -29,22 +29,12 @@ enum Choice {
 impl ServeCache {
     /// A cache of at most `capacity` blocks, choosing by `keep` once full.
     pub fn new(capacity: u64, keep: Keep) -> ServeCache {
-        ServeCache {
-            capacity,
-            choice: Choice::Sample(keep),
-            fed: 0,
-            cached: BTreeSet::new(),
-        }
+        ServeCache { capacity, choice: Choice::Sample(keep), fed: 0, cached: BTreeSet::new() }
     }
 
     /// A cache that drops its oldest block first (the simulator's comparison with the rule before).
     pub fn keeping_newest(capacity: u64) -> ServeCache {
-        ServeCache {
-            capacity,
-            choice: Choice::Newest,
-            fed: 0,
-            cached: BTreeSet::new(),
-        }
+        ServeCache { capacity, choice: Choice::Newest, fed: 0, cached: BTreeSet::new() }
     }
 
     /// Most blocks it keeps (the pull's window looks further ahead while it keeps fewer:
@@ -102,17 +92,10 @@ mod tests {
         assert!(c.fed(1, true).is_empty(), "one block kept of two");
         let dropped = c.fed(4, true);
         assert_eq!(dropped.len(), 2, "four handed on, two kept");
-        assert_eq!(
-            dropped[0],
-            keep.victim(4, 2, [0, 1, 2, 3]).unwrap(),
-            "the choice's victim goes first"
-        );
+        assert_eq!(dropped[0], keep.victim(4, 2, [0, 1, 2, 3]).unwrap(), "the choice's victim goes first");
         assert!(!dropped.contains(&3), "the newest half of the cache stays");
         assert_eq!(c.len(), 2);
-        assert!(
-            c.fed(4, true).is_empty(),
-            "nothing new handed on, nothing dropped"
-        );
+        assert!(c.fed(4, true).is_empty(), "nothing new handed on, nothing dropped");
     }
 
     #[test]
@@ -123,10 +106,7 @@ mod tests {
         dropped.sort_unstable();
         assert_eq!(dropped, vec![0, 1, 2, 3, 4]);
         assert!(c.is_empty());
-        assert!(
-            c.fed(7, true).is_empty(),
-            "needed again: blocks handed on from now are kept"
-        );
+        assert!(c.fed(7, true).is_empty(), "needed again: blocks handed on from now are kept");
         assert_eq!(c.len(), 2);
     }
 

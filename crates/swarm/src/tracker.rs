@@ -303,9 +303,7 @@ impl Tracker {
     /// `a` is no longer named as a holder of `b`. Its entry in the block's list goes when those no
     /// longer listed outnumber the listed.
     fn unlist(&mut self, a: AgentId, b: u64) {
-        let Some(l) = self.listed.get_mut(&a) else {
-            return;
-        };
+        let Some(l) = self.listed.get_mut(&a) else { return };
         if !l.get(b) {
             return;
         }
@@ -327,23 +325,9 @@ impl Tracker {
     /// complete are some of those present.
     fn debug_check(&self, b: u64) {
         let i = b as usize;
-        debug_assert!(
-            self.whole[i] <= self.live[i] && self.live[i] <= self.holders[i].len(),
-            "block {b}: {} whole, {} listed, {} entries",
-            self.whole[i],
-            self.live[i],
-            self.holders[i].len()
-        );
-        debug_assert!(
-            self.complete <= self.received.len(),
-            "{} complete of {} agents",
-            self.complete,
-            self.received.len()
-        );
-        debug_assert!(
-            self.holders.len() == self.live.len() && self.live.len() == self.whole.len(),
-            "per-block counts of different lengths"
-        );
+        debug_assert!(self.whole[i] <= self.live[i] && self.live[i] <= self.holders[i].len(), "block {b}: {} whole, {} listed, {} entries", self.whole[i], self.live[i], self.holders[i].len());
+        debug_assert!(self.complete <= self.received.len(), "{} complete of {} agents", self.complete, self.received.len());
+        debug_assert!(self.holders.len() == self.live.len() && self.live.len() == self.whole.len(), "per-block counts of different lengths");
     }
 
     /// `a` is no longer named as a holder of anything.
@@ -385,9 +369,7 @@ impl Tracker {
     /// like a dropped block ([`Tracker::not_at`] with `a` itself); one that completes is a
     /// [`Tracker::have`], and how long it took is `a`'s pace.
     pub fn arriving(&mut self, a: AgentId, b: u64, now: Instant) {
-        let Some(&serves) = self.alive.get(&a) else {
-            return;
-        };
+        let Some(&serves) = self.alive.get(&a) else { return };
         let got = self.got.get(&a).is_some_and(|g| g.get(b));
         if serves && !got && (b as usize) < self.holders.len() {
             self.list(a, b);
@@ -422,18 +404,13 @@ impl Tracker {
         self.pace.median = lower_median(self.pace.secs.values().copied().collect());
         self.links();
         self.pace.link_median = lower_median(self.pace.link.values().copied().collect());
-        self.pace.fast_pulling = self
-            .received
-            .iter()
-            .filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a))
-            .count();
+        self.pace.fast_pulling = self.received.iter().filter(|(a, got)| !self.is_complete(**got) && !self.slow(**a)).count();
     }
 
     /// Whether agent `a` receives more than [`SLOW_RATIO`] times slower than the swarm's median: its
     /// arrivals, or its link (see [`Busy`]).
     fn slow(&self, a: AgentId) -> bool {
-        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m)
-            || self.link_slow(a)
+        matches!((self.pace.secs.get(&a), self.pace.median), (Some(p), Some(m)) if *p > SLOW_RATIO * m) || self.link_slow(a)
     }
 
     /// Whether agent `a`'s link (see [`Busy`]) is more than [`SLOW_RATIO`] times slower than the
@@ -461,19 +438,10 @@ impl Tracker {
         let mut credit: HashMap<AgentId, f64> = HashMap::new();
         for ((a, _), start) in &self.pace.since {
             if let Some(p) = self.pace.secs.get(a).filter(|p| **p > 0.0) {
-                *credit.entry(*a).or_default() +=
-                    (now.saturating_duration_since(*start).as_secs_f64() / p).min(1.0);
+                *credit.entry(*a).or_default() += (now.saturating_duration_since(*start).as_secs_f64() / p).min(1.0);
             }
         }
-        self.pace.link = self
-            .pace
-            .busy
-            .iter()
-            .filter_map(|(a, b)| {
-                b.per_block(now, credit.get(a).copied().unwrap_or(0.0))
-                    .map(|x| (*a, x))
-            })
-            .collect();
+        self.pace.link = self.pace.busy.iter().filter_map(|(a, b)| b.per_block(now, credit.get(a).copied().unwrap_or(0.0)).map(|x| (*a, x))).collect();
     }
 
     /// Whether holder `x`'s arrival of block `b` is too slow for asker `a`: its pace, or the time
@@ -486,11 +454,7 @@ impl Tracker {
 
     /// Whether `x`'s own pace, or its arrival of `b` so far, is too slow for `a` (see `too_slow_for`).
     fn own_too_slow_for(&self, x: AgentId, b: u64, a: AgentId, now: Instant) -> bool {
-        let so_far = self
-            .pace
-            .since
-            .get(&(x, b))
-            .map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
+        let so_far = self.pace.since.get(&(x, b)).map_or(0.0, |s| now.saturating_duration_since(*s).as_secs_f64());
         self.slower_than(x, so_far, a)
     }
 
@@ -502,9 +466,7 @@ impl Tracker {
         if self.link_slow(x) && !self.link_slow(a) {
             return true;
         }
-        let Some(m) = self.pace.median else {
-            return false;
-        };
+        let Some(m) = self.pace.median else { return false };
         let bar = SLOW_RATIO * m.max(self.pace.secs.get(&a).copied().unwrap_or(0.0));
         self.pace.secs.get(&x).copied().unwrap_or(0.0).max(so_far) > bar
     }
@@ -519,11 +481,7 @@ impl Tracker {
     /// four times, 8 MiB of the relay's uplink, in three bench runs of five).
     fn claim_too_slow(&self, c: &Claim, b: u64, a: AgentId, now: Instant) -> bool {
         if c.replaces_moved {
-            self.slower_than(
-                c.by,
-                now.saturating_duration_since(c.since).as_secs_f64(),
-                a,
-            )
+            self.slower_than(c.by, now.saturating_duration_since(c.since).as_secs_f64(), a)
         } else {
             self.too_slow_for(c.by, b, a, now)
         }
@@ -539,15 +497,9 @@ impl Tracker {
     /// one named would mark fast arrivals slow whenever the slow host had been named beside their
     /// source (most answers in a small fleet name two or three holders). With equal paces no source is slow and nothing changes.
     fn fed_too_slow(&self, x: AgentId, b: u64, a: AgentId, now: Instant, hops: usize) -> bool {
-        let Some(&Origin::Peer(y)) = self.feeds.get(&(x, b)) else {
-            return false;
-        };
-        let arriving =
-            y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
-        y == a
-            || (arriving
-                && (self.own_too_slow_for(y, b, a, now)
-                    || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
+        let Some(&Origin::Peer(y)) = self.feeds.get(&(x, b)) else { return false };
+        let arriving = y != x && self.alive.contains_key(&y) && !self.got.get(&y).is_some_and(|g| g.get(b));
+        y == a || (arriving && (self.own_too_slow_for(y, b, a, now) || (hops > 1 && self.fed_too_slow(y, b, a, now, hops - 1))))
     }
 
     /// Whether the block is held whole by nobody and agent `x` receives it (listed, not held).
@@ -559,9 +511,7 @@ impl Tracker {
     /// (an arrival that failed, then the block) may have a stale entry left in the block's list
     /// besides the new one: `locate` names nobody twice.
     fn list(&mut self, a: AgentId, b: u64) {
-        let Some(l) = self.listed.get_mut(&a) else {
-            return;
-        };
+        let Some(l) = self.listed.get_mut(&a) else { return };
         if !l.get(b) {
             l.set(b, true);
             self.holders[b as usize].push(a);
@@ -575,9 +525,7 @@ impl Tracker {
     /// behind the others — a claimer that completes blocks is not slow, one that completes none for
     /// [`CLAIM_TIMEOUT`] is.
     pub fn have(&mut self, a: AgentId, b: u64, now: Instant) {
-        let Some(&serves) = self.alive.get(&a) else {
-            return;
-        };
+        let Some(&serves) = self.alive.get(&a) else { return };
         // The last block is short: its time is no pace.
         let last = self.total.is_some_and(|t| b + 1 == t);
         self.feeds.remove(&(a, b));
@@ -638,11 +586,7 @@ impl Tracker {
     /// askers sent there since, within [`NAMED_HOLD`].
     fn expected_uploads(&self, x: AgentId, a: AgentId, now: Instant) -> usize {
         let reported = self.uploads.get(&x).map_or(0, |u| *u as usize);
-        let named = self.named.get(&x).map_or(0, |v| {
-            v.iter()
-                .filter(|(y, at)| *y != a && now.saturating_duration_since(*at) < NAMED_HOLD)
-                .count()
-        });
+        let named = self.named.get(&x).map_or(0, |v| v.iter().filter(|(y, at)| *y != a && now.saturating_duration_since(*at) < NAMED_HOLD).count());
         reported + named
     }
 
@@ -657,8 +601,7 @@ impl Tracker {
         if by != p {
             return;
         }
-        if let (Some(_), Some(busy)) = (self.pace.since.remove(&(p, b)), self.pace.busy.get_mut(&p))
-        {
+        if let (Some(_), Some(busy)) = (self.pace.since.remove(&(p, b)), self.pace.busy.get_mut(&p)) {
             busy.failed();
         }
         self.feeds.remove(&(p, b));
@@ -713,9 +656,7 @@ impl Tracker {
         // arrival would have gone as slowly (its downlink then shared with three peer reads), the
         // lower median of two arrivals is the faster one (it still looked normal), and a cap would
         // idle the relay's flows at the start of every fan-out, an even one too.
-        let claim_stale = self.claims.get(&b).is_some_and(|x| {
-            x.by != a && (!self.stands(x, now) || self.claim_too_slow(x, b, a, now))
-        });
+        let claim_stale = self.claims.get(&b).is_some_and(|x| x.by != a && (!self.stands(x, now) || self.claim_too_slow(x, b, a, now)));
         if self.whole[b as usize] == 0 && claim_stale && self.claim(a, b, f, now) == Answer::Relay {
             return Answer::Relay;
         }
@@ -724,8 +665,7 @@ impl Tracker {
             // A different window of holders for each asker, so that load spreads over all of them
             // (and the answer costs O(PEERS_PER_ANSWER), not O(holders), for large fleets).
             self.rotor = self.rotor.wrapping_add(1);
-            let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17))
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mix = (u64::from(a) ^ b.rotate_left(32) ^ self.rotor.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let start = (mix >> 16) as usize % h.len();
             // Holders the asker reads from already take one more read on that connection whatever
             // their load. Others only while the asker may open a flow, and only with a free upload
@@ -746,10 +686,7 @@ impl Tracker {
                     if named.len() == PEERS_PER_ANSWER {
                         break;
                     }
-                    let usable = x != a
-                        && self.is_listed(x, b)
-                        && !f.open.contains(&x)
-                        && self.expected_uploads(x, a, now) < self.uploads_max;
+                    let usable = x != a && self.is_listed(x, b) && !f.open.contains(&x) && self.expected_uploads(x, a, now) < self.uploads_max;
                     if !usable || named.contains(&x) || arriving.contains(&x) {
                         continue;
                     }
@@ -766,12 +703,7 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f
-                .open
-                .iter()
-                .copied()
-                .filter(|x| *x != a && self.is_listed(*x, b))
-                .partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
+            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
             too_slow += slow_open.len();
             named.extend(open.into_iter().take(room));
             if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {
@@ -813,21 +745,12 @@ impl Tracker {
         // all the fresh blocks while the others wait for it to finish each one.
         let pulling = self.alive.len().saturating_sub(self.complete).max(1);
         let per_agent = (RELAY_FLOWS_MAX / pulling).max(1) * CLAIMS_PER_FLOW;
-        debug_assert!(
-            per_agent <= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW,
-            "one agent's share of the relay's flows is more than all of them"
-        );
+        debug_assert!(per_agent <= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW, "one agent's share of the relay's flows is more than all of them");
         let standing = self.claims.values().filter(|x| self.stands(x, now)).count();
-        let mine = self
-            .claims
-            .values()
-            .filter(|x| x.by == a && self.stands(x, now))
-            .count();
+        let mine = self.claims.values().filter(|x| x.by == a && self.stands(x, now)).count();
         match self.claims.get(&b) {
             _ if !f.may_claim => Answer::Wait,
-            Some(x) if x.by != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => {
-                Answer::Wait
-            }
+            Some(x) if x.by != a && self.stands(x, now) && !self.claim_too_slow(x, b, a, now) => Answer::Wait,
             Some(x) if x.by == a && self.stands(x, now) => self.grant(a, b, now),
             // A slow agent takes its blocks from peers while faster agents pull: a block it took from
             // the relay would reach the others at its pace, or cost the relay a second copy. Not a
@@ -839,12 +762,7 @@ impl Tracker {
             // one of the relay's few flows the while (several at once took a fleet of four with two
             // slow hosts from 1.24 to 1.37 of one agent's time, seed 3). A block with holders (all
             // full, or too slow) is no such block: the slow agent waits for them.
-            _ if self.slow(a)
-                && self.pace.fast_pulling > 0
-                && (self.live[b as usize] > 0 || !self.reached.get(b) || mine > 0) =>
-            {
-                Answer::Wait
-            }
+            _ if self.slow(a) && self.pace.fast_pulling > 0 && (self.live[b as usize] > 0 || !self.reached.get(b) || mine > 0) => Answer::Wait,
             _ if standing >= RELAY_FLOWS_MAX * CLAIMS_PER_FLOW || mine >= per_agent => Answer::Wait,
             _ => self.grant(a, b, now),
         }
@@ -868,10 +786,7 @@ impl Tracker {
         if !ready || self.claims.get(&b).is_some_and(|x| self.stands(x, now)) {
             return Answer::Wait;
         }
-        let w = self.starved.entry(b).or_insert(Starved {
-            since: now,
-            last: now,
-        });
+        let w = self.starved.entry(b).or_insert(Starved { since: now, last: now });
         if now.saturating_duration_since(w.last) > STARVED_AFTER_MIN {
             w.since = now;
         }
@@ -894,14 +809,7 @@ impl Tracker {
             Some(c) if c.by == a => c.replaces_moved,
             _ => self.pace.since.contains_key(&(a, b)),
         };
-        self.claims.insert(
-            b,
-            Claim {
-                by: a,
-                since: now,
-                replaces_moved,
-            },
-        );
+        self.claims.insert(b, Claim { by: a, since: now, replaces_moved });
         self.relay_grants += 1;
         Answer::Relay
     }
@@ -911,10 +819,7 @@ impl Tracker {
     /// free a slot within a block time or two when they serve blocks others could serve too), at
     /// least [`STARVED_AFTER_MIN`]; that minimum alone while no link is measured yet.
     fn starved_after(&self) -> Duration {
-        let t = self
-            .pace
-            .link_median
-            .map_or(0.0, |m| m * STARVED_BLOCK_TIMES);
+        let t = self.pace.link_median.map_or(0.0, |m| m * STARVED_BLOCK_TIMES);
         // A median that makes no duration (it cannot, from times passed in) waits for good rather
         // than at once.
         STARVED_AFTER_MIN.max(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))
@@ -946,11 +851,7 @@ impl Tracker {
     /// same holder's uplink, with nothing to trade among themselves (in the simulator, four agents
     /// joining over 30 s at 100 Mbit/s took 1.98× one agent's time in block order, 1.31× so).
     pub fn precedence(&self, a: AgentId, b: u64) -> (bool, usize, u64) {
-        (
-            self.whole_holders(b) == 0,
-            self.holders(b),
-            mix((u64::from(a) << 40) ^ b),
-        )
+        (self.whole_holders(b) == 0, self.holders(b), mix((u64::from(a) << 40) ^ b))
     }
 
     /// Agents other than `a` still missing blocks (or all, while the snapshot's size is unknown): an
@@ -959,10 +860,7 @@ impl Tracker {
         // From the counts (agents that linger ask this every few hundred milliseconds: a scan would
         // cost O(fleet) per question); `complete` is 0 while the size is unknown.
         let incomplete = self.received.len().saturating_sub(self.complete);
-        let a_incomplete = self
-            .received
-            .get(&a)
-            .is_some_and(|got| !self.is_complete(*got));
+        let a_incomplete = self.received.get(&a).is_some_and(|got| !self.is_complete(*got));
         incomplete.saturating_sub(usize::from(a_incomplete))
     }
 
@@ -985,16 +883,7 @@ mod tests {
     impl Tracker {
         /// Asked by an agent that may claim and open flows to any number of peers.
         fn locate_t(&mut self, a: AgentId, b: u64, now: Instant) -> Answer {
-            self.locate(
-                a,
-                b,
-                &mut Fetching {
-                    may_claim: true,
-                    open: Vec::new(),
-                    flows_free: usize::MAX,
-                },
-                now,
-            )
+            self.locate(a, b, &mut Fetching { may_claim: true, open: Vec::new(), flows_free: usize::MAX }, now)
         }
         fn have_t(&mut self, a: AgentId, b: u64) {
             self.have(a, b, Instant::now())
@@ -1003,11 +892,7 @@ mod tests {
 
     /// What an asker that reads from no peer yet and may open two flows says.
     fn reader() -> Fetching {
-        Fetching {
-            may_claim: true,
-            open: Vec::new(),
-            flows_free: 2,
-        }
+        Fetching { may_claim: true, open: Vec::new(), flows_free: 2 }
     }
 
     /// A tracker for `blocks` blocks with agents `0..agents` joined, all serving.
@@ -1029,17 +914,9 @@ mod tests {
         c.published(4);
         assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
         assert!(!c.may_claim());
-        assert_eq!(
-            c.choose(1, &Answer::Relay),
-            None,
-            "one relay fetch at a time"
-        );
+        assert_eq!(c.choose(1, &Answer::Relay), None, "one relay fetch at a time");
         assert_eq!(c.choose(1, &Answer::Peers(vec![3])), Some(Origin::Peer(3)));
-        assert_eq!(
-            c.choose(2, &Answer::Peers(vec![3])),
-            None,
-            "peer slots full"
-        );
+        assert_eq!(c.choose(2, &Answer::Peers(vec![3])), None, "peer slots full");
         assert!(!c.has_free_slot());
     }
 
@@ -1047,21 +924,9 @@ mod tests {
     fn the_relay_serves_each_block_once_and_peers_serve_the_rest() {
         let t = Instant::now();
         let mut tr = joined(2, 3);
-        assert_eq!(
-            tr.locate_t(0, 0, t),
-            Answer::Relay,
-            "first asker claims block 0"
-        );
-        assert_eq!(
-            tr.locate_t(1, 0, t),
-            Answer::Wait,
-            "others wait for a peer copy"
-        );
-        assert_eq!(
-            tr.locate_t(1, 1, t),
-            Answer::Relay,
-            "a different block: agent 1 claims it"
-        );
+        assert_eq!(tr.locate_t(0, 0, t), Answer::Relay, "first asker claims block 0");
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Wait, "others wait for a peer copy");
+        assert_eq!(tr.locate_t(1, 1, t), Answer::Relay, "a different block: agent 1 claims it");
         tr.have_t(0, 0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]));
         assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]));
@@ -1083,27 +948,15 @@ mod tests {
         let all = RELAY_FLOWS_MAX * CLAIMS_PER_FLOW;
         let mut tr = joined(64, 1);
         let alone: Vec<Answer> = (0..all as u64 + 1).map(|b| tr.locate_t(0, b, t)).collect();
-        assert_eq!(
-            alone.iter().filter(|a| **a == Answer::Relay).count(),
-            all,
-            "an agent alone may use every relay flow, each pipelined"
-        );
+        assert_eq!(alone.iter().filter(|a| **a == Answer::Relay).count(), all, "an agent alone may use every relay flow, each pipelined");
         let mut tr = Tracker::new(64);
         tr.set_total(64);
         for a in 0..2 {
             tr.join(a, true);
         }
         let first: Vec<Answer> = (0..all as u64).map(|b| tr.locate_t(0, b, t)).collect();
-        assert_eq!(
-            first.iter().filter(|a| **a == Answer::Relay).count(),
-            all / 2,
-            "two agents pulling: half each"
-        );
-        assert_eq!(
-            tr.locate_t(1, all as u64, t),
-            Answer::Relay,
-            "the other agent's share is free"
-        );
+        assert_eq!(first.iter().filter(|a| **a == Answer::Relay).count(), all / 2, "two agents pulling: half each");
+        assert_eq!(tr.locate_t(1, all as u64, t), Answer::Relay, "the other agent's share is free");
         for b in 0..64 {
             tr.have_t(1, b);
         }
@@ -1111,17 +964,9 @@ mod tests {
         assert_eq!(tr.locate_t(0, 40, t), Answer::Peers(vec![1]));
         tr.join(2, true);
         tr.leave(1);
-        assert_eq!(
-            tr.locate_t(0, 40, t),
-            Answer::Wait,
-            "agents 0 and 2 pull: agent 0 holds its claims"
-        );
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Wait, "agents 0 and 2 pull: agent 0 holds its claims");
         tr.have_t(0, 0);
-        assert_eq!(
-            tr.locate_t(0, 40, t),
-            Answer::Relay,
-            "a claim completed frees a read on the flow"
-        );
+        assert_eq!(tr.locate_t(0, 40, t), Answer::Relay, "a claim completed frees a read on the flow");
     }
 
     #[test]
@@ -1130,32 +975,17 @@ mod tests {
         let mut tr = joined(1, 2);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
         assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Wait);
-        assert_eq!(
-            tr.locate_t(1, 0, t + CLAIM_TIMEOUT),
-            Answer::Relay,
-            "the claimer is too slow: repair from the relay"
-        );
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "the claimer is too slow: repair from the relay");
         let mut tr = joined(1, 2);
         tr.locate_t(0, 0, t);
         tr.leave(0);
         assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "the claimer died");
         // Pipelined claims: completing one restarts the clock of the others.
         let mut tr = joined(2, 2);
-        assert_eq!(
-            (tr.locate_t(0, 0, t), tr.locate_t(0, 1, t)),
-            (Answer::Relay, Answer::Relay)
-        );
+        assert_eq!((tr.locate_t(0, 0, t), tr.locate_t(0, 1, t)), (Answer::Relay, Answer::Relay));
         tr.have(0, 0, t + CLAIM_TIMEOUT / 2);
-        assert_eq!(
-            tr.locate_t(1, 1, t + CLAIM_TIMEOUT),
-            Answer::Wait,
-            "the claimer makes progress: its next claim stands"
-        );
-        assert_eq!(
-            tr.locate_t(1, 1, t + CLAIM_TIMEOUT / 2 + CLAIM_TIMEOUT),
-            Answer::Relay,
-            "no progress for the timeout: handed on"
-        );
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT), Answer::Wait, "the claimer makes progress: its next claim stands");
+        assert_eq!(tr.locate_t(1, 1, t + CLAIM_TIMEOUT / 2 + CLAIM_TIMEOUT), Answer::Relay, "no progress for the timeout: handed on");
     }
 
     #[test]
@@ -1166,31 +996,14 @@ mod tests {
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
         tr.arriving(0, 0, t);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 0));
-        assert_eq!(
-            tr.locate_t(1, 0, t),
-            Answer::Peers(vec![0]),
-            "served while it arrives: no waiting for the whole block"
-        );
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Peers(vec![0]), "served while it arrives: no waiting for the whole block");
         tr.arriving(2, 0, t);
         tr.have_t(2, 0);
-        assert_eq!(
-            (tr.holders(0), tr.whole_holders(0)),
-            (2, 1),
-            "arriving, then held: listed once"
-        );
-        assert_eq!(
-            tr.needing(3),
-            2,
-            "agents 0 and 1 still miss the block: an arrival is not a receipt"
-        );
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 1), "arriving, then held: listed once");
+        assert_eq!(tr.needing(3), 2, "agents 0 and 1 still miss the block: an arrival is not a receipt");
         for _ in 0..8 {
-            let Answer::Peers(named) = tr.locate_t(3, 0, t) else {
-                panic!("holders named")
-            };
-            assert_eq!(
-                named[0], 2,
-                "a whole holder before one still receiving: {named:?}"
-            );
+            let Answer::Peers(named) = tr.locate_t(3, 0, t) else { panic!("holders named") };
+            assert_eq!(named[0], 2, "a whole holder before one still receiving: {named:?}");
         }
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (2, 2));
@@ -1203,50 +1016,25 @@ mod tests {
         let mut tr = joined(1, 2);
         assert_eq!(tr.locate_t(0, 0, t), Answer::Relay);
         tr.arriving(0, 0, t);
-        assert_eq!(
-            tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2),
-            Answer::Peers(vec![0]),
-            "served while it arrives"
-        );
-        assert_eq!(
-            tr.locate_t(1, 0, t + CLAIM_TIMEOUT),
-            Answer::Relay,
-            "no block for the timeout: from the relay"
-        );
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT / 2), Answer::Peers(vec![0]), "served while it arrives");
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "no block for the timeout: from the relay");
         let mut tr = joined(1, 3);
         tr.locate_t(0, 0, t);
         tr.arriving(0, 0, t);
         tr.have_t(2, 0);
-        assert_eq!(
-            tr.locate_t(1, 0, t + CLAIM_TIMEOUT),
-            Answer::Peers(vec![2, 0]),
-            "held whole elsewhere: no second copy from the relay"
-        );
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Peers(vec![2, 0]), "held whole elsewhere: no second copy from the relay");
         // Another claim answered after the timeout does not wipe the stale one out of sight first.
         let mut tr = joined(2, 3);
         tr.locate_t(0, 0, t);
         tr.arriving(0, 0, t);
         assert_eq!(tr.locate_t(2, 1, t + CLAIM_TIMEOUT), Answer::Relay);
-        let mut may_not = Fetching {
-            may_claim: false,
-            open: Vec::new(),
-            flows_free: 2,
-        };
-        assert_eq!(
-            tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT),
-            Answer::Peers(vec![0]),
-            "an asker that may not claim still gets the arriving holder"
-        );
-        assert_eq!(
-            tr.locate_t(1, 0, t + CLAIM_TIMEOUT),
-            Answer::Relay,
-            "still repaired"
-        );
+        let mut may_not = Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(1, 0, &mut may_not, t + CLAIM_TIMEOUT), Answer::Peers(vec![0]), "an asker that may not claim still gets the arriving holder");
+        assert_eq!(tr.locate_t(1, 0, t + CLAIM_TIMEOUT), Answer::Relay, "still repaired");
     }
 
     #[test]
-    fn a_holder_too_slow_for_the_asker_is_not_named_for_a_block_arriving_there_while_the_relay_can_serve_it(
-    ) {
+    fn a_holder_too_slow_for_the_asker_is_not_named_for_a_block_arriving_there_while_the_relay_can_serve_it() {
         let t = Instant::now();
         let s = Duration::from_secs;
         let mut tr = joined(16, 4);
@@ -1262,67 +1050,27 @@ mod tests {
         let now = t + s(5);
         tr.arriving(3, 10, now);
         let grants = tr.relay_grants();
-        assert_eq!(
-            tr.locate_t(0, 10, now),
-            Answer::Relay,
-            "only the slow claimer receives it: the relay serves the asker, not the slow host"
-        );
-        assert_eq!(
-            tr.relay_grants(),
-            grants + 1,
-            "a second copy from the relay"
-        );
+        assert_eq!(tr.locate_t(0, 10, now), Answer::Relay, "only the slow claimer receives it: the relay serves the asker, not the slow host");
+        assert_eq!(tr.relay_grants(), grants + 1, "a second copy from the relay");
         // The slow agent receives block 8 (from a peer); a fast one receives block 9.
         tr.arriving(3, 8, now);
         tr.arriving(1, 9, now);
-        assert_eq!(
-            tr.locate_t(0, 9, now),
-            Answer::Peers(vec![1]),
-            "an arrival at the swarm's pace is named as before"
-        );
-        assert_eq!(
-            tr.locate_t(3, 9, now),
-            Answer::Peers(vec![1]),
-            "and to the slow agent"
-        );
-        let may_not = &mut Fetching {
-            may_claim: false,
-            open: Vec::new(),
-            flows_free: 2,
-        };
-        assert_eq!(
-            tr.locate(0, 8, may_not, now),
-            Answer::Wait,
-            "an asker that may not claim now waits rather than read at the slow host's pace"
-        );
+        assert_eq!(tr.locate_t(0, 9, now), Answer::Peers(vec![1]), "an arrival at the swarm's pace is named as before");
+        assert_eq!(tr.locate_t(3, 9, now), Answer::Peers(vec![1]), "and to the slow agent");
+        let may_not = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
+        assert_eq!(tr.locate(0, 8, may_not, now), Answer::Wait, "an asker that may not claim now waits rather than read at the slow host's pace");
         tr.have(2, 8, now);
         for _ in 0..8 {
-            assert_eq!(
-                tr.locate_t(1, 8, now),
-                Answer::Peers(vec![2]),
-                "a whole holder, and never the slow arrival beside it"
-            );
+            assert_eq!(tr.locate_t(1, 8, now), Answer::Peers(vec![2]), "a whole holder, and never the slow arrival beside it");
         }
         // Its own claims: none while faster agents pull.
-        assert_eq!(
-            tr.locate_t(3, 12, now),
-            Answer::Wait,
-            "a slow agent takes no fresh block from the relay while faster agents pull"
-        );
+        assert_eq!(tr.locate_t(3, 12, now), Answer::Wait, "a slow agent takes no fresh block from the relay while faster agents pull");
         assert_eq!(tr.locate_t(2, 12, now), Answer::Relay, "a fast one does");
         // An arrival under way much longer than the swarm's pace is slow, measured or not.
         tr.join(4, true);
         tr.arriving(4, 11, now);
-        assert_eq!(
-            tr.locate_t(0, 11, now),
-            Answer::Peers(vec![4]),
-            "a new agent's arrival, just started"
-        );
-        assert_eq!(
-            tr.locate_t(1, 11, now + s(3)),
-            Answer::Relay,
-            "the same arrival 3 s later (the median is 1 s)"
-        );
+        assert_eq!(tr.locate_t(0, 11, now), Answer::Peers(vec![4]), "a new agent's arrival, just started");
+        assert_eq!(tr.locate_t(1, 11, now + s(3)), Answer::Relay, "the same arrival 3 s later (the median is 1 s)");
     }
 
     /// Four agents whose first blocks each took 1 s; agent 3 then claims block 7 from the relay at
@@ -1338,21 +1086,10 @@ mod tests {
         let t1 = t + ms(1000);
         assert_eq!(tr.locate_t(3, 7, t1), Answer::Relay);
         tr.arriving(3, 7, t1);
-        assert_eq!(
-            tr.locate_t(0, 7, t1 + ms(200)),
-            Answer::Peers(vec![3]),
-            "a fresh arrival at the swarm's pace"
-        );
+        assert_eq!(tr.locate_t(0, 7, t1 + ms(200)), Answer::Peers(vec![3]), "a fresh arrival at the swarm's pace");
         tr.arriving(0, 7, t1 + ms(2400));
-        let mut on_0 = Fetching {
-            may_claim: true,
-            open: vec![0],
-            flows_free: 0,
-        };
-        assert_eq!(
-            tr.locate(1, 7, &mut on_0, t1 + ms(2400)),
-            Answer::Peers(vec![0])
-        );
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 7, &mut on_0, t1 + ms(2400)), Answer::Peers(vec![0]));
         tr.arriving(1, 7, t1 + ms(2500));
         (tr, t1)
     }
@@ -1362,11 +1099,7 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let (mut tr, t1) = chain_of_arrivals(t);
-        assert_eq!(
-            (tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]),
-            (Origin::Relay, Origin::Peer(3), Origin::Peer(0)),
-            "each arrival's source as named"
-        );
+        assert_eq!((tr.feeds[&(3, 7)], tr.feeds[&(0, 7)], tr.feeds[&(1, 7)]), (Origin::Relay, Origin::Peer(3), Origin::Peer(0)), "each arrival's source as named");
         // 3 s in, agent 3's arrival is over 2.5× the swarm's median (1 s): slow itself. Agents 0 and 1
         // receive the block from it (one and two hops) and are fresh themselves: before, agent 2 was
         // named them and read at agent 3's pace.
@@ -1376,54 +1109,24 @@ mod tests {
         assert_eq!(tr.locate_t(0, 9, t1 + ms(200)), Answer::Peers(vec![2, 3]));
         tr.arriving(0, 9, t1 + ms(2600));
         let now = t1 + ms(3000);
-        let mut on_0 = Fetching {
-            may_claim: true,
-            open: vec![0],
-            flows_free: 0,
-        };
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
         assert_eq!(tr.locate(1, 9, &mut on_0, now), Answer::Peers(vec![0]), "agent 0's arrival of block 9 is fed by the whole holder named first, not by the slow one named beside it");
-        let busy = &mut Fetching {
-            may_claim: false,
-            open: Vec::new(),
-            flows_free: 2,
-        };
+        let busy = &mut Fetching { may_claim: false, open: Vec::new(), flows_free: 2 };
         assert_eq!(tr.locate(2, 7, busy, now), Answer::Wait, "an asker whose relay reads are all taken waits rather than read at the slow host's pace, one or two hops away");
         let grants = tr.relay_grants();
-        assert_eq!(
-            tr.locate_t(2, 7, now),
-            Answer::Relay,
-            "the slow claim is released to the next asker: a second copy from the relay"
-        );
+        assert_eq!(tr.locate_t(2, 7, now), Answer::Relay, "the slow claim is released to the next asker: a second copy from the relay");
         assert_eq!(tr.relay_grants(), grants + 1);
         tr.arriving(2, 7, now);
         // Agent 0 moves its read away from agent 3 and asks again: agent 1 is fed by agent 0 itself
         // (a circle), agent 3 is slow; agent 2's arrival comes from the relay.
         assert_eq!(tr.locate_t(0, 7, now + ms(100)), Answer::Peers(vec![2]));
         assert_eq!(tr.feeds[&(0, 7)], Origin::Peer(3), "agent 0's arrival under way is still the read from agent 3 (the moved read runs on and feeds it)");
-        let mut on_0 = Fetching {
-            may_claim: true,
-            open: vec![0],
-            flows_free: 1,
-        };
+        let mut on_0 = Fetching { may_claim: true, open: vec![0], flows_free: 1 };
         assert_eq!(tr.locate(1, 7, &mut on_0, now + ms(100)), Answer::Peers(vec![2]), "agent 1: agent 0's arrival is fed by the slow host, not named even on a connection open to it");
         // Once agent 3 holds the block, arrivals fed by it are as fast as its upload.
         tr.have(3, 7, now + ms(200));
-        let Answer::Peers(named) = tr.locate(
-            1,
-            7,
-            &mut Fetching {
-                may_claim: true,
-                open: vec![0],
-                flows_free: 1,
-            },
-            now + ms(200),
-        ) else {
-            panic!("holders")
-        };
-        assert!(
-            named.contains(&0),
-            "agent 0's source holds the block whole: {named:?}"
-        );
+        let Answer::Peers(named) = tr.locate(1, 7, &mut Fetching { may_claim: true, open: vec![0], flows_free: 1 }, now + ms(200)) else { panic!("holders") };
+        assert!(named.contains(&0), "agent 0's source holds the block whole: {named:?}");
     }
 
     #[test]
@@ -1438,11 +1141,7 @@ mod tests {
         for (asker, at) in [(2, 500), (2, 2000), (2, 2450), (2, 2490)] {
             blind.feeds.clear();
             let now = t1 + ms(at);
-            assert_eq!(
-                tr.locate_t(asker, 7, now),
-                blind.locate_t(asker, 7, now),
-                "agent {asker} at {at} ms"
-            );
+            assert_eq!(tr.locate_t(asker, 7, now), blind.locate_t(asker, 7, now), "agent {asker} at {at} ms");
         }
         assert_eq!(tr.relay_grants(), blind.relay_grants(), "no second copy");
         // A swarm at one pace: chains of arrivals are named as before, and the relay sends one copy.
@@ -1456,27 +1155,11 @@ mod tests {
         tr.arriving(0, 5, t1);
         assert_eq!(tr.locate_t(1, 5, t1), Answer::Peers(vec![0]));
         tr.arriving(1, 5, t1 + ms(100));
-        let mut on_1 = Fetching {
-            may_claim: true,
-            open: vec![1],
-            flows_free: 0,
-        };
-        assert_eq!(
-            tr.locate(2, 5, &mut on_1, t1 + ms(200)),
-            Answer::Peers(vec![1]),
-            "an arrival fed by an arrival at the swarm's pace"
-        );
+        let mut on_1 = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(2, 5, &mut on_1, t1 + ms(200)), Answer::Peers(vec![1]), "an arrival fed by an arrival at the swarm's pace");
         tr.arriving(2, 5, t1 + ms(200));
-        let mut on_2 = Fetching {
-            may_claim: true,
-            open: vec![2],
-            flows_free: 0,
-        };
-        assert_eq!(
-            tr.locate(3, 5, &mut on_2, t1 + ms(1500)),
-            Answer::Peers(vec![2]),
-            "two hops from the claimer, all at the swarm's pace"
-        );
+        let mut on_2 = Fetching { may_claim: true, open: vec![2], flows_free: 0 };
+        assert_eq!(tr.locate(3, 5, &mut on_2, t1 + ms(1500)), Answer::Peers(vec![2]), "two hops from the claimer, all at the swarm's pace");
         assert_eq!(tr.relay_grants(), 1);
     }
 
@@ -1487,16 +1170,8 @@ mod tests {
         tr.have_t(0, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
         let grants = tr.relay_grants();
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t),
-            Answer::Wait,
-            "block 0's only holder is full: wait, no second copy from the relay"
-        );
-        assert_eq!(
-            tr.relay_grants(),
-            grants,
-            "the master's host sends each block once"
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait, "block 0's only holder is full: wait, no second copy from the relay");
+        assert_eq!(tr.relay_grants(), grants, "the master's host sends each block once");
     }
 
     /// A tracker for 4 blocks with agents `0..agents` joined, all serving, agent 0 holding block 0
@@ -1517,55 +1192,25 @@ mod tests {
         // No link measured yet: the least wait counts.
         assert_eq!(tr.starved_after(), STARVED_AFTER_MIN);
         // An asker with no flow free is not kept from a holder: its wait starts no clock.
-        let busy = || Fetching {
-            may_claim: true,
-            open: Vec::new(),
-            flows_free: 0,
-        };
+        let busy = || Fetching { may_claim: true, open: Vec::new(), flows_free: 0 };
         for at in [0, 500, 1000] {
             assert_eq!(tr.locate(1, 0, &mut busy(), t + ms(at)), Answer::Wait);
         }
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + ms(1000)),
-            Answer::Wait,
-            "only askers ready to read are starved: a wait from 1 s"
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1000)), Answer::Wait, "only askers ready to read are starved: a wait from 1 s");
         // Askers ready to read are told to wait from 3 s on (nobody renewed the wait since 1 s).
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3000)), Answer::Wait);
         // A holder with a free slot named in between ends the wait: the clock starts again.
         tr.load(0, 0, 0, t + ms(3500));
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + ms(3500)),
-            Answer::Peers(vec![0])
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3500)), Answer::Peers(vec![0]));
         tr.load(0, UPLOADS_MAX as u32, 0, t + ms(3600));
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(3600)), Answer::Wait);
         // Another read on a connection open to the full holder: the block spreads, the wait ends too.
-        let mut reading = Fetching {
-            may_claim: true,
-            open: vec![0],
-            flows_free: 0,
-        };
-        assert_eq!(
-            tr.locate(1, 0, &mut reading, t + ms(4000)),
-            Answer::Peers(vec![0])
-        );
+        let mut reading = Fetching { may_claim: true, open: vec![0], flows_free: 0 };
+        assert_eq!(tr.locate(1, 0, &mut reading, t + ms(4000)), Answer::Peers(vec![0]));
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(4100)), Answer::Wait);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t + ms(5000)),
-            Answer::Wait,
-            "0.9 s: a moment"
-        );
-        assert_eq!(
-            tr.relay_grants(),
-            grants,
-            "no second copy while the holders are busy for a moment"
-        );
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t + ms(5100)),
-            Answer::Relay,
-            "1 s of askers kept from every holder: the relay serves it again"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5000)), Answer::Wait, "0.9 s: a moment");
+        assert_eq!(tr.relay_grants(), grants, "no second copy while the holders are busy for a moment");
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5100)), Answer::Relay, "1 s of askers kept from every holder: the relay serves it again");
         assert_eq!(tr.relay_grants(), grants + 1);
         // While that claim stands nobody waits for the block: asked now, no clock starts, so once the
         // claim is done and both holders are full, a wait starts only from the next ask.
@@ -1573,11 +1218,7 @@ mod tests {
         tr.have(3, 0, t + ms(5500));
         tr.load(3, UPLOADS_MAX as u32, 0, t + ms(5500));
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(5800)), Answer::Wait);
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + ms(6300)),
-            Answer::Wait,
-            "a wait from 5.8 s, not 5.2 s"
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(6300)), Answer::Wait, "a wait from 5.8 s, not 5.2 s");
         assert_eq!(tr.relay_grants(), grants + 1);
     }
 
@@ -1588,17 +1229,9 @@ mod tests {
         assert_eq!(tr.locate(2, 0, &mut reader(), t), Answer::Wait);
         // Nobody asks for 5 s (the asker left, or read other blocks): a later asker is not handed a
         // copy at once on the strength of that old wait.
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t + ms(5000)),
-            Answer::Wait,
-            "the wait starts again"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5000)), Answer::Wait, "the wait starts again");
         assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(5500)), Answer::Wait);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t + ms(6000)),
-            Answer::Relay,
-            "1 s of a renewed wait"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(6000)), Answer::Relay, "1 s of a renewed wait");
     }
 
     #[test]
@@ -1608,27 +1241,15 @@ mod tests {
         tr.pace.link_median = Some(0.5);
         assert_eq!(tr.starved_after(), Duration::from_secs(16));
         tr.pace.link_median = Some(0.001);
-        assert_eq!(
-            tr.starved_after(),
-            STARVED_AFTER_MIN,
-            "on fast links, at least the least wait"
-        );
+        assert_eq!(tr.starved_after(), STARVED_AFTER_MIN, "on fast links, at least the least wait");
         for m in [f64::INFINITY, f64::NAN] {
             tr.pace.link_median = Some(m);
-            assert_eq!(
-                tr.starved_after(),
-                Duration::MAX,
-                "a median that makes no duration waits for good"
-            );
+            assert_eq!(tr.starved_after(), Duration::MAX, "a median that makes no duration waits for good");
         }
         // `locate` goes by it: 3.2 s at 0.1 s per block.
         tr.pace.link_median = Some(0.1);
         for at in (0..=3100).step_by(500).chain([3100]) {
-            assert_eq!(
-                tr.locate(2, 0, &mut reader(), t + ms(at)),
-                Answer::Wait,
-                "at {at} ms"
-            );
+            assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(at)), Answer::Wait, "at {at} ms");
         }
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3200)), Answer::Relay);
     }
@@ -1646,11 +1267,7 @@ mod tests {
         tr.load(3, UPLOADS_MAX as u32, 0, t + ms(800));
         // A wait from 0.9 s, not from 0 s.
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(900)), Answer::Wait);
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + ms(1200)),
-            Answer::Wait,
-            "the grant at 0.7 s ended the wait from 0 s"
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1200)), Answer::Wait, "the grant at 0.7 s ended the wait from 0 s");
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(1900)), Answer::Relay);
     }
 
@@ -1660,18 +1277,10 @@ mod tests {
         let (mut tr, t) = full_holder_of_block_0(3);
         tr.join(3, false);
         for at in [0, 500, 1000, 1500] {
-            assert_eq!(
-                tr.locate(3, 0, &mut reader(), t + ms(at)),
-                Answer::Wait,
-                "it would never pass the block on"
-            );
+            assert_eq!(tr.locate(3, 0, &mut reader(), t + ms(at)), Answer::Wait, "it would never pass the block on");
         }
         assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(2000)), Answer::Wait);
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + ms(3000)),
-            Answer::Relay,
-            "one that serves does, after its own wait"
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + ms(3000)), Answer::Relay, "one that serves does, after its own wait");
     }
 
     #[test]
@@ -1681,16 +1290,7 @@ mod tests {
         let mut tr = joined(16, 3);
         // (agent, block, started, took): each agent's arrivals one after another, agent 0's last two
         // side by side from a slow source (its link busy 8 s for four blocks: 2× the others').
-        let arrivals = [
-            (0, 0, 0, 1),
-            (1, 1, 0, 1),
-            (2, 2, 0, 1),
-            (0, 3, 1, 1),
-            (1, 4, 1, 1),
-            (2, 5, 1, 1),
-            (0, 6, 2, 6),
-            (0, 7, 2, 6),
-        ];
+        let arrivals = [(0, 0, 0, 1), (1, 1, 0, 1), (2, 2, 0, 1), (0, 3, 1, 1), (1, 4, 1, 1), (2, 5, 1, 1), (0, 6, 2, 6), (0, 7, 2, 6)];
         for (a, b, from, _) in arrivals {
             tr.arriving(a, b, t + s(from));
         }
@@ -1698,16 +1298,8 @@ mod tests {
             tr.have(a, b, t + s(from + took));
         }
         tr.arriving(0, 9, t + s(10));
-        assert_eq!(
-            tr.locate_t(1, 9, t + s(10)),
-            Answer::Peers(vec![0]),
-            "two blocks at a slow source's pace of its last four: agent 0 still keeps the swarm's"
-        );
-        assert_eq!(
-            tr.locate_t(0, 10, t + s(10)),
-            Answer::Relay,
-            "and claims from the relay"
-        );
+        assert_eq!(tr.locate_t(1, 9, t + s(10)), Answer::Peers(vec![0]), "two blocks at a slow source's pace of its last four: agent 0 still keeps the swarm's");
+        assert_eq!(tr.locate_t(0, 10, t + s(10)), Answer::Relay, "and claims from the relay");
     }
 
     /// Agent `a` takes blocks `4a..4a + 4` at once from `t`, its link split over the four: they come
@@ -1717,11 +1309,7 @@ mod tests {
             tr.arriving(a, 4 * u64::from(a) + i, t);
         }
         for i in 0..4 {
-            tr.have(
-                a,
-                4 * u64::from(a) + i,
-                t + Duration::from_millis(1200 + 50 * i),
-            );
+            tr.have(a, 4 * u64::from(a) + i, t + Duration::from_millis(1200 + 50 * i));
         }
     }
 
@@ -1735,33 +1323,17 @@ mod tests {
         // for block 0, ...
         tr.not_at(1, 0, 0);
         assert_eq!(tr.holders(0), 0);
-        assert_eq!(
-            tr.locate_t(2, 0, t),
-            Answer::Relay,
-            "no holder named: from the relay"
-        );
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "no holder named: from the relay");
         // ... but its own arrival went on, and its time counts for its pace and its link.
         tr.have(0, 0, t + ms(3000));
-        assert_eq!(
-            tr.pace.secs.get(&0),
-            Some(&3.0),
-            "the arrival's 3 s are agent 0's pace"
-        );
-        assert_eq!(
-            tr.pace.busy.get(&0).map(|b| (b.blocks, b.secs)),
-            Some((1, 3.0)),
-            "and its link's"
-        );
+        assert_eq!(tr.pace.secs.get(&0), Some(&3.0), "the arrival's 3 s are agent 0's pace");
+        assert_eq!(tr.pace.busy.get(&0).map(|b| (b.blocks, b.secs)), Some((1, 3.0)), "and its link's");
         // Said by agent 0 itself, its arrival ends: the block, when it comes by another read later,
         // brings no arrival time with it.
         tr.arriving(0, 1, t + ms(3000));
         tr.not_at(0, 0, 1);
         tr.have(0, 1, t + ms(9000));
-        assert_eq!(
-            tr.pace.busy.get(&0).map(|b| b.blocks),
-            Some(1),
-            "an arrival taken back by its holder counts nothing"
-        );
+        assert_eq!(tr.pace.busy.get(&0).map(|b| b.blocks), Some(1), "an arrival taken back by its holder counts nothing");
         assert_eq!(tr.holders(1), 1, "and the block, held, is named again");
     }
 
@@ -1777,35 +1349,15 @@ mod tests {
         }
         // Agent 3's first block came alone on its link, in 1.7 s: not slow by that arrival (under
         // 2.5× the others' 1.3 s), five times slower by its link.
-        assert_eq!(
-            tr.locate_t(3, 13, t),
-            Answer::Relay,
-            "at the start nobody's pace is known"
-        );
+        assert_eq!(tr.locate_t(3, 13, t), Answer::Relay, "at the start nobody's pace is known");
         tr.arriving(3, 12, t);
         tr.have(3, 12, t + ms(1700));
         tr.arriving(3, 13, t + ms(1700));
-        assert_eq!(
-            tr.locate_t(3, 20, t + ms(1800)),
-            Answer::Wait,
-            "a host on a slow link takes no more blocks from the relay while faster agents pull"
-        );
-        assert_eq!(
-            tr.locate_t(0, 13, t + ms(1800)),
-            Answer::Relay,
-            "its claim, arriving at its link's pace, is served again to a faster asker"
-        );
-        assert_eq!(
-            tr.locate_t(1, 13, t + ms(1800)),
-            Answer::Wait,
-            "the others wait for that copy"
-        );
+        assert_eq!(tr.locate_t(3, 20, t + ms(1800)), Answer::Wait, "a host on a slow link takes no more blocks from the relay while faster agents pull");
+        assert_eq!(tr.locate_t(0, 13, t + ms(1800)), Answer::Relay, "its claim, arriving at its link's pace, is served again to a faster asker");
+        assert_eq!(tr.locate_t(1, 13, t + ms(1800)), Answer::Wait, "the others wait for that copy");
         tr.arriving(0, 13, t + ms(1850));
-        assert_eq!(
-            tr.locate_t(1, 13, t + ms(1900)),
-            Answer::Peers(vec![0]),
-            "and read it, not agent 3's"
-        );
+        assert_eq!(tr.locate_t(1, 13, t + ms(1900)), Answer::Peers(vec![0]), "and read it, not agent 3's");
     }
 
     #[test]
@@ -1821,16 +1373,11 @@ mod tests {
             tr.arriving(2, 8 + i, t + ms(300));
         }
         tr.have(2, 8, t + ms(1500));
-        assert_eq!(
-            tr.locate_t(2, 20, t + ms(1500)),
-            Answer::Relay,
-            "not slow: it claims from the relay"
-        );
+        assert_eq!(tr.locate_t(2, 20, t + ms(1500)), Answer::Relay, "not slow: it claims from the relay");
     }
 
     #[test]
-    fn a_claim_taken_for_a_read_moved_from_a_slow_holder_is_judged_by_the_claim_not_the_old_arrival(
-    ) {
+    fn a_claim_taken_for_a_read_moved_from_a_slow_holder_is_judged_by_the_claim_not_the_old_arrival() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut tr = joined(32, 4);
@@ -1846,36 +1393,20 @@ mod tests {
         assert_eq!(tr.locate_t(3, 6, t), Answer::Relay);
         tr.arriving(3, 6, t + ms(100));
         for a in [0, 1] {
-            assert_eq!(
-                tr.locate_t(a, 6, t + ms(200)),
-                Answer::Peers(vec![3]),
-                "not yet overdue"
-            );
+            assert_eq!(tr.locate_t(a, 6, t + ms(200)), Answer::Peers(vec![3]), "not yet overdue");
         }
         for a in [0, 1] {
             tr.arriving(a, 6, t + ms(300));
         }
         // Five seconds on, agent 0 moves its read: the claim is overdue, and agent 0 takes it over.
-        assert_eq!(
-            tr.locate_t(0, 6, t + ms(5000)),
-            Answer::Relay,
-            "agent 3's claim is overdue"
-        );
+        assert_eq!(tr.locate_t(0, 6, t + ms(5000)), Answer::Relay, "agent 3's claim is overdue");
         // Agent 1 moves its read too. Agent 0's arrival (the one it serves) is still fed by agent 3,
         // and under way since 4.7 s, but its claim is a moment old.
         let grants = tr.relay_grants();
-        assert_eq!(
-            tr.locate_t(1, 6, t + ms(5100)),
-            Answer::Wait,
-            "agent 0's claim will give it the block whole: no third copy"
-        );
+        assert_eq!(tr.locate_t(1, 6, t + ms(5100)), Answer::Wait, "agent 0's claim will give it the block whole: no third copy");
         assert_eq!(tr.relay_grants(), grants);
         tr.have(0, 6, t + ms(6000));
-        assert_eq!(
-            tr.locate_t(1, 6, t + ms(6100)),
-            Answer::Peers(vec![0]),
-            "and agent 1 reads it there"
-        );
+        assert_eq!(tr.locate_t(1, 6, t + ms(6100)), Answer::Peers(vec![0]), "and agent 1 reads it there");
     }
 
     #[test]
@@ -1919,71 +1450,35 @@ mod tests {
     fn a_slow_agent_claims_from_the_relay_once_no_faster_agent_pulls() {
         let s = Duration::from_secs;
         let (mut tr, t) = a_slow_agent_beside_a_fast_one(4);
-        assert_eq!(
-            tr.locate_t(1, 3, t + s(5)),
-            Answer::Wait,
-            "agent 0 is faster and still pulls"
-        );
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 0 is faster and still pulls");
         tr.arriving(0, 1, t + s(5));
         tr.have(0, 1, t + s(6));
         tr.arriving(0, 3, t + s(6));
         tr.have(0, 3, t + s(7));
         assert_eq!(tr.needing(1), 0, "agent 0 is complete");
         tr.leave(0);
-        assert_eq!(
-            tr.locate_t(1, 3, t + s(8)),
-            Answer::Relay,
-            "alone, the slow agent is the swarm's pace"
-        );
+        assert_eq!(tr.locate_t(1, 3, t + s(8)), Answer::Relay, "alone, the slow agent is the swarm's pace");
     }
 
     #[test]
     fn a_slow_agent_takes_a_block_nobody_keeps_any_more_from_the_relay_while_faster_agents_pull() {
         let s = Duration::from_secs;
         let (mut tr, t) = a_slow_agent_beside_a_fast_one(8);
-        assert_eq!(
-            tr.locate_t(1, 3, t + s(5)),
-            Answer::Wait,
-            "agent 1 is slow: block 3 nobody has yet comes to it through agent 0"
-        );
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "agent 1 is slow: block 3 nobody has yet comes to it through agent 0");
         // The relay's other ways to a claim (the repair of a starved block, holders too slow) do not
         // serve a slow agent a block that has a holder.
-        let f = Fetching {
-            may_claim: true,
-            open: Vec::new(),
-            flows_free: 1,
-        };
-        assert_eq!(
-            tr.claim(1, 2, &f, t + s(5)),
-            Answer::Wait,
-            "block 2 is held: the slow agent waits for its holder"
-        );
+        let f = Fetching { may_claim: true, open: Vec::new(), flows_free: 1 };
+        assert_eq!(tr.claim(1, 2, &f, t + s(5)), Answer::Wait, "block 2 is held: the slow agent waits for its holder");
         // Agent 0 drops block 0 from its cache (it still pulls): nobody holds it now.
         tr.not_at(0, 0, 0);
         assert_eq!(tr.holders(0), 0);
-        assert_eq!(
-            tr.locate_t(1, 0, t + s(5)),
-            Answer::Relay,
-            "no faster agent will bring block 0 back"
-        );
-        assert_eq!(
-            tr.locate_t(1, 3, t + s(5)),
-            Answer::Wait,
-            "still, not a block the swarm has yet"
-        );
+        assert_eq!(tr.locate_t(1, 0, t + s(5)), Answer::Relay, "no faster agent will bring block 0 back");
+        assert_eq!(tr.locate_t(1, 3, t + s(5)), Answer::Wait, "still, not a block the swarm has yet");
         tr.not_at(0, 0, 2);
-        assert_eq!(
-            tr.locate_t(1, 2, t + s(5)),
-            Answer::Wait,
-            "one such copy at a time: its relay reads go at its pace and hold a relay flow"
-        );
+        assert_eq!(tr.locate_t(1, 2, t + s(5)), Answer::Wait, "one such copy at a time: its relay reads go at its pace and hold a relay flow");
         tr.arriving(1, 0, t + s(5));
         tr.have(1, 0, t + s(10));
-        assert_eq!(
-            tr.locate_t(1, 2, t + s(10)),
-            Answer::Relay,
-            "block 0 done: the next"
-        );
+        assert_eq!(tr.locate_t(1, 2, t + s(10)), Answer::Relay, "block 0 done: the next");
     }
 
     #[test]
@@ -2003,11 +1498,7 @@ mod tests {
         // Not one cycle entered at different points: the first blocks differ between any two askers.
         for x in 0..16 {
             for y in x + 1..16 {
-                assert_ne!(
-                    order(&tr, x)[..3],
-                    order(&tr, y)[..3],
-                    "agents {x} and {y} start alike"
-                );
+                assert_ne!(order(&tr, x)[..3], order(&tr, y)[..3], "agents {x} and {y} start alike");
             }
         }
         let mut sorted = o0.clone();
@@ -2017,16 +1508,8 @@ mod tests {
         tr.not_at(2, 2, 5);
         tr.arriving(1, 5, t);
         let o0 = order(&tr, 0);
-        assert_eq!(
-            o0.last(),
-            Some(&5),
-            "only arriving somewhere: last, however rare"
-        );
-        assert_eq!(
-            o0[o0.len() - 2],
-            3,
-            "two holders: after the blocks one holds"
-        );
+        assert_eq!(o0.last(), Some(&5), "only arriving somewhere: last, however rare");
+        assert_eq!(o0[o0.len() - 2], 3, "two holders: after the blocks one holds");
     }
 
     #[test]
@@ -2037,33 +1520,17 @@ mod tests {
         tr.arriving(0, 0, t);
         tr.not_at(0, 0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0));
-        assert_eq!(
-            tr.locate_t(1, 0, t),
-            Answer::Relay,
-            "no holder: from the relay"
-        );
+        assert_eq!(tr.locate_t(1, 0, t), Answer::Relay, "no holder: from the relay");
         tr.arriving(0, 0, t);
         tr.have_t(0, 0);
         assert_eq!((tr.holders(0), tr.whole_holders(0)), (1, 1));
-        assert_eq!(
-            tr.locate_t(2, 0, t),
-            Answer::Peers(vec![0]),
-            "its stale entry and its new one: named once"
-        );
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Peers(vec![0]), "its stale entry and its new one: named once");
         tr.not_at(0, 0, 0);
-        assert_eq!(
-            (tr.holders(0), tr.whole_holders(0)),
-            (0, 0),
-            "a whole holder taken off counts as neither"
-        );
+        assert_eq!((tr.holders(0), tr.whole_holders(0)), (0, 0), "a whole holder taken off counts as neither");
         let mut quiet = joined(1, 2);
         quiet.join(5, false);
         quiet.arriving(5, 0, t);
-        assert_eq!(
-            quiet.holders(0),
-            0,
-            "an agent that does not serve is never named"
-        );
+        assert_eq!(quiet.holders(0), 0, "an agent that does not serve is never named");
     }
 
     #[test]
@@ -2077,166 +1544,67 @@ mod tests {
         tr.not_at(2, 1, 0);
         assert_eq!(tr.locate_t(2, 0, t), Answer::Relay);
         tr.have_t(7, 0);
-        assert_eq!(
-            tr.locate_t(2, 0, t),
-            Answer::Relay,
-            "an agent that never joined (or left) is not a holder"
-        );
+        assert_eq!(tr.locate_t(2, 0, t), Answer::Relay, "an agent that never joined (or left) is not a holder");
         let mut tr = joined(2, 2);
         for (a, b) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
             tr.have_t(a, b);
         }
         tr.forget(0);
-        assert_eq!(
-            (tr.holders(0), tr.holders(1)),
-            (1, 1),
-            "a peer that sent a corrupt block is named for nothing"
-        );
+        assert_eq!((tr.holders(0), tr.holders(1)), (1, 1), "a peer that sent a corrupt block is named for nothing");
     }
 
     #[test]
     fn a_holder_serving_its_maximum_is_named_only_to_an_agent_reading_from_it() {
         let t = Instant::now();
         let mut tr = joined(2, 4);
-        assert_eq!(
-            tr.locate_t(2, 1, t),
-            Answer::Relay,
-            "the relay is busy sending block 1"
-        );
+        assert_eq!(tr.locate_t(2, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         tr.have_t(1, 0);
         tr.load(0, UPLOADS_MAX as u32, 0, t);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t),
-            Answer::Peers(vec![1]),
-            "the full holder is left out"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Peers(vec![1]), "the full holder is left out");
         tr.load(1, UPLOADS_MAX as u32, 0, t);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t),
-            Answer::Wait,
-            "every holder full: wait (not a claim: the block has a source)"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "every holder full: wait (not a claim: the block has a source)");
         assert_eq!(tr.relay_grants(), 1, "block 1's claim only");
-        let mut reading = Fetching {
-            may_claim: true,
-            open: vec![1],
-            flows_free: 0,
-        };
-        assert_eq!(
-            tr.locate(3, 0, &mut reading, t),
-            Answer::Peers(vec![1]),
-            "another read on the connection it has open"
-        );
-        assert_eq!(
-            reading,
-            Fetching {
-                may_claim: true,
-                open: vec![1],
-                flows_free: 0
-            },
-            "no new connection counted"
-        );
+        let mut reading = Fetching { may_claim: true, open: vec![1], flows_free: 0 };
+        assert_eq!(tr.locate(3, 0, &mut reading, t), Answer::Peers(vec![1]), "another read on the connection it has open");
+        assert_eq!(reading, Fetching { may_claim: true, open: vec![1], flows_free: 0 }, "no new connection counted");
         tr.load(0, 0, 0, t);
-        assert_eq!(
-            tr.locate(
-                3,
-                0,
-                &mut Fetching {
-                    may_claim: true,
-                    open: vec![1],
-                    flows_free: 1
-                },
-                t
-            ),
-            Answer::Peers(vec![0, 1]),
-            "a new holder first, the open one after"
-        );
+        assert_eq!(tr.locate(3, 0, &mut Fetching { may_claim: true, open: vec![1], flows_free: 1 }, t), Answer::Peers(vec![0, 1]), "a new holder first, the open one after");
         tr.leave(0);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), t),
-            Answer::Wait,
-            "a departed agent is not named"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), t), Answer::Wait, "a departed agent is not named");
         tr.load(0, 0, 0, t);
-        assert!(
-            !tr.uploads.contains_key(&0),
-            "a departed agent's report is not kept"
-        );
+        assert!(!tr.uploads.contains_key(&0), "a departed agent's report is not kept");
     }
 
     #[test]
     fn the_tracker_counts_the_holders_it_names_until_their_next_report() {
         let t = Instant::now();
         let mut tr = joined(2, 7);
-        assert_eq!(
-            tr.locate_t(6, 1, t),
-            Answer::Relay,
-            "the relay is busy sending block 1"
-        );
+        assert_eq!(tr.locate_t(6, 1, t), Answer::Relay, "the relay is busy sending block 1");
         tr.have_t(0, 0);
         // The holder reports nothing yet; askers are named to it up to its upload slots, then wait.
         let mut f = reader();
         assert_eq!(tr.locate(1, 0, &mut f, t), Answer::Peers(vec![0]));
-        assert_eq!(
-            f,
-            Fetching {
-                may_claim: true,
-                open: vec![0],
-                flows_free: 1
-            },
-            "the asker's new connection, as its chooser will count it"
-        );
-        assert_eq!(
-            tr.locate(1, 0, &mut reader(), t),
-            Answer::Peers(vec![0]),
-            "the same asker again: one connection, counted once"
-        );
+        assert_eq!(f, Fetching { may_claim: true, open: vec![0], flows_free: 1 }, "the asker's new connection, as its chooser will count it");
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "the same asker again: one connection, counted once");
         for a in 2..UPLOADS_MAX as AgentId + 1 {
             assert_eq!(tr.locate(a, 0, &mut reader(), t), Answer::Peers(vec![0]));
         }
         let next = UPLOADS_MAX as AgentId + 1;
-        assert_eq!(
-            tr.locate(next, 0, &mut reader(), t),
-            Answer::Wait,
-            "its slots are taken by the askers sent there"
-        );
-        assert_eq!(
-            tr.locate(1, 0, &mut reader(), t),
-            Answer::Peers(vec![0]),
-            "an asker's own count does not keep it out"
-        );
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "its slots are taken by the askers sent there");
+        assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]), "an asker's own count does not keep it out");
         // A report that overtook the askers: they stay counted.
         tr.load(0, 0, 0, t);
-        assert_eq!(
-            tr.locate(next, 0, &mut reader(), t),
-            Answer::Wait,
-            "the askers sent there are still on their way"
-        );
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "the askers sent there are still on their way");
         // One arrived: counted in the report now, and its own count ends (the longest waiting's).
         tr.load(0, 1, 1, t);
-        assert_eq!(
-            tr.locate(next, 0, &mut reader(), t),
-            Answer::Wait,
-            "one serving, one on its way: full"
-        );
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Wait, "one serving, one on its way: full");
         // It finished, and the other arrived.
         tr.load(0, 1, 1, t);
-        assert_eq!(
-            tr.locate(next, 0, &mut reader(), t),
-            Answer::Peers(vec![0]),
-            "one upload, nobody on the way: a slot free"
-        );
-        assert_eq!(
-            tr.locate(next + 1, 0, &mut reader(), t),
-            Answer::Wait,
-            "the slot went to the asker sent there just now"
-        );
+        assert_eq!(tr.locate(next, 0, &mut reader(), t), Answer::Peers(vec![0]), "one upload, nobody on the way: a slot free");
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t), Answer::Wait, "the slot went to the asker sent there just now");
         // An asker that went elsewhere holds its count only for NAMED_HOLD.
-        assert_eq!(
-            tr.locate(next + 1, 0, &mut reader(), t + NAMED_HOLD),
-            Answer::Peers(vec![0])
-        );
+        assert_eq!(tr.locate(next + 1, 0, &mut reader(), t + NAMED_HOLD), Answer::Peers(vec![0]));
     }
 
     #[test]
@@ -2246,18 +1614,11 @@ mod tests {
         tr.have_t(0, 0);
         // Agent 1 is sent to holder 0 and goes elsewhere; half a hold later agent 2 is sent there.
         assert_eq!(tr.locate(1, 0, &mut reader(), t), Answer::Peers(vec![0]));
-        assert_eq!(
-            tr.locate(2, 0, &mut reader(), t + NAMED_HOLD / 2),
-            Answer::Peers(vec![0])
-        );
+        assert_eq!(tr.locate(2, 0, &mut reader(), t + NAMED_HOLD / 2), Answer::Peers(vec![0]));
         // Agent 1's count has run out when the holder reports one upload, one arrival: agent 2's.
         let now = t + NAMED_HOLD;
         tr.load(0, 1, 1, now);
-        assert_eq!(
-            tr.locate(3, 0, &mut reader(), now),
-            Answer::Peers(vec![0]),
-            "one upload and nobody on the way: a slot free"
-        );
+        assert_eq!(tr.locate(3, 0, &mut reader(), now), Answer::Peers(vec![0]), "one upload and nobody on the way: a slot free");
     }
 
     #[test]
@@ -2268,19 +1629,11 @@ mod tests {
         tr.have_t(0, 0);
         tr.have_t(0, 1);
         assert_eq!(tr.needing(0), 1, "agent 1 has nothing yet");
-        assert_eq!(
-            tr.needing(1),
-            1,
-            "the snapshot's size is not known yet: agent 0 may need more"
-        );
+        assert_eq!(tr.needing(1), 1, "the snapshot's size is not known yet: agent 0 may need more");
         tr.set_total(2);
         assert_eq!(tr.needing(1), 0);
         tr.have_t(1, 0);
-        assert_eq!(
-            tr.holders(0),
-            1,
-            "an agent that does not serve is never named as a holder"
-        );
+        assert_eq!(tr.holders(0), 1, "an agent that does not serve is never named as a holder");
         tr.have_t(1, 1);
         assert_eq!(tr.needing(0), 0);
         tr.join(2, true);
@@ -2301,15 +1654,9 @@ mod tests {
         }
         tr.not_at(0, 0, 0);
         assert_eq!(tr.holders(0), 4, "each taken off once");
-        assert!(
-            tr.holders[0].len() <= 2 * 4 + PEERS_PER_ANSWER,
-            "entries no longer listed are dropped once they outnumber the listed: {}",
-            tr.holders[0].len()
-        );
+        assert!(tr.holders[0].len() <= 2 * 4 + PEERS_PER_ANSWER, "entries no longer listed are dropped once they outnumber the listed: {}", tr.holders[0].len());
         for _ in 0..20 {
-            let Answer::Peers(named) = tr.locate_t(40, 0, t) else {
-                panic!("four holders are listed")
-            };
+            let Answer::Peers(named) = tr.locate_t(40, 0, t) else { panic!("four holders are listed") };
             assert!(named.iter().all(|p| (36..40).contains(p)), "{named:?}");
         }
     }
@@ -2328,9 +1675,6 @@ mod tests {
                 named.extend(p);
             }
         }
-        assert!(
-            named.len() > PEERS_PER_ANSWER * 2,
-            "answers name many different holders: {named:?}"
-        );
+        assert!(named.len() > PEERS_PER_ANSWER * 2, "answers name many different holders: {named:?}");
     }
 }

@@ -57,8 +57,7 @@ impl Token {
         self.0.is_empty()
     }
     fn mac(&self, label: &[u8], a: &[u8], b: &[u8], kind: u8) -> [u8; 32] {
-        let mut m =
-            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
         m.update(label);
         m.update(a);
         m.update(b);
@@ -100,25 +99,17 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
             source: e,
         },
         // A relay that requires TLS waits for our handshake and says nothing to a plain client.
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Io {
-            op: Operation::ReadRelayGreetingSilent,
-            source: e,
-        },
-        _ => Error::Io {
-            op: Operation::ReadRelayGreeting,
-            source: e,
-        },
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Error::Io { op: Operation::ReadRelayGreetingSilent, source: e }
+        }
+        _ => Error::Io { op: Operation::ReadRelayGreeting, source: e },
     })?;
     if &hello[..8] != MAGIC {
-        return Err(Error::Protocol(
-            "the peer is not a fastrepl relay (bad greeting)".into(),
-        ));
+        return Err(Error::Protocol("the peer is not a fastrepl relay (bad greeting)".into()));
     }
     let version = u16::from_be_bytes([hello[8], hello[9]]);
     if version != VERSION {
-        return Err(Error::Protocol(format!(
-            "relay speaks protocol version {version}, this agent {VERSION}"
-        )));
+        return Err(Error::Protocol(format!("relay speaks protocol version {version}, this agent {VERSION}")));
     }
     let server_nonce = &hello[10..];
     let client_nonce = nonce()?;
@@ -128,17 +119,11 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
     msg.push(kind as u8);
     msg.extend_from_slice(&client_nonce);
     msg.extend_from_slice(&token.mac(b"agent", server_nonce, &client_nonce, kind as u8));
-    s.write_all(&msg)
-        .map_err(Error::io(Operation::SendAuthentication))?;
+    s.write_all(&msg).map_err(Error::io(Operation::SendAuthentication))?;
     let mut status = [0u8; 1];
-    s.read_exact(&mut status)
-        .map_err(Error::io(Operation::ReadAuthenticationResult))?;
+    s.read_exact(&mut status).map_err(Error::io(Operation::ReadAuthenticationResult))?;
     if status[0] != 0 {
-        let them = if kind == Kind::Status {
-            "the relay"
-        } else {
-            "the relay (or peer agent)"
-        };
+        let them = if kind == Kind::Status { "the relay" } else { "the relay (or peer agent)" };
         return Err(Error::Auth(if token.is_empty() {
             format!("{them} requires a token and we sent none (set FASTREPL_TOKEN or --token-file)")
         } else {
@@ -146,15 +131,9 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
         }));
     }
     let mut proof = [0u8; 32];
-    s.read_exact(&mut proof)
-        .map_err(Error::io(Operation::ReadRelayProof))?;
-    if !ct_eq(
-        &proof,
-        &token.mac(b"relay", &client_nonce, server_nonce, kind as u8),
-    ) {
-        return Err(Error::Auth(
-            "the relay (or peer agent) could not prove it knows the token".into(),
-        ));
+    s.read_exact(&mut proof).map_err(Error::io(Operation::ReadRelayProof))?;
+    if !ct_eq(&proof, &token.mac(b"relay", &client_nonce, server_nonce, kind as u8)) {
+        return Err(Error::Auth("the relay (or peer agent) could not prove it knows the token".into()));
     }
     Ok(())
 }
@@ -172,15 +151,11 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     hello.extend_from_slice(MAGIC);
     hello.extend_from_slice(&VERSION.to_be_bytes());
     hello.extend_from_slice(&server_nonce);
-    s.write_all(&hello)
-        .map_err(Error::io(Operation::SendGreeting))?;
+    s.write_all(&hello).map_err(Error::io(Operation::SendGreeting))?;
     let mut msg = [0u8; 8 + 2 + 1 + NONCE_LEN + 32];
-    s.read_exact(&mut msg)
-        .map_err(Error::io(Operation::ReadAgentAuthentication))?;
+    s.read_exact(&mut msg).map_err(Error::io(Operation::ReadAgentAuthentication))?;
     if &msg[..8] != MAGIC {
-        return Err(Error::Protocol(
-            "the peer is not a fastrepl agent (bad magic)".into(),
-        ));
+        return Err(Error::Protocol("the peer is not a fastrepl agent (bad magic)".into()));
     }
     let kind = match msg[10] {
         1 => Kind::Control,
@@ -190,24 +165,12 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     };
     let client_nonce = &msg[11..11 + NONCE_LEN];
     let mac = &msg[11 + NONCE_LEN..];
-    let Some(token) = tokens.iter().find(|t| {
-        ct_eq(
-            mac,
-            &t.mac(b"agent", &server_nonce, client_nonce, kind as u8),
-        )
-    }) else {
+    let Some(token) = tokens.iter().find(|t| ct_eq(mac, &t.mac(b"agent", &server_nonce, client_nonce, kind as u8))) else {
         let _ = s.write_all(&[1]);
-        let who = if kind == Kind::Status {
-            "a status client"
-        } else {
-            "an agent"
-        };
+        let who = if kind == Kind::Status { "a status client" } else { "an agent" };
         let what = if tokens.iter().all(Token::is_empty) {
             "presented a token, and we have none (started without FASTREPL_TOKEN / --token-file)"
-        } else if ct_eq(
-            mac,
-            &Token::empty().mac(b"agent", &server_nonce, client_nonce, kind as u8),
-        ) {
+        } else if ct_eq(mac, &Token::empty().mac(b"agent", &server_nonce, client_nonce, kind as u8)) {
             "sent no token, and we require one"
         } else {
             "presented a wrong token"
@@ -216,8 +179,7 @@ pub fn server_any<S: Read + Write>(s: &mut S, tokens: &[Token]) -> Result<Kind, 
     };
     let mut ok = vec![0u8];
     ok.extend_from_slice(&token.mac(b"relay", client_nonce, &server_nonce, kind as u8));
-    s.write_all(&ok)
-        .map_err(Error::io(Operation::SendAuthenticationResult))?;
+    s.write_all(&ok).map_err(Error::io(Operation::SendAuthenticationResult))?;
     Ok(kind)
 }
 
@@ -228,11 +190,7 @@ mod tests {
 
     #[test]
     fn during_a_rotation_either_token_is_accepted() {
-        let (old, new, other) = (
-            Token::new(b"old-token-0123456789").unwrap(),
-            Token::new(b"new-token-0123456789").unwrap(),
-            Token::new(b"neither-0123456789").unwrap(),
-        );
+        let (old, new, other) = (Token::new(b"old-token-0123456789").unwrap(), Token::new(b"new-token-0123456789").unwrap(), Token::new(b"neither-0123456789").unwrap());
         for (agent, ok) in [(old.clone(), true), (new.clone(), true), (other, false)] {
             let (mut a, mut r) = UnixStream::pair().unwrap();
             let accepted = [old.clone(), new.clone()];

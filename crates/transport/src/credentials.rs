@@ -36,9 +36,6 @@ impl Credentials {
     /// The credentials towards peer agents: the same secret, and TLS to them when the relay link is
     /// TLS (peers of a TLS relay serve TLS only).
     pub fn for_peers(&self) -> Credentials {
-        Credentials {
-            token: self.token.clone(),
-            tls: self.tls.as_ref().and_then(|t| t.to_peers()),
-        }
+        Credentials { token: self.token.clone(), tls: self.tls.as_ref().and_then(|t| t.to_peers()) }
     }
 }

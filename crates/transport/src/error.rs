@@ -174,51 +174,21 @@ mod tests {
     fn only_a_block_body_ended_early_is_a_cut_off() {
         let eof = |op| Error::io(op)(ErrorKind::UnexpectedEof.into());
         assert!(eof(Operation::ReadBlockBytes).is_cut_off());
-        for &op in Operation::ALL
-            .iter()
-            .filter(|&&op| op != Operation::ReadBlockBytes)
-        {
-            assert!(
-                !eof(op).is_cut_off(),
-                "{op:?}: an end of stream there is not a cut-off"
-            );
+        for &op in Operation::ALL.iter().filter(|&&op| op != Operation::ReadBlockBytes) {
+            assert!(!eof(op).is_cut_off(), "{op:?}: an end of stream there is not a cut-off");
         }
-        assert!(
-            !Error::io(Operation::ReadBlockBytes)(ErrorKind::ConnectionReset.into()).is_cut_off(),
-            "a reset is not a cut-off"
-        );
+        assert!(!Error::io(Operation::ReadBlockBytes)(ErrorKind::ConnectionReset.into()).is_cut_off(), "a reset is not a cut-off");
         assert!(!Error::Protocol("read block bytes".into()).is_cut_off());
     }
 
     #[test]
     fn operations_read_as_the_words_they_were() {
         let e = Error::io(Operation::ReadBlockBytes)(ErrorKind::UnexpectedEof.into());
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "read block bytes: {}",
-                std::io::Error::from(ErrorKind::UnexpectedEof)
-            )
-        );
+        assert_eq!(e.to_string(), format!("read block bytes: {}", std::io::Error::from(ErrorKind::UnexpectedEof)));
         assert_eq!(Operation::SetNodelay.to_string(), "set TCP_NODELAY");
-        assert_eq!(
-            Operation::ConnectToShmSocket.to_string(),
-            "connect to the relay's shm socket"
-        );
-        assert_eq!(
-            Error::Refused {
-                op: Operation::LogRead,
-                message: "generation 3 is gone".into()
-            }
-            .to_string(),
-            "refused log read: generation 3 is gone"
-        );
-        let words: std::collections::HashSet<_> =
-            Operation::ALL.iter().map(|op| op.words()).collect();
-        assert_eq!(
-            words.len(),
-            Operation::ALL.len(),
-            "no two operations read alike"
-        );
+        assert_eq!(Operation::ConnectToShmSocket.to_string(), "connect to the relay's shm socket");
+        assert_eq!(Error::Refused { op: Operation::LogRead, message: "generation 3 is gone".into() }.to_string(), "refused log read: generation 3 is gone");
+        let words: std::collections::HashSet<_> = Operation::ALL.iter().map(|op| op.words()).collect();
+        assert_eq!(words.len(), Operation::ALL.len(), "no two operations read alike");
     }
 }

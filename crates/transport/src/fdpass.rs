@@ -1,9 +1,6 @@
 //! Passing one file descriptor over a unix socket (`SCM_RIGHTS`) together with a few bytes.
 
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -11,10 +8,7 @@ use std::os::unix::net::UnixStream;
 
 /// Send `bytes` with `fd` attached to the first of them.
 pub fn send_with_fd(s: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
-    assert!(
-        !bytes.is_empty(),
-        "a descriptor must travel with at least one byte"
-    );
+    assert!(!bytes.is_empty(), "a descriptor must travel with at least one byte");
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let fds = [fd];
     let sent = loop {
@@ -44,12 +38,7 @@ pub fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<Option<OwnedFd
         // Room for two: a peer that sends more than one is detected (and both are closed), not truncated.
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let r = match rustix::net::recvmsg(
-            s,
-            &mut [IoSliceMut::new(&mut buf[filled..])],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
+        let r = match rustix::net::recvmsg(s, &mut [IoSliceMut::new(&mut buf[filled..])], &mut control, RecvFlags::CMSG_CLOEXEC) {
             Ok(r) => r,
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
@@ -62,25 +51,16 @@ pub fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<Option<OwnedFd
             }
         }
         if r.flags.contains(ReturnFlags::CTRUNC) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "descriptor message truncated",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "descriptor message truncated"));
         }
         if fds.len() + usize::from(got_fd.is_some()) > 1 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "peer sent more than one descriptor",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "peer sent more than one descriptor"));
         }
         if let Some(fd) = fds.pop() {
             got_fd = Some(fd);
         }
         if r.bytes == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "peer closed the socket",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the socket"));
         }
         filled += r.bytes;
     }
@@ -112,10 +92,7 @@ mod tests {
         let mut two = [0u8; 2];
         assert!(recv_with_fd(&b, &mut two).unwrap().is_none());
         drop(a);
-        assert_eq!(
-            recv_with_fd(&b, &mut two).unwrap_err().kind(),
-            io::ErrorKind::UnexpectedEof
-        );
+        assert_eq!(recv_with_fd(&b, &mut two).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     }
 
     fn tempfile_in_memory() -> OwnedFd {

@@ -36,32 +36,17 @@ const TOKEN: &[u8] = b"fuzzing-token-0123456789";
 /// peer would have to forge an HMAC over our fresh nonce).
 pub fn auth(data: &[u8]) {
     let token = Token::new(TOKEN).expect("a long enough token");
-    let mut s = Scripted {
-        input: data,
-        written: 0,
-    };
-    assert!(
-        auth::client(&mut s, &token, Kind::Data).is_err(),
-        "accepted a relay that does not know the token"
-    );
-    let mut s = Scripted {
-        input: data,
-        written: 0,
-    };
-    assert!(
-        auth::server(&mut s, &token).is_err(),
-        "accepted an agent that does not know the token"
-    );
+    let mut s = Scripted { input: data, written: 0 };
+    assert!(auth::client(&mut s, &token, Kind::Data).is_err(), "accepted a relay that does not know the token");
+    let mut s = Scripted { input: data, written: 0 };
+    assert!(auth::server(&mut s, &token).is_err(), "accepted an agent that does not know the token");
 }
 
 /// An agent reading blocks from a relay or a peer that answers arbitrary bytes: every read either
 /// fails or fills exactly the bytes asked; nothing panics or allocates beyond the bounds. Then the
 /// same bytes as a request stream, as a relay's or a peer's server reads it.
 pub fn data_path(data: &[u8]) {
-    let mut r = StreamReader::new(Scripted {
-        input: data,
-        written: 0,
-    });
+    let mut r = StreamReader::new(Scripted { input: data, written: 0 });
     let mut buf = vec![0u8; 64];
     for _ in 0..4 {
         match r.read(1, 0, &mut buf) {

@@ -18,24 +18,16 @@ pub trait RangeReader: Send {
     /// Ask for `len` bytes of `generation` at `offset` without waiting for them; they come, in the
     /// order asked, from [`RangeReader::receive`]. At most [`RangeReader::depth`] outstanding.
     fn send(&mut self, _generation: u64, _offset: u64, _len: u32) -> Result<(), Error> {
-        Err(Error::Protocol(
-            "this reader does not pipeline reads".into(),
-        ))
+        Err(Error::Protocol("this reader does not pipeline reads".into()))
     }
     /// The bytes of the oldest read sent with [`RangeReader::send`], into `buf` (its length).
     fn receive(&mut self, _buf: &mut [u8]) -> Result<(), Error> {
-        Err(Error::Protocol(
-            "this reader does not pipeline reads".into(),
-        ))
+        Err(Error::Protocol("this reader does not pipeline reads".into()))
     }
     /// [`RangeReader::receive`], telling `arrived` about each piece of `buf` as it is filled, in
     /// order and once each (an agent serves a block to peers while it arrives). A reader that cannot
     /// tell pieces apart tells the whole at the end.
-    fn receive_pieces(
-        &mut self,
-        buf: &mut [u8],
-        arrived: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), Error> {
+    fn receive_pieces(&mut self, buf: &mut [u8], arrived: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
         self.receive(buf)?;
         arrived(buf);
         Ok(())

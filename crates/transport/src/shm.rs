@@ -33,14 +33,10 @@ pub const REGION_MAX: u64 = limits::REGION_BYTES_MAX;
 
 /// Connect to a relay's abstract unix socket `name` and authenticate as `kind`.
 pub fn connect(name: &str, token: &Token, kind: Kind) -> Result<UnixStream, Error> {
-    let addr = UnixAddr::from_abstract_name(name.as_bytes())
-        .map_err(Error::io(Operation::MakeUnixSocketAddress))?;
-    let mut s =
-        UnixStream::connect_addr(&addr).map_err(Error::io(Operation::ConnectToShmSocket))?;
-    s.set_read_timeout(Some(IO_TIMEOUT))
-        .map_err(Error::io(Operation::SetReadTimeout))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))
-        .map_err(Error::io(Operation::SetWriteTimeout))?;
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(Error::io(Operation::MakeUnixSocketAddress))?;
+    let mut s = UnixStream::connect_addr(&addr).map_err(Error::io(Operation::ConnectToShmSocket))?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(Error::io(Operation::SetReadTimeout))?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(Error::io(Operation::SetWriteTimeout))?;
     auth::client(&mut s, token, kind)?;
     Ok(s)
 }
@@ -63,10 +59,7 @@ impl ShmTransport {
     pub fn reachable(&self) -> Result<bool, Error> {
         match connect(&self.name, &self.token, Kind::Data) {
             Ok(_) => Ok(true),
-            Err(Error::Io {
-                op: Operation::ConnectToShmSocket,
-                ..
-            }) => Ok(false),
+            Err(Error::Io { op: Operation::ConnectToShmSocket, .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -81,10 +74,7 @@ impl Transport for ShmTransport {
     }
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = connect(&self.name, &self.token, Kind::Data)?;
-        Ok(Box::new(ShmReader {
-            conn: StreamReader::new(s),
-            map: None,
-        }))
+        Ok(Box::new(ShmReader { conn: StreamReader::new(s), map: None }))
     }
 }
 
@@ -128,85 +118,50 @@ impl ShmReader {
 
     fn attach(&mut self, generation: u64) -> Result<Mapping, Error> {
         use std::io::Write;
-        let req = Request::Attach {
-            generation,
-            transport: AttachKind::Shm,
-            arg: 0,
-        };
-        self.conn
-            .s
-            .write_all(&req.encode())
-            .map_err(Error::io(Operation::SendShmAttachRequest))?;
+        let req = Request::Attach { generation, transport: AttachKind::Shm, arg: 0 };
+        self.conn.s.write_all(&req.encode()).map_err(Error::io(Operation::SendShmAttachRequest))?;
         let mut h = [0u8; RESPONSE_HEADER_LEN];
-        let fd = fdpass::recv_with_fd(&self.conn.s, &mut h)
-            .map_err(Error::io(Operation::ReceiveRegionDescriptor))?;
+        let fd = fdpass::recv_with_fd(&self.conn.s, &mut h).map_err(Error::io(Operation::ReceiveRegionDescriptor))?;
         let len = read_answer(&mut self.conn.s, &h, Operation::ShmAttach)?;
         if len != 8 {
-            return Err(Error::Protocol(format!(
-                "shm attach answer of {len} bytes, expected 8"
-            )));
+            return Err(Error::Protocol(format!("shm attach answer of {len} bytes, expected 8")));
         }
-        let fd: OwnedFd =
-            fd.ok_or_else(|| Error::Protocol("shm attach answered without a descriptor".into()))?;
+        let fd: OwnedFd = fd.ok_or_else(|| Error::Protocol("shm attach answered without a descriptor".into()))?;
         let mut cap = [0u8; 8];
-        std::io::Read::read_exact(&mut self.conn.s, &mut cap)
-            .map_err(Error::io(Operation::ReadRegionSize))?;
+        std::io::Read::read_exact(&mut self.conn.s, &mut cap).map_err(Error::io(Operation::ReadRegionSize))?;
         let capacity = u64::from_be_bytes(cap);
         if capacity == 0 || capacity > REGION_MAX {
-            return Err(Error::Protocol(format!(
-                "region of {capacity} bytes is out of bounds"
-            )));
+            return Err(Error::Protocol(format!("region of {capacity} bytes is out of bounds")));
         }
         let file = std::fs::File::from(fd);
         // A memfd the relay sealed against shrinking is mapped; anything else (a store's file) is read
         // with pread, which a truncation cannot turn into SIGBUS.
         if !snapshot::is_sealed(&file) {
-            let meta = file
-                .metadata()
-                .map_err(Error::io(Operation::ReadRegionSize))?;
+            let meta = file.metadata().map_err(Error::io(Operation::ReadRegionSize))?;
             if !meta.file_type().is_file() {
-                return Err(Error::Protocol(
-                    "the relay's region is neither a sealed memfd nor a regular file".into(),
-                ));
+                return Err(Error::Protocol("the relay's region is neither a sealed memfd nor a regular file".into()));
             }
-            return Ok(Mapping {
-                generation,
-                access: Access::Pread(file, capacity),
-            });
+            return Ok(Mapping { generation, access: Access::Pread(file, capacity) });
         }
         let map = snapshot::map_sealed_read_only(&file, capacity).map_err(|e| match e {
-            snapshot::MapError::Io(source) => Error::Io {
-                op: Operation::MapRelayRegion,
-                source,
-            },
+            snapshot::MapError::Io(source) => Error::Io { op: Operation::MapRelayRegion, source },
             other => Error::Protocol(format!("the relay's region: {other}")),
         })?;
-        Ok(Mapping {
-            generation,
-            access: Access::Mapped(map),
-        })
+        Ok(Mapping { generation, access: Access::Mapped(map) })
     }
 }
 
 impl RangeReader for ShmReader {
     fn read(&mut self, generation: u64, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let access = &self.mapping(generation)?.access;
-        let Some(end) = offset
-            .checked_add(buf.len() as u64)
-            .filter(|e| *e <= access.len())
-        else {
-            return Err(Error::Protocol(format!(
-                "read [{offset}, +{}) beyond the region ({} bytes)",
-                buf.len(),
-                access.len()
-            )));
+        let Some(end) = offset.checked_add(buf.len() as u64).filter(|e| *e <= access.len()) else {
+            return Err(Error::Protocol(format!("read [{offset}, +{}) beyond the region ({} bytes)", buf.len(), access.len())));
         };
         let m = match access {
             Access::Mapped(m) => m,
             Access::Pread(file, _) => {
                 // A short read (the relay's file truncated under it) is an error, never fewer bytes.
-                return std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-                    .map_err(Error::io(Operation::ReadRelayStoreFile));
+                return std::os::unix::fs::FileExt::read_exact_at(file, buf, offset).map_err(Error::io(Operation::ReadRelayStoreFile));
             }
         };
         // Large reads: map the range's pages in one call instead of a fault per few pages during the
@@ -218,13 +173,7 @@ impl RangeReader for ShmReader {
             let start = offset / page * page;
             // SAFETY: [start, offset+len) is inside the mapping (start rounds down within it); the
             // advice only populates page tables of our read-only mapping.
-            let _ = unsafe {
-                rustix::mm::madvise(
-                    m.as_ptr().add(start as usize) as *mut _,
-                    (offset - start) as usize + buf.len(),
-                    rustix::mm::Advice::LinuxPopulateRead,
-                )
-            };
+            let _ = unsafe { rustix::mm::madvise(m.as_ptr().add(start as usize) as *mut _, (offset - start) as usize + buf.len(), rustix::mm::Advice::LinuxPopulateRead) };
         }
         // The relay only writes bytes above the published watermark, which the agent does not ask
         // for, and every block's checksum is verified after the copy, so a racing writer could at

@@ -44,30 +44,15 @@ impl rustls::client::danger::ServerCertVerifier for ChainOnly {
         now: rustls::pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
         use rustls::{CertificateError, Error as E};
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(E::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(E::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
             other => other,
         }
     }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
         self.0.verify_tls12_signature(message, cert, dss)
     }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
         self.0.verify_tls13_signature(message, cert, dss)
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -77,9 +62,7 @@ impl rustls::client::danger::ServerCertVerifier for ChainOnly {
 
 impl std::fmt::Debug for RelayTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelayTls")
-            .field("server_name", &self.server_name)
-            .finish()
+        f.debug_struct("RelayTls").field("server_name", &self.server_name).finish()
     }
 }
 
@@ -88,27 +71,15 @@ impl RelayTls {
     /// relay's address as given).
     pub fn load(cacert: &Path, server_name: Option<String>) -> Result<RelayTls, String> {
         let roots = Arc::new(roots(cacert)?);
-        let config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots.clone())
-            .with_no_client_auth();
-        let verifier =
-            rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider())
-                .build()
-                .map_err(|e| format!("CA in {}: {e}", cacert.display()))?;
+        let config = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?.with_root_certificates(roots.clone()).with_no_client_auth();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider()).build().map_err(|e| format!("CA in {}: {e}", cacert.display()))?;
         let peers = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(ChainOnly(verifier)))
             .with_no_client_auth();
-        Ok(RelayTls {
-            config: Arc::new(config),
-            server_name,
-            peers: Some(Arc::new(peers)),
-            peer_server: None,
-        })
+        Ok(RelayTls { config: Arc::new(config), server_name, peers: Some(Arc::new(peers)), peer_server: None })
     }
 
     /// Serve peers over TLS with this certificate (signed by the same CA).
@@ -124,28 +95,16 @@ impl RelayTls {
 
     /// How to reach a peer agent: TLS with the chain-only check.
     pub(crate) fn to_peers(&self) -> Option<RelayTls> {
-        self.peers.clone().map(|config| RelayTls {
-            config,
-            server_name: None,
-            peers: None,
-            peer_server: None,
-        })
+        self.peers.clone().map(|config| RelayTls { config, server_name: None, peers: None, peer_server: None })
     }
 
     /// TLS over `tcp` to the relay at `host` (as given: its certificate is checked against that
     /// name or address unless a server name was set), handshake completed.
     pub fn connect(&self, tcp: TcpStream, host: &endpoint::Host) -> std::io::Result<Conn> {
-        let invalid = |n: &str, e: rustls::pki_types::InvalidDnsNameError| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("relay server name {n:?}: {e}"),
-            )
-        };
+        let invalid = |n: &str, e: rustls::pki_types::InvalidDnsNameError| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("relay server name {n:?}: {e}"));
         let name = match (&self.server_name, host) {
             (Some(n), _) => ServerName::try_from(n.clone()).map_err(|e| invalid(n, e))?,
-            (None, endpoint::Host::Name(n)) => {
-                ServerName::try_from(n.clone()).map_err(|e| invalid(n, e))?
-            }
+            (None, endpoint::Host::Name(n)) => ServerName::try_from(n.clone()).map_err(|e| invalid(n, e))?,
             (None, endpoint::Host::Ip(ip)) => ServerName::IpAddress((*ip).into()),
         };
         client::stream::handshake(&self.config, name, tcp, "TLS handshake with the relay")

@@ -16,10 +16,10 @@
 //! ([`TrackerLink::abandon_questions`]) has its answer read and dropped, never handed to the next.
 
 use crate::auth::Kind;
+use crate::Credentials;
 use crate::tcp::StreamReader;
 use crate::wire::swarm::{check_addr, decode_located, Locate, Located, LOCATE_ANSWER_MAX};
 use crate::wire::Request;
-use crate::Credentials;
 use crate::{Error, Operation};
 use std::collections::VecDeque;
 use std::io::Read;
@@ -52,21 +52,14 @@ enum Owed {
     Nothing,
     /// A `locate` for these blocks, asked at `at`; `wanted` until whoever asked gives up on it (its
     /// answer is then read and dropped, never handed to a later question).
-    Located {
-        asked: Vec<u64>,
-        wanted: bool,
-        at: Instant,
-    },
+    Located { asked: Vec<u64>, wanted: bool, at: Instant },
     /// A `needed` (`wanted` and `at` as above).
     Needed { wanted: bool, at: Instant },
 }
 
 impl Owed {
     fn wanted(&self) -> bool {
-        matches!(
-            self,
-            Owed::Located { wanted: true, .. } | Owed::Needed { wanted: true, .. }
-        )
+        matches!(self, Owed::Located { wanted: true, .. } | Owed::Needed { wanted: true, .. })
     }
 }
 
@@ -100,31 +93,14 @@ pub struct Registration {
 impl TrackerLink {
     /// Connect to the relay at `relay` and authenticate; [`TrackerLink::register`] next. Every read
     /// and write must complete within `timeout`, and every question be answered within it.
-    pub fn connect(
-        relay: &endpoint::Endpoint,
-        creds: &Credentials,
-        timeout: Duration,
-    ) -> Result<TrackerLink, Error> {
+    pub fn connect(relay: &endpoint::Endpoint, creds: &Credentials, timeout: Duration) -> Result<TrackerLink, Error> {
         let s = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
-        Ok(TrackerLink {
-            conn: StreamReader::new(s),
-            generation: 0,
-            id: None,
-            owed: VecDeque::new(),
-            refused_later: 0,
-            timeout,
-            failed: false,
-        })
+        Ok(TrackerLink { conn: StreamReader::new(s), generation: 0, id: None, owed: VecDeque::new(), refused_later: 0, timeout, failed: false })
     }
 
     /// Our address on the connection to the relay: where peers most likely reach us too.
     pub fn local_ip(&self) -> Result<std::net::IpAddr, Error> {
-        self.conn
-            .s
-            .tcp()
-            .local_addr()
-            .map(|a| a.ip())
-            .map_err(Error::io(Operation::TrackerLinkLocalAddress))
+        self.conn.s.tcp().local_addr().map(|a| a.ip()).map_err(Error::io(Operation::TrackerLinkLocalAddress))
     }
 
     /// Join `generation`'s swarm; returns our number in it.
@@ -135,25 +111,11 @@ impl TrackerLink {
         }
         self.settle()?;
         if !self.owed.is_empty() {
-            return Err(Error::Protocol(
-                "tracker link: registration asked while questions are unanswered".into(),
-            ));
+            return Err(Error::Protocol("tracker link: registration asked while questions are unanswered".into()));
         }
-        let req = Request::Register {
-            generation,
-            port: reg.port,
-            serves: reg.serves,
-            local: reg.local,
-            advertise_len: advertise.len() as u32,
-        };
-        let len = self
-            .conn
-            .request_with_body(req, advertise, Operation::SwarmRegistration)?;
-        let id = u32::from_be_bytes(
-            read_body(&mut self.conn.s, len, 4)?
-                .try_into()
-                .map_err(|_| bad("registration answer is not 4 bytes"))?,
-        );
+        let req = Request::Register { generation, port: reg.port, serves: reg.serves, local: reg.local, advertise_len: advertise.len() as u32 };
+        let len = self.conn.request_with_body(req, advertise, Operation::SwarmRegistration)?;
+        let id = u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("registration answer is not 4 bytes"))?);
         self.generation = generation;
         self.id = Some(id);
         Ok(id)
@@ -162,12 +124,9 @@ impl TrackerLink {
     /// The link's socket (another descriptor for it), to wait on for an answer without holding the
     /// link: see [`TrackerLink::poll_answer`].
     pub fn socket(&self) -> Result<std::net::TcpStream, Error> {
-        self.conn
-            .s
-            .tcp()
-            .try_clone()
-            .map_err(Error::io(Operation::DuplicateTrackerLinkSocket))
+        self.conn.s.tcp().try_clone().map_err(Error::io(Operation::DuplicateTrackerLinkSocket))
     }
+
 
     /// Our number in the swarm, once registered.
     pub fn id(&self) -> Option<u32> {
@@ -191,37 +150,19 @@ impl TrackerLink {
     pub fn ask_locate(&mut self, ask: &Locate) -> Result<(), Error> {
         self.in_step()?;
         let body = ask.encode();
-        let req = Request::Locate {
-            generation: self.generation,
-            body_len: body.len() as u32,
-        };
+        let req = Request::Locate { generation: self.generation, body_len: body.len() as u32 };
         let mut out = req.encode().to_vec();
         out.extend_from_slice(&body);
-        std::io::Write::write_all(&mut self.conn.s, &out)
-            .map_err(|e| self.fail(Error::io(Operation::SendLocate)(e)))?;
-        self.owed.push_back(Owed::Located {
-            asked: ask.blocks.clone(),
-            wanted: true,
-            at: Instant::now(),
-        });
+        std::io::Write::write_all(&mut self.conn.s, &out).map_err(|e| self.fail(Error::io(Operation::SendLocate)(e)))?;
+        self.owed.push_back(Owed::Located { asked: ask.blocks.clone(), wanted: true, at: Instant::now() });
         Ok(())
     }
 
     /// Ask whether other agents still miss blocks, without waiting (see [`TrackerLink::ask_locate`]).
     pub fn ask_needed(&mut self) -> Result<(), Error> {
         self.in_step()?;
-        std::io::Write::write_all(
-            &mut self.conn.s,
-            &Request::Needed {
-                generation: self.generation,
-            }
-            .encode(),
-        )
-        .map_err(|e| self.fail(Error::io(Operation::SendNeeded)(e)))?;
-        self.owed.push_back(Owed::Needed {
-            wanted: true,
-            at: Instant::now(),
-        });
+        std::io::Write::write_all(&mut self.conn.s, &Request::Needed { generation: self.generation }.encode()).map_err(|e| self.fail(Error::io(Operation::SendNeeded)(e)))?;
+        self.owed.push_back(Owed::Needed { wanted: true, at: Instant::now() });
         Ok(())
     }
 
@@ -262,16 +203,11 @@ impl TrackerLink {
             self.settle_one()?;
         }
         let oldest = self.owed.iter().find_map(|o| match o {
-            Owed::Located {
-                wanted: true, at, ..
-            }
-            | Owed::Needed { wanted: true, at } => Some(*at),
+            Owed::Located { wanted: true, at, .. } | Owed::Needed { wanted: true, at } => Some(*at),
             _ => None,
         });
         if oldest.is_some_and(|at| at.elapsed() > self.timeout) {
-            return Err(self.fail(Error::io(Operation::WaitForTrackerAnswer)(
-                std::io::Error::from(std::io::ErrorKind::TimedOut),
-            )));
+            return Err(self.fail(Error::io(Operation::WaitForTrackerAnswer)(std::io::Error::from(std::io::ErrorKind::TimedOut))));
         }
         Ok(None)
     }
@@ -284,11 +220,7 @@ impl TrackerLink {
         self.in_step()?;
         loop {
             match self.owed.front() {
-                None => {
-                    return Err(Error::Protocol(
-                        "tracker link: an answer read where no question was asked".into(),
-                    ))
-                }
+                None => return Err(Error::Protocol("tracker link: an answer read where no question was asked".into())),
                 Some(o) if !o.wanted() => self.settle_one()?,
                 Some(_) => break,
             }
@@ -315,19 +247,13 @@ impl TrackerLink {
 
     fn read_needed(&mut self) -> Result<u32, Error> {
         let len = self.conn.response(Operation::Needed)?;
-        Ok(u32::from_be_bytes(
-            read_body(&mut self.conn.s, len, 4)?
-                .try_into()
-                .map_err(|_| bad("needed answer is not 4 bytes"))?,
-        ))
+        Ok(u32::from_be_bytes(read_body(&mut self.conn.s, len, 4)?.try_into().map_err(|_| bad("needed answer is not 4 bytes"))?))
     }
 
     fn no_question_owed(&self, op: Operation) -> Result<(), Error> {
         match self.questions_owed() {
             0 => Ok(()),
-            n => Err(Error::Protocol(format!(
-                "tracker link: {op} waited for while {n} earlier questions are unanswered"
-            ))),
+            n => Err(Error::Protocol(format!("tracker link: {op} waited for while {n} earlier questions are unanswered"))),
         }
     }
 
@@ -357,28 +283,18 @@ impl TrackerLink {
 
     /// We hold `block`, verified. Sent without waiting for the answer.
     pub fn have(&mut self, block: u64) -> Result<(), Error> {
-        self.send_later(Request::Have {
-            generation: self.generation,
-            block,
-        })
+        self.send_later(Request::Have { generation: self.generation, block })
     }
 
     /// We are receiving `block` and serve it while it arrives. Sent without waiting for the answer.
     pub fn arriving(&mut self, block: u64) -> Result<(), Error> {
-        self.send_later(Request::Arriving {
-            generation: self.generation,
-            block,
-        })
+        self.send_later(Request::Arriving { generation: self.generation, block })
     }
 
     /// `peer` (or we ourselves) do not hold `block` ([`crate::wire::ALL_BLOCKS`]: `peer` sent a
     /// corrupt block). Sent without waiting for the answer.
     pub fn not_at(&mut self, peer: u32, block: u64) -> Result<(), Error> {
-        self.send_later(Request::NotAt {
-            generation: self.generation,
-            block,
-            peer,
-        })
+        self.send_later(Request::NotAt { generation: self.generation, block, peer })
     }
 
     /// Requests sent without waiting that the relay refused.
@@ -390,11 +306,7 @@ impl TrackerLink {
     /// without waiting for the answer.
     pub fn load(&mut self, uploads: u32, arrived: u32) -> Result<(), Error> {
         let max = crate::wire::UPLOADS_REPORTED_MAX;
-        self.send_later(Request::Load {
-            generation: self.generation,
-            uploads: uploads.min(max),
-            arrived: arrived.min(max),
-        })
+        self.send_later(Request::Load { generation: self.generation, uploads: uploads.min(max), arrived: arrived.min(max) })
     }
 
     /// Send a request whose answer is empty without waiting for it.
@@ -409,8 +321,7 @@ impl TrackerLink {
                 self.settle()?;
             }
         }
-        std::io::Write::write_all(&mut self.conn.s, &req.encode())
-            .map_err(|e| self.fail(Error::io(Operation::SendTrackerRequest)(e)))?;
+        std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(|e| self.fail(Error::io(Operation::SendTrackerRequest)(e)))?;
         self.owed.push_back(Owed::Nothing);
         Ok(())
     }
@@ -444,10 +355,7 @@ impl TrackerLink {
                 self.read_located(&asked).map(drop)
             }
             Some(Owed::Needed { .. }) => self.read_needed().map(drop),
-            Some(Owed::Nothing) => self
-                .conn
-                .response(Operation::HaveNotAtOrLoad)
-                .and_then(|len| read_body(&mut self.conn.s, len, 0).map(drop)),
+            Some(Owed::Nothing) => self.conn.response(Operation::HaveNotAtOrLoad).and_then(|len| read_body(&mut self.conn.s, len, 0).map(drop)),
             None => return Ok(()),
         };
         match read {
@@ -472,17 +380,11 @@ impl TrackerLink {
 
 fn read_body<S: Read>(s: &mut S, len: u32, max: usize) -> Result<Vec<u8>, Error> {
     if len as usize > max {
-        return Err(bad(&format!(
-            "answer of {len} bytes, expected at most {max}"
-        )));
+        return Err(bad(&format!("answer of {len} bytes, expected at most {max}")));
     }
-    debug_assert!(
-        len as usize <= max,
-        "a tracker answer's length is bounded before its buffer is allocated"
-    );
+    debug_assert!(len as usize <= max, "a tracker answer's length is bounded before its buffer is allocated");
     let mut b = vec![0u8; len as usize];
-    s.read_exact(&mut b)
-        .map_err(Error::io(Operation::ReadTrackerAnswer))?;
+    s.read_exact(&mut b).map_err(Error::io(Operation::ReadTrackerAnswer))?;
     Ok(b)
 }
 
@@ -504,9 +406,7 @@ mod tests {
     }
 
     /// [`scripted_relay`], with a link whose I/O timeout is `timeout`.
-    fn scripted_relay_within(
-        timeout: Duration,
-    ) -> (TrackerLink, mpsc::Receiver<Request>, mpsc::Sender<Vec<u8>>) {
+    fn scripted_relay_within(timeout: Duration) -> (TrackerLink, mpsc::Receiver<Request>, mpsc::Sender<Vec<u8>>) {
         let token = Token::new(b"0123456789abcdef").unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -526,11 +426,7 @@ mod tests {
             });
             while let Ok(Some(req)) = read_request(&mut s) {
                 if let Request::Locate { body_len, .. } = req {
-                    std::io::copy(
-                        &mut (&mut s).take(u64::from(body_len)),
-                        &mut std::io::sink(),
-                    )
-                    .unwrap();
+                    std::io::copy(&mut (&mut s).take(u64::from(body_len)), &mut std::io::sink()).unwrap();
                 }
                 if heard_tx.send(req).is_err() {
                     return;
@@ -547,18 +443,11 @@ mod tests {
 
     fn located(blocks: &[Located]) -> Vec<u8> {
         let body = encode_located(blocks);
-        [
-            ResponseHeader::ok(body.len() as u32).encode().to_vec(),
-            body,
-        ]
-        .concat()
+        [ResponseHeader::ok(body.len() as u32).encode().to_vec(), body].concat()
     }
 
     /// Wait (within a deadline) for what `f` waits for to be true of the link.
-    fn eventually<T>(
-        link: &mut TrackerLink,
-        mut f: impl FnMut(&mut TrackerLink) -> Option<T>,
-    ) -> T {
+    fn eventually<T>(link: &mut TrackerLink, mut f: impl FnMut(&mut TrackerLink) -> Option<T>) -> T {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(v) = f(link) {
@@ -570,90 +459,38 @@ mod tests {
     }
 
     #[test]
-    fn what_needs_no_answer_goes_out_while_a_question_is_unanswered_and_answers_are_read_in_order()
-    {
+    fn what_needs_no_answer_goes_out_while_a_question_is_unanswered_and_answers_are_read_in_order() {
         let (mut link, heard, say) = scripted_relay();
         link.load(1, 1).unwrap();
-        link.ask_locate(&Locate {
-            relay_slots: 1,
-            peer_slots: 1,
-            blocks: vec![3, 4],
-            flows_free: 1,
-            ..Locate::default()
-        })
-        .unwrap();
+        link.ask_locate(&Locate { relay_slots: 1, peer_slots: 1, blocks: vec![3, 4], flows_free: 1, ..Locate::default() }).unwrap();
         link.have(7).unwrap();
         link.not_at(2, 5).unwrap();
         // The relay has the have and the not-at although it has not answered the locate.
-        let got: Vec<Request> = (0..4)
-            .map(|_| heard.recv_timeout(Duration::from_secs(10)).unwrap())
-            .collect();
+        let got: Vec<Request> = (0..4).map(|_| heard.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
         assert!(matches!(got[0], Request::Load { .. }) && matches!(got[1], Request::Locate { .. }));
-        assert!(
-            matches!(got[2], Request::Have { block: 7, .. })
-                && matches!(
-                    got[3],
-                    Request::NotAt {
-                        block: 5,
-                        peer: 2,
-                        ..
-                    }
-                )
-        );
+        assert!(matches!(got[2], Request::Have { block: 7, .. }) && matches!(got[3], Request::NotAt { block: 5, peer: 2, .. }));
         assert_eq!(link.poll_answer().unwrap(), None, "nothing answered yet");
         assert_eq!(link.questions_owed(), 1);
         // The load's answer alone: settled, the locate still awaited.
         say.send(empty()).unwrap();
-        eventually(&mut link, |l| {
-            (l.owed.len() == 3 || l.poll_answer().unwrap().is_some()).then_some(())
-        });
-        assert_eq!(
-            link.owed.len(),
-            3,
-            "the load's answer was read and nothing else"
-        );
-        let answer = vec![Located {
-            block: 4,
-            at: Where::Relay,
-        }];
+        eventually(&mut link, |l| (l.owed.len() == 3 || l.poll_answer().unwrap().is_some()).then_some(()));
+        assert_eq!(link.owed.len(), 3, "the load's answer was read and nothing else");
+        let answer = vec![Located { block: 4, at: Where::Relay }];
         // The locate's, then the have's refused (counted, the link stays) and the not-at's.
-        let refusal = [
-            ResponseHeader {
-                status: Status::Error,
-                len: 2,
-            }
-            .encode()
-            .to_vec(),
-            b"no".to_vec(),
-        ]
-        .concat();
-        say.send([located(&answer), refusal, empty()].concat())
-            .unwrap();
+        let refusal = [ResponseHeader { status: Status::Error, len: 2 }.encode().to_vec(), b"no".to_vec()].concat();
+        say.send([located(&answer), refusal, empty()].concat()).unwrap();
         let got = eventually(&mut link, |l| l.poll_answer().unwrap());
         assert_eq!(got, Answer::Located(answer));
         assert_eq!(link.questions_owed(), 0);
         // The answers after it are read before the next question's.
-        say.send(
-            [
-                ResponseHeader::ok(4).encode().to_vec(),
-                2u32.to_be_bytes().to_vec(),
-            ]
-            .concat(),
-        )
-        .unwrap();
+        say.send([ResponseHeader::ok(4).encode().to_vec(), 2u32.to_be_bytes().to_vec()].concat()).unwrap();
         assert_eq!(link.needed().unwrap(), 2);
         assert_eq!(link.refused_later(), 1);
         assert!(link.owed.is_empty());
     }
 
     fn ask(blocks: Vec<u64>) -> Locate {
-        Locate {
-            relay_slots: 1,
-            peer_slots: 1,
-            blocks,
-            flows_free: 1,
-            ..Locate::default()
-        }
+        Locate { relay_slots: 1, peer_slots: 1, blocks, flows_free: 1, ..Locate::default() }
     }
 
     #[test]
@@ -661,31 +498,13 @@ mod tests {
         let (mut link, _heard, say) = scripted_relay();
         link.ask_locate(&ask(vec![3])).unwrap();
         let e = link.needed().unwrap_err();
-        assert!(
-            e.to_string().contains("1 earlier questions are unanswered"),
-            "a question waited for while another is out: {e}"
-        );
-        say.send(located(&[Located {
-            block: 9,
-            at: Where::Relay,
-        }]))
-        .unwrap();
+        assert!(e.to_string().contains("1 earlier questions are unanswered"), "a question waited for while another is out: {e}");
+        say.send(located(&[Located { block: 9, at: Where::Relay }])).unwrap();
         let e = eventually(&mut link, |l| l.poll_answer().err());
         assert!(e.to_string().contains("not asked"), "{e}");
-        say.send(located(&[Located {
-            block: 3,
-            at: Where::Relay,
-        }]))
-        .unwrap();
-        for e in [
-            link.have(1).unwrap_err(),
-            link.ask_locate(&ask(vec![3])).unwrap_err(),
-            link.poll_answer().unwrap_err(),
-        ] {
-            assert!(
-                e.to_string().contains("takes nothing more"),
-                "where the next answer starts is unknown: {e}"
-            );
+        say.send(located(&[Located { block: 3, at: Where::Relay }])).unwrap();
+        for e in [link.have(1).unwrap_err(), link.ask_locate(&ask(vec![3])).unwrap_err(), link.poll_answer().unwrap_err()] {
+            assert!(e.to_string().contains("takes nothing more"), "where the next answer starts is unknown: {e}");
         }
     }
 
@@ -693,13 +512,10 @@ mod tests {
     fn relay_sees_the_link_end(heard: &mpsc::Receiver<Request>) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            match heard.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
-            {
+            match heard.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
                 Ok(_) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    panic!("the relay's side of the link is still open after 10 s")
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("the relay's side of the link is still open after 10 s"),
             }
         }
     }
@@ -709,17 +525,10 @@ mod tests {
         let (mut link, heard, say) = scripted_relay();
         link.have(1).unwrap();
         link.ask_locate(&ask(vec![3])).unwrap();
-        say.send(located(&[Located {
-            block: 9,
-            at: Where::Relay,
-        }]))
-        .unwrap();
+        say.send(located(&[Located { block: 9, at: Where::Relay }])).unwrap();
         // The have's answer is garbled (it answers a locate): the link fails, and is shut.
         let e = eventually(&mut link, |l| l.poll_answer().err());
-        assert!(
-            !e.to_string().contains("takes nothing more"),
-            "the first failure says what failed: {e}"
-        );
+        assert!(!e.to_string().contains("takes nothing more"), "the first failure says what failed: {e}");
         relay_sees_the_link_end(&heard);
     }
 
@@ -730,11 +539,7 @@ mod tests {
         // Its asker gave up waiting (the agent's timeout).
         link.close();
         relay_sees_the_link_end(&heard);
-        for e in [
-            link.have(1).unwrap_err(),
-            link.ask_needed().unwrap_err(),
-            link.poll_answer().unwrap_err(),
-        ] {
+        for e in [link.have(1).unwrap_err(), link.ask_needed().unwrap_err(), link.poll_answer().unwrap_err()] {
             assert!(e.to_string().contains("takes nothing more"), "{e}");
         }
     }
@@ -745,23 +550,12 @@ mod tests {
         let (mut link, heard, _say) = scripted_relay_within(timeout);
         link.ask_needed().unwrap();
         let asked = std::time::Instant::now();
-        assert_eq!(
-            link.poll_answer().unwrap(),
-            None,
-            "not answered, not late yet"
-        );
+        assert_eq!(link.poll_answer().unwrap(), None, "not answered, not late yet");
         let e = eventually(&mut link, |l| l.poll_answer().err());
         assert!(asked.elapsed() > timeout, "failed before its time");
-        assert!(
-            e.to_string().contains("wait for the tracker's answer"),
-            "the error names what failed: {e}"
-        );
+        assert!(e.to_string().contains("wait for the tracker's answer"), "the error names what failed: {e}");
         relay_sees_the_link_end(&heard);
-        assert!(link
-            .poll_answer()
-            .unwrap_err()
-            .to_string()
-            .contains("takes nothing more"));
+        assert!(link.poll_answer().unwrap_err().to_string().contains("takes nothing more"));
     }
 
     #[test]
@@ -771,11 +565,7 @@ mod tests {
         link.abandon_questions();
         let deadline = std::time::Instant::now() + Duration::from_millis(300);
         while std::time::Instant::now() < deadline {
-            assert_eq!(
-                link.poll_answer().unwrap(),
-                None,
-                "nobody waits for it: no deadline"
-            );
+            assert_eq!(link.poll_answer().unwrap(), None, "nobody waits for it: no deadline");
             std::thread::yield_now();
         }
         link.have(1).expect("the link goes on");
@@ -793,44 +583,13 @@ mod tests {
         for _ in 0..3 {
             heard.recv_timeout(Duration::from_secs(10)).unwrap();
         }
-        let needed = |n: u32| {
-            [
-                ResponseHeader::ok(4).encode().to_vec(),
-                n.to_be_bytes().to_vec(),
-            ]
-            .concat()
-        };
+        let needed = |n: u32| [ResponseHeader::ok(4).encode().to_vec(), n.to_be_bytes().to_vec()].concat();
         // The relay answers the given-up locate and needed, then the new needed; a busy refusal of a
         // request sent without waiting after it is counted and the link goes on.
         link.have(1).unwrap();
-        let busy = [
-            ResponseHeader {
-                status: Status::Busy,
-                len: 4,
-            }
-            .encode()
-            .to_vec(),
-            b"busy".to_vec(),
-        ]
-        .concat();
-        say.send(
-            [
-                located(&[Located {
-                    block: 3,
-                    at: Where::Relay,
-                }]),
-                needed(7),
-                needed(2),
-                busy,
-            ]
-            .concat(),
-        )
-        .unwrap();
-        assert_eq!(
-            eventually(&mut link, |l| l.poll_answer().unwrap()),
-            Answer::Needed(2),
-            "the answer to the question still wanted"
-        );
+        let busy = [ResponseHeader { status: Status::Busy, len: 4 }.encode().to_vec(), b"busy".to_vec()].concat();
+        say.send([located(&[Located { block: 3, at: Where::Relay }]), needed(7), needed(2), busy].concat()).unwrap();
+        assert_eq!(eventually(&mut link, |l| l.poll_answer().unwrap()), Answer::Needed(2), "the answer to the question still wanted");
         link.settle().unwrap();
         assert_eq!(link.refused_later(), 1);
         assert!(link.owed.is_empty());

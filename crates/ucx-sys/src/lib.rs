@@ -1,12 +1,6 @@
 //! Raw UCP bindings, generated at build time from the system's `<ucp/api/ucp.h>`. Only the generated
 //! declarations live here; the safe layer is the `ucx` crate.
-#![allow(
-    non_upper_case_globals,
-    non_camel_case_types,
-    non_snake_case,
-    dead_code,
-    missing_docs
-)]
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, missing_docs)]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
@@ -15,11 +9,7 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 ///
 /// # Safety
 /// As `ucp_init_version`: `params` and `config` must be valid (config may be null), `context_p` writable.
-pub unsafe fn ucp_init(
-    params: *const ucp_params_t,
-    config: *const ucp_config_t,
-    context_p: *mut ucp_context_h,
-) -> ucs_status_t {
+pub unsafe fn ucp_init(params: *const ucp_params_t, config: *const ucp_config_t, context_p: *mut ucp_context_h) -> ucs_status_t {
     // SAFETY: forwarded under the caller's contract; the version constants come from the same header.
     unsafe { ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, params, config, context_p) }
 }

@@ -51,14 +51,8 @@ pub struct Error {
 impl Error {
     fn from_status(op: &'static str, status: sys::ucs_status_t) -> Error {
         // SAFETY: ucs_status_string returns a pointer to a static NUL-terminated string for any value.
-        let message = unsafe { CStr::from_ptr(sys::ucs_status_string(status)) }
-            .to_string_lossy()
-            .into_owned();
-        Error {
-            op,
-            status: status as i32,
-            message,
-        }
+        let message = unsafe { CStr::from_ptr(sys::ucs_status_string(status)) }.to_string_lossy().into_owned();
+        Error { op, status: status as i32, message }
     }
 }
 
@@ -74,19 +68,7 @@ fn check(op: &'static str, status: sys::ucs_status_t) -> Result<(), Error> {
 /// Cray's uGNI). TCP, shared memory (posix, sysv, xpmem, cma, knem) and self are not.
 pub fn is_rdma_transport(name: &str) -> bool {
     let n = name.split('/').next().unwrap_or(name);
-    [
-        "rc",
-        "rc_verbs",
-        "rc_mlx5",
-        "dc",
-        "dc_mlx5",
-        "ud",
-        "ud_verbs",
-        "ud_mlx5",
-        "ugni_rdma",
-        "ugni_udt",
-    ]
-    .contains(&n)
+    ["rc", "rc_verbs", "rc_mlx5", "dc", "dc_mlx5", "ud", "ud_verbs", "ud_mlx5", "ugni_rdma", "ugni_udt"].contains(&n)
 }
 
 /// Settings that make GET over UCX's TCP transport fast (measured on a 2-core machine, loopback, 1–4 MiB GETs: ~1 GiB/s default,
@@ -105,21 +87,10 @@ pub const TUNED_DEFAULTS: &[(&str, &str)] = &[
 pub fn apply_tuned_env() {
     // Set only what the transports UCX will load can use: UCX warns (on stdout) about variables
     // that no loaded component read.
-    let tls = std::env::var("UCX_TLS")
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let uses = |names: &[&str]| {
-        tls.is_empty()
-            || tls
-                .split(',')
-                .any(|t| t == "all" || names.iter().any(|n| t.trim_start_matches('^') == *n))
-    };
+    let tls = std::env::var("UCX_TLS").unwrap_or_default().to_ascii_lowercase();
+    let uses = |names: &[&str]| tls.is_empty() || tls.split(',').any(|t| t == "all" || names.iter().any(|n| t.trim_start_matches('^') == *n));
     for (name, value) in TUNED_DEFAULTS {
-        let applies = if name.starts_with("TCP_") {
-            uses(&["tcp"])
-        } else {
-            uses(&["sm", "shm", "mm", "posix", "sysv", "xpmem"])
-        };
+        let applies = if name.starts_with("TCP_") { uses(&["tcp"]) } else { uses(&["sm", "shm", "mm", "posix", "sysv", "xpmem"]) };
         let key = format!("UCX_{name}");
         if applies && std::env::var_os(&key).is_none() {
             std::env::set_var(key, value);
@@ -156,31 +127,19 @@ impl Context {
     /// listens on every network device it uses, so this is what keeps its listener where the
     /// operator asked. A `UCX_NET_DEVICES` in the environment wins (the operator said so).
     /// Shared-memory devices are not network devices and stay available.
-    pub fn with_options(
-        tls: Option<&str>,
-        net_devices: Option<&str>,
-    ) -> Result<Arc<Context>, Error> {
+    pub fn with_options(tls: Option<&str>, net_devices: Option<&str>) -> Result<Arc<Context>, Error> {
         let mut config: *mut sys::ucp_config_t = ptr::null_mut();
         // SAFETY: null prefix/filename mean "the defaults and the environment"; `config` is writable.
-        check("ucp_config_read", unsafe {
-            sys::ucp_config_read(ptr::null(), ptr::null(), &mut config)
-        })?;
+        check("ucp_config_read", unsafe { sys::ucp_config_read(ptr::null(), ptr::null(), &mut config) })?;
         let net_devices = net_devices.filter(|_| std::env::var_os("UCX_NET_DEVICES").is_none());
-        for (key, op, value) in [
-            (c"TLS", "ucp_config_modify TLS", tls),
-            (c"NET_DEVICES", "ucp_config_modify NET_DEVICES", net_devices),
-        ] {
+        for (key, op, value) in [(c"TLS", "ucp_config_modify TLS", tls), (c"NET_DEVICES", "ucp_config_modify NET_DEVICES", net_devices)] {
             let Some(value) = value else { continue };
             let v = match std::ffi::CString::new(value) {
                 Ok(v) => v,
                 Err(_) => {
                     // SAFETY: released once on this early return.
                     unsafe { sys::ucp_config_release(config) };
-                    return Err(Error {
-                        op,
-                        status: sys::UCS_ERR_INVALID_PARAM as i32,
-                        message: "NUL in the list".into(),
-                    });
+                    return Err(Error { op, status: sys::UCS_ERR_INVALID_PARAM as i32, message: "NUL in the list".into() });
                 }
             };
             // SAFETY: live config; NUL-terminated strings that outlive the call.
@@ -192,8 +151,7 @@ impl Context {
             }
         }
         let params = sys::ucp_params_t {
-            field_mask: (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED)
-                as u64,
+            field_mask: (sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED) as u64,
             features: (sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
             mt_workers_shared: 1,
             ..Default::default()
@@ -240,15 +198,9 @@ impl Context {
     ///
     /// # Safety
     /// `[addr, addr+len)` must be a mapping that outlives the `MemRegion`.
-    pub unsafe fn mem_map(
-        self: &Arc<Self>,
-        addr: *const u8,
-        len: usize,
-    ) -> Result<MemRegion, Error> {
+    pub unsafe fn mem_map(self: &Arc<Self>, addr: *const u8, len: usize) -> Result<MemRegion, Error> {
         let params = sys::ucp_mem_map_params_t {
-            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
-                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
-                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
+            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
             address: addr as *mut c_void,
             length: len,
             // Read-only: the region is mapped PROT_READ, and verbs must not ask for write access to it.
@@ -257,15 +209,8 @@ impl Context {
         };
         let mut memh: sys::ucp_mem_h = ptr::null_mut();
         // SAFETY: live context; params valid; the caller guarantees the memory outlives the handle.
-        check("ucp_mem_map", unsafe {
-            sys::ucp_mem_map(self.h, &params, &mut memh)
-        })?;
-        Ok(MemRegion {
-            memh,
-            ctx: self.clone(),
-            addr: addr as u64,
-            len,
-        })
+        check("ucp_mem_map", unsafe { sys::ucp_mem_map(self.h, &params, &mut memh) })?;
+        Ok(MemRegion { memh, ctx: self.clone(), addr: addr as u64, len })
     }
 }
 
@@ -289,8 +234,7 @@ fn print_to_string(f: impl FnOnce(*mut sys::FILE)) -> String {
     // SAFETY: the stream is ours; after fclose `buf` holds `size` bytes we must free.
     unsafe {
         libc::fclose(stream);
-        let s = String::from_utf8_lossy(std::slice::from_raw_parts(buf as *const u8, size))
-            .into_owned();
+        let s = String::from_utf8_lossy(std::slice::from_raw_parts(buf as *const u8, size)).into_owned();
         libc::free(buf.cast());
         s
     }
@@ -333,28 +277,16 @@ impl WorkerInner {
     fn wait(&self, timeout: Duration) -> Result<(), Error> {
         let mut fd: libc::c_int = -1;
         // SAFETY: live worker created in a context with the WAKEUP feature; `fd` writable.
-        check("ucp_worker_get_efd", unsafe {
-            sys::ucp_worker_get_efd(self.h, &mut fd)
-        })?;
+        check("ucp_worker_get_efd", unsafe { sys::ucp_worker_get_efd(self.h, &mut fd) })?;
         // SAFETY: live worker.
         let st = unsafe { sys::ucp_worker_arm(self.h) };
         if st == sys::UCS_ERR_BUSY as sys::ucs_status_t {
             return Ok(()); // events pending: progress again
         }
         check("ucp_worker_arm", st)?;
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd on the stack.
-        unsafe {
-            libc::poll(
-                &mut pfd,
-                1,
-                timeout.as_millis().min(i32::MAX as u128) as i32,
-            )
-        };
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
         Ok(())
     }
 }
@@ -378,15 +310,8 @@ impl Worker {
         };
         let mut h: sys::ucp_worker_h = ptr::null_mut();
         // SAFETY: live context, valid params, writable handle.
-        check("ucp_worker_create", unsafe {
-            sys::ucp_worker_create(ctx.h, &params, &mut h)
-        })?;
-        Ok(Worker {
-            inner: Rc::new(WorkerInner {
-                h,
-                _ctx: ctx.clone(),
-            }),
-        })
+        check("ucp_worker_create", unsafe { sys::ucp_worker_create(ctx.h, &params, &mut h) })?;
+        Ok(Worker { inner: Rc::new(WorkerInner { h, _ctx: ctx.clone() }) })
     }
 
     /// This worker's address, for a peer's `ucp_ep_create`.
@@ -394,9 +319,7 @@ impl Worker {
         let mut addr: *mut sys::ucp_address_t = ptr::null_mut();
         let mut len: usize = 0;
         // SAFETY: live worker; both out-pointers writable.
-        check("ucp_worker_get_address", unsafe {
-            sys::ucp_worker_get_address(self.inner.h, &mut addr, &mut len)
-        })?;
+        check("ucp_worker_get_address", unsafe { sys::ucp_worker_get_address(self.inner.h, &mut addr, &mut len) })?;
         // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
         let v = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
         // SAFETY: releasing the address we were given, once.
@@ -420,32 +343,17 @@ impl Worker {
     pub fn connect(&self, remote: &[u8]) -> Result<Endpoint, Error> {
         let failed = Box::new(std::sync::atomic::AtomicI32::new(0));
         let params = sys::ucp_ep_params_t {
-            field_mask: (sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
+            field_mask: (sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
             address: remote.as_ptr() as *const sys::ucp_address_t,
             err_mode: sys::UCP_ERR_HANDLING_MODE_PEER,
-            err_handler: sys::ucp_err_handler {
-                cb: Some(on_ep_error),
-                arg: &*failed as *const _ as *mut c_void,
-            },
+            err_handler: sys::ucp_err_handler { cb: Some(on_ep_error), arg: &*failed as *const _ as *mut c_void },
             ..Default::default()
         };
         let mut h: sys::ucp_ep_h = ptr::null_mut();
         // SAFETY: live worker; `remote` outlives the call (UCX copies the address); the error handler
         // argument points into a Box the Endpoint keeps until after the endpoint is closed.
-        check("ucp_ep_create", unsafe {
-            sys::ucp_ep_create(self.inner.h, &params, &mut h)
-        })?;
-        Ok(Endpoint {
-            inner: Rc::new(EndpointInner {
-                h,
-                worker: self.inner.clone(),
-                failed,
-                closed: Default::default(),
-                close_incomplete: Default::default(),
-            }),
-        })
+        check("ucp_ep_create", unsafe { sys::ucp_ep_create(self.inner.h, &params, &mut h) })?;
+        Ok(Endpoint { inner: Rc::new(EndpointInner { h, worker: self.inner.clone(), failed, closed: Default::default(), close_incomplete: Default::default() }) })
     }
 }
 
@@ -490,21 +398,14 @@ impl Endpoint {
     pub fn failure(&self) -> Option<Error> {
         match self.inner.failed.load(std::sync::atomic::Ordering::SeqCst) {
             0 => None,
-            s => Some(Error::from_status(
-                "endpoint failed",
-                s as sys::ucs_status_t,
-            )),
+            s => Some(Error::from_status("endpoint failed", s as sys::ucs_status_t)),
         }
     }
 
     /// An error for `op` if this endpoint was closed early (its handle is gone).
     fn open(&self, op: &'static str) -> Result<(), Error> {
         if self.inner.closed.get() {
-            return Err(Error {
-                op,
-                status: sys::UCS_ERR_CANCELED as i32,
-                message: "endpoint closed after a failed read".into(),
-            });
+            return Err(Error { op, status: sys::UCS_ERR_CANCELED as i32, message: "endpoint closed after a failed read".into() });
         }
         Ok(())
     }
@@ -514,13 +415,8 @@ impl Endpoint {
         self.open("ucp_ep_rkey_unpack")?;
         let mut h: sys::ucp_rkey_h = ptr::null_mut();
         // SAFETY: live endpoint; `packed` is readable for the call (UCX copies what it needs).
-        check("ucp_ep_rkey_unpack", unsafe {
-            sys::ucp_ep_rkey_unpack(self.inner.h, packed.as_ptr().cast(), &mut h)
-        })?;
-        Ok(RemoteKey {
-            h,
-            ep: self.inner.clone(),
-        })
+        check("ucp_ep_rkey_unpack", unsafe { sys::ucp_ep_rkey_unpack(self.inner.h, packed.as_ptr().cast(), &mut h) })?;
+        Ok(RemoteKey { h, ep: self.inner.clone() })
     }
 
     /// What UCX chose for this endpoint: its lanes, as `ucp_ep_print_info` describes them.
@@ -542,26 +438,12 @@ impl Endpoint {
     pub fn get(&self, buf: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Get, Error> {
         let mut buf = buf;
         let req = self.start_get(buf.as_mut_ptr(), buf.len(), remote_addr, rkey)?;
-        Ok(Get {
-            req,
-            buf: Some(buf),
-            ep: self.inner.clone(),
-        })
+        Ok(Get { req, buf: Some(buf), ep: self.inner.clone() })
     }
 
-    fn start_get(
-        &self,
-        dst: *mut u8,
-        len: usize,
-        remote_addr: u64,
-        rkey: &RemoteKey,
-    ) -> Result<*mut c_void, Error> {
+    fn start_get(&self, dst: *mut u8, len: usize, remote_addr: u64, rkey: &RemoteKey) -> Result<*mut c_void, Error> {
         if !Rc::ptr_eq(&rkey.ep, &self.inner) {
-            return Err(Error {
-                op: "ucp_get_nbx",
-                status: sys::UCS_ERR_INVALID_PARAM as i32,
-                message: "remote key unpacked on another endpoint".into(),
-            });
+            return Err(Error { op: "ucp_get_nbx", status: sys::UCS_ERR_INVALID_PARAM as i32, message: "remote key unpacked on another endpoint".into() });
         }
         self.open("ucp_get_nbx")?;
         if let Some(e) = self.failure() {
@@ -571,8 +453,7 @@ impl Endpoint {
         // SAFETY: live endpoint and rkey (unpacked on this endpoint, checked above); `dst` is writable for `len`
         // bytes and the caller keeps it alive until the request completes (Get owns it; get_into
         // blocks until completion). No callback: completion is polled with ucp_request_check_status.
-        let p =
-            unsafe { sys::ucp_get_nbx(self.inner.h, dst.cast(), len, remote_addr, rkey.h, &param) };
+        let p = unsafe { sys::ucp_get_nbx(self.inner.h, dst.cast(), len, remote_addr, rkey.h, &param) };
         if sys::ucs_ptr_is_err(p) {
             return Err(Error::from_status("ucp_get_nbx", sys::ucs_ptr_status(p)));
         }
@@ -582,12 +463,7 @@ impl Endpoint {
     /// Read every `(destination, remote address)` pair under `rkey`, all in flight together, and
     /// return when all are complete. On error or when `deadline` passes, the rest are ended before
     /// this returns, so the borrowed slices are never written afterwards.
-    pub fn get_into(
-        &self,
-        ops: &mut [(&mut [u8], u64)],
-        rkey: &RemoteKey,
-        deadline: Instant,
-    ) -> Result<(), Error> {
+    pub fn get_into(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey, deadline: Instant) -> Result<(), Error> {
         self.get_into_unless(ops, rkey, deadline, &mut || None)
     }
 
@@ -596,13 +472,7 @@ impl Endpoint {
     /// peer is gone by other means (its TCP connection closed), which UCX's shared-memory
     /// transports cannot tell. Giving up closes this endpoint: GETs cannot be cancelled one by one
     /// (`ucp_request_cancel` only cancels receives), but a forced close completes all of them.
-    pub fn get_into_unless(
-        &self,
-        ops: &mut [(&mut [u8], u64)],
-        rkey: &RemoteKey,
-        deadline: Instant,
-        gone: &mut dyn FnMut() -> Option<String>,
-    ) -> Result<(), Error> {
+    pub fn get_into_unless(&self, ops: &mut [(&mut [u8], u64)], rkey: &RemoteKey, deadline: Instant, gone: &mut dyn FnMut() -> Option<String>) -> Result<(), Error> {
         let worker = &self.inner.worker;
         let mut pending: Vec<*mut c_void> = Vec::with_capacity(ops.len());
         let mut result = Ok(());
@@ -630,20 +500,13 @@ impl Endpoint {
                     if let Err(e) = worker.wait(WAIT_MAX) {
                         result = Err(e); // never `?` here: pending requests must be completed below
                     } else if let Some(why) = gone() {
-                        result = Err(Error {
-                            op: "GET",
-                            status: sys::UCS_ERR_CONNECTION_RESET as i32,
-                            message: why,
-                        });
+                        result = Err(Error { op: "GET", status: sys::UCS_ERR_CONNECTION_RESET as i32, message: why });
                     }
                 }
             }
             free_completed(&mut pending, &mut result);
             if result.is_ok() && !pending.is_empty() && Instant::now() > deadline {
-                result = Err(Error::from_status(
-                    "GET (deadline passed)",
-                    sys::UCS_ERR_TIMED_OUT,
-                ));
+                result = Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT));
             }
         }
         // Whatever is left must finish before the borrows end.
@@ -713,17 +576,13 @@ impl EndpointInner {
             loop {
                 self.worker.progress();
                 // SAFETY: live close request.
-                if unsafe { sys::ucp_request_check_status(p) }
-                    != sys::UCS_INPROGRESS as sys::ucs_status_t
-                {
+                if unsafe { sys::ucp_request_check_status(p) } != sys::UCS_INPROGRESS as sys::ucs_status_t {
                     // SAFETY: completed; freed once.
                     unsafe { sys::ucp_request_free(p) };
                     break;
                 }
                 if Instant::now() > deadline {
-                    tracing::warn!(
-                        "UCX endpoint close did not complete; leaving it to worker destruction"
-                    );
+                    tracing::warn!("UCX endpoint close did not complete; leaving it to worker destruction");
                     // The error handler's argument must then outlive this inner (see Drop).
                     self.close_incomplete.set(true);
                     break;
@@ -738,13 +597,11 @@ impl Drop for EndpointInner {
         self.close();
         if self.close_incomplete.get() {
             // UCX may still call the error handler: its argument must outlive that, so leak it.
-            std::mem::forget(std::mem::replace(
-                &mut self.failed,
-                Box::new(std::sync::atomic::AtomicI32::new(0)),
-            ));
+            std::mem::forget(std::mem::replace(&mut self.failed, Box::new(std::sync::atomic::AtomicI32::new(0))));
         }
     }
 }
+
 
 /// Which transport carries GETs, from `ucp_ep_print_info`. Lane lines look like
 /// `#   lane[1]:  3:rc_mlx5/mlx5_0:1.0 md[2] -> md[2]/ib/sysdev[255] rma_bw#0 ...`, and GET protocols
@@ -759,23 +616,14 @@ fn rma_lane(info: &str) -> Option<String> {
             let (idx, after) = rest.split_once("]:")?;
             let tl = after.split_whitespace().next()?;
             let tl = tl.split_once(':').map(|(_, t)| t).unwrap_or(tl);
-            lanes.push((
-                idx.parse().ok()?,
-                tl.trim_end_matches(".0").to_string(),
-                after.to_string(),
-            ));
+            lanes.push((idx.parse().ok()?, tl.trim_end_matches(".0").to_string(), after.to_string()));
         } else if let Some(rest) = t.strip_prefix("get[") {
             if let Some((idx, _)) = rest.split_once(']') {
                 get_lanes.extend(idx.parse::<usize>().ok());
             }
         }
     }
-    let name = |i: usize| {
-        lanes
-            .iter()
-            .find(|(n, ..)| *n == i)
-            .map(|(_, tl, _)| tl.clone())
-    };
+    let name = |i: usize| lanes.iter().find(|(n, ..)| *n == i).map(|(_, tl, _)| tl.clone());
     if let Some(l) = lanes.iter().find(|(.., rest)| rest.contains("rma_bw#")) {
         return Some(l.1.clone());
     }
@@ -784,10 +632,7 @@ fn rma_lane(info: &str) -> Option<String> {
     if !gets.is_empty() {
         return Some(gets.join("+"));
     }
-    lanes
-        .iter()
-        .find(|(.., rest)| rest.contains(" am"))
-        .map(|(_, tl, _)| format!("{tl} (GET emulated by active messages)"))
+    lanes.iter().find(|(.., rest)| rest.contains(" am")).map(|(_, tl, _)| format!("{tl} (GET emulated by active messages)"))
 }
 
 /// A remote key, usable on the endpoint it was unpacked on (which it keeps open).
@@ -834,9 +679,7 @@ impl MemRegion {
         let mut buf: *mut c_void = ptr::null_mut();
         let mut size: usize = 0;
         // SAFETY: live context and memh; out-pointers writable.
-        check("ucp_rkey_pack", unsafe {
-            sys::ucp_rkey_pack(self.ctx.h, self.memh, &mut buf, &mut size)
-        })?;
+        check("ucp_rkey_pack", unsafe { sys::ucp_rkey_pack(self.ctx.h, self.memh, &mut buf, &mut size) })?;
         // SAFETY: UCX returned `size` readable bytes at `buf`; released right after the copy.
         let v = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
         // SAFETY: releasing the buffer ucp_rkey_pack allocated, once.
@@ -863,9 +706,7 @@ impl Get {
     /// Has the read finished (successfully or not)? Does not progress the worker.
     pub fn is_done(&self) -> bool {
         // SAFETY: a non-null `req` is a live request until we free it.
-        self.req.is_null()
-            || unsafe { sys::ucp_request_check_status(self.req) }
-                != sys::UCS_INPROGRESS as sys::ucs_status_t
+        self.req.is_null() || unsafe { sys::ucp_request_check_status(self.req) } != sys::UCS_INPROGRESS as sys::ucs_status_t
     }
 
     /// Progress the worker until the read finishes or `deadline` passes; returns the filled buffer.
@@ -873,10 +714,7 @@ impl Get {
         while !self.is_done() {
             self.ep.worker.progress();
             if Instant::now() > deadline {
-                return Err(Error::from_status(
-                    "GET (deadline passed)",
-                    sys::UCS_ERR_TIMED_OUT,
-                )); // Drop cancels
+                return Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT)); // Drop cancels
             }
         }
         let status = if self.req.is_null() {
@@ -920,10 +758,7 @@ mod tests {
         let shm = "#  lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0 keepalive\n#  lane[1]:  4:posix/memory.0 md[3] -> md[3]/posix/sysdev[255]\n#  get[0]: 0..<bcopy>..(inf)\n#  get[1]: 0..<bcopy>..(inf)\n";
         assert_eq!(rma_lane(shm).as_deref(), Some("sysv/memory+posix/memory"));
         let am = "#  lane[0]:  1:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] am am_bw#0\n";
-        assert_eq!(
-            rma_lane(am).as_deref(),
-            Some("tcp/lo (GET emulated by active messages)")
-        );
+        assert_eq!(rma_lane(am).as_deref(), Some("tcp/lo (GET emulated by active messages)"));
         assert!(is_rdma_transport("rc_mlx5/mlx5_0:1"));
         assert!(!is_rdma_transport("tcp/lo"));
     }
@@ -960,20 +795,11 @@ mod tests {
                 }
             });
             let deadline = Instant::now() + Duration::from_secs(30);
-            let got = ep
-                .get(vec![0u8; 1 << 20], mr.addr() + 4096, &rkey)
-                .unwrap()
-                .wait(deadline)
-                .unwrap();
+            let got = ep.get(vec![0u8; 1 << 20], mr.addr() + 4096, &rkey).unwrap().wait(deadline).unwrap();
             assert_eq!(got, data[4096..4096 + (1 << 20)]);
             let mut a = vec![0u8; 1000];
             let mut b = vec![0u8; 3 << 20];
-            ep.get_into(
-                &mut [(&mut a[..], mr.addr()), (&mut b[..], mr.addr() + (1 << 20))],
-                &rkey,
-                deadline,
-            )
-            .unwrap();
+            ep.get_into(&mut [(&mut a[..], mr.addr()), (&mut b[..], mr.addr() + (1 << 20))], &rkey, deadline).unwrap();
             assert_eq!(a, data[..1000]);
             assert_eq!(b, data[1 << 20..4 << 20]);
             drop(ep.get(vec![0u8; 2 << 20], mr.addr(), &rkey).unwrap()); // cancelled or done: either is safe
@@ -1008,9 +834,7 @@ mod tests {
             .expect_err("nobody answers these GETs");
         assert_eq!(asked, 1, "gave up at the first check");
         assert!(e.to_string().contains("the peer went away"), "{e}");
-        let again = ep
-            .get_into(&mut [(&mut buf[..], mr.addr())], &rkey, far)
-            .expect_err("the endpoint is closed");
+        let again = ep.get_into(&mut [(&mut buf[..], mr.addr())], &rkey, far).expect_err("the endpoint is closed");
         assert!(again.to_string().contains("endpoint closed"), "{again}");
         drop(rkey);
         drop(ep);
@@ -1018,13 +842,7 @@ mod tests {
         // do for GETs, and then abort the process).
         let ep = client.connect(&silent.address().unwrap()).unwrap();
         let rkey = ep.unpack_rkey(&mr.pack_rkey().unwrap()).unwrap();
-        let e = ep
-            .get_into(
-                &mut [(&mut buf[..], mr.addr())],
-                &rkey,
-                Instant::now() + Duration::from_millis(100),
-            )
-            .expect_err("nobody answers");
+        let e = ep.get_into(&mut [(&mut buf[..], mr.addr())], &rkey, Instant::now() + Duration::from_millis(100)).expect_err("nobody answers");
         assert!(e.to_string().contains("deadline passed"), "{e}");
     }
 

@@ -28,9 +28,7 @@ pub fn device_of(ip: IpAddr) -> Option<String> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
         if ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 && loopback.is_none() {
             loopback = Some(name.clone());
         }
@@ -89,9 +87,7 @@ pub fn listening_of(pid: &str) -> Vec<SocketAddr> {
     }
     let mut out = Vec::new();
     for (file, v6) in [("tcp", false), ("tcp6", true)] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else {
-            continue;
-        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else { continue };
         for line in text.lines().skip(1) {
             if let Some((addr, inode)) = parse_proc_net_tcp_listen(line, v6) {
                 if inodes.contains(&inode) {
@@ -124,9 +120,7 @@ fn parse_proc_net_tcp_listen(line: &str, v6: bool) -> Option<(SocketAddr, String
         }
         IpAddr::V6(Ipv6Addr::from(b))
     } else {
-        IpAddr::V4(Ipv4Addr::from(
-            u32::from_str_radix(ip, 16).ok()?.to_ne_bytes(),
-        ))
+        IpAddr::V4(Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes()))
     };
     Some((SocketAddr::new(ip, port), f[9].to_string()))
 }
@@ -140,11 +134,7 @@ mod tests {
         let lo = device_of("127.0.0.1".parse().unwrap()).expect("a loopback device");
         assert_eq!(device_of("127.0.0.9".parse().unwrap()), Some(lo));
         assert_eq!(device_of("0.0.0.0".parse().unwrap()), None);
-        assert_eq!(
-            device_of("203.0.113.77".parse().unwrap()),
-            None,
-            "an address no device holds"
-        );
+        assert_eq!(device_of("203.0.113.77".parse().unwrap()), None, "an address no device holds");
     }
 
     #[test]
@@ -154,26 +144,16 @@ mod tests {
         let _c = std::net::TcpStream::connect(a).unwrap();
         let found = listening();
         assert!(found.contains(&a), "{a} not in {found:?}");
-        assert_eq!(
-            found.iter().filter(|x| x.port() == a.port()).count(),
-            1,
-            "connected sockets are not listeners: {found:?}"
-        );
+        assert_eq!(found.iter().filter(|x| x.port() == a.port()).count(), 1, "connected sockets are not listeners: {found:?}");
     }
 
     #[test]
     fn parses_kernel_lines() {
         let v4 = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0";
-        assert_eq!(
-            parse_proc_net_tcp_listen(v4, false),
-            Some(("127.0.0.1:8080".parse().unwrap(), "12345".into()))
-        );
+        assert_eq!(parse_proc_net_tcp_listen(v4, false), Some(("127.0.0.1:8080".parse().unwrap(), "12345".into())));
         let est = v4.replace(" 0A ", " 01 ");
         assert_eq!(parse_proc_net_tcp_listen(&est, false), None);
         let v6 = "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 100 0 0 10 0";
-        assert_eq!(
-            parse_proc_net_tcp_listen(v6, true),
-            Some(("[::1]:8080".parse().unwrap(), "777".into()))
-        );
+        assert_eq!(parse_proc_net_tcp_listen(v6, true), Some(("[::1]:8080".parse().unwrap(), "777".into())));
     }
 }

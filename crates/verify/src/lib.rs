@@ -30,11 +30,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            ttl_tolerance_ms: 2000,
-            differences_max: 20,
-            batch: 500,
-        }
+        Options { ttl_tolerance_ms: 2000, differences_max: 20, batch: 500 }
     }
 }
 
@@ -76,12 +72,7 @@ impl Outcome {
     fn refuse(&mut self, max: usize, db: u32, side: Side, op: &str, key: &[u8], reply: &[u8]) {
         self.refused_count += 1;
         if self.refused.len() < max {
-            self.refused.push(format!(
-                "db{db} key '{}': the {} server answered {op} with {}",
-                printable(key),
-                side.name(),
-                String::from_utf8_lossy(reply)
-            ));
+            self.refused.push(format!("db{db} key '{}': the {} server answered {op} with {}", printable(key), side.name(), String::from_utf8_lossy(reply)));
         }
     }
 }
@@ -119,12 +110,7 @@ fn refusal<'a>(replies: &[(&'a Frame, &'static str)]) -> Option<(&'static str, &
 }
 
 fn printable(k: &[u8]) -> String {
-    let s: String = k
-        .iter()
-        .take(80)
-        .flat_map(|c| std::ascii::escape_default(*c))
-        .map(char::from)
-        .collect();
+    let s: String = k.iter().take(80).flat_map(|c| std::ascii::escape_default(*c)).map(char::from).collect();
     if k.len() > 80 {
         format!("{s}…")
     } else {
@@ -134,11 +120,7 @@ fn printable(k: &[u8]) -> String {
 
 fn dbs_with_keys(c: &mut Client) -> Result<BTreeSet<u32>, Error> {
     let ks = c.info("keyspace")?;
-    Ok(ks
-        .0
-        .keys()
-        .filter_map(|k| k.strip_prefix("db")?.parse().ok())
-        .collect())
+    Ok(ks.0.keys().filter_map(|k| k.strip_prefix("db")?.parse().ok()).collect())
 }
 
 /// What a server can be asked beyond the commands every supported server has.
@@ -151,14 +133,8 @@ struct Caps {
 fn caps(c: &mut Client) -> Result<Caps, Error> {
     // `COMMAND INFO name`: a nil entry for a command the server does not have.
     let r = c.raw(&["COMMAND", "INFO", "HPEXPIRETIME"])?;
-    let known = |i: usize| {
-        r.as_array()
-            .and_then(|a| a.get(i))
-            .is_some_and(|f| !matches!(f, Frame::Null | Frame::Error(_)))
-    };
-    Ok(Caps {
-        field_ttl: known(0),
-    })
+    let known = |i: usize| r.as_array().and_then(|a| a.get(i)).is_some_and(|f| !matches!(f, Frame::Null | Frame::Error(_)));
+    Ok(Caps { field_ttl: known(0) })
 }
 
 /// Compare `a` (the reference, normally the master) with `b`.
@@ -178,37 +154,15 @@ pub fn compare(a: &mut Client, b: &mut Client, opts: &Options) -> Result<Outcome
     Ok(out)
 }
 
-fn compare_db(
-    a: &mut Client,
-    b: &mut Client,
-    db: u32,
-    caps: (Caps, Caps),
-    opts: &Options,
-    out: &mut Outcome,
-) -> Result<(), Error> {
+fn compare_db(a: &mut Client, b: &mut Client, db: u32, caps: (Caps, Caps), opts: &Options, out: &mut Outcome) -> Result<(), Error> {
     let max = opts.differences_max;
     // Every key of a, compared with b.
     let mut cursor = b"0".to_vec();
     loop {
-        let r = a.cmd(&[
-            b"SCAN".as_slice(),
-            &cursor,
-            b"COUNT",
-            opts.batch.to_string().as_bytes(),
-        ])?;
+        let r = a.cmd(&[b"SCAN".as_slice(), &cursor, b"COUNT", opts.batch.to_string().as_bytes()])?;
         let parts = r.as_array().unwrap_or(&[]);
-        cursor = parts
-            .first()
-            .and_then(Frame::as_bytes)
-            .unwrap_or(b"0")
-            .to_vec();
-        let keys: Vec<Vec<u8>> = parts
-            .get(1)
-            .and_then(Frame::as_array)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|f| f.as_bytes().map(<[u8]>::to_vec))
-            .collect();
+        cursor = parts.first().and_then(Frame::as_bytes).unwrap_or(b"0").to_vec();
+        let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
         compare_keys(a, b, db, &keys, caps, opts, out)?;
         if cursor == b"0" {
             break;
@@ -220,37 +174,16 @@ fn compare_db(
     if nb > na || out.difference_count > 0 {
         let mut cursor = b"0".to_vec();
         loop {
-            let r = b.cmd(&[
-                b"SCAN".as_slice(),
-                &cursor,
-                b"COUNT",
-                opts.batch.to_string().as_bytes(),
-            ])?;
+            let r = b.cmd(&[b"SCAN".as_slice(), &cursor, b"COUNT", opts.batch.to_string().as_bytes()])?;
             let parts = r.as_array().unwrap_or(&[]);
-            cursor = parts
-                .first()
-                .and_then(Frame::as_bytes)
-                .unwrap_or(b"0")
-                .to_vec();
-            let keys: Vec<Vec<u8>> = parts
-                .get(1)
-                .and_then(Frame::as_array)
-                .unwrap_or(&[])
-                .iter()
-                .filter_map(|f| f.as_bytes().map(<[u8]>::to_vec))
-                .collect();
-            let cmds: Vec<_> = keys
-                .iter()
-                .map(|k| command(&[b"EXISTS".as_slice(), k]))
-                .collect();
+            cursor = parts.first().and_then(Frame::as_bytes).unwrap_or(b"0").to_vec();
+            let keys: Vec<Vec<u8>> = parts.get(1).and_then(Frame::as_array).unwrap_or(&[]).iter().filter_map(|f| f.as_bytes().map(<[u8]>::to_vec)).collect();
+            let cmds: Vec<_> = keys.iter().map(|k| command(&[b"EXISTS".as_slice(), k])).collect();
             for (k, e) in keys.iter().zip(a.pipeline(&cmds)?) {
                 if let Frame::Error(r) = &e {
                     out.refuse(max, db, Side::First, "EXISTS", k, r);
                 } else if e.as_int() == Some(0) {
-                    out.differ(
-                        max,
-                        format!("db{db} key '{}': only on the second server", printable(k)),
-                    );
+                    out.differ(max, format!("db{db} key '{}': only on the second server", printable(k)));
                 }
             }
             if cursor == b"0" {
@@ -277,25 +210,9 @@ fn describe(keys: &[Vec<u8>], c: &mut Client) -> Result<Vec<(Frame, Frame, Frame
 }
 
 /// The types compared here; any other is reported as uncomparable.
-const KNOWN_TYPES: [&str; 7] = [
-    "string",
-    "list",
-    "hash",
-    "set",
-    "zset",
-    "stream",
-    "vectorset",
-];
+const KNOWN_TYPES: [&str; 7] = ["string", "list", "hash", "set", "zset", "stream", "vectorset"];
 
-fn compare_keys(
-    a: &mut Client,
-    b: &mut Client,
-    db: u32,
-    keys: &[Vec<u8>],
-    caps: (Caps, Caps),
-    opts: &Options,
-    out: &mut Outcome,
-) -> Result<(), Error> {
+fn compare_keys(a: &mut Client, b: &mut Client, db: u32, keys: &[Vec<u8>], caps: (Caps, Caps), opts: &Options, out: &mut Outcome) -> Result<(), Error> {
     let max = opts.differences_max;
     // The two sides' PTTLs are read one pipeline after the other: a TTL counts down in between, by
     // up to the time both reads took (a loaded host, a batch of large DUMPs). Widen the tolerance by
@@ -303,9 +220,7 @@ fn compare_keys(
     let started = std::time::Instant::now();
     let da = describe(keys, a)?;
     let db_ = describe(keys, b)?;
-    let ttl_tolerance_ms = opts
-        .ttl_tolerance_ms
-        .saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX));
+    let ttl_tolerance_ms = opts.ttl_tolerance_ms.saturating_add(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX));
     for (k, ((ta, pa, va), (tb, pb, vb))) in keys.iter().zip(da.into_iter().zip(db_)) {
         let name = printable(k);
         // A refused TYPE or PTTL: the key cannot be compared. (A refused DUMP — renamed away, or not
@@ -327,22 +242,12 @@ fn compare_keys(
         if tb.as_text().as_deref() == Some("none") {
             // A key about to expire may be gone on one side already.
             if !(0..=ttl_tolerance_ms).contains(&ttl_a) {
-                out.differ(
-                    max,
-                    format!("db{db} key '{name}': missing on the second server"),
-                );
+                out.differ(max, format!("db{db} key '{name}': missing on the second server"));
             }
             continue;
         }
         if ta != tb {
-            out.differ(
-                max,
-                format!(
-                    "db{db} key '{name}': type {:?} vs {:?}",
-                    ta.as_text().unwrap_or_default(),
-                    tb.as_text().unwrap_or_default()
-                ),
-            );
+            out.differ(max, format!("db{db} key '{name}': type {:?} vs {:?}", ta.as_text().unwrap_or_default(), tb.as_text().unwrap_or_default()));
             continue;
         }
         let ttl_ok = match (ttl_a, ttl_b) {
@@ -351,10 +256,7 @@ fn compare_keys(
             _ => false,
         };
         if !ttl_ok {
-            out.differ(
-                max,
-                format!("db{db} key '{name}': TTL {ttl_a} ms vs {ttl_b} ms"),
-            );
+            out.differ(max, format!("db{db} key '{name}': TTL {ttl_a} ms vs {ttl_b} ms"));
         }
         let t = ta.as_text().unwrap_or_default();
         if !KNOWN_TYPES.contains(&t.as_str()) {
@@ -374,25 +276,11 @@ fn compare_keys(
             })
         };
         if let Some((label, r)) = parts(&la) {
-            out.refuse(
-                max,
-                db,
-                Side::First,
-                &format!("the read of its {label}"),
-                k,
-                &r,
-            );
+            out.refuse(max, db, Side::First, &format!("the read of its {label}"), k, &r);
             continue;
         }
         if let Some((label, r)) = parts(&lb) {
-            out.refuse(
-                max,
-                db,
-                Side::Second,
-                &format!("the read of its {label}"),
-                k,
-                &r,
-            );
+            out.refuse(max, db, Side::Second, &format!("the read of its {label}"), k, &r);
             continue;
         }
         if let Some(what) = first_difference(&la, &lb, ttl_tolerance_ms) {
@@ -424,13 +312,8 @@ fn same_logical(a: &[(String, Frame)], b: &[(String, Frame)]) -> bool {
 const FIELD_TTL: &str = "field-ttl ";
 
 /// The first labelled part that differs, described; `None` when the values are the same.
-fn first_difference(
-    a: &[(String, Frame)],
-    b: &[(String, Frame)],
-    ttl_tolerance_ms: i64,
-) -> Option<String> {
-    let find =
-        |v: &[(String, Frame)], l: &str| v.iter().find(|(k, _)| k == l).map(|(_, f)| f.clone());
+fn first_difference(a: &[(String, Frame)], b: &[(String, Frame)], ttl_tolerance_ms: i64) -> Option<String> {
+    let find = |v: &[(String, Frame)], l: &str| v.iter().find(|(k, _)| k == l).map(|(_, f)| f.clone());
     let labels: BTreeSet<&String> = a.iter().chain(b).map(|(k, _)| k).collect();
     labels.into_iter().find_map(|l| {
         let differs = match (find(a, l), find(b, l)) {
@@ -443,13 +326,7 @@ fn first_difference(
             (Some(x), None) | (None, Some(x)) if l.starts_with(FIELD_TTL) => x.as_int() != Some(-1),
             _ => !VERSION_DEPENDENT.contains(&l.as_str()),
         };
-        differs.then(|| {
-            if l == "value" {
-                "values differ".to_string()
-            } else {
-                format!("{l} differs")
-            }
-        })
+        differs.then(|| if l == "value" { "values differ".to_string() } else { format!("{l} differs") })
     })
 }
 
@@ -503,10 +380,7 @@ fn zset_scores(f: Frame) -> Frame {
         Frame::Array(v) => Frame::Array(
             v.chunks(2)
                 .flat_map(|p| {
-                    let score = p
-                        .get(1)
-                        .and_then(Frame::as_text)
-                        .and_then(|s| parse_score(&s));
+                    let score = p.get(1).and_then(Frame::as_text).and_then(|s| parse_score(&s));
                     let score = match score {
                         Some(d) => Frame::Bulk(format!("{d:?}").into_bytes()),
                         None => p.get(1).cloned().unwrap_or(Frame::Null),
@@ -530,18 +404,8 @@ fn parse_score(s: &str) -> Option<f64> {
 
 /// A hash: its fields and values, and, where the server has them, each field's own TTL (absolute,
 /// `HPEXPIRETIME`: -1 none) labelled by field.
-fn hash_logical(
-    c: &mut Client,
-    k: &[u8],
-    caps: Caps,
-    pairs: Frame,
-) -> Result<Vec<(String, Frame)>, Error> {
-    let fields: Vec<Vec<u8>> = pairs
-        .as_array()
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|p| p.as_array()?.first()?.as_bytes().map(<[u8]>::to_vec))
-        .collect();
+fn hash_logical(c: &mut Client, k: &[u8], caps: Caps, pairs: Frame) -> Result<Vec<(String, Frame)>, Error> {
+    let fields: Vec<Vec<u8>> = pairs.as_array().unwrap_or(&[]).iter().filter_map(|p| p.as_array()?.first()?.as_bytes().map(<[u8]>::to_vec)).collect();
     let mut v = vec![("value".to_string(), pairs)];
     if caps.field_ttl && !fields.is_empty() {
         let n = fields.len().to_string();
@@ -561,52 +425,23 @@ fn hash_logical(
 /// (`VEMB … RAW`: quantization, bytes, norm, range) and attributes (`VGETATTR`). Not its graph: the
 /// links are built at random and differ between identical sets.
 fn vectorset_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Error> {
-    let card = c
-        .raw(&[b"VCARD".as_slice(), k])?
-        .as_int()
-        .unwrap_or(0)
-        .max(0);
-    let mut v = vec![
-        ("cardinality".to_string(), Frame::Integer(card)),
-        ("dimension".to_string(), c.raw(&[b"VDIM".as_slice(), k])?),
-    ];
+    let card = c.raw(&[b"VCARD".as_slice(), k])?.as_int().unwrap_or(0).max(0);
+    let mut v = vec![("cardinality".to_string(), Frame::Integer(card)), ("dimension".to_string(), c.raw(&[b"VDIM".as_slice(), k])?)];
     let info = c.raw(&[b"VINFO".as_slice(), k])?;
     for pair in info.as_array().unwrap_or(&[]).chunks(2) {
         if let [name, val] = pair {
-            if matches!(
-                name.as_text().as_deref(),
-                Some("quant-type" | "vector-dim" | "size" | "attributes-count")
-            ) {
-                v.push((
-                    format!("info {}", name.as_text().unwrap_or_default()),
-                    val.clone(),
-                ));
+            if matches!(name.as_text().as_deref(), Some("quant-type" | "vector-dim" | "size" | "attributes-count")) {
+                v.push((format!("info {}", name.as_text().unwrap_or_default()), val.clone()));
             }
         }
     }
     // Every element: VRANDMEMBER with a positive count of at least the cardinality returns each once.
     let members = c.raw(&[b"VRANDMEMBER".as_slice(), k, card.to_string().as_bytes()])?;
-    let mut names: Vec<Vec<u8>> = members
-        .as_array()
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|m| m.as_bytes().map(<[u8]>::to_vec))
-        .collect();
+    let mut names: Vec<Vec<u8>> = members.as_array().unwrap_or(&[]).iter().filter_map(|m| m.as_bytes().map(<[u8]>::to_vec)).collect();
     names.sort();
-    let cmds: Vec<Vec<Vec<u8>>> = names
-        .iter()
-        .flat_map(|e| {
-            [
-                command(&[b"VEMB".as_slice(), k, e, b"RAW"]),
-                command(&[b"VGETATTR".as_slice(), k, e]),
-            ]
-        })
-        .collect();
+    let cmds: Vec<Vec<Vec<u8>>> = names.iter().flat_map(|e| [command(&[b"VEMB".as_slice(), k, e, b"RAW"]), command(&[b"VGETATTR".as_slice(), k, e])]).collect();
     let replies = c.pipeline(&cmds)?;
-    v.push((
-        "elements".to_string(),
-        Frame::Array(names.iter().map(|n| Frame::Bulk(n.clone())).collect()),
-    ));
+    v.push(("elements".to_string(), Frame::Array(names.iter().map(|n| Frame::Bulk(n.clone())).collect())));
     for (e, r) in names.iter().zip(replies.chunks(2)) {
         v.push((format!("element {} vector", printable(e)), r[0].clone()));
         v.push((format!("element {} attributes", printable(e)), r[1].clone()));
@@ -617,23 +452,13 @@ fn vectorset_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, E
 /// A stream: entries, the stream's ids, its groups with their pending entries and consumers. Idle
 /// times and seen-times are left out: they move with the clock.
 fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Error> {
-    let mut v = vec![(
-        "entries".to_string(),
-        c.raw(&[b"XRANGE".as_slice(), k, b"-", b"+"])?,
-    )];
+    let mut v = vec![("entries".to_string(), c.raw(&[b"XRANGE".as_slice(), k, b"-", b"+"])?)];
     let info = c.raw(&[b"XINFO".as_slice(), b"STREAM", k])?;
     if let Some(items) = info.as_array() {
         for pair in items.chunks(2) {
             if let [name, val] = pair {
                 let n = name.as_text().unwrap_or_default();
-                if matches!(
-                    n.as_str(),
-                    "length"
-                        | "last-generated-id"
-                        | "max-deleted-entry-id"
-                        | "entries-added"
-                        | "groups"
-                ) {
+                if matches!(n.as_str(), "length" | "last-generated-id" | "max-deleted-entry-id" | "entries-added" | "groups") {
                     v.push((n, val.clone()));
                 }
             }
@@ -642,25 +467,15 @@ fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Erro
     let groups = c.raw(&[b"XINFO".as_slice(), b"GROUPS", k])?;
     for g in groups.as_array().unwrap_or(&[]) {
         let fields = g.as_array().unwrap_or(&[]);
-        let get = |key: &str| {
-            fields
-                .chunks(2)
-                .find(|p| p[0].as_text().as_deref() == Some(key))
-                .and_then(|p| p.get(1))
-                .cloned()
-        };
-        let Some(name) = get("name").and_then(|n| n.as_bytes().map(<[u8]>::to_vec)) else {
-            continue;
-        };
+        let get = |key: &str| fields.chunks(2).find(|p| p[0].as_text().as_deref() == Some(key)).and_then(|p| p.get(1)).cloned();
+        let Some(name) = get("name").and_then(|n| n.as_bytes().map(<[u8]>::to_vec)) else { continue };
         let label = |what: &str| format!("group {} {what}", String::from_utf8_lossy(&name));
         v.extend(get("last-delivered-id").map(|f| (label("last-delivered-id"), f)));
         v.extend(get("pending").map(|f| (label("pending"), f)));
         let pending = c.raw(&[b"XPENDING".as_slice(), k, &name, b"-", b"+", b"100000"])?;
         let mut pel = Vec::new();
         for p in pending.as_array().unwrap_or(&[]) {
-            if let Some([id, consumer, _idle, count]) =
-                p.as_array().and_then(|a| <&[Frame; 4]>::try_from(a).ok())
-            {
+            if let Some([id, consumer, _idle, count]) = p.as_array().and_then(|a| <&[Frame; 4]>::try_from(a).ok()) {
                 pel.extend([id.clone(), consumer.clone(), count.clone()]);
             }
         }
@@ -670,34 +485,15 @@ fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Erro
             .as_array()
             .unwrap_or(&[])
             .iter()
-            .filter_map(|c| {
-                c.as_array()?
-                    .chunks(2)
-                    .find(|p| p[0].as_text().as_deref() == Some("name"))?
-                    .get(1)?
-                    .as_text()
-            })
+            .filter_map(|c| c.as_array()?.chunks(2).find(|p| p[0].as_text().as_deref() == Some("name"))?.get(1)?.as_text())
             .collect();
         names.sort();
-        v.push((
-            label("consumers"),
-            Frame::Array(
-                names
-                    .into_iter()
-                    .map(|n| Frame::Bulk(n.into_bytes()))
-                    .collect(),
-            ),
-        ));
+        v.push((label("consumers"), Frame::Array(names.into_iter().map(|n| Frame::Bulk(n.into_bytes())).collect())));
     }
     Ok(v)
 }
 
-fn compare_functions(
-    a: &mut Client,
-    b: &mut Client,
-    opts: &Options,
-    out: &mut Outcome,
-) -> Result<(), Error> {
+fn compare_functions(a: &mut Client, b: &mut Client, opts: &Options, out: &mut Outcome) -> Result<(), Error> {
     let fa = a.raw(&["FUNCTION", "LIST", "WITHCODE"])?;
     let fb = b.raw(&["FUNCTION", "LIST", "WITHCODE"])?;
     match (&fa, &fb) {
@@ -712,10 +508,7 @@ fn compare_functions(
             };
             out.function_libraries = x.len();
             if norm(x) != norm(y) {
-                out.differ(
-                    opts.differences_max,
-                    format!("function libraries differ ({} vs {})", x.len(), y.len()),
-                );
+                out.differ(opts.differences_max, format!("function libraries differ ({} vs {})", x.len(), y.len()));
             }
             Ok(())
         }
@@ -731,57 +524,30 @@ mod tests {
     use super::*;
 
     fn parts(v: &[(&str, &str)]) -> Vec<(String, Frame)> {
-        v.iter()
-            .map(|(k, f)| (k.to_string(), Frame::Bulk(f.as_bytes().to_vec())))
-            .collect()
+        v.iter().map(|(k, f)| (k.to_string(), Frame::Bulk(f.as_bytes().to_vec()))).collect()
     }
 
     #[test]
     fn logical_comparison_tolerates_only_version_dependent_fields() {
         let a = parts(&[("length", "3"), ("entries-added", "3")]);
         let b = parts(&[("length", "3")]);
-        assert!(
-            same_logical(&a, &b),
-            "a field only newer servers report is left out"
-        );
+        assert!(same_logical(&a, &b), "a field only newer servers report is left out");
         let c = parts(&[("length", "4")]);
         assert!(!same_logical(&b, &c));
         let d = parts(&[("length", "3"), ("last-id", "1-1")]);
-        assert!(
-            !same_logical(&b, &d),
-            "any other missing field is a difference"
-        );
+        assert!(!same_logical(&b, &d), "any other missing field is a difference");
         let e = parts(&[("length", "3"), ("entries-added", "4")]);
         assert!(!same_logical(&a, &e), "reported by both: compared");
     }
 
     #[test]
     fn scores_are_compared_as_doubles() {
-        let text = |v: &[&str]| {
-            Frame::Array(
-                v.iter()
-                    .map(|s| Frame::Bulk(s.as_bytes().to_vec()))
-                    .collect(),
-            )
-        };
+        let text = |v: &[&str]| Frame::Array(v.iter().map(|s| Frame::Bulk(s.as_bytes().to_vec())).collect());
         // Redis 7.0 prints 17 significant digits, Valkey the shortest form of the same double.
-        assert_eq!(
-            zset_scores(text(&["m", "36.348514736245122"])),
-            zset_scores(text(&["m", "36.34851473624512"]))
-        );
-        assert_ne!(
-            zset_scores(text(&["m", "36.34851473624512"])),
-            zset_scores(text(&["m", "36.348514736245126"])),
-            "one ulp apart"
-        );
-        assert_eq!(
-            zset_scores(text(&["a", "inf", "b", "-inf"])),
-            zset_scores(text(&["a", "+inf", "b", "-inf"]))
-        );
-        assert_ne!(
-            zset_scores(text(&["a", "1"])),
-            zset_scores(text(&["b", "1"]))
-        );
+        assert_eq!(zset_scores(text(&["m", "36.348514736245122"])), zset_scores(text(&["m", "36.34851473624512"])));
+        assert_ne!(zset_scores(text(&["m", "36.34851473624512"])), zset_scores(text(&["m", "36.348514736245126"])), "one ulp apart");
+        assert_eq!(zset_scores(text(&["a", "inf", "b", "-inf"])), zset_scores(text(&["a", "+inf", "b", "-inf"])));
+        assert_ne!(zset_scores(text(&["a", "1"])), zset_scores(text(&["b", "1"])));
     }
 
     #[test]
@@ -789,26 +555,10 @@ mod tests {
         let ttl = |f: &str, t: i64| (format!("{FIELD_TTL}{f}"), Frame::Integer(t));
         let value = ("value".to_string(), Frame::Array(vec![]));
         let a = vec![value.clone(), ttl("f", 1_000_000)];
-        assert_eq!(
-            first_difference(&a, &[value.clone(), ttl("f", 1_000_500)], 2000),
-            None
-        );
-        assert!(
-            first_difference(&a, &[value.clone(), ttl("f", 1_005_000)], 2000)
-                .is_some_and(|d| d.contains("field-ttl f"))
-        );
-        assert!(
-            first_difference(&a, std::slice::from_ref(&value), 2000).is_some(),
-            "a TTL on one side only"
-        );
-        assert_eq!(
-            first_difference(
-                std::slice::from_ref(&value),
-                std::slice::from_ref(&value),
-                2000
-            ),
-            None
-        );
+        assert_eq!(first_difference(&a, &[value.clone(), ttl("f", 1_000_500)], 2000), None);
+        assert!(first_difference(&a, &[value.clone(), ttl("f", 1_005_000)], 2000).is_some_and(|d| d.contains("field-ttl f")));
+        assert!(first_difference(&a, std::slice::from_ref(&value), 2000).is_some(), "a TTL on one side only");
+        assert_eq!(first_difference(std::slice::from_ref(&value), std::slice::from_ref(&value), 2000), None);
     }
 
     #[test]
@@ -822,10 +572,7 @@ mod tests {
         assert!(!o.identical());
         let mut u = Outcome::default();
         u.uncomparable.insert("graphdata".into(), 1);
-        assert!(
-            !u.identical(),
-            "a key that could not be compared is not identical"
-        );
+        assert!(!u.identical(), "a key that could not be compared is not identical");
         assert_eq!(printable(b"a\x00b"), "a\\x00b");
         assert!(printable(&[b'x'; 100]).ends_with('…'));
     }

@@ -3,37 +3,36 @@
 //! the replica is loaded, caught up, ready to hand over, whether the handoff was partial, whether to
 //! reset the replica after a failure) are the machine's.
 
-use crate::config::Config;
-use crate::error::check_cancel;
-use crate::error::Error;
-use crate::error::Party;
-use crate::join::machine::{Action, Counters, Input, Join, Outcome, Snapshot, Timeouts};
-use crate::join::replica_link::{self, ReplicaLink};
-use crate::join::retry::{Retries, Verdict};
 use crate::local::{self, Local, ReplState};
+use crate::phase::JoinPhase;
+use crate::join::machine::{Action, Counters, Input, Join, Outcome, Snapshot, Timeouts};
 use crate::master::{split_host_port, MasterRepl};
 use crate::node::Node;
 use crate::peers::peering::Peering;
-use crate::phase::JoinPhase;
-use crate::pull::pipeline;
-use crate::pull::pipeline::{readers, window};
-use crate::pull::progress;
-use crate::pull::select;
+use crate::staged::cluster_node::{self, StagedConfig};
+use crate::staged::snapshot_file::Source;
+use crate::join::replica_link::{self, ReplicaLink};
+use crate::join::retry::{Retries, Verdict};
 use crate::report::Attempt;
+use crate::error::check_cancel;
+use crate::pull::pipeline;
+use crate::pull::progress;
+use crate::pull::pipeline::{readers, window};
+use crate::pull::select;
+use crate::config::Config;
+use crate::error::Error;
+use crate::error::Party;
 use crate::report::Phases;
 use crate::report::ReplicaState;
 use crate::report::Report;
-use crate::staged::cluster_node::{self, StagedConfig};
-use crate::staged::snapshot_file::Source;
 use client::{Client, Info};
 use replication::framing::Framing;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::Transport;
 
-use limits::{
-    GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY,
-};
+
+use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
 /// The agent's memory is sampled this often while it pulls, by a thread of its own.
 const PSS_SAMPLE_EVERY: std::time::Duration = limits::PSS_SAMPLE_EVERY;
@@ -83,36 +82,16 @@ pub fn join(cfg: &Config) -> Result<Joined, crate::report::Failed> {
                 if n > 1 || replica != ReplicaState::Untouched {
                     tracing::error!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), "join failed; not retrying: {why}");
                 }
-                attempts.push(Attempt {
-                    attempt: n,
-                    error: error.to_string(),
-                    error_kind: Some(error.kind()),
-                    secs,
-                    waited_secs: 0.0,
-                });
-                return Err(crate::report::Failed {
-                    error,
-                    attempts,
-                    replica,
-                });
+                attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: 0.0 });
+                return Err(crate::report::Failed { error, attempts, replica });
             }
         };
         tracing::warn!(attempt = n, error = %error, kind = %error.kind(), replica = replica.name(), retry_in_secs = waited.as_secs_f64(), "join attempt failed; trying again");
-        attempts.push(Attempt {
-            attempt: n,
-            error: error.to_string(),
-            error_kind: Some(error.kind()),
-            secs,
-            waited_secs: waited.as_secs_f64(),
-        });
+        attempts.push(Attempt { attempt: n, error: error.to_string(), error_kind: Some(error.kind()), secs, waited_secs: waited.as_secs_f64() });
         cfg.live.set_phase(JoinPhase::WaitingToRetry);
         if let Err(e) = wait_or_cancel(waited, &cfg.cancel) {
             attempts.last_mut().expect("pushed above").waited_secs = 0.0;
-            return Err(crate::report::Failed {
-                error: e,
-                attempts,
-                replica,
-            });
+            return Err(crate::report::Failed { error: e, attempts, replica });
         }
     }
 }
@@ -134,10 +113,7 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
 fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
     // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged::cluster_node).
     if cluster_node::is_cluster_node(node).map_err(|e| (e, ReplicaState::Untouched))? {
-        return cluster_node::attempt(&staged_config(cfg, node)).map(|report| Joined {
-            report,
-            peering: None,
-        });
+        return cluster_node::attempt(&staged_config(cfg, node)).map(|report| Joined { report, peering: None });
     }
     let t0 = Instant::now();
     let c = check(cfg, node).map_err(|e| (e, ReplicaState::Untouched))?;
@@ -145,33 +121,9 @@ fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
     let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
-    let snapshot = Snapshot {
-        replid: c.desc.replid.clone(),
-        offset: c.desc.offset,
-    };
-    let mut machine = Join::new(
-        snapshot,
-        endpoint::host_port(&host, &port),
-        Timeouts {
-            load: cfg.load_timeout,
-            handoff: cfg.handoff_timeout,
-        },
-        t0,
-        c.connected,
-    );
-    let mut d = Driver {
-        cfg,
-        node,
-        c,
-        host,
-        port,
-        link: None,
-        listener: None,
-        stats: None,
-        peak_pss_kib: 0,
-        log_reader: None,
-        guard: None,
-    };
+    let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
+    let mut machine = Join::new(snapshot, endpoint::host_port(&host, &port), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
+    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -180,23 +132,14 @@ fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
         }
     }
     let report = d.report(&outcome, notes);
-    Ok(Joined {
-        report,
-        peering: d.c.peering.take(),
-    })
+    Ok(Joined { report, peering: d.c.peering.take() })
 }
 
 /// What a staged join needs of the configuration (see [`StagedConfig`]).
 fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
     StagedConfig {
         node,
-        source: Source {
-            relay: &cfg.relay,
-            token: &cfg.token,
-            pull: &cfg.pull,
-            cancel: &cfg.cancel,
-            live: &cfg.live,
-        },
+        source: Source { relay: &cfg.relay, token: &cfg.token, pull: &cfg.pull, cancel: &cfg.cancel, live: &cfg.live },
         master: cfg.master(),
         restart: &cfg.restart,
         load_timeout: cfg.load_timeout,
@@ -211,36 +154,21 @@ fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
     let local = local::check(node, cfg.force)?;
     cfg.live.set_phase(JoinPhase::WaitingForCapture);
     let attached = progress::attach(&cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
-    let (transport, why) = select::select(
-        cfg.pull.transport,
-        &cfg.relay,
-        &cfg.token,
-        &attached.offered,
-    )?;
+    let (transport, why) = select::select(cfg.pull.transport, &cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
     let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
     // A refused INFO is said now, as the permission it is, not later as something else.
     let master_server = match master.info("server") {
-        Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i))
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| "unknown".into()),
+        Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
         Err(e) if e.is_permission() => return Err(Error::master(e)),
         Err(_) => "unknown".into(),
     };
-    let v = attached
-        .progress
-        .wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
+    let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
     let capture_ready = Instant::now();
     v.check()?;
-    let rdb_version = v
-        .desc
-        .rdb_version
-        .ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
-    if let Err(why) = local
-        .server
-        .loads(rdb_version, local.rdb_version_check.as_deref())
-    {
+    let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
+    if let Err(why) = local.server.loads(rdb_version, local.rdb_version_check.as_deref()) {
         return Err(Error::Incompatible(format!(
             "the master ({master_server}) writes RDB version {rdb_version}: {why}. Native replication cannot pair them either; nothing was changed"
         )));
@@ -253,62 +181,22 @@ fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
             desc.replid
         )));
     }
-    let (peering, swarm) = join_swarm(
-        cfg,
-        &desc,
-        transport.kind() == transport::TransportKind::Shm,
-    );
-    Ok(Checked {
-        local,
-        progress: attached.progress,
-        transport,
-        why,
-        master,
-        master_addr,
-        master_server,
-        desc,
-        capture_ready,
-        connected: Instant::now(),
-        peering,
-        swarm,
-    })
+    let (peering, swarm) = join_swarm(cfg, &desc, transport.kind() == transport::TransportKind::Shm);
+    Ok(Checked { local, progress: attached.progress, transport, why, master, master_addr, master_server, desc, capture_ready, connected: Instant::now(), peering, swarm })
 }
 
 /// Join the generation's swarm. Not being in one only costs the relay's link more copies, so a
 /// failure here is reported, not fatal: every block then comes from the relay.
 fn join_swarm(cfg: &Config, desc: &snapshot::Descriptor, local: bool) -> (Option<Peering>, String) {
-    match Peering::join(
-        &cfg.relay,
-        &cfg.token,
-        desc.generation,
-        desc.block_size,
-        local,
-        &cfg.peers,
-    ) {
+    match Peering::join(&cfg.relay, &cfg.token, desc.generation, desc.block_size, local, &cfg.peers) {
         Ok(p) if p.serves() => {
-            let at = cfg
-                .peers
-                .advertise
-                .clone()
-                .unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
-            let s = format!(
-                "agent {} of generation {}, serving peers on {at}",
-                p.id(),
-                desc.generation
-            );
+            let at = cfg.peers.advertise.clone().unwrap_or_else(|| p.listen_addr().map(|a| a.to_string()).unwrap_or_default());
+            let s = format!("agent {} of generation {}, serving peers on {at}", p.id(), desc.generation);
             (Some(p), s)
         }
         Ok(p) => {
-            let why = if cfg.peers.serve {
-                "a TLS relay and no --peer-tls-cert"
-            } else {
-                "--no-serve"
-            };
-            let s = format!(
-                "agent {} of generation {}, not serving ({why})",
-                p.id(),
-                desc.generation
-            );
+            let why = if cfg.peers.serve { "a TLS relay and no --peer-tls-cert" } else { "--no-serve" };
+            let s = format!("agent {} of generation {}, not serving ({why})", p.id(), desc.generation);
             (Some(p), s)
         }
         Err(e) => {
@@ -334,11 +222,7 @@ struct Driver<'a> {
     /// The replica's link to us, until the handoff.
     link: Option<ReplicaLink>,
     /// Where the agent listens for its replica, and TLS to serve it, until it connects.
-    listener: Option<(
-        std::net::TcpListener,
-        std::net::SocketAddr,
-        Option<client::tls::Tls>,
-    )>,
+    listener: Option<(std::net::TcpListener, std::net::SocketAddr, Option<client::tls::Tls>)>,
     stats: Option<pipeline::Stats>,
     /// Largest PSS seen while pulling (sampled every few blocks).
     peak_pss_kib: u64,
@@ -367,13 +251,7 @@ impl Driver<'_> {
             }
             action = match action {
                 Action::PointReplica => match self.point_replica() {
-                    Ok(capa_eof) => m.on(
-                        Instant::now(),
-                        Input::ReplicaConnected {
-                            capa_eof,
-                            length: self.c.progress.get_length(),
-                        },
-                    ),
+                    Ok(capa_eof) => m.on(Instant::now(), Input::ReplicaConnected { capa_eof, length: self.c.progress.get_length() }),
                     Err(Pointing::Refused(e)) => m.on(Instant::now(), Input::PointRefused(e)),
                     Err(Pointing::Failed(e)) => m.on(Instant::now(), Input::Failed(e)),
                 },
@@ -382,42 +260,19 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::SendSnapshot { eof, length } => match self.send_snapshot(eof, length) {
-                    Ok(s) => m.on(
-                        Instant::now(),
-                        Input::Pulled {
-                            first_byte: s.first_byte,
-                            rdb_bytes: s.bytes,
-                        },
-                    ),
+                    Ok(s) => m.on(Instant::now(), Input::Pulled { first_byte: s.first_byte, rdb_bytes: s.bytes }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::PollReplica => {
-                    match self.poll_replica(m.snapshot_in_use(), m.handed_over()) {
-                        Ok((state, ack_seen)) => m.on(
-                            Instant::now(),
-                            Input::Replica {
-                                state: &state,
-                                ack_seen,
-                            },
-                        ),
-                        Err(e) => m.on(Instant::now(), Input::Failed(e)),
-                    }
-                }
+                Action::PollReplica => match self.poll_replica(m.snapshot_in_use(), m.handed_over()) {
+                    Ok((state, ack_seen)) => m.on(Instant::now(), Input::Replica { state: &state, ack_seen }),
+                    Err(e) => m.on(Instant::now(), Input::Failed(e)),
+                },
                 Action::ReadLog { from, max } => match self.stream_log(from, max) {
                     Ok(got) => m.on(Instant::now(), Input::LogRead { got, asked: max }),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
-                Action::CheckMaster => match self
-                    .follow_sentinel()
-                    .and_then(|()| self.master(|m| m.info("replication")))
-                {
-                    Ok(i) => m.on(
-                        Instant::now(),
-                        Input::Master(&MasterRepl {
-                            addr: endpoint::host_port(&self.host, &self.port),
-                            ..MasterRepl::from_info(&i)
-                        }),
-                    ),
+                Action::CheckMaster => match self.follow_sentinel().and_then(|()| self.master(|m| m.info("replication"))) {
+                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: endpoint::host_port(&self.host, &self.port), ..MasterRepl::from_info(&i) })),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {
@@ -433,10 +288,7 @@ impl Driver<'_> {
                     crate::events::handed_off(o.offset);
                     return Ok(o);
                 }
-                Action::Fail {
-                    error,
-                    reset_replica,
-                } => {
+                Action::Fail { error, reset_replica } => {
                     let state = if reset_replica {
                         match self.reset_replica() {
                             Ok(state) => state,
@@ -464,54 +316,39 @@ impl Driver<'_> {
         let cfg = self.cfg;
         let c = &mut self.c.local.client;
         // A replica with tls-replication yes speaks TLS to whatever it follows, us included.
-        let tls_replication = c
-            .config_get("tls-replication")
-            .map_err(Error::replica)?
-            .as_deref()
-            == Some("yes");
+        let tls_replication = c.config_get("tls-replication").map_err(Error::replica)?.as_deref() == Some("yes");
         let serve_tls = match (&cfg.tls, tls_replication) {
             (_, false) => None,
             (Some(t), true) if t.can_serve() => Some(t.clone()),
             _ => return Err(Error::Precondition("the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into())),
         };
         if self.c.local.diskless_load_before.is_some() {
-            c.config_set("repl-diskless-load", "on-empty-db")
-                .map_err(Error::replica)?;
+            c.config_set("repl-diskless-load", "on-empty-db").map_err(Error::replica)?;
         }
         if let Some(a) = &cfg.master_auth {
             if let Some(u) = &a.user {
                 c.config_set("masteruser", u).map_err(Error::replica)?;
             }
-            c.config_set("masterauth", &a.password)
-                .map_err(Error::replica)?;
+            c.config_set("masterauth", &a.password).map_err(Error::replica)?;
         }
         let (listener, at) = replica_link::listen(cfg.listen)?;
-        self.guard = Some(crate::guard::arm(
-            self.node,
-            at,
-            self.c.local.diskless_load_before.as_deref(),
-        )?);
+        self.guard = Some(crate::guard::arm(self.node, at, self.c.local.diskless_load_before.as_deref())?);
         self.listener = Some((listener, at, serve_tls));
         Ok(())
     }
 
     /// `REPLICAOF` the agent, accept the replica's handshake; returns whether it offered `capa eof`.
     fn point_replica(&mut self) -> Result<bool, Pointing> {
-        let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| {
-            Pointing::Failed(Error::Internal("no listener for the replica".into()))
-        })?;
+        let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| Pointing::Failed(Error::Internal("no listener for the replica".into())))?;
         let c = &mut self.c.local.client;
         match c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]) {
             Ok(_) => {}
             // An error reply: the command did not take effect.
-            Err(e @ client::Error::Server { .. }) => {
-                return Err(Pointing::Refused(Error::replica(e)))
-            }
+            Err(e @ client::Error::Server { .. }) => return Err(Pointing::Refused(Error::replica(e))),
             // No answer: it may have.
             Err(e) => return Err(Pointing::Failed(Error::replica(e))),
         }
-        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref())
-            .map_err(Pointing::Failed)?;
+        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref()).map_err(Pointing::Failed)?;
         let capa_eof = link.capa_eof;
         self.link = Some(link);
         Ok(capa_eof)
@@ -528,20 +365,13 @@ impl Driver<'_> {
     }
 
     fn link(&mut self) -> Result<&mut ReplicaLink, Error> {
-        self.link
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no replica link".into()))
+        self.link.as_mut().ok_or_else(|| Error::Internal("no replica link".into()))
     }
 
     fn wait_length(&self) -> Result<u64, Error> {
-        let v = self
-            .c
-            .progress
-            .wait_until(self.cfg.load_timeout, |v| v.desc.length.is_some());
+        let v = self.c.progress.wait_until(self.cfg.load_timeout, |v| v.desc.length.is_some());
         v.check()?;
-        v.desc
-            .length
-            .ok_or_else(|| Error::Timeout("the RDB length".into()))
+        v.desc.length.ok_or_else(|| Error::Timeout("the RDB length".into()))
     }
 
     /// `+FULLRESYNC`, the header, every block in order while pulling out of order, the EOF mark.
@@ -551,23 +381,11 @@ impl Driver<'_> {
             (false, Some(n)) => Framing::Length(n),
             (false, None) => return Err(Error::Internal("length framing without a length".into())),
         };
-        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes())
-            .map_err(|e| Error::protocol(Party::Relay, e.to_string()))?;
+        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::protocol(Party::Relay, e.to_string()))?;
         let offset = self.c.desc.offset;
-        let (cfg, progress, transport, peering) = (
-            self.cfg,
-            self.c.progress.clone(),
-            &self.c.transport,
-            self.c.peering.as_ref(),
-        );
-        let link = self
-            .link
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no replica link".into()))?;
-        link.send(
-            &replication::master::fullresync(&replid, offset),
-            "FULLRESYNC",
-        )?;
+        let (cfg, progress, transport, peering) = (self.cfg, self.c.progress.clone(), &self.c.transport, self.c.peering.as_ref());
+        let link = self.link.as_mut().ok_or_else(|| Error::Internal("no replica link".into()))?;
+        link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
         let (stats, peak_pss) = crate::procstat::with_peak_pss(PSS_SAMPLE_EVERY, || {
@@ -582,13 +400,9 @@ impl Driver<'_> {
             };
             pipeline::pull(&pull, &mut |b| {
                 link.send(b, "RDB block")?;
-                cfg.live
-                    .rdb_bytes_sent
-                    .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                cfg.live.rdb_bytes_sent.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 if let Some(l) = progress.get_length() {
-                    cfg.live
-                        .rdb_bytes_total
-                        .store(l, std::sync::atomic::Ordering::Relaxed);
+                    cfg.live.rdb_bytes_total.store(l, std::sync::atomic::Ordering::Relaxed);
                 }
                 Ok(())
             })
@@ -615,11 +429,7 @@ impl Driver<'_> {
     /// Once the replica is the master's (`handed_over`) a server too busy to answer — it loads the
     /// master's full sync, and a loading server answers only now and then — is not a failure: it
     /// reads as "still syncing" and the machine's handoff deadline decides.
-    fn poll_replica(
-        &mut self,
-        snapshot_in_use: bool,
-        handed_over: bool,
-    ) -> Result<(ReplState, bool), Error> {
+    fn poll_replica(&mut self, snapshot_in_use: bool, handed_over: bool) -> Result<(ReplState, bool), Error> {
         std::thread::sleep(POLL_EVERY); // Polling a server's state; the machine holds the deadline.
         check_cancel(&self.cfg.cancel)?;
         let mut ack_seen = false;
@@ -632,27 +442,13 @@ impl Driver<'_> {
         }
         match local::repl_state(&mut self.c.local.client) {
             Ok(st) => Ok((st, ack_seen)),
-            Err(client::Error::Io { source, .. })
-                if handed_over
-                    && matches!(
-                        source.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-            {
-                tracing::info!(
-                    "the replica does not answer (loading the master's sync?); still waiting"
-                );
+            Err(client::Error::Io { source, .. }) if handed_over && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                tracing::info!("the replica does not answer (loading the master's sync?); still waiting");
                 // A timed-out request leaves its reply in flight on that connection: use a new one.
                 if let Ok(c) = self.node.connect() {
                     self.c.local.client = c;
                 }
-                Ok((
-                    ReplState {
-                        syncing: true,
-                        ..ReplState::default()
-                    },
-                    ack_seen,
-                ))
+                Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
             }
             Err(e) => Err(Error::replica(e)),
         }
@@ -667,9 +463,7 @@ impl Driver<'_> {
             self.log_reader = Some(self.c.transport.open().map_err(Error::relay)?);
         }
         let reader = self.log_reader.as_mut().expect("opened above");
-        let chunk = reader
-            .read_log(generation, from, max32)
-            .map_err(Error::relay)?;
+        let chunk = reader.read_log(generation, from, max32).map_err(Error::relay)?;
         let link = self.link()?;
         link.check_open()?;
         if !chunk.is_empty() {
@@ -682,17 +476,10 @@ impl Driver<'_> {
     /// opened again once before giving up. After the handoff this matters: the replica is the
     /// master's then, and the join must see it through to in-sync (natively, if the master restarted)
     /// rather than fail on a stale client connection.
-    fn master<T>(
-        &mut self,
-        f: impl Fn(&mut Client) -> Result<T, client::Error>,
-    ) -> Result<T, Error> {
+    fn master<T>(&mut self, f: impl Fn(&mut Client) -> Result<T, client::Error>) -> Result<T, Error> {
         match f(&mut self.c.master) {
             Err(client::Error::Io { .. }) => {
-                self.c.master = self
-                    .cfg
-                    .master()
-                    .connect(&self.c.master_addr)
-                    .map_err(Error::master)?;
+                self.c.master = self.cfg.master().connect(&self.c.master_addr).map_err(Error::master)?;
                 f(&mut self.c.master).map_err(Error::master)
             }
             r => r.map_err(Error::master),
@@ -725,11 +512,7 @@ impl Driver<'_> {
     /// Counters, then `REPLICAOF <master>` (from here the replica is the master's), then close our link.
     fn hand_off(&mut self) -> Result<Counters, Error> {
         let before = self.counters()?;
-        self.c
-            .local
-            .client
-            .cmd(&["REPLICAOF", &self.host, &self.port])
-            .map_err(Error::replica)?;
+        self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::replica)?;
         // The replica follows its master now; nothing of ours to reset any more.
         if let Some(g) = self.guard.take() {
             g.disarm();
@@ -747,11 +530,7 @@ impl Driver<'_> {
         // Closes the link: a replica loading from us reads to its end, fails the load, and then
         // accepts commands again (meanwhile it answers -LOADING; `local::reset` waits that out).
         self.link = None;
-        match local::reset(
-            self.node,
-            self.c.local.diskless_load_before.as_deref(),
-            None,
-        ) {
+        match local::reset(self.node, self.c.local.diskless_load_before.as_deref(), None) {
             Ok(local::Reset::Unreachable(e)) => {
                 tracing::error!(error = %e, "could not reach the replica to reset it; check its role before retrying");
                 Ok(ReplicaState::Unreachable(e))
@@ -774,10 +553,7 @@ impl Driver<'_> {
         let (cfg, c) = (self.cfg, &self.c);
         let stats = self.stats.clone().unwrap_or_default();
         let tl = &o.timeline;
-        let secs = |t: Option<Instant>| {
-            t.map(|t| t.duration_since(tl.started).as_secs_f64())
-                .unwrap_or(0.0)
-        };
+        let secs = |t: Option<Instant>| t.map(|t| t.duration_since(tl.started).as_secs_f64()).unwrap_or(0.0);
         let pull_secs = (secs(tl.pulled) - secs(tl.first_byte)).max(1e-9);
         Report {
             handoff: o.handoff,
@@ -817,10 +593,7 @@ impl Driver<'_> {
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
             agent_peak_pss_kib: self.peak_pss_kib.max(crate::procstat::own_pss_kib()),
             swarm: c.swarm.clone(),
-            received_bytes_total: crate::report::ReceivedBytes {
-                relay: stats.relay_bytes(),
-                peers: stats.peer_bytes(),
-            },
+            received_bytes_total: crate::report::ReceivedBytes { relay: stats.relay_bytes(), peers: stats.peer_bytes() },
             sources: stats.sources.clone(),
             peer_bad_blocks: stats.peer_bad_blocks,
             peer_failures: stats.peer_failures,
@@ -834,10 +607,7 @@ impl Driver<'_> {
 
 /// The master's `sync_full`/`sync_partial_ok` (from its `INFO stats`) and the replica's input bytes.
 fn counters(s: &Info, replica: &mut Client) -> Result<Counters, Error> {
-    let replica_input_bytes = replica
-        .info("stats")
-        .ok()
-        .and_then(|s| s.num("total_net_repl_input_bytes"));
+    let replica_input_bytes = replica.info("stats").ok().and_then(|s| s.num("total_net_repl_input_bytes"));
     Ok(Counters {
         full: s.num("sync_full").unwrap_or(0),
         partial_ok: s.num("sync_partial_ok").unwrap_or(0),

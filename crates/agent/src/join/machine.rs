@@ -23,10 +23,10 @@
 //!   master must send a full sync. Then the handoff still happens, as a native full sync the agent
 //!   reports as such (exit 3), never as success.
 
-use crate::error::Error;
 use crate::local::ReplState;
 use crate::master::MasterRepl;
 use crate::phase::JoinPhase;
+use crate::error::Error;
 use crate::report::Handoff;
 use client::Role;
 use std::time::{Duration, Instant};
@@ -241,13 +241,7 @@ pub struct Join {
 impl Join {
     /// Checks passed at `now`; the join started at `started`. `master` is `host:port` as the replica
     /// will report it (`master_host:master_port`).
-    pub fn new(
-        snapshot: Snapshot,
-        master: String,
-        timeouts: Timeouts,
-        started: Instant,
-        now: Instant,
-    ) -> Join {
+    pub fn new(snapshot: Snapshot, master: String, timeouts: Timeouts, started: Instant, now: Instant) -> Join {
         let streamed = snapshot.offset;
         Join {
             snapshot,
@@ -260,15 +254,7 @@ impl Join {
             before: None,
             unfinished: None,
             rdb_length: None,
-            timeline: Timeline {
-                started,
-                connected: now,
-                first_byte: None,
-                pulled: None,
-                loaded: None,
-                caught_up: None,
-                handed_off: None,
-            },
+            timeline: Timeline { started, connected: now, first_byte: None, pulled: None, loaded: None, caught_up: None, handed_off: None },
             notes: Vec::new(),
         }
     }
@@ -286,9 +272,7 @@ impl Join {
             Phase::Pulling { .. } => JoinPhase::Pulling,
             Phase::Loading { .. } => JoinPhase::Loading,
             Phase::StreamingLog | Phase::CatchingUp { .. } => JoinPhase::StreamingLog,
-            Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => {
-                JoinPhase::HandingOff
-            }
+            Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => JoinPhase::HandingOff,
             Phase::Over => JoinPhase::Done,
         }
     }
@@ -313,10 +297,7 @@ impl Join {
     fn fail(&mut self, error: Error) -> Action {
         let reset_replica = self.pointed() && !self.handed_over();
         self.phase = Phase::Over;
-        Action::Fail {
-            error,
-            reset_replica,
-        }
+        Action::Fail { error, reset_replica }
     }
 
     fn unexpected(&mut self, what: &str) -> Action {
@@ -334,48 +315,17 @@ impl Join {
             (_, Input::Failed(e)) => self.fail(e),
             (_, Input::PointRefused(e)) => self.point_refused(e),
             (Phase::Preparing, Input::Prepared) => self.point(),
-            (Phase::Pointing, Input::ReplicaConnected { capa_eof: true, .. }) => {
-                self.send_snapshot(true, None)
-            }
-            (
-                Phase::Pointing,
-                Input::ReplicaConnected {
-                    capa_eof: false,
-                    length: Some(len),
-                },
-            ) => self.send_snapshot(false, Some(len)),
-            (
-                Phase::Pointing,
-                Input::ReplicaConnected {
-                    capa_eof: false,
-                    length: None,
-                },
-            ) => self.wait_length(),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: true, .. }) => self.send_snapshot(true, None),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: Some(len) }) => self.send_snapshot(false, Some(len)),
+            (Phase::Pointing, Input::ReplicaConnected { capa_eof: false, length: None }) => self.wait_length(),
             (Phase::WaitingLength, Input::Length(len)) => self.send_snapshot(false, Some(len)),
-            (
-                Phase::Pulling { eof },
-                Input::Pulled {
-                    first_byte,
-                    rdb_bytes,
-                },
-            ) => self.pulled(now, eof, first_byte, rdb_bytes),
-            (Phase::Loading { eof, deadline }, Input::Replica { state, ack_seen }) => self
-                .poll_loading(
-                    now,
-                    deadline,
-                    loaded(state, &self.snapshot.replid, ack_seen || !eof),
-                ),
+            (Phase::Pulling { eof }, Input::Pulled { first_byte, rdb_bytes }) => self.pulled(now, eof, first_byte, rdb_bytes),
+            (Phase::Loading { eof, deadline }, Input::Replica { state, ack_seen }) => self.poll_loading(now, deadline, loaded(state, &self.snapshot.replid, ack_seen || !eof)),
             (Phase::StreamingLog, Input::LogRead { got, asked }) => self.log_read(now, got, asked),
-            (Phase::CatchingUp { deadline }, Input::Replica { state, .. }) => {
-                self.poll_catching_up(now, deadline, state)
-            }
+            (Phase::CatchingUp { deadline }, Input::Replica { state, .. }) => self.poll_catching_up(now, deadline, state),
             (Phase::CheckingMaster, Input::Master(m)) => self.master_checked(now, m),
-            (Phase::HandingOff { .. }, Input::Counters(c)) if self.before.is_none() => {
-                self.replicaof_issued(c)
-            }
-            (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => {
-                self.poll_handing_off(now, deadline, state)
-            }
+            (Phase::HandingOff { .. }, Input::Counters(c)) if self.before.is_none() => self.replicaof_issued(c),
+            (Phase::HandingOff { deadline }, Input::Replica { state, .. }) => self.poll_handing_off(now, deadline, state),
             (Phase::Classifying, Input::Counters(after)) => self.classified(after),
             (_, input) => self.unexpected(&format!("{input:?}")),
         };
@@ -415,20 +365,11 @@ impl Join {
     }
 
     /// Every block was sent: wait for the replica to load them.
-    fn pulled(
-        &mut self,
-        now: Instant,
-        eof: bool,
-        first_byte: Option<Instant>,
-        rdb_bytes: u64,
-    ) -> Action {
+    fn pulled(&mut self, now: Instant, eof: bool, first_byte: Option<Instant>, rdb_bytes: u64) -> Action {
         self.rdb_length = Some(rdb_bytes);
         self.timeline.first_byte = Some(first_byte.unwrap_or(now));
         self.timeline.pulled = Some(now);
-        self.phase = Phase::Loading {
-            eof,
-            deadline: now + self.timeouts.load,
-        };
+        self.phase = Phase::Loading { eof, deadline: now + self.timeouts.load };
         Action::PollReplica
     }
 
@@ -440,10 +381,7 @@ impl Join {
             return self.read_log();
         }
         if now > deadline {
-            return self.fail(Error::Timeout(format!(
-                "the replica to load the snapshot (after {:?})",
-                self.timeouts.load
-            )));
+            return self.fail(Error::Timeout(format!("the replica to load the snapshot (after {:?})", self.timeouts.load)));
         }
         Action::PollReplica
     }
@@ -452,16 +390,11 @@ impl Join {
     /// asked) wait for the replica to apply it.
     fn log_read(&mut self, now: Instant, got: u64, asked: u64) -> Action {
         if got > asked {
-            return self.fail(Error::protocol(
-                crate::error::Party::Relay,
-                format!("a log read returned {got} bytes for {asked} asked"),
-            ));
+            return self.fail(Error::protocol(crate::error::Party::Relay, format!("a log read returned {got} bytes for {asked} asked")));
         }
         self.streamed += got;
         if got < asked {
-            self.phase = Phase::CatchingUp {
-                deadline: now + APPLY_TIMEOUT,
-            };
+            self.phase = Phase::CatchingUp { deadline: now + APPLY_TIMEOUT };
             return Action::PollReplica;
         }
         self.read_log()
@@ -476,10 +409,7 @@ impl Join {
             return Action::CheckMaster;
         };
         if now > deadline {
-            return self.fail(Error::Timeout(format!(
-                "the replica to apply the stream up to offset {} ({why}; after {APPLY_TIMEOUT:?})",
-                self.streamed
-            )));
+            return self.fail(Error::Timeout(format!("the replica to apply the stream up to offset {} ({why}; after {APPLY_TIMEOUT:?})", self.streamed)));
         }
         Action::PollReplica
     }
@@ -491,19 +421,14 @@ impl Join {
             Ok(plan) => plan,
         };
         if !m.addr.is_empty() && m.addr != self.master {
-            self.notes.push(format!(
-                "handed to {} (Sentinel's master at handoff time) instead of {}",
-                m.addr, self.master
-            ));
+            self.notes.push(format!("handed to {} (Sentinel's master at handoff time) instead of {}", m.addr, self.master));
             self.master = m.addr.clone();
         }
         if let Plan::Full(why) = &plan {
             self.notes.push(why.clone());
         }
         self.plan = Some(plan);
-        self.phase = Phase::HandingOff {
-            deadline: now + self.timeouts.handoff,
-        };
+        self.phase = Phase::HandingOff { deadline: now + self.timeouts.handoff };
         Action::HandOff
     }
 
@@ -524,8 +449,7 @@ impl Join {
                 "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
             ));
         }
-        if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing
-        {
+        if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
             self.timeline.handed_off = Some(now);
             self.phase = Phase::Classifying;
             return Action::ReadOutcome;
@@ -548,8 +472,7 @@ impl Join {
         if let Some(st) = self.unfinished.take() {
             // Not in sync within the deadline: never a success, whatever the counters say.
             handoff = Handoff::Full;
-            self.notes
-                .push(unfinished_note(self.timeouts.handoff, &before, &after, &st));
+            self.notes.push(unfinished_note(self.timeouts.handoff, &before, &after, &st));
         } else if handoff == Handoff::Full {
             self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
         }
@@ -567,41 +490,17 @@ impl Join {
     /// at the agent from `Pointing` on (it may follow us), handed over only after `REPLICAOF
     /// <master>`, and fed the log only after the snapshot, which the log only adds to (invariant 3).
     fn debug_check(&self) {
-        debug_assert!(
-            self.streamed >= self.snapshot.offset,
-            "the log only adds to the snapshot's offset"
-        );
+        debug_assert!(self.streamed >= self.snapshot.offset, "the log only adds to the snapshot's offset");
         match self.phase {
             Phase::Preparing => debug_assert!(!self.pointed, "pointed before prepared"),
             Phase::Over => {}
-            _ => debug_assert!(
-                self.pointed,
-                "{:?} without the replica pointed at the agent",
-                self.phase
-            ),
+            _ => debug_assert!(self.pointed, "{:?} without the replica pointed at the agent", self.phase),
         }
-        if matches!(
-            self.phase,
-            Phase::Preparing
-                | Phase::Pointing
-                | Phase::WaitingLength
-                | Phase::Pulling { .. }
-                | Phase::Loading { .. }
-        ) {
-            debug_assert_eq!(
-                self.streamed, self.snapshot.offset,
-                "log bytes streamed before the replica loaded the snapshot"
-            );
+        if matches!(self.phase, Phase::Preparing | Phase::Pointing | Phase::WaitingLength | Phase::Pulling { .. } | Phase::Loading { .. }) {
+            debug_assert_eq!(self.streamed, self.snapshot.offset, "log bytes streamed before the replica loaded the snapshot");
         }
         if self.before.is_some() {
-            debug_assert!(
-                matches!(
-                    self.phase,
-                    Phase::HandingOff { .. } | Phase::Classifying | Phase::Over
-                ),
-                "handed over in {:?}",
-                self.phase
-            );
+            debug_assert!(matches!(self.phase, Phase::HandingOff { .. } | Phase::Classifying | Phase::Over), "handed over in {:?}", self.phase);
         }
         if matches!(self.phase, Phase::HandingOff { .. } | Phase::Classifying) {
             debug_assert!(self.plan.is_some(), "handing off without a plan");
@@ -609,10 +508,7 @@ impl Join {
     }
 
     fn read_log(&self) -> Action {
-        Action::ReadLog {
-            from: self.streamed + 1,
-            max: LOG_CHUNK,
-        }
+        Action::ReadLog { from: self.streamed + 1, max: LOG_CHUNK }
     }
 }
 
@@ -633,10 +529,7 @@ pub fn not_ready_for_handoff(st: &ReplState, replid: &str, streamed: u64) -> Opt
         return Some("its link to the agent is down".into());
     }
     if st.replid != replid {
-        return Some(format!(
-            "it follows replid {} instead of the snapshot's {replid}",
-            st.replid
-        ));
+        return Some(format!("it follows replid {} instead of the snapshot's {replid}", st.replid));
     }
     if st.offset != Some(streamed) {
         return Some(format!("it applied up to {:?}, not {streamed}", st.offset));
@@ -646,16 +539,8 @@ pub fn not_ready_for_handoff(st: &ReplState, replid: &str, streamed: u64) -> Opt
 
 /// What a join whose handoff did not end in sync within `waited` saw: the master's full syncs and
 /// refusals since the handoff, its output-buffer disconnects, the replica's link.
-fn unfinished_note(
-    waited: Duration,
-    before: &Counters,
-    after: &Counters,
-    st: &ReplState,
-) -> String {
-    let obuf = match (
-        before.output_buffer_disconnects,
-        after.output_buffer_disconnects,
-    ) {
+fn unfinished_note(waited: Duration, before: &Counters, after: &Counters, st: &ReplState) -> String {
+    let obuf = match (before.output_buffer_disconnects, after.output_buffer_disconnects) {
         (Some(b), Some(a)) => format!("{} output-buffer disconnects", a - b),
         _ => "output-buffer disconnects not reported by this server".to_string(),
     };
@@ -707,14 +592,8 @@ pub fn classify(before: &Counters, after: &Counters, rdb_length: Option<u64>) ->
     match (partial, full) {
         (true, false) => Handoff::Partial,
         (false, true) | (false, false) => Handoff::Full,
-        (true, true) => match (
-            before.replica_input_bytes,
-            after.replica_input_bytes,
-            rdb_length,
-        ) {
-            (Some(a), Some(b), Some(len)) if b >= a && ((b - a) as u64) < len / 2 => {
-                Handoff::Partial
-            }
+        (true, true) => match (before.replica_input_bytes, after.replica_input_bytes, rdb_length) {
+            (Some(a), Some(b), Some(len)) if b >= a && ((b - a) as u64) < len / 2 => Handoff::Partial,
             _ => Handoff::Full,
         },
     }
@@ -728,40 +607,19 @@ mod tests {
     const OTHER: &str = "0000000000000000000000000000000000000000";
 
     fn snapshot() -> Snapshot {
-        Snapshot {
-            replid: ID.into(),
-            offset: 1000,
-        }
+        Snapshot { replid: ID.into(), offset: 1000 }
     }
 
     fn timeouts() -> Timeouts {
-        Timeouts {
-            load: Duration::from_secs(30),
-            handoff: Duration::from_secs(30),
-        }
+        Timeouts { load: Duration::from_secs(30), handoff: Duration::from_secs(30) }
     }
 
     fn replica(link_up: bool, syncing: bool, replid: &str, offset: Option<u64>) -> ReplState {
-        ReplState {
-            role: Some(Role::Replica),
-            master: Some("127.0.0.1:7000".into()),
-            link_up,
-            syncing,
-            replid: replid.into(),
-            offset,
-        }
+        ReplState { role: Some(Role::Replica), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
     }
 
     fn master_ok() -> MasterRepl {
-        MasterRepl {
-            addr: String::new(),
-            role: Some(Role::Master),
-            replid: ID.into(),
-            replid2: OTHER.into(),
-            backlog_active: true,
-            backlog_first: Some(1),
-            offset: Some(5000),
-        }
+        MasterRepl { addr: String::new(), role: Some(Role::Master), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
     }
 
     /// A join whose replica is prepared and about to be pointed at the agent.
@@ -776,59 +634,17 @@ mod tests {
     /// A join whose replica loaded the snapshot (offset 1000), reading the log.
     fn streaming_join(t: Instant) -> Join {
         let mut j = prepared("10.0.0.1:6379", t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::ReplicaConnected {
-                    capa_eof: true,
-                    length: None
-                }
-            ),
-            Action::SendSnapshot {
-                eof: true,
-                length: None
-            }
-        ));
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Pulled {
-                    first_byte: Some(t),
-                    rdb_bytes: 5000
-                }
-            ),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
+        assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
         let st = replica(true, false, ID, Some(1000));
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: true
-                }
-            ),
-            Action::ReadLog {
-                from: 1001,
-                max: LOG_CHUNK
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::ReadLog { from: 1001, max: LOG_CHUNK }));
         j
     }
 
     /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
     fn caught_up_join(t: Instant) -> Join {
         let mut j = streaming_join(t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::LogRead {
-                    got: 300,
-                    asked: LOG_CHUNK
-                }
-            ),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::LogRead { got: 300, asked: LOG_CHUNK }), Action::PollReplica));
         assert_eq!(j.streamed(), 1300);
         j
     }
@@ -836,24 +652,9 @@ mod tests {
     /// A join driven past `REPLICAOF <master>` (a partial plan), waiting for the replica's link.
     fn handed_over_join(t: Instant) -> Join {
         let mut j = caught_up_join(t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &replica(true, false, ID, Some(1300)),
-                    ack_seen: true
-                }
-            ),
-            Action::CheckMaster
-        ));
-        assert!(matches!(
-            j.on(t, Input::Master(&master_ok())),
-            Action::HandOff
-        ));
-        assert!(matches!(
-            j.on(t, Input::Counters(Counters::default())),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
+        assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::PollReplica));
         assert!(j.handed_over());
         j
     }
@@ -862,114 +663,28 @@ mod tests {
     fn framing_follows_the_replicas_capa_and_the_known_length() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::ReplicaConnected {
-                    capa_eof: false,
-                    length: Some(77)
-                }
-            ),
-            Action::SendSnapshot {
-                eof: false,
-                length: Some(77)
-            }
-        ));
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(77) }), Action::SendSnapshot { eof: false, length: Some(77) }));
         let mut j = prepared("m:1", t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::ReplicaConnected {
-                    capa_eof: false,
-                    length: None
-                }
-            ),
-            Action::WaitLength
-        ));
-        assert!(matches!(
-            j.on(t, Input::Length(9)),
-            Action::SendSnapshot {
-                eof: false,
-                length: Some(9)
-            }
-        ));
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: false, length: None }), Action::WaitLength));
+        assert!(matches!(j.on(t, Input::Length(9)), Action::SendSnapshot { eof: false, length: Some(9) }));
     }
 
     #[test]
     fn loading_needs_link_done_replid_and_the_first_ack_with_eof_framing() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
-        j.on(
-            t,
-            Input::Pulled {
-                first_byte: None,
-                rdb_bytes: 5000,
-            },
-        );
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         let ok = replica(true, false, ID, Some(1000));
-        for (st, ack) in [
-            (replica(true, true, ID, None), true),
-            (replica(false, false, ID, None), true),
-            (replica(true, false, OTHER, None), true),
-            (ok.clone(), false),
-        ] {
-            assert!(
-                matches!(
-                    j.on(
-                        t,
-                        Input::Replica {
-                            state: &st,
-                            ack_seen: ack
-                        }
-                    ),
-                    Action::PollReplica
-                ),
-                "{st:?} ack {ack} is not loaded"
-            );
+        for (st, ack) in [(replica(true, true, ID, None), true), (replica(false, false, ID, None), true), (replica(true, false, OTHER, None), true), (ok.clone(), false)] {
+            assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: ack }), Action::PollReplica), "{st:?} ack {ack} is not loaded");
         }
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &ok,
-                    ack_seen: true
-                }
-            ),
-            Action::ReadLog { .. }
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: true }), Action::ReadLog { .. }));
         // With `$<len>` framing no ACK is needed to call it loaded.
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: false,
-                length: Some(5),
-            },
-        );
-        j.on(
-            t,
-            Input::Pulled {
-                first_byte: None,
-                rdb_bytes: 5000,
-            },
-        );
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &ok,
-                    ack_seen: false
-                }
-            ),
-            Action::ReadLog { .. }
-        ));
+        j.on(t, Input::ReplicaConnected { capa_eof: false, length: Some(5) });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        assert!(matches!(j.on(t, Input::Replica { state: &ok, ack_seen: false }), Action::ReadLog { .. }));
     }
 
     #[test]
@@ -977,84 +692,25 @@ mod tests {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
         assert!(!j.snapshot_in_use() && j.join_phase() == JoinPhase::Preparing);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
         assert!(j.snapshot_in_use() && j.join_phase() == JoinPhase::Pulling);
-        j.on(
-            t,
-            Input::Pulled {
-                first_byte: None,
-                rdb_bytes: 5000,
-            },
-        );
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         assert!(j.snapshot_in_use() && j.join_phase() == JoinPhase::Loading);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1000)),
-                ack_seen: true,
-            },
-        );
-        assert!(
-            !j.snapshot_in_use() && j.join_phase() == JoinPhase::StreamingLog,
-            "loaded: a relay that drops the snapshot now no longer matters"
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
+        assert!(!j.snapshot_in_use() && j.join_phase() == JoinPhase::StreamingLog, "loaded: a relay that drops the snapshot now no longer matters");
     }
 
     #[test]
     fn log_is_read_until_a_short_read() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
-        j.on(
-            t,
-            Input::Pulled {
-                first_byte: None,
-                rdb_bytes: 5000,
-            },
-        );
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1000)),
-                ack_seen: true,
-            },
-        );
-        assert!(
-            matches!(j.on(t, Input::LogRead { got: LOG_CHUNK, asked: LOG_CHUNK }), Action::ReadLog { from, .. } if from == 1001 + LOG_CHUNK)
-        );
-        assert!(matches!(
-            j.on(
-                t,
-                Input::LogRead {
-                    got: 0,
-                    asked: LOG_CHUNK
-                }
-            ),
-            Action::PollReplica
-        ));
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1000)), ack_seen: true });
+        assert!(matches!(j.on(t, Input::LogRead { got: LOG_CHUNK, asked: LOG_CHUNK }), Action::ReadLog { from, .. } if from == 1001 + LOG_CHUNK));
+        assert!(matches!(j.on(t, Input::LogRead { got: 0, asked: LOG_CHUNK }), Action::PollReplica));
         assert_eq!(j.streamed(), 1000 + LOG_CHUNK);
-        assert!(
-            matches!(
-                j.on(t, Input::LogRead { got: 1, asked: 1 }),
-                Action::Fail {
-                    reset_replica: true,
-                    ..
-                }
-            ),
-            "a log read after the short one is out of order"
-        );
+        assert!(matches!(j.on(t, Input::LogRead { got: 1, asked: 1 }), Action::Fail { reset_replica: true, .. }), "a log read after the short one is out of order");
     }
 
     #[test]
@@ -1070,48 +726,15 @@ mod tests {
         ];
         for (name, st) in cases {
             let mut j = caught_up_join(t);
-            assert!(
-                matches!(
-                    j.on(
-                        t,
-                        Input::Replica {
-                            state: &st,
-                            ack_seen: true
-                        }
-                    ),
-                    Action::PollReplica
-                ),
-                "{name}: must not hand off"
-            );
+            assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: true }), Action::PollReplica), "{name}: must not hand off");
             let late = t + APPLY_TIMEOUT + Duration::from_millis(1);
-            match j.on(
-                late,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: true,
-                },
-            ) {
-                Action::Fail {
-                    error,
-                    reset_replica: true,
-                } => assert!(
-                    error.to_string().contains("apply the stream"),
-                    "{name}: {error}"
-                ),
+            match j.on(late, Input::Replica { state: &st, ack_seen: true }) {
+                Action::Fail { error, reset_replica: true } => assert!(error.to_string().contains("apply the stream"), "{name}: {error}"),
                 other => panic!("{name}: {other:?}"),
             }
         }
         let mut j = caught_up_join(t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &replica(true, false, ID, Some(1300)),
-                    ack_seen: true
-                }
-            ),
-            Action::CheckMaster
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
     }
 
     #[test]
@@ -1121,125 +744,57 @@ mod tests {
         let mut m = master_ok();
         m.replid = OTHER.into();
         m.replid2 = ID.into();
-        assert_eq!(
-            plan_handoff(&m, ID, next).unwrap(),
-            Plan::Partial,
-            "the snapshot's history as replid2 (after a promotion) is continuable"
-        );
+        assert_eq!(plan_handoff(&m, ID, next).unwrap(), Plan::Partial, "the snapshot's history as replid2 (after a promotion) is continuable");
         let mut m = master_ok();
         m.replid = OTHER.into();
-        assert!(
-            matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("replication ID"))
-        );
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("replication ID")));
         let mut m = master_ok();
         m.backlog_active = false;
-        assert!(
-            matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("backlog"))
-        );
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("backlog")));
         let mut m = master_ok();
         m.backlog_first = Some(next + 1);
-        assert!(
-            matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("repl-backlog-size"))
-        );
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(w) if w.contains("repl-backlog-size")));
         let mut m = master_ok();
         m.offset = Some(next - 2);
-        assert!(
-            matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(_)),
-            "a master behind the replica cannot continue it"
-        );
+        assert!(matches!(plan_handoff(&m, ID, next).unwrap(), Plan::Full(_)), "a master behind the replica cannot continue it");
         let mut m = master_ok();
         m.offset = Some(next - 1);
-        assert_eq!(
-            plan_handoff(&m, ID, next).unwrap(),
-            Plan::Partial,
-            "caught up exactly: nothing to send yet"
-        );
+        assert_eq!(plan_handoff(&m, ID, next).unwrap(), Plan::Partial, "caught up exactly: nothing to send yet");
         let mut m = master_ok();
         m.role = Some(Role::Replica);
-        assert!(
-            matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("as a replica"))
-        );
+        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("as a replica")));
         m.role = None;
-        assert!(
-            matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("unknown role"))
-        );
+        assert!(matches!(plan_handoff(&m, ID, next), Err(Error::Changed(w)) if w.contains("unknown role")));
     }
 
     #[test]
     fn a_refused_plan_fails_before_replicaof_and_resets() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         let mut m = master_ok();
         m.role = Some(Role::Replica);
-        assert!(matches!(
-            j.on(t, Input::Master(&m)),
-            Action::Fail {
-                reset_replica: true,
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Master(&m)), Action::Fail { reset_replica: true, .. }));
     }
 
     #[test]
     fn full_plan_still_hands_off_and_is_reported_full_with_the_reason() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         let mut m = master_ok();
         m.backlog_first = Some(5000);
         assert!(matches!(j.on(t, Input::Master(&m)), Action::HandOff));
-        let before = Counters {
-            full: 1,
-            partial_ok: 0,
-            replica_input_bytes: Some(10),
-            ..Default::default()
-        };
-        assert!(matches!(
-            j.on(t, Input::Counters(before)),
-            Action::PollReplica
-        ));
+        let before = Counters { full: 1, partial_ok: 0, replica_input_bytes: Some(10), ..Default::default() };
+        assert!(matches!(j.on(t, Input::Counters(before)), Action::PollReplica));
         assert!(j.handed_over());
         let mut on_master = replica(true, false, OTHER, Some(9000));
         on_master.master = Some("10.0.0.1:6379".into());
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &on_master,
-                    ack_seen: false
-                }
-            ),
-            Action::ReadOutcome
-        ));
-        match j.on(
-            t,
-            Input::Counters(Counters {
-                full: 2,
-                partial_ok: 0,
-                replica_input_bytes: Some(10 << 20),
-                ..Default::default()
-            }),
-        ) {
+        assert!(matches!(j.on(t, Input::Replica { state: &on_master, ack_seen: false }), Action::ReadOutcome));
+        match j.on(t, Input::Counters(Counters { full: 2, partial_ok: 0, replica_input_bytes: Some(10 << 20), ..Default::default() })) {
             Action::Done(o) => {
                 assert_eq!(o.handoff, Handoff::Full);
-                assert!(
-                    o.notes.iter().any(|n| n.contains("backlog")),
-                    "{:?}",
-                    o.notes
-                );
+                assert!(o.notes.iter().any(|n| n.contains("backlog")), "{:?}", o.notes);
                 assert_eq!((o.offset, o.log_bytes), (1300, 300));
             }
             other => panic!("{other:?}"),
@@ -1251,83 +806,24 @@ mod tests {
         for partial_counted in [false, true] {
             let t = Instant::now();
             let mut j = caught_up_join(t);
-            j.on(
-                t,
-                Input::Replica {
-                    state: &replica(true, false, ID, Some(1300)),
-                    ack_seen: true,
-                },
-            );
-            assert!(matches!(
-                j.on(t, Input::Master(&master_ok())),
-                Action::HandOff
-            ));
-            let before = Counters {
-                full: 1,
-                partial_ok: 0,
-                replica_input_bytes: None,
-                partial_err: 0,
-                output_buffer_disconnects: Some(0),
-            };
-            assert!(matches!(
-                j.on(t, Input::Counters(before)),
-                Action::PollReplica
-            ));
+            j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+            assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
+            let before = Counters { full: 1, partial_ok: 0, replica_input_bytes: None, partial_err: 0, output_buffer_disconnects: Some(0) };
+            assert!(matches!(j.on(t, Input::Counters(before)), Action::PollReplica));
             // The master keeps starting full syncs it cannot finish: the replica's link never comes up.
             let mut looping = replica(false, true, OTHER, None);
             looping.master = Some("10.0.0.1:6379".into());
             let soon = t + Duration::from_secs(1);
-            assert!(
-                matches!(
-                    j.on(
-                        soon,
-                        Input::Replica {
-                            state: &looping,
-                            ack_seen: false
-                        }
-                    ),
-                    Action::PollReplica
-                ),
-                "within the deadline it waits"
-            );
+            assert!(matches!(j.on(soon, Input::Replica { state: &looping, ack_seen: false }), Action::PollReplica), "within the deadline it waits");
             let late = t + Duration::from_secs(31);
-            assert!(
-                matches!(
-                    j.on(
-                        late,
-                        Input::Replica {
-                            state: &looping,
-                            ack_seen: false
-                        }
-                    ),
-                    Action::ReadOutcome
-                ),
-                "past it, the outcome is read"
-            );
+            assert!(matches!(j.on(late, Input::Replica { state: &looping, ack_seen: false }), Action::ReadOutcome), "past it, the outcome is read");
             // Even counters that would say partial do not make an unfinished handoff a success.
-            let after = Counters {
-                full: 4,
-                partial_ok: i64::from(partial_counted),
-                replica_input_bytes: None,
-                partial_err: 1,
-                output_buffer_disconnects: Some(3),
-            };
+            let after = Counters { full: 4, partial_ok: i64::from(partial_counted), replica_input_bytes: None, partial_err: 1, output_buffer_disconnects: Some(3) };
             match j.on(late, Input::Counters(after)) {
                 Action::Done(o) => {
                     assert_eq!(o.handoff, Handoff::Full);
-                    let note = o
-                        .notes
-                        .iter()
-                        .find(|n| n.contains("not in sync"))
-                        .unwrap_or_else(|| panic!("{:?}", o.notes));
-                    for said in [
-                        "started 3 full sync(s)",
-                        "refused 1 partial",
-                        "3 output-buffer disconnects",
-                        "a full sync in progress",
-                        "10.0.0.1:6379",
-                        "stays the master's replica",
-                    ] {
+                    let note = o.notes.iter().find(|n| n.contains("not in sync")).unwrap_or_else(|| panic!("{:?}", o.notes));
+                    for said in ["started 3 full sync(s)", "refused 1 partial", "3 output-buffer disconnects", "a full sync in progress", "10.0.0.1:6379", "stays the master's replica"] {
                         assert!(note.contains(said), "{said}: {note}");
                     }
                 }
@@ -1340,120 +836,37 @@ mod tests {
     fn partial_handoff_waits_for_the_link_to_the_right_master() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
-        assert!(matches!(
-            j.on(t, Input::Master(&master_ok())),
-            Action::HandOff
-        ));
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
         j.on(t, Input::Counters(Counters::default()));
         let mut st = replica(true, false, ID, Some(1300));
         st.master = Some("127.0.0.1:4444".into()); // still the agent's listener
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: false
-                }
-            ),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
         st.master = Some("10.0.0.1:6379".into());
         st.link_up = false;
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: false
-                }
-            ),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
         let late = t + timeouts().handoff + Duration::from_millis(1);
-        assert!(
-            matches!(
-                j.on(
-                    late,
-                    Input::Replica {
-                        state: &st,
-                        ack_seen: false
-                    }
-                ),
-                Action::ReadOutcome
-            ),
-            "past the deadline the outcome is read, the replica left as it is"
-        );
+        assert!(matches!(j.on(late, Input::Replica { state: &st, ack_seen: false }), Action::ReadOutcome), "past the deadline the outcome is read, the replica left as it is");
         // Never reset after REPLICAOF, never a success when not in sync: a full sync, told.
-        assert!(
-            matches!(j.on(late, Input::Counters(Counters::default())), Action::Done(o) if o.handoff == Handoff::Full),
-            "after REPLICAOF the replica is never reset"
-        );
+        assert!(matches!(j.on(late, Input::Counters(Counters::default())), Action::Done(o) if o.handoff == Handoff::Full), "after REPLICAOF the replica is never reset");
     }
 
     #[test]
     fn a_master_named_by_sentinel_at_handoff_time_is_the_one_waited_for() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         // Failed over: the promoted replica knows the snapshot's history as its replid2.
-        let promoted = MasterRepl {
-            addr: "10.0.0.2:6380".into(),
-            replid: OTHER.into(),
-            replid2: ID.into(),
-            ..master_ok()
-        };
+        let promoted = MasterRepl { addr: "10.0.0.2:6380".into(), replid: OTHER.into(), replid2: ID.into(), ..master_ok() };
         assert!(matches!(j.on(t, Input::Master(&promoted)), Action::HandOff));
         j.on(t, Input::Counters(Counters::default()));
         let mut st = replica(true, false, OTHER, Some(1300));
         st.master = Some("10.0.0.1:6379".into()); // the old master: not the one handed to
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: false
-                }
-            ),
-            Action::PollReplica
-        ));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
         st.master = Some("10.0.0.2:6380".into());
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &st,
-                    ack_seen: false
-                }
-            ),
-            Action::ReadOutcome
-        ));
-        match j.on(
-            t,
-            Input::Counters(Counters {
-                full: 0,
-                partial_ok: 1,
-                replica_input_bytes: None,
-                ..Default::default()
-            }),
-        ) {
-            Action::Done(o) => assert!(
-                o.notes.iter().any(|n| n.contains("10.0.0.2:6380")),
-                "{:?}",
-                o.notes
-            ),
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::ReadOutcome));
+        match j.on(t, Input::Counters(Counters { full: 0, partial_ok: 1, replica_input_bytes: None, ..Default::default() })) {
+            Action::Done(o) => assert!(o.notes.iter().any(|n| n.contains("10.0.0.2:6380")), "{:?}", o.notes),
             other => panic!("{other:?}"),
         }
     }
@@ -1462,44 +875,14 @@ mod tests {
     fn a_replica_that_turns_standalone_after_replicaof_fails_the_handoff_at_once() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         j.on(t, Input::Master(&master_ok()));
         j.on(t, Input::Counters(Counters::default()));
-        let busy = ReplState {
-            syncing: true,
-            ..ReplState::default()
-        }; // did not answer: loading
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Replica {
-                    state: &busy,
-                    ack_seen: false
-                }
-            ),
-            Action::PollReplica
-        ));
-        let restarted = ReplState {
-            role: Some(Role::Master),
-            ..ReplState::default()
-        };
-        match j.on(
-            t,
-            Input::Replica {
-                state: &restarted,
-                ack_seen: false,
-            },
-        ) {
-            Action::Fail {
-                reset_replica: false,
-                error: Error::Changed(why),
-            } => assert!(why.contains("standalone"), "{why}"),
+        let busy = ReplState { syncing: true, ..ReplState::default() }; // did not answer: loading
+        assert!(matches!(j.on(t, Input::Replica { state: &busy, ack_seen: false }), Action::PollReplica));
+        let restarted = ReplState { role: Some(Role::Master), ..ReplState::default() };
+        match j.on(t, Input::Replica { state: &restarted, ack_seen: false }) {
+            Action::Fail { reset_replica: false, error: Error::Changed(why) } => assert!(why.contains("standalone"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
@@ -1508,41 +891,13 @@ mod tests {
     fn partial_outcome_with_timeline() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        j.on(
-            t + Duration::from_secs(1),
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t + Duration::from_secs(1), Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         j.on(t, Input::Master(&master_ok()));
-        j.on(
-            t,
-            Input::Counters(Counters {
-                full: 3,
-                partial_ok: 7,
-                replica_input_bytes: None,
-                ..Default::default()
-            }),
-        );
+        j.on(t, Input::Counters(Counters { full: 3, partial_ok: 7, replica_input_bytes: None, ..Default::default() }));
         let mut st = replica(true, false, ID, Some(1300));
         st.master = Some("10.0.0.1:6379".into());
-        j.on(
-            t + Duration::from_secs(2),
-            Input::Replica {
-                state: &st,
-                ack_seen: false,
-            },
-        );
-        match j.on(
-            t,
-            Input::Counters(Counters {
-                full: 3,
-                partial_ok: 8,
-                replica_input_bytes: None,
-                ..Default::default()
-            }),
-        ) {
+        j.on(t + Duration::from_secs(2), Input::Replica { state: &st, ack_seen: false });
+        match j.on(t, Input::Counters(Counters { full: 3, partial_ok: 8, replica_input_bytes: None, ..Default::default() })) {
             Action::Done(o) => {
                 assert_eq!(o.handoff, Handoff::Partial);
                 assert!(o.notes.is_empty());
@@ -1557,156 +912,45 @@ mod tests {
     fn failures_reset_the_replica_only_before_replicaof() {
         let t = Instant::now();
         let mut j = caught_up_join(t);
-        assert!(matches!(
-            j.on(t, Input::Failed(Error::Interrupted)),
-            Action::Fail {
-                reset_replica: true,
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: true, .. }));
         let mut j = caught_up_join(t);
-        j.on(
-            t,
-            Input::Replica {
-                state: &replica(true, false, ID, Some(1300)),
-                ack_seen: true,
-            },
-        );
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
         j.on(t, Input::Master(&master_ok()));
         j.on(t, Input::Counters(Counters::default()));
-        assert!(matches!(
-            j.on(t, Input::Failed(Error::Interrupted)),
-            Action::Fail {
-                reset_replica: false,
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: false, .. }));
     }
 
     #[test]
     fn load_timeout_fails_and_resets() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
-        j.on(
-            t,
-            Input::Pulled {
-                first_byte: None,
-                rdb_bytes: 5000,
-            },
-        );
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 });
         let loading = replica(true, true, ID, None);
         let late = t + timeouts().load + Duration::from_millis(1);
-        assert!(matches!(
-            j.on(
-                late,
-                Input::Replica {
-                    state: &loading,
-                    ack_seen: false
-                }
-            ),
-            Action::Fail {
-                reset_replica: true,
-                error: Error::Timeout(_)
-            }
-        ));
+        assert!(matches!(j.on(late, Input::Replica { state: &loading, ack_seen: false }), Action::Fail { reset_replica: true, error: Error::Timeout(_) }));
     }
 
     #[test]
     fn classify_in_doubt_is_full() {
-        let b = Counters {
-            full: 1,
-            partial_ok: 1,
-            replica_input_bytes: Some(100),
-            ..Default::default()
-        };
-        assert_eq!(
-            classify(&b, &Counters { partial_ok: 2, ..b }, Some(1000)),
-            Handoff::Partial
-        );
-        assert_eq!(
-            classify(&b, &Counters { full: 2, ..b }, Some(1000)),
-            Handoff::Full
-        );
-        let both = Counters {
-            full: 2,
-            partial_ok: 2,
-            replica_input_bytes: Some(150),
-            ..Default::default()
-        };
-        assert_eq!(
-            classify(&b, &both, Some(1000)),
-            Handoff::Partial,
-            "a backlog tail, not an RDB"
-        );
-        assert_eq!(
-            classify(
-                &b,
-                &Counters {
-                    replica_input_bytes: Some(900),
-                    ..both
-                },
-                Some(1000)
-            ),
-            Handoff::Full
-        );
-        assert_eq!(
-            classify(
-                &b,
-                &Counters {
-                    replica_input_bytes: None,
-                    ..both
-                },
-                Some(1000)
-            ),
-            Handoff::Full
-        );
-        assert_eq!(
-            classify(&b, &both, None),
-            Handoff::Full,
-            "unknown RDB length: in doubt"
-        );
-        assert_eq!(
-            classify(&b, &b, Some(1000)),
-            Handoff::Full,
-            "nothing moved: in doubt"
-        );
+        let b = Counters { full: 1, partial_ok: 1, replica_input_bytes: Some(100), ..Default::default() };
+        assert_eq!(classify(&b, &Counters { partial_ok: 2, ..b }, Some(1000)), Handoff::Partial);
+        assert_eq!(classify(&b, &Counters { full: 2, ..b }, Some(1000)), Handoff::Full);
+        let both = Counters { full: 2, partial_ok: 2, replica_input_bytes: Some(150), ..Default::default() };
+        assert_eq!(classify(&b, &both, Some(1000)), Handoff::Partial, "a backlog tail, not an RDB");
+        assert_eq!(classify(&b, &Counters { replica_input_bytes: Some(900), ..both }, Some(1000)), Handoff::Full);
+        assert_eq!(classify(&b, &Counters { replica_input_bytes: None, ..both }, Some(1000)), Handoff::Full);
+        assert_eq!(classify(&b, &both, None), Handoff::Full, "unknown RDB length: in doubt");
+        assert_eq!(classify(&b, &b, Some(1000)), Handoff::Full, "nothing moved: in doubt");
     }
 
     #[test]
     fn out_of_order_input_is_an_internal_error_not_a_panic() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        assert!(matches!(
-            j.on(t, Input::Master(&master_ok())),
-            Action::Fail {
-                reset_replica: true,
-                error: Error::Internal(_)
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
         let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
-        assert!(
-            matches!(
-                j.on(
-                    t,
-                    Input::ReplicaConnected {
-                        capa_eof: true,
-                        length: None
-                    }
-                ),
-                Action::Fail {
-                    reset_replica: false,
-                    error: Error::Internal(_)
-                }
-            ),
-            "connected before pointed"
-        );
+        assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::Fail { reset_replica: false, error: Error::Internal(_) }), "connected before pointed");
     }
 
     #[test]
@@ -1714,20 +958,10 @@ mod tests {
         let t = Instant::now();
         let mut j = streaming_join(t);
         match j.on(t, Input::LogRead { got: 11, asked: 10 }) {
-            Action::Fail {
-                reset_replica: true,
-                error,
-            } => assert!(
-                error.to_string().contains("11 bytes for 10 asked"),
-                "{error}"
-            ),
+            Action::Fail { reset_replica: true, error } => assert!(error.to_string().contains("11 bytes for 10 asked"), "{error}"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(
-            j.streamed(),
-            1000,
-            "nothing of a bad read counts as streamed"
-        );
+        assert_eq!(j.streamed(), 1000, "nothing of a bad read counts as streamed");
     }
 
     #[test]
@@ -1736,17 +970,8 @@ mod tests {
         let mut j = caught_up_join(t);
         let behind = replica(true, false, ID, Some(1200));
         let late = t + APPLY_TIMEOUT + Duration::from_millis(1);
-        match j.on(
-            late,
-            Input::Replica {
-                state: &behind,
-                ack_seen: true,
-            },
-        ) {
-            Action::Fail {
-                reset_replica: true,
-                error: Error::Timeout(w),
-            } => assert!(w.contains("up to offset 1300") && w.contains("1200"), "{w}"),
+        match j.on(late, Input::Replica { state: &behind, ack_seen: true }) {
+            Action::Fail { reset_replica: true, error: Error::Timeout(w) } => assert!(w.contains("up to offset 1300") && w.contains("1200"), "{w}"),
             other => panic!("{other:?}"),
         }
     }
@@ -1757,60 +982,24 @@ mod tests {
         // Counters twice before the link is up: the second is out of order, and the replica (the
         // master's now) is not reset.
         let mut j = handed_over_join(t);
-        assert!(matches!(
-            j.on(t, Input::Counters(Counters::default())),
-            Action::Fail {
-                reset_replica: false,
-                error: Error::Internal(_)
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::Fail { reset_replica: false, error: Error::Internal(_) }));
         // Anything after the end.
         let mut j = prepared("m:1", t);
         j.on(t, Input::Failed(Error::Interrupted));
         assert_eq!(j.join_phase(), JoinPhase::Done);
-        assert!(matches!(
-            j.on(t, Input::Prepared),
-            Action::Fail {
-                error: Error::Internal(_),
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Prepared), Action::Fail { error: Error::Internal(_), .. }));
         // A length nobody waits for.
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
-        assert!(matches!(
-            j.on(t, Input::Length(5)),
-            Action::Fail {
-                reset_replica: true,
-                error: Error::Internal(_)
-            }
-        ));
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(matches!(j.on(t, Input::Length(5)), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
     }
 
     #[test]
     fn a_refusal_after_the_replica_followed_the_agent_still_resets_it() {
         let t = Instant::now();
         let mut j = prepared("m:1", t);
-        j.on(
-            t,
-            Input::ReplicaConnected {
-                capa_eof: true,
-                length: None,
-            },
-        );
-        assert!(matches!(
-            j.on(t, Input::PointRefused(Error::Precondition("late".into()))),
-            Action::Fail {
-                reset_replica: true,
-                ..
-            }
-        ));
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(matches!(j.on(t, Input::PointRefused(Error::Precondition("late".into()))), Action::Fail { reset_replica: true, .. }));
         assert!(j.pointed());
     }
 
@@ -1819,47 +1008,18 @@ mod tests {
         let t = Instant::now();
         let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
         assert_eq!(j.join_phase(), JoinPhase::Preparing);
-        match j.on(
-            t,
-            Input::Failed(Error::Precondition(
-                "tls-replication yes without --tls".into(),
-            )),
-        ) {
-            Action::Fail {
-                reset_replica: false,
-                error: Error::Precondition(_),
-            } => {}
+        match j.on(t, Input::Failed(Error::Precondition("tls-replication yes without --tls".into()))) {
+            Action::Fail { reset_replica: false, error: Error::Precondition(_) } => {}
             other => panic!("{other:?}"),
         }
         assert!(!j.pointed() && !j.handed_over());
         // A refused REPLICAOF <agent> never took effect.
         let mut j = prepared("m:1", t);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::PointRefused(Error::Precondition("NOPERM replicaof".into()))
-            ),
-            Action::Fail {
-                reset_replica: false,
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::PointRefused(Error::Precondition("NOPERM replicaof".into()))), Action::Fail { reset_replica: false, .. }));
         assert!(!j.pointed());
         // Once pointed (REPLICAOF <agent> may have taken effect), a failure resets it.
         let mut j = prepared("m:1", t);
         assert_eq!(j.join_phase(), JoinPhase::Preparing);
-        assert!(matches!(
-            j.on(
-                t,
-                Input::Failed(Error::unavailable(
-                    crate::error::Party::ReplicaLink,
-                    "no connection"
-                ))
-            ),
-            Action::Fail {
-                reset_replica: true,
-                ..
-            }
-        ));
+        assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::error::Party::ReplicaLink, "no connection"))), Action::Fail { reset_replica: true, .. }));
     }
 }

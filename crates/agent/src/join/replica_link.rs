@@ -48,11 +48,8 @@ impl Drop for ReplicaLink {
 
 /// Listen on `bind` (port 0 = any).
 pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
-    let l = TcpListener::bind(bind)
-        .map_err(|e| Error::Resource(format!("listen for the replica on {bind}: {e}")))?;
-    let a = l
-        .local_addr()
-        .map_err(|e| Error::Resource(format!("listener address: {e}")))?;
+    let l = TcpListener::bind(bind).map_err(|e| Error::Resource(format!("listen for the replica on {bind}: {e}")))?;
+    let a = l.local_addr().map_err(|e| Error::Resource(format!("listener address: {e}")))?;
     Ok((l, a))
 }
 
@@ -62,23 +59,13 @@ pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
 /// than a handshake holds, or does not finish in time is closed and the agent waits on, until
 /// `timeout` in all (a port scan or a stray client must not fail the join). A failure of the replica
 /// itself (TLS refused, say) is said at the end.
-pub fn accept(
-    l: &TcpListener,
-    timeout: Duration,
-    tls: Option<&client::tls::Tls>,
-) -> Result<ReplicaLink, Error> {
+pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
     accept_within(l, timeout, limits::REPLICA_HANDSHAKE_MAX, tls)
 }
 
 /// [`accept`] with each connection's handshake bounded by `handshake_max` (shorter in tests).
-fn accept_within(
-    l: &TcpListener,
-    timeout: Duration,
-    handshake_max: Duration,
-    tls: Option<&client::tls::Tls>,
-) -> Result<ReplicaLink, Error> {
-    l.set_nonblocking(true)
-        .map_err(|e| Error::Resource(format!("configure listener: {e}")))?;
+fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
+    l.set_nonblocking(true).map_err(|e| Error::Resource(format!("configure listener: {e}")))?;
     let deadline = Instant::now() + timeout;
     // Connections that failed the handshake: how many, and the last one's reason (a count, not a
     // list: a local flood of them must not grow memory).
@@ -117,12 +104,7 @@ fn accept_within(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(limits::REPLICA_ACCEPT_POLL_EVERY); // Polling a non-blocking accept with a deadline.
             }
-            Err(e) => {
-                return Err(Error::unavailable(
-                    crate::error::Party::ReplicaLink,
-                    format!("accept the replica: {e}"),
-                ))
-            }
+            Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
         }
     }
 }
@@ -130,20 +112,9 @@ fn accept_within(
 /// One accepted connection through the replica's handshake (TLS included), by `deadline`. A watchdog
 /// shuts the socket at the deadline, however the peer trickles its bytes or stops reading our
 /// answers (reads and writes inside the TLS handshake are not ours to time).
-fn handshake_with(
-    s: TcpStream,
-    tls: Option<&client::tls::Tls>,
-    deadline: Instant,
-) -> Result<ReplicaLink, Error> {
-    let configure = |e: std::io::Error| {
-        Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            format!("configure replica socket: {e}"),
-        )
-    };
-    s.set_nonblocking(false)
-        .and_then(|_| s.set_nodelay(true))
-        .map_err(configure)?;
+fn handshake_with(s: TcpStream, tls: Option<&client::tls::Tls>, deadline: Instant) -> Result<ReplicaLink, Error> {
+    let configure = |e: std::io::Error| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}"));
+    s.set_nonblocking(false).and_then(|_| s.set_nodelay(true)).map_err(configure)?;
     let watched = s.try_clone().map_err(configure)?;
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let wait = deadline.saturating_duration_since(Instant::now());
@@ -151,10 +122,7 @@ fn handshake_with(
     let dog = std::thread::Builder::new()
         .name("replica-handshake-deadline".into())
         .spawn(move || {
-            let fired = matches!(
-                finished.recv_timeout(wait),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-            );
+            let fired = matches!(finished.recv_timeout(wait), Err(std::sync::mpsc::RecvTimeoutError::Timeout));
             if fired {
                 let _ = watched.shutdown(std::net::Shutdown::Both);
             }
@@ -169,10 +137,7 @@ fn handshake_with(
     // Once the watchdog fired the socket is shut, whatever the handshake returned. (The deadline may
     // be the join's own, shorter than a handshake's maximum: said as a deadline, not a duration.)
     if dog.join().unwrap_or(false) {
-        return Err(Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            "no complete handshake by its deadline".to_string(),
-        ));
+        return Err(Error::unavailable(crate::error::Party::ReplicaLink, "no complete handshake by its deadline".to_string()));
     }
     r
 }
@@ -183,34 +148,14 @@ fn handshake(io: &mut impl ReadWrite) -> Result<bool, Error> {
     let mut hs = Handshake::default();
     let mut buf = [0u8; limits::READ_CHUNK_BYTES];
     loop {
-        let n = io.read(&mut buf).map_err(|e| {
-            Error::unavailable(
-                crate::error::Party::ReplicaLink,
-                format!("read the replica's handshake: {e}"),
-            )
-        })?;
+        let n = io.read(&mut buf).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("read the replica's handshake: {e}")))?;
         if n == 0 {
-            return Err(Error::unavailable(
-                crate::error::Party::ReplicaLink,
-                "the replica closed the link during its handshake",
-            ));
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, "the replica closed the link during its handshake"));
         }
-        for ev in hs.on_bytes(&buf[..n]).map_err(|e| {
-            Error::unavailable(
-                crate::error::Party::ReplicaLink,
-                format!("replica handshake: {e}"),
-            )
-        })? {
+        for ev in hs.on_bytes(&buf[..n]).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("replica handshake: {e}")))? {
             match ev {
-                Event::Reply(r) => io.write_all(&r).map_err(|e| {
-                    Error::unavailable(
-                        crate::error::Party::ReplicaLink,
-                        format!("answer the replica's handshake: {e}"),
-                    )
-                })?,
-                Event::Psync {
-                    capa_eof, offered, ..
-                } => {
+                Event::Reply(r) => io.write_all(&r).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("answer the replica's handshake: {e}")))?,
+                Event::Psync { capa_eof, offered, .. } => {
                     let declined = offered.declined();
                     tracing::info!(
                         capas = %offered.capas.join(" "),
@@ -239,21 +184,11 @@ struct Acks {
 
 impl Acks {
     fn new() -> Acks {
-        Acks {
-            acked: Arc::new(AtomicU64::new(0)),
-            ack_seen: Arc::new(AtomicBool::new(false)),
-            closed: Arc::new(AtomicBool::new(false)),
-            closed_why: Arc::new(std::sync::Mutex::new(None)),
-        }
+        Acks { acked: Arc::new(AtomicU64::new(0)), ack_seen: Arc::new(AtomicBool::new(false)), closed: Arc::new(AtomicBool::new(false)), closed_why: Arc::new(std::sync::Mutex::new(None)) }
     }
 
     /// Feed what the replica sent; `Some(why)` when the link is over.
-    fn on_read(
-        &self,
-        r: &mut AckReader,
-        got: std::io::Result<usize>,
-        buf: &[u8],
-    ) -> Option<String> {
+    fn on_read(&self, r: &mut AckReader, got: std::io::Result<usize>, buf: &[u8]) -> Option<String> {
         match got {
             Ok(0) => Some("the replica closed its link to the agent".to_string()),
             Ok(n) => match r.on_bytes(&buf[..n]) {
@@ -275,47 +210,20 @@ impl Acks {
     }
 
     fn link(&self, s: TcpStream, tls: Option<TlsLink>, capa_eof: bool) -> ReplicaLink {
-        ReplicaLink {
-            s,
-            tls,
-            capa_eof,
-            acked: self.acked.clone(),
-            ack_seen: self.ack_seen.clone(),
-            closed: self.closed.clone(),
-            closed_why: self.closed_why.clone(),
-        }
+        ReplicaLink { s, tls, capa_eof, acked: self.acked.clone(), ack_seen: self.ack_seen.clone(), closed: self.closed.clone(), closed_why: self.closed_why.clone() }
     }
 }
 
 fn spawn_acks(f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
-    std::thread::Builder::new()
-        .name("replica-acks".into())
-        .spawn(f)
-        .map(|_| ())
-        .map_err(|e| Error::Internal(format!("spawn ack thread: {e}")))
+    std::thread::Builder::new().name("replica-acks".into()).spawn(f).map(|_| ()).map_err(|e| Error::Internal(format!("spawn ack thread: {e}")))
 }
 
 fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error> {
-    let raw = s.try_clone().map_err(|e| {
-        Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            format!("clone replica socket: {e}"),
-        )
-    })?;
-    let mut t = tls.accept(s).map_err(|e| {
-        Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            format!("TLS with the replica (tls-replication yes): {e}"),
-        )
-    })?;
+    let raw = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
+    let mut t = tls.accept(s).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("TLS with the replica (tls-replication yes): {e}")))?;
     let capa_eof = handshake(&mut t)?;
     // Reads time out quickly so the ACK thread never holds the link long; writes are not bounded by it.
-    raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| {
-        Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            format!("configure replica socket: {e}"),
-        )
-    })?;
+    raw.set_read_timeout(Some(TLS_ACK_POLL)).map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("configure replica socket: {e}")))?;
     let link: TlsLink = Arc::new(std::sync::Mutex::new(t));
     let acks = Acks::new();
     let out = acks.link(raw, Some(link.clone()), capa_eof);
@@ -323,17 +231,9 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error
         let mut r = AckReader::default();
         let mut buf = [0u8; limits::READ_CHUNK_BYTES];
         let why = loop {
-            let got = link
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .read(&mut buf);
+            let got = link.lock().unwrap_or_else(|p| p.into_inner()).read(&mut buf);
             match got {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                     // Nothing yet: let the writer in before trying again.
                     std::thread::yield_now();
                     continue;
@@ -352,12 +252,7 @@ fn accept_tls(s: TcpStream, tls: &client::tls::Tls) -> Result<ReplicaLink, Error
 
 fn accept_plain(mut s: TcpStream) -> Result<ReplicaLink, Error> {
     let capa_eof = handshake(&mut s)?;
-    let mut rs = s.try_clone().map_err(|e| {
-        Error::unavailable(
-            crate::error::Party::ReplicaLink,
-            format!("clone replica socket: {e}"),
-        )
-    })?;
+    let mut rs = s.try_clone().map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("clone replica socket: {e}")))?;
     let acks = Acks::new();
     let out = acks.link(s, None, capa_eof);
     spawn_acks(move || {
@@ -381,22 +276,12 @@ impl ReplicaLink {
             None => self.s.write_all(bytes),
             Some(t) => t.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes),
         };
-        r.map_err(|e| {
-            Error::unavailable(
-                crate::error::Party::ReplicaLink,
-                format!("send {what} to the replica: {e}{}", self.why_suffix()),
-            )
-        })
+        r.map_err(|e| Error::unavailable(crate::error::Party::ReplicaLink, format!("send {what} to the replica: {e}{}", self.why_suffix())))
     }
 
     /// Why the replica side closed, if it did.
     pub fn why_suffix(&self) -> String {
-        match self
-            .closed_why
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
+        match self.closed_why.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some(w) => format!(" ({w})"),
             None => String::new(),
         }
@@ -405,10 +290,7 @@ impl ReplicaLink {
     /// Fail if the replica has gone.
     pub fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::unavailable(
-                crate::error::Party::ReplicaLink,
-                format!("lost the replica{}", self.why_suffix()),
-            ));
+            return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("lost the replica{}", self.why_suffix())));
         }
         Ok(())
     }
@@ -417,8 +299,7 @@ impl ReplicaLink {
 /// A fresh EOF framing with a random 40-character mark.
 pub fn eof_framing() -> Result<Framing, Error> {
     let mut raw = [0u8; EOF_MARK_LEN / 2];
-    getrandom::getrandom(&mut raw)
-        .map_err(|e| Error::Internal(format!("randomness for the EOF mark: {e}")))?;
+    getrandom::getrandom(&mut raw).map_err(|e| Error::Internal(format!("randomness for the EOF mark: {e}")))?;
     let mut mark = [0u8; EOF_MARK_LEN];
     for (i, b) in raw.iter().enumerate() {
         let hex = b"0123456789abcdef";
@@ -436,12 +317,7 @@ mod tests {
     /// left unread).
     fn replica_handshake(mut s: TcpStream) -> TcpStream {
         let mut wire = Vec::new();
-        for c in [
-            &["PING"][..],
-            &["REPLCONF", "listening-port", "6380"],
-            &["REPLCONF", "capa", "eof", "capa", "psync2"],
-            &["PSYNC", "?", "-1"],
-        ] {
+        for c in [&["PING"][..], &["REPLCONF", "listening-port", "6380"], &["REPLCONF", "capa", "eof", "capa", "psync2"], &["PSYNC", "?", "-1"]] {
             resp::encode_command(&mut wire, c);
         }
         s.write_all(&wire).unwrap();
@@ -458,51 +334,32 @@ mod tests {
         garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         drop(garbage);
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link =
-            accept(&l, Duration::from_secs(20), None).expect("the replica's connection is taken");
+        let link = accept(&l, Duration::from_secs(20), None).expect("the replica's connection is taken");
         assert!(link.capa_eof);
-        assert_eq!(
-            link.s.peer_addr().unwrap(),
-            replica.local_addr().unwrap(),
-            "the link is the replica's connection"
-        );
+        assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap(), "the link is the replica's connection");
     }
 
     #[test]
     fn without_the_replica_the_wait_ends_and_says_what_failed() {
         let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
         drop(TcpStream::connect(at).unwrap());
-        let e = accept(&l, Duration::from_millis(300), None)
-            .err()
-            .expect("no replica: an error");
+        let e = accept(&l, Duration::from_millis(300), None).err().expect("no replica: an error");
         let text = e.to_string();
-        assert!(
-            text.contains("no connection completed the replica's handshake")
-                && text.contains("1 failed")
-                && text.contains("closed the link during its handshake"),
-            "{text}"
-        );
+        assert!(text.contains("no connection completed the replica's handshake") && text.contains("1 failed") && text.contains("closed the link during its handshake"), "{text}");
         let (l, _) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let text = accept(&l, Duration::from_millis(100), None)
-            .err()
-            .expect("nobody: an error")
-            .to_string();
+        let text = accept(&l, Duration::from_millis(100), None).err().expect("nobody: an error").to_string();
         assert!(text.contains("did not connect"), "{text}");
     }
 
     #[test]
-    fn a_silent_or_trickling_peer_is_cut_at_the_handshakes_deadline_and_the_replica_taken_after_it()
-    {
+    fn a_silent_or_trickling_peer_is_cut_at_the_handshakes_deadline_and_the_replica_taken_after_it() {
         let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let silent = TcpStream::connect(at).unwrap();
         // A byte every 50 ms of a command that never ends: each read returns before its timeout.
         // Connected here, in the order the agent will take them: silent, trickling, the replica.
         let mut t = TcpStream::connect(at).unwrap();
         let trickler = std::thread::spawn(move || {
-            for b in b"*1\r\n$100000\r\n"
-                .iter()
-                .chain(std::iter::repeat(&b'x').take(200))
-            {
+            for b in b"*1\r\n$100000\r\n".iter().chain(std::iter::repeat(&b'x').take(200)) {
                 if t.write_all(&[*b]).is_err() {
                     return true;
                 }
@@ -511,18 +368,9 @@ mod tests {
             false
         });
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link = accept_within(
-            &l,
-            Duration::from_secs(30),
-            Duration::from_millis(300),
-            None,
-        )
-        .expect("the replica's connection is taken");
+        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None).expect("the replica's connection is taken");
         assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap());
-        assert!(
-            trickler.join().unwrap(),
-            "the trickler was cut off, not served to its end"
-        );
+        assert!(trickler.join().unwrap(), "the trickler was cut off, not served to its end");
         drop(silent);
     }
 
@@ -531,19 +379,8 @@ mod tests {
         let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let _silent = TcpStream::connect(at).unwrap();
         let t = Instant::now();
-        let e = accept_within(
-            &l,
-            Duration::from_millis(200),
-            Duration::from_secs(20),
-            None,
-        )
-        .err()
-        .expect("no replica: an error");
+        let e = accept_within(&l, Duration::from_millis(200), Duration::from_secs(20), None).err().expect("no replica: an error");
         // Bounded by the join's wait (200 ms), not the handshake's (20 s): the margin is wide on purpose.
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{e} after {:?}",
-            t.elapsed()
-        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{e} after {:?}", t.elapsed());
     }
 }

@@ -17,8 +17,8 @@
 //! - the waits grow exponentially from `base` up to `max`, each drawn uniformly from its upper half
 //!   ("equal jitter"), so agents that failed together do not come back together.
 
-use crate::config::RetryPolicy;
 use crate::error::Error;
+use crate::config::RetryPolicy;
 use crate::report::ReplicaState;
 use std::time::Duration;
 
@@ -59,19 +59,10 @@ impl Retries {
     pub fn failed(&mut self, e: &Error, replica: &ReplicaState, jitter: f64) -> Verdict {
         self.failed += 1;
         match replica {
-            ReplicaState::HandedOver => {
-                return Verdict::GiveUp("the replica was already handed to the master")
-            }
-            ReplicaState::ResetFailed(_) => {
-                return Verdict::GiveUp("the replica could not be reset")
-            }
-            ReplicaState::Down(_) => {
-                return Verdict::GiveUp("the node is down and nothing here starts it")
-            }
-            ReplicaState::Untouched
-            | ReplicaState::Reset
-            | ReplicaState::Unstaged
-            | ReplicaState::Unreachable(_) => {}
+            ReplicaState::HandedOver => return Verdict::GiveUp("the replica was already handed to the master"),
+            ReplicaState::ResetFailed(_) => return Verdict::GiveUp("the replica could not be reset"),
+            ReplicaState::Down(_) => return Verdict::GiveUp("the node is down and nothing here starts it"),
+            ReplicaState::Untouched | ReplicaState::Reset | ReplicaState::Unstaged | ReplicaState::Unreachable(_) => {}
         }
         if !retryable(e) {
             return Verdict::GiveUp("another attempt cannot mend this");
@@ -85,11 +76,7 @@ impl Retries {
     /// `min(max, base · 2^(n-1))` for the n-th retry, then a uniform draw from its upper half.
     fn wait(&self, jitter: f64) -> Duration {
         let doublings = self.failed.saturating_sub(1).min(30);
-        let ceiling = self
-            .policy
-            .base
-            .saturating_mul(1u32 << doublings)
-            .min(self.policy.max);
+        let ceiling = self.policy.base.saturating_mul(1u32 << doublings).min(self.policy.max);
         ceiling.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
     }
 }
@@ -98,10 +85,7 @@ impl Retries {
 pub fn jitter() -> f64 {
     let mut b = [0u8; 8];
     if getrandom::getrandom(&mut b).is_err() {
-        let n = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         b[..4].copy_from_slice(&n.to_le_bytes());
     }
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
@@ -112,18 +96,11 @@ mod tests {
     use super::*;
 
     fn policy(retries: u32) -> RetryPolicy {
-        RetryPolicy {
-            retries,
-            base: Duration::from_secs(1),
-            max: Duration::from_secs(8),
-        }
+        RetryPolicy { retries, base: Duration::from_secs(1), max: Duration::from_secs(8) }
     }
 
     fn relay_gone() -> Error {
-        Error::unavailable(
-            crate::error::Party::Relay,
-            "the relay closed the connection",
-        )
+        Error::unavailable(crate::error::Party::Relay, "the relay closed the connection")
     }
 
     const RESET: ReplicaState = ReplicaState::Reset;
@@ -135,10 +112,7 @@ mod tests {
         let mut highs = Vec::new();
         for _ in 0..6 {
             let mut probe = r.clone();
-            match (
-                r.failed(&relay_gone(), &RESET, 0.0),
-                probe.failed(&relay_gone(), &RESET, 0.999_999),
-            ) {
+            match (r.failed(&relay_gone(), &RESET, 0.0), probe.failed(&relay_gone(), &RESET, 0.999_999)) {
                 (Verdict::Retry(lo), Verdict::Retry(hi)) => {
                     lows.push(lo.as_millis());
                     highs.push(hi.as_millis());
@@ -154,23 +128,11 @@ mod tests {
     fn gives_up_when_the_retries_are_spent() {
         let mut r = Retries::new(policy(2));
         assert_eq!(r.attempt(), 1);
-        assert!(matches!(
-            r.failed(&relay_gone(), &RESET, 0.5),
-            Verdict::Retry(_)
-        ));
-        assert!(matches!(
-            r.failed(&relay_gone(), &RESET, 0.5),
-            Verdict::Retry(_)
-        ));
+        assert!(matches!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::Retry(_)));
+        assert!(matches!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::Retry(_)));
         assert_eq!(r.attempt(), 3);
-        assert_eq!(
-            r.failed(&relay_gone(), &RESET, 0.5),
-            Verdict::GiveUp("no retries left")
-        );
-        assert_eq!(
-            Retries::new(policy(0)).failed(&relay_gone(), &RESET, 0.5),
-            Verdict::GiveUp("no retries left")
-        );
+        assert_eq!(r.failed(&relay_gone(), &RESET, 0.5), Verdict::GiveUp("no retries left"));
+        assert_eq!(Retries::new(policy(0)).failed(&relay_gone(), &RESET, 0.5), Verdict::GiveUp("no retries left"));
     }
 
     #[test]
@@ -178,22 +140,8 @@ mod tests {
         use crate::error::Party;
         use transport::wire::CaptureFailure;
         let mut r = Retries::new(policy(5));
-        assert_eq!(
-            r.failed(
-                &Error::Timeout("the replica's link to the master".into()),
-                &ReplicaState::HandedOver,
-                0.5
-            ),
-            Verdict::GiveUp("the replica was already handed to the master")
-        );
-        assert_eq!(
-            Retries::new(policy(5)).failed(
-                &relay_gone(),
-                &ReplicaState::ResetFailed("x".into()),
-                0.5
-            ),
-            Verdict::GiveUp("the replica could not be reset")
-        );
+        assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), &ReplicaState::HandedOver, 0.5), Verdict::GiveUp("the replica was already handed to the master"));
+        assert_eq!(Retries::new(policy(5)).failed(&relay_gone(), &ReplicaState::ResetFailed("x".into()), 0.5), Verdict::GiveUp("the replica could not be reset"));
         let noperm = client::Error::Server {
             addr: "m:1".into(),
             command: "INFO".into(),
@@ -207,64 +155,30 @@ mod tests {
             Error::Internal("spawn a thread".into()),
             Error::relay(transport::Error::Auth("the relay refused our token".into())),
             Error::master(noperm),
-            Error::Capture {
-                kind: CaptureFailure::Source,
-                message: "snapshot source r:1 is not a replica of the master (role: master)".into(),
-            },
-            Error::Capture {
-                kind: CaptureFailure::Permission,
-                message: "NOPERM".into(),
-            },
-            Error::Capture {
-                kind: CaptureFailure::TooLarge,
-                message: "over 1 MiB".into(),
-            },
+            Error::Capture { kind: CaptureFailure::Source, message: "snapshot source r:1 is not a replica of the master (role: master)".into() },
+            Error::Capture { kind: CaptureFailure::Permission, message: "NOPERM".into() },
+            Error::Capture { kind: CaptureFailure::TooLarge, message: "over 1 MiB".into() },
         ];
         for e in never {
             assert!(!retryable(&e), "{e}");
-            assert_eq!(
-                Retries::new(policy(5)).failed(&e, &RESET, 0.5),
-                Verdict::GiveUp("another attempt cannot mend this"),
-                "{e}"
-            );
+            assert_eq!(Retries::new(policy(5)).failed(&e, &RESET, 0.5), Verdict::GiveUp("another attempt cannot mend this"), "{e}");
         }
-        let down = client::Error::Io {
-            op: "connect to",
-            addr: "m:1".into(),
-            source: std::io::ErrorKind::ConnectionRefused.into(),
-        };
-        let loading = client::Error::Server {
-            addr: "r:1".into(),
-            command: "INFO".into(),
-            code: client::ErrorCode::Loading,
-            message: "LOADING".into(),
-        };
+        let down = client::Error::Io { op: "connect to", addr: "m:1".into(), source: std::io::ErrorKind::ConnectionRefused.into() };
+        let loading = client::Error::Server { addr: "r:1".into(), command: "INFO".into(), code: client::ErrorCode::Loading, message: "LOADING".into() };
         let always = [
             Error::Changed("the master's replication ID changed".into()),
-            Error::Checksum {
-                block: 1,
-                offset: 2,
-            },
+            Error::Checksum { block: 1, offset: 2 },
             Error::Timeout("x".into()),
             Error::master(down),
             Error::replica(loading),
             Error::relay(transport::Error::Rma("connect: relay restarting".into())),
             Error::protocol(Party::Relay, "a log read returned too much"),
-            Error::Capture {
-                kind: CaptureFailure::Unreachable,
-                message: "connect to 127.0.0.1:1: refused".into(),
-            },
+            Error::Capture { kind: CaptureFailure::Unreachable, message: "connect to 127.0.0.1:1: refused".into() },
             Error::Resource("listen for the replica".into()),
         ];
         for e in always {
             assert!(retryable(&e), "{e}");
-            assert!(
-                matches!(
-                    Retries::new(policy(5)).failed(&e, &ReplicaState::Untouched, 0.5),
-                    Verdict::Retry(_)
-                ),
-                "{e}"
-            );
+            assert!(matches!(Retries::new(policy(5)).failed(&e, &ReplicaState::Untouched, 0.5), Verdict::Retry(_)), "{e}");
         }
     }
 

@@ -45,18 +45,13 @@ impl Spares {
 
     /// A buffer of [`PIECE`] bytes nobody else holds.
     fn take(&self) -> Arc<[u8]> {
-        self.lock()
-            .pop()
-            .unwrap_or_else(|| std::iter::repeat_n(0u8, PIECE).collect())
+        self.lock().pop().unwrap_or_else(|| std::iter::repeat_n(0u8, PIECE).collect())
     }
 
     /// Keep `a` for reuse, if nobody else holds it and there is room.
     fn give(&self, mut a: Arc<[u8]>) {
         let mut free = self.lock();
-        if a.len() == PIECE
-            && Arc::get_mut(&mut a).is_some()
-            && (free.len() + 1) * PIECE <= SPARE_BYTES_MAX
-        {
+        if a.len() == PIECE && Arc::get_mut(&mut a).is_some() && (free.len() + 1) * PIECE <= SPARE_BYTES_MAX {
             free.push(a);
         }
     }
@@ -80,13 +75,7 @@ struct Inner {
 impl Drop for Arrival {
     fn drop(&mut self) {
         // Every reader is done (each holds the arrival while it sends): its buffers go back.
-        let pieces = std::mem::take(
-            &mut self
-                .inner
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .pieces,
-        );
+        let pieces = std::mem::take(&mut self.inner.get_mut().unwrap_or_else(|p| p.into_inner()).pieces);
         for (p, _) in pieces {
             self.spares.give(p);
         }
@@ -109,16 +98,7 @@ pub enum Next {
 impl Arrival {
     /// An arrival of a `len`-byte block, its buffers from (and back to) `spares`.
     pub fn new(len: usize, spares: Arc<Spares>) -> Arrival {
-        Arrival {
-            len,
-            inner: Mutex::new(Inner {
-                pieces: Vec::new(),
-                filled: 0,
-                standing: Standing::Filling,
-            }),
-            changed: Condvar::new(),
-            spares,
-        }
+        Arrival { len, inner: Mutex::new(Inner { pieces: Vec::new(), filled: 0, standing: Standing::Filling }), changed: Condvar::new(), spares }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -148,11 +128,7 @@ impl Arrival {
             g.pieces.push((buf, part.len()));
         }
         g.filled += take;
-        debug_assert!(
-            g.filled <= self.len
-                && g.pieces.iter().map(|(_, used)| used).sum::<usize>() == g.filled,
-            "pieces and filled disagree"
-        );
+        debug_assert!(g.filled <= self.len && g.pieces.iter().map(|(_, used)| used).sum::<usize>() == g.filled, "pieces and filled disagree");
         drop(g);
         self.changed.notify_all();
     }
@@ -162,16 +138,9 @@ impl Arrival {
     pub fn settle(&self, verified: bool) {
         let mut g = self.lock();
         if g.standing == Standing::Filling {
-            g.standing = if verified && g.filled == self.len {
-                Standing::Verified
-            } else {
-                Standing::Failed
-            };
+            g.standing = if verified && g.filled == self.len { Standing::Verified } else { Standing::Failed };
         }
-        debug_assert!(
-            g.standing != Standing::Verified || g.filled == self.len,
-            "verified with bytes missing"
-        );
+        debug_assert!(g.standing != Standing::Verified || g.filled == self.len, "verified with bytes missing");
         drop(g);
         self.changed.notify_all();
     }
@@ -198,27 +167,16 @@ impl Arrival {
             if may > sent {
                 // Invariant 1: a block's last byte leaves only once its own check passed, so no peer
                 // completes a block that failed.
-                debug_assert!(
-                    may < self.len || g.standing == Standing::Verified,
-                    "the last byte of an unverified block"
-                );
+                debug_assert!(may < self.len || g.standing == Standing::Verified, "the last byte of an unverified block");
                 let out = slices(&g.pieces, sent..may);
-                debug_assert_eq!(
-                    out.iter().map(|(_, r)| r.len()).sum::<usize>(),
-                    may - sent,
-                    "slices cover what may be sent"
-                );
+                debug_assert_eq!(out.iter().map(|(_, r)| r.len()).sum::<usize>(), may - sent, "slices cover what may be sent");
                 return Next::Bytes(out);
             }
             let now = Instant::now();
             if now >= deadline {
                 return Next::Stalled;
             }
-            g = self
-                .changed
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            g = self.changed.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 }
@@ -249,10 +207,7 @@ mod tests {
 
     fn sent(next: Next) -> Vec<u8> {
         match next {
-            Next::Bytes(parts) => parts
-                .iter()
-                .flat_map(|(p, r)| p[r.clone()].to_vec())
-                .collect(),
+            Next::Bytes(parts) => parts.iter().flat_map(|(p, r)| p[r.clone()].to_vec()).collect(),
             other => panic!("bytes expected, got {other:?}"),
         }
     }
@@ -263,15 +218,8 @@ mod tests {
         a.push(b"abc");
         assert_eq!(sent(a.next(0, Duration::ZERO)), b"abc");
         a.push(b"def");
-        assert_eq!(
-            sent(a.next(3, Duration::ZERO)),
-            b"de",
-            "all but the last byte while unverified"
-        );
-        assert!(
-            matches!(a.next(5, Duration::ZERO), Next::Stalled),
-            "the last byte is held back"
-        );
+        assert_eq!(sent(a.next(3, Duration::ZERO)), b"de", "all but the last byte while unverified");
+        assert!(matches!(a.next(5, Duration::ZERO), Next::Stalled), "the last byte is held back");
         a.settle(true);
         assert_eq!(sent(a.next(5, Duration::ZERO)), b"f");
         assert!(matches!(a.next(6, Duration::ZERO), Next::End));
@@ -283,10 +231,7 @@ mod tests {
         a.push(b"abcd");
         assert_eq!(sent(a.next(0, Duration::ZERO)), b"abc");
         a.settle(false);
-        assert!(
-            matches!(a.next(3, Duration::ZERO), Next::Failed),
-            "never the last byte of a block that failed its check"
-        );
+        assert!(matches!(a.next(3, Duration::ZERO), Next::Failed), "never the last byte of a block that failed its check");
         a.settle(true);
         assert_eq!(a.standing(), Standing::Failed, "settled once");
     }
@@ -319,31 +264,19 @@ mod tests {
             Next::Bytes(parts) => parts,
             other => panic!("{other:?}"),
         };
-        assert_eq!(
-            held.iter().map(|(_, r)| r.len()).sum::<usize>(),
-            PIECE + 2,
-            "one push longer than a piece: two buffers"
-        );
+        assert_eq!(held.iter().map(|(_, r)| r.len()).sum::<usize>(), PIECE + 2, "one push longer than a piece: two buffers");
         drop(a);
         assert_eq!(spares.lock().len(), 0, "a reader still holds both buffers");
         drop(held);
         let b = Arrival::new(PIECE, spares.clone());
         b.push(&vec![1u8; 4]);
         drop(b);
-        assert_eq!(
-            spares.lock().len(),
-            1,
-            "a buffer a reader held until the arrival ended is not taken back; the new one's is"
-        );
+        assert_eq!(spares.lock().len(), 1, "a buffer a reader held until the arrival ended is not taken back; the new one's is");
         let c = Arrival::new(2, spares.clone());
         c.push(b"xy");
         c.settle(true);
         assert_eq!(spares.lock().len(), 0, "reused");
-        assert_eq!(
-            sent(c.next(0, Duration::ZERO)),
-            b"xy",
-            "only the bytes of this block, not a reused buffer's"
-        );
+        assert_eq!(sent(c.next(0, Duration::ZERO)), b"xy", "only the bytes of this block, not a reused buffer's");
     }
 
     #[test]

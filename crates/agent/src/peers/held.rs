@@ -40,19 +40,7 @@ impl Held {
     pub fn new(generation: u64, block_size: u64, cache_max: u64, keep: swarm::Keep) -> Held {
         let cache_blocks = cache_max / block_size.max(1);
         let cache = swarm::ServeCache::new(cache_blocks, keep);
-        Held {
-            generation,
-            block_size,
-            cache_blocks,
-            inner: Mutex::new(HeldInner {
-                blocks: BTreeMap::new(),
-                cache,
-                others_need: true,
-                length: None,
-                arriving: HashMap::new(),
-                spares: Arc::default(),
-            }),
-        }
+        Held { generation, block_size, cache_blocks, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), cache, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
     /// Whole blocks the cache of fed blocks may keep (the pull's window looks further ahead while it
@@ -101,10 +89,7 @@ impl Held {
     pub fn fail_arrival(&self, b: u64, a: &Arrival) {
         a.settle(false);
         let mut h = self.lock();
-        if h.arriving
-            .get(&b)
-            .is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), a))
-        {
+        if h.arriving.get(&b).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), a)) {
             h.arriving.remove(&b);
         }
     }
@@ -112,10 +97,7 @@ impl Held {
     /// What a peer can be served of block `b`: held whole, or arriving.
     pub(crate) fn serve(&self, b: u64) -> Option<Serve> {
         let h = self.lock();
-        h.blocks
-            .get(&b)
-            .map(|v| Serve::Whole(v.clone()))
-            .or_else(|| h.arriving.get(&b).map(|a| Serve::Arriving(a.clone())))
+        h.blocks.get(&b).map(|v| Serve::Whole(v.clone())).or_else(|| h.arriving.get(&b).map(|a| Serve::Arriving(a.clone())))
     }
 
     /// Whether other agents still miss blocks (from the tracker): an agent alone caches nothing.
@@ -135,10 +117,7 @@ impl Held {
         let mut h = self.lock();
         let h = &mut *h;
         let dropped = h.cache.fed(n, h.others_need);
-        dropped
-            .into_iter()
-            .filter_map(|b| h.blocks.remove(&b).map(|v| (b, v)))
-            .collect()
+        dropped.into_iter().filter_map(|b| h.blocks.remove(&b).map(|v| (b, v))).collect()
     }
 
     /// Bytes held now (window and cache).
@@ -178,11 +157,7 @@ mod tests {
         let keep = swarm::Keep::new(3);
         // Whole blocks: 10 bytes of 4-byte blocks keep two.
         assert_eq!(Held::new(1, 4, 10, keep).cache_blocks(), 2);
-        assert_eq!(
-            Held::new(1, 4, 3, keep).cache_blocks(),
-            0,
-            "a cache under one block keeps nothing"
-        );
+        assert_eq!(Held::new(1, 4, 3, keep).cache_blocks(), 0, "a cache under one block keeps nothing");
         let h = Held::new(1, 4, 8, keep);
         for b in 0..4 {
             h.insert(b, Arc::new(vec![b as u8; 4]));
@@ -193,10 +168,7 @@ mod tests {
         assert_eq!(dropped[0], first, "the choice's victim goes first");
         dropped.sort_unstable();
         assert_eq!(dropped.len(), 2, "four blocks fed, two kept");
-        assert!(
-            !dropped.contains(&3) && h.get(3).is_some(),
-            "the newest half of the cache stays"
-        );
+        assert!(!dropped.contains(&3) && h.get(3).is_some(), "the newest half of the cache stays");
         let kept_old = (0..3).find(|b| !dropped.contains(b)).unwrap();
         assert!(h.get(kept_old).is_some());
         h.insert(4, Arc::new(vec![4; 2]));
@@ -205,11 +177,7 @@ mod tests {
         h.set_others_need(false);
         let mut dropped: Vec<u64> = h.fed(5).into_iter().map(|(b, _)| b).collect();
         dropped.sort_unstable();
-        assert_eq!(
-            dropped,
-            vec![kept_old, 3, 4],
-            "alone, an agent keeps nothing it has fed"
-        );
+        assert_eq!(dropped, vec![kept_old, 3, 4], "alone, an agent keeps nothing it has fed");
         assert_eq!(h.bytes(), 0);
     }
 

@@ -5,7 +5,6 @@
 use crate::error::Error;
 use crate::peers::arrival::{Arrival, Next};
 use crate::peers::held::{Held, Serve};
-use admission::{Budget, Gate, Pass, Refusal, Source};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -14,6 +13,7 @@ use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::TrackerLink;
 use transport::wire::{Request, ResponseHeader};
+use admission::{Budget, Gate, Pass, Refusal, Source};
 use transport::{serve, Credentials};
 
 /// Longest a read of an arriving block waits for its next bytes before it is cut off (see
@@ -50,17 +50,9 @@ struct ServeShared {
 impl PeerServer {
     /// Listen on `listen` and serve `held` to peers that know `token`, at most `uploads_max` blocks at
     /// once (more are refused: the asker goes to another holder).
-    pub fn start(
-        listen: SocketAddr,
-        token: Credentials,
-        held: Arc<Held>,
-        uploads_max: usize,
-    ) -> Result<PeerServer, Error> {
-        let l = TcpListener::bind(listen)
-            .map_err(|e| Error::Resource(format!("listen for peers on {listen}: {e}")))?;
-        let addr = l
-            .local_addr()
-            .map_err(|e| Error::Resource(format!("peer listener address: {e}")))?;
+    pub fn start(listen: SocketAddr, token: Credentials, held: Arc<Held>, uploads_max: usize) -> Result<PeerServer, Error> {
+        let l = TcpListener::bind(listen).map_err(|e| Error::Resource(format!("listen for peers on {listen}: {e}")))?;
+        let addr = l.local_addr().map_err(|e| Error::Resource(format!("peer listener address: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicU64::new(0));
         let sh = Arc::new(ServeShared {
@@ -77,10 +69,7 @@ impl PeerServer {
         });
         let shared = sh.clone();
         let gate = sh.gate.clone();
-        std::thread::Builder::new()
-            .name("peer-admission".into())
-            .spawn(move || gate.reap())
-            .map_err(|e| Error::Internal(format!("spawn the peer server's admission: {e}")))?;
+        std::thread::Builder::new().name("peer-admission".into()).spawn(move || gate.reap()).map_err(|e| Error::Internal(format!("spawn the peer server's admission: {e}")))?;
         let thread = std::thread::Builder::new()
             .name("peer-accept".into())
             .spawn(move || accept_loop(l, sh))
@@ -89,13 +78,7 @@ impl PeerServer {
                 shared.gate.stop();
                 Error::Internal(format!("spawn peer server: {e}"))
             })?;
-        Ok(PeerServer {
-            addr,
-            stop,
-            thread: Some(thread),
-            served,
-            shared,
-        })
+        Ok(PeerServer { addr, stop, thread: Some(thread), served, shared })
     }
 
     /// Where it listens.
@@ -112,15 +95,9 @@ impl PeerServer {
 impl PeerServer {
     /// Start the thread that keeps the tracker told of this server's upload load ([`report_load`]);
     /// it ends when the server stops or the link fails.
-    pub(crate) fn start_load_reporter(
-        &self,
-        tracker: Arc<Mutex<TrackerLink>>,
-    ) -> Result<std::thread::JoinHandle<()>, Error> {
+    pub(crate) fn start_load_reporter(&self, tracker: Arc<Mutex<TrackerLink>>) -> Result<std::thread::JoinHandle<()>, Error> {
         let sh = self.shared.clone();
-        std::thread::Builder::new()
-            .name("load-report".into())
-            .spawn(move || report_load(&sh, &tracker))
-            .map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))
+        std::thread::Builder::new().name("load-report".into()).spawn(move || report_load(&sh, &tracker)).map_err(|e| Error::Internal(format!("spawn the load reporter: {e}")))
     }
 }
 
@@ -135,28 +112,19 @@ fn report_load(sh: &ServeShared, tracker: &Mutex<TrackerLink>) {
         {
             let mut changes = sh.load_changes.lock().unwrap_or_else(|p| p.into_inner());
             while *changes == seen && !sh.stop.load(Ordering::SeqCst) {
-                changes = sh
-                    .load_changed
-                    .wait(changes)
-                    .unwrap_or_else(|p| p.into_inner());
+                changes = sh.load_changed.wait(changes).unwrap_or_else(|p| p.into_inner());
             }
             seen = *changes;
         }
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        let now = (
-            sh.uploads.load(Ordering::SeqCst),
-            sh.arrivals.load(Ordering::SeqCst),
-        );
+        let now = (sh.uploads.load(Ordering::SeqCst), sh.arrivals.load(Ordering::SeqCst));
         if told == Some(now) {
             continue;
         }
         let arrived = now.1 - told.map_or(0, |t| t.1);
-        let sent = tracker.lock().unwrap_or_else(|p| p.into_inner()).load(
-            u32::try_from(now.0).unwrap_or(u32::MAX),
-            u32::try_from(arrived).unwrap_or(u32::MAX),
-        );
+        let sent = tracker.lock().unwrap_or_else(|p| p.into_inner()).load(u32::try_from(now.0).unwrap_or(u32::MAX), u32::try_from(arrived).unwrap_or(u32::MAX));
         if let Err(e) = sent {
             // The pull's own requests on the link report its failure; nothing more to tell.
             tracing::debug!(error = %e, "tracker link failed; no more load reports");
@@ -192,13 +160,11 @@ fn accept_loop(l: TcpListener, sh: Arc<ServeShared>) {
         let peer = s.peer_addr().ok();
         let mut pass = sh.gate.arrive(Box::new(handle), Source::of_tcp(&s));
         let sh2 = sh.clone();
-        let spawned = std::thread::Builder::new()
-            .name("peer-conn".into())
-            .spawn(move || {
-                if let Err(e) = serve_peer(&sh2, s, &mut pass) {
-                    tracing::debug!(?peer, error = %e, "peer connection ended");
-                }
-            });
+        let spawned = std::thread::Builder::new().name("peer-conn".into()).spawn(move || {
+            if let Err(e) = serve_peer(&sh2, s, &mut pass) {
+                tracing::debug!(?peer, error = %e, "peer connection ended");
+            }
+        });
         if let Err(e) = spawned {
             tracing::debug!(error = %e, "spawn a peer connection's thread");
         }
@@ -228,15 +194,10 @@ fn refusal_of(e: &transport::Error) -> Refusal {
 fn serve_peer(sh: &ServeShared, s: TcpStream, pass: &mut Pass) -> Result<(), transport::Error> {
     use transport::Error as E;
     // Per read; the gate's reaper bounds the whole handshake.
-    s.set_read_timeout(Some(limits::UNAUTHENTICATED_DEADLINE))
-        .map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
-    s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT))
-        .map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
-    s.set_nodelay(true)
-        .map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
-    let raw = s
-        .try_clone()
-        .map_err(E::io(transport::Operation::ClonePeerSocket))?;
+    s.set_read_timeout(Some(limits::UNAUTHENTICATED_DEADLINE)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    s.set_write_timeout(Some(limits::PEER_IO_TIMEOUT)).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    s.set_nodelay(true).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+    let raw = s.try_clone().map_err(E::io(transport::Operation::ClonePeerSocket))?;
     // Under a TLS relay an agent serves peers only over TLS (it does not serve at all without a
     // certificate: see `join`).
     match sh.token.relay_tls().and_then(|t| t.peer_server()) {
@@ -244,10 +205,7 @@ fn serve_peer(sh: &ServeShared, s: TcpStream, pass: &mut Pass) -> Result<(), tra
         Some(cfg) => match transport::tls::accept(cfg, s) {
             Ok(tls) => serve_blocks(sh, tls, &raw, pass),
             Err(e) => {
-                let e = E::Io {
-                    op: transport::Operation::TlsHandshakeWithPeer,
-                    source: e,
-                };
+                let e = E::Io { op: transport::Operation::TlsHandshakeWithPeer, source: e };
                 pass.failed(refusal_of(&e), &e);
                 Ok(())
             }
@@ -256,12 +214,7 @@ fn serve_peer(sh: &ServeShared, s: TcpStream, pass: &mut Pass) -> Result<(), tra
 }
 
 /// Authenticate a peer, then answer its block reads. `raw` is the socket under `s` (timeouts).
-fn serve_blocks<S: Read + Write>(
-    sh: &ServeShared,
-    mut s: S,
-    raw: &TcpStream,
-    pass: &mut Pass,
-) -> Result<(), transport::Error> {
+fn serve_blocks<S: Read + Write>(sh: &ServeShared, mut s: S, raw: &TcpStream, pass: &mut Pass) -> Result<(), transport::Error> {
     use transport::Error as E;
     // Failures before authentication are the gate's to count and log (at a bounded rate).
     match auth::server(&mut s, sh.token.token()) {
@@ -288,36 +241,19 @@ fn serve_blocks<S: Read + Write>(
         }
         // A kept slot is for a request already arriving: one that stalls must not pin it for the
         // connection's idle timeout. (Set only when it changes: this runs once per block.)
-        let want = Some(if slot.held {
-            limits::PEER_IO_TIMEOUT
-        } else {
-            limits::DATA_IDLE_MAX
-        });
+        let want = Some(if slot.held { limits::PEER_IO_TIMEOUT } else { limits::DATA_IDLE_MAX });
         if wait != want {
-            raw.set_read_timeout(want)
-                .map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
+            raw.set_read_timeout(want).map_err(E::io(transport::Operation::ConfigurePeerSocket))?;
             wait = want;
         }
-        let Some(req) = transport::wire::read_request(&mut s)? else {
-            return Ok(());
-        };
+        let Some(req) = transport::wire::read_request(&mut s)? else { return Ok(()) };
         if sh.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
         let (offset, len) = match req {
-            Request::Range {
-                generation,
-                offset,
-                len,
-            } if generation == sh.held.generation => (offset, len),
+            Request::Range { generation, offset, len } if generation == sh.held.generation => (offset, len),
             Request::Range { generation, .. } => {
-                serve::send_error(
-                    &mut s,
-                    &format!(
-                        "this agent serves generation {}, not {generation}",
-                        sh.held.generation
-                    ),
-                )?;
+                serve::send_error(&mut s, &format!("this agent serves generation {}, not {generation}", sh.held.generation))?;
                 continue;
             }
             _ => return Err(E::Protocol("peers answer block reads only".into())),
@@ -330,12 +266,9 @@ fn serve_blocks<S: Read + Write>(
             serve::send_busy(&mut s)?;
             continue;
         }
-        s.write_all(&ResponseHeader::ok(len).encode())
-            .map_err(E::io(transport::Operation::SendBlockToPeer))?;
+        s.write_all(&ResponseHeader::ok(len).encode()).map_err(E::io(transport::Operation::SendBlockToPeer))?;
         match block {
-            Serve::Whole(bytes) => s
-                .write_all(&bytes)
-                .map_err(E::io(transport::Operation::SendBlockToPeer))?,
+            Serve::Whole(bytes) => s.write_all(&bytes).map_err(E::io(transport::Operation::SendBlockToPeer))?,
             Serve::Arriving(a) => {
                 if let Err(e) = send_arriving(&mut s, &a) {
                     slot.give_back();
@@ -362,22 +295,13 @@ fn send_arriving<S: Write>(s: &mut S, a: &Arrival) -> Result<(), transport::Erro
         match a.next(sent, ARRIVAL_STALL_MAX) {
             Next::Bytes(parts) => {
                 for (p, r) in parts {
-                    s.write_all(&p[r.clone()])
-                        .map_err(E::io(transport::Operation::SendArrivingBlockToPeer))?;
+                    s.write_all(&p[r.clone()]).map_err(E::io(transport::Operation::SendArrivingBlockToPeer))?;
                     sent += r.len();
                 }
             }
             Next::End => return Ok(()),
-            Next::Failed => {
-                return Err(E::Protocol(
-                    "the block failed while it arrived: its read is cut off".into(),
-                ))
-            }
-            Next::Stalled => {
-                return Err(E::Protocol(format!(
-                    "no bytes of the arriving block for {ARRIVAL_STALL_MAX:?}: its read is cut off"
-                )))
-            }
+            Next::Failed => return Err(E::Protocol("the block failed while it arrived: its read is cut off".into())),
+            Next::Stalled => return Err(E::Protocol(format!("no bytes of the arriving block for {ARRIVAL_STALL_MAX:?}: its read is cut off"))),
         }
     }
 }
@@ -455,36 +379,13 @@ mod tests {
 
     #[test]
     fn failures_before_authentication_count_by_kind() {
-        let io = |kind: std::io::ErrorKind| transport::Error::Io {
-            op: transport::Operation::ReadAgentAuthentication,
-            source: kind.into(),
-        };
-        assert_eq!(
-            refusal_of(&transport::Error::Auth("a wrong token".into())),
-            Refusal::Auth
-        );
-        assert_eq!(
-            refusal_of(&io(std::io::ErrorKind::WouldBlock)),
-            Refusal::Deadline,
-            "a read timing out is the deadline, not a probe"
-        );
-        assert_eq!(
-            refusal_of(&io(std::io::ErrorKind::TimedOut)),
-            Refusal::Deadline
-        );
-        assert_eq!(
-            refusal_of(&io(std::io::ErrorKind::UnexpectedEof)),
-            Refusal::Closed
-        );
-        assert_eq!(
-            refusal_of(&io(std::io::ErrorKind::InvalidData)),
-            Refusal::Protocol,
-            "bytes that are not TLS"
-        );
-        assert_eq!(
-            refusal_of(&transport::Error::Protocol("bad magic".into())),
-            Refusal::Protocol
-        );
+        let io = |kind: std::io::ErrorKind| transport::Error::Io { op: transport::Operation::ReadAgentAuthentication, source: kind.into() };
+        assert_eq!(refusal_of(&transport::Error::Auth("a wrong token".into())), Refusal::Auth);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::WouldBlock)), Refusal::Deadline, "a read timing out is the deadline, not a probe");
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::TimedOut)), Refusal::Deadline);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::UnexpectedEof)), Refusal::Closed);
+        assert_eq!(refusal_of(&io(std::io::ErrorKind::InvalidData)), Refusal::Protocol, "bytes that are not TLS");
+        assert_eq!(refusal_of(&transport::Error::Protocol("bad magic".into())), Refusal::Protocol);
     }
 
     /// Wait for `cond` (a few seconds at most).
@@ -504,50 +405,21 @@ mod tests {
         let a = held.start_arrival(1, 8).unwrap();
         assert!(held.start_arrival(1, 8).is_none(), "one arrival per block");
         a.push(b"abcd");
-        let srv = PeerServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            token.clone(),
-            held.clone(),
-            2,
-        )
-        .unwrap();
+        let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held.clone(), 2).unwrap();
         // A raw connection whose reads give up after 300 ms, to see what has been sent so far.
-        let mut c = connect_with(
-            &srv.local_addr().into(),
-            &token,
-            Kind::Data,
-            Duration::from_secs(5),
-            Duration::from_millis(300),
-            transport::Operation::ConnectToPeer,
-        )
-        .unwrap();
-        c.write_all(
-            &Request::Range {
-                generation: 7,
-                offset: 8,
-                len: 8,
-            }
-            .encode(),
-        )
-        .unwrap();
+        let mut c = connect_with(&srv.local_addr().into(), &token, Kind::Data, Duration::from_secs(5), Duration::from_millis(300), transport::Operation::ConnectToPeer).unwrap();
+        c.write_all(&Request::Range { generation: 7, offset: 8, len: 8 }.encode()).unwrap();
         let mut header = [0u8; transport::wire::RESPONSE_HEADER_LEN];
         c.read_exact(&mut header).unwrap();
         assert_eq!(ResponseHeader::decode(&header).unwrap().len, 8);
         let mut got = [0u8; 8];
         c.read_exact(&mut got[..4]).unwrap();
-        assert_eq!(
-            &got[..4],
-            b"abcd",
-            "the bytes here are sent before the block is whole"
-        );
+        assert_eq!(&got[..4], b"abcd", "the bytes here are sent before the block is whole");
         a.push(b"efgh");
         c.read_exact(&mut got[4..7]).unwrap();
         assert_eq!(&got[4..7], b"efg");
         let mut last = [0u8; 1];
-        assert!(
-            c.read_exact(&mut last).is_err(),
-            "the last byte waits for the block's checksum"
-        );
+        assert!(c.read_exact(&mut last).is_err(), "the last byte waits for the block's checksum");
         a.settle(true);
         let mut c2 = c;
         // The timed-out read consumed nothing: the last byte comes once the block is verified.
@@ -555,15 +427,7 @@ mod tests {
         loop {
             match c2.read_exact(&mut last) {
                 Ok(()) => break,
-                Err(e)
-                    if Instant::now() < deadline
-                        && matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                {
-                    continue
-                }
+                Err(e) if Instant::now() < deadline && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
                 Err(e) => panic!("last byte: {e}"),
             }
         }
@@ -575,9 +439,7 @@ mod tests {
         let b = held.start_arrival(2, 8).unwrap();
         b.push(b"ABCDEFGH");
         drop(c2);
-        wait_for("the first connection's upload slot to come back", || {
-            srv.uploads() == 0
-        });
+        wait_for("the first connection's upload slot to come back", || srv.uploads() == 0);
         let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
         let mut r = transport::Transport::open(&t).unwrap();
         r.send(7, 16, 8).unwrap();
@@ -591,10 +453,7 @@ mod tests {
             Err(e) => assert!(e.is_cut_off(), "a cut-off read, got {e:?}"),
             Ok(()) => panic!("a cut-off read, got the block"),
         }
-        assert!(
-            held.serve(2).is_none(),
-            "a failed arrival is served no more"
-        );
+        assert!(held.serve(2).is_none(), "a failed arrival is served no more");
     }
 
     #[test]
@@ -602,27 +461,14 @@ mod tests {
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
         let held = Arc::new(Held::new(7, 4, 0, swarm::Keep::new(0)));
         held.insert(1, Arc::new(b"abcd".to_vec()));
-        let srv =
-            PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
+        let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
         let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
         let mut r = transport::Transport::open(&t).unwrap();
         let mut buf = [0u8; 4];
         r.read(7, 4, &mut buf).unwrap();
         assert_eq!(&buf, b"abcd");
-        assert!(
-            matches!(
-                r.read(7, 0, &mut buf),
-                Err(transport::Error::Refused { .. })
-            ),
-            "block 0 is not held"
-        );
-        assert!(
-            matches!(
-                r.read(8, 4, &mut buf),
-                Err(transport::Error::Refused { .. })
-            ),
-            "another generation"
-        );
+        assert!(matches!(r.read(7, 0, &mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
+        assert!(matches!(r.read(8, 4, &mut buf), Err(transport::Error::Refused { .. })), "another generation");
         assert_eq!(srv.served.load(Ordering::Relaxed), 4);
         // Pipelined: the depth's reads sent before any answer; answers in the order asked, a refusal
         // included, and the connection goes on.
@@ -634,10 +480,7 @@ mod tests {
             r.send(7, 4, 4).unwrap();
         }
         assert!(r.send(7, 4, 4).is_err(), "no more than the depth in flight");
-        assert!(
-            matches!(r.receive(&mut buf), Err(transport::Error::Refused { .. })),
-            "block 0 is not held"
-        );
+        assert!(matches!(r.receive(&mut buf), Err(transport::Error::Refused { .. })), "block 0 is not held");
         for _ in 1..depth {
             let mut a = [0u8; 4];
             r.receive(&mut a).unwrap();
@@ -645,14 +488,8 @@ mod tests {
         }
         r.read(7, 4, &mut buf).unwrap();
         assert_eq!(&buf, b"abcd", "a plain read after pipelined ones");
-        let wrong = transport::tcp::TcpTransport::new(
-            srv.local_addr(),
-            transport::Token::new(b"fedcba9876543210").unwrap().into(),
-        );
-        assert!(matches!(
-            transport::Transport::open(&wrong),
-            Err(transport::Error::Auth(_))
-        ));
+        let wrong = transport::tcp::TcpTransport::new(srv.local_addr(), transport::Token::new(b"fedcba9876543210").unwrap().into());
+        assert!(matches!(transport::Transport::open(&wrong), Err(transport::Error::Auth(_))));
     }
 
     #[test]
@@ -671,39 +508,18 @@ mod tests {
             served: Arc::default(),
             stop: Arc::default(),
         };
-        let mut a = UploadSlot {
-            sh: &sh,
-            held: false,
-        };
+        let mut a = UploadSlot { sh: &sh, held: false };
         assert!(a.take());
-        assert!(
-            a.take(),
-            "a connection holding the slot keeps it for its next read"
-        );
-        assert_eq!(
-            sh.arrivals.load(Ordering::SeqCst),
-            1,
-            "one asker arrived, however many reads it sends"
-        );
-        let mut b = UploadSlot {
-            sh: &sh,
-            held: false,
-        };
+        assert!(a.take(), "a connection holding the slot keeps it for its next read");
+        assert_eq!(sh.arrivals.load(Ordering::SeqCst), 1, "one asker arrived, however many reads it sends");
+        let mut b = UploadSlot { sh: &sh, held: false };
         assert!(!b.take(), "one slot, held by the other connection");
         a.give_back();
         assert!(b.take());
         drop(b);
-        assert_eq!(
-            sh.uploads.load(Ordering::SeqCst),
-            0,
-            "a connection that ends gives its slot back"
-        );
+        assert_eq!(sh.uploads.load(Ordering::SeqCst), 0, "a connection that ends gives its slot back");
         assert_eq!(sh.arrivals.load(Ordering::SeqCst), 2);
-        assert_eq!(
-            *sh.load_changes.lock().unwrap(),
-            4,
-            "every take and give-back wakes the load reporter"
-        );
+        assert_eq!(*sh.load_changes.lock().unwrap(), 4, "every take and give-back wakes the load reporter");
 
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut asker = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -712,21 +528,13 @@ mod tests {
         asker.write_all(b"x").unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !next_request_waiting(&server) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the byte sent never showed"
-            );
+            assert!(std::time::Instant::now() < deadline, "the byte sent never showed");
             std::thread::yield_now();
         }
-        server
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        server.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut one = [0u8; 1];
         (&server).read_exact(&mut one).unwrap();
         assert_eq!(&one, b"x", "looking consumed nothing");
-        assert!(
-            !next_request_waiting(&server),
-            "read: nothing waits any more"
-        );
+        assert!(!next_request_waiting(&server), "read: nothing waits any more");
     }
 }

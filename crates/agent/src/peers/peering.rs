@@ -1,12 +1,12 @@
 //! An agent as a member of its generation's swarm ([`Peering`]): its link to the relay's tracker, the
 //! blocks it holds ([`Held`]) and the server that gives them to other agents ([`PeerServer`]).
 
+use endpoint::Endpoint;
 use crate::config::PeerConfig;
 use crate::error::Error;
 use crate::peers::held::Held;
 use crate::peers::peer_server::PeerServer;
 use crate::peers::tracker_link;
-use endpoint::Endpoint;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,45 +43,24 @@ impl Drop for Peering {
 impl Peering {
     /// Join the swarm of `generation` at the relay `relay`. `local`: this agent reads the relay over
     /// shared memory.
-    pub fn join(
-        relay: &Endpoint,
-        token: &Credentials,
-        generation: u64,
-        block_size: u64,
-        local: bool,
-        cfg: &PeerConfig,
-    ) -> Result<Peering, Error> {
-        let mut link =
-            TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
+    pub fn join(relay: &Endpoint, token: &Credentials, generation: u64, block_size: u64, local: bool, cfg: &PeerConfig) -> Result<Peering, Error> {
+        let mut link = TrackerLink::connect(relay, token, limits::CONNECT_TIMEOUT).map_err(Error::relay)?;
         // Under a TLS relay the snapshot never travels in the clear: serve peers over TLS, or not at all.
         let serve = cfg.serve && token.relay_tls().is_none_or(|t| t.peer_server().is_some());
         let cache = if serve { cfg.cache_bytes } else { 0 };
         // A seed of this process's own, so that the agents of a fleet keep different old blocks.
-        let keep = swarm::Keep::new(std::hash::BuildHasher::hash_one(
-            &std::collections::hash_map::RandomState::new(),
-            generation,
-        ));
+        let keep = swarm::Keep::new(std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), generation));
         let held = Arc::new(Held::new(generation, block_size, cache, keep));
         let server = if serve {
             let listen = match cfg.listen {
                 Some(l) => l,
                 None => SocketAddr::new(link.local_ip().map_err(Error::relay)?, 0),
             };
-            Some(PeerServer::start(
-                listen,
-                token.clone(),
-                held.clone(),
-                swarm::UPLOADS_MAX,
-            )?)
+            Some(PeerServer::start(listen, token.clone(), held.clone(), swarm::UPLOADS_MAX)?)
         } else {
             None
         };
-        let reg = Registration {
-            port: server.as_ref().map_or(0, |s| s.local_addr().port()),
-            serves: serve,
-            local,
-            advertise: cfg.advertise.clone(),
-        };
+        let reg = Registration { port: server.as_ref().map_or(0, |s| s.local_addr().port()), serves: serve, local, advertise: cfg.advertise.clone() };
         let id = link.register(generation, &reg).map_err(Error::relay)?;
         if let Some(s) = &server {
             tracing::info!(agent = id, listen = %s.local_addr(), advertise = cfg.advertise.as_deref().unwrap_or(""), "joined the swarm; serving peers");
@@ -91,14 +70,7 @@ impl Peering {
             Some(s) => Some(s.start_load_reporter(tracker.clone())?),
             None => None,
         };
-        Ok(Peering {
-            tracker,
-            held,
-            token: token.clone(),
-            server,
-            reporter,
-            id,
-        })
+        Ok(Peering { tracker, held, token: token.clone(), server, reporter, id })
     }
 
     /// Our number in the swarm.
@@ -123,9 +95,7 @@ impl Peering {
 
     /// Bytes served to peers so far.
     pub fn served_bytes(&self) -> u64 {
-        self.server
-            .as_ref()
-            .map_or(0, |s| s.served.load(Ordering::Relaxed))
+        self.server.as_ref().map_or(0, |s| s.served.load(Ordering::Relaxed))
     }
 
     pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, TrackerLink> {
@@ -160,16 +130,9 @@ impl Peering {
             let polled = self.tracker().poll_answer();
             match polled {
                 Ok(Some(transport::tracker::Answer::Needed(n))) => break Ok(n),
-                Ok(Some(transport::tracker::Answer::Located(_))) => {
-                    break Err(transport::Error::Protocol(
-                        "tracker link: a locate answer where a needed's was due".into(),
-                    ))
-                }
+                Ok(Some(transport::tracker::Answer::Located(_))) => break Err(transport::Error::Protocol("tracker link: a locate answer where a needed's was due".into())),
                 Ok(None) => {
-                    if let Err(e) = tracker_link::wait(
-                        &[std::os::fd::AsFd::as_fd(&socket)],
-                        tracker_link::WAIT_SLICE,
-                    ) {
+                    if let Err(e) = tracker_link::wait(&[std::os::fd::AsFd::as_fd(&socket)], tracker_link::WAIT_SLICE) {
                         break Err(e);
                     }
                 }
@@ -198,11 +161,7 @@ impl Peering {
                 break;
             }
             if !said {
-                tracing::info!(
-                    agents = needed,
-                    linger_max_secs = max.as_secs(),
-                    "serving peers that still pull"
-                );
+                tracing::info!(agents = needed, linger_max_secs = max.as_secs(), "serving peers that still pull");
                 said = true;
             }
             std::thread::sleep(limits::LINGER_POLL_EVERY); // Polling the tracker, bounded by `max`.

@@ -8,8 +8,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
 use transport::tracker::{Answer, TrackerLink};
 use transport::wire::swarm::{Locate, Located};
 
@@ -52,13 +52,9 @@ pub(crate) struct AskReceiver {
 
 /// A channel to the thread.
 pub(crate) fn channel() -> Result<(AskSender, AskReceiver), transport::Error> {
-    let (a, b) = UnixStream::pair().map_err(transport::Error::io(
-        transport::Operation::MakeTrackerWakeUpSocket,
-    ))?;
+    let (a, b) = UnixStream::pair().map_err(transport::Error::io(transport::Operation::MakeTrackerWakeUpSocket))?;
     for s in [&a, &b] {
-        s.set_nonblocking(true).map_err(transport::Error::io(
-            transport::Operation::MakeTrackerWakeUpSocket,
-        ))?;
+        s.set_nonblocking(true).map_err(transport::Error::io(transport::Operation::MakeTrackerWakeUpSocket))?;
     }
     let (tx, rx) = mpsc::channel();
     Ok((AskSender { tx, wake: a }, AskReceiver { rx, wake: b }))
@@ -124,23 +120,13 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
         let mut link = lock(tracker);
         let sent = match ask {
             None => Ok(()),
-            Some(Ask::Locate(l)) => link
-                .ask_locate(&l)
-                .map(|()| awaited.push_back(Instant::now())),
-            Some(Ask::Needed) => link
-                .ask_needed()
-                .map(|()| awaited.push_back(Instant::now())),
+            Some(Ask::Locate(l)) => link.ask_locate(&l).map(|()| awaited.push_back(Instant::now())),
+            Some(Ask::Needed) => link.ask_needed().map(|()| awaited.push_back(Instant::now())),
             Some(Ask::Have(b)) => link.have(b),
             Some(Ask::Arriving(b)) => link.arriving(b),
             Some(Ask::NotAt { peer, block }) => link.not_at(peer, block),
         };
-        let heard = sent.and_then(|()| {
-            if awaited.is_empty() {
-                Ok(None)
-            } else {
-                link.poll_answer()
-            }
-        });
+        let heard = sent.and_then(|()| if awaited.is_empty() { Ok(None) } else { link.poll_answer() });
         let owed = link.questions_owed();
         drop(link);
         let heard = match heard {
@@ -156,12 +142,7 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
                 None => continue,
                 // The link keeps the deadline of the questions it still owes: one awaited here that it
                 // no longer owes would be waited for without end.
-                Some(_) if owed < awaited.len() => {
-                    Heard::Lost(transport::Error::Protocol(format!(
-                        "tracker link: {} answers awaited, {owed} owed",
-                        awaited.len()
-                    )))
-                }
+                Some(_) if owed < awaited.len() => Heard::Lost(transport::Error::Protocol(format!("tracker link: {} answers awaited, {owed} owed", awaited.len()))),
                 // Nothing said and nothing arrived: wait for either.
                 Some(_) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
                     Ok(()) => {
@@ -197,14 +178,7 @@ pub(crate) const WAIT_SLICE: Duration = limits::TRACKER_WAIT_SLICE;
 
 /// Wait until one of `fds` has something to read (or is closed), at most `timeout`.
 pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), transport::Error> {
-    let mut polled: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let mut polled: Vec<libc::pollfd> = fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
     // SAFETY: `polled` is a live array of `polled.len()` pollfd structs for the duration of the call,
     // and every descriptor in it is borrowed from an open file for at least as long.
@@ -217,9 +191,7 @@ pub(crate) fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), tran
             if e.kind() == std::io::ErrorKind::Interrupted {
                 Ok(())
             } else {
-                Err(transport::Error::io(
-                    transport::Operation::WaitForTrackerAnswer,
-                )(e))
+                Err(transport::Error::io(transport::Operation::WaitForTrackerAnswer)(e))
             }
         }
     }
@@ -241,11 +213,7 @@ mod tests {
 
     /// A relay that authenticates the link, reads its requests and never answers; the channel ends
     /// when the link's connection does.
-    fn silent_relay() -> (
-        std::net::SocketAddr,
-        mpsc::Receiver<transport::wire::Request>,
-        Token,
-    ) {
+    fn silent_relay() -> (std::net::SocketAddr, mpsc::Receiver<transport::wire::Request>, Token) {
         let token = Token::new(b"0123456789abcdef").unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -266,12 +234,7 @@ mod tests {
     #[test]
     fn an_unanswered_question_closes_the_link_so_that_the_relay_ends_the_membership() {
         let (addr, requests, token) = silent_relay();
-        let link = TrackerLink::connect(
-            &addr.into(),
-            &Credentials::from(token),
-            Duration::from_millis(300),
-        )
-        .unwrap();
+        let link = TrackerLink::connect(&addr.into(), &Credentials::from(token), Duration::from_millis(300)).unwrap();
         let tracker = Arc::new(Mutex::new(link));
         let (asks, asked) = channel().unwrap();
         let (heard_tx, heard) = mpsc::channel();
@@ -279,10 +242,7 @@ mod tests {
         let thread = std::thread::spawn(move || run(&t, &asked, |h| heard_tx.send(h).is_ok()));
         asks.send(Ask::Needed).unwrap();
         match heard.recv_timeout(Duration::from_secs(10)) {
-            Ok(Heard::Lost(e)) => assert!(
-                e.to_string().contains("tracker"),
-                "the loss names the tracker's answer: {e}"
-            ),
+            Ok(Heard::Lost(e)) => assert!(e.to_string().contains("tracker"), "the loss names the tracker's answer: {e}"),
             Ok(_) => panic!("something heard from a relay that never answers"),
             Err(e) => panic!("no loss reported within 10 s: {e}"),
         }
@@ -295,19 +255,11 @@ mod tests {
             match requests.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(r) => seen.push(r),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    panic!("the link is still open at the relay after 10 s")
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("the link is still open at the relay after 10 s"),
             }
         }
-        assert!(
-            matches!(seen.as_slice(), [transport::wire::Request::Needed { .. }]),
-            "the relay heard {seen:?}"
-        );
+        assert!(matches!(seen.as_slice(), [transport::wire::Request::Needed { .. }]), "the relay heard {seen:?}");
         let e = lock(&tracker).load(1, 0).unwrap_err();
-        assert!(
-            e.to_string().contains("takes nothing more"),
-            "the load reporter's next report fails: {e}"
-        );
+        assert!(e.to_string().contains("takes nothing more"), "the load reporter's next report fails: {e}");
     }
 }

@@ -51,9 +51,7 @@ impl Cuts {
     /// Shut fetcher `fetcher`'s connection to `peer`: its reads on the wire end in an error (the
     /// fetcher reports them missed and drops the connection). Whether there was one.
     pub fn cut(&self, fetcher: usize, peer: u32) -> bool {
-        let Some(s) = self.lock().open.remove(&(fetcher, peer)) else {
-            return false;
-        };
+        let Some(s) = self.lock().open.remove(&(fetcher, peer)) else { return false };
         if let Err(e) = s.shutdown(Shutdown::Both) {
             // Already closed by the peer or the fetcher: its read ends anyway.
             tracing::debug!(peer, error = %e, "shut down an abandoned peer connection");
@@ -78,9 +76,7 @@ impl Cuts {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Socks> {
         // A fetcher that panicked holding the lock left the map whole (single inserts and removes).
-        self.socks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.socks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -94,8 +90,7 @@ mod tests {
     /// read's error, not `Ok(0)`) instead of hanging it.
     fn reader_to(l: &TcpListener) -> TcpStream {
         let r = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        r.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-            .unwrap();
+        r.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
         r
     }
 
@@ -107,20 +102,13 @@ mod tests {
         let (_peer, _) = l.accept().unwrap();
         let cuts = Cuts::default();
         cuts.opened(0, 7, reader.try_clone().unwrap());
-        assert!(
-            !cuts.cut(1, 7),
-            "another fetcher's connection to the peer is not this one"
-        );
+        assert!(!cuts.cut(1, 7), "another fetcher's connection to the peer is not this one");
         let waiting = std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind()));
         assert!(cuts.is_open(0, 7) && !cuts.is_open(1, 7));
         assert!(cuts.cut(0, 7));
         assert!(!cuts.cut(0, 7), "cut once");
         assert!(!cuts.is_open(0, 7), "a cut connection is not reused");
-        assert_eq!(
-            waiting.join().unwrap(),
-            Ok(0),
-            "the read ends with the connection"
-        );
+        assert_eq!(waiting.join().unwrap(), Ok(0), "the read ends with the connection");
     }
 
     #[test]
@@ -133,17 +121,11 @@ mod tests {
             let mut reader = reader_to(&l);
             peers.push(l.accept().unwrap().0);
             cuts.opened(f, p, reader.try_clone().unwrap());
-            waiting.push(std::thread::spawn(move || {
-                reader.read(&mut [0u8; 16]).map_err(|e| e.kind())
-            }));
+            waiting.push(std::thread::spawn(move || reader.read(&mut [0u8; 16]).map_err(|e| e.kind())));
         }
         assert_eq!(cuts.cut_all(), 2);
         for w in waiting {
-            assert_eq!(
-                w.join().unwrap(),
-                Ok(0),
-                "every read ends with its connection"
-            );
+            assert_eq!(w.join().unwrap(), Ok(0), "every read ends with its connection");
         }
         assert!(!cuts.is_open(0, 7) && !cuts.is_open(1, 8) && cuts.cut_all() == 0);
         // A fetcher that opens a connection after the end (a read still queued to it) finds it shut.
@@ -151,10 +133,6 @@ mod tests {
         let _peer = l.accept().unwrap();
         cuts.opened(0, 9, late.try_clone().unwrap());
         assert!(!cuts.is_open(0, 9));
-        assert_eq!(
-            late.read(&mut [0u8; 16]).map_err(|e| e.kind()),
-            Ok(0),
-            "shut as it was opened"
-        );
+        assert_eq!(late.read(&mut [0u8; 16]).map_err(|e| e.kind()), Ok(0), "shut as it was opened");
     }
 }

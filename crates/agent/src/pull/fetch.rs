@@ -1,12 +1,12 @@
 //! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
 //! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
 
-use crate::config::PullConfig;
-use crate::error::Error;
+use endpoint::Endpoint;
+use crate::pull::select;
 use crate::pull::pipeline;
 use crate::pull::progress;
-use crate::pull::select;
-use endpoint::Endpoint;
+use crate::config::PullConfig;
+use crate::error::Error;
 use serde::Serialize;
 use std::time::Instant;
 use transport::{Credentials, TransportKind};
@@ -51,27 +51,17 @@ pub fn fetch(
         transport: transport.as_ref(),
         progress: &attached.progress,
         readers: crate::pull::pipeline::readers(settings.readers, transport.as_ref()),
-        window: crate::pull::pipeline::window(
-            settings.window_blocks,
-            crate::pull::pipeline::Membership::Alone,
-        ),
+        window: crate::pull::pipeline::window(settings.window_blocks, crate::pull::pipeline::Membership::Alone),
         cancel,
         peering: None,
         counters: None,
     };
     let stats = pipeline::pull(&pull, sink)?;
     let end = Instant::now();
-    let transfer = stats
-        .first_byte
-        .map(|f| end.duration_since(f).as_secs_f64())
-        .unwrap_or(0.0)
-        .max(1e-9);
+    let transfer = stats.first_byte.map(|f| end.duration_since(f).as_secs_f64()).unwrap_or(0.0).max(1e-9);
     Ok(FetchReport {
         transport: transport.kind(),
-        transport_detail: transport
-            .detail()
-            .map(|d| format!("{d}; {why}"))
-            .unwrap_or(why),
+        transport_detail: transport.detail().map(|d| format!("{d}; {why}")).unwrap_or(why),
         bytes: stats.bytes,
         blocks: stats.blocks,
         secs: end.duration_since(t0).as_secs_f64(),

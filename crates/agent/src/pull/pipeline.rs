@@ -27,16 +27,16 @@
 //! fetched elsewhere. A block is served to peers while it arrives, all but its last byte, which goes
 //! only once the check passed ([`crate::peers::arrival`]).
 
-use crate::error::Error;
 use crate::peers::arrival::Arrival;
 use crate::peers::held::Held;
 use crate::peers::peering::Peering;
-use crate::peers::tracker_link::{self, Ask, Heard};
+use crate::report::{SourceBytes, SourceCounters};
 use crate::pull::cuts::Cuts;
 use crate::pull::planner::{self, Fetcher};
 use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
-use crate::report::{SourceBytes, SourceCounters};
+use crate::peers::tracker_link::{self, Ask, Heard};
+use crate::error::Error;
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,19 +77,11 @@ pub struct Stats {
 impl Stats {
     /// Bytes from the relay.
     pub fn relay_bytes(&self) -> u64 {
-        self.sources
-            .iter()
-            .filter(|s| s.source == RELAY)
-            .map(|s| s.bytes)
-            .sum()
+        self.sources.iter().filter(|s| s.source == RELAY).map(|s| s.bytes).sum()
     }
     /// Bytes from peers.
     pub fn peer_bytes(&self) -> u64 {
-        self.sources
-            .iter()
-            .filter(|s| s.source != RELAY)
-            .map(|s| s.bytes)
-            .sum()
+        self.sources.iter().filter(|s| s.source != RELAY).map(|s| s.bytes).sum()
     }
 }
 
@@ -114,6 +106,7 @@ pub struct Pull<'a> {
     pub counters: Option<&'a SourceCounters>,
 }
 
+
 /// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
 /// asking it (see [`PeerMiss::CutOff`]; [`limits::PEER_CUT_OFFS_MAX`]).
 const CUT_OFFS_MAX: u32 = limits::PEER_CUT_OFFS_MAX;
@@ -126,10 +119,7 @@ const POLL: Duration = limits::BLOCK_WAIT_MAX;
 enum Source {
     Relay,
     /// A peer: its number in the swarm and its address.
-    Peer {
-        id: u32,
-        addr: String,
-    },
+    Peer { id: u32, addr: String },
 }
 
 /// One read, as the planner gives it to a fetcher.
@@ -177,18 +167,9 @@ enum FetcherId {
 enum Report {
     /// A read ended with the block, verified. `took`: its own transfer (not its wait behind earlier
     /// reads on the connection); `rereads`: reads of it that failed the checksum first.
-    Done {
-        fetcher: FetcherId,
-        job: Job,
-        took: Duration,
-        rereads: u32,
-    },
+    Done { fetcher: FetcherId, job: Job, took: Duration, rereads: u32 },
     /// A read from a peer gave no block.
-    Missed {
-        fetcher: FetcherId,
-        job: Job,
-        miss: PeerMiss,
-    },
+    Missed { fetcher: FetcherId, job: Job, miss: PeerMiss },
     /// A block's bytes started to arrive and peers may read it from us while they do.
     Arriving(u64),
     /// A block that was arriving will not complete from that read (its `Done` or `Missed` follows).
@@ -197,11 +178,7 @@ enum Report {
     Failed(Error),
     /// The writer passed blocks `0..n` on; it dropped `dropped` from the serving cache; `freed` are
     /// buffers to reuse.
-    Written {
-        n: u64,
-        dropped: Vec<u64>,
-        freed: Vec<Vec<u8>>,
-    },
+    Written { n: u64, dropped: Vec<u64>, freed: Vec<Vec<u8>> },
     /// What the tracker link's thread heard back.
     Tracker(Heard),
 }
@@ -216,27 +193,13 @@ enum Feed {
 }
 
 /// Pull the whole generation and pass its bytes, in order, to `sink`.
-pub fn pull(
-    p: &Pull<'_>,
-    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-) -> Result<Stats, Error> {
+pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
     let readers = p.readers.max(1);
     let window = p.window.max(readers as u64);
-    let peer_fetchers = if p.peering.is_some() {
-        swarm::PEER_FETCHES_MAX
-    } else {
-        0
-    };
+    let peer_fetchers = if p.peering.is_some() { swarm::PEER_FETCHES_MAX } else { 0 };
     let generation = p.progress.with(|v| v.desc.generation);
     let cache_room = p.peering.map_or(0, |peering| peering.held.cache_blocks());
-    tracing::debug!(
-        readers,
-        window_blocks = window,
-        cache_room_blocks = cache_room,
-        peer_fetches = peer_fetchers,
-        generation,
-        "pulling"
-    );
+    tracing::debug!(readers, window_blocks = window, cache_room_blocks = cache_room, peer_fetches = peer_fetchers, generation, "pulling");
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let (feed_tx, feed_rx) = mpsc::channel::<Feed>();
     let over = AtomicBool::new(false);
@@ -246,9 +209,7 @@ pub fn pull(
         for r in 0..readers {
             let (tx, rx) = mpsc::channel();
             let reports = report_tx.clone();
-            spawn_in(scope, format!("reader-{r}"), move || {
-                relay_reader(p, generation, r, &rx, &reports)
-            })?;
+            spawn_in(scope, format!("reader-{r}"), move || relay_reader(p, generation, r, &rx, &reports))?;
             relay_jobs.push(tx);
         }
         let mut peer_jobs = Vec::new();
@@ -256,9 +217,7 @@ pub fn pull(
             for f in 0..peer_fetchers {
                 let (tx, rx) = mpsc::channel();
                 let (reports, cuts) = (report_tx.clone(), &cuts);
-                spawn_in(scope, format!("peer-fetch-{f}"), move || {
-                    peer_fetcher(peering, generation, f, &rx, &reports, cuts)
-                })?;
+                spawn_in(scope, format!("peer-fetch-{f}"), move || peer_fetcher(peering, generation, f, &rx, &reports, cuts))?;
                 peer_jobs.push(tx);
             }
         }
@@ -266,11 +225,7 @@ pub fn pull(
         if let Some(peering) = p.peering {
             let (tx, rx) = tracker_link::channel().map_err(Error::relay)?;
             let reports = report_tx.clone();
-            spawn_in(scope, "tracker-link".into(), move || {
-                tracker_link::run(&peering.tracker, &rx, |h| {
-                    reports.send(Report::Tracker(h)).is_ok()
-                })
-            })?;
+            spawn_in(scope, "tracker-link".into(), move || tracker_link::run(&peering.tracker, &rx, |h| reports.send(Report::Tracker(h)).is_ok()))?;
             tracker = Some(tx);
         }
         let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx, &cuts);
@@ -282,9 +237,7 @@ pub fn pull(
         let written = write_loop(p, &feed_rx, &report_tx, sink);
         // The planner stops within one wait, and with it the fetchers (their job channels close).
         over.store(true, Ordering::SeqCst);
-        let planned = planned
-            .join()
-            .map_err(|_| Error::Internal("the pull's planner panicked".into()))?;
+        let planned = planned.join().map_err(|_| Error::Internal("the pull's planner panicked".into()))?;
         let mut stats = written?;
         stats.reread = planned.rereads;
         stats.reads_in_flight_max = planned.in_flight_max;
@@ -292,15 +245,7 @@ pub fn pull(
         stats.peer_failures = planned.peer_failures;
         stats.peer_refusals = planned.peer_refusals;
         stats.swarm_lost = planned.swarm_lost;
-        let mut sources: Vec<SourceBytes> = planned
-            .sources
-            .into_iter()
-            .map(|(source, (bytes, blocks))| SourceBytes {
-                source,
-                bytes,
-                blocks,
-            })
-            .collect();
+        let mut sources: Vec<SourceBytes> = planned.sources.into_iter().map(|(source, (bytes, blocks))| SourceBytes { source, bytes, blocks }).collect();
         sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
         stats.sources = sources;
         Ok(stats)
@@ -308,16 +253,8 @@ pub fn pull(
 }
 
 /// Run a fetcher on a thread of the pull.
-fn spawn_in<'scope, 'env: 'scope>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    name: String,
-    f: impl FnOnce() + Send + 'scope,
-) -> Result<(), Error> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn_scoped(scope, f)
-        .map(drop)
-        .map_err(|e| Error::Internal(format!("spawn pull thread: {e}")))
+fn spawn_in<'scope, 'env: 'scope>(scope: &'scope std::thread::Scope<'scope, 'env>, name: String, f: impl FnOnce() + Send + 'scope) -> Result<(), Error> {
+    std::thread::Builder::new().name(name).spawn_scoped(scope, f).map(drop).map_err(|e| Error::Internal(format!("spawn pull thread: {e}")))
 }
 
 /// What the planner learnt, for the pull's stats.
@@ -362,22 +299,12 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(
-        p: &'a Pull<'a>,
-        window: u64,
-        relay: Vec<Sender<Job>>,
-        peers: Vec<Sender<Job>>,
-        tracker: Option<tracker_link::AskSender>,
-        feed: Sender<Feed>,
-        cuts: &'a Cuts,
-    ) -> Planner<'a> {
+    fn new(p: &'a Pull<'a>, window: u64, relay: Vec<Sender<Job>>, peers: Vec<Sender<Job>>, tracker: Option<tracker_link::AskSender>, feed: Sender<Feed>, cuts: &'a Cuts) -> Planner<'a> {
         let depth = limits::PEER_READS_IN_FLIGHT;
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.
         let in_flight = relay.len() * relay_depth + peers.len() * depth;
-        let pool_max = usize::try_from(window)
-            .unwrap_or(usize::MAX)
-            .saturating_add(in_flight);
+        let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(in_flight);
         Planner {
             p,
             // The serve cache's room still unused widens the window (the blocks in memory stay
@@ -390,14 +317,8 @@ impl<'a> Planner<'a> {
                 .with_cache_room(p.peering.map_or(0, |peering| peering.held.cache_blocks())),
             sched: Scheduler::new(),
             relay_depth,
-            relay: relay
-                .into_iter()
-                .map(|tx| (tx, Fetcher::default()))
-                .collect(),
-            peers: peers
-                .into_iter()
-                .map(|tx| (tx, Fetcher::default()))
-                .collect(),
+            relay: relay.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
+            peers: peers.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
             peer_addrs: HashMap::new(),
             pool: Vec::new(),
             pool_max,
@@ -421,10 +342,7 @@ impl<'a> Planner<'a> {
         self.drive(reports, over);
         let cut = self.cuts.cut_all();
         if cut > 0 {
-            tracing::debug!(
-                connections = cut,
-                "the pull is over: shut its peer connections"
-            );
+            tracing::debug!(connections = cut, "the pull is over: shut its peer connections");
         }
         self.out
     }
@@ -447,15 +365,7 @@ impl<'a> Planner<'a> {
             let planned = self.plan();
             // A completion, a write or the tracker's answer wakes us; otherwise look again soon
             // (blocks being published, blocks another agent claimed).
-            let first = if planned {
-                reports
-                    .try_recv()
-                    .map_err(|e| e == TryRecvError::Disconnected)
-            } else {
-                reports
-                    .recv_timeout(limits::LOCATE_RETRY_EVERY)
-                    .map_err(|e| e == RecvTimeoutError::Disconnected)
-            };
+            let first = if planned { reports.try_recv().map_err(|e| e == TryRecvError::Disconnected) } else { reports.recv_timeout(limits::LOCATE_RETRY_EVERY).map_err(|e| e == RecvTimeoutError::Disconnected) };
             let mut next = first;
             loop {
                 match next {
@@ -467,9 +377,7 @@ impl<'a> Planner<'a> {
                     Err(true) => return,
                     Err(false) => break,
                 }
-                next = reports
-                    .try_recv()
-                    .map_err(|e| e == TryRecvError::Disconnected);
+                next = reports.try_recv().map_err(|e| e == TryRecvError::Disconnected);
             }
         }
     }
@@ -477,10 +385,7 @@ impl<'a> Planner<'a> {
     /// The relay's view: blocks published, the total once known; an error when the relay's
     /// generation failed or its control link is lost.
     fn relay_state(&mut self) -> Result<(), Error> {
-        let (readable, total) = self
-            .p
-            .progress
-            .with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
+        let (readable, total) = self.p.progress.with(|v| v.check().map(|()| (v.blocks_readable(), v.blocks_total())))?;
         self.chooser.published(readable);
         if let Some(t) = total {
             self.sched.set_total(t);
@@ -513,9 +418,7 @@ impl<'a> Planner<'a> {
     /// Whether anyone else still needs blocks decides whether fed blocks are kept for them (asked at
     /// most every [`limits::NEEDED_POLL_EVERY`]).
     fn poll_needed(&mut self) {
-        if self.tracker.is_none()
-            || matches!(self.asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY)
-        {
+        if self.tracker.is_none() || matches!(self.asked_needed, Some(t) if t.elapsed() < limits::NEEDED_POLL_EVERY) {
             return;
         }
         self.asked_needed = Some(Instant::now());
@@ -542,13 +445,7 @@ impl<'a> Planner<'a> {
     fn cut_abandoned(&mut self) {
         for p in self.chooser.to_cut() {
             // The one fetcher reading from the peer (see `planner::peer_fetcher`).
-            let Some(f) = self
-                .peers
-                .iter()
-                .position(|(_, f)| f.outstanding > 0 && f.serving == Some(p))
-            else {
-                continue;
-            };
+            let Some(f) = self.peers.iter().position(|(_, f)| f.outstanding > 0 && f.serving == Some(p)) else { continue };
             // Marked only once it happened: a peer marked without a cut would have its reads' real
             // failures taken for ours, and never judged. Named again next round until then.
             if self.cuts.cut(f, p) {
@@ -570,14 +467,7 @@ impl<'a> Planner<'a> {
             return false;
         }
         if self.tracker.is_none() {
-            let answers: Vec<Located> = wanted
-                .iter()
-                .take(self.chooser.relay_slots())
-                .map(|b| Located {
-                    block: *b,
-                    at: Where::Relay,
-                })
-                .collect();
+            let answers: Vec<Located> = wanted.iter().take(self.chooser.relay_slots()).map(|b| Located { block: *b, at: Where::Relay }).collect();
             return self.assign(answers);
         }
         let fetching = self.chooser.fetching();
@@ -608,10 +498,7 @@ impl<'a> Planner<'a> {
         }
         let assigned = planner::assign(&mut self.chooser, &answers, Instant::now());
         for (peer, b) in &assigned.shunned {
-            self.tell(Ask::NotAt {
-                peer: *peer,
-                block: *b,
-            });
+            self.tell(Ask::NotAt { peer: *peer, block: *b });
         }
         for b in &assigned.relay {
             self.dispatch(*b, Source::Relay);
@@ -631,20 +518,10 @@ impl<'a> Planner<'a> {
         });
         let depth = limits::PEER_READS_IN_FLIGHT;
         let fetcher = match &from {
-            Source::Relay => planner::relay_reader(
-                &self.relay.iter().map(|(_, f)| *f).collect::<Vec<_>>(),
-                self.relay_depth,
-            )
-            .map(FetcherId::Relay),
-            Source::Peer { id, .. } => planner::peer_fetcher(
-                &self.peers.iter().map(|(_, f)| *f).collect::<Vec<_>>(),
-                *id,
-                depth,
-            )
-            .map(FetcherId::Peer),
+            Source::Relay => planner::relay_reader(&self.relay.iter().map(|(_, f)| *f).collect::<Vec<_>>(), self.relay_depth).map(FetcherId::Relay),
+            Source::Peer { id, .. } => planner::peer_fetcher(&self.peers.iter().map(|(_, f)| *f).collect::<Vec<_>>(), *id, depth).map(FetcherId::Peer),
         };
-        let read =
-            range.and_then(|((offset, len), want)| Some((offset, u32::try_from(len).ok()?, want)));
+        let read = range.and_then(|((offset, len), want)| Some((offset, u32::try_from(len).ok()?, want)));
         let (Some((offset, len, want)), Some(fetcher)) = (read, fetcher) else {
             // Not published after all, or no fetcher free (a transient the chooser's counts rule
             // out): the block goes back to the wanted ones.
@@ -661,17 +538,7 @@ impl<'a> Planner<'a> {
             FetcherId::Relay(i) => &mut self.relay[i],
             FetcherId::Peer(i) => &mut self.peers[i],
         };
-        if tx
-            .send(Job {
-                block: b,
-                offset,
-                len,
-                want,
-                from,
-                buf,
-            })
-            .is_err()
-        {
+        if tx.send(Job { block: b, offset, len, want, from, buf }).is_err() {
             // The fetcher is gone (a relay reader that failed: its report ends the pull).
             self.chooser.failed(b, false);
             return;
@@ -697,12 +564,7 @@ impl<'a> Planner<'a> {
     /// Act on a report; false when the pull is over (failed, or the writer is gone).
     fn handle(&mut self, r: Report) -> bool {
         match r {
-            Report::Done {
-                fetcher,
-                job,
-                took,
-                rereads,
-            } => {
+            Report::Done { fetcher, job, took, rereads } => {
                 self.fetcher(fetcher).outstanding -= 1;
                 self.asking.changed();
                 self.done(job, took, rereads)
@@ -772,10 +634,7 @@ impl<'a> Planner<'a> {
     fn done(&mut self, job: Job, took: Duration, rereads: u32) -> bool {
         let (b, bytes) = (job.block, u64::from(job.len));
         // Invariant 1: a block is kept, served or fed only after its checksum passed.
-        debug_assert!(
-            job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want,
-            "block {b} reported done unverified"
-        );
+        debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want, "block {b} reported done unverified");
         self.out.rereads += u64::from(rereads);
         let moved = match &job.from {
             Source::Peer { id, .. } => self.chooser.moved_ended(b, *id).then_some(*id),
@@ -820,11 +679,7 @@ impl<'a> Planner<'a> {
         e.0 += bytes;
         e.1 += 1;
         if let Some(c) = self.p.counters {
-            let counter = if job.from == Source::Relay {
-                &c.from_relay
-            } else {
-                &c.from_peers
-            };
+            let counter = if job.from == Source::Relay { &c.from_relay } else { &c.from_peers };
             counter.fetch_add(bytes, Ordering::Relaxed);
         }
         while let Some(next) = self.sched.next_ready() {
@@ -839,9 +694,7 @@ impl<'a> Planner<'a> {
     /// A read from a peer gave no block: the block goes back to the wanted ones, and the tracker and
     /// the chooser learn what the miss says about the peer.
     fn missed(&mut self, job: Job, miss: PeerMiss) {
-        let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else {
-            return;
-        };
+        let (b, Source::Peer { id: peer, addr }) = (job.block, &job.from) else { return };
         let peer = *peer;
         // A read this agent abandoned and cut itself (its block is held): a drop, saying nothing of
         // the peer, whatever the connection's end looked like.
@@ -858,10 +711,7 @@ impl<'a> Planner<'a> {
             }
             PeerMiss::Corrupt => {
                 tracing::warn!(peer = %addr, block = b, "a peer sent a block that fails its checksum; never asking it again");
-                self.tell(Ask::NotAt {
-                    peer,
-                    block: transport::wire::ALL_BLOCKS,
-                });
+                self.tell(Ask::NotAt { peer, block: transport::wire::ALL_BLOCKS });
                 self.out.peer_bad_blocks += 1;
             }
             PeerMiss::Failed(e) => {
@@ -917,11 +767,7 @@ enum Next {
 /// The next job for a fetcher with `in_flight` reads on the wire: it waits for one only when nothing
 /// is in flight (otherwise it goes on to receive what it sent).
 fn next_job(jobs: &Receiver<Job>, in_flight: usize) -> Next {
-    let got = if in_flight == 0 {
-        jobs.recv().map_err(|_| true)
-    } else {
-        jobs.try_recv().map_err(|e| e == TryRecvError::Disconnected)
-    };
+    let got = if in_flight == 0 { jobs.recv().map_err(|_| true) } else { jobs.try_recv().map_err(|e| e == TryRecvError::Disconnected) };
     match got {
         Ok(j) => Next::Job(j),
         Err(true) => Next::Gone,
@@ -937,9 +783,7 @@ struct ReadClock {
 
 impl ReadClock {
     fn new() -> ReadClock {
-        ReadClock {
-            last: Instant::now(),
-        }
+        ReadClock { last: Instant::now() }
     }
 
     /// A read is sent now, `in_flight` reads ahead of it; returns when.
@@ -962,13 +806,7 @@ impl ReadClock {
 /// A relay reader: reads what the planner gives it on its own connection or endpoint, up to its
 /// reader's depth in flight, and checks each block (a mismatch is read again once, behind what is in
 /// flight; twice fails the pull).
-fn relay_reader(
-    p: &Pull<'_>,
-    generation: u64,
-    me: usize,
-    jobs: &Receiver<Job>,
-    reports: &Sender<Report>,
-) {
+fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
     let serving = p.peering.filter(|pe| pe.serves()).map(|pe| &*pe.held);
     let mut reader: Option<Box<dyn RangeReader>> = None;
     // Reads sent, oldest first: the job, when it was sent, its attempt.
@@ -997,15 +835,9 @@ fn relay_reader(
             let at = clock.sent(wire.len());
             wire.push_back((job, at, 1));
         }
-        let Some((mut job, sent, attempt)) = wire.pop_front() else {
-            continue;
-        };
+        let Some((mut job, sent, attempt)) = wire.pop_front() else { continue };
         let r = reader.as_mut().expect("opened with the first read");
-        let (got, arrival) = if r.depth() > 1 {
-            receive_serving(r.as_mut(), &mut job, serving, reports)
-        } else {
-            (r.read(generation, job.offset, &mut job.buf), None)
-        };
+        let (got, arrival) = if r.depth() > 1 { receive_serving(r.as_mut(), &mut job, serving, reports) } else { (r.read(generation, job.offset, &mut job.buf), None) };
         if let Err(e) = got {
             settle(arrival, false, job.block, serving, reports);
             return fail(Error::relay(e));
@@ -1016,10 +848,7 @@ fn relay_reader(
         if !verified {
             tracing::warn!(block = job.block, attempt, "block checksum mismatch");
             if crate::pull::scheduler::after_mismatch(attempt) == Mismatch::Fail {
-                return fail(Error::Checksum {
-                    block: job.block,
-                    offset: job.offset,
-                });
+                return fail(Error::Checksum { block: job.block, offset: job.offset });
             }
             if r.depth() > 1 {
                 if let Err(e) = r.send(generation, job.offset, job.len) {
@@ -1030,15 +859,7 @@ fn relay_reader(
             wire.push_back((job, at, attempt + 1));
             continue;
         }
-        if reports
-            .send(Report::Done {
-                fetcher: FetcherId::Relay(me),
-                job,
-                took,
-                rereads: attempt - 1,
-            })
-            .is_err()
-        {
+        if reports.send(Report::Done { fetcher: FetcherId::Relay(me), job, took, rereads: attempt - 1 }).is_err() {
             return;
         }
     }
@@ -1046,32 +867,15 @@ fn relay_reader(
 
 /// A peer fetcher: reads what the planner gives it from one peer at a time, up to the depth in flight
 /// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
-fn peer_fetcher(
-    peering: &Peering,
-    generation: u64,
-    me: usize,
-    jobs: &Receiver<Job>,
-    reports: &Sender<Report>,
-    cuts: &Cuts,
-) {
+fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>, cuts: &Cuts) {
     let serving = peering.serves().then_some(&*peering.held);
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
     let mut wire: VecDeque<(Job, Instant)> = VecDeque::new();
     let mut clock = ReadClock::new();
-    let report = |job: Job, miss: PeerMiss| {
-        reports
-            .send(Report::Missed {
-                fetcher: FetcherId::Peer(me),
-                job,
-                miss,
-            })
-            .is_ok()
-    };
+    let report = |job: Job, miss: PeerMiss| reports.send(Report::Missed { fetcher: FetcherId::Peer(me), job, miss }).is_ok();
     // A connection that failed is closed; the reads still in flight on it are lost with it.
-    let close = |conns: &mut HashMap<u32, Box<dyn RangeReader>>,
-                 id: u32,
-                 wire: &mut VecDeque<(Job, Instant)>| {
+    let close = |conns: &mut HashMap<u32, Box<dyn RangeReader>>, id: u32, wire: &mut VecDeque<(Job, Instant)>| {
         conns.remove(&id);
         cuts.closed(me, id);
         for (j, _) in wire.drain(..) {
@@ -1085,9 +889,7 @@ fn peer_fetcher(
                 Next::Nothing => break,
                 Next::Gone => return,
             };
-            let Source::Peer { id, addr } = &job.from else {
-                continue;
-            };
+            let Source::Peer { id, addr } = &job.from else { continue };
             let (id, addr) = (*id, addr.clone());
             // A connection the planner cut after its last read ended is dead: opened anew, not
             // reused (a send on it would fail, and the peer be judged for it). One with reads on the
@@ -1097,11 +899,10 @@ fn peer_fetcher(
             }
             let conn = match conns.entry(id) {
                 std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token)
-                    .map(|(c, sock)| {
-                        cuts.opened(me, id, sock);
-                        e.insert(c)
-                    }),
+                std::collections::hash_map::Entry::Vacant(e) => connect_peer(&addr, &peering.token).map(|(c, sock)| {
+                    cuts.opened(me, id, sock);
+                    e.insert(c)
+                }),
             };
             let sent = conn.and_then(|c| c.send(generation, job.offset, job.len));
             if let Err(e) = sent {
@@ -1115,35 +916,18 @@ fn peer_fetcher(
             let at = clock.sent(wire.len());
             wire.push_back((job, at));
         }
-        let Some((mut job, sent)) = wire.pop_front() else {
-            continue;
-        };
-        let Source::Peer { id, .. } = job.from else {
-            continue;
-        };
+        let Some((mut job, sent)) = wire.pop_front() else { continue };
+        let Source::Peer { id, .. } = job.from else { continue };
         let (got, arrival) = match conns.get_mut(&id) {
             Some(c) => receive_serving(c.as_mut(), &mut job, serving, reports),
-            None => (
-                Err(transport::Error::Protocol(
-                    "connection to the peer closed".into(),
-                )),
-                None,
-            ),
+            None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
         let verified = got.is_ok() && snapshot::block_checksum(&job.buf) == job.want;
         settle(arrival, verified, job.block, serving, reports);
         let miss = match got {
             Ok(()) if verified => {
-                if reports
-                    .send(Report::Done {
-                        fetcher: FetcherId::Peer(me),
-                        job,
-                        took,
-                        rereads: 0,
-                    })
-                    .is_err()
-                {
+                if reports.send(Report::Done { fetcher: FetcherId::Peer(me), job, took, rereads: 0 }).is_err() {
                     return;
                 }
                 continue;
@@ -1154,10 +938,7 @@ fn peer_fetcher(
             Err(e) if e.is_cut_off() => PeerMiss::CutOff,
             Err(e) => PeerMiss::Failed(e),
         };
-        let drop_conn = matches!(
-            miss,
-            PeerMiss::Corrupt | PeerMiss::Failed(_) | PeerMiss::CutOff
-        );
+        let drop_conn = matches!(miss, PeerMiss::Corrupt | PeerMiss::Failed(_) | PeerMiss::CutOff);
         if !report(job, miss) {
             return;
         }
@@ -1170,15 +951,8 @@ fn peer_fetcher(
 /// Receive the oldest pipelined read's block into `job.buf`. An agent that serves peers serves the
 /// block while it arrives: its arrival starts with the first bytes (the planner tells the tracker)
 /// and follows every piece. Returns the arrival, to be settled once the block is checked.
-fn receive_serving(
-    r: &mut dyn RangeReader,
-    job: &mut Job,
-    serving: Option<&Held>,
-    reports: &Sender<Report>,
-) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
-    let Some(held) = serving else {
-        return (r.receive(&mut job.buf), None);
-    };
+fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
+    let Some(held) = serving else { return (r.receive(&mut job.buf), None) };
     let (block, len) = (job.block, job.buf.len());
     let mut arrival: Option<Arc<Arrival>> = None;
     let mut first = true;
@@ -1198,16 +972,8 @@ fn receive_serving(
 
 /// A block that was arriving was checked (`verified`) or its read failed: peers reading it get its
 /// last byte, or are cut off (and the planner takes the arrival back from the tracker).
-fn settle(
-    arrival: Option<Arc<Arrival>>,
-    verified: bool,
-    block: u64,
-    serving: Option<&Held>,
-    reports: &Sender<Report>,
-) {
-    let (Some(a), Some(held)) = (arrival, serving) else {
-        return;
-    };
+fn settle(arrival: Option<Arc<Arrival>>, verified: bool, block: u64, serving: Option<&Held>, reports: &Sender<Report>) {
+    let (Some(a), Some(held)) = (arrival, serving) else { return };
     if verified {
         a.settle(true);
     } else {
@@ -1218,35 +984,15 @@ fn settle(
 
 /// Connect to a peer (under a TLS relay, peers serve TLS too); with a handle on its socket, to cut it
 /// ([`Cuts`]).
-fn connect_peer(
-    addr: &str,
-    token: &transport::Credentials,
-) -> Result<(Box<dyn RangeReader>, std::net::TcpStream), transport::Error> {
-    let peer = addr
-        .parse::<endpoint::Endpoint>()
-        .map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
-    let s = transport::tcp::connect_with(
-        &peer,
-        &token.for_peers(),
-        transport::auth::Kind::Data,
-        limits::PEER_CONNECT_TIMEOUT,
-        limits::PEER_IO_TIMEOUT,
-        transport::Operation::ConnectToPeer,
-    )?;
-    let sock = s
-        .tcp()
-        .try_clone()
-        .map_err(transport::Error::io(transport::Operation::ClonePeerSocket))?;
+fn connect_peer(addr: &str, token: &transport::Credentials) -> Result<(Box<dyn RangeReader>, std::net::TcpStream), transport::Error> {
+    let peer = addr.parse::<endpoint::Endpoint>().map_err(|e| transport::Error::Protocol(format!("peer address: {e}")))?;
+    let s = transport::tcp::connect_with(&peer, &token.for_peers(), transport::auth::Kind::Data, limits::PEER_CONNECT_TIMEOUT, limits::PEER_IO_TIMEOUT, transport::Operation::ConnectToPeer)?;
+    let sock = s.tcp().try_clone().map_err(transport::Error::io(transport::Operation::ClonePeerSocket))?;
     Ok((Box::new(transport::tcp::StreamReader::new(s)), sock))
 }
 
 /// The writer: pass the blocks the planner sends, in order, to `sink`; report what was written.
-fn write_loop(
-    p: &Pull<'_>,
-    feed: &Receiver<Feed>,
-    reports: &Sender<Report>,
-    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-) -> Result<Stats, Error> {
+fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Stats, Error> {
     let mut stats = Stats::default();
     loop {
         crate::error::check_cancel(p.cancel)?;
@@ -1255,11 +1001,7 @@ fn write_loop(
             Ok(Feed::End) => return Ok(stats),
             Ok(Feed::Failed(e)) => return Err(e),
             Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::Internal(
-                    "the pull's planner ended without a word".into(),
-                ))
-            }
+            Err(RecvTimeoutError::Disconnected) => return Err(Error::Internal("the pull's planner ended without a word".into())),
         };
         sink(&buf)?;
         if stats.first_byte.is_none() {
@@ -1275,17 +1017,11 @@ fn write_loop(
                 peering.held.fed(stats.blocks).into_iter().unzip()
             }
         };
-        let freed = freed
-            .into_iter()
-            .filter_map(|v| Arc::try_unwrap(v).ok())
-            .collect();
-        let _ = reports.send(Report::Written {
-            n: stats.blocks,
-            dropped,
-            freed,
-        });
+        let freed = freed.into_iter().filter_map(|v| Arc::try_unwrap(v).ok()).collect();
+        let _ = reports.send(Report::Written { n: stats.blocks, dropped, freed });
     }
 }
+
 
 /// How a pull takes part in a swarm, for its default window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1339,23 +1075,10 @@ mod tests {
 
     #[test]
     fn a_member_of_a_swarm_looks_further_ahead_by_default_than_a_pull_from_the_relay_alone() {
-        assert_eq!(
-            window(None, Membership::Cached),
-            limits::WINDOW_BLOCKS_SERVING_DEFAULT
-        );
-        assert_eq!(
-            window(None, Membership::Uncached),
-            limits::WINDOW_BLOCKS_SWARM_DEFAULT
-        );
-        assert_eq!(
-            window(None, Membership::Alone),
-            limits::WINDOW_BLOCKS_DEFAULT
-        );
-        assert_eq!(
-            window(Some(8), Membership::Cached),
-            8,
-            "an asked window is kept"
-        );
+        assert_eq!(window(None, Membership::Cached), limits::WINDOW_BLOCKS_SERVING_DEFAULT);
+        assert_eq!(window(None, Membership::Uncached), limits::WINDOW_BLOCKS_SWARM_DEFAULT);
+        assert_eq!(window(None, Membership::Alone), limits::WINDOW_BLOCKS_DEFAULT);
+        assert_eq!(window(Some(8), Membership::Cached), 8, "an asked window is kept");
         assert_eq!(window(Some(64), Membership::Alone), 64);
     }
 }

@@ -25,36 +25,17 @@ pub struct Fetcher {
 /// The relay reader that takes the next read: the busiest one that still has room, else an idle
 /// one; `None` when every reader is full.
 pub fn relay_reader(readers: &[Fetcher], depth: usize) -> Option<usize> {
-    debug_assert!(
-        readers.iter().all(|f| f.outstanding <= depth),
-        "a relay reader beyond its depth {depth}"
-    );
+    debug_assert!(readers.iter().all(|f| f.outstanding <= depth), "a relay reader beyond its depth {depth}");
     let room = |f: &Fetcher| f.outstanding < depth;
-    readers
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| room(f))
-        .max_by_key(|(i, f)| (f.outstanding, std::cmp::Reverse(*i)))
-        .map(|(i, _)| i)
+    readers.iter().enumerate().filter(|(_, f)| room(f)).max_by_key(|(i, f)| (f.outstanding, std::cmp::Reverse(*i))).map(|(i, _)| i)
 }
 
 /// The peer fetcher that takes the next read from `peer`: the one already reading from it, if it
 /// has room, else an idle one; `None` otherwise (the chooser keeps the peers read from at once within
 /// the fetchers, so this is only a transient state).
 pub fn peer_fetcher(fetchers: &[Fetcher], peer: u32, depth: usize) -> Option<usize> {
-    debug_assert!(
-        fetchers
-            .iter()
-            .filter(|f| f.outstanding > 0 && f.serving == Some(peer))
-            .count()
-            <= 1,
-        "peer {peer} read by two fetchers at once"
-    );
-    if let Some((i, f)) = fetchers
-        .iter()
-        .enumerate()
-        .find(|(_, f)| f.outstanding > 0 && f.serving == Some(peer))
-    {
+    debug_assert!(fetchers.iter().filter(|f| f.outstanding > 0 && f.serving == Some(peer)).count() <= 1, "peer {peer} read by two fetchers at once");
+    if let Some((i, f)) = fetchers.iter().enumerate().find(|(_, f)| f.outstanding > 0 && f.serving == Some(peer)) {
         return (f.outstanding < depth).then_some(i);
     }
     fetchers.iter().position(|f| f.outstanding == 0)
@@ -93,8 +74,7 @@ pub fn assign(chooser: &mut Chooser, answers: &[Located], now: Instant) -> Assig
                     out.shunned.extend(ids.iter().map(|id| (*id, a.block)));
                     continue;
                 }
-                if let Some(Origin::Peer(id)) = chooser.choose_at(a.block, &Answer::Peers(ids), now)
-                {
+                if let Some(Origin::Peer(id)) = chooser.choose_at(a.block, &Answer::Peers(ids), now) {
                     out.peers.push((a.block, id));
                 }
             }
@@ -106,12 +86,7 @@ pub fn assign(chooser: &mut Chooser, answers: &[Located], now: Instant) -> Assig
 
 /// No block is read twice at once: each block the answers became is one read, from one source.
 fn assigned_once(out: &Assigned) -> bool {
-    let mut blocks: Vec<u64> = out
-        .relay
-        .iter()
-        .copied()
-        .chain(out.peers.iter().map(|(b, _)| *b))
-        .collect();
+    let mut blocks: Vec<u64> = out.relay.iter().copied().chain(out.peers.iter().map(|(b, _)| *b)).collect();
     let n = blocks.len();
     blocks.sort_unstable();
     blocks.dedup();
@@ -164,57 +139,26 @@ mod tests {
     use transport::wire::swarm::Peer;
 
     fn f(outstanding: usize, serving: Option<u32>) -> Fetcher {
-        Fetcher {
-            outstanding,
-            serving,
-        }
+        Fetcher { outstanding, serving }
     }
 
     #[test]
     fn relay_reads_deepen_a_connection_before_opening_another() {
         assert_eq!(relay_reader(&[f(0, None), f(0, None)], 3), Some(0));
-        assert_eq!(
-            relay_reader(&[f(1, None), f(0, None)], 3),
-            Some(0),
-            "deepen the busy one"
-        );
+        assert_eq!(relay_reader(&[f(1, None), f(0, None)], 3), Some(0), "deepen the busy one");
         assert_eq!(relay_reader(&[f(1, None), f(2, None)], 3), Some(1));
-        assert_eq!(
-            relay_reader(&[f(3, None), f(0, None)], 3),
-            Some(1),
-            "full: the next reader opens"
-        );
-        assert_eq!(
-            relay_reader(&[f(1, None), f(1, None)], 1),
-            None,
-            "shm/ucx readers: one at a time each"
-        );
+        assert_eq!(relay_reader(&[f(3, None), f(0, None)], 3), Some(1), "full: the next reader opens");
+        assert_eq!(relay_reader(&[f(1, None), f(1, None)], 1), None, "shm/ucx readers: one at a time each");
     }
 
     #[test]
     fn a_peer_is_read_by_one_fetcher_at_a_time() {
         let fs = [f(2, Some(7)), f(0, None)];
-        assert_eq!(
-            peer_fetcher(&fs, 7, 3),
-            Some(0),
-            "pipelined on the connection to peer 7"
-        );
-        assert_eq!(
-            peer_fetcher(&fs, 8, 3),
-            Some(1),
-            "another peer: the idle fetcher"
-        );
-        assert_eq!(
-            peer_fetcher(&[f(3, Some(7)), f(0, None)], 7, 3),
-            None,
-            "never a second connection to a peer"
-        );
+        assert_eq!(peer_fetcher(&fs, 7, 3), Some(0), "pipelined on the connection to peer 7");
+        assert_eq!(peer_fetcher(&fs, 8, 3), Some(1), "another peer: the idle fetcher");
+        assert_eq!(peer_fetcher(&[f(3, Some(7)), f(0, None)], 7, 3), None, "never a second connection to a peer");
         assert_eq!(peer_fetcher(&[f(1, Some(7)), f(1, Some(8))], 9, 3), None);
-        assert_eq!(
-            peer_fetcher(&[f(0, Some(7)), f(1, Some(8))], 9, 3),
-            Some(0),
-            "a fetcher with nothing outstanding serves no one"
-        );
+        assert_eq!(peer_fetcher(&[f(0, Some(7)), f(1, Some(8))], 9, 3), Some(0), "a fetcher with nothing outstanding serves no one");
     }
 
     #[test]
@@ -224,40 +168,17 @@ mod tests {
         c.published(8);
         c.done(0, 1, 1.0);
         assert_eq!(c.choose(1, &Answer::Peers(vec![9])), Some(Origin::Peer(9)));
-        assert_eq!(
-            c.failed(1, true),
-            Some(Origin::Peer(9)),
-            "peer 9 sent a bad block"
-        );
-        let peer = |id| Peer {
-            id,
-            addr: format!("10.0.0.{id}:1"),
-        };
+        assert_eq!(c.failed(1, true), Some(Origin::Peer(9)), "peer 9 sent a bad block");
+        let peer = |id| Peer { id, addr: format!("10.0.0.{id}:1") };
         let answers = vec![
-            Located {
-                block: 2,
-                at: Where::Relay,
-            },
-            Located {
-                block: 5,
-                at: Where::Peers(vec![peer(4)]),
-            },
-            Located {
-                block: 3,
-                at: Where::Peers(vec![peer(4), peer(5)]),
-            },
-            Located {
-                block: 4,
-                at: Where::Peers(vec![peer(9)]),
-            },
+            Located { block: 2, at: Where::Relay },
+            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
+            Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) },
+            Located { block: 4, at: Where::Peers(vec![peer(9)]) },
         ];
         let a = assign(&mut c, &answers, now);
         assert_eq!(a.relay, vec![2]);
-        assert_eq!(
-            a.peers,
-            vec![(5, 4), (3, 5)],
-            "in the relay's order; block 3 opens a second flow"
-        );
+        assert_eq!(a.peers, vec![(5, 4), (3, 5)], "in the relay's order; block 3 opens a second flow");
         assert_eq!(a.shunned, vec![(9, 4)], "block 4's only holder is avoided");
     }
 
@@ -267,26 +188,13 @@ mod tests {
         // (the tracker counted this agent at the holder it named first, for that block).
         let mut c = Chooser::new(8, 1).with_depth(1);
         c.published(8);
-        let peer = |id| Peer {
-            id,
-            addr: format!("10.0.0.{id}:1"),
-        };
+        let peer = |id| Peer { id, addr: format!("10.0.0.{id}:1") };
         let answers = vec![
-            Located {
-                block: 3,
-                at: Where::Peers(vec![peer(4), peer(5)]),
-            },
-            Located {
-                block: 5,
-                at: Where::Peers(vec![peer(4)]),
-            },
+            Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) },
+            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
         ];
         let a = assign(&mut c, &answers, Instant::now());
-        assert_eq!(
-            a.peers,
-            vec![(3, 4)],
-            "fewer holders named does not go first"
-        );
+        assert_eq!(a.peers, vec![(3, 4)], "fewer holders named does not go first");
     }
 
     #[test]
@@ -300,14 +208,8 @@ mod tests {
         assert!(a.may_ask(t0), "a useful answer: ask again at once");
         a.asked();
         a.answered(false, t0);
-        assert!(
-            !a.may_ask(t0),
-            "nothing to do: the same question now would get the same answer"
-        );
-        assert!(
-            a.may_ask(t0 + limits::LOCATE_RETRY_EVERY),
-            "after the pause"
-        );
+        assert!(!a.may_ask(t0), "nothing to do: the same question now would get the same answer");
+        assert!(a.may_ask(t0 + limits::LOCATE_RETRY_EVERY), "after the pause");
         a.changed();
         assert!(a.may_ask(t0), "a change ends the pause");
         a.asked();
@@ -315,9 +217,6 @@ mod tests {
         assert!(a.may_ask(t0), "no answer will come from a lost tracker");
         a.asked();
         a.changed();
-        assert!(
-            !a.may_ask(t0),
-            "a change does not send a second question while one is out"
-        );
+        assert!(!a.may_ask(t0), "a change does not send a second question while one is out");
     }
 }

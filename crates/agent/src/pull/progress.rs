@@ -25,19 +25,10 @@ impl View {
     /// Fail if the relay's control link is lost or its snapshot failed.
     pub fn check(&self) -> Result<(), crate::error::Error> {
         if let Some(l) = &self.lost {
-            return Err(crate::error::Error::unavailable(
-                crate::error::Party::Relay,
-                l.clone(),
-            ));
+            return Err(crate::error::Error::unavailable(crate::error::Party::Relay, l.clone()));
         }
         if self.desc.state == snapshot::State::Failed {
-            return Err(crate::error::Error::unavailable(
-                crate::error::Party::Relay,
-                format!(
-                    "its snapshot failed: {}",
-                    self.desc.error.clone().unwrap_or_default()
-                ),
-            ));
+            return Err(crate::error::Error::unavailable(crate::error::Party::Relay, format!("its snapshot failed: {}", self.desc.error.clone().unwrap_or_default())));
         }
         Ok(())
     }
@@ -79,37 +70,22 @@ impl Progress {
     }
 
     /// Wait until `pred` holds for the view, the link is lost, or `timeout` passes; then apply `f`.
-    pub fn wait_with<T>(
-        &self,
-        timeout: Duration,
-        pred: impl Fn(&View) -> bool,
-        f: impl FnOnce(&View) -> T,
-    ) -> T {
+    pub fn wait_with<T>(&self, timeout: Duration, pred: impl Fn(&View) -> bool, f: impl FnOnce(&View) -> T) -> T {
         let g = self.view.lock().unwrap_or_else(|p| p.into_inner());
-        let (g, _) = self
-            .changed
-            .wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none())
-            .unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self.changed.wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none()).unwrap_or_else(|p| p.into_inner());
         f(&g)
     }
 
     /// Wait until `pred` holds for the view or `timeout` passes; returns the view then.
     pub fn wait_until(&self, timeout: Duration, pred: impl Fn(&View) -> bool) -> View {
         let g = self.view.lock().unwrap_or_else(|p| p.into_inner());
-        let (g, _) = self
-            .changed
-            .wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none())
-            .unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self.changed.wait_timeout_while(g, timeout, |v| !pred(v) && v.lost.is_none()).unwrap_or_else(|p| p.into_inner());
         g.clone()
     }
 
     /// The RDB length, once known (cheap: no clone of the checksums).
     pub fn get_length(&self) -> Option<u64> {
-        self.view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .desc
-            .length
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).desc.length
     }
 
     /// Wake waiters (used when something else, e.g. a reader, changed state they watch).
@@ -142,84 +118,31 @@ pub struct Attached {
 }
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
-pub fn attach(
-    relay: &Endpoint,
-    token: &Credentials,
-    wait_max: Duration,
-) -> Result<Attached, crate::error::Error> {
-    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX)
-        .map_err(crate::error::Error::relay)?;
+pub fn attach(relay: &Endpoint, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::error::Error> {
+    let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::error::Error::relay)?;
     let (master, offered) = match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
-        Control::Hello {
-            master,
-            transports,
-            shm_socket,
-            ucx_transports,
-            ..
-        } => (
-            master,
-            Offered {
-                transports,
-                shm_socket,
-                ucx_transports,
-            },
-        ),
-        other => {
-            return Err(crate::error::Error::protocol(
-                crate::error::Party::Relay,
-                format!("expected hello, got {other:?}"),
-            ))
-        }
+        Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
+        other => return Err(crate::error::Error::protocol(crate::error::Party::Relay, format!("expected hello, got {other:?}"))),
     };
     let deadline = Instant::now() + wait_max;
     let desc = loop {
         match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
             Control::Descriptor(d) => break d.validate(0).map_err(crate::error::Error::relay)?,
             Control::Heartbeat if Instant::now() < deadline => continue,
-            Control::Heartbeat => {
-                return Err(crate::error::Error::unavailable(
-                    crate::error::Party::Relay,
-                    "it has no snapshot yet (timed out waiting)",
-                ))
-            }
-            Control::CaptureFailed { kind, message } => {
-                return Err(crate::error::Error::Capture { kind, message })
-            }
-            Control::Error(e) => {
-                return Err(crate::error::Error::unavailable(
-                    crate::error::Party::Relay,
-                    e,
-                ))
-            }
-            Control::Hello { .. } => {
-                return Err(crate::error::Error::protocol(
-                    crate::error::Party::Relay,
-                    "unexpected second hello",
-                ))
-            }
-            Control::Status(_) => {
-                return Err(crate::error::Error::protocol(
-                    crate::error::Party::Relay,
-                    "unexpected status on a control connection",
-                ))
-            }
+            Control::Heartbeat => return Err(crate::error::Error::unavailable(crate::error::Party::Relay, "it has no snapshot yet (timed out waiting)")),
+            Control::CaptureFailed { kind, message } => return Err(crate::error::Error::Capture { kind, message }),
+            Control::Error(e) => return Err(crate::error::Error::unavailable(crate::error::Party::Relay, e)),
+            Control::Hello { .. } => return Err(crate::error::Error::protocol(crate::error::Party::Relay, "unexpected second hello")),
+            Control::Status(_) => return Err(crate::error::Error::protocol(crate::error::Party::Relay, "unexpected status on a control connection")),
         }
     };
-    let progress = Arc::new(Progress {
-        view: Mutex::new(View { desc, lost: None }),
-        changed: Condvar::new(),
-    });
+    let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
     let p = progress.clone();
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || follow(s, p))
         .map_err(|e| crate::error::Error::Internal(format!("spawn control thread: {e}")))?;
-    Ok(Attached {
-        master,
-        offered,
-        progress,
-        at: Instant::now(),
-    })
+    Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 
 fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
@@ -229,25 +152,16 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
         match msg {
             Ok(Control::Descriptor(d)) => {
                 if d.generation != v.desc.generation {
-                    v.lost = Some(format!(
-                        "relay switched generation {} → {}",
-                        v.desc.generation, d.generation
-                    ));
+                    v.lost = Some(format!("relay switched generation {} → {}", v.desc.generation, d.generation));
                 } else if d.block_size != v.desc.block_size {
                     // Block numbers already fetched would mean other bytes.
-                    v.lost = Some(format!(
-                        "relay protocol error: block size changed {} → {}",
-                        v.desc.block_size, d.block_size
-                    ));
+                    v.lost = Some(format!("relay protocol error: block size changed {} → {}", v.desc.block_size, d.block_size));
                 } else {
                     match d.validate(v.desc.checksums.len() as u64) {
                         Ok(d) => {
                             let mut sums = std::mem::take(&mut v.desc.checksums);
                             sums.extend_from_slice(&d.checksums);
-                            v.desc = Descriptor {
-                                checksums: sums,
-                                ..d
-                            };
+                            v.desc = Descriptor { checksums: sums, ..d };
                         }
                         Err(e) => v.lost = Some(format!("relay {e}")),
                     }
@@ -255,9 +169,7 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
             }
             Ok(Control::Heartbeat) => continue,
             Ok(Control::Error(e) | Control::CaptureFailed { message: e, .. }) => v.lost = Some(e),
-            Ok(Control::Hello { .. } | Control::Status(_)) => {
-                v.lost = Some("protocol error: unexpected hello or status".into())
-            }
+            Ok(Control::Hello { .. } | Control::Status(_)) => v.lost = Some("protocol error: unexpected hello or status".into()),
             Err(e) => v.lost = Some(format!("lost its control connection: {e}")),
         }
         let stop = v.lost.is_some();

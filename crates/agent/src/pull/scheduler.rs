@@ -46,26 +46,13 @@ impl<B> Default for Scheduler<B> {
 impl<B> Scheduler<B> {
     /// A scheduler for a snapshot whose size is not known yet.
     pub fn new() -> Self {
-        Scheduler {
-            total: None,
-            next_write: 0,
-            ready: BTreeMap::new(),
-            in_flight: 0,
-            in_flight_max: 0,
-        }
+        Scheduler { total: None, next_write: 0, ready: BTreeMap::new(), in_flight: 0, in_flight_max: 0 }
     }
 
     /// The snapshot has `blocks` blocks (known once the relay has the RDB's length).
     pub fn set_total(&mut self, blocks: u64) {
-        debug_assert!(
-            self.total.is_none_or(|t| t == blocks),
-            "the snapshot's block count changed from {:?} to {blocks}",
-            self.total
-        );
-        debug_assert!(
-            self.next_write <= blocks && self.ready.keys().next_back().is_none_or(|&i| i < blocks),
-            "blocks beyond the snapshot's {blocks}"
-        );
+        debug_assert!(self.total.is_none_or(|t| t == blocks), "the snapshot's block count changed from {:?} to {blocks}", self.total);
+        debug_assert!(self.next_write <= blocks && self.ready.keys().next_back().is_none_or(|&i| i < blocks), "blocks beyond the snapshot's {blocks}");
         self.total = Some(blocks);
     }
 
@@ -77,29 +64,16 @@ impl<B> Scheduler<B> {
 
     /// Block `index` was read and checked.
     pub fn completed(&mut self, index: u64, buf: B) {
-        assert!(
-            index >= self.next_write && !self.ready.contains_key(&index),
-            "block {index} completed twice"
-        );
-        debug_assert!(
-            self.total.is_none_or(|t| index < t),
-            "block {index} beyond the snapshot's {:?}",
-            self.total
-        );
-        debug_assert!(
-            self.in_flight > 0,
-            "block {index} completed by a read never started"
-        );
+        assert!(index >= self.next_write && !self.ready.contains_key(&index), "block {index} completed twice");
+        debug_assert!(self.total.is_none_or(|t| index < t), "block {index} beyond the snapshot's {:?}", self.total);
+        debug_assert!(self.in_flight > 0, "block {index} completed by a read never started");
         self.in_flight = self.in_flight.saturating_sub(1);
         self.ready.insert(index, buf);
     }
 
     /// A read started with [`Scheduler::started`] ended without a block (its source failed).
     pub fn abandoned(&mut self) {
-        debug_assert!(
-            self.in_flight > 0,
-            "a read abandoned that was never started"
-        );
+        debug_assert!(self.in_flight > 0, "a read abandoned that was never started");
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
@@ -114,17 +88,8 @@ impl<B> Scheduler<B> {
         self.next_write += 1;
         // Invariant 3: handed on in order, no gap (the block was the next one) and no overlap (none
         // ready below the next).
-        debug_assert!(
-            self.ready
-                .keys()
-                .next()
-                .is_none_or(|&i| i >= self.next_write),
-            "a block ready behind the hand-on"
-        );
-        debug_assert!(
-            self.total.is_none_or(|t| self.next_write <= t),
-            "handed on beyond the snapshot"
-        );
+        debug_assert!(self.ready.keys().next().is_none_or(|&i| i >= self.next_write), "a block ready behind the hand-on");
+        debug_assert!(self.total.is_none_or(|t| self.next_write <= t), "handed on beyond the snapshot");
         Some(b)
     }
 

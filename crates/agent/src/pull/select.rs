@@ -1,38 +1,19 @@
 //! Choosing the transport for a join from what the relay offers and what works from here.
 
-use crate::error::Error;
 use crate::pull::progress::Offered;
+use crate::error::Error;
 use endpoint::Endpoint;
 use transport::{Credentials, Transport, TransportKind};
 
 /// Open the transport `choice` names, or for `None` (`auto`) the best one that works; the second
 /// value says why (for the log and the report's notes).
-pub fn select(
-    choice: Option<TransportKind>,
-    relay: &Endpoint,
-    token: &Credentials,
-    offered: &Offered,
-) -> Result<(Box<dyn Transport>, String), Error> {
+pub fn select(choice: Option<TransportKind>, relay: &Endpoint, token: &Credentials, offered: &Offered) -> Result<(Box<dyn Transport>, String), Error> {
     use TransportKind::{Shm, Tcp, Ucx};
     let offers = |kind: TransportKind| offered.transports.contains(&kind);
-    let list = || {
-        offered
-            .transports
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let not_offered = |kind: TransportKind| {
-        Error::Incompatible(format!(
-            "the relay does not offer {kind} (it offers: {}); nothing was changed",
-            list()
-        ))
-    };
+    let list = || offered.transports.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+    let not_offered = |kind: TransportKind| Error::Incompatible(format!("the relay does not offer {kind} (it offers: {}); nothing was changed", list()));
     let shm = || -> Result<Option<transport::shm::ShmTransport>, Error> {
-        let Some(name) = offered.shm_socket.clone().filter(|_| offers(Shm)) else {
-            return Ok(None);
-        };
+        let Some(name) = offered.shm_socket.clone().filter(|_| offers(Shm)) else { return Ok(None) };
         let t = transport::shm::ShmTransport::new(name, token.token().clone());
         Ok(t.reachable().map_err(Error::relay)?.then_some(t))
     };

@@ -6,6 +6,7 @@
 //! RDMA READ with the relay's CPU idle — split into chunks that are all in flight at once.
 
 use endpoint::Endpoint as RelayAddr;
+use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -15,7 +16,6 @@ use transport::auth::Kind;
 use transport::tcp::{StreamReader, IO_TIMEOUT};
 use transport::wire::{AttachKind, Request, UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};
 use transport::{Credentials, Error, RangeReader, Transport};
-use ucx::{Context, Endpoint, RemoteKey, Worker};
 
 /// Size of the GETs a block read is split into (all in flight together).
 pub const CHUNK: usize = limits::UCX_GET_BYTES;
@@ -36,28 +36,14 @@ impl UcxTransport {
     }
 
     /// As [`UcxTransport::connect`], restricted to the UCX transports `tls` names (e.g. `tcp`, `sm`).
-    pub fn with_tls(
-        relay: RelayAddr,
-        token: Credentials,
-        tls: Option<&str>,
-    ) -> Result<UcxTransport, ucx::Error> {
+    pub fn with_tls(relay: RelayAddr, token: Credentials, tls: Option<&str>) -> Result<UcxTransport, ucx::Error> {
         // UCX's tcp transport listens on every network device it uses: keep it on the one this
         // host reaches the relay through (RDMA devices stay available; they open no TCP listener).
-        let devices = match relay
-            .resolve()
-            .ok()
-            .and_then(|a| a.first().copied())
-            .and_then(route_device)
-        {
+        let devices = match relay.resolve().ok().and_then(|a| a.first().copied()).and_then(route_device) {
             Some(d) => Some(Context::net_devices_listening_on(&d)?),
             None => None,
         };
-        Ok(UcxTransport {
-            relay,
-            token,
-            ctx: Context::with_options(tls, devices.as_deref())?,
-            lane: Arc::default(),
-        })
+        Ok(UcxTransport { relay, token, ctx: Context::with_options(tls, devices.as_deref())?, lane: Arc::default() })
     }
 
     /// The UCX transports/devices this side found (for `auto`: is there an RDMA one?).
@@ -79,13 +65,7 @@ impl Transport for UcxTransport {
     fn open(&self) -> Result<Box<dyn RangeReader>, Error> {
         let s = transport::tcp::connect(&self.relay, &self.token, Kind::Data, IO_TIMEOUT)?;
         let worker = Worker::new(&self.ctx).map_err(|e| Error::Rma(e.to_string()))?;
-        Ok(Box::new(UcxReader {
-            keys: HashMap::new(),
-            ep: None,
-            worker,
-            conn: StreamReader::new(s),
-            lane: self.lane.clone(),
-        }))
+        Ok(Box::new(UcxReader { keys: HashMap::new(), ep: None, worker, conn: StreamReader::new(s), lane: self.lane.clone() }))
     }
 }
 
@@ -115,34 +95,18 @@ unsafe impl Send for UcxReader {}
 impl UcxReader {
     fn segment(&mut self, generation: u64, segment: u64) -> Result<&Segment, Error> {
         if !self.keys.contains_key(&(generation, segment)) {
-            let len = self.conn.request(
-                Request::Attach {
-                    generation,
-                    transport: AttachKind::Ucx,
-                    arg: segment,
-                },
-                transport::Operation::UcxAttach,
-            )?;
+            let len = self.conn.request(Request::Attach { generation, transport: AttachKind::Ucx, arg: segment }, transport::Operation::UcxAttach)?;
             if len as usize > 2 * UCX_BLOB_MAX + 24 {
                 return Err(Error::Protocol(format!("ucx attach answer of {len} bytes")));
             }
             let mut body = vec![0u8; len as usize];
-            std::io::Read::read_exact(&mut self.conn.s, &mut body)
-                .map_err(Error::io(transport::Operation::ReadUcxAttachAnswer))?;
+            std::io::Read::read_exact(&mut self.conn.s, &mut body).map_err(Error::io(transport::Operation::ReadUcxAttachAnswer))?;
             let key = UcxKey::decode(&body)?;
-            if self
-                .ep
-                .as_ref()
-                .map(|(a, _)| a != &key.worker)
-                .unwrap_or(true)
-            {
+            if self.ep.as_ref().map(|(a, _)| a != &key.worker).unwrap_or(true) {
                 // A new relay worker (first attach, or the relay restarted its UCX side).
                 self.keys.clear();
                 self.ep = None;
-                let ep = self
-                    .worker
-                    .connect(&key.worker)
-                    .map_err(|e| Error::Rma(e.to_string()))?;
+                let ep = self.worker.connect(&key.worker).map_err(|e| Error::Rma(e.to_string()))?;
                 // Which UCX transport carries GETs is fixed when the endpoint is made: record it once.
                 let mut lane = self.lane.lock().unwrap_or_else(|p| p.into_inner());
                 if lane.is_none() {
@@ -152,17 +116,8 @@ impl UcxReader {
                 self.ep = Some((key.worker.clone(), ep));
             }
             let (_, ep) = self.ep.as_ref().expect("set above");
-            let rkey = ep
-                .unpack_rkey(&key.rkey)
-                .map_err(|e| Error::Rma(e.to_string()))?;
-            self.keys.insert(
-                (generation, segment),
-                Segment {
-                    rkey,
-                    base: key.base,
-                    len: key.len,
-                },
-            );
+            let rkey = ep.unpack_rkey(&key.rkey).map_err(|e| Error::Rma(e.to_string()))?;
+            self.keys.insert((generation, segment), Segment { rkey, base: key.base, len: key.len });
         }
         Ok(&self.keys[&(generation, segment)])
     }
@@ -202,29 +157,19 @@ impl UcxReader {
             let seg = self.segment(generation, seg_no)?;
             let n = ((seg.len.saturating_sub(within)) as usize).min(buf.len() - done);
             if n == 0 {
-                return Err(Error::Protocol(format!(
-                    "read at {pos} beyond the relay's registered segment"
-                )));
+                return Err(Error::Protocol(format!("read at {pos} beyond the relay's registered segment")));
             }
             let base = seg.base + within;
-            let mut ops: Vec<(&mut [u8], u64)> = buf[done..done + n]
-                .chunks_mut(CHUNK)
-                .enumerate()
-                .map(|(i, c)| (c, base + (i * CHUNK) as u64))
-                .collect();
+            let mut ops: Vec<(&mut [u8], u64)> =
+                buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
-            let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || {
-                (was_open && peer_closed(conn))
-                    .then(|| "the relay closed its data connection".to_string())
-            });
+            let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || (was_open && peer_closed(conn)).then(|| "the relay closed its data connection".to_string()));
             if let Err(e) = got {
                 // The endpoint may have been closed to end the failed GETs: the next read starts over.
                 self.keys.clear();
                 self.ep = None;
-                return Err(Error::Rma(format!(
-                    "{e} (relay gone or unreachable over UCX?)"
-                )));
+                return Err(Error::Rma(format!("{e} (relay gone or unreachable over UCX?)")));
             }
             done += n;
         }
@@ -234,11 +179,7 @@ impl UcxReader {
 
 /// Has the other end of the TCP connection `fd` closed it (or is it broken)? Does not wait.
 fn peer_closed(fd: std::os::fd::RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
     // SAFETY: one valid pollfd on the stack; `fd` is an open socket owned by the caller's reader.
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
@@ -247,11 +188,7 @@ fn peer_closed(fd: std::os::fd::RawFd) -> bool {
 /// The network device this host reaches `relay` through (the kernel's route choice, asked with an
 /// unconnected-then-connected UDP socket: nothing is sent), or `None` when it cannot be told.
 fn route_device(relay: SocketAddr) -> Option<String> {
-    let any: SocketAddr = if relay.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
+    let any: SocketAddr = if relay.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
     let s = std::net::UdpSocket::bind(any).ok()?;
     s.connect(relay).ok()?;
     ucx::netdev::device_of(s.local_addr().ok()?.ip())

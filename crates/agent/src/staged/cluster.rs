@@ -84,18 +84,10 @@ fn parse_line(line: &str) -> Result<Node, String> {
     // `ip:port@cport` then optional `,hostname,aux=…`; the ip may be IPv6 (colons), so the port is
     // after the last colon before `@`.
     let address = f[1].split(',').next().unwrap_or_default();
-    let (hostport, bus) = address
-        .split_once('@')
-        .ok_or_else(|| format!("address {address:?} has no @bus-port"))?;
-    let (ip, port) = hostport
-        .rsplit_once(':')
-        .ok_or_else(|| format!("address {address:?} has no port"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("bad port in {address:?}"))?;
-    let bus_port: u16 = bus
-        .parse()
-        .map_err(|_| format!("bad bus port in {address:?}"))?;
+    let (hostport, bus) = address.split_once('@').ok_or_else(|| format!("address {address:?} has no @bus-port"))?;
+    let (ip, port) = hostport.rsplit_once(':').ok_or_else(|| format!("address {address:?} has no port"))?;
+    let port: u16 = port.parse().map_err(|_| format!("bad port in {address:?}"))?;
+    let bus_port: u16 = bus.parse().map_err(|_| format!("bad bus port in {address:?}"))?;
     let flags: Vec<&str> = f[2].split(',').collect();
     let has = |x: &str| flags.contains(&x);
     let role = match (has("master"), has("slave")) {
@@ -110,9 +102,7 @@ fn parse_line(line: &str) -> Result<Node, String> {
         "-" => None,
         m => Some(check_id(m)?),
     };
-    let config_epoch: u64 = f[6]
-        .parse()
-        .map_err(|_| format!("bad config epoch {:?}", f[6]))?;
+    let config_epoch: u64 = f[6].parse().map_err(|_| format!("bad config epoch {:?}", f[6]))?;
     let mut slots = 0u32;
     for s in &f[8..] {
         if s.starts_with('[') {
@@ -122,20 +112,13 @@ fn parse_line(line: &str) -> Result<Node, String> {
             Some((a, b)) => (a, b),
             None => (*s, *s),
         };
-        let (a, b): (u32, u32) = (
-            a.parse().map_err(|_| format!("bad slot {s:?}"))?,
-            b.parse().map_err(|_| format!("bad slot {s:?}"))?,
-        );
+        let (a, b): (u32, u32) = (a.parse().map_err(|_| format!("bad slot {s:?}"))?, b.parse().map_err(|_| format!("bad slot {s:?}"))?);
         if a > b || b >= SLOTS {
             return Err(format!("slot range {s:?} outside 0-{}", SLOTS - 1));
         }
         slots = slots.saturating_add(b - a + 1);
     }
-    let unsettled = has("fail")
-        || has("fail?")
-        || has("handshake")
-        || has("noaddr")
-        || f[7] != "connected" && !has("myself");
+    let unsettled = has("fail") || has("fail?") || has("handshake") || has("noaddr") || f[7] != "connected" && !has("myself");
     Ok(Node {
         id,
         addr: endpoint::host_port(ip, port),
@@ -154,10 +137,7 @@ fn check_id(s: &str) -> Result<String, String> {
     if s.len() == ID_LEN && s.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(s.to_ascii_lowercase())
     } else {
-        Err(format!(
-            "node id {:?} is not {ID_LEN} hex digits",
-            s.chars().take(48).collect::<String>()
-        ))
+        Err(format!("node id {:?} is not {ID_LEN} hex digits", s.chars().take(48).collect::<String>()))
     }
 }
 
@@ -178,49 +158,25 @@ pub fn myself(nodes: &[Node]) -> Result<&Node, String> {
 /// has not learned its own address (a cluster of one lists itself as `:port`) is written with the
 /// host of `master_addr`, where the stager reached it: the staged node must reach it before anyone
 /// introduces it.
-pub fn staged_config(
-    my_id: &str,
-    table: &[Node],
-    master_id: &str,
-    master_addr: &str,
-    table_text: &str,
-) -> Result<String, String> {
+pub fn staged_config(my_id: &str, table: &[Node], master_id: &str, master_addr: &str, table_text: &str) -> Result<String, String> {
     check_id(my_id)?;
-    if !table
-        .iter()
-        .any(|n| n.id == master_id && n.role == Role::Master)
-    {
+    if !table.iter().any(|n| n.id == master_id && n.role == Role::Master) {
         return Err(format!("the table has no master {master_id}"));
     }
     let epoch = table.iter().map(|n| n.config_epoch).max().unwrap_or(0);
     let mut out = format!("{my_id} :0@0 myself,slave {master_id} 0 0 0 connected\n");
-    for line in table_text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("vars "))
-    {
+    for line in table_text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("vars ")) {
         let n = parse_line(line)?;
         if n.unsettled {
             continue;
         }
         // The answering node's line says `myself`: it is not ourselves here.
-        let mut f: Vec<String> = line
-            .split(' ')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
+        let mut f: Vec<String> = line.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect();
         if n.id == master_id && f[1].starts_with(':') {
-            let host = master_addr
-                .rsplit_once(':')
-                .map(|(h, _)| h.trim_matches(['[', ']']))
-                .unwrap_or(master_addr);
+            let host = master_addr.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']'])).unwrap_or(master_addr);
             f[1] = format!("{host}{}", f[1]);
         }
-        f[2] = f[2]
-            .split(',')
-            .filter(|x| *x != "myself")
-            .collect::<Vec<_>>()
-            .join(",");
+        f[2] = f[2].split(',').filter(|x| *x != "myself").collect::<Vec<_>>().join(",");
         // Migration markers describe the answering node's state, not a stored one.
         f.retain(|x| !x.starts_with('['));
         out.push_str(&f.join(" "));
@@ -245,13 +201,7 @@ pub fn fuzz(data: &[u8]) {
     if let Ok(nodes) = parse(&text) {
         let _ = myself(&nodes);
         if let Some(m) = nodes.iter().find(|n| n.role == Role::Master) {
-            let _ = staged_config(
-                &"0".repeat(ID_LEN),
-                &nodes,
-                &m.id.clone(),
-                "10.0.0.1:6379",
-                &text,
-            );
+            let _ = staged_config(&"0".repeat(ID_LEN), &nodes, &m.id.clone(), "10.0.0.1:6379", &text);
         }
     }
 }
@@ -273,31 +223,10 @@ mod tests {
         let nodes = parse(&text).unwrap();
         assert_eq!(nodes.len(), 2);
         let me = myself(&nodes).unwrap();
-        assert_eq!(
-            (me.id.as_str(), me.role, me.slots, me.port, me.bus_port),
-            (N, Role::Master, 0, 7002, 17002)
-        );
-        assert_eq!(
-            (
-                nodes[1].slots,
-                nodes[1].config_epoch,
-                nodes[1].addr.as_str()
-            ),
-            (5462, 1, "127.0.0.1:7001")
-        );
-        let replica = parse(&format!(
-            "{N} ::1:7002@17002 myself,slave {M} 0 0 1 connected"
-        ))
-        .unwrap();
-        assert_eq!(
-            (
-                replica[0].role,
-                replica[0].master.as_deref(),
-                replica[0].addr.as_str()
-            ),
-            (Role::Replica, Some(M), "[::1]:7002"),
-            "an IPv6 address bracketed, so that it parses again"
-        );
+        assert_eq!((me.id.as_str(), me.role, me.slots, me.port, me.bus_port), (N, Role::Master, 0, 7002, 17002));
+        assert_eq!((nodes[1].slots, nodes[1].config_epoch, nodes[1].addr.as_str()), (5462, 1, "127.0.0.1:7001"));
+        let replica = parse(&format!("{N} ::1:7002@17002 myself,slave {M} 0 0 1 connected")).unwrap();
+        assert_eq!((replica[0].role, replica[0].master.as_deref(), replica[0].addr.as_str()), (Role::Replica, Some(M), "[::1]:7002"), "an IPv6 address bracketed, so that it parses again");
     }
 
     #[test]
@@ -314,13 +243,7 @@ mod tests {
         ] {
             assert!(parse(&bad).is_err(), "{bad}");
         }
-        assert!(myself(
-            &parse(&format!(
-                "{N} 127.0.0.1:7002@17002 master - 0 0 0 connected"
-            ))
-            .unwrap()
-        )
-        .is_err());
+        assert!(myself(&parse(&format!("{N} 127.0.0.1:7002@17002 master - 0 0 0 connected")).unwrap()).is_err());
     }
 
     #[test]
@@ -335,58 +258,28 @@ mod tests {
     #[test]
     fn a_replica_whose_master_is_not_known_yet_is_unsettled() {
         // Right after CLUSTER REPLICATE elsewhere a node may list a replica with master `-`.
-        let nodes = parse(&format!(
-            "{N} 127.0.0.1:7002@17002 slave - 0 0 0 connected
-{M} 127.0.0.1:7001@17001 slave {N} 0 0 0 connected"
-        ))
-        .unwrap();
-        assert_eq!(
-            (
-                nodes[0].role,
-                nodes[0].master.as_deref(),
-                nodes[0].unsettled
-            ),
-            (Role::Replica, None, true)
-        );
-        assert_eq!(
-            (
-                nodes[1].role,
-                nodes[1].master.as_deref(),
-                nodes[1].unsettled
-            ),
-            (Role::Replica, Some(N), false)
-        );
+        let nodes = parse(&format!("{N} 127.0.0.1:7002@17002 slave - 0 0 0 connected
+{M} 127.0.0.1:7001@17001 slave {N} 0 0 0 connected")).unwrap();
+        assert_eq!((nodes[0].role, nodes[0].master.as_deref(), nodes[0].unsettled), (Role::Replica, None, true));
+        assert_eq!((nodes[1].role, nodes[1].master.as_deref(), nodes[1].unsettled), (Role::Replica, Some(N), false));
     }
 
     #[test]
     fn a_staged_config_follows_the_master_and_knows_the_table() {
-        let table =
-            format!("{M} 10.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-16383 [7->-{N}]\n");
+        let table = format!("{M} 10.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-16383 [7->-{N}]\n");
         let nodes = parse(&table).unwrap();
         let me = "a".repeat(40);
         let conf = staged_config(&me, &nodes, M, "10.0.0.9:7001", &table).unwrap();
         let back = parse(&conf).unwrap();
         let mine = myself(&back).unwrap();
-        assert_eq!(
-            (mine.id.as_str(), mine.role, mine.master.as_deref()),
-            (me.as_str(), Role::Replica, Some(M))
-        );
+        assert_eq!((mine.id.as_str(), mine.role, mine.master.as_deref()), (me.as_str(), Role::Replica, Some(M)));
         let master = back.iter().find(|n| n.id == M).unwrap();
         assert!(!master.myself && master.slots == SLOTS && master.addr == "10.0.0.1:7001");
-        assert!(
-            conf.ends_with("vars currentEpoch 3 lastVoteEpoch 0\n") && !conf.contains('['),
-            "{conf}"
-        );
-        assert!(
-            staged_config(&me, &nodes, N, "10.0.0.1:7001", &table).is_err(),
-            "not a master in the table"
-        );
+        assert!(conf.ends_with("vars currentEpoch 3 lastVoteEpoch 0\n") && !conf.contains('['), "{conf}");
+        assert!(staged_config(&me, &nodes, N, "10.0.0.1:7001", &table).is_err(), "not a master in the table");
         let alone = format!("{M} :7001@17001 myself,master - 0 0 0 connected 0-16383\n");
         let conf = staged_config(&me, &parse(&alone).unwrap(), M, "10.0.0.1:7001", &alone).unwrap();
-        assert!(
-            conf.contains(&format!("{M} 10.0.0.1:7001@17001 master")),
-            "{conf}"
-        );
+        assert!(conf.contains(&format!("{M} 10.0.0.1:7001@17001 master")), "{conf}");
         assert_eq!(new_id().unwrap().len(), 40);
     }
 

@@ -22,22 +22,22 @@
 //! 5. See it through: loaded, linked, the master's counters showing a partial resync (never claimed
 //!    when they do not), the master's table listing it as its replica.
 
-use crate::config::Restart;
-use crate::error::Error;
-use crate::error::Party;
-use crate::guard::PARKED_USER;
+use crate::staged::cluster::{self, Role};
 use crate::local;
+use crate::phase::JoinPhase;
+use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
+use crate::guard::PARKED_USER;
+use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
+use crate::pull::progress;
+use crate::config::Restart;
 use crate::master::MasterAccess;
 use crate::node::Node;
-use crate::phase::JoinPhase;
-use crate::pull::progress;
+use crate::error::Error;
 use crate::report::Handoff;
+use crate::error::Party;
 use crate::report::Phases;
 use crate::report::ReplicaState;
 use crate::report::Report;
-use crate::staged::cluster::{self, Role};
-use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
-use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
 use client::Client;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -68,10 +68,7 @@ pub struct StagedConfig<'a> {
 /// Whether the local server is a cluster node (`cluster_enabled:1`).
 pub fn is_cluster_node(node: &Node) -> Result<bool, Error> {
     let mut c = node.connect()?;
-    Ok(c.info("cluster")
-        .map_err(Error::replica)?
-        .get("cluster_enabled")
-        == Some("1"))
+    Ok(c.info("cluster").map_err(Error::replica)?.get("cluster_enabled") == Some("1"))
 }
 
 /// What a failed staging left: the error, and the node's state.
@@ -140,74 +137,30 @@ impl Staging {
         let mut node = cfg.node.connect()?;
         let server_info = node.info("server").map_err(Error::replica)?;
         let node_server = replication::rdb::Server::from_info(&local::info_text(&server_info))
-            .ok_or_else(|| {
-                Error::Incompatible(format!(
-                    "{}: cannot tell its version from INFO server",
-                    cfg.node.addr
-                ))
-            })?;
+            .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.node.addr)))?;
         let node_run_id = server_info.get("run_id").unwrap_or_default().to_string();
         let keys = local::key_count(&mut node).map_err(Error::replica)?;
         let node_table_text = crate::master::cluster_nodes(&mut node).map_err(Error::replica)?;
-        let node_table = cluster::parse(&node_table_text)
-            .map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?;
-        let me = cluster::myself(&node_table)
-            .map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?
-            .clone();
-        let aof = node
-            .config_get("appendonly")
-            .map_err(Error::replica)?
-            .as_deref()
-            == Some("yes");
-        let dir_conf = node
-            .config_get("dir")
-            .map_err(Error::replica)?
-            .ok_or_else(|| Error::protocol(Party::Replica, "CONFIG GET dir answered nothing"))?;
-        let rdb_name = node
-            .config_get("dbfilename")
-            .map_err(Error::replica)?
-            .unwrap_or_else(|| "dump.rdb".into());
-        let config_name = node
-            .config_get("cluster-config-file")
-            .map_err(Error::replica)?
-            .unwrap_or_else(|| "nodes.conf".into());
-        let parked_from = (
-            node.config_get("masteruser").map_err(Error::replica)?,
-            node.config_get("masterauth").map_err(Error::replica)?,
-        );
+        let node_table = cluster::parse(&node_table_text).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?;
+        let me = cluster::myself(&node_table).map_err(|e| Error::protocol(Party::Replica, format!("CLUSTER NODES: {e}")))?.clone();
+        let aof = node.config_get("appendonly").map_err(Error::replica)?.as_deref() == Some("yes");
+        let dir_conf = node.config_get("dir").map_err(Error::replica)?.ok_or_else(|| Error::protocol(Party::Replica, "CONFIG GET dir answered nothing"))?;
+        let rdb_name = node.config_get("dbfilename").map_err(Error::replica)?.unwrap_or_else(|| "dump.rdb".into());
+        let config_name = node.config_get("cluster-config-file").map_err(Error::replica)?.unwrap_or_else(|| "nodes.conf".into());
+        let parked_from = (node.config_get("masteruser").map_err(Error::replica)?, node.config_get("masterauth").map_err(Error::replica)?);
 
-        let master_addr = cfg.master.find(|| {
-            Ok(progress::attach(
-                cfg.source.relay,
-                cfg.source.token,
-                limits::GENERATION_WAIT_MAX,
-            )?
-            .master)
-        })?;
+        let master_addr = cfg.master.find(|| Ok(progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master))?;
         let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
         let master_server = match master.info("server") {
-            Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i))
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "unknown".into()),
+            Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
             Err(e) => return Err(Error::master(e)),
         };
-        if master
-            .info("cluster")
-            .map_err(Error::master)?
-            .get("cluster_enabled")
-            != Some("1")
-        {
+        if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
             return Err(Error::Precondition(format!("{master_addr} is not a cluster node, and {} is: name the shard's master with --master", cfg.node.addr)));
         }
-        let master_table =
-            cluster::parse(&crate::master::cluster_nodes(&mut master).map_err(Error::master)?)
-                .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
-        let master_me = cluster::myself(&master_table)
-            .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?
-            .clone();
-        let knows_master = node_table
-            .iter()
-            .any(|n| n.id == master_me.id && !n.unsettled);
+        let master_table = cluster::parse(&crate::master::cluster_nodes(&mut master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let master_me = cluster::myself(&master_table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?.clone();
+        let knows_master = node_table.iter().any(|n| n.id == master_me.id && !n.unsettled);
         let facts = NodeFacts {
             addr: cfg.node.addr.clone(),
             keys,
@@ -217,19 +170,8 @@ impl Staging {
             has_masterauth: parked_from.1.as_deref().is_some_and(|a| !a.is_empty()),
             master_needs_auth: cfg.master.auth.is_some(),
         };
-        let plan = staging::check(
-            &facts,
-            &MasterFacts {
-                addr: master_addr.clone(),
-                me: master_me.clone(),
-            },
-        )
-        .map_err(Error::Precondition)?;
-        let dir = cfg
-            .restart
-            .dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&dir_conf));
+        let plan = staging::check(&facts, &MasterFacts { addr: master_addr.clone(), me: master_me.clone() }).map_err(Error::Precondition)?;
+        let dir = cfg.restart.dir.clone().unwrap_or_else(|| PathBuf::from(&dir_conf));
         if cfg.restart.command.is_none() {
             tracing::info!(node = %cfg.node.addr, "no --restart-command: the node's supervisor must start it again after its shutdown");
         }
@@ -264,10 +206,8 @@ impl Staging {
         let node = &mut self.node;
         let master_server = self.master_server.clone();
         let loads = |rdb_version: u32| -> Result<(), Error> {
-            let server = replication::rdb::Server::from_info(&local::info_text(
-                &node.info("server").map_err(Error::replica)?,
-            ))
-            .ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
+            let server = replication::rdb::Server::from_info(&local::info_text(&node.info("server").map_err(Error::replica)?))
+                .ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
             let check = local::rdb_version_check(node, &server)?;
             server.loads(rdb_version, check.as_deref()).map_err(|why| Error::Incompatible(format!("the master ({master_server}) writes RDB version {rdb_version}: {why}. Nothing was changed")))
         };
@@ -308,42 +248,24 @@ impl Staging {
             let _ = std::fs::remove_file(aside); // The node holds the data now; the old empty file is no use.
         }
         let secs = |i: Instant| i.duration_since(t).as_secs_f64();
-        Ok(Done {
-            resync,
-            notes,
-            restarted: secs(restarted),
-            loaded: secs(loaded),
-            linked: secs(linked),
-            offset,
-        })
+        Ok(Done { resync, notes, restarted: secs(restarted), loaded: secs(loaded), linked: secs(linked), offset })
     }
 
     /// Introduce the node to the master (`CLUSTER MEET`) and wait until it knows it.
     fn meet(&mut self) -> Result<(), Error> {
         let (host, port) = crate::master::ip_address(&self.master_addr)?;
-        self.node
-            .cmd(&["CLUSTER", "MEET", &host, &port])
-            .map_err(Error::replica)?;
+        self.node.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(Error::replica)?;
         self.step = Some(Step::Met);
         let id = self.master_id.clone();
-        wait_for(
-            GOSSIP_MAX,
-            "the node to know the master after CLUSTER MEET",
-            || {
-                let t = crate::master::cluster_nodes(&mut self.node).map_err(Error::replica)?;
-                Ok(cluster::parse(&t)
-                    .ok()
-                    .is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
-            },
-        )
+        wait_for(GOSSIP_MAX, "the node to know the master after CLUSTER MEET", || {
+            let t = crate::master::cluster_nodes(&mut self.node).map_err(Error::replica)?;
+            Ok(cluster::parse(&t).ok().is_some_and(|ns| ns.iter().any(|n| n.id == id && !n.unsettled)))
+        })
     }
 
     /// The node's RDB file, and where the one there before is kept aside.
     fn rdb_paths(&self) -> (PathBuf, PathBuf) {
-        (
-            self.dir.join(&self.rdb_name),
-            self.dir.join(format!("{}.before-fastrepl", self.rdb_name)),
-        )
+        (self.dir.join(&self.rdb_name), self.dir.join(format!("{}.before-fastrepl", self.rdb_name)))
     }
 
     /// Arm the guard, park the node's link and record it as the master's replica (`CLUSTER
@@ -358,47 +280,20 @@ impl Staging {
         let meet_at = endpoint::host_port(&meet_host, &meet_port);
         let guard = crate::guard::arm_staged(
             cfg.node,
-            &crate::guard::StagedNode {
-                master: &meet_at,
-                masteruser: user_before.as_deref(),
-                masterauth: auth_before.as_deref(),
-                rdb: &target,
-                rdb_aside: &aside,
-            },
+            &crate::guard::StagedNode { master: &meet_at, masteruser: user_before.as_deref(), masterauth: auth_before.as_deref(), rdb: &target, rdb_aside: &aside },
         )?;
         self.guard = Some(guard);
         // Park the link, then record the role: from here no handshake of the node gets past AUTH.
         let secret = parked_secret()?;
-        self.node
-            .config_set("masteruser", PARKED_USER)
-            .map_err(Error::replica)?;
+        self.node.config_set("masteruser", PARKED_USER).map_err(Error::replica)?;
         self.step = Some(Step::Recorded);
-        self.node
-            .config_set("masterauth", &secret)
-            .map_err(Error::replica)?;
-        self.node
-            .cmd(&["CLUSTER", "REPLICATE", &self.master_id])
-            .map_err(Error::replica)?;
-        let (config_path, master_id, node_id) = (
-            self.dir.join(&self.config_name),
-            self.master_id.clone(),
-            self.node_id.clone(),
-        );
-        wait_for(
-            CONFIG_SAVE_MAX,
-            "the node's cluster config file to record it as the master's replica",
-            || {
-                let text = std::fs::read_to_string(&config_path).unwrap_or_default();
-                Ok(cluster::parse(&text)
-                    .ok()
-                    .and_then(|ns| cluster::myself(&ns).ok().cloned())
-                    .is_some_and(|me| {
-                        me.id == node_id
-                            && me.role == Role::Replica
-                            && me.master.as_deref() == Some(&master_id)
-                    }))
-            },
-        )
+        self.node.config_set("masterauth", &secret).map_err(Error::replica)?;
+        self.node.cmd(&["CLUSTER", "REPLICATE", &self.master_id]).map_err(Error::replica)?;
+        let (config_path, master_id, node_id) = (self.dir.join(&self.config_name), self.master_id.clone(), self.node_id.clone());
+        wait_for(CONFIG_SAVE_MAX, "the node's cluster config file to record it as the master's replica", || {
+            let text = std::fs::read_to_string(&config_path).unwrap_or_default();
+            Ok(cluster::parse(&text).ok().and_then(|ns| cluster::myself(&ns).ok().cloned()).is_some_and(|me| me.id == node_id && me.role == Role::Replica && me.master.as_deref() == Some(&master_id)))
+        })
     }
 
     /// Make the snapshot the node's RDB file (the one there before kept aside), shut the node down
@@ -406,19 +301,11 @@ impl Staging {
     fn place_and_shut_down(&mut self) -> Result<(), Error> {
         let (target, aside) = self.rdb_paths();
         if target.exists() {
-            std::fs::rename(&target, &aside).map_err(|e| {
-                Error::Resource(format!(
-                    "keep the node's RDB file aside ({}): {e}",
-                    target.display()
-                ))
-            })?;
+            std::fs::rename(&target, &aside).map_err(|e| Error::Resource(format!("keep the node's RDB file aside ({}): {e}", target.display())))?;
             self.rdb_aside = Some(aside);
         }
         self.step = Some(Step::Placed);
-        self.file
-            .take()
-            .ok_or_else(|| Error::Internal("no staged file".into()))?
-            .place(&target)?;
+        self.file.take().ok_or_else(|| Error::Internal("no staged file".into()))?.place(&target)?;
         // Shut down without saving (a save would overwrite the snapshot with the empty dataset).
         match self.node.cmd(&["SHUTDOWN", "NOSAVE"]) {
             // The server closes the connection as it exits: no answer is the success.
@@ -436,11 +323,7 @@ impl Staging {
 
     /// Partial or full, from the counters of the master the node follows once the cluster agrees
     /// (in doubt, full, with the reason in the notes).
-    fn judge_resync(
-        &mut self,
-        cfg: &StagedConfig<'_>,
-        shard: &[ShardNode],
-    ) -> Result<(Handoff, Vec<String>), Error> {
+    fn judge_resync(&mut self, cfg: &StagedConfig<'_>, shard: &[ShardNode]) -> Result<(Handoff, Vec<String>), Error> {
         let mut notes = Vec::new();
         // The cluster agrees once the master the node's own table names lists it as its replica
         // (after a failover during the staging, that is the shard's new master).
@@ -469,59 +352,36 @@ impl Staging {
     /// Wait for the node to go down and answer again as a new process (its run id changes).
     fn wait_restart(&mut self, cfg: &StagedConfig<'_>) -> Result<Instant, Error> {
         let addr = cfg.node.addr.clone();
-        let connect = || {
-            cfg.node
-                .connect_within(limits::NODE_RESTART_CONNECT_TIMEOUT)
-        };
+        let connect = || cfg.node.connect_within(limits::NODE_RESTART_CONNECT_TIMEOUT);
         if let Some(cmd) = &cfg.restart.command {
-            wait_for(
-                SHUTDOWN_MAX,
-                "the node to exit after SHUTDOWN NOSAVE",
-                || Ok(connect().is_err()),
-            )?;
+            wait_for(SHUTDOWN_MAX, "the node to exit after SHUTDOWN NOSAVE", || Ok(connect().is_err()))?;
             tracing::info!(node = %addr, "node down; running --restart-command");
-            let out = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(cmd)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .map_err(|e| Error::Internal(format!("run --restart-command: {e}")))?;
+            let out = std::process::Command::new("sh").arg("-c").arg(cmd).stdin(std::process::Stdio::null()).output().map_err(|e| Error::Internal(format!("run --restart-command: {e}")))?;
             if !out.status.success() {
                 let stderr = String::from_utf8_lossy(&out.stderr);
-                let said = if stderr.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", stderr.trim())
-                };
-                return Err(Error::unavailable(
-                    Party::Replica,
-                    format!("--restart-command failed ({}){said}", out.status),
-                ));
+                let said = if stderr.trim().is_empty() { String::new() } else { format!(": {}", stderr.trim()) };
+                return Err(Error::unavailable(Party::Replica, format!("--restart-command failed ({}){said}", out.status)));
             }
         }
         let old = self.node_run_id.clone();
         let mut back: Option<Client> = None;
-        wait_for(
-            cfg.restart.timeout,
-            "the node to be started again (by its supervisor or --restart-command)",
-            || {
-                cfg.node.check_cancel()?;
-                if let Ok(mut c) = connect() {
-                    match c.info("server") {
-                        Ok(i) if i.get("run_id").is_some_and(|r| r != old) => {
-                            back = Some(c);
-                            return Ok(true);
-                        }
-                        Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => {
-                            back = Some(c);
-                            return Ok(true);
-                        }
-                        _ => {}
+        wait_for(cfg.restart.timeout, "the node to be started again (by its supervisor or --restart-command)", || {
+            cfg.node.check_cancel()?;
+            if let Ok(mut c) = connect() {
+                match c.info("server") {
+                    Ok(i) if i.get("run_id").is_some_and(|r| r != old) => {
+                        back = Some(c);
+                        return Ok(true);
                     }
+                    Err(e) if e.code().is_some_and(|c| *c == client::ErrorCode::Loading) => {
+                        back = Some(c);
+                        return Ok(true);
+                    }
+                    _ => {}
                 }
-                Ok(false)
-            },
-        )?;
+            }
+            Ok(false)
+        })?;
         self.node = back.expect("set when the wait ends");
         tracing::info!(node = %addr, "node started again");
         Ok(Instant::now())
@@ -574,70 +434,35 @@ impl Staging {
     fn wait_cluster_agrees(&mut self, cfg: &StagedConfig<'_>) -> Result<(String, String), Error> {
         let node_id = self.node_id.clone();
         let mut agreed = (String::new(), String::new());
-        wait_for(
-            GOSSIP_MAX,
-            "the cluster to list the node as its master's replica (CLUSTER NODES on the master)",
-            || {
-                let table = match crate::master::cluster_nodes(&mut self.node) {
-                    Ok(t) => cluster::parse(&t),
-                    Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
-                    Err(_) => return Ok(false),
-                };
-                let Ok(table) = table else { return Ok(false) };
-                let Some(id) = table
-                    .iter()
-                    .find(|n| n.myself)
-                    .and_then(|me| me.master.clone())
-                else {
-                    return Ok(false);
-                };
-                let Some(m) = table
-                    .iter()
-                    .find(|n| n.id == id && n.role == Role::Master && !n.unsettled)
-                else {
-                    return Ok(false);
-                };
-                let addr = if m.addr.starts_with(':') {
-                    self.master_addr.clone()
-                } else {
-                    m.addr.clone()
-                };
-                let Ok(mut c) = cfg.master.connect(&addr) else {
-                    return Ok(false);
-                };
-                let listed = crate::master::cluster_nodes(&mut c)
-                    .ok()
-                    .and_then(|t| cluster::parse(&t).ok())
-                    .is_some_and(|ns| {
-                        ns.iter().any(|n| {
-                            n.id == node_id
-                                && n.role == Role::Replica
-                                && n.master.as_deref() == Some(id.as_str())
-                                && !n.unsettled
-                        })
-                    });
-                if listed {
-                    agreed = (id, addr);
-                }
-                Ok(listed)
-            },
-        )?;
+        wait_for(GOSSIP_MAX, "the cluster to list the node as its master's replica (CLUSTER NODES on the master)", || {
+            let table = match crate::master::cluster_nodes(&mut self.node) {
+                Ok(t) => cluster::parse(&t),
+                Err(e @ client::Error::Io { .. }) => return self.reconnect(cfg, e),
+                Err(_) => return Ok(false),
+            };
+            let Ok(table) = table else { return Ok(false) };
+            let Some(id) = table.iter().find(|n| n.myself).and_then(|me| me.master.clone()) else { return Ok(false) };
+            let Some(m) = table.iter().find(|n| n.id == id && n.role == Role::Master && !n.unsettled) else { return Ok(false) };
+            let addr = if m.addr.starts_with(':') { self.master_addr.clone() } else { m.addr.clone() };
+            let Ok(mut c) = cfg.master.connect(&addr) else { return Ok(false) };
+            let listed = crate::master::cluster_nodes(&mut c)
+                .ok()
+                .and_then(|t| cluster::parse(&t).ok())
+                .is_some_and(|ns| ns.iter().any(|n| n.id == node_id && n.role == Role::Replica && n.master.as_deref() == Some(id.as_str()) && !n.unsettled));
+            if listed {
+                agreed = (id, addr);
+            }
+            Ok(listed)
+        })?;
         Ok(agreed)
     }
 
     /// The shard's master and replicas as the master's table lists them (addresses as the cluster
     /// knows them: what a replica's `master_host` says), each with its sync counters now.
     fn shard(&mut self, cfg: &StagedConfig<'_>) -> Result<Vec<ShardNode>, Error> {
-        let table =
-            cluster::parse(&crate::master::cluster_nodes(&mut self.master).map_err(Error::master)?)
-                .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let table = cluster::parse(&crate::master::cluster_nodes(&mut self.master).map_err(Error::master)?).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         let mut out = Vec::new();
-        for n in table.iter().filter(|n| {
-            n.id == self.master_id
-                || (n.role == Role::Replica
-                    && n.master.as_deref() == Some(self.master_id.as_str())
-                    && !n.unsettled)
-        }) {
+        for n in table.iter().filter(|n| n.id == self.master_id || (n.role == Role::Replica && n.master.as_deref() == Some(self.master_id.as_str()) && !n.unsettled)) {
             let before = if n.id == self.master_id {
                 sync_counters(&mut self.master)?
             } else {
@@ -648,16 +473,8 @@ impl Staging {
                 }
             };
             // A master alone in its cluster has not learned its own address: it is where we reach it.
-            let addr = if n.addr.starts_with(':') {
-                self.master_addr.clone()
-            } else {
-                n.addr.clone()
-            };
-            out.push(ShardNode {
-                id: n.id.clone(),
-                addr,
-                before,
-            });
+            let addr = if n.addr.starts_with(':') { self.master_addr.clone() } else { n.addr.clone() };
+            out.push(ShardNode { id: n.id.clone(), addr, before });
         }
         Ok(out)
     }
@@ -673,9 +490,7 @@ impl Staging {
     }
 
     fn undo(&mut self, cfg: &StagedConfig<'_>) -> ReplicaState {
-        let Some(step) = self.step else {
-            return ReplicaState::Untouched;
-        };
+        let Some(step) = self.step else { return ReplicaState::Untouched };
         if step == Step::Linked {
             return ReplicaState::HandedOver;
         }
@@ -687,35 +502,20 @@ impl Staging {
         let mut done: Vec<&str> = Vec::new();
         for u in staging::undo(step, running) {
             let r: Result<(), String> = match u {
-                Undo::ResetRole => node
-                    .as_mut()
-                    .map_or(Err("not connected".into()), |c| self.reset_role(c)),
+                Undo::ResetRole => node.as_mut().map_or(Err("not connected".into()), |c| self.reset_role(c)),
                 Undo::Unpark => node.as_mut().map_or(Err("not connected".into()), |c| {
                     let (u, a) = &self.parked_from;
-                    c.config_set("masteruser", u.as_deref().unwrap_or(""))
-                        .and_then(|_| c.config_set("masterauth", a.as_deref().unwrap_or("")))
-                        .map_err(|e| e.to_string())
+                    c.config_set("masteruser", u.as_deref().unwrap_or("")).and_then(|_| c.config_set("masterauth", a.as_deref().unwrap_or(""))).map_err(|e| e.to_string())
                 }),
                 Undo::RestoreRdb => self.restore_rdb(),
                 Undo::RestoreConfig => match &self.config_before {
-                    Some(b) => std::fs::write(self.dir.join(&self.config_name), b)
-                        .map_err(|e| e.to_string()),
-                    None => std::fs::remove_file(self.dir.join(&self.config_name))
-                        .or_else(|e| {
-                            if e.kind() == std::io::ErrorKind::NotFound {
-                                Ok(())
-                            } else {
-                                Err(e)
-                            }
-                        })
-                        .map_err(|e| e.to_string()),
+                    Some(b) => std::fs::write(self.dir.join(&self.config_name), b).map_err(|e| e.to_string()),
+                    None => std::fs::remove_file(self.dir.join(&self.config_name)).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }).map_err(|e| e.to_string()),
                 },
             };
             match r {
                 Ok(()) => done.push(match u {
-                    Undo::ResetRole => {
-                        "reset to an empty master and introduced to the master again"
-                    }
+                    Undo::ResetRole => "reset to an empty master and introduced to the master again",
                     Undo::Unpark => "its masteruser/masterauth restored",
                     Undo::RestoreRdb => "the staged RDB file removed (the one before put back)",
                     Undo::RestoreConfig => "its cluster config file restored",
@@ -724,11 +524,7 @@ impl Staging {
             }
         }
         if !failed.is_empty() {
-            return ReplicaState::ResetFailed(format!(
-                "undoing the staging failed ({}); done: {}",
-                failed.join("; "),
-                done.join(", ")
-            ));
+            return ReplicaState::ResetFailed(format!("undoing the staging failed ({}); done: {}", failed.join("; "), done.join(", ")));
         }
         if step == Step::Pulled {
             return ReplicaState::Untouched;
@@ -736,47 +532,31 @@ impl Staging {
         if !running {
             return ReplicaState::Down(done.join(", "));
         }
-        let met = if self.plan.meet {
-            " (it stays known to the cluster: the join introduced it)"
-        } else {
-            ""
-        };
+        let met = if self.plan.meet { " (it stays known to the cluster: the join introduced it)" } else { "" };
         tracing::warn!(node = %cfg.node.addr, "staging undone: {}{met}", done.join(", "));
         ReplicaState::Unstaged
     }
 
     /// `CLUSTER RESET SOFT` (an empty master, the cluster forgotten), then meet the master again.
     fn reset_role(&self, c: &mut Client) -> Result<(), String> {
-        c.cmd(&["CLUSTER", "RESET", "SOFT"])
-            .map_err(|e| format!("CLUSTER RESET SOFT: {e}"))?;
-        let (host, port) =
-            crate::master::ip_address(&self.master_addr).map_err(|e| e.to_string())?;
-        c.cmd(&["CLUSTER", "MEET", &host, &port])
-            .map_err(|e| format!("CLUSTER MEET {}: {e}", self.master_addr))?;
+        c.cmd(&["CLUSTER", "RESET", "SOFT"]).map_err(|e| format!("CLUSTER RESET SOFT: {e}"))?;
+        let (host, port) = crate::master::ip_address(&self.master_addr).map_err(|e| e.to_string())?;
+        c.cmd(&["CLUSTER", "MEET", &host, &port]).map_err(|e| format!("CLUSTER MEET {}: {e}", self.master_addr))?;
         Ok(())
     }
 
     fn restore_rdb(&mut self) -> Result<(), String> {
         let target = self.dir.join(&self.rdb_name);
         match self.rdb_aside.take() {
-            Some(aside) => std::fs::rename(&aside, &target)
-                .map_err(|e| format!("put {} back: {e}", aside.display())),
+            Some(aside) => std::fs::rename(&aside, &target).map_err(|e| format!("put {} back: {e}", aside.display())),
             None => match std::fs::remove_file(&target) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(format!("remove {}: {e}", target.display()))
-                }
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("remove {}: {e}", target.display())),
                 _ => Ok(()),
             },
         }
     }
 
-    fn report(
-        &mut self,
-        cfg: &StagedConfig<'_>,
-        done: Done,
-        connected: f64,
-        pulled: Pulled,
-    ) -> Report {
+    fn report(&mut self, cfg: &StagedConfig<'_>, done: Done, connected: f64, pulled: Pulled) -> Report {
         let desc = self.desc.clone().expect("set by the pull");
         let base = connected + pulled.secs;
         let mut notes = done.notes;
@@ -787,9 +567,7 @@ impl Staging {
             self.headroom.1.map(|s| format!(" (~{s:.0} s at the write rate)")).unwrap_or_else(|| " (the master wrote nothing)".into())
         ));
         if self.plan.meet {
-            notes.push(
-                "the node did not know the master: the join introduced it (CLUSTER MEET)".into(),
-            );
+            notes.push("the node did not know the master: the join introduced it (CLUSTER MEET)".into());
         }
         let s = &pulled.stats;
         Report {
@@ -827,10 +605,7 @@ impl Staging {
             agent_peak_rss_kib: crate::procstat::own_peak_rss_kib(),
             agent_peak_pss_kib: 0,
             swarm: "not in a swarm (staged join)".into(),
-            received_bytes_total: crate::report::ReceivedBytes {
-                relay: s.bytes,
-                peers: 0,
-            },
+            received_bytes_total: crate::report::ReceivedBytes { relay: s.bytes, peers: 0 },
             sources: Vec::new(),
             peer_bad_blocks: 0,
             peer_failures: 0,
@@ -840,11 +615,7 @@ impl Staging {
             staged: Some(crate::report::StagedReport {
                 node_id: self.node_id.clone(),
                 master_id: self.master_id.clone(),
-                restart: if cfg.restart.command.is_some() {
-                    crate::report::RestartBy::Command
-                } else {
-                    crate::report::RestartBy::Supervisor
-                },
+                restart: if cfg.restart.command.is_some() { crate::report::RestartBy::Command } else { crate::report::RestartBy::Supervisor },
                 met: self.plan.meet,
                 backlog_headroom_bytes: self.headroom.0,
                 backlog_headroom_secs: self.headroom.1,
@@ -870,35 +641,24 @@ fn phase(cfg: &StagedConfig<'_>, p: JoinPhase) {
 
 fn sync_counters(master: &mut Client) -> Result<SyncCounters, Error> {
     let i = master.info("stats").map_err(Error::master)?;
-    Ok(SyncCounters {
-        full: i.num("sync_full").unwrap_or(0) as u64,
-        partial_ok: i.num("sync_partial_ok").unwrap_or(0) as u64,
-    })
+    Ok(SyncCounters { full: i.num("sync_full").unwrap_or(0) as u64, partial_ok: i.num("sync_partial_ok").unwrap_or(0) as u64 })
 }
 
 fn parked_secret() -> Result<String, Error> {
     let mut b = [0u8; 24];
-    getrandom::getrandom(&mut b)
-        .map_err(|e| Error::Internal(format!("randomness for the parked link: {e}")))?;
+    getrandom::getrandom(&mut b).map_err(|e| Error::Internal(format!("randomness for the parked link: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// Poll `f` until it says done, fails, or `max` passes (then a timeout naming `what`).
-fn wait_for(
-    max: Duration,
-    what: &str,
-    mut f: impl FnMut() -> Result<bool, Error>,
-) -> Result<(), Error> {
+fn wait_for(max: Duration, what: &str, mut f: impl FnMut() -> Result<bool, Error>) -> Result<(), Error> {
     let deadline = Instant::now() + max;
     loop {
         if f()? {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(Error::Timeout(format!(
-                "waited {:.0} s for {what}",
-                max.as_secs_f64()
-            )));
+            return Err(Error::Timeout(format!("waited {:.0} s for {what}", max.as_secs_f64())));
         }
         std::thread::sleep(limits::SERVER_POLL_EVERY); // Polling a server's state, with a deadline.
     }

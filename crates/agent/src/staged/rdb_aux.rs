@@ -30,10 +30,7 @@ pub fn fields(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
         r.at += 1;
         let k = r.string()?;
         let v = r.string()?;
-        out.push((
-            String::from_utf8_lossy(&k).into_owned(),
-            String::from_utf8_lossy(&v).into_owned(),
-        ));
+        out.push((String::from_utf8_lossy(&k).into_owned(), String::from_utf8_lossy(&v).into_owned()));
     }
     Ok(out)
 }
@@ -43,11 +40,7 @@ pub fn replication(bytes: &[u8]) -> Result<Option<(String, u64)>, String> {
     let f = fields(bytes)?;
     let get = |k: &str| f.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     match (get("repl-id"), get("repl-offset")) {
-        (Some(id), Some(off)) => Ok(Some((
-            id.to_string(),
-            off.parse()
-                .map_err(|_| format!("repl-offset {off:?} is not a number"))?,
-        ))),
+        (Some(id), Some(off)) => Ok(Some((id.to_string(), off.parse().map_err(|_| format!("repl-offset {off:?} is not a number"))?))),
         _ => Ok(None),
     }
 }
@@ -63,11 +56,7 @@ impl Reader<'_> {
     }
 
     fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|e| *e <= self.b.len())
-            .ok_or("the RDB's aux fields are cut short")?;
+        let end = self.at.checked_add(n).filter(|e| *e <= self.b.len()).ok_or("the RDB's aux fields are cut short")?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
@@ -79,12 +68,8 @@ impl Reader<'_> {
         Ok(match first >> 6 {
             0 => Ok(u64::from(first & 0x3F)),
             1 => Ok((u64::from(first & 0x3F) << 8) | u64::from(self.take(1)?[0])),
-            2 if first == 0x80 => Ok(u64::from(u32::from_be_bytes(
-                self.take(4)?.try_into().expect("4 bytes"),
-            ))),
-            2 if first == 0x81 => Ok(u64::from_be_bytes(
-                self.take(8)?.try_into().expect("8 bytes"),
-            )),
+            2 if first == 0x80 => Ok(u64::from(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))),
+            2 if first == 0x81 => Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes"))),
             2 => return Err(format!("unknown length encoding {first:#x}")),
             _ => Err(first & 0x3F),
         })
@@ -103,16 +88,8 @@ impl Reader<'_> {
             Ok(n) if n as usize <= STRING_MAX => Ok(self.take(n as usize)?.to_vec()),
             Ok(n) => Err(format!("aux string of {n} bytes exceeds {STRING_MAX}")),
             Err(0) => Ok((self.take(1)?[0] as i8).to_string().into_bytes()),
-            Err(1) => Ok(
-                i16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes"))
-                    .to_string()
-                    .into_bytes(),
-            ),
-            Err(2) => Ok(
-                i32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"))
-                    .to_string()
-                    .into_bytes(),
-            ),
+            Err(1) => Ok(i16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")).to_string().into_bytes()),
+            Err(2) => Ok(i32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")).to_string().into_bytes()),
             Err(3) => {
                 let clen = self.plain_length()?;
                 let len = self.plain_length()?;
@@ -192,26 +169,11 @@ mod tests {
         let id = "c185ac7f70f5ca7be2c8faed85afb526d433e72f";
         let mut idv = vec![40u8];
         idv.extend_from_slice(id.as_bytes());
-        let bytes = rdb(&[
-            aux("redis-ver", b"\x067.0.15"),
-            aux("repl-id", &idv),
-            aux("repl-offset", &[0xC2, 0x40, 0xE2, 0x01, 0x00]),
-            aux("repl-stream-db", &[0xC0, 0x00]),
-        ]);
-        assert_eq!(
-            replication(&bytes).unwrap(),
-            Some((id.to_string(), 123_456))
-        );
-        let small = rdb(&[
-            aux("repl-id", &idv),
-            aux("repl-offset", &[0xC1, 0x01, 0x01]),
-        ]);
+        let bytes = rdb(&[aux("redis-ver", b"\x067.0.15"), aux("repl-id", &idv), aux("repl-offset", &[0xC2, 0x40, 0xE2, 0x01, 0x00]), aux("repl-stream-db", &[0xC0, 0x00])]);
+        assert_eq!(replication(&bytes).unwrap(), Some((id.to_string(), 123_456)));
+        let small = rdb(&[aux("repl-id", &idv), aux("repl-offset", &[0xC1, 0x01, 0x01])]);
         assert_eq!(replication(&small).unwrap().unwrap().1, 257);
-        assert_eq!(
-            replication(&rdb(&[aux("redis-ver", b"\x015")])).unwrap(),
-            None,
-            "no replication fields"
-        );
+        assert_eq!(replication(&rdb(&[aux("redis-ver", b"\x015")])).unwrap(), None, "no replication fields");
     }
 
     #[test]
@@ -228,24 +190,8 @@ mod tests {
     #[test]
     fn malformed_heads_are_refused() {
         assert!(fields(b"NOTANRDB0").is_err());
-        assert!(
-            fields(
-                &[
-                    b"REDIS0011".as_slice(),
-                    &[OP_AUX, 0x80, 0xFF, 0xFF, 0xFF, 0xFF]
-                ]
-                .concat()
-            )
-            .is_err(),
-            "length over the bound"
-        );
-        assert!(
-            fields(&[b"REDIS0011".as_slice(), &[OP_AUX, 5, b'a']].concat()).is_err(),
-            "cut short"
-        );
-        assert!(
-            fields(&[b"REDIS0011".as_slice(), &[OP_AUX, 0xC5]].concat()).is_err(),
-            "unknown encoding"
-        );
+        assert!(fields(&[b"REDIS0011".as_slice(), &[OP_AUX, 0x80, 0xFF, 0xFF, 0xFF, 0xFF]].concat()).is_err(), "length over the bound");
+        assert!(fields(&[b"REDIS0011".as_slice(), &[OP_AUX, 5, b'a']].concat()).is_err(), "cut short");
+        assert!(fields(&[b"REDIS0011".as_slice(), &[OP_AUX, 0xC5]].concat()).is_err(), "unknown encoding");
     }
 }

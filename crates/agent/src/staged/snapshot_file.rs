@@ -7,18 +7,18 @@
 //! offset from them), and judged again with the pull's real duration. A snapshot too old is renewed
 //! by the relay ([`transport::renew`]), a bounded number of times.
 
-use crate::config::PullConfig;
-use crate::error::check_cancel;
-use crate::error::Error;
-use crate::error::Party;
-use crate::master::MasterRepl;
+use endpoint::Endpoint;
 use crate::phase::JoinPhase;
+use crate::staged::staging::{self, Backlog, Freshness};
+use crate::error::check_cancel;
 use crate::pull::pipeline;
 use crate::pull::progress;
 use crate::pull::select;
-use crate::staged::staging::{self, Backlog, Freshness};
+use crate::error::Error;
+use crate::error::Party;
+use crate::config::PullConfig;
+use crate::master::MasterRepl;
 use client::{Client, Info};
-use endpoint::Endpoint;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -77,28 +77,17 @@ pub struct Fetched {
 
 /// Pull the relay's generation into `dir`, fresh enough for `master`'s backlog; `loads(rdb_version)`
 /// refuses a version the server cannot load.
-pub fn pull_fresh(
-    src: &Source<'_>,
-    master: &mut Client,
-    dir: &Path,
-    mut loads: impl FnMut(u32) -> Result<(), Error>,
-) -> Result<Fetched, Error> {
+pub fn pull_fresh(src: &Source<'_>, master: &mut Client, dir: &Path, mut loads: impl FnMut(u32) -> Result<(), Error>) -> Result<Fetched, Error> {
     let t0 = Instant::now();
     let mut renewals = 0;
     loop {
         check_cancel(src.cancel)?;
         src.live.set_phase(JoinPhase::WaitingForCapture);
         let attached = progress::attach(src.relay, src.token, limits::GENERATION_WAIT_MAX)?;
-        let v = attached
-            .progress
-            .wait_until(limits::GENERATION_WAIT_MAX, |v| {
-                v.desc.rdb_version.is_some()
-            });
+        let v = attached.progress.wait_until(limits::GENERATION_WAIT_MAX, |v| v.desc.rdb_version.is_some());
         v.check()?;
         let desc = v.desc.clone();
-        let rdb_version = desc
-            .rdb_version
-            .ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
+        let rdb_version = desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
         loads(rdb_version)?;
         let repl = master.info("replication").map_err(Error::master)?;
         if !MasterRepl::from_info(&repl).knows(&desc.replid) {
@@ -108,17 +97,11 @@ pub fn pull_fresh(
         // it, with its real duration and the write rate over it.
         let before = (Instant::now(), crate::master::repl_offset(&repl));
         let length = desc.length.unwrap_or(desc.published);
-        if let Err(why) = judge(
-            &repl,
-            desc.offset,
-            0.0,
-            staging::needed_secs(length, length, 0.0),
-        ) {
+        if let Err(why) = judge(&repl, desc.offset, 0.0, staging::needed_secs(length, length, 0.0)) {
             renew(src, &desc, &repl, &why, &mut renewals)?;
             continue;
         }
-        let (transport, why) =
-            select::select(src.pull.transport, src.relay, src.token, &attached.offered)?;
+        let (transport, why) = select::select(src.pull.transport, src.relay, src.token, &attached.offered)?;
         tracing::info!(transport = %transport.kind(), reason = %why, generation = desc.generation, offset = desc.offset, dir = %dir.display(), "pulling the snapshot into the server's directory");
         let mut file = Staged::create(dir)?;
         src.live.set_phase(JoinPhase::Pulling);
@@ -127,10 +110,7 @@ pub fn pull_fresh(
             transport: transport.as_ref(),
             progress: &attached.progress,
             readers: crate::pull::pipeline::readers(src.pull.readers, transport.as_ref()),
-            window: crate::pull::pipeline::window(
-                src.pull.window_blocks,
-                crate::pull::pipeline::Membership::Alone,
-            ),
+            window: crate::pull::pipeline::window(src.pull.window_blocks, crate::pull::pipeline::Membership::Alone),
             cancel: src.cancel,
             peering: None,
             counters: Some(&src.live.sources),
@@ -141,9 +121,7 @@ pub fn pull_fresh(
             if head.len() < HEAD_BYTES {
                 head.extend_from_slice(&bytes[..bytes.len().min(HEAD_BYTES - head.len())]);
             }
-            src.live
-                .rdb_bytes_sent
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            src.live.rdb_bytes_sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             file.write(bytes)
         })?;
         file.sync()?;
@@ -155,45 +133,19 @@ pub fn pull_fresh(
             std::thread::sleep(left); // A measurement interval, not a synchronization.
         }
         let repl = master.info("replication").map_err(Error::master)?;
-        let rate = crate::master::repl_offset(&repl).saturating_sub(before.1) as f64
-            / before.0.elapsed().as_secs_f64();
-        let headroom = match judge(
-            &repl,
-            desc.offset,
-            rate,
-            staging::needed_secs(stats.bytes, 0, 0.0),
-        ) {
+        let rate = crate::master::repl_offset(&repl).saturating_sub(before.1) as f64 / before.0.elapsed().as_secs_f64();
+        let headroom = match judge(&repl, desc.offset, rate, staging::needed_secs(stats.bytes, 0, 0.0)) {
             Ok(h) => h,
             Err(why) => {
                 renew(src, &desc, &repl, &why, &mut renewals)?;
                 continue;
             }
         };
-        src.live
-            .rdb_bytes_total
-            .store(stats.bytes, Ordering::Relaxed);
-        let detail = transport
-            .detail()
-            .map(|d| format!("{d}; {why}"))
-            .unwrap_or(why);
-        let first_byte = stats
-            .first_byte
-            .map(|f| f.duration_since(t0).as_secs_f64())
-            .unwrap_or(0.0);
-        let pulled = Pulled {
-            stats,
-            transport: transport.kind(),
-            detail,
-            secs,
-            first_byte,
-        };
-        return Ok(Fetched {
-            file,
-            pulled,
-            desc,
-            headroom,
-            renewals,
-        });
+        src.live.rdb_bytes_total.store(stats.bytes, Ordering::Relaxed);
+        let detail = transport.detail().map(|d| format!("{d}; {why}")).unwrap_or(why);
+        let first_byte = stats.first_byte.map(|f| f.duration_since(t0).as_secs_f64()).unwrap_or(0.0);
+        let pulled = Pulled { stats, transport: transport.kind(), detail, secs, first_byte };
+        return Ok(Fetched { file, pulled, desc, headroom, renewals });
     }
 }
 
@@ -211,25 +163,15 @@ fn check_head(head: &[u8], desc: &snapshot::Descriptor) -> Result<(), Error> {
 
 /// The headroom of a snapshot at `offset`, or why it is too old.
 fn judge(repl: &Info, offset: u64, rate: f64, needed: f64) -> Result<(u64, Option<f64>), String> {
-    let backlog = Backlog::from_info(|k| repl.num(k))
-        .ok_or("the master does not report its backlog (repl_backlog_* in INFO replication)")?;
+    let backlog = Backlog::from_info(|k| repl.num(k)).ok_or("the master does not report its backlog (repl_backlog_* in INFO replication)")?;
     match staging::freshness(&backlog, offset, rate, needed) {
-        Freshness::Fresh {
-            headroom_bytes,
-            headroom_secs,
-        } => Ok((headroom_bytes, headroom_secs)),
+        Freshness::Fresh { headroom_bytes, headroom_secs } => Ok((headroom_bytes, headroom_secs)),
         Freshness::Stale(why) => Err(why),
     }
 }
 
 /// Ask the relay for a snapshot newer than the master's offset now.
-fn renew(
-    src: &Source<'_>,
-    desc: &snapshot::Descriptor,
-    repl: &Info,
-    why: &str,
-    renewals: &mut u32,
-) -> Result<(), Error> {
+fn renew(src: &Source<'_>, desc: &snapshot::Descriptor, repl: &Info, why: &str, renewals: &mut u32) -> Result<(), Error> {
     *renewals += 1;
     if *renewals > RENEWALS_MAX {
         return Err(Error::Changed(format!(
@@ -237,21 +179,8 @@ fn renew(
         )));
     }
     let min_offset = crate::master::repl_offset(repl);
-    let answer = transport::renew::renew(
-        src.relay,
-        src.token,
-        desc.generation,
-        min_offset,
-        limits::COMMAND_TIMEOUT,
-    )
-    .map_err(Error::relay)?;
-    tracing::warn!(
-        generation = desc.generation,
-        offset = desc.offset,
-        min_offset,
-        ?answer,
-        "the snapshot is too old to stage ({why}); the relay takes a newer one"
-    );
+    let answer = transport::renew::renew(src.relay, src.token, desc.generation, min_offset, limits::COMMAND_TIMEOUT).map_err(Error::relay)?;
+    tracing::warn!(generation = desc.generation, offset = desc.offset, min_offset, ?answer, "the snapshot is too old to stage ({why}); the relay takes a newer one");
     Ok(())
 }
 
@@ -268,11 +197,7 @@ impl Staged {
     /// An unnamed file in `dir` (a hidden named one where the filesystem has none).
     pub fn create(dir: &Path) -> Result<Staged, Error> {
         use std::os::unix::fs::OpenOptionsExt;
-        let unnamed = std::fs::OpenOptions::new()
-            .write(true)
-            .mode(0o644)
-            .custom_flags(libc::O_TMPFILE)
-            .open(dir);
+        let unnamed = std::fs::OpenOptions::new().write(true).mode(0o644).custom_flags(libc::O_TMPFILE).open(dir);
         let (file, named) = match unnamed {
             Ok(f) => (f, None),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) => {
@@ -282,79 +207,41 @@ impl Staged {
             }
             Err(e) => return Err(Error::Precondition(format!("the node's data directory {} is not writable by the agent: {e} (use --replica-dir for its path as this host sees it)", dir.display()))),
         };
-        Ok(Staged {
-            file: std::io::BufWriter::with_capacity(1 << 20, file),
-            dir: dir.to_path_buf(),
-            named,
-        })
+        Ok(Staged { file: std::io::BufWriter::with_capacity(1 << 20, file), dir: dir.to_path_buf(), named })
     }
 
     /// Append bytes.
     pub fn write(&mut self, b: &[u8]) -> Result<(), Error> {
-        self.file.write_all(b).map_err(|e| {
-            Error::Resource(format!(
-                "write the snapshot into {}: {e}",
-                self.dir.display()
-            ))
-        })
+        self.file.write_all(b).map_err(|e| Error::Resource(format!("write the snapshot into {}: {e}", self.dir.display())))
     }
 
     /// Flush and sync the data to disk.
     pub fn sync(&mut self) -> Result<(), Error> {
-        self.file
-            .flush()
-            .and_then(|_| self.file.get_ref().sync_all())
-            .map_err(|e| {
-                Error::Resource(format!("sync the snapshot in {}: {e}", self.dir.display()))
-            })
+        self.file.flush().and_then(|_| self.file.get_ref().sync_all()).map_err(|e| Error::Resource(format!("sync the snapshot in {}: {e}", self.dir.display())))
     }
 
     /// Make it the file at `target` (atomically replacing nothing: the caller moved any file aside),
     /// and sync the directory so the name survives a crash.
     pub fn place(mut self, target: &Path) -> Result<(), Error> {
-        let fail = |what: &str, e: std::io::Error| {
-            Error::Resource(format!("{what} {}: {e}", target.display()))
-        };
+        let fail = |what: &str, e: std::io::Error| Error::Resource(format!("{what} {}: {e}", target.display()));
         match self.named.take() {
-            Some(p) => {
-                std::fs::rename(&p, target).map_err(|e| fail("rename the snapshot to", e))?
-            }
+            Some(p) => std::fs::rename(&p, target).map_err(|e| fail("rename the snapshot to", e))?,
             None => {
                 // Link the unnamed file under a hidden name, then rename it over the target: linkat
                 // cannot replace a name.
-                let tmp = self
-                    .dir
-                    .join(format!(".fastrepl-staging-{}.rdb", std::process::id()));
-                let proc_path = std::ffi::CString::new(format!(
-                    "/proc/self/fd/{}",
-                    self.file.get_ref().as_raw_fd()
-                ))
-                .expect("no NUL");
-                let tmp_c = std::ffi::CString::new(tmp.as_os_str().as_encoded_bytes())
-                    .map_err(|_| Error::Internal("a NUL in the directory's path".into()))?;
+                let tmp = self.dir.join(format!(".fastrepl-staging-{}.rdb", std::process::id()));
+                let proc_path = std::ffi::CString::new(format!("/proc/self/fd/{}", self.file.get_ref().as_raw_fd())).expect("no NUL");
+                let tmp_c = std::ffi::CString::new(tmp.as_os_str().as_encoded_bytes()).map_err(|_| Error::Internal("a NUL in the directory's path".into()))?;
                 // SAFETY: both paths are valid NUL-terminated strings that outlive the call; linkat
                 // reads them and touches no memory of ours otherwise.
-                let r = unsafe {
-                    libc::linkat(
-                        libc::AT_FDCWD,
-                        proc_path.as_ptr(),
-                        libc::AT_FDCWD,
-                        tmp_c.as_ptr(),
-                        libc::AT_SYMLINK_FOLLOW,
-                    )
-                };
+                let r = unsafe { libc::linkat(libc::AT_FDCWD, proc_path.as_ptr(), libc::AT_FDCWD, tmp_c.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
                 if r != 0 {
-                    return Err(fail(
-                        "name the snapshot for",
-                        std::io::Error::last_os_error(),
-                    ));
+                    return Err(fail("name the snapshot for", std::io::Error::last_os_error()));
                 }
                 std::fs::rename(&tmp, target).map_err(|e| fail("rename the snapshot to", e))?;
             }
         }
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| fail("sync the directory of", e))
+        std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync the directory of", e))
     }
 }
 
@@ -365,3 +252,4 @@ impl Drop for Staged {
         }
     }
 }
+

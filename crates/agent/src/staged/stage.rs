@@ -98,11 +98,7 @@ pub struct ClusterStaged {
 /// Decide what this start of the server needs, and stage the snapshot in `cfg.dir` when it needs one.
 pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     let t0 = Instant::now();
-    let server_config = cfg
-        .server_config
-        .as_deref()
-        .map(|p| Ok::<_, Error>((p, ServerConfig::read(p)?)))
-        .transpose()?;
+    let server_config = cfg.server_config.as_deref().map(|p| Ok::<_, Error>((p, ServerConfig::read(p)?))).transpose()?;
     target::refuse_aof(&cfg.dir, server_config.as_ref().map(|(p, c)| (*p, c)))?;
     let node = match &cfg.cluster_config {
         Some(name) => Some(volume::node(&cfg.dir.join(name))?),
@@ -110,61 +106,28 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     };
     // A node promoted to master keeps everything: no master to ask, nothing to pull.
     if let Some(keep) = node.as_ref().and_then(start::keeps_as_master) {
-        return Ok(StageReport {
-            start: Decision::Keep(keep),
-            master: None,
-            staged: None,
-            secs: t0.elapsed().as_secs_f64(),
-        });
+        return Ok(StageReport { start: Decision::Keep(keep), master: None, staged: None, secs: t0.elapsed().as_secs_f64() });
     }
-    let relays_master = || {
-        Ok(crate::pull::progress::attach(
-            cfg.source.relay,
-            cfg.source.token,
-            limits::GENERATION_WAIT_MAX,
-        )?
-        .master)
-    };
+    let relays_master = || Ok(crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master);
     let (master_addr, previous_master) = match &node {
         None => (cfg.master.find(relays_master)?, None),
-        Some(NodeOnVolume::Parsed(me)) if me.role == Role::Replica => {
-            shard_master(cfg, me, relays_master)?
-        }
+        Some(NodeOnVolume::Parsed(me)) if me.role == Role::Replica => shard_master(cfg, me, relays_master)?,
         Some(_) => (first_master(cfg, relays_master)?, None),
     };
     let mut master = cfg.master.connect(&master_addr).map_err(Error::master)?;
     let decision = decide(&mut master, &cfg.dir.join(&cfg.dbfilename))?;
     if let Decision::Keep(_) = decision {
-        return Ok(StageReport {
-            start: decision,
-            master: Some(master_addr),
-            staged: None,
-            secs: t0.elapsed().as_secs_f64(),
-        });
+        return Ok(StageReport { start: decision, master: Some(master_addr), staged: None, secs: t0.elapsed().as_secs_f64() });
     }
     tracing::info!(decision = ?decision, master = %master_addr, "staging the relay's snapshot");
     // A cluster node's config is prepared (and checked) before the pull, so a refusal costs nothing.
     let cluster = match &cfg.cluster_config {
         None => None,
-        Some(name) => Some(cluster_config(
-            &mut master,
-            &master_addr,
-            &cfg.dir.join(name),
-            node.as_ref(),
-            previous_master.as_deref(),
-        )?),
+        Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name), node.as_ref(), previous_master.as_deref())?),
     };
-    let rdb_version_check = server_config
-        .as_ref()
-        .and_then(|(_, c)| c.rdb_version_check.clone());
+    let rdb_version_check = server_config.as_ref().and_then(|(_, c)| c.rdb_version_check.clone());
     let loads = |v: u32| {
-        cfg.server
-            .loads(v, rdb_version_check.as_deref())
-            .map_err(|why| {
-                Error::Incompatible(format!(
-                    "the relay's snapshot is RDB version {v}: {why}; nothing was pulled or written"
-                ))
-            })
+        cfg.server.loads(v, rdb_version_check.as_deref()).map_err(|why| Error::Incompatible(format!("the relay's snapshot is RDB version {v}: {why}; nothing was pulled or written")))
     };
     let f = snapshot_file::pull_fresh(&cfg.source, &mut master, &cfg.dir, loads)?;
     let rdb_file = cfg.dir.join(&cfg.dbfilename);
@@ -174,11 +137,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         None => None,
         Some((path, text, node_id, master_id)) => {
             write_atomically(&path, text.as_bytes())?;
-            Some(ClusterStaged {
-                config_file: path,
-                node_id,
-                master_id,
-            })
+            Some(ClusterStaged { config_file: path, node_id, master_id })
         }
     };
     let staged = Staged {
@@ -193,22 +152,14 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         renewals: f.renewals,
         cluster,
     };
-    Ok(StageReport {
-        start: decision,
-        master: Some(master_addr),
-        staged: Some(staged),
-        secs: t0.elapsed().as_secs_f64(),
-    })
+    Ok(StageReport { start: decision, master: Some(master_addr), staged: Some(staged), secs: t0.elapsed().as_secs_f64() })
 }
 
 /// The volume's RDB judged against the master (its write rate measured only when the RDB continues
 /// its history: that is when the headroom decides).
 fn decide(master: &mut Client, rdb_path: &Path) -> Result<Decision, Error> {
     let rdb = volume::rdb(rdb_path);
-    let before = (
-        Instant::now(),
-        master.info("replication").map_err(Error::master)?,
-    );
+    let before = (Instant::now(), master.info("replication").map_err(Error::master)?);
     let view = master_view(&before.1, 0.0)?;
     let first = start::decide(&rdb, &view);
     if !matches!(first, Decision::Keep(_)) {
@@ -216,26 +167,18 @@ fn decide(master: &mut Client, rdb_path: &Path) -> Result<Decision, Error> {
     }
     std::thread::sleep(limits::WRITE_RATE_WINDOW_MIN); // A measurement interval, not a synchronization.
     let after = master.info("replication").map_err(Error::master)?;
-    let written =
-        crate::master::repl_offset(&after).saturating_sub(crate::master::repl_offset(&before.1));
+    let written = crate::master::repl_offset(&after).saturating_sub(crate::master::repl_offset(&before.1));
     let rate = written as f64 / before.0.elapsed().as_secs_f64();
     Ok(start::decide(&rdb, &master_view(&after, rate)?))
 }
 
 /// The master as the start decision sees it, from its `INFO replication`.
 fn master_view(repl: &Info, write_rate: f64) -> Result<MasterView, Error> {
-    let backlog = Backlog::from_info(|k| repl.num(k)).ok_or_else(|| {
-        Error::protocol(
-            Party::Master,
-            "it does not report its backlog (repl_backlog_* in INFO replication)",
-        )
-    })?;
+    let backlog = Backlog::from_info(|k| repl.num(k)).ok_or_else(|| Error::protocol(Party::Master, "it does not report its backlog (repl_backlog_* in INFO replication)"))?;
     Ok(MasterView {
         replid: repl.get("master_replid").unwrap_or_default().to_string(),
         replid2: repl.get("master_replid2").unwrap_or_default().to_string(),
-        second_offset: repl
-            .num("second_repl_offset")
-            .and_then(|n| u64::try_from(n).ok()),
+        second_offset: repl.num("second_repl_offset").and_then(|n| u64::try_from(n).ok()),
         backlog,
         write_rate,
     })
@@ -245,20 +188,10 @@ fn master_view(repl: &Info, write_rate: f64) -> Result<MasterView, Error> {
 /// node of the cluster), then — only when it does not answer — the relay's master. Returns its
 /// address and the master the node's config names (a staged config may replace that one: it was
 /// the shard's master before a failover).
-fn shard_master(
-    cfg: &StageConfig<'_>,
-    me: &Node,
-    relays_master: impl FnOnce() -> Result<String, Error>,
-) -> Result<(String, Option<String>), Error> {
+fn shard_master(cfg: &StageConfig<'_>, me: &Node, relays_master: impl FnOnce() -> Result<String, Error>) -> Result<(String, Option<String>), Error> {
     let ask = |seed: &str| {
-        let table = cfg
-            .master
-            .connect(seed)
-            .map_err(Error::master)
-            .and_then(|mut c| cluster_nodes(&mut c))?;
-        start::shard_master(me, &table)
-            .map(|m| (m.addr.clone(), me.master.clone()))
-            .map_err(Error::Precondition)
+        let table = cfg.master.connect(seed).map_err(Error::master).and_then(|mut c| cluster_nodes(&mut c))?;
+        start::shard_master(me, &table).map(|m| (m.addr.clone(), me.master.clone())).map_err(Error::Precondition)
     };
     let given = match cfg.master.given {
         Some(seed) => match ask(seed) {
@@ -276,22 +209,15 @@ fn shard_master(
 
 /// A new cluster node's master: the node given when it is a master serving slots, else the relay's
 /// master (a relay captures for one shard).
-fn first_master(
-    cfg: &StageConfig<'_>,
-    relays_master: impl FnOnce() -> Result<String, Error>,
-) -> Result<String, Error> {
+fn first_master(cfg: &StageConfig<'_>, relays_master: impl FnOnce() -> Result<String, Error>) -> Result<String, Error> {
     if let Some(given) = cfg.master.given {
         let mut c = cfg.master.connect(given).map_err(Error::master)?;
         let table = cluster_nodes(&mut c)?;
-        let me = cluster::myself(&table)
-            .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+        let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
         if me.serves_slots() {
             return Ok(given.to_string());
         }
-        tracing::info!(
-            given,
-            "not a master serving slots: the node follows the relay's master"
-        );
+        tracing::info!(given, "not a master serving slots: the node follows the relay's master");
     }
     relays_master()
 }
@@ -306,35 +232,20 @@ fn cluster_nodes(c: &mut Client) -> Result<Vec<Node>, Error> {
 /// config (`node`, as the volume holds it) keeps its node id, and must be an empty master's, or
 /// already this master's replica's, or the replica's of `previous` (its shard's master before a
 /// failover).
-fn cluster_config(
-    master: &mut Client,
-    master_addr: &str,
-    path: &Path,
-    node: Option<&NodeOnVolume>,
-    previous: Option<&str>,
-) -> Result<(PathBuf, String, String, String), Error> {
-    if master
-        .info("cluster")
-        .map_err(Error::master)?
-        .get("cluster_enabled")
-        != Some("1")
-    {
+fn cluster_config(master: &mut Client, master_addr: &str, path: &Path, node: Option<&NodeOnVolume>, previous: Option<&str>) -> Result<(PathBuf, String, String, String), Error> {
+    if master.info("cluster").map_err(Error::master)?.get("cluster_enabled") != Some("1") {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster node: --cluster-config stages a cluster node, which must follow a cluster master")));
     }
     let table_text = crate::master::cluster_nodes(master).map_err(Error::master)?;
-    let table = cluster::parse(&table_text)
-        .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
-    let me = cluster::myself(&table)
-        .map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+    let table = cluster::parse(&table_text).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
+    let me = cluster::myself(&table).map_err(|e| Error::protocol(Party::Master, format!("CLUSTER NODES: {e}")))?;
     if !me.serves_slots() {
         return Err(Error::Precondition(format!("{master_addr} is not a cluster master serving slots: name the shard's master with --master")));
     }
     let node_id = match node {
         Some(NodeOnVolume::Parsed(mine)) => {
             let follows = |id: Option<&str>| id.is_some() && mine.master.as_deref() == id;
-            let ok = (mine.role == Role::Master && mine.slots == 0)
-                || (mine.role == Role::Replica
-                    && (follows(Some(me.id.as_str())) || follows(previous)));
+            let ok = (mine.role == Role::Master && mine.slots == 0) || (mine.role == Role::Replica && (follows(Some(me.id.as_str())) || follows(previous)));
             if !ok {
                 return Err(Error::Precondition(format!(
                     "{} is the config of a node that serves slots or follows another master: staging would change its role in the cluster; remove the file if the node is to start anew",
@@ -348,14 +259,7 @@ fn cluster_config(
     // A master that has not learned its own address is written with the one the stager reached, as
     // an IP: the servers read an IP in that field of a cluster config.
     let (ip, port) = crate::master::ip_address(master_addr)?;
-    let text = cluster::staged_config(
-        &node_id,
-        &table,
-        &me.id,
-        &endpoint::host_port(&ip, &port),
-        &table_text,
-    )
-    .map_err(|e| Error::protocol(Party::Master, e))?;
+    let text = cluster::staged_config(&node_id, &table, &me.id, &endpoint::host_port(&ip, &port), &table_text).map_err(|e| Error::protocol(Party::Master, e))?;
     Ok((path.to_path_buf(), text, node_id, me.id.clone()))
 }
 

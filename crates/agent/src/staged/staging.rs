@@ -51,12 +51,7 @@ pub struct Plan {
 pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
     let (n, m) = (&node.addr, &master.addr);
     if master.me.role != Role::Master {
-        let of = master
-            .me
-            .master
-            .as_deref()
-            .map(|id| format!(" of {id}"))
-            .unwrap_or_default();
+        let of = master.me.master.as_deref().map(|id| format!(" of {id}")).unwrap_or_default();
         return Err(format!("{m} is not a cluster master (it is a replica{of}): name the shard's master with --master"));
     }
     if master.me.slots == 0 {
@@ -66,15 +61,8 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
         return Err(format!("{n} and {m} are the same node ({})", node.me.id));
     }
     match (node.me.role, node.me.master.as_deref()) {
-        (Role::Replica, Some(id)) if id == master.me.id => {
-            return Err(format!("{n} is already a replica of {m}: nothing to do"))
-        }
-        (Role::Replica, of) => {
-            return Err(format!(
-                "{n} is a replica (of {}); only an empty master with no slots can be staged",
-                of.unwrap_or("-")
-            ))
-        }
+        (Role::Replica, Some(id)) if id == master.me.id => return Err(format!("{n} is already a replica of {m}: nothing to do")),
+        (Role::Replica, of) => return Err(format!("{n} is a replica (of {}); only an empty master with no slots can be staged", of.unwrap_or("-"))),
         _ => {}
     }
     if node.me.slots > 0 {
@@ -102,9 +90,7 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
              master with its own masterauth (and masteruser); set them in its config file, then join"
         ));
     }
-    Ok(Plan {
-        meet: !node.knows_master,
-    })
+    Ok(Plan { meet: !node.knows_master })
 }
 
 /// The master's backlog, from its `INFO replication`.
@@ -124,12 +110,7 @@ impl Backlog {
     /// From `INFO replication` fields (`None` when one is missing: a server too old to say).
     pub fn from_info(get: impl Fn(&str) -> Option<i64>) -> Option<Backlog> {
         let u = |k: &str| get(k).and_then(|v| u64::try_from(v).ok());
-        Some(Backlog {
-            active: get("repl_backlog_active")? == 1,
-            master_offset: u("master_repl_offset")?,
-            first_byte: u("repl_backlog_first_byte_offset")?,
-            size: u("repl_backlog_size")?,
-        })
+        Some(Backlog { active: get("repl_backlog_active")? == 1, master_offset: u("master_repl_offset")?, first_byte: u("repl_backlog_first_byte_offset")?, size: u("repl_backlog_size")? })
     }
 
     /// Bytes the master can still write before `PSYNC <id> <offset+1>` is refused for a snapshot
@@ -174,10 +155,7 @@ pub fn freshness(backlog: &Backlog, offset: u64, rate: f64, needed_secs: f64) ->
         ));
     };
     if rate <= 0.0 {
-        return Freshness::Fresh {
-            headroom_bytes: headroom,
-            headroom_secs: None,
-        };
+        return Freshness::Fresh { headroom_bytes: headroom, headroom_secs: None };
     }
     let secs = headroom as f64 / rate;
     if secs < needed_secs * HEADROOM_FACTOR {
@@ -186,10 +164,7 @@ pub fn freshness(backlog: &Backlog, offset: u64, rate: f64, needed_secs: f64) ->
             rate / 1024.0
         ));
     }
-    Freshness::Fresh {
-        headroom_bytes: headroom,
-        headroom_secs: Some(secs),
-    }
+    Freshness::Fresh { headroom_bytes: headroom, headroom_secs: Some(secs) }
 }
 
 /// A server loads an RDB at least this fast, bytes/s ([`limits::RDB_LOAD_BYTES_PER_SEC_MIN`]).
@@ -200,11 +175,7 @@ pub const RESTART_SECS: f64 = limits::NODE_RESTART_SECS;
 /// Seconds from now until the node asks for its `PSYNC`: what is left to pull at `pull_rate`
 /// (bytes/s), the restart, and the load of `rdb_bytes`.
 pub fn needed_secs(rdb_bytes: u64, left_to_pull: u64, pull_rate: f64) -> f64 {
-    let pull = if left_to_pull == 0 {
-        0.0
-    } else {
-        left_to_pull as f64 / pull_rate.max(LOAD_RATE_MIN)
-    };
+    let pull = if left_to_pull == 0 { 0.0 } else { left_to_pull as f64 / pull_rate.max(LOAD_RATE_MIN) };
     pull + RESTART_SECS + rdb_bytes as f64 / LOAD_RATE_MIN
 }
 
@@ -284,9 +255,7 @@ pub fn undo(step: Step, running: bool) -> Vec<Undo> {
         (Step::Recorded, false) => vec![Undo::RestoreConfig],
         (Step::Placed, true) => vec![Undo::ResetRole, Undo::Unpark, Undo::RestoreRdb],
         // Down before (or during) a restart: its files must not make it a replica when it starts.
-        (Step::Placed | Step::ShutDown | Step::Restarted, false) => {
-            vec![Undo::RestoreRdb, Undo::RestoreConfig]
-        }
+        (Step::Placed | Step::ShutDown | Step::Restarted, false) => vec![Undo::RestoreRdb, Undo::RestoreConfig],
         // Running again: the reset empties it and rewrites its config; the file goes too.
         (Step::ShutDown | Step::Restarted, true) => vec![Undo::ResetRole, Undo::RestoreRdb],
     }
@@ -309,20 +278,13 @@ mod tests {
             NodeFacts {
                 addr: "n:1".into(),
                 keys: 0,
-                me: node(&format!(
-                    "{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected"
-                )),
+                me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected")),
                 aof: false,
                 knows_master: true,
                 has_masterauth: false,
                 master_needs_auth: false,
             },
-            MasterFacts {
-                addr: "m:1".into(),
-                me: node(&format!(
-                    "{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-16383"
-                )),
-            },
+            MasterFacts { addr: "m:1".into(), me: node(&format!("{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-16383")) },
         )
     }
 
@@ -341,212 +303,57 @@ mod tests {
             let e = check(n, m).unwrap_err();
             assert!(e.contains(what), "{e}");
         };
-        refused(
-            &NodeFacts {
-                keys: 3,
-                ..n.clone()
-            },
-            &m,
-            "holds 3 keys",
-        );
-        refused(
-            &NodeFacts {
-                aof: true,
-                ..n.clone()
-            },
-            &m,
-            "appendonly yes",
-        );
-        refused(
-            &NodeFacts {
-                master_needs_auth: true,
-                ..n.clone()
-            },
-            &m,
-            "no masterauth",
-        );
-        assert!(check(
-            &NodeFacts {
-                master_needs_auth: true,
-                has_masterauth: true,
-                ..n.clone()
-            },
-            &m
-        )
-        .is_ok());
-        refused(
-            &NodeFacts {
-                me: node(&format!(
-                    "{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9"
-                )),
-                ..n.clone()
-            },
-            &m,
-            "serves 5 slot(s)",
-        );
-        refused(
-            &NodeFacts {
-                me: node(&format!(
-                    "{N} 127.0.0.1:2@3 myself,slave {M} 0 0 0 connected"
-                )),
-                ..n.clone()
-            },
-            &m,
-            "already a replica",
-        );
-        refused(
-            &n,
-            &MasterFacts {
-                me: node(&format!(
-                    "{M} 127.0.0.1:1@2 myself,slave {N} 0 0 1 connected"
-                )),
-                ..m.clone()
-            },
-            "not a cluster master",
-        );
-        refused(
-            &n,
-            &MasterFacts {
-                me: node(&format!(
-                    "{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected"
-                )),
-                ..m.clone()
-            },
-            "serves no slots",
-        );
+        refused(&NodeFacts { keys: 3, ..n.clone() }, &m, "holds 3 keys");
+        refused(&NodeFacts { aof: true, ..n.clone() }, &m, "appendonly yes");
+        refused(&NodeFacts { master_needs_auth: true, ..n.clone() }, &m, "no masterauth");
+        assert!(check(&NodeFacts { master_needs_auth: true, has_masterauth: true, ..n.clone() }, &m).is_ok());
+        refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9")), ..n.clone() }, &m, "serves 5 slot(s)");
+        refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,slave {M} 0 0 0 connected")), ..n.clone() }, &m, "already a replica");
+        refused(&n, &MasterFacts { me: node(&format!("{M} 127.0.0.1:1@2 myself,slave {N} 0 0 1 connected")), ..m.clone() }, "not a cluster master");
+        refused(&n, &MasterFacts { me: node(&format!("{M} 127.0.0.1:1@2 myself,master - 0 0 1 connected")), ..m.clone() }, "serves no slots");
     }
 
     #[test]
     fn headroom_is_what_the_master_may_write_before_the_offset_leaves() {
-        let full = Backlog {
-            active: true,
-            master_offset: 10_000,
-            first_byte: 9_001,
-            size: 1_000,
-        };
+        let full = Backlog { active: true, master_offset: 10_000, first_byte: 9_001, size: 1_000 };
         assert_eq!(full.headroom(9_000), Some(0), "byte 9001 is the first held");
         assert_eq!(full.headroom(9_500), Some(500));
         assert_eq!(full.headroom(8_999), None, "gone");
         assert_eq!(full.headroom(10_000), Some(1_000));
-        assert_eq!(
-            full.headroom(10_001),
-            None,
-            "a snapshot ahead of the master is another history"
-        );
-        let filling = Backlog {
-            active: true,
-            master_offset: 300,
-            first_byte: 1,
-            size: 1_000,
-        };
-        assert_eq!(
-            filling.headroom(0),
-            Some(700),
-            "not full yet: it keeps all until 1000 bytes"
-        );
-        assert_eq!(
-            Backlog {
-                active: false,
-                ..filling
-            }
-            .headroom(0),
-            None
-        );
+        assert_eq!(full.headroom(10_001), None, "a snapshot ahead of the master is another history");
+        let filling = Backlog { active: true, master_offset: 300, first_byte: 1, size: 1_000 };
+        assert_eq!(filling.headroom(0), Some(700), "not full yet: it keeps all until 1000 bytes");
+        assert_eq!(Backlog { active: false, ..filling }.headroom(0), None);
     }
 
     #[test]
     fn freshness_weighs_the_headroom_against_the_time_staging_needs() {
-        let b = Backlog {
-            active: true,
-            master_offset: 1_000_000,
-            first_byte: 1,
-            size: 64 << 20,
-        };
-        assert!(matches!(
-            freshness(&b, 1_000_000, 0.0, 100.0),
-            Freshness::Fresh {
-                headroom_secs: None,
-                ..
-            }
-        ));
+        let b = Backlog { active: true, master_offset: 1_000_000, first_byte: 1, size: 64 << 20 };
+        assert!(matches!(freshness(&b, 1_000_000, 0.0, 100.0), Freshness::Fresh { headroom_secs: None, .. }));
         // 64 MiB of headroom at 1 MiB/s: 64 s, enough for 30 s needed ×2, not for 40 s.
-        assert!(
-            matches!(freshness(&b, 1_000_000, 1048576.0, 30.0), Freshness::Fresh { headroom_secs: Some(s), .. } if (s - 64.0).abs() < 0.01)
-        );
-        assert!(
-            matches!(freshness(&b, 1_000_000, 1048576.0, 40.0), Freshness::Stale(w) if w.contains("64.0 s"))
-        );
-        let gone = Backlog {
-            first_byte: 2_000,
-            ..b
-        };
-        assert!(
-            matches!(freshness(&gone, 1_000, 0.0, 1.0), Freshness::Stale(w) if w.contains("no longer holds"))
-        );
+        assert!(matches!(freshness(&b, 1_000_000, 1048576.0, 30.0), Freshness::Fresh { headroom_secs: Some(s), .. } if (s - 64.0).abs() < 0.01));
+        assert!(matches!(freshness(&b, 1_000_000, 1048576.0, 40.0), Freshness::Stale(w) if w.contains("64.0 s")));
+        let gone = Backlog { first_byte: 2_000, ..b };
+        assert!(matches!(freshness(&gone, 1_000, 0.0, 1.0), Freshness::Stale(w) if w.contains("no longer holds")));
         assert!(needed_secs(1 << 30, 0, 0.0) > needed_secs(1 << 20, 0, 0.0));
     }
 
     #[test]
     fn only_an_unambiguous_count_is_a_partial_resync() {
-        let b = SyncCounters {
-            full: 2,
-            partial_ok: 5,
-        };
-        assert_eq!(
-            judge(
-                b,
-                SyncCounters {
-                    full: 2,
-                    partial_ok: 6
-                }
-            ),
-            Resync::Partial
-        );
-        assert_eq!(
-            judge(
-                b,
-                SyncCounters {
-                    full: 3,
-                    partial_ok: 5
-                }
-            ),
-            Resync::Full
-        );
-        assert!(matches!(
-            judge(
-                b,
-                SyncCounters {
-                    full: 3,
-                    partial_ok: 6
-                }
-            ),
-            Resync::Unknown(_)
-        ));
+        let b = SyncCounters { full: 2, partial_ok: 5 };
+        assert_eq!(judge(b, SyncCounters { full: 2, partial_ok: 6 }), Resync::Partial);
+        assert_eq!(judge(b, SyncCounters { full: 3, partial_ok: 5 }), Resync::Full);
+        assert!(matches!(judge(b, SyncCounters { full: 3, partial_ok: 6 }), Resync::Unknown(_)));
         assert!(matches!(judge(b, b), Resync::Unknown(_)));
     }
 
     #[test]
     fn undo_depends_on_the_step_and_whether_the_node_runs() {
         assert!(undo(Step::Pulled, true).is_empty());
-        assert!(
-            undo(Step::Linked, true).is_empty() && undo(Step::Linked, false).is_empty(),
-            "a linked replica is left as it is"
-        );
-        assert_eq!(
-            undo(Step::Recorded, true),
-            vec![Undo::ResetRole, Undo::Unpark]
-        );
-        assert_eq!(
-            undo(Step::Placed, true),
-            vec![Undo::ResetRole, Undo::Unpark, Undo::RestoreRdb]
-        );
-        assert_eq!(
-            undo(Step::ShutDown, false),
-            vec![Undo::RestoreRdb, Undo::RestoreConfig]
-        );
-        assert_eq!(
-            undo(Step::Restarted, true),
-            vec![Undo::ResetRole, Undo::RestoreRdb]
-        );
+        assert!(undo(Step::Linked, true).is_empty() && undo(Step::Linked, false).is_empty(), "a linked replica is left as it is");
+        assert_eq!(undo(Step::Recorded, true), vec![Undo::ResetRole, Undo::Unpark]);
+        assert_eq!(undo(Step::Placed, true), vec![Undo::ResetRole, Undo::Unpark, Undo::RestoreRdb]);
+        assert_eq!(undo(Step::ShutDown, false), vec![Undo::RestoreRdb, Undo::RestoreConfig]);
+        assert_eq!(undo(Step::Restarted, true), vec![Undo::ResetRole, Undo::RestoreRdb]);
     }
 }

@@ -136,32 +136,17 @@ pub fn keeps_as_master(node: &NodeOnVolume) -> Option<Keep> {
 pub fn decide(rdb: &RdbOnVolume, master: &MasterView) -> Decision {
     let (bytes, replid, offset) = match rdb {
         RdbOnVolume::Absent => return Decision::Stage(Stage::Empty),
-        RdbOnVolume::Unreadable(e) => {
-            return Decision::Stage(Stage::Unreadable { error: e.clone() })
-        }
+        RdbOnVolume::Unreadable(e) => return Decision::Stage(Stage::Unreadable { error: e.clone() }),
         RdbOnVolume::Present { history: None, .. } => return Decision::Stage(Stage::NoHistory),
-        RdbOnVolume::Present {
-            bytes,
-            history: Some((id, off)),
-        } => (*bytes, id, *off),
+        RdbOnVolume::Present { bytes, history: Some((id, off)) } => (*bytes, id, *off),
     };
     if !continues(master, replid, offset) {
-        return Decision::Stage(Stage::OtherHistory {
-            replid: replid.clone(),
-        });
+        return Decision::Stage(Stage::OtherHistory { replid: replid.clone() });
     }
     // The server asks for offset + 1 once it has restarted and loaded the file: nothing to pull.
     let needed = staging::needed_secs(bytes, 0, 0.0);
     match staging::freshness(&master.backlog, offset, master.write_rate, needed) {
-        Freshness::Fresh {
-            headroom_bytes,
-            headroom_secs,
-        } => Decision::Keep(Keep::ResumesPartially {
-            replid: replid.clone(),
-            offset,
-            headroom_bytes,
-            headroom_secs,
-        }),
+        Freshness::Fresh { headroom_bytes, headroom_secs } => Decision::Keep(Keep::ResumesPartially { replid: replid.clone(), offset, headroom_bytes, headroom_secs }),
         Freshness::Stale(why) => Decision::Stage(Stage::Stale { offset, why }),
     }
 }
@@ -170,8 +155,7 @@ pub fn decide(rdb: &RdbOnVolume, master: &MasterView) -> Decision {
 /// always; its previous one up to the offset where it was promoted (the servers' own rule; the
 /// backlog is judged apart).
 fn continues(master: &MasterView, replid: &str, offset: u64) -> bool {
-    replid == master.replid
-        || (replid == master.replid2 && master.second_offset.is_some_and(|s| offset < s))
+    replid == master.replid || (replid == master.replid2 && master.second_offset.is_some_and(|s| offset < s))
 }
 
 /// The node's shard's current master in the cluster's `table` (as a reachable node answered
@@ -181,33 +165,18 @@ fn continues(master: &MasterView, replid: &str, offset: u64) -> bool {
 pub fn shard_master<'a>(own: &Node, table: &'a [Node]) -> Result<&'a Node, String> {
     let serving = |n: &&Node| n.serves_slots() && !n.unsettled;
     // What the cluster says of this node wins over its own config, which was written before it went down.
-    let named = table
-        .iter()
-        .find(|n| n.id == own.id)
-        .and_then(|n| n.master.clone())
-        .or_else(|| own.master.clone());
+    let named = table.iter().find(|n| n.id == own.id).and_then(|n| n.master.clone()).or_else(|| own.master.clone());
     let Some(named) = named else {
-        return Err(format!(
-            "node {} follows no master in its config and the cluster names none for it",
-            own.id
-        ));
+        return Err(format!("node {} follows no master in its config and the cluster names none for it", own.id));
     };
     let Some(m) = table.iter().find(|n| n.id == named) else {
-        return Err(format!(
-            "the cluster does not know master {named}, which node {} follows",
-            own.id
-        ));
+        return Err(format!("the cluster does not know master {named}, which node {} follows", own.id));
     };
     if serving(&m) {
         return Ok(m);
     }
     // A failed-over master comes back as its successor's replica: one hop, no more.
-    if let Some(next) = m
-        .master
-        .as_deref()
-        .and_then(|id| table.iter().find(|n| n.id == id))
-        .filter(serving)
-    {
+    if let Some(next) = m.master.as_deref().and_then(|id| table.iter().find(|n| n.id == id)).filter(serving) {
         return Ok(next);
     }
     Err(format!("master {named}, which node {} follows, serves no slots and follows no master that does (a failover still under way?)", own.id))
@@ -223,21 +192,13 @@ mod tests {
             replid: replid.into(),
             replid2: "0".repeat(40),
             second_offset: None,
-            backlog: Backlog {
-                active: true,
-                master_offset: last,
-                first_byte: first,
-                size: 1 << 20,
-            },
+            backlog: Backlog { active: true, master_offset: last, first_byte: first, size: 1 << 20 },
             write_rate: 0.0,
         }
     }
 
     fn rdb(id: &str, off: u64) -> RdbOnVolume {
-        RdbOnVolume::Present {
-            bytes: 1 << 20,
-            history: Some((id.into(), off)),
-        }
+        RdbOnVolume::Present { bytes: 1 << 20, history: Some((id.into(), off)) }
     }
 
     fn node(id: char, role: Role, master: Option<char>, slots: u32) -> Node {
@@ -257,38 +218,23 @@ mod tests {
 
     #[test]
     fn an_empty_volume_is_staged() {
-        assert_eq!(
-            decide(&RdbOnVolume::Absent, &master("a", 1, 100)),
-            Decision::Stage(Stage::Empty)
-        );
+        assert_eq!(decide(&RdbOnVolume::Absent, &master("a", 1, 100)), Decision::Stage(Stage::Empty));
     }
 
     #[test]
     fn an_own_rdb_inside_the_backlog_is_kept() {
         let d = decide(&rdb("a", 90), &master("a", 1, 100));
-        assert!(
-            matches!(d, Decision::Keep(Keep::ResumesPartially { offset: 90, headroom_bytes, .. }) if headroom_bytes == 90 + (1 << 20) - 100),
-            "{d:?}"
-        );
+        assert!(matches!(d, Decision::Keep(Keep::ResumesPartially { offset: 90, headroom_bytes, .. }) if headroom_bytes == 90 + (1 << 20) - 100), "{d:?}");
         // Exactly at the master's offset: nothing missed, still partial.
-        assert!(matches!(
-            decide(&rdb("a", 100), &master("a", 1, 100)),
-            Decision::Keep(_)
-        ));
+        assert!(matches!(decide(&rdb("a", 100), &master("a", 1, 100)), Decision::Keep(_)));
     }
 
     #[test]
     fn an_rdb_the_backlog_lost_is_staged_again() {
         let d = decide(&rdb("a", 10), &master("a", 50, 100));
-        assert!(
-            matches!(&d, Decision::Stage(Stage::Stale { offset: 10, why }) if why.contains("no longer holds")),
-            "{d:?}"
-        );
+        assert!(matches!(&d, Decision::Stage(Stage::Stale { offset: 10, why }) if why.contains("no longer holds")), "{d:?}");
         // Ahead of the master (it restarted without its data): the backlog cannot serve it either.
-        assert!(matches!(
-            decide(&rdb("a", 200), &master("a", 1, 100)),
-            Decision::Stage(Stage::Stale { .. })
-        ));
+        assert!(matches!(decide(&rdb("a", 200), &master("a", 1, 100)), Decision::Stage(Stage::Stale { .. })));
     }
 
     #[test]
@@ -296,84 +242,33 @@ mod tests {
         let mut m = master("a", 1, 100);
         // 1 MiB of backlog left at 1 MiB/s: gone before a 1 MiB file is restarted and loaded (x2).
         m.write_rate = f64::from(1u32 << 20);
-        assert!(matches!(
-            decide(&rdb("a", 100), &m),
-            Decision::Stage(Stage::Stale { .. })
-        ));
+        assert!(matches!(decide(&rdb("a", 100), &m), Decision::Stage(Stage::Stale { .. })));
         m.write_rate = 1024.0;
-        assert!(matches!(
-            decide(&rdb("a", 100), &m),
-            Decision::Keep(Keep::ResumesPartially {
-                headroom_secs: Some(_),
-                ..
-            })
-        ));
+        assert!(matches!(decide(&rdb("a", 100), &m), Decision::Keep(Keep::ResumesPartially { headroom_secs: Some(_), .. })));
     }
 
     #[test]
     fn another_history_is_staged_and_the_previous_one_counts_up_to_the_promotion() {
-        assert_eq!(
-            decide(&rdb("b", 90), &master("a", 1, 100)),
-            Decision::Stage(Stage::OtherHistory { replid: "b".into() })
-        );
+        assert_eq!(decide(&rdb("b", 90), &master("a", 1, 100)), Decision::Stage(Stage::OtherHistory { replid: "b".into() }));
         let mut m = master("a", 1, 100);
         m.replid2 = "b".into();
         m.second_offset = Some(91);
-        assert!(
-            matches!(decide(&rdb("b", 90), &m), Decision::Keep(_)),
-            "promoted after offset 90: PSYNC b 91 is accepted"
-        );
+        assert!(matches!(decide(&rdb("b", 90), &m), Decision::Keep(_)), "promoted after offset 90: PSYNC b 91 is accepted");
         m.second_offset = Some(90);
-        assert!(
-            matches!(
-                decide(&rdb("b", 90), &m),
-                Decision::Stage(Stage::OtherHistory { .. })
-            ),
-            "PSYNC b 91 is past the promotion"
-        );
+        assert!(matches!(decide(&rdb("b", 90), &m), Decision::Stage(Stage::OtherHistory { .. })), "PSYNC b 91 is past the promotion");
     }
 
     #[test]
     fn an_rdb_without_history_or_unreadable_is_staged() {
-        assert_eq!(
-            decide(
-                &RdbOnVolume::Present {
-                    bytes: 9,
-                    history: None
-                },
-                &master("a", 1, 100)
-            ),
-            Decision::Stage(Stage::NoHistory)
-        );
-        assert!(matches!(
-            decide(
-                &RdbOnVolume::Unreadable("not an RDB".into()),
-                &master("a", 1, 100)
-            ),
-            Decision::Stage(Stage::Unreadable { .. })
-        ));
+        assert_eq!(decide(&RdbOnVolume::Present { bytes: 9, history: None }, &master("a", 1, 100)), Decision::Stage(Stage::NoHistory));
+        assert!(matches!(decide(&RdbOnVolume::Unreadable("not an RDB".into()), &master("a", 1, 100)), Decision::Stage(Stage::Unreadable { .. })));
     }
 
     #[test]
     fn a_master_serving_slots_is_kept_whole() {
-        assert_eq!(
-            keeps_as_master(&NodeOnVolume::Parsed(node('a', Role::Master, None, 5461))),
-            Some(Keep::ServesSlots { slots: 5461 })
-        );
-        assert_eq!(
-            keeps_as_master(&NodeOnVolume::Parsed(node('a', Role::Master, None, 0))),
-            None,
-            "an empty master is staged"
-        );
-        assert_eq!(
-            keeps_as_master(&NodeOnVolume::Parsed(node(
-                'a',
-                Role::Replica,
-                Some('b'),
-                0
-            ))),
-            None
-        );
+        assert_eq!(keeps_as_master(&NodeOnVolume::Parsed(node('a', Role::Master, None, 5461))), Some(Keep::ServesSlots { slots: 5461 }));
+        assert_eq!(keeps_as_master(&NodeOnVolume::Parsed(node('a', Role::Master, None, 0))), None, "an empty master is staged");
+        assert_eq!(keeps_as_master(&NodeOnVolume::Parsed(node('a', Role::Replica, Some('b'), 0))), None);
         assert_eq!(keeps_as_master(&NodeOnVolume::Absent), None);
     }
 
@@ -381,25 +276,13 @@ mod tests {
     fn the_shard_master_is_the_clusters_not_a_fixed_address() {
         let me = node('c', Role::Replica, Some('a'), 0);
         // No failover: the master the config names.
-        let table = [
-            node('a', Role::Master, None, 5461),
-            node('b', Role::Master, None, 5462),
-            node('c', Role::Replica, Some('a'), 0),
-        ];
+        let table = [node('a', Role::Master, None, 5461), node('b', Role::Master, None, 5462), node('c', Role::Replica, Some('a'), 0)];
         assert_eq!(shard_master(&me, &table).unwrap().id, "a".repeat(40));
         // a failed over to d while c was down: a now follows d.
-        let table = [
-            node('a', Role::Replica, Some('d'), 0),
-            node('d', Role::Master, None, 5461),
-            node('c', Role::Replica, Some('a'), 0),
-        ];
+        let table = [node('a', Role::Replica, Some('d'), 0), node('d', Role::Master, None, 5461), node('c', Role::Replica, Some('a'), 0)];
         assert_eq!(shard_master(&me, &table).unwrap().id, "d".repeat(40));
         // The cluster already moved c to d.
-        let table = [
-            node('a', Role::Master, None, 0),
-            node('d', Role::Master, None, 5461),
-            node('c', Role::Replica, Some('d'), 0),
-        ];
+        let table = [node('a', Role::Master, None, 0), node('d', Role::Master, None, 5461), node('c', Role::Replica, Some('d'), 0)];
         assert_eq!(shard_master(&me, &table).unwrap().id, "d".repeat(40));
     }
 
@@ -410,11 +293,7 @@ mod tests {
         failed.unsettled = true;
         let e = shard_master(&me, &[failed]).unwrap_err();
         assert!(e.contains("serves no slots"), "{e}");
-        assert!(shard_master(&me, &[node('b', Role::Master, None, 5461)])
-            .unwrap_err()
-            .contains("does not know"));
-        assert!(shard_master(&node('c', Role::Master, None, 0), &[])
-            .unwrap_err()
-            .contains("follows no master"));
+        assert!(shard_master(&me, &[node('b', Role::Master, None, 5461)]).unwrap_err().contains("does not know"));
+        assert!(shard_master(&node('c', Role::Master, None, 0), &[]).unwrap_err().contains("follows no master"));
     }
 }

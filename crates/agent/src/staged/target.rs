@@ -32,24 +32,13 @@ fn from_binary(path: &Path) -> Result<Server, Error> {
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(limits::SERVER_VERSION_POLL_EVERY)
-            } // Polling a child's exit, bounded by the deadline.
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(limits::SERVER_VERSION_POLL_EVERY), // Polling a child's exit, bounded by the deadline.
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(Error::Precondition(format!(
-                    "{} --version did not answer within {:?}",
-                    path.display(),
-                    limits::SERVER_VERSION_WAIT_MAX
-                )));
+                return Err(Error::Precondition(format!("{} --version did not answer within {:?}", path.display(), limits::SERVER_VERSION_WAIT_MAX)));
             }
-            Err(e) => {
-                return Err(Error::Precondition(format!(
-                    "wait for {} --version: {e}",
-                    path.display()
-                )))
-            }
+            Err(e) => return Err(Error::Precondition(format!("wait for {} --version: {e}", path.display()))),
         }
     }
     let mut out = String::new();
@@ -57,13 +46,7 @@ fn from_binary(path: &Path) -> Result<Server, Error> {
         use std::io::Read;
         let _ = o.by_ref().take(4096).read_to_string(&mut out);
     }
-    Server::from_version_output(&out).ok_or_else(|| {
-        Error::Precondition(format!(
-            "{} --version printed {:?}: not a Redis or Valkey server",
-            path.display(),
-            out.lines().next().unwrap_or("")
-        ))
-    })
+    Server::from_version_output(&out).ok_or_else(|| Error::Precondition(format!("{} --version printed {:?}: not a Redis or Valkey server", path.display(), out.lines().next().unwrap_or(""))))
 }
 
 /// What the server's config file says that staging depends on. The last setting of a directive
@@ -80,21 +63,14 @@ impl ServerConfig {
     /// Read the config at `path` (`include` directives are not followed: name the file that sets
     /// them).
     pub fn read(path: &Path) -> Result<ServerConfig, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Precondition(format!("read the server's config {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Precondition(format!("read the server's config {}: {e}", path.display())))?;
         Ok(ServerConfig::parse(&text))
     }
 
     /// From a config file's text.
     pub fn parse(text: &str) -> ServerConfig {
         let mut c = ServerConfig::default();
-        for (k, v) in text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.split_once(char::is_whitespace))
-        {
+        for (k, v) in text.lines().map(str::trim).filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(char::is_whitespace)) {
             let v = v.trim().trim_matches('"');
             if k.eq_ignore_ascii_case("appendonly") {
                 c.appendonly = v.eq_ignore_ascii_case("yes");
@@ -138,59 +114,32 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let conf = d.path().join("redis.conf");
         let c = ServerConfig::parse("port 6379\n# appendonly yes\nappendonly \"yes\"\n");
-        assert!(
-            matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes"))
-        );
+        assert!(matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes")));
         let c = ServerConfig::parse("appendonly yes\nappendonly no\n");
-        assert!(
-            refuse_aof(d.path(), Some((&conf, &c))).is_ok(),
-            "the last setting counts"
-        );
+        assert!(refuse_aof(d.path(), Some((&conf, &c))).is_ok(), "the last setting counts");
         assert!(refuse_aof(d.path(), None).is_ok());
         std::fs::create_dir(d.path().join("appendonlydir")).unwrap();
-        assert!(
-            matches!(refuse_aof(d.path(), None), Err(Error::Precondition(e)) if e.contains("holds an AOF"))
-        );
+        assert!(matches!(refuse_aof(d.path(), None), Err(Error::Precondition(e)) if e.contains("holds an AOF")));
     }
 
     #[test]
     fn the_version_check_setting_is_read() {
-        assert_eq!(
-            ServerConfig::parse("rdb-version-check relaxed\n")
-                .rdb_version_check
-                .as_deref(),
-            Some("relaxed")
-        );
-        assert_eq!(
-            ServerConfig::parse("# rdb-version-check relaxed\n").rdb_version_check,
-            None
-        );
+        assert_eq!(ServerConfig::parse("rdb-version-check relaxed\n").rdb_version_check.as_deref(), Some("relaxed"));
+        assert_eq!(ServerConfig::parse("# rdb-version-check relaxed\n").rdb_version_check, None);
     }
 
     #[test]
     fn the_server_is_named_or_read_from_its_binary_or_refused() {
-        assert_eq!(
-            server(Some("valkey-8.1.1"), None).unwrap().to_string(),
-            "valkey 8.1.1"
-        );
-        assert!(
-            matches!(server(Some("keydb-6"), None), Err(Error::Precondition(e)) if e.contains("keydb-6"))
-        );
-        assert!(
-            matches!(server(None, None), Err(Error::Precondition(e)) if e.contains("--server"))
-        );
+        assert_eq!(server(Some("valkey-8.1.1"), None).unwrap().to_string(), "valkey 8.1.1");
+        assert!(matches!(server(Some("keydb-6"), None), Err(Error::Precondition(e)) if e.contains("keydb-6")));
+        assert!(matches!(server(None, None), Err(Error::Precondition(e)) if e.contains("--server")));
         let d = tempfile::tempdir().unwrap();
         let fake = d.path().join("redis-server");
         std::fs::write(&fake, "#!/bin/sh\necho 'Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1'\n").unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         assert_eq!(server(None, Some(&fake)).unwrap().version, (7, 0, 15));
         std::fs::write(&fake, "#!/bin/sh\necho hello\n").unwrap();
-        assert!(
-            matches!(server(None, Some(&fake)), Err(Error::Precondition(e)) if e.contains("not a Redis or Valkey server"))
-        );
-        assert!(
-            matches!(server(None, Some(&d.path().join("missing"))), Err(Error::Precondition(e)) if e.contains("--version"))
-        );
+        assert!(matches!(server(None, Some(&fake)), Err(Error::Precondition(e)) if e.contains("not a Redis or Valkey server")));
+        assert!(matches!(server(None, Some(&d.path().join("missing"))), Err(Error::Precondition(e)) if e.contains("--version")));
     }
 }

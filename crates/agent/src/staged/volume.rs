@@ -36,19 +36,10 @@ pub fn node(path: &Path) -> Result<NodeOnVolume, Error> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(NodeOnVolume::Absent),
-        Err(e) => {
-            return Err(Error::Precondition(format!(
-                "read the node's cluster config {}: {e}",
-                path.display()
-            )))
-        }
+        Err(e) => return Err(Error::Precondition(format!("read the node's cluster config {}: {e}", path.display()))),
     };
-    let nodes = cluster::parse(&text).map_err(|e| {
-        Error::Precondition(format!("the node's cluster config {}: {e}", path.display()))
-    })?;
-    let me = cluster::myself(&nodes).map_err(|e| {
-        Error::Precondition(format!("the node's cluster config {}: {e}", path.display()))
-    })?;
+    let nodes = cluster::parse(&text).map_err(|e| Error::Precondition(format!("the node's cluster config {}: {e}", path.display())))?;
+    let me = cluster::myself(&nodes).map_err(|e| Error::Precondition(format!("the node's cluster config {}: {e}", path.display())))?;
     Ok(NodeOnVolume::Parsed(me.clone()))
 }
 
@@ -74,21 +65,9 @@ mod tests {
         b.extend_from_slice(&[0xC0, 77]);
         b.push(0xFE);
         std::fs::write(&p, &b).unwrap();
-        assert_eq!(
-            rdb(&p),
-            RdbOnVolume::Present {
-                bytes: b.len() as u64,
-                history: Some(("a".repeat(40), 77))
-            }
-        );
+        assert_eq!(rdb(&p), RdbOnVolume::Present { bytes: b.len() as u64, history: Some(("a".repeat(40), 77)) });
         std::fs::write(&p, b"REDIS0011\xFE\x00").unwrap();
-        assert_eq!(
-            rdb(&p),
-            RdbOnVolume::Present {
-                bytes: 11,
-                history: None
-            }
-        );
+        assert_eq!(rdb(&p), RdbOnVolume::Present { bytes: 11, history: None });
         std::fs::write(&p, b"not an rdb at all").unwrap();
         assert!(matches!(rdb(&p), RdbOnVolume::Unreadable(e) if e.contains("not an RDB")));
     }
@@ -102,11 +81,7 @@ mod tests {
         let other = "b".repeat(40);
         std::fs::write(&p, format!("{me} 10.0.0.1:6379@16379 myself,slave {other} 0 0 1 connected\n{other} 10.0.0.2:6379@16379 master - 0 0 1 connected 0-16383\nvars currentEpoch 1 lastVoteEpoch 0\n")).unwrap();
         match node(&p).unwrap() {
-            NodeOnVolume::Parsed(n) => assert!(
-                n.id == me
-                    && n.role == cluster::Role::Replica
-                    && n.master.as_deref() == Some(other.as_str())
-            ),
+            NodeOnVolume::Parsed(n) => assert!(n.id == me && n.role == cluster::Role::Replica && n.master.as_deref() == Some(other.as_str())),
             other => panic!("{other:?}"),
         }
         std::fs::write(&p, "garbage\n").unwrap();

@@ -12,9 +12,7 @@ pub const TOKEN: &str = "test-token-0123456789abcdef";
 
 pub fn fastrepl() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fastrepl"));
-    c.env("FASTREPL_TOKEN", TOKEN)
-        .env_remove("FASTREPL_MASTER_PASSWORD")
-        .env_remove("FASTREPL_REPLICA_PASSWORD");
+    c.env("FASTREPL_TOKEN", TOKEN).env_remove("FASTREPL_MASTER_PASSWORD").env_remove("FASTREPL_REPLICA_PASSWORD");
     c
 }
 
@@ -36,9 +34,7 @@ impl Transport {
             Ok("ucx-tcp") => Transport::UcxTcp,
             Ok("ucx-sm") => Transport::UcxSm,
             Ok("tcp") | Err(_) => Transport::Tcp,
-            Ok(other) => {
-                panic!("FASTREPL_TEST_TRANSPORT={other}: expected tcp, shm, ucx-tcp or ucx-sm")
-            }
+            Ok(other) => panic!("FASTREPL_TEST_TRANSPORT={other}: expected tcp, shm, ucx-tcp or ucx-sm"),
         }
     }
     /// The `--transport` argument for relay and join.
@@ -66,23 +62,11 @@ impl Transport {
     }
     /// Check a join's report used this transport (and, for ucx, the UCX transport we asked for).
     pub fn check_report(self, report: &serde_json::Value, output: &str) {
-        assert_eq!(
-            report["transport"],
-            self.arg(),
-            "join used another transport:\n{output}"
-        );
+        assert_eq!(report["transport"], self.arg(), "join used another transport:\n{output}");
         let detail = report["transport_detail"].as_str().unwrap_or_default();
         match self {
-            Transport::UcxTcp => assert!(
-                detail.starts_with("tcp/"),
-                "UCX did not read over tcp: {detail}"
-            ),
-            Transport::UcxSm => assert!(
-                ["posix/", "sysv/", "cma/", "xpmem/", "knem/"]
-                    .iter()
-                    .any(|p| detail.contains(p)),
-                "UCX did not read over shared memory: {detail}"
-            ),
+            Transport::UcxTcp => assert!(detail.starts_with("tcp/"), "UCX did not read over tcp: {detail}"),
+            Transport::UcxSm => assert!(["posix/", "sysv/", "cma/", "xpmem/", "knem/"].iter().any(|p| detail.contains(p)), "UCX did not read over shared memory: {detail}"),
             _ => {}
         }
     }
@@ -108,11 +92,7 @@ pub fn relay(master: &str, extra: &[&str], env: &[(&str, &str)]) -> Relay {
 pub fn spawn_relay(master: &str, configure: impl Fn(&mut Command)) -> Relay {
     let mut taken = Vec::new();
     for _ in 0..5 {
-        match try_spawn_relay_at(
-            &format!("127.0.0.1:{}", fixtures::free_port()),
-            master,
-            &configure,
-        ) {
+        match try_spawn_relay_at(&format!("127.0.0.1:{}", fixtures::free_port()), master, &configure) {
             Ok(r) => return r,
             Err(addr) => taken.push(addr),
         }
@@ -122,17 +102,12 @@ pub fn spawn_relay(master: &str, configure: impl Fn(&mut Command)) -> Relay {
 
 /// Like [`spawn_relay`], on a given address (a relay restarted where agents expect it).
 pub fn spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Command)) -> Relay {
-    try_spawn_relay_at(addr, master, configure)
-        .unwrap_or_else(|addr| panic!("{addr} is taken: the relay cannot listen there"))
+    try_spawn_relay_at(addr, master, configure).unwrap_or_else(|addr| panic!("{addr} is taken: the relay cannot listen there"))
 }
 
 /// Start a relay on `addr` and wait until *it* listens there (its log says so: a port taken by
 /// another process would also accept a connection). `Err(addr)`: the address was in use.
-fn try_spawn_relay_at(
-    addr: &str,
-    master: &str,
-    configure: impl FnOnce(&mut Command),
-) -> Result<Relay, String> {
+fn try_spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Command)) -> Result<Relay, String> {
     let addr = addr.to_string();
     let mut cmd = fastrepl();
     cmd.args(["relay", "--master", master, "--listen", &addr]);
@@ -145,19 +120,12 @@ fn try_spawn_relay_at(
             return Some(true);
         }
         if !proc.running() {
-            assert!(
-                out.contains("Address already in use"),
-                "relay exited:\n{out}"
-            );
+            assert!(out.contains("Address already in use"), "relay exited:\n{out}");
             return Some(false);
         }
         None
     });
-    if bound {
-        Ok(Relay { proc, addr })
-    } else {
-        Err(addr)
-    }
+    if bound { Ok(Relay { proc, addr }) } else { Err(addr) }
 }
 
 /// The outcome of a `fastrepl join --json`.
@@ -185,16 +153,8 @@ pub fn spawn_join(relay: &str, replica: &str, configure: impl FnOnce(&mut Comman
 pub fn finish_join(mut p: Proc) -> Joined {
     let code = p.wait(Duration::from_secs(300));
     let output = p.output();
-    let report = output
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or(serde_json::Value::Null);
-    Joined {
-        code,
-        output,
-        report,
-    }
+    let report = output.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
+    Joined { code, output, report }
 }
 
 pub fn join(relay: &str, replica: &str, extra: &[&str], env: &[(&str, &str)]) -> Joined {
@@ -216,14 +176,7 @@ pub fn verify(a: &Server, b: &Server) -> (Option<i32>, String) {
         cmd.env("FASTREPL_VERIFY_PASSWORD", p);
     }
     let out = cmd.output().expect("run verify");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 pub fn assert_identical(a: &Server, b: &Server) {
@@ -232,71 +185,39 @@ pub fn assert_identical(a: &Server, b: &Server) {
 }
 
 pub fn info_num(s: &Server, section: &str, k: &str) -> i64 {
-    s.client()
-        .info(section)
-        .unwrap()
-        .num(k)
-        .unwrap_or_else(|| panic!("INFO {section} has no {k}"))
+    s.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("INFO {section} has no {k}"))
 }
 
 /// Wait until `replica` is a connected replica at the master's offset (after the writer stopped).
 pub fn wait_caught_up(master: &Server, replica: &Server) {
-    wait_until(
-        "the replica to catch up with the master",
-        Duration::from_secs(60),
-        || {
-            let m = master
-                .client()
-                .info("replication")
-                .ok()?
-                .num("master_repl_offset")?;
-            let r = replica.client().info("replication").ok()?;
-            (r.get("master_link_status") == Some("up") && r.num("slave_repl_offset") == Some(m))
-                .then_some(())
-        },
-    );
+    wait_until("the replica to catch up with the master", Duration::from_secs(60), || {
+        let m = master.client().info("replication").ok()?.num("master_repl_offset")?;
+        let r = replica.client().info("replication").ok()?;
+        (r.get("master_link_status") == Some("up") && r.num("slave_repl_offset") == Some(m)).then_some(())
+    });
 }
 
 /// The replica is untouched: a master with no keys.
 pub fn assert_untouched(replica: &Server) {
     let r = replica.client().info("replication").unwrap();
-    assert_eq!(
-        r.get("role"),
-        Some("master"),
-        "the replica was left replicating: {:?}",
-        r.0
-    );
+    assert_eq!(r.get("role"), Some("master"), "the replica was left replicating: {:?}", r.0);
     assert_eq!(replica.client().cmd(&["DBSIZE"]).unwrap().as_int(), Some(0));
 }
 
 pub fn require_server(f: Flavor) {
     // Server binaries are installed by scripts/setup.sh; a missing one is a set-up error, not a skip.
-    assert!(
-        f.available(),
-        "{} missing at {}: run scripts/setup.sh",
-        f.name(),
-        f.binary().display()
-    );
+    assert!(f.available(), "{} missing at {}: run scripts/setup.sh", f.name(), f.binary().display());
 }
 
 /// Wait until the relay (the master's only replica in these tests) has acknowledged everything the
 /// master wrote: then the relay's log holds it.
 pub fn wait_relay_acked(master: &Server) {
-    wait_until(
-        "the relay to acknowledge the master's offset",
-        Duration::from_secs(30),
-        || {
-            let i = master.client().info("replication").ok()?;
-            let end = i.num("master_repl_offset")?;
-            let acked: i64 = i
-                .get("slave0")?
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("offset="))?
-                .parse()
-                .ok()?;
-            (acked >= end).then_some(())
-        },
-    );
+    wait_until("the relay to acknowledge the master's offset", Duration::from_secs(30), || {
+        let i = master.client().info("replication").ok()?;
+        let end = i.num("master_repl_offset")?;
+        let acked: i64 = i.get("slave0")?.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
+        (acked >= end).then_some(())
+    });
 }
 
 /// A CA and one certificate it signs (for 127.0.0.1 and localhost), made with the openssl CLI.
@@ -309,66 +230,13 @@ impl Certs {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let run = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(d)
-                .output()
-                .expect("openssl (scripts/setup.sh installs it)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let out = std::process::Command::new("openssl").args(args).current_dir(d).output().expect("openssl (scripts/setup.sh installs it)");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=fastrepl test CA",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "node.key",
-            "-out",
-            "node.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        std::fs::write(
-            d.join("ext.cnf"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "node.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "node.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
+        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=fastrepl test CA"]);
+        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=localhost"]);
+        std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+        run(&["x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "ext.cnf"]);
         Certs { dir }
     }
 
@@ -378,62 +246,26 @@ impl Certs {
 
     /// Server arguments: TLS configured, tls-auth-clients on (the default).
     pub fn server_args(&self) -> Vec<String> {
-        [
-            "--tls-cert-file",
-            &self.path("node.crt"),
-            "--tls-key-file",
-            &self.path("node.key"),
-            "--tls-ca-cert-file",
-            &self.path("ca.crt"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ["--tls-cert-file", &self.path("node.crt"), "--tls-key-file", &self.path("node.key"), "--tls-ca-cert-file", &self.path("ca.crt")].iter().map(|s| s.to_string()).collect()
     }
 
     /// Our flags.
     pub fn flags(&self) -> Vec<String> {
-        [
-            "--tls",
-            "--cacert",
-            &self.path("ca.crt"),
-            "--cert",
-            &self.path("node.crt"),
-            "--key",
-            &self.path("node.key"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        ["--tls", "--cacert", &self.path("ca.crt"), "--cert", &self.path("node.crt"), "--key", &self.path("node.key")].iter().map(|s| s.to_string()).collect()
     }
 }
 
 /// `fastrepl status --relay RELAY --json`, parsed; panics with the command's stderr when it fails.
 pub fn status_json(relay: &str) -> serde_json::Value {
-    let out = fastrepl()
-        .args(["status", "--relay", relay, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "status failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = fastrepl().args(["status", "--relay", relay, "--json"]).output().unwrap();
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Wait (30 s at most) until the relay at `relay` holds a complete generation.
 pub fn wait_relay_generation(relay: &str) {
-    fixtures::wait_until(
-        "the relay's first generation",
-        std::time::Duration::from_secs(30),
-        || {
-            let st = status_json(relay);
-            st["generations"]
-                .as_array()?
-                .iter()
-                .any(|g| g["state"] == "complete")
-                .then_some(())
-        },
-    );
+    fixtures::wait_until("the relay's first generation", std::time::Duration::from_secs(30), || {
+        let st = status_json(relay);
+        st["generations"].as_array()?.iter().any(|g| g["state"] == "complete").then_some(())
+    });
 }

@@ -30,10 +30,7 @@ pub fn python_with_yaml() -> Option<PathBuf> {
         return None;
     }
     let python = PathBuf::from("/usr/bin/python3");
-    let ok = Command::new(&python)
-        .args(["-c", "import yaml"])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let ok = Command::new(&python).args(["-c", "import yaml"]).output().is_ok_and(|o| o.status.success());
     ok.then_some(python)
 }
 
@@ -46,9 +43,7 @@ pub fn preconditions() -> Option<Manifests> {
         return None;
     }
     let Some(python) = python_with_yaml() else {
-        fixtures::skip(
-            "no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)",
-        );
+        fixtures::skip("no python3 with PyYAML to read the manifests (scripts/setup.sh installs python3-yaml)");
         return None;
     };
     if !Path::new("/usr/bin/redis-cli").is_file() {
@@ -62,39 +57,17 @@ pub fn preconditions() -> Option<Manifests> {
 /// A workload's `stage` init container's arguments name these `--relay` and `--master` addresses
 /// (the names the test serves are the manifests' own).
 pub fn assert_stage_names(workload: &Value, relay: &str, master: &str) {
-    let inits = workload["spec"]["template"]["spec"]["initContainers"]
-        .as_array()
-        .expect("init containers");
-    let args = inits
-        .iter()
-        .find(|c| c["name"] == "stage")
-        .expect("a stage init container")["args"]
-        .to_string();
-    assert!(
-        args.contains(&format!("\"{relay}\"")) && args.contains(&format!("\"{master}\"")),
-        "stage's --relay/--master are not {relay}/{master}: {args}"
-    );
+    let inits = workload["spec"]["template"]["spec"]["initContainers"].as_array().expect("init containers");
+    let args = inits.iter().find(|c| c["name"] == "stage").expect("a stage init container")["args"].to_string();
+    assert!(args.contains(&format!("\"{relay}\"")) && args.contains(&format!("\"{master}\"")), "stage's --relay/--master are not {relay}/{master}: {args}");
 }
 
 /// The documents of a YAML file as JSON, parsed by PyYAML.
 pub fn yaml_documents(python: &Path, path: &Path) -> Vec<Value> {
     let script = "import json,sys,yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
-    let out = Command::new(python)
-        .args(["-c", script])
-        .arg(path)
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "{} does not parse as YAML:\n{}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .expect("PyYAML's JSON")
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    let out = Command::new(python).args(["-c", script]).arg(path).output().expect("run python3");
+    assert!(out.status.success(), "{} does not parse as YAML:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout).expect("PyYAML's JSON").as_array().cloned().unwrap_or_default()
 }
 
 /// Every document of contrib/k8s/*.yaml.
@@ -105,33 +78,20 @@ pub struct Manifests {
 impl Manifests {
     pub fn load(python: &Path) -> Manifests {
         let mut docs = Vec::new();
-        for f in [
-            "replicas.yaml",
-            "relay.yaml",
-            "cluster-shard.yaml",
-            "scripts.yaml",
-            "namespace.yaml",
-        ] {
+        for f in ["replicas.yaml", "relay.yaml", "cluster-shard.yaml", "scripts.yaml", "namespace.yaml"] {
             docs.extend(yaml_documents(python, &k8s_dir().join(f)));
         }
         Manifests { docs }
     }
 
     pub fn get(&self, kind: &str, name: &str) -> &Value {
-        self.docs
-            .iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("no {kind} {name} in contrib/k8s"))
+        self.docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name} in contrib/k8s"))
     }
 
     /// A Service's cluster DNS name.
     pub fn service_name(&self, name: &str) -> String {
         let svc = self.get("Service", name);
-        format!(
-            "{}.{}.{CLUSTER_DOMAIN}",
-            name,
-            svc["metadata"]["namespace"].as_str().expect("namespace")
-        )
+        format!("{}.{}.{CLUSTER_DOMAIN}", name, svc["metadata"]["namespace"].as_str().expect("namespace"))
     }
 }
 
@@ -152,16 +112,9 @@ pub fn program(image: &str, word: &str) -> PathBuf {
 
 /// The fixtures' Redis version as `stage --server` names it (redis-7.0.15).
 pub fn server_version() -> String {
-    let out = Command::new(Flavor::Redis70.binary())
-        .arg("--version")
-        .output()
-        .expect("redis-server --version");
+    let out = Command::new(Flavor::Redis70.binary()).arg("--version").output().expect("redis-server --version");
     let text = String::from_utf8_lossy(&out.stdout);
-    let v = text
-        .split("v=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .expect("a version in redis-server --version");
+    let v = text.split("v=").nth(1).and_then(|s| s.split_whitespace().next()).expect("a version in redis-server --version");
     format!("redis-{v}")
 }
 
@@ -201,10 +154,7 @@ pub struct Dns {
 
 impl Dns {
     pub fn new(lab: &netns::Lab) -> Dns {
-        Dns {
-            namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(),
-            names: BTreeMap::new(),
-        }
+        Dns { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), names: BTreeMap::new() }
     }
 
     /// `name` resolves to `ip` (None: no longer) in every namespace, from now on.
@@ -222,10 +172,7 @@ impl Dns {
     pub fn set_all(&mut self, name: &str, ips: &[&str]) {
         match ips {
             [] => self.names.remove(name),
-            _ => self.names.insert(
-                name.to_string(),
-                ips.iter().map(|s| s.to_string()).collect(),
-            ),
+            _ => self.names.insert(name.to_string(), ips.iter().map(|s| s.to_string()).collect()),
         };
         let mut text = String::from("127.0.0.1 localhost\n");
         for (n, ips) in &self.names {
@@ -235,12 +182,10 @@ impl Dns {
         }
         for ns in &self.namespaces {
             let dir = Path::new("/etc/netns").join(ns);
-            std::fs::create_dir_all(&dir)
-                .unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
             // Written in place (same inode): `ip netns exec` bind-mounted this very file over
             // /etc/hosts for the processes already running, which then see the change.
-            std::fs::write(dir.join("hosts"), &text)
-                .unwrap_or_else(|e| panic!("write {}/hosts: {e}", dir.display()));
+            std::fs::write(dir.join("hosts"), &text).unwrap_or_else(|e| panic!("write {}/hosts: {e}", dir.display()));
         }
     }
 }
@@ -287,30 +232,16 @@ pub struct Pod {
 impl Pod {
     /// Create the pod `name` from a workload's template `spec` on `host`, its volume claims at
     /// `claims` (claim name -> a directory that outlives the pod).
-    pub fn create(
-        m: &Manifests,
-        workload: &Value,
-        name: &str,
-        host: &netns::Host,
-        claims: &BTreeMap<String, PathBuf>,
-    ) -> Pod {
+    pub fn create(m: &Manifests, workload: &Value, name: &str, host: &netns::Host, claims: &BTreeMap<String, PathBuf>) -> Pod {
         let spec = &workload["spec"]["template"]["spec"];
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("pod-{name}-"))
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix(&format!("pod-{name}-")).tempdir().unwrap();
         let volume_dir = |v: &str| claims.get(v).cloned().unwrap_or_else(|| dir.path().join(v));
         let mut mounts: Vec<(String, PathBuf)> = Vec::new();
         for c in containers(spec) {
             for vm in c["volumeMounts"].as_array().into_iter().flatten() {
-                let (path, vol) = (
-                    vm["mountPath"].as_str().expect("mountPath"),
-                    vm["name"].as_str().expect("volume name"),
-                );
+                let (path, vol) = (vm["mountPath"].as_str().expect("mountPath"), vm["name"].as_str().expect("volume name"));
                 match mounts.iter().find(|(p, _)| p == path) {
-                    Some((_, d)) => {
-                        assert_eq!(d, &volume_dir(vol), "{name}: {path} mounts two volumes")
-                    }
+                    Some((_, d)) => assert_eq!(d, &volume_dir(vol), "{name}: {path} mounts two volumes"),
                     None => mounts.push((path.to_string(), volume_dir(vol))),
                 }
             }
@@ -320,24 +251,15 @@ impl Pod {
             let d = volume_dir(v["name"].as_str().expect("volume name"));
             std::fs::create_dir_all(&d).unwrap();
             if let Some(cm) = v["configMap"]["name"].as_str() {
-                let data = m.get("ConfigMap", cm)["data"]
-                    .as_object()
-                    .unwrap_or_else(|| panic!("ConfigMap {cm} has no data"));
+                let data = m.get("ConfigMap", cm)["data"].as_object().unwrap_or_else(|| panic!("ConfigMap {cm} has no data"));
                 for (file, text) in data {
-                    std::fs::write(
-                        d.join(file),
-                        substitute(text.as_str().expect("ConfigMap text"), &mounts),
-                    )
-                    .unwrap();
+                    std::fs::write(d.join(file), substitute(text.as_str().expect("ConfigMap text"), &mounts)).unwrap();
                 }
             }
             for src in v["projected"]["sources"].as_array().into_iter().flatten() {
                 let s = &src["secret"];
                 for item in s["items"].as_array().into_iter().flatten() {
-                    let (key, path) = (
-                        item["key"].as_str().unwrap(),
-                        item["path"].as_str().unwrap(),
-                    );
+                    let (key, path) = (item["key"].as_str().unwrap(), item["path"].as_str().unwrap());
                     std::fs::write(d.join(path), secret(s["name"].as_str().unwrap(), key)).unwrap();
                 }
             }
@@ -345,41 +267,19 @@ impl Pod {
         for claim in claims.values() {
             std::fs::create_dir_all(claim).unwrap();
         }
-        let namespace = workload["metadata"]["namespace"]
-            .as_str()
-            .expect("a namespace")
-            .to_string();
-        Pod {
-            name: name.to_string(),
-            namespace,
-            ns: host.ns.clone(),
-            ip: host.ip.clone(),
-            spec: spec.clone(),
-            mounts,
-            _dir: dir,
-            main: None,
-        }
+        let namespace = workload["metadata"]["namespace"].as_str().expect("a namespace").to_string();
+        Pod { name: name.to_string(), namespace, ns: host.ns.clone(), ip: host.ip.clone(), spec: spec.clone(), mounts, _dir: dir, main: None }
     }
 
     /// A container's command line and environment, with the substitutions above.
     pub fn command(&self, c: &Value, exec: Option<&Value>) -> Command {
         let image = c["image"].as_str().expect("image");
-        let strings = |v: &Value| {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .map(|w| w.as_str().expect("a string").to_string())
-                .collect::<Vec<_>>()
-        };
+        let strings = |v: &Value| v.as_array().into_iter().flatten().map(|w| w.as_str().expect("a string").to_string()).collect::<Vec<_>>();
         let mut words = match exec {
             Some(e) => strings(e),
             None => [strings(&c["command"]), strings(&c["args"])].concat(),
         };
-        let program = if c["command"].is_null() && exec.is_none() {
-            program(image, "")
-        } else {
-            program(image, &words.remove(0))
-        };
+        let program = if c["command"].is_null() && exec.is_none() { program(image, "") } else { program(image, &words.remove(0)) };
         substitute_server(&mut words);
         let words: Vec<String> = words.iter().map(|w| substitute(w, &self.mounts)).collect();
         let env: Vec<(String, String)> = c["env"]
@@ -391,9 +291,7 @@ impl Pod {
                     Some("metadata.name") => self.name.clone(),
                     Some("metadata.namespace") => self.namespace.clone(),
                     Some("status.podIP") => self.ip.clone(),
-                    Some(f) => {
-                        panic!("a container reads field {f}, which the test does not provide")
-                    }
+                    Some(f) => panic!("a container reads field {f}, which the test does not provide"),
                     None => e["value"].as_str().expect("an env value").to_string(),
                 };
                 (e["name"].as_str().expect("env name").to_string(), value)
@@ -407,25 +305,10 @@ impl Pod {
         let mut outs = BTreeMap::new();
         for c in self.spec["initContainers"].as_array().into_iter().flatten() {
             let name = c["name"].as_str().unwrap();
-            let out = self
-                .command(c, None)
-                .output()
-                .unwrap_or_else(|e| panic!("run {}/{name}: {e}", self.name));
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                out.status.success(),
-                "{}: init container {name} failed ({}):\n{text}",
-                self.name,
-                out.status
-            );
-            outs.insert(
-                name.to_string(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-            );
+            let out = self.command(c, None).output().unwrap_or_else(|e| panic!("run {}/{name}: {e}", self.name));
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{}: init container {name} failed ({}):\n{text}", self.name, out.status);
+            outs.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
         }
         outs
     }
@@ -433,67 +316,31 @@ impl Pod {
     /// Start the main container (the first of `containers`).
     pub fn run(&mut self) {
         let c = self.spec["containers"][0].clone();
-        self.main = Some(Proc::spawn(
-            &format!("{}/{}", self.name, c["name"].as_str().unwrap()),
-            self.command(&c, None),
-        ));
+        self.main = Some(Proc::spawn(&format!("{}/{}", self.name, c["name"].as_str().unwrap()), self.command(&c, None)));
     }
 
     /// The main container's postStart hook (an exec hook), to its end: (success, what it said).
     pub fn post_start(&self) -> (bool, String) {
         let c = &self.spec["containers"][0];
-        let out = self
-            .command(c, Some(&c["lifecycle"]["postStart"]["exec"]["command"]))
-            .output()
-            .expect("run the postStart hook");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        let out = self.command(c, Some(&c["lifecycle"]["postStart"]["exec"]["command"])).output().expect("run the postStart hook");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
     }
 
     /// The readiness probe's verdict (an exec probe of the main container): (ready, what it said).
     pub fn ready(&self) -> (bool, String) {
         let c = &self.spec["containers"][0];
-        let out = self
-            .command(c, Some(&c["readinessProbe"]["exec"]["command"]))
-            .output()
-            .expect("run the readiness probe");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        let out = self.command(c, Some(&c["readinessProbe"]["exec"]["command"])).output().expect("run the readiness probe");
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
     }
 
     /// Stop as Kubernetes does: SIGTERM to the main container, which must exit within the grace period.
     pub fn terminate(&mut self) {
-        let Some(mut p) = self.main.take() else {
-            return;
-        };
-        let grace = self.spec["terminationGracePeriodSeconds"]
-            .as_u64()
-            .unwrap_or(30);
-        let ok = Command::new("kill")
-            .args(["-TERM", &p.pid().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
+        let Some(mut p) = self.main.take() else { return };
+        let grace = self.spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        let ok = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
         assert!(ok, "SIGTERM to {}", p.name);
         let code = p.wait(Duration::from_secs(grace));
-        assert_eq!(
-            code,
-            Some(0),
-            "{} did not exit cleanly at SIGTERM:\n{}",
-            p.name,
-            p.output()
-        );
+        assert_eq!(code, Some(0), "{} did not exit cleanly at SIGTERM:\n{}", p.name, p.output());
     }
 
     /// An authenticated client of the pod's server (port 6379 inside its namespace).
@@ -502,11 +349,7 @@ impl Pod {
     }
 
     pub fn info_num(&self, section: &str, k: &str) -> i64 {
-        self.client()
-            .info(section)
-            .unwrap()
-            .num(k)
-            .unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
     }
 }
 
@@ -524,50 +367,17 @@ pub struct Prerequisite {
 impl Prerequisite {
     pub fn start(host: &netns::Host, name: &str, extra: &[&str]) -> Prerequisite {
         let dir = tempfile::tempdir().unwrap();
-        let args: Vec<String> = [
-            "--port",
-            "6379",
-            "--requirepass",
-            PASSWORD,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--repl-backlog-size",
-            "8mb",
-        ]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .chain(["--dir".to_string(), dir.path().display().to_string()])
-        .collect();
+        let args: Vec<String> = ["--port", "6379", "--requirepass", PASSWORD, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .chain(["--dir".to_string(), dir.path().display().to_string()])
+            .collect();
         let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
-        wait_until(
-            &format!("{name} to answer"),
-            Duration::from_secs(15),
-            || {
-                netns::within(&host.ns, || {
-                    client::Client::connect(
-                        "127.0.0.1:6379",
-                        Some(&replication::replica::Auth {
-                            user: None,
-                            password: PASSWORD.into(),
-                        }),
-                        Duration::from_secs(2),
-                    )
-                    .is_ok()
-                })
-                .ok()?
-                .then_some(())
-            },
-        );
-        Prerequisite {
-            name: name.to_string(),
-            ns: host.ns.clone(),
-            ip: host.ip.clone(),
-            _proc: p,
-            _dir: dir,
-        }
+        wait_until(&format!("{name} to answer"), Duration::from_secs(15), || {
+            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
+        });
+        Prerequisite { name: name.to_string(), ns: host.ns.clone(), ip: host.ip.clone(), _proc: p, _dir: dir }
     }
 
     pub fn client(&self) -> client::Client {
@@ -575,11 +385,7 @@ impl Prerequisite {
     }
 
     pub fn info_num(&self, section: &str, k: &str) -> i64 {
-        self.client()
-            .info(section)
-            .unwrap()
-            .num(k)
-            .unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
+        self.client().info(section).unwrap().num(k).unwrap_or_else(|| panic!("{}: INFO {section} has no {k}", self.name))
     }
 
     /// (sync_full, sync_partial_ok, total_forks).
@@ -590,15 +396,7 @@ impl Prerequisite {
 
 /// `n` SETs of `{key_prefix}:{i}` to `{value_prefix}-value-{i}`, pipelined 500 at a time, none refused.
 pub fn write_keys(c: &mut client::Client, key_prefix: &str, value_prefix: &str, n: usize) {
-    let cmds: Vec<Vec<Vec<u8>>> = (0..n)
-        .map(|i| {
-            client::command(&[
-                "SET",
-                &format!("{key_prefix}:{i}"),
-                &format!("{value_prefix}-value-{i}"),
-            ])
-        })
-        .collect();
+    let cmds: Vec<Vec<Vec<u8>>> = (0..n).map(|i| client::command(&["SET", &format!("{key_prefix}:{i}"), &format!("{value_prefix}-value-{i}")])).collect();
     for chunk in cmds.chunks(500) {
         for r in c.pipeline(chunk).expect("write pipeline") {
             assert!(!r.is_error(), "write failed: {r:?}");
@@ -615,59 +413,31 @@ pub fn sync_counts(c: &mut client::Client) -> (i64, i64, i64) {
 
 /// Every container of a pod template (init containers first).
 pub fn containers(spec: &Value) -> Vec<&Value> {
-    spec["initContainers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .chain(spec["containers"].as_array().into_iter().flatten())
-        .collect()
+    spec["initContainers"].as_array().into_iter().flatten().chain(spec["containers"].as_array().into_iter().flatten()).collect()
 }
 
 pub fn connect(ns: &str, addr: &str) -> client::Client {
     let addr = addr.to_string();
-    let auth = replication::replica::Auth {
-        user: None,
-        password: PASSWORD.to_string(),
-    };
-    netns::within(ns, move || {
-        client::Client::connect(&addr, Some(&auth), Duration::from_secs(10))
-    })
-    .unwrap_or_else(|e| panic!("enter {ns}: {e}"))
-    .unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
+    let auth = replication::replica::Auth { user: None, password: PASSWORD.to_string() };
+    netns::within(ns, move || client::Client::connect(&addr, Some(&auth), Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("enter {ns}: {e}"))
+        .unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
 }
 
 /// `fastrepl` run in namespace `ns` (status, verify), by the manifests' DNS names: (success, stdout, stderr).
 pub fn fastrepl_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let out = in_ns(ns, Path::new(env!("CARGO_BIN_EXE_fastrepl")), &args, &env)
-        .output()
-        .expect("run fastrepl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let out = in_ns(ns, Path::new(env!("CARGO_BIN_EXE_fastrepl")), &args, &env).output().expect("run fastrepl");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// What the relay served so far (snapshot and log bytes), from `status --json` in the master's namespace.
 pub fn relay_served(ns: &str, relay: &str) -> u64 {
-    let (ok, out, err) = fastrepl_in(
-        ns,
-        &["status", "--relay", relay, "--json"],
-        &[("FASTREPL_TOKEN", TOKEN)],
-    );
+    let (ok, out, err) = fastrepl_in(ns, &["status", "--relay", relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]);
     assert!(ok, "status: {out}{err}");
-    let st: Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"));
-    st["served_bytes_total"]
-        .as_object()
-        .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
-        .unwrap_or(0)
-        + st["log_served_bytes_total"].as_u64().unwrap_or(0)
+    let st: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"));
+    st["served_bytes_total"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0) + st["log_served_bytes_total"].as_u64().unwrap_or(0)
 }
 
 /// What the stage init container decided, from its `--json` report.
@@ -682,22 +452,8 @@ pub struct Start {
 
 pub fn decision(outs: &BTreeMap<String, String>) -> Start {
     let text = &outs["stage"];
-    let report: Value = text
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON report from stage:\n{text}"));
+    let report: Value = text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no JSON report from stage:\n{text}"));
     let s = &report["start"];
-    let what = (
-        s["decision"].as_str().unwrap_or_default().to_string(),
-        s["because"]["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    );
-    Start {
-        what,
-        offset: s["because"]["offset"].as_u64().unwrap_or(0),
-        generation: report["generation"].as_u64(),
-    }
+    let what = (s["decision"].as_str().unwrap_or_default().to_string(), s["because"]["reason"].as_str().unwrap_or_default().to_string());
+    Start { what, offset: s["because"]["offset"].as_u64().unwrap_or(0), generation: report["generation"].as_u64() }
 }

@@ -63,18 +63,13 @@ pub struct MasterFigures {
 
 /// Run the scenario: `--repeat` runs of each mode, interleaved; results.json and results.md in --out.
 pub fn main(args: &BenchArgs) -> Result<()> {
-    let flavor =
-        Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
+    let flavor = Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
     if args.no_netns || !fixtures::netns::available() {
         bail!("--scenario cluster runs on namespace hosts: run as root with iproute2");
     }
     let exe = crate::fastrepl_bin()?;
     let values = args.values.unwrap_or(32);
-    let modes: Vec<String> = if args.modes.is_empty() {
-        vec!["native".into(), "fastrepl".into()]
-    } else {
-        args.modes.clone()
-    };
+    let modes: Vec<String> = if args.modes.is_empty() { vec!["native".into(), "fastrepl".into()] } else { args.modes.clone() };
     for m in &modes {
         if m != "native" && m != "fastrepl" {
             bail!("--scenario cluster knows the modes native and fastrepl, not {m:?}");
@@ -82,9 +77,7 @@ pub fn main(args: &BenchArgs) -> Result<()> {
     }
     let link = args.links.first().cloned();
     // Counted before this process is pinned to one of them.
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     pin_self(OTHER_CPU)?;
     fixtures::children_die_with_parent(true);
     std::fs::create_dir_all(&args.out)?;
@@ -93,15 +86,7 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         for mode in &modes {
             println!("== cluster: {mode}, run {run}/{}", args.repeat);
             let r = one(mode, run, flavor, values, link.as_deref(), &exe)?;
-            println!(
-                "   all in sync after {:.1} s; forks {:?}; max latency ms {:?}",
-                r.secs,
-                r.masters.iter().map(|m| m.forks).collect::<Vec<_>>(),
-                r.masters
-                    .iter()
-                    .map(|m| m.latency_ms["max"].clone())
-                    .collect::<Vec<_>>()
-            );
+            println!("   all in sync after {:.1} s; forks {:?}; max latency ms {:?}", r.secs, r.masters.iter().map(|m| m.forks).collect::<Vec<_>>(), r.masters.iter().map(|m| m.latency_ms["max"].clone()).collect::<Vec<_>>());
             runs.push(r);
         }
     }
@@ -111,23 +96,13 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         "link": link.clone().unwrap_or_else(|| "unshaped".into()), "pinning": format!("masters and their latency probes on CPU {MASTER_CPU}; replicas, new nodes, relays, agents on CPU {OTHER_CPU}"),
         "cpus": cpus, "runs": runs,
     });
-    std::fs::write(
-        args.out.join("results.json"),
-        serde_json::to_string_pretty(&doc)?,
-    )?;
+    std::fs::write(args.out.join("results.json"), serde_json::to_string_pretty(&doc)?)?;
     std::fs::write(args.out.join("results.md"), markdown(&doc, &runs, &modes))?;
     println!("results: {}", args.out.display());
     Ok(())
 }
 
-fn one(
-    mode: &str,
-    run: u32,
-    flavor: Flavor,
-    values: usize,
-    link: Option<&str>,
-    exe: &std::path::Path,
-) -> Result<ClusterRun> {
+fn one(mode: &str, run: u32, flavor: Flavor, values: usize, link: Option<&str>, exe: &std::path::Path) -> Result<ClusterRun> {
     // Hosts: per shard its master, its replica (and the relay), its new node (and the agent).
     let lab = Lab::new(SHARDS * 3, link).map_err(|e| anyhow!("namespace hosts: {e}"))?;
     let host = |shard: usize, role: usize| lab.hosts[shard * 3 + role].clone();
@@ -136,43 +111,22 @@ fn one(
         replica_hosts: (0..SHARDS).map(|s| host(s, 1)).collect(),
         master_cpus: Some(MASTER_CPU.into()),
     };
-    let c = Cluster::start_on(
-        flavor,
-        SHARDS,
-        1,
-        NodeOpts {
-            backlog: "256mb".into(),
-            cpus: Some(OTHER_CPU.into()),
-            ..Default::default()
-        },
-        &at,
-    );
+    let c = Cluster::start_on(flavor, SHARDS, 1, NodeOpts { backlog: "256mb".into(), cpus: Some(OTHER_CPU.into()), ..Default::default() }, &at);
     for s in 0..SHARDS {
         fill(&c, s, values)?;
     }
     let nodes: Vec<Node> = (0..SHARDS)
-        .map(|s| {
-            c.add_empty_node(NodeOpts {
-                supervised: mode == "fastrepl",
-                host: Some(host(s, 2)),
-                cpus: Some(OTHER_CPU.into()),
-                ..Default::default()
-            })
-        })
+        .map(|s| c.add_empty_node(NodeOpts { supervised: mode == "fastrepl", host: Some(host(s, 2)), cpus: Some(OTHER_CPU.into()), ..Default::default() }))
         .collect();
     wait_replicas_caught_up(&c)?;
     let before: Vec<(i64, f64, i64, i64)> = (0..SHARDS).map(|s| counters(c.master(s))).collect();
-    let probes: Vec<Probe> = (0..SHARDS)
-        .map(|s| Probe::start(c.master(s)))
-        .collect::<Result<_>>()?;
+    let probes: Vec<Probe> = (0..SHARDS).map(|s| Probe::start(c.master(s))).collect::<Result<_>>()?;
     let t0 = Instant::now();
     let mut handoffs = vec![String::from("native"); SHARDS];
     let mut _procs: Vec<Proc> = Vec::new();
     if mode == "native" {
         for (s, n) in nodes.iter().enumerate() {
-            n.client()
-                .cmd(&["CLUSTER", "REPLICATE", &c.master_id(s)])
-                .map_err(|e| anyhow!("CLUSTER REPLICATE: {e}"))?;
+            n.client().cmd(&["CLUSTER", "REPLICATE", &c.master_id(s)]).map_err(|e| anyhow!("CLUSTER REPLICATE: {e}"))?;
         }
     } else {
         let token = tempfile::NamedTempFile::new()?;
@@ -182,46 +136,20 @@ fn one(
             let relay_host = host(s, 1);
             let relay_addr = format!("{}:7400", relay_host.ip);
             let mut r = Command::new("ip");
-            r.args(["netns", "exec", &relay_host.ns, "taskset", "-c", OTHER_CPU])
-                .arg(exe);
-            r.args([
-                "relay",
-                "--master",
-                &c.master(s).addr(),
-                "--source",
-                &c.replicas(s)[0].addr(),
-                "--listen",
-                &relay_addr,
-            ])
-            .env("FASTREPL_TOKEN_FILE", token.path());
+            r.args(["netns", "exec", &relay_host.ns, "taskset", "-c", OTHER_CPU]).arg(exe);
+            r.args(["relay", "--master", &c.master(s).addr(), "--source", &c.replicas(s)[0].addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN_FILE", token.path());
             _procs.push(Proc::spawn(&format!("relay-{s}"), r));
             let node_host = host(s, 2);
             let mut j = Command::new("ip");
-            j.args(["netns", "exec", &node_host.ns, "taskset", "-c", OTHER_CPU])
-                .arg(exe);
-            j.args([
-                "join",
-                "--relay",
-                &relay_addr,
-                "--replica",
-                &node.addr(),
-                "--master",
-                &c.master(s).addr(),
-                "--json",
-                "--restart-timeout-secs",
-                "300",
-            ]);
+            j.args(["netns", "exec", &node_host.ns, "taskset", "-c", OTHER_CPU]).arg(exe);
+            j.args(["join", "--relay", &relay_addr, "--replica", &node.addr(), "--master", &c.master(s).addr(), "--json", "--restart-timeout-secs", "300"]);
             j.env("FASTREPL_TOKEN_FILE", token.path());
             joins.push(Proc::spawn(&format!("join-{s}"), j));
         }
         for (s, mut j) in joins.into_iter().enumerate() {
             let code = j.wait(Duration::from_secs(1800));
             let out = j.output();
-            let report = out
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .unwrap_or_default();
+            let report = out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).unwrap_or_default();
             if code != Some(0) && code != Some(3) {
                 bail!("shard {s}: the join exited {code:?}:\n{out}");
             }
@@ -235,25 +163,11 @@ fn one(
         .enumerate()
         .map(|(s, p)| {
             let after = counters(c.master(s));
-            MasterFigures {
-                forks: after.0 - before[s].0,
-                cpu_secs: after.1 - before[s].1,
-                sync_full: after.2 - before[s].2,
-                sync_partial_ok: after.3 - before[s].3,
-                latency_ms: p.finish(),
-            }
+            MasterFigures { forks: after.0 - before[s].0, cpu_secs: after.1 - before[s].1, sync_full: after.2 - before[s].2, sync_partial_ok: after.3 - before[s].3, latency_ms: p.finish() }
         })
         .collect();
-    let replicas = (0..SHARDS)
-        .map(|s| (handoffs[s].clone(), differences(c.master(s), &nodes[s])))
-        .collect();
-    Ok(ClusterRun {
-        mode: mode.into(),
-        run,
-        secs,
-        masters,
-        replicas,
-    })
+    let replicas = (0..SHARDS).map(|s| (handoffs[s].clone(), differences(c.master(s), &nodes[s]))).collect();
+    Ok(ClusterRun { mode: mode.into(), run, secs, masters, replicas })
 }
 
 /// `values` values of 4 MiB into shard `s`, pipelined.
@@ -261,87 +175,46 @@ fn fill(c: &Cluster, s: usize, values: usize) -> Result<()> {
     let tag = cluster::shard_tag(c, s);
     let mut cl = c.master(s).client();
     for chunk in (0..values).collect::<Vec<_>>().chunks(8) {
-        let cmds: Vec<Vec<Vec<u8>>> = chunk
-            .iter()
-            .map(|i| {
-                vec![
-                    b"SET".to_vec(),
-                    format!("{{{tag}}}:v{i}").into_bytes(),
-                    fixtures::data::bytes(*i as u64, 4 << 20),
-                ]
-            })
-            .collect();
-        cl.pipeline(&cmds)
-            .map_err(|e| anyhow!("fill shard {s}: {e}"))?;
+        let cmds: Vec<Vec<Vec<u8>>> = chunk.iter().map(|i| vec![b"SET".to_vec(), format!("{{{tag}}}:v{i}").into_bytes(), fixtures::data::bytes(*i as u64, 4 << 20)]).collect();
+        cl.pipeline(&cmds).map_err(|e| anyhow!("fill shard {s}: {e}"))?;
     }
     Ok(())
 }
 
 /// `total_forks`, CPU seconds (children included), `sync_full`, `sync_partial_ok` of a master.
 fn counters(m: &Node) -> (i64, f64, i64, i64) {
-    let cpu = m
-        .pid()
-        .and_then(agent::procstat::cpu_secs_with_children)
-        .unwrap_or(0.0);
-    (
-        m.info_num("stats", "total_forks"),
-        cpu,
-        m.info_num("stats", "sync_full"),
-        m.info_num("stats", "sync_partial_ok"),
-    )
+    let cpu = m.pid().and_then(agent::procstat::cpu_secs_with_children).unwrap_or(0.0);
+    (m.info_num("stats", "total_forks"), cpu, m.info_num("stats", "sync_full"), m.info_num("stats", "sync_partial_ok"))
 }
 
 fn wait_replicas_caught_up(c: &Cluster) -> Result<()> {
     for s in 0..SHARDS {
         let r = &c.replicas(s)[0];
-        wait(
-            Duration::from_secs(600),
-            "the shards' replicas to catch up",
-            || in_sync(c.master(s), r),
-        )?;
+        wait(Duration::from_secs(600), "the shards' replicas to catch up", || in_sync(c.master(s), r))?;
     }
     Ok(())
 }
 
 fn wait_in_sync(c: &Cluster, nodes: &[Node]) -> Result<()> {
-    wait(
-        Duration::from_secs(1800),
-        "every new replica to be in sync",
-        || (0..SHARDS).all(|s| in_sync(c.master(s), &nodes[s])),
-    )
+    wait(Duration::from_secs(1800), "every new replica to be in sync", || (0..SHARDS).all(|s| in_sync(c.master(s), &nodes[s])))
 }
 
 /// A replica with its link up, no sync in progress, at its master's offset.
 fn in_sync(master: &Node, r: &Node) -> bool {
-    let m = master
-        .try_client()
-        .ok()
-        .and_then(|mut c| c.info("replication").ok())
-        .and_then(|i| i.num("master_repl_offset"));
-    let ri = r
-        .try_client()
-        .ok()
-        .and_then(|mut c| c.info("replication").ok());
+    let m = master.try_client().ok().and_then(|mut c| c.info("replication").ok()).and_then(|i| i.num("master_repl_offset"));
+    let ri = r.try_client().ok().and_then(|mut c| c.info("replication").ok());
     match (m, ri) {
-        (Some(m), Some(i)) => {
-            i.get("master_link_status") == Some("up")
-                && i.get("master_sync_in_progress") == Some("0")
-                && i.num("slave_repl_offset") == Some(m)
-        }
+        (Some(m), Some(i)) => i.get("master_link_status") == Some("up") && i.get("master_sync_in_progress") == Some("0") && i.num("slave_repl_offset") == Some(m),
         _ => false,
     }
 }
 
 fn differences(master: &Node, r: &Node) -> u64 {
-    let (Ok(mut a), Ok(mut b)) = (master.try_client(), r.try_client()) else {
-        return u64::MAX;
-    };
+    let (Ok(mut a), Ok(mut b)) = (master.try_client(), r.try_client()) else { return u64::MAX };
     if b.cmd(&["READONLY"]).is_err() {
         return u64::MAX;
     }
-    verify::compare(&mut a, &mut b, &verify::Options::default())
-        .map(|o| o.difference_count)
-        .unwrap_or(u64::MAX)
+    verify::compare(&mut a, &mut b, &verify::Options::default()).map(|o| o.difference_count).unwrap_or(u64::MAX)
 }
 
 fn wait(max: Duration, what: &str, mut f: impl FnMut() -> bool) -> Result<()> {
@@ -363,9 +236,7 @@ struct Probe {
 
 impl Probe {
     fn start(m: &Node) -> Result<Probe> {
-        let mut c = m
-            .try_client()
-            .map_err(|e| anyhow!("probe {}: {e}", m.addr()))?;
+        let mut c = m.try_client().map_err(|e| anyhow!("probe {}: {e}", m.addr()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -376,11 +247,7 @@ impl Probe {
             let mut i = 0u64;
             while !st.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let r = if i.is_multiple_of(2) {
-                    c.cmd(&["SET", "{probe}", &i.to_string()])
-                } else {
-                    c.cmd(&["GET", "{probe}"])
-                };
+                let r = if i.is_multiple_of(2) { c.cmd(&["SET", "{probe}", &i.to_string()]) } else { c.cmd(&["GET", "{probe}"]) };
                 // A MOVED answer is a round trip all the same: the probe measures the master's loop.
                 if let Err(client::Error::Io { .. }) = r {
                     break;
@@ -416,10 +283,7 @@ fn pin_thread(cpu: usize) -> bool {
 
 /// Pin this process (the harness; its probe threads re-pin themselves) to `cpus`.
 fn pin_self(cpus: &str) -> Result<()> {
-    let st = Command::new("taskset")
-        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
-        .output()
-        .context("run taskset")?;
+    let st = Command::new("taskset").args(["-a", "-p", "-c", cpus, &std::process::id().to_string()]).output().context("run taskset")?;
     if !st.status.success() {
         bail!("taskset: {}", String::from_utf8_lossy(&st.stderr));
     }
@@ -433,10 +297,7 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
 
 fn markdown(doc: &serde_json::Value, runs: &[ClusterRun], modes: &[String]) -> String {
     let mut s = String::from("# Cluster: a new replica per shard, all at once\n\n");
-    s.push_str(&format!(
-        "Command: `{}`\n\n",
-        doc["command"].as_str().unwrap_or_default()
-    ));
+    s.push_str(&format!("Command: `{}`\n\n", doc["command"].as_str().unwrap_or_default()));
     s.push_str(&format!(
         "{} shards of {} × 4 MiB values ({} MiB per shard) on namespace hosts (link: {}); server {}; {}; the machine has {} CPUs. \
          Medians over runs (every run in results.json). Latency: a GET/SET probe from each master's own host, every ~1 ms, during the whole sync. \
@@ -454,47 +315,21 @@ fn markdown(doc: &serde_json::Value, runs: &[ClusterRun], modes: &[String]) -> S
     s.push_str("|---|---:|---:|---|---:|---|---:|---:|---:|---|---:|\n");
     for m in modes {
         let rs: Vec<&ClusterRun> = runs.iter().filter(|r| &r.mode == m).collect();
-        let worst = |k: &str| {
-            median(rs.iter().map(|r| {
-                r.masters
-                    .iter()
-                    .map(|x| x.latency_ms[k].as_f64().unwrap_or(f64::NAN))
-                    .fold(f64::NAN, f64::max)
-            }))
-        };
-        let forks: Vec<String> = (0..SHARDS)
-            .map(|i| format!("{}", median(rs.iter().map(|r| r.masters[i].forks as f64))))
-            .collect();
+        let worst = |k: &str| median(rs.iter().map(|r| r.masters.iter().map(|x| x.latency_ms[k].as_f64().unwrap_or(f64::NAN)).fold(f64::NAN, f64::max)));
+        let forks: Vec<String> = (0..SHARDS).map(|i| format!("{}", median(rs.iter().map(|r| r.masters[i].forks as f64)))).collect();
         s.push_str(&format!(
             "| {m} | {} | {:.1} | {} | {:.2} | {} / {} | {:.2} | {:.2} | {:.1} | {} | {} |\n",
             rs.len(),
             median(rs.iter().map(|r| r.secs)),
             forks.join(", "),
-            median(
-                rs.iter()
-                    .map(|r| r.masters.iter().map(|x| x.cpu_secs).sum::<f64>())
-            ),
-            median(
-                rs.iter()
-                    .map(|r| r.masters.iter().map(|x| x.sync_full as f64).sum::<f64>())
-            ),
-            median(rs.iter().map(|r| {
-                r.masters
-                    .iter()
-                    .map(|x| x.sync_partial_ok as f64)
-                    .sum::<f64>()
-            })),
+            median(rs.iter().map(|r| r.masters.iter().map(|x| x.cpu_secs).sum::<f64>())),
+            median(rs.iter().map(|r| r.masters.iter().map(|x| x.sync_full as f64).sum::<f64>())),
+            median(rs.iter().map(|r| r.masters.iter().map(|x| x.sync_partial_ok as f64).sum::<f64>())),
             worst("p50"),
             worst("p99"),
             worst("max"),
-            rs.iter()
-                .flat_map(|r| r.replicas.iter().map(|x| x.0.clone()))
-                .collect::<Vec<_>>()
-                .join(" "),
-            rs.iter()
-                .flat_map(|r| r.replicas.iter().map(|x| x.1))
-                .max()
-                .unwrap_or(0)
+            rs.iter().flat_map(|r| r.replicas.iter().map(|x| x.0.clone())).collect::<Vec<_>>().join(" "),
+            rs.iter().flat_map(|r| r.replicas.iter().map(|x| x.1)).max().unwrap_or(0)
         ));
     }
     s

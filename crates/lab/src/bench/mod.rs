@@ -71,18 +71,10 @@ pub fn main(args: BenchArgs) -> Result<()> {
         on_signal_remove_labs()?;
         return cluster::main(&args);
     }
-    let names: Vec<&str> = if args.scenario == "all" {
-        scenario::ALL.to_vec()
-    } else {
-        vec![args.scenario.as_str()]
-    };
-    let flavor = fixtures::Flavor::parse(&args.server)
-        .with_context(|| format!("unknown server {:?}", args.server))?;
+    let names: Vec<&str> = if args.scenario == "all" { scenario::ALL.to_vec() } else { vec![args.scenario.as_str()] };
+    let flavor = fixtures::Flavor::parse(&args.server).with_context(|| format!("unknown server {:?}", args.server))?;
     // Check every scenario's settings before anything runs.
-    let specs: Vec<scenario::Spec> = names
-        .iter()
-        .map(|n| scenario::Spec::get(n, &args))
-        .collect::<Result<_>>()?;
+    let specs: Vec<scenario::Spec> = names.iter().map(|n| scenario::Spec::get(n, &args)).collect::<Result<_>>()?;
     if !args.no_netns && !fixtures::netns::available() {
         bail!("namespace hosts need root and `ip` (iproute2): run as root, or pass --no-netns to run on loopback (links unshaped)");
     }
@@ -104,11 +96,7 @@ pub fn main(args: BenchArgs) -> Result<()> {
 
 /// On SIGINT/SIGTERM: remove every namespace host this process made, then exit with 130.
 fn on_signal_remove_labs() -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .context("install signal handler")?;
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("install signal handler")?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             eprintln!("bench: interrupted; removing namespace hosts");

@@ -1,14 +1,14 @@
 //! Results: `results.json` (every run, raw, with the machine and settings), `results.md` (tables),
 //! and PNG charts, all in `--out`; the table is printed too.
 
+use crate::charts::{self, Series};
 use crate::bench::run::RunResult;
 use crate::bench::scenario::{Arrival, Spec};
 use crate::bench::BenchArgs;
-use crate::charts::{self, Series};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::path::Path;
+use std::fmt::Write as _;
 
 /// A scenario and its runs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -57,31 +57,14 @@ pub fn table(s: &ScenarioResult) -> String {
         "| link | N | mode | all in sync (s) | per replica (s) | forks | master CPU (s) | master host sent MB (copies) | busiest replica host sent MB | agents got from peers MB | relay CPU (s) | agents CPU (s) | peak MB master/relay/agent/replica (relay, agent: PSS; † RSS) |{}",
         if lat { " GET/SET ms p50/p99/max |" } else { "" }
     );
-    let _ = writeln!(
-        t,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|{}",
-        if lat { "---|" } else { "" }
-    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|---|---|{}", if lat { "---|" } else { "" });
     // Copies are counted against the snapshot's size as the agents reported it for the same link
     // (native runs send the same RDB, give or take the fork's moment).
-    let rdb_of = |link: &str| {
-        s.runs
-            .iter()
-            .filter(|r| r.link == link)
-            .find_map(|r| r.rdb_bytes)
-    };
+    let rdb_of = |link: &str| s.runs.iter().filter(|r| r.link == link).find_map(|r| r.rdb_bytes);
     let mb = |b: u64| format!("{:.0}", b as f64 / 1e6);
     for r in &s.runs {
         if let Some(e) = &r.error {
-            let _ = writeln!(
-                t,
-                "| {} | {} | {} | FAILED: {} | | | | | | | | | |{}",
-                r.link,
-                r.replicas,
-                r.mode,
-                e.replace('|', "/").lines().next().unwrap_or(""),
-                if lat { " |" } else { "" }
-            );
+            let _ = writeln!(t, "| {} | {} | {} | FAILED: {} | | | | | | | | | |{}", r.link, r.replicas, r.mode, e.replace('|', "/").lines().next().unwrap_or(""), if lat { " |" } else { "" });
             continue;
         }
         let mut per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
@@ -93,19 +76,9 @@ pub fn table(s: &ScenarioResult) -> String {
             (Some(b), _) => mb(b),
             _ => "–".into(),
         };
-        let busiest = r
-            .replica_hosts_tx_bytes
-            .iter()
-            .max()
-            .map(|b| mb(*b))
-            .unwrap_or_else(|| "–".into());
+        let busiest = r.replica_hosts_tx_bytes.iter().max().map(|b| mb(*b)).unwrap_or_else(|| "–".into());
         let peers = r.bytes_from_peers.map(mb).unwrap_or_else(|| "–".into());
-        let kib = |k: &str| {
-            r.peak_rss_kib[k]
-                .as_u64()
-                .map(|v| format!("{:.0}", v as f64 / 1024.0))
-                .unwrap_or_else(|| "–".into())
-        };
+        let kib = |k: &str| r.peak_rss_kib[k].as_u64().map(|v| format!("{:.0}", v as f64 / 1024.0)).unwrap_or_else(|| "–".into());
         // Relay and agents in PSS where the run measured it (RSS counts a shared mapping in full: an
         // agent's view of the relay's snapshot over shm); older runs have RSS only, marked †.
         let used = |pss: &str, rss: &str| match r.peak_rss_kib[pss].as_u64() {
@@ -141,13 +114,7 @@ pub fn table(s: &ScenarioResult) -> String {
         );
         if lat {
             let l = r.latency_ms.clone().unwrap_or_default();
-            let _ = write!(
-                t,
-                " {}/{}/{} |",
-                f2(l["p50"].as_f64()),
-                f2(l["p99"].as_f64()),
-                f2(l["max"].as_f64())
-            );
+            let _ = write!(t, " {}/{}/{} |", f2(l["p50"].as_f64()), f2(l["p99"].as_f64()), f2(l["max"].as_f64()));
         }
         let _ = writeln!(t);
     }
@@ -156,12 +123,7 @@ pub fn table(s: &ScenarioResult) -> String {
 
 /// The median time to all in sync over the verified runs of one (link, N, mode); `None` if none verified.
 pub fn median_secs<'a>(runs: impl Iterator<Item = &'a RunResult>) -> Option<f64> {
-    crate::stats::median(
-        &runs
-            .filter(|r| r.error.is_none())
-            .filter_map(|r| r.secs)
-            .collect::<Vec<_>>(),
-    )
+    crate::stats::median(&runs.filter(|r| r.error.is_none()).filter_map(|r| r.secs).collect::<Vec<_>>())
 }
 
 /// A run's time to all in sync counted from the master's fork (its first RDB start) rather than from
@@ -191,29 +153,12 @@ pub fn median_table(s: &ScenarioResult) -> String {
         }
     }
     // The verified runs of a cell.
-    fn cell<'a>(
-        s: &'a ScenarioResult,
-        link: &'a str,
-        n: usize,
-        mode: &'a str,
-    ) -> impl Iterator<Item = &'a RunResult> + 'a {
-        s.runs.iter().filter(move |r| {
-            r.link == link && r.replicas == n && r.mode == mode && r.error.is_none()
-        })
+    fn cell<'a>(s: &'a ScenarioResult, link: &'a str, n: usize, mode: &'a str) -> impl Iterator<Item = &'a RunResult> + 'a {
+        s.runs.iter().filter(move |r| r.link == link && r.replicas == n && r.mode == mode && r.error.is_none())
     }
-    let from_fork = |link: &str, n: usize, mode: &str| {
-        crate::stats::median(
-            &cell(s, link, n, mode)
-                .filter_map(secs_from_fork)
-                .collect::<Vec<_>>(),
-        )
-    };
+    let from_fork = |link: &str, n: usize, mode: &str| crate::stats::median(&cell(s, link, n, mode).filter_map(secs_from_fork).collect::<Vec<_>>());
     for &(link, n, mode) in &keys {
-        let all = s
-            .runs
-            .iter()
-            .filter(|r| r.link == link && r.replicas == n && r.mode == mode)
-            .count();
+        let all = s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == mode).count();
         let ok: Vec<f64> = cell(s, link, n, mode).filter_map(|r| r.secs).collect();
         let fork = from_fork(link, n, mode);
         let _ = writeln!(
@@ -239,27 +184,8 @@ pub fn phase_table(s: &ScenarioResult) -> String {
     let _ = writeln!(t, "| link | N | mode | master RDB (s) | first byte | transfer done | loaded | in sync | in sync − RDB end |");
     let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
     for r in s.runs.iter().filter(|r| r.error.is_none()) {
-        let rdb: Vec<String> = r
-            .master_rdb
-            .iter()
-            .map(|[a, b]| {
-                format!(
-                    "{a:.2}–{}",
-                    if b.is_nan() {
-                        "?".into()
-                    } else {
-                        format!("{b:.2}")
-                    }
-                )
-            })
-            .collect();
-        let slowest = r
-            .per_replica
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(i, _)| i)
-            .unwrap_or(0);
+        let rdb: Vec<String> = r.master_rdb.iter().map(|[a, b]| format!("{a:.2}–{}", if b.is_nan() { "?".into() } else { format!("{b:.2}") })).collect();
+        let slowest = r.per_replica.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap_or(0);
         let ph = r.phases.get(slowest).cloned().unwrap_or_default();
         let at = |k: &str| f2(ph[k].as_f64());
         // native-disk: the replica starts loading once the file is complete; native-diskless loads
@@ -277,23 +203,13 @@ pub fn phase_table(s: &ScenarioResult) -> String {
             r.link,
             r.replicas,
             r.mode,
-            if rdb.is_empty() {
-                "–".into()
-            } else {
-                rdb.join(", ")
-            },
+            if rdb.is_empty() { "–".into() } else { rdb.join(", ") },
             first,
             transfer,
             loaded,
             at("in_sync"),
             // What the sync itself adds once the master has produced its RDB.
-            f2(r.master_rdb
-                .iter()
-                .map(|s| s[1])
-                .filter(|e| !e.is_nan())
-                .reduce(f64::max)
-                .zip(ph["in_sync"].as_f64())
-                .map(|(e, s)| s - e))
+            f2(r.master_rdb.iter().map(|s| s[1]).filter(|e| !e.is_nan()).reduce(f64::max).zip(ph["in_sync"].as_f64()).map(|(e, s)| s - e))
         );
     }
     t
@@ -307,12 +223,8 @@ pub fn phase_table(s: &ScenarioResult) -> String {
 pub fn link_table(runs: &[RunResult]) -> Option<String> {
     let mut rows = Vec::new();
     for r in runs.iter().filter(|r| r.error.is_none()) {
-        let (Some(l), Some(secs)) = (&r.links, r.secs) else {
-            continue;
-        };
-        let (Some(rate), Some(w)) = (l.rate_bytes_per_sec, busy_window(l)) else {
-            continue;
-        };
+        let (Some(l), Some(secs)) = (&r.links, r.secs) else { continue };
+        let (Some(rate), Some(w)) = (l.rate_bytes_per_sec, busy_window(l)) else { continue };
         let (a, b) = (w.0, w.1);
         let n = r.replicas;
         let span = l.secs[b] - l.secs[a];
@@ -320,21 +232,8 @@ pub fn link_table(runs: &[RunResult]) -> Option<String> {
             continue;
         }
         // Each replica host's own rate (a slow host's link is slower), else the master's.
-        let capacity: f64 = (1..=n)
-            .map(|h| l.host_rates_bytes_per_sec.get(h).copied().unwrap_or(rate))
-            .sum::<f64>()
-            * span;
-        let share = |v: &[Vec<u64>]| {
-            (1..=n)
-                .map(|h| {
-                    v[b].get(h)
-                        .copied()
-                        .unwrap_or(0)
-                        .saturating_sub(v[a].get(h).copied().unwrap_or(0))
-                })
-                .sum::<u64>() as f64
-                / capacity
-        };
+        let capacity: f64 = (1..=n).map(|h| l.host_rates_bytes_per_sec.get(h).copied().unwrap_or(rate)).sum::<f64>() * span;
+        let share = |v: &[Vec<u64>]| (1..=n).map(|h| v[b].get(h).copied().unwrap_or(0).saturating_sub(v[a].get(h).copied().unwrap_or(0))).sum::<u64>() as f64 / capacity;
         rows.push(format!(
             "| {} | {} | {} | {:.2}–{:.2} | {:.0} % | {:.0} % | {:.2} |",
             r.link,
@@ -393,14 +292,8 @@ fn secs_to_handoff(r: &RunResult, i: usize, not_before: f64) -> Option<f64> {
 
 /// Per replica of a run: whether its host's link is slower than the master's host's.
 fn slow_replicas(r: &RunResult) -> Vec<bool> {
-    let rates = r
-        .links
-        .as_ref()
-        .map(|l| l.host_rates_bytes_per_sec.clone())
-        .unwrap_or_default();
-    (0..r.replicas)
-        .map(|i| matches!((rates.first(), rates.get(i + 1)), (Some(m), Some(h)) if h < m))
-        .collect()
+    let rates = r.links.as_ref().map(|l| l.host_rates_bytes_per_sec.clone()).unwrap_or_default();
+    (0..r.replicas).map(|i| matches!((rates.first(), rates.get(i + 1)), (Some(m), Some(h)) if h < m)).collect()
 }
 
 /// `uneven` (slow hosts beside full-rate ones, and N = 1 on a full-rate host in the same set): every
@@ -410,38 +303,17 @@ fn slow_replicas(r: &RunResult) -> Vec<bool> {
 /// from the joins' `block verified` lines, logged with `FASTREPL_BENCH_JOIN_LOG=debug`).
 pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     let ok = |r: &&RunResult| r.error.is_none() && r.secs.is_some();
-    let t1 = crate::stats::median(
-        &s.runs
-            .iter()
-            .filter(ok)
-            .filter(|r| r.replicas == 1)
-            .filter_map(|r| own_secs(r, 0))
-            .collect::<Vec<_>>(),
-    )?;
+    let t1 = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| own_secs(r, 0)).collect::<Vec<_>>())?;
     let mut t = String::new();
     // T(1) over its own link's bound, for the slow replicas' figure beside it (a shaped link carries a
     // few per cent less than its nominal rate, and a join has its start and handoff on top).
-    let own_bound_1 = s
-        .runs
-        .iter()
-        .filter(ok)
-        .filter(|r| r.replicas == 1)
-        .find_map(|r| {
-            Some(r.rdb_bytes? as f64 / r.links.as_ref()?.host_rates_bytes_per_sec.get(1).copied()?)
-        });
+    let own_bound_1 = s.runs.iter().filter(ok).filter(|r| r.replicas == 1).find_map(|r| Some(r.rdb_bytes? as f64 / r.links.as_ref()?.host_rates_bytes_per_sec.get(1).copied()?));
     // What T(1) spends beyond its link's nominal transfer time: the relay's capture starting, the
     // replica's load and handoff, and the shaped link carrying a little less than nominal (that last
     // share grows with the transfer, so on a slower link this bound is a little low). A slow
     // replica's bound: its link's nominal transfer time plus that.
     let overhead_1 = own_bound_1.map(|b| (t1 - b).max(0.0));
-    let t1_fork = crate::stats::median(
-        &s.runs
-            .iter()
-            .filter(ok)
-            .filter(|r| r.replicas == 1)
-            .filter_map(|r| own_secs_from_fork(r, 0))
-            .collect::<Vec<_>>(),
-    );
+    let t1_fork = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| own_secs_from_fork(r, 0)).collect::<Vec<_>>());
     let mut slow_adjusted: Vec<f64> = Vec::new();
     let _ = writeln!(
         t,
@@ -457,28 +329,16 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     let (mut maxes, mut all_fast, mut fork_maxes) = (Vec::new(), Vec::new(), Vec::new());
     for r in s.runs.iter().filter(ok).filter(|r| r.replicas > 1) {
         let slow = slow_replicas(r);
-        let rates = r
-            .links
-            .as_ref()
-            .map(|l| l.host_rates_bytes_per_sec.clone())
-            .unwrap_or_default();
-        let slow_hosts: Vec<usize> = (0..r.replicas)
-            .filter(|i| slow[*i])
-            .map(|i| i + 1)
-            .collect();
-        let (mut cells, mut fast, mut own_bound, mut adjusted) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let rates = r.links.as_ref().map(|l| l.host_rates_bytes_per_sec.clone()).unwrap_or_default();
+        let slow_hosts: Vec<usize> = (0..r.replicas).filter(|i| slow[*i]).map(|i| i + 1).collect();
+        let (mut cells, mut fast, mut own_bound, mut adjusted) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut from_slow = Vec::new();
         for (i, is_slow) in slow.iter().copied().enumerate() {
             let Some(secs) = own_secs(r, i) else { continue };
             if is_slow {
                 cells.push(format!("{:.2}s", secs / t1));
                 if let (Some(rdb), Some(rate)) = (r.rdb_bytes, rates.get(i + 1)) {
-                    own_bound.push(format!(
-                        "{:.2} ({secs:.1} s / {:.1} s)",
-                        secs / (rdb as f64 / rate),
-                        rdb as f64 / rate
-                    ));
+                    own_bound.push(format!("{:.2} ({secs:.1} s / {:.1} s)", secs / (rdb as f64 / rate), rdb as f64 / rate));
                     if let Some(o) = overhead_1 {
                         let bound = rdb as f64 / rate + o;
                         adjusted.push(format!("{:.3} ({secs:.1} s / {bound:.1} s)", secs / bound));
@@ -489,38 +349,18 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
             }
             cells.push(format!("{:.2}", secs / t1));
             fast.push(secs / t1);
-            let sources = r.phases[i]["sources"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            for src in sources.iter().filter(|x| {
-                x["host"]
-                    .as_u64()
-                    .is_some_and(|h| slow_hosts.contains(&(h as usize)))
-            }) {
+            let sources = r.phases[i]["sources"].as_array().cloned().unwrap_or_default();
+            for src in sources.iter().filter(|x| x["host"].as_u64().is_some_and(|h| slow_hosts.contains(&(h as usize)))) {
                 let n = src["blocks"].as_array().map_or(0, Vec::len);
-                from_slow.push(format!(
-                    "r{}: {n} @ {}",
-                    i + 1,
-                    f2(src["mib_s_median"].as_f64())
-                ));
+                from_slow.push(format!("r{}: {n} @ {}", i + 1, f2(src["mib_s_median"].as_f64())));
             }
         }
         let max = fast.iter().copied().fold(0.0, f64::max);
         maxes.push(max);
         all_fast.extend(fast);
-        let fork_max = t1_fork.and_then(|t| {
-            (0..r.replicas)
-                .filter(|i| !slow[*i])
-                .filter_map(|i| own_secs_from_fork(r, i))
-                .reduce(f64::max)
-                .map(|m| m / t)
-        });
+        let fork_max = t1_fork.and_then(|t| (0..r.replicas).filter(|i| !slow[*i]).filter_map(|i| own_secs_from_fork(r, i)).reduce(f64::max).map(|m| m / t));
         fork_maxes.extend(fork_max);
-        let logged = r
-            .phases
-            .iter()
-            .any(|p| p["sources"].as_array().is_some_and(|a| !a.is_empty()));
+        let logged = r.phases.iter().any(|p| p["sources"].as_array().is_some_and(|a| !a.is_empty()));
         let _ = writeln!(
             t,
             "| {} | {} | {} | {} | {max:.2} | {} | {} | {} | {} |",
@@ -529,16 +369,8 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
             r.repeat + 1,
             cells.join(", "),
             f2(fork_max),
-            if own_bound.is_empty() {
-                "–".into()
-            } else {
-                own_bound.join(", ")
-            },
-            if adjusted.is_empty() {
-                "–".into()
-            } else {
-                adjusted.join(", ")
-            },
+            if own_bound.is_empty() { "–".into() } else { own_bound.join(", ") },
+            if adjusted.is_empty() { "–".into() } else { adjusted.join(", ") },
             match (logged, from_slow.is_empty()) {
                 (false, _) => "– (not logged)".to_string(),
                 (true, true) => "none".to_string(),
@@ -599,20 +431,11 @@ pub fn write(a: &BenchArgs, flavor: fixtures::Flavor, all: &[ScenarioResult]) ->
         "scenarios": all,
     });
     let json_path = a.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?)
-        .with_context(|| format!("write {}", json_path.display()))?;
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("write {}", json_path.display()))?;
     let md = render(&a.out, &doc, all)?;
     println!("\n{md}");
-    println!(
-        "raw results: {}; table: {}",
-        json_path.display(),
-        a.out.join("results.md").display()
-    );
-    let failed = all
-        .iter()
-        .flat_map(|s| &s.runs)
-        .filter(|r| r.error.is_some())
-        .count();
+    println!("raw results: {}; table: {}", json_path.display(), a.out.join("results.md").display());
+    let failed = all.iter().flat_map(|s| &s.runs).filter(|r| r.error.is_some()).count();
     if failed > 0 {
         anyhow::bail!("{failed} run(s) failed (see the table)");
     }
@@ -650,10 +473,7 @@ pub fn render(dir: &Path, doc: &serde_json::Value, all: &[ScenarioResult]) -> Re
             md.push('\n');
         }
         if let Some(t) = uneven_table(s).filter(|_| s.spec.slow_last) {
-            let _ = writeln!(
-                md,
-                "Each replica against one alone (its own time, join to handoff):\n"
-            );
+            let _ = writeln!(md, "Each replica against one alone (its own time, join to handoff):\n");
             md.push_str(&t);
             md.push('\n');
         }
@@ -684,35 +504,16 @@ pub fn summary_table(s: &ScenarioResult) -> String {
             keys.push((r.link.as_str(), r.replicas));
         }
     }
-    let order = |l: &str| {
-        ["100mbit", "1gbit", "10gbit", "unshaped"]
-            .iter()
-            .position(|x| *x == l)
-            .unwrap_or(9)
-    };
+    let order = |l: &str| ["100mbit", "1gbit", "10gbit", "unshaped"].iter().position(|x| *x == l).unwrap_or(9);
     keys.sort_by_key(|(l, n)| (order(l), *n));
     let modes = &s.spec.modes;
     let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "| link | N | {} | fastrepl-tcp ÷ native-diskless |",
-        modes.join(" | ")
-    );
+    let _ = writeln!(t, "| link | N | {} | fastrepl-tcp ÷ native-diskless |", modes.join(" | "));
     let _ = writeln!(t, "|---|---|{}---|", "---|".repeat(modes.len()));
     for (link, n) in keys {
-        let med = |m: &str| {
-            median_secs(
-                s.runs
-                    .iter()
-                    .filter(|r| r.link == link && r.replicas == n && r.mode == m),
-            )
-        };
+        let med = |m: &str| median_secs(s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == m));
         let cell = |m: &str| {
-            let runs = s
-                .runs
-                .iter()
-                .filter(|r| r.link == link && r.replicas == n && r.mode == m)
-                .count();
+            let runs = s.runs.iter().filter(|r| r.link == link && r.replicas == n && r.mode == m).count();
             match (runs, med(m)) {
                 (0, _) => "–".to_string(),
                 (_, None) => "FAILED".to_string(),
@@ -720,19 +521,8 @@ pub fn summary_table(s: &ScenarioResult) -> String {
                 (k, Some(v)) => format!("{v:.2} (median of {k})"),
             }
         };
-        let ratio = med("fastrepl-tcp")
-            .zip(med("native-diskless"))
-            .map(|(a, b)| format!("{:.2}", a / b))
-            .unwrap_or_else(|| "–".into());
-        let _ = writeln!(
-            t,
-            "| {link} | {n} | {} | {ratio} |",
-            modes
-                .iter()
-                .map(|m| cell(m))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
+        let ratio = med("fastrepl-tcp").zip(med("native-diskless")).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "–".into());
+        let _ = writeln!(t, "| {link} | {n} | {} | {ratio} |", modes.iter().map(|m| cell(m)).collect::<Vec<_>>().join(" | "));
     }
     t
 }
@@ -743,47 +533,18 @@ fn charts_for(dir: &Path, s: &ScenarioResult) -> Result<Vec<String>> {
     let mut links: Vec<&str> = s.runs.iter().map(|r| r.link.as_str()).collect();
     links.dedup();
     for link in links {
-        let runs: Vec<&RunResult> = s
-            .runs
-            .iter()
-            .filter(|r| r.link == link && r.secs.is_some())
-            .collect();
+        let runs: Vec<&RunResult> = s.runs.iter().filter(|r| r.link == link && r.secs.is_some()).collect();
         let mut series = Vec::new();
         for m in &s.spec.modes {
             let points: Vec<(f64, f64)> = if s.spec.arrival == Arrival::Staggered {
-                runs.iter()
-                    .filter(|r| &r.mode == m)
-                    .flat_map(|r| {
-                        r.per_replica
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| ((i + 1) as f64, *t))
-                    })
-                    .collect()
+                runs.iter().filter(|r| &r.mode == m).flat_map(|r| r.per_replica.iter().enumerate().map(|(i, t)| ((i + 1) as f64, *t))).collect()
             } else {
-                let mut ns: Vec<usize> = runs
-                    .iter()
-                    .filter(|r| &r.mode == m)
-                    .map(|r| r.replicas)
-                    .collect();
+                let mut ns: Vec<usize> = runs.iter().filter(|r| &r.mode == m).map(|r| r.replicas).collect();
                 ns.dedup();
-                ns.iter()
-                    .filter_map(|&n| {
-                        median_secs(
-                            runs.iter()
-                                .copied()
-                                .filter(|r| &r.mode == m && r.replicas == n),
-                        )
-                        .map(|t| (n as f64, t))
-                    })
-                    .collect()
+                ns.iter().filter_map(|&n| median_secs(runs.iter().copied().filter(|r| &r.mode == m && r.replicas == n)).map(|t| (n as f64, t))).collect()
             };
             if !points.is_empty() {
-                series.push(Series {
-                    name: m.clone(),
-                    points,
-                    baseline: false,
-                });
+                series.push(Series { name: m.clone(), points, baseline: false });
             }
         }
         let multi = series.iter().any(|s| s.points.len() > 1);
@@ -792,15 +553,9 @@ fn charts_for(dir: &Path, s: &ScenarioResult) -> Result<Vec<String>> {
         }
         let name = format!("{}-{}.png", s.spec.name, link);
         let (x, title) = if s.spec.arrival == Arrival::Staggered {
-            (
-                "replica (joining one after another)",
-                format!("{}: replica in sync at (s), link {link}", s.spec.name),
-            )
+            ("replica (joining one after another)", format!("{}: replica in sync at (s), link {link}", s.spec.name))
         } else {
-            (
-                "replicas",
-                format!("{}: time to all replicas in sync, link {link}", s.spec.name),
-            )
+            ("replicas", format!("{}: time to all replicas in sync, link {link}", s.spec.name))
         };
         charts::linear(&dir.join(&name), &title, x, "seconds", &series)?;
         files.push(name);
@@ -819,60 +574,17 @@ mod tests {
         // from 1 s to 4 s, the replicas receive 800 B/s each then and send 400 B/s; in sync at 6 s.
         let secs: Vec<f64> = (0..7).map(f64::from).collect();
         let master = [0, 100, 1100, 2100, 3100, 3200, 3200];
-        let sent = secs
-            .iter()
-            .enumerate()
-            .map(|(i, _)| {
-                vec![
-                    master[i],
-                    400 * (i.clamp(1, 4) as u64 - 1),
-                    400 * (i.clamp(1, 4) as u64 - 1),
-                ]
-            })
-            .collect();
-        let received = secs
-            .iter()
-            .enumerate()
-            .map(|(i, _)| {
-                vec![
-                    0,
-                    800 * (i.clamp(1, 4) as u64 - 1),
-                    800 * (i.clamp(1, 4) as u64 - 1),
-                ]
-            })
-            .collect();
-        let run = RunResult {
-            link: "x".into(),
-            replicas: 2,
-            mode: "m".into(),
-            secs: Some(6.0),
-            links: Some(LinkSeries {
-                rate_bytes_per_sec: Some(1000.0),
-                secs,
-                sent,
-                received,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let sent = secs.iter().enumerate().map(|(i, _)| vec![master[i], 400 * (i.clamp(1, 4) as u64 - 1), 400 * (i.clamp(1, 4) as u64 - 1)]).collect();
+        let received = secs.iter().enumerate().map(|(i, _)| vec![0, 800 * (i.clamp(1, 4) as u64 - 1), 800 * (i.clamp(1, 4) as u64 - 1)]).collect();
+        let run = RunResult { link: "x".into(), replicas: 2, mode: "m".into(), secs: Some(6.0), links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received, ..Default::default() }), ..Default::default() };
         let t = link_table(&[run.clone()]).expect("a row");
-        assert!(
-            t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"),
-            "{t}"
-        );
+        assert!(t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"), "{t}");
         // Replica 2 on a link half as fast: its 800 B/s fill it.
         let mut slow = run.clone();
         slow.links.as_mut().unwrap().host_rates_bytes_per_sec = vec![1000.0, 1000.0, 500.0];
         let t = link_table(&[slow]).expect("a row");
-        assert!(
-            t.contains("| x | 2 | m | 1.00–4.00 | 107 % | 53 % | 2.00 |"),
-            "(800 + 800) / (1000 + 500): {t}"
-        );
-        let unshaped = RunResult {
-            secs: Some(1.0),
-            links: Some(LinkSeries::default()),
-            ..Default::default()
-        };
+        assert!(t.contains("| x | 2 | m | 1.00–4.00 | 107 % | 53 % | 2.00 |"), "(800 + 800) / (1000 + 500): {t}");
+        let unshaped = RunResult { secs: Some(1.0), links: Some(LinkSeries::default()), ..Default::default() };
         assert!(link_table(&[unshaped]).is_none(), "no rate, no table");
     }
 }

@@ -6,14 +6,14 @@
 use crate::bench::scenario::{Arrival, Dataset, Spec};
 use crate::bench::BenchArgs;
 use anyhow::{anyhow, bail, Context, Result};
-use fixtures::netns::Lab;
-use fixtures::{Flavor, Proc, Server};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use fixtures::netns::Lab;
+use fixtures::{Flavor, Proc, Server};
 
 /// One run's measurements. Fields added after a results file was written read as their defaults.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -101,19 +101,11 @@ const LINK_SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// `master_rdb` as written: an end still unknown is `null` in JSON (NaN in memory).
 fn spans<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<[f64; 2]>, D::Error> {
     let raw: Vec<[Option<f64>; 2]> = Deserialize::deserialize(d)?;
-    Ok(raw
-        .into_iter()
-        .map(|[a, b]| [a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)])
-        .collect())
+    Ok(raw.into_iter().map(|[a, b]| [a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)]).collect())
 }
 
 /// Run every (link, replica count, mode) of a scenario.
-pub fn scenario(
-    spec: &Spec,
-    args: &BenchArgs,
-    flavor: Flavor,
-    exe: &Path,
-) -> Result<Vec<RunResult>> {
+pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Result<Vec<RunResult>> {
     let mut out = Vec::new();
     let max_n = *spec.replicas.iter().max().unwrap_or(&1);
     for link in &spec.links {
@@ -121,16 +113,10 @@ pub fn scenario(
         let lab = if spec.netns {
             // Host 0 (master, relay) and the replica hosts at the link's rate, but the first
             // `slow_hosts` replica hosts slower (the last ones with `slow_last`).
-            let slow = if spec.slow_last {
-                (max_n + 1).saturating_sub(spec.slow_hosts).max(1)..=max_n
-            } else {
-                1..=spec.slow_hosts
-            };
+            let slow = if spec.slow_last { (max_n + 1).saturating_sub(spec.slow_hosts).max(1)..=max_n } else { 1..=spec.slow_hosts };
             let rates: Vec<Option<String>> = (0..=max_n)
                 .map(|i| match link {
-                    Some(l) if slow.contains(&i) => {
-                        fixtures::netns::scale_rate(l, spec.slow_factor).map(Some)
-                    }
+                    Some(l) if slow.contains(&i) => fixtures::netns::scale_rate(l, spec.slow_factor).map(Some),
                     other => Ok(other.clone()),
                 })
                 .collect::<Result<_, _>>()
@@ -146,47 +132,16 @@ pub fn scenario(
             }
         };
         let (mns, mip) = host(0);
-        let master = Server::try_start_in(
-            flavor,
-            mns.as_deref(),
-            &mip,
-            &["--repl-backlog-size", "512mb"],
-        )
-        .map_err(|e| anyhow!("start master: {e}"))?;
+        let master = Server::try_start_in(flavor, mns.as_deref(), &mip, &["--repl-backlog-size", "512mb"]).map_err(|e| anyhow!("start master: {e}"))?;
         let t = Instant::now();
         fill(&master, &spec.dataset, flavor)?;
-        println!(
-            "-- link {link_name}: master {} filled in {:.1} s ({})",
-            master.addr(),
-            t.elapsed().as_secs_f64(),
-            used_memory(&master)
-        );
+        println!("-- link {link_name}: master {} filled in {:.1} s ({})", master.addr(), t.elapsed().as_secs_f64(), used_memory(&master));
         // A standing replica of the master on its host, for the relay to capture from.
-        let source = if spec
-            .modes
-            .iter()
-            .any(|m| crate::bench::scenario::from_replica(m))
-        {
-            Some(source_replica(&master, flavor, mns.as_deref(), &mip)?)
-        } else {
-            None
-        };
+        let source = if spec.modes.iter().any(|m| crate::bench::scenario::from_replica(m)) { Some(source_replica(&master, flavor, mns.as_deref(), &mip)?) } else { None };
         for &n in &spec.replicas {
             for repeat in 0..args.repeat {
                 for mode in &spec.modes {
-                    let ctx = Ctx {
-                        spec,
-                        args,
-                        flavor,
-                        exe,
-                        lab: lab.as_ref(),
-                        master: &master,
-                        source: source.as_ref(),
-                        n,
-                        mode,
-                        link: &link_name,
-                        repeat,
-                    };
+                    let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, source: source.as_ref(), n, mode, link: &link_name, repeat };
                     let mut r = match one(&ctx) {
                         Ok(r) => r,
                         Err(e) => RunResult {
@@ -222,17 +177,9 @@ fn print_line(r: &RunResult) {
                 (Some(f), Some(c)) => format!("  source forks {f}, CPU {c:.2} s"),
                 _ => String::new(),
             },
-            r.master_host_tx_bytes
-                .map(|b| format!("  master sent {:.0} MB", b as f64 / 1e6))
-                .unwrap_or_default()
+            r.master_host_tx_bytes.map(|b| format!("  master sent {:.0} MB", b as f64 / 1e6)).unwrap_or_default()
         ),
-        (e, _) => println!(
-            "   {:<8} N={} {:<16} FAILED: {}",
-            r.link,
-            r.replicas,
-            r.mode,
-            e.clone().unwrap_or_default()
-        ),
+        (e, _) => println!("   {:<8} N={} {:<16} FAILED: {}", r.link, r.replicas, r.mode, e.clone().unwrap_or_default()),
     }
 }
 
@@ -257,17 +204,8 @@ impl Ctx<'_> {
     /// `DIR/{scenario}-{link}-n{N}-{mode}-r{run}-{what}.log` (for investigating a run: every repeat's,
     /// the directory made if missing). A log that cannot be kept is said, not fatal.
     fn keep_log(&self, what: &str, text: &[u8]) {
-        let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") else {
-            return;
-        };
-        let name = format!(
-            "{}-{}-n{}-{}-r{}-{what}.log",
-            self.spec.name,
-            self.link,
-            self.n,
-            self.mode,
-            self.repeat + 1
-        );
+        let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") else { return };
+        let name = format!("{}-{}-n{}-{}-r{}-{what}.log", self.spec.name, self.link, self.n, self.mode, self.repeat + 1);
         let path = Path::new(&dir).join(name);
         if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)) {
             eprintln!("   (could not keep {}: {e})", path.display());
@@ -296,24 +234,11 @@ impl Ctx<'_> {
 /// Start a replica of `master` on its host and wait until it is in sync.
 fn source_replica(master: &Server, flavor: Flavor, ns: Option<&str>, ip: &str) -> Result<Server> {
     let port = master.port.to_string();
-    let s = Server::try_start_in(
-        flavor,
-        ns,
-        ip,
-        &[
-            "--replicaof",
-            &master.host,
-            &port,
-            "--repl-backlog-size",
-            "512mb",
-        ],
-    )
-    .map_err(|e| anyhow!("start the source replica: {e}"))?;
+    let s = Server::try_start_in(flavor, ns, ip, &["--replicaof", &master.host, &port, "--repl-backlog-size", "512mb"]).map_err(|e| anyhow!("start the source replica: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let i = s.try_client()?.info("replication")?;
-        if i.get("master_link_status") == Some("up") && i.num("master_sync_in_progress") == Some(0)
-        {
+        if i.get("master_link_status") == Some("up") && i.num("master_sync_in_progress") == Some(0) {
             println!("   source replica {} in sync", s.addr());
             return Ok(s);
         }
@@ -328,9 +253,7 @@ fn fill(master: &Server, d: &Dataset, flavor: Flavor) -> Result<()> {
     let mut c = master.try_client()?;
     match *d {
         Dataset::BigValues { count, size } => fixtures::data::fill_big_values(&mut c, count, size),
-        Dataset::SmallValues { count, size } => {
-            fixtures::data::fill_small_values(&mut c, count, size)
-        }
+        Dataset::SmallValues { count, size } => fixtures::data::fill_small_values(&mut c, count, size),
         Dataset::Mixed { small, big_mib } => {
             fixtures::data::fill_big_values(&mut c, big_mib.div_ceil(4), 4 << 20);
             fixtures::data::fill_small_mixed(&mut c, small);
@@ -341,11 +264,7 @@ fn fill(master: &Server, d: &Dataset, flavor: Flavor) -> Result<()> {
 }
 
 fn used_memory(s: &Server) -> String {
-    s.try_client()
-        .ok()
-        .and_then(|mut c| c.info("memory").ok())
-        .and_then(|i| i.get("used_memory_human").map(str::to_string))
-        .unwrap_or_default()
+    s.try_client().ok().and_then(|mut c| c.info("memory").ok()).and_then(|i| i.get("used_memory_human").map(str::to_string)).unwrap_or_default()
 }
 
 /// Reset a process's peak RSS to its current RSS (so a long-lived master's peak is per run).
@@ -355,9 +274,7 @@ fn reset_peak_rss(pid: u32) {
 
 /// An integer field of `INFO <section>`, or an error naming it.
 pub fn stat(c: &mut client::Client, section: &str, k: &str) -> Result<i64> {
-    c.info(section)?
-        .num(k)
-        .with_context(|| format!("INFO {section} has no {k}"))
+    c.info(section)?.num(k).with_context(|| format!("INFO {section} has no {k}"))
 }
 
 /// Wait until the master has no RDB child (the previous run's BGSAVE may still be finishing).
@@ -382,10 +299,7 @@ impl<T: Send + Default + 'static> Sampler<T> {
     fn spawn(f: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Sampler<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        Sampler {
-            stop,
-            handle: std::thread::spawn(move || f(&s)),
-        }
+        Sampler { stop, handle: std::thread::spawn(move || f(&s)) }
     }
     fn finish(self) -> T {
         self.stop.store(true, Ordering::Relaxed);
@@ -406,9 +320,7 @@ fn watch_rdb(master: &Server, t0: Instant) -> Result<Sampler<Vec<[f64; 2]>>> {
             if stop.load(Ordering::Relaxed) && stop_seen.is_none() {
                 stop_seen = Some(Instant::now());
             }
-            let Ok(busy) = stat(&mut c, "persistence", "rdb_bgsave_in_progress") else {
-                break;
-            };
+            let Ok(busy) = stat(&mut c, "persistence", "rdb_bgsave_in_progress") else { break };
             let now = t0.elapsed().as_secs_f64();
             match (open, busy == 1) {
                 (None, true) => open = Some(now),
@@ -441,11 +353,7 @@ fn probe_latency(master: &Server) -> Result<Sampler<Vec<f64>>> {
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let t = Instant::now();
-            let r = if i % 2 == 0 {
-                c.cmd(&["SET", "bench:probe", &i.to_string()])
-            } else {
-                c.cmd(&["GET", "bench:probe"])
-            };
+            let r = if i % 2 == 0 { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
             if r.is_err() {
                 break;
             }
@@ -466,116 +374,63 @@ pub(crate) fn latency_summary(mut v: Vec<f64>) -> serde_json::Value {
 
 /// One run: fresh replicas on hosts 1..=n, the mode, metrics, verification.
 fn one(c: &Ctx) -> Result<RunResult> {
-    let mut r = RunResult {
-        scenario: c.spec.name.clone(),
-        link: c.link.to_string(),
-        replicas: c.n,
-        mode: c.mode.to_string(),
-        ..Default::default()
-    };
+    let mut r = RunResult { scenario: c.spec.name.clone(), link: c.link.to_string(), replicas: c.n, mode: c.mode.to_string(), ..Default::default() };
     let mut mc = c.master.try_client()?;
     master_quiet(&mut mc)?;
     let native = c.mode.starts_with("native");
     let disk = c.mode == "native-disk";
     mc.config_set("repl-diskless-sync", if disk { "no" } else { "yes" })?;
-    mc.config_set(
-        "repl-diskless-sync-delay",
-        &c.args.diskless_delay.to_string(),
-    )?;
-    let replica_args: &[&str] = if disk {
-        &["--repl-diskless-load", "disabled"]
-    } else {
-        &["--repl-diskless-load", "on-empty-db"]
-    };
+    mc.config_set("repl-diskless-sync-delay", &c.args.diskless_delay.to_string())?;
+    let replica_args: &[&str] = if disk { &["--repl-diskless-load", "disabled"] } else { &["--repl-diskless-load", "on-empty-db"] };
     let replicas: Vec<Server> = (1..=c.n)
         .map(|i| {
             let (ns, ip) = c.host(i);
-            Server::try_start_in(c.flavor, ns.as_deref(), &ip, replica_args)
-                .map_err(|e| anyhow!("start replica {i}: {e}"))
+            Server::try_start_in(c.flavor, ns.as_deref(), &ip, replica_args).map_err(|e| anyhow!("start replica {i}: {e}"))
         })
         .collect::<Result<_>>()?;
-    let writer = if c.spec.arrival == Arrival::Staggered {
-        Some(fixtures::data::Writer::start(
-            c.master.try_client()?,
-            u64::MAX,
-            Duration::from_secs(3600),
-        ))
-    } else {
-        None
-    };
-    let probe = if c.spec.latency_probe {
-        Some(probe_latency(c.master)?)
-    } else {
-        None
-    };
+    let writer = if c.spec.arrival == Arrival::Staggered { Some(fixtures::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
+    let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
-    let source = c
-        .source
-        .filter(|_| crate::bench::scenario::from_replica(c.mode));
+    let source = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode));
     if let Some(s) = source {
         // The source answers the relay's PSYNC as the master would: with the same delay.
-        s.try_client()?.config_set(
-            "repl-diskless-sync-delay",
-            &c.args.diskless_delay.to_string(),
-        )?;
+        s.try_client()?.config_set("repl-diskless-sync-delay", &c.args.diskless_delay.to_string())?;
     }
     let source0 = match source {
-        Some(s) => Some((
-            stat(&mut s.try_client()?, "stats", "total_forks")?,
-            agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0),
-        )),
+        Some(s) => Some((stat(&mut s.try_client()?, "stats", "total_forks")?, agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0))),
         None => None,
     };
     reset_peak_rss(c.master.pid());
     let cpu0 = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0);
-    let txs0: Option<Vec<u64>> = c
-        .lab
-        .map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>())
-        .transpose()
-        .map_err(|e| anyhow!(e))?;
+    let txs0: Option<Vec<u64>> = c.lab.map(|l| (0..=c.n).map(|h| l.tx_bytes(h)).collect::<Result<_, _>>()).transpose().map_err(|e| anyhow!(e))?;
     let tx0 = txs0.as_ref().map(|v| v[0]);
     let t0 = Instant::now();
     let links = c.lab.map(|l| LinkSampling::start(l, t0));
     let rdb_watch = watch_rdb(c.master, t0)?;
-    let outcome = if native {
-        run_native(c, &replicas, t0, tx0)
-    } else {
-        run_fastrepl(c, &replicas, t0, tx0)
-    };
+    let outcome = if native { run_native(c, &replicas, t0, tx0) } else { run_fastrepl(c, &replicas, t0, tx0) };
     let secs = t0.elapsed().as_secs_f64();
     if let (Some(l), Some(sampling)) = (c.lab, links) {
         // A diagnostic: a sampler that failed costs its table, not the run.
         match sampling.finish() {
-            Ok(samples) => {
-                r.links = Some(link_series(
-                    &samples,
-                    c.n,
-                    (0..=c.n).map(|h| l.rate_bytes_per_sec(h)).collect(),
-                ))
-            }
+            Ok(samples) => r.links = Some(link_series(&samples, c.n, (0..=c.n).map(|h| l.rate_bytes_per_sec(h)).collect())),
             Err(e) => eprintln!("links not sampled in this run: {e}"),
         }
     }
     // Before the CPU reading: the fork child's CPU is counted once the master has reaped it.
     r.master_rdb = rdb_watch.finish();
     r.latency_ms = probe.map(|p| latency_summary(p.finish()));
-    r.master_cpu_secs =
-        agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0) - cpu0;
+    r.master_cpu_secs = agent::procstat::cpu_secs_with_children(c.master.pid()).unwrap_or(0.0) - cpu0;
     r.forks = stat(&mut mc, "stats", "total_forks")? - forks0;
     if let (Some(s), Some((f0, c0))) = (source, source0) {
         r.source_forks = Some(stat(&mut s.try_client()?, "stats", "total_forks")? - f0);
-        r.source_cpu_secs =
-            Some(agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0) - c0);
+        r.source_cpu_secs = Some(agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0) - c0);
     }
     r.master_host_tx_bytes = match (c.lab, tx0) {
         (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
         _ => None,
     };
     if let (Some(l), Some(t0s)) = (c.lab, &txs0) {
-        r.replica_hosts_tx_bytes = (1..=c.n)
-            .map(|h| l.tx_bytes(h).map(|b| b - t0s[h]))
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow!(e))?;
+        r.replica_hosts_tx_bytes = (1..=c.n).map(|h| l.tx_bytes(h).map(|b| b - t0s[h])).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
     }
     let master_rss = agent::procstat::peak_rss_kib(c.master.pid());
     for (i, rep) in replicas.iter().enumerate() {
@@ -590,16 +445,10 @@ fn one(c: &Ctx) -> Result<RunResult> {
         if extra.killed == Some(i) {
             continue;
         }
-        wait_caught_up(c.master, rep)
-            .with_context(|| format!("replica {} did not catch up", i + 1))?;
-        let out = verify::compare(&mut mc, &mut rep.try_client()?, &verify::Options::default())
-            .with_context(|| format!("verify replica {}", i + 1))?;
+        wait_caught_up(c.master, rep).with_context(|| format!("replica {} did not catch up", i + 1))?;
+        let out = verify::compare(&mut mc, &mut rep.try_client()?, &verify::Options::default()).with_context(|| format!("verify replica {}", i + 1))?;
         if !out.identical() {
-            bail!(
-                "replica {} differs from the master: {:?}",
-                i + 1,
-                out.differences.iter().take(3).collect::<Vec<_>>()
-            );
+            bail!("replica {} differs from the master: {:?}", i + 1, out.differences.iter().take(3).collect::<Vec<_>>());
         }
     }
     r.verified = true;
@@ -607,11 +456,7 @@ fn one(c: &Ctx) -> Result<RunResult> {
     r.rdb_bytes = extra.rdb_bytes;
     r.bytes_from_peers = extra.bytes_from_peers;
     // Time to all in sync: the last replica's, from the run's start.
-    r.secs = Some(if extra.per_replica.is_empty() {
-        secs
-    } else {
-        extra.per_replica.iter().copied().fold(0.0, f64::max)
-    });
+    r.secs = Some(if extra.per_replica.is_empty() { secs } else { extra.per_replica.iter().copied().fold(0.0, f64::max) });
     r.per_replica = extra.per_replica;
     r.phases = extra.phases;
     r.relay_cpu_secs = extra.relay_cpu;
@@ -646,20 +491,12 @@ struct Extra {
 
 /// `FASTREPL_BENCH_JOIN_ARGS`, split on whitespace: extra flags for every `join` of a run.
 pub fn join_extra_args() -> Vec<String> {
-    std::env::var("FASTREPL_BENCH_JOIN_ARGS")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
+    std::env::var("FASTREPL_BENCH_JOIN_ARGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
 /// Extra `relay` flags for experiments, from `FASTREPL_BENCH_RELAY_ARGS`.
 pub fn relay_extra_args() -> Vec<String> {
-    std::env::var("FASTREPL_BENCH_RELAY_ARGS")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
+    std::env::var("FASTREPL_BENCH_RELAY_ARGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
 /// Bytes the master's host must have sent since the run started before the scenario's event (a
@@ -676,15 +513,8 @@ fn wait_master_sent(c: &Ctx, tx0: Option<u64>, bytes: u64) -> Result<()> {
 /// Wait until the master's host has sent `bytes` since `tx0`, or until `ended()` (the joins it waits
 /// on have exited: a join that failed early would otherwise keep this waiting for its whole
 /// deadline). True if the bytes were sent.
-fn wait_master_sent_unless(
-    c: &Ctx,
-    tx0: Option<u64>,
-    bytes: u64,
-    mut ended: impl FnMut() -> bool,
-) -> Result<bool> {
-    let (Some(lab), Some(tx0)) = (c.lab, tx0) else {
-        bail!("this scenario needs namespace hosts")
-    };
+fn wait_master_sent_unless(c: &Ctx, tx0: Option<u64>, bytes: u64, mut ended: impl FnMut() -> bool) -> Result<bool> {
+    let (Some(lab), Some(tx0)) = (c.lab, tx0) else { bail!("this scenario needs namespace hosts") };
     let deadline = Instant::now() + Duration::from_secs(600);
     while lab.tx_bytes(0).map_err(|e| anyhow!(e))? - tx0 < bytes {
         if ended() {
@@ -709,10 +539,7 @@ fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!(
-                "replica at {:?}, master at {mo}",
-                ri.num("slave_repl_offset")
-            );
+            bail!("replica at {:?}, master at {mo}", ri.num("slave_repl_offset"));
         }
         std::thread::sleep(Duration::from_millis(20)); // Polling replication offsets with a deadline.
     }
@@ -723,23 +550,12 @@ fn wait_caught_up(master: &Server, rep: &Server) -> Result<()> {
 fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
     let (_, mip) = c.host(0);
     let port = c.master.port.to_string();
-    let mut clients: Vec<client::Client> = replicas
-        .iter()
-        .map(|s| s.try_client())
-        .collect::<Result<_, _>>()?;
-    let mut ex = Extra {
-        per_replica: vec![0.0; replicas.len()],
-        phases: vec![serde_json::json!({}); replicas.len()],
-        ..Default::default()
-    };
+    let mut clients: Vec<client::Client> = replicas.iter().map(|s| s.try_client()).collect::<Result<_, _>>()?;
+    let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
     let deadline = Instant::now() + Duration::from_secs(7200);
     let n = replicas.len();
     if c.spec.kill_one || c.spec.arrival == Arrival::Late {
-        let first: Vec<usize> = if c.spec.arrival == Arrival::Late {
-            (0..n - 1).collect()
-        } else {
-            (0..n).collect()
-        };
+        let first: Vec<usize> = if c.spec.arrival == Arrival::Late { (0..n - 1).collect() } else { (0..n).collect() };
         for &i in &first {
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
             ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
@@ -756,14 +572,7 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Re
             ex.phases[n - 1]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
             (0..n).collect()
         };
-        wait_native_in_sync(
-            &mut clients,
-            &wait,
-            t0,
-            deadline,
-            &mut ex.phases,
-            &mut ex.per_replica,
-        )?;
+        wait_native_in_sync(&mut clients, &wait, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
         if c.spec.kill_one {
             ex.per_replica.remove(0);
             ex.phases.remove(0);
@@ -779,14 +588,7 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Re
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
             ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
         }
-        wait_native_in_sync(
-            &mut clients,
-            &group,
-            t0,
-            deadline,
-            &mut ex.phases,
-            &mut ex.per_replica,
-        )?;
+        wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
     }
     Ok(ex)
 }
@@ -812,17 +614,13 @@ pub fn wait_native_in_sync(
             let pers = clients[i].info("persistence")?;
             let now = t0.elapsed().as_secs_f64();
             let ph = &mut phases[i];
-            if ph.get("first_byte").is_none()
-                && rep.num("master_sync_read_bytes").is_some_and(|b| b > 0)
-            {
+            if ph.get("first_byte").is_none() && rep.num("master_sync_read_bytes").is_some_and(|b| b > 0) {
                 ph["first_byte"] = serde_json::json!(now);
             }
             if ph.get("loading").is_none() && pers.get("loading") == Some("1") {
                 ph["loading"] = serde_json::json!(now);
             }
-            if rep.get("master_link_status") == Some("up")
-                && rep.get("master_sync_in_progress") == Some("0")
-            {
+            if rep.get("master_link_status") == Some("up") && rep.get("master_sync_in_progress") == Some("0") {
                 done[i] = true;
                 per_replica[i] = now;
                 ph["in_sync"] = serde_json::json!(now);
@@ -839,11 +637,7 @@ pub fn wait_native_in_sync(
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
 /// one after another).
 fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
-    let transport = if crate::bench::scenario::from_replica(c.mode) {
-        "tcp"
-    } else {
-        c.mode.trim_start_matches("fastrepl-")
-    };
+    let transport = if crate::bench::scenario::from_replica(c.mode) { "tcp" } else { c.mode.trim_start_matches("fastrepl-") };
     let (mns, mip) = c.host(0);
     let mut token = [0u8; 16];
     getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
@@ -851,32 +645,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     let relay_addr = format!("{mip}:{}", fixtures::free_port());
     // UCX between namespaces of one machine would pick shared memory and bypass the shaped link;
     // keep it on its tcp transport unless told otherwise.
-    let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| {
-        if c.spec.netns {
-            "tcp".into()
-        } else {
-            String::new()
-        }
-    });
+    let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
     let mut cmd = c.fastrepl_on(0);
-    cmd.args([
-        "relay",
-        "--master",
-        &c.master.addr(),
-        "--listen",
-        &relay_addr,
-    ])
-    .env("FASTREPL_TOKEN", &token)
-    .env(
-        "FASTREPL_LOG",
-        std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()),
-    );
+    cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
     // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
     cmd.args(relay_extra_args());
-    if let Some(s) = c
-        .source
-        .filter(|_| crate::bench::scenario::from_replica(c.mode))
-    {
+    if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
         cmd.args(["--source", &s.addr()]);
         if c.mode.ends_with("-raw") {
             cmd.arg("--source-rdb-raw");
@@ -902,10 +676,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     loop {
         let ra = ra.clone();
         let up = match &mns {
-            Some(ns) => {
-                fixtures::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok())
-                    .unwrap_or(false)
-            }
+            Some(ns) => fixtures::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
             None => std::net::TcpStream::connect(&ra).is_ok(),
         };
         if up {
@@ -921,21 +692,9 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     }
     let join = |i: usize| -> Proc {
         let mut cmd = c.fastrepl_on(i + 1);
-        cmd.args([
-            "join",
-            "--relay",
-            &relay_addr,
-            "--replica",
-            &replicas[i].addr(),
-            "--json",
-            "--transport",
-            transport,
-        ])
-        .env("FASTREPL_TOKEN", &token)
-        .env(
-            "FASTREPL_LOG",
-            std::env::var("FASTREPL_BENCH_JOIN_LOG").unwrap_or_else(|_| "warn".into()),
-        );
+        cmd.args(["join", "--relay", &relay_addr, "--replica", &replicas[i].addr(), "--json", "--transport", transport])
+            .env("FASTREPL_TOKEN", &token)
+            .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_JOIN_LOG").unwrap_or_else(|_| "warn".into()));
         if !ucx_tls.is_empty() {
             cmd.env("UCX_TLS", &ucx_tls);
         }
@@ -943,11 +702,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         cmd.args(join_extra_args());
         Proc::spawn(&format!("join-{}", i + 1), cmd)
     };
-    let mut ex = Extra {
-        per_replica: vec![0.0; replicas.len()],
-        phases: vec![serde_json::json!({}); replicas.len()],
-        ..Default::default()
-    };
+    let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
     let n = replicas.len();
     let groups: Vec<Vec<usize>> = match c.spec.arrival {
         Arrival::Together => vec![(0..n).collect()],
@@ -957,13 +712,10 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     let (mut agent_cpu, mut agent_rss, mut agent_pss, mut from_peers) = (0.0, 0u64, 0u64, 0u64);
     for (g, group) in groups.iter().enumerate() {
         let started = t0.elapsed().as_secs_f64();
-        let mut procs: Vec<(usize, f64, Proc)> =
-            group.iter().map(|&i| (i, started, join(i))).collect();
+        let mut procs: Vec<(usize, f64, Proc)> = group.iter().map(|&i| (i, started, join(i))).collect();
         if g == 0 && (c.spec.kill_one || c.spec.arrival == Arrival::Late) {
             // A join that ended before the event (it failed) is reported below, with its error.
-            let event = wait_master_sent_unless(c, tx0, event_bytes(c), || {
-                procs.iter_mut().any(|(_, _, p)| !p.running())
-            })?;
+            let event = wait_master_sent_unless(c, tx0, event_bytes(c), || procs.iter_mut().any(|(_, _, p)| !p.running()))?;
             if !event {
                 tracing::warn!("a join ended before the scenario's event; its error follows");
             } else if c.spec.kill_one {
@@ -980,24 +732,13 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let code = p.wait(Duration::from_secs(7200));
             let out = p.output();
             c.keep_log(&p.name, out.as_bytes());
-            let report: serde_json::Value = out
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str(l).ok())
-                .ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
+            let report: serde_json::Value =
+                out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
             if code != Some(0) && code != Some(3) {
                 // A join that cannot reach its relay says little on its own: say whether the relay is
                 // still there, and if not, how it ended.
-                let relay_state = if relay.running() {
-                    String::new()
-                } else {
-                    format!("\nthe relay had exited:\n{}", tail(&relay.output(), 40))
-                };
-                bail!(
-                    "{} failed (exit {code:?}): {}{relay_state}",
-                    p.name,
-                    report["error"].as_str().unwrap_or(&out)
-                );
+                let relay_state = if relay.running() { String::new() } else { format!("\nthe relay had exited:\n{}", tail(&relay.output(), 40)) };
+                bail!("{} failed (exit {code:?}): {}{relay_state}", p.name, report["error"].as_str().unwrap_or(&out));
             }
             let ph = &report["phases"];
             let at = |k: &str| ph[k].as_f64().map(|s| started + s);
@@ -1010,12 +751,9 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
                 "peer_failures": report["peer_failures"], "peer_refusals": report["peer_refusals"], "peer_bad_blocks": report["peer_bad_blocks"],
                 "sources": block_sources(&out, c.lab),
             });
-            ex.handoffs
-                .push(report["handoff"].as_str().unwrap_or("?").to_string());
+            ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
             ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
-            from_peers += report["received_bytes_total"]["peers"]
-                .as_u64()
-                .unwrap_or(0);
+            from_peers += report["received_bytes_total"]["peers"].as_u64().unwrap_or(0);
             agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
             agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
             agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
@@ -1041,27 +779,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
 /// `block verified` lines (logged at debug: `FASTREPL_BENCH_JOIN_LOG=debug`; empty otherwise): where
 /// an agent's time went, e.g. which blocks came from a slow host and how fast (`uneven`).
 fn block_sources(log: &str, lab: Option<&Lab>) -> serde_json::Value {
-    let mut by_host: std::collections::BTreeMap<usize, Vec<(u64, f64)>> =
-        std::collections::BTreeMap::new();
+    let mut by_host: std::collections::BTreeMap<usize, Vec<(u64, f64)>> = std::collections::BTreeMap::new();
     for line in log.lines().filter(|l| l.contains("block verified")) {
-        let field = |k: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(k))
-                .map(|v| v.trim_matches('"'))
-        };
-        let (Some(block), Some(from), Some(secs)) = (
-            field("block=").and_then(|v| v.parse().ok()),
-            field("from="),
-            field("secs=").and_then(|v| v.parse::<f64>().ok()),
-        ) else {
-            continue;
-        };
+        let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(|v| v.trim_matches('"'));
+        let (Some(block), Some(from), Some(secs)) = (field("block=").and_then(|v| v.parse().ok()), field("from="), field("secs=").and_then(|v| v.parse::<f64>().ok())) else { continue };
         let ip = from.rsplit_once(':').map_or(from, |(ip, _)| ip);
-        let host = if from == "relay" {
-            Some(0)
-        } else {
-            lab.and_then(|l| l.hosts.iter().position(|h| h.ip == ip))
-        };
+        let host = if from == "relay" { Some(0) } else { lab.and_then(|l| l.hosts.iter().position(|h| h.ip == ip)) };
         if let Some(h) = host {
             by_host.entry(h).or_default().push((block, secs));
         }
@@ -1082,30 +805,19 @@ fn block_sources(log: &str, lab: Option<&Lab>) -> serde_json::Value {
 /// sampling).
 struct LinkSampling {
     stop: Arc<AtomicBool>,
-    thread: Option<
-        std::thread::JoinHandle<std::result::Result<Vec<fixtures::netns::LinkSample>, String>>,
-    >,
+    thread: Option<std::thread::JoinHandle<std::result::Result<Vec<fixtures::netns::LinkSample>, String>>>,
 }
 
 impl LinkSampling {
     fn start(lab: &Lab, origin: Instant) -> LinkSampling {
         let stop = Arc::new(AtomicBool::new(false));
-        LinkSampling {
-            thread: Some(lab.sample_links(LINK_SAMPLE_EVERY, stop.clone(), origin)),
-            stop,
-        }
+        LinkSampling { thread: Some(lab.sample_links(LINK_SAMPLE_EVERY, stop.clone(), origin)), stop }
     }
 
     fn finish(mut self) -> Result<Vec<fixtures::netns::LinkSample>> {
         self.stop.store(true, Ordering::SeqCst);
-        let thread = self
-            .thread
-            .take()
-            .ok_or_else(|| anyhow!("the link sampler was already stopped"))?;
-        thread
-            .join()
-            .map_err(|_| anyhow!("the link sampler panicked"))?
-            .map_err(|e| anyhow!(e))
+        let thread = self.thread.take().ok_or_else(|| anyhow!("the link sampler was already stopped"))?;
+        thread.join().map_err(|_| anyhow!("the link sampler panicked"))?.map_err(|e| anyhow!(e))
     }
 }
 
@@ -1117,46 +829,17 @@ impl Drop for LinkSampling {
 
 /// The samples of hosts `0..=n`, counted from the first sample (taken at the run's start);
 /// `rates[h]`: host h's link rate, bytes per second.
-fn link_series(
-    samples: &[fixtures::netns::LinkSample],
-    n: usize,
-    rates: Vec<Option<f64>>,
-) -> LinkSeries {
-    let since = |now: &[u64], then: &[u64]| {
-        (0..=n)
-            .map(|h| {
-                now.get(h)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_sub(then.get(h).copied().unwrap_or(0))
-            })
-            .collect::<Vec<u64>>()
-    };
+fn link_series(samples: &[fixtures::netns::LinkSample], n: usize, rates: Vec<Option<f64>>) -> LinkSeries {
+    let since = |now: &[u64], then: &[u64]| (0..=n).map(|h| now.get(h).copied().unwrap_or(0).saturating_sub(then.get(h).copied().unwrap_or(0))).collect::<Vec<u64>>();
     let rate = rates.first().copied().flatten();
-    let host_rates = if rates.iter().all(Option::is_some) {
-        rates.into_iter().flatten().collect()
-    } else {
-        Vec::new()
-    };
-    let Some(first) = samples.first() else {
-        return LinkSeries {
-            rate_bytes_per_sec: rate,
-            host_rates_bytes_per_sec: host_rates,
-            ..Default::default()
-        };
-    };
+    let host_rates = if rates.iter().all(Option::is_some) { rates.into_iter().flatten().collect() } else { Vec::new() };
+    let Some(first) = samples.first() else { return LinkSeries { rate_bytes_per_sec: rate, host_rates_bytes_per_sec: host_rates, ..Default::default() } };
     LinkSeries {
         rate_bytes_per_sec: rate,
         host_rates_bytes_per_sec: host_rates,
         secs: samples.iter().map(|x| x.secs).collect(),
-        sent: samples
-            .iter()
-            .map(|x| since(&x.sent, &first.sent))
-            .collect(),
-        received: samples
-            .iter()
-            .map(|x| since(&x.received, &first.received))
-            .collect(),
+        sent: samples.iter().map(|x| since(&x.sent, &first.sent)).collect(),
+        received: samples.iter().map(|x| since(&x.received, &first.received)).collect(),
     }
 }
 

@@ -5,18 +5,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: &[&str] = &[
-    "original",
-    "fanout",
-    "staggered",
-    "small-keys",
-    "mixed",
-    "under-load",
-    "slow-host",
-    "agent-killed",
-    "late-joiner",
-    "zero-fork",
-];
+pub const ALL: &[&str] = &["original", "fanout", "staggered", "small-keys", "mixed", "under-load", "slow-host", "agent-killed", "late-joiner", "zero-fork"];
 
 /// The master's data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,24 +86,14 @@ impl Dataset {
     /// Roughly the bytes of its RDB (for triggers; big values dominate).
     pub fn approx_bytes(&self) -> u64 {
         match *self {
-            Dataset::BigValues { count, size } | Dataset::SmallValues { count, size } => {
-                (count * size) as u64
-            }
+            Dataset::BigValues { count, size } | Dataset::SmallValues { count, size } => (count * size) as u64,
             Dataset::Mixed { small, big_mib } => (big_mib << 20) as u64 + small as u64 * 64,
         }
     }
 }
 
 /// Every mode there is.
-pub const MODES: &[&str] = &[
-    "native-disk",
-    "native-diskless",
-    "fastrepl-tcp",
-    "fastrepl-ucx",
-    "fastrepl-shm",
-    "fastrepl-tcp-from-replica",
-    "fastrepl-tcp-from-replica-raw",
-];
+pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"];
 
 /// Modes whose relay captures from a standing replica of the master (on the master's host) instead
 /// of the master: `-raw` also switches the replica's RDB compression off for the capture.
@@ -126,119 +105,33 @@ impl Spec {
     /// The scenario `name` at full or `--quick` scale, with the command line's overrides.
     pub fn get(name: &str, a: &BenchArgs) -> Result<Spec> {
         let q = a.quick;
-        let big = |count_full: usize, count_quick: usize, size_full: usize, size_quick: usize| {
-            Dataset::BigValues {
-                count: if q { count_quick } else { count_full },
-                size: if q { size_quick } else { size_full },
-            }
+        let big = |count_full: usize, count_quick: usize, size_full: usize, size_quick: usize| Dataset::BigValues {
+            count: if q { count_quick } else { count_full },
+            size: if q { size_quick } else { size_full },
         };
         let links = |full: &[&str], quick: &[&str]| -> Vec<Option<String>> {
-            (if q { quick } else { full })
-                .iter()
-                .map(|l| (*l != "unshaped").then(|| l.to_string()))
-                .collect()
+            (if q { quick } else { full }).iter().map(|l| (*l != "unshaped").then(|| l.to_string())).collect()
         };
         let (dataset, links, replicas, arrival, latency_probe) = match name {
-            "original" => (
-                big(256, 16, 3_660_000, 1_000_000),
-                links(&["100mbit", "1gbit", "unshaped"], &["1gbit", "unshaped"]),
-                if q { vec![1, 2] } else { vec![1, 2, 3] },
-                Arrival::Together,
-                false,
-            ),
-            "fanout" => (
-                big(256, 8, 4 << 20, 1 << 20),
-                links(&["1gbit"], &["1gbit"]),
-                if q { vec![1, 3] } else { vec![1, 2, 4, 8] },
-                Arrival::Together,
-                false,
-            ),
-            "staggered" => (
-                Dataset::Mixed {
-                    small: if q { 5_000 } else { 200_000 },
-                    big_mib: if q { 8 } else { 256 },
-                },
-                links(&["1gbit"], &["unshaped"]),
-                vec![if q { 3 } else { 4 }],
-                Arrival::Staggered,
-                false,
-            ),
-            "small-keys" => (
-                Dataset::SmallValues {
-                    count: if q { 20_000 } else { 3_000_000 },
-                    size: 100,
-                },
-                links(&["unshaped"], &["unshaped"]),
-                vec![1],
-                Arrival::Together,
-                false,
-            ),
-            "mixed" => (
-                Dataset::Mixed {
-                    small: if q { 5_000 } else { 500_000 },
-                    big_mib: if q { 4 } else { 128 },
-                },
-                links(&["unshaped"], &["unshaped"]),
-                vec![1],
-                Arrival::Together,
-                false,
-            ),
-            "under-load" => (
-                big(64, 8, 4 << 20, 1 << 20),
-                links(&["1gbit"], &["unshaped"]),
-                vec![1],
-                Arrival::Together,
-                true,
-            ),
+            "original" => (big(256, 16, 3_660_000, 1_000_000), links(&["100mbit", "1gbit", "unshaped"], &["1gbit", "unshaped"]), if q { vec![1, 2] } else { vec![1, 2, 3] }, Arrival::Together, false),
+            "fanout" => (big(256, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![1, 3] } else { vec![1, 2, 4, 8] }, Arrival::Together, false),
+            "staggered" => (Dataset::Mixed { small: if q { 5_000 } else { 200_000 }, big_mib: if q { 8 } else { 256 } }, links(&["1gbit"], &["unshaped"]), vec![if q { 3 } else { 4 }], Arrival::Staggered, false),
+            "small-keys" => (Dataset::SmallValues { count: if q { 20_000 } else { 3_000_000 }, size: 100 }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
+            "mixed" => (Dataset::Mixed { small: if q { 5_000 } else { 500_000 }, big_mib: if q { 4 } else { 128 } }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
+            "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
             // One replica host on a link 5× slower: do the others wait for it?
-            "slow-host" => (
-                big(64, 8, 4 << 20, 1 << 20),
-                links(&["1gbit"], &["1gbit"]),
-                if q { vec![3] } else { vec![4] },
-                Arrival::Together,
-                false,
-            ),
+            "slow-host" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
             // The issue-33 fleet: 4 replicas join one cold relay at once, 128 MiB, one host 5× slower
             // (20 Mbit/s beside 100), the last; N = 1 (a full-rate host alone) is T(1) for the ratios.
-            "uneven" => (
-                big(32, 8, 4 << 20, 1 << 20),
-                links(&["100mbit"], &["100mbit"]),
-                if q { vec![1, 3] } else { vec![1, 4] },
-                Arrival::Together,
-                false,
-            ),
+            "uneven" => (big(32, 8, 4 << 20, 1 << 20), links(&["100mbit"], &["100mbit"]), if q { vec![1, 3] } else { vec![1, 4] }, Arrival::Together, false),
             // An agent (or a native replica) dies mid-pull: do the others notice?
-            "agent-killed" => (
-                big(64, 8, 4 << 20, 1 << 20),
-                links(&["1gbit"], &["1gbit"]),
-                if q { vec![3] } else { vec![4] },
-                Arrival::Together,
-                false,
-            ),
+            "agent-killed" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Together, false),
             // One replica arrives while the others are mid-pull.
-            "late-joiner" => (
-                big(64, 8, 4 << 20, 1 << 20),
-                links(&["1gbit"], &["1gbit"]),
-                if q { vec![3] } else { vec![4] },
-                Arrival::Late,
-                false,
-            ),
+            "late-joiner" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Late, false),
             // The master forks nothing: the relay captures from a replica. Compressible data (mixed
             // types), so switching the source's compression off shows in CPU and in bytes.
-            "zero-fork" => (
-                Dataset::Mixed {
-                    small: if q { 5_000 } else { 300_000 },
-                    big_mib: if q { 8 } else { 256 },
-                },
-                links(&["unshaped", "100mbit"], &["unshaped"]),
-                vec![1],
-                Arrival::Together,
-                true,
-            ),
-            other => bail!(
-                "unknown scenario {other:?} ({}, uneven, or all)",
-                ALL.join(", ")
-            ),
+            "zero-fork" => (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true),
+            other => bail!("unknown scenario {other:?} ({}, uneven, or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
         let mut spec = Spec {
@@ -250,11 +143,7 @@ impl Spec {
             arrival,
             latency_probe,
             netns,
-            slow_hosts: if name == "slow-host" || name == "uneven" {
-                1
-            } else {
-                0
-            },
+            slow_hosts: if name == "slow-host" || name == "uneven" { 1 } else { 0 },
             slow_factor: a.slow_factor,
             slow_last: name == "uneven",
             kill_one: name == "agent-killed",
@@ -278,11 +167,7 @@ impl Spec {
             if !netns {
                 bail!("--links needs namespace hosts (drop --no-netns)");
             }
-            spec.links = a
-                .links
-                .iter()
-                .map(|l| (l != "unshaped").then(|| l.clone()))
-                .collect();
+            spec.links = a.links.iter().map(|l| (l != "unshaped").then(|| l.clone())).collect();
         }
         if !a.replicas.is_empty() {
             spec.replicas = a.replicas.clone();
@@ -293,23 +178,10 @@ impl Spec {
         spec.modes = if a.modes.is_empty() && name == "uneven" {
             vec!["fastrepl-tcp".to_string()]
         } else if a.modes.is_empty() && name == "zero-fork" {
-            [
-                "native-diskless",
-                "fastrepl-tcp",
-                "fastrepl-tcp-from-replica",
-                "fastrepl-tcp-from-replica-raw",
-            ]
-            .iter()
-            .map(|m| m.to_string())
-            .collect()
+            ["native-diskless", "fastrepl-tcp", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"].iter().map(|m| m.to_string()).collect()
         } else if a.modes.is_empty() {
             // shm only where relay and replica share a host; ucx wherever UCX runs (over its tcp here).
-            let mut m = vec![
-                "native-disk",
-                "native-diskless",
-                "fastrepl-tcp",
-                "fastrepl-ucx",
-            ];
+            let mut m = vec!["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx"];
             if !netns {
                 m.push("fastrepl-shm");
             }
@@ -330,11 +202,7 @@ impl Spec {
 
     /// One line for people.
     pub fn describe(&self) -> String {
-        let links: Vec<String> = self
-            .links
-            .iter()
-            .map(|l| l.clone().unwrap_or_else(|| "unshaped".into()))
-            .collect();
+        let links: Vec<String> = self.links.iter().map(|l| l.clone().unwrap_or_else(|| "unshaped".into())).collect();
         let event = match (self.kill_one, self.arrival) {
             (true, _) => "; replica 1's agent (or server) killed after a third of the data left the master's host",
             (_, Arrival::Late) => "; the last replica joins after half the data left the master's host",
@@ -342,14 +210,8 @@ impl Spec {
         };
         let slow = match (self.slow_hosts, self.slow_last) {
             (0, _) => String::new(),
-            (k, true) => format!(
-                "; the last {k} replica host(s) of the largest N on a link {}× slower",
-                self.slow_factor
-            ),
-            (k, false) => format!(
-                "; replica host(s) 1..={k} on a link {}× slower",
-                self.slow_factor
-            ),
+            (k, true) => format!("; the last {k} replica host(s) of the largest N on a link {}× slower", self.slow_factor),
+            (k, false) => format!("; replica host(s) 1..={k} on a link {}× slower", self.slow_factor),
         };
         format!(
             "{:?}; links {}{slow}{event}; replicas {:?}; modes {}; {}",
@@ -357,11 +219,7 @@ impl Spec {
             links.join(", "),
             self.replicas,
             self.modes.join(", "),
-            if self.netns {
-                "namespace hosts"
-            } else {
-                "loopback"
-            }
+            if self.netns { "namespace hosts" } else { "loopback" }
         )
     }
 }

@@ -11,13 +11,11 @@
 //! enough to be struck; the fault strikes when agent A's log (or the relay's, for the capture) says
 //! the phase began. Then every agent is waited for and judged by [`super::matrix::judge`].
 
-use super::matrix::{
-    judge, Cell, Fault, Observed, Pair, Phase, SeenRole, Target, Verdict, CUT_SECS, STOP_SECS,
-};
+use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, Target, Verdict, CUT_SECS, STOP_SECS};
 use super::writer::Writer;
-use agent::events::Event as AgentEvent;
 use anyhow::{anyhow, bail, Context, Result};
 use fixtures::netns::Lab;
+use agent::events::Event as AgentEvent;
 use fixtures::{Flavor, Proc, Server};
 use relay::events::Event as RelayEvent;
 use serde::{Deserialize, Serialize};
@@ -116,11 +114,7 @@ impl CellResult {
     /// The invariant held for both agents, B was unaffected where it should be, nothing leaked.
     pub fn passed(&self) -> bool {
         self.skipped.is_some()
-            || (self.a_verdict.survived()
-                && self.b_verdict.survived()
-                && self.b_unaffected != Some(false)
-                && self.leaks.is_empty()
-                && self.keys_lost == 0)
+            || (self.a_verdict.survived() && self.b_verdict.survived() && self.b_unaffected != Some(false) && self.leaks.is_empty() && self.keys_lost == 0)
     }
 }
 
@@ -158,11 +152,7 @@ fn on_host(lab: &Lab, i: usize, exe: &Path) -> Command {
     c
 }
 
-fn wait_for<T>(
-    what: &str,
-    deadline: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
+fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Result<Option<T>>) -> Result<T> {
     let until = Instant::now() + deadline;
     loop {
         if let Some(v) = f()? {
@@ -182,13 +172,9 @@ fn signal(pid: u32, sig: i32) {
 
 /// `role`, whom it follows (`host:port`, empty when standalone) and its keys, all databases.
 fn replica_state(s: &Server) -> (SeenRole, String, u64) {
-    let Ok(mut c) = s.try_client() else {
-        return (SeenRole::Unreachable, String::new(), 0);
-    };
+    let Ok(mut c) = s.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
     let (role, following) = match agent::local::repl_state(&mut c) {
-        Ok(st) if st.role == Some(client::Role::Replica) => {
-            (SeenRole::Replica, st.master.unwrap_or_default())
-        }
+        Ok(st) if st.role == Some(client::Role::Replica) => (SeenRole::Replica, st.master.unwrap_or_default()),
         Ok(st) if st.role == Some(client::Role::Master) => (SeenRole::Standalone, String::new()),
         Ok(_) | Err(_) => (SeenRole::Unreachable, String::new()),
     };
@@ -198,9 +184,7 @@ fn replica_state(s: &Server) -> (SeenRole, String, u64) {
 
 /// A process's open fds, and how many of them are memfds (snapshot generations, for the relay).
 pub fn count_fds(pid: u32) -> (u64, u64) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return (0, 0);
-    };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return (0, 0) };
     let mut fds = 0;
     let mut memfds = 0;
     for e in dir.flatten() {
@@ -215,21 +199,11 @@ pub fn count_fds(pid: u32) -> (u64, u64) {
 impl World<'_> {
     fn spawn_relay(&self) -> Proc {
         let mut cmd = on_host(self.lab, 1, &self.setup.exe);
-        cmd.args([
-            "relay",
-            "--master",
-            &self.master.addr(),
-            "--listen",
-            &self.relay_addr,
-            "--transport",
-            "tcp",
-            "--block-size",
-            "1048576",
-        ])
-        .arg("--events")
-        .arg(self.relay_events_path())
-        .args(&self.relay_args)
-        .env("FASTREPL_TOKEN", TOKEN);
+        cmd.args(["relay", "--master", &self.master.addr(), "--listen", &self.relay_addr, "--transport", "tcp", "--block-size", "1048576"])
+            .arg("--events")
+            .arg(self.relay_events_path())
+            .args(&self.relay_args)
+            .env("FASTREPL_TOKEN", TOKEN);
         Proc::spawn("relay", cmd)
     }
 
@@ -240,30 +214,12 @@ impl World<'_> {
         // B lingers to serve A; A leaves at once. The default number of retries, with shorter waits
         // (at most 4 s, 15 s in all: longer than a 5 s cut) so a cell ends in minutes.
         let linger = if i == 0 { "0" } else { "20" };
-        cmd.args([
-            "join",
-            "--relay",
-            &self.relay_addr,
-            "--replica",
-            &replica,
-            "--json",
-            "--transport",
-            "tcp",
-        ])
-        .args([
-            "--retries",
-            "5",
-            "--retry-max-secs",
-            "4",
-            "--handoff-timeout-secs",
-            "180",
-            "--load-timeout-secs",
-            "120",
-        ])
-        .args(["--serve-linger-secs", linger])
-        .arg("--events")
-        .arg(self.agent_events_path(i))
-        .env("FASTREPL_TOKEN", TOKEN);
+        cmd.args(["join", "--relay", &self.relay_addr, "--replica", &replica, "--json", "--transport", "tcp"])
+            .args(["--retries", "5", "--retry-max-secs", "4", "--handoff-timeout-secs", "180", "--load-timeout-secs", "120"])
+            .args(["--serve-linger-secs", linger])
+            .arg("--events")
+            .arg(self.agent_events_path(i))
+            .env("FASTREPL_TOKEN", TOKEN);
         Proc::spawn(if i == 0 { "agent A" } else { "agent B" }, cmd)
     }
 
@@ -322,16 +278,10 @@ impl World<'_> {
         loop {
             let relay = self.relay_events()?;
             let a = self.agent_events(0)?;
-            let capturing = relay
-                .iter()
-                .any(|e| matches!(e, RelayEvent::RdbStarted { .. }));
-            let published = relay
-                .iter()
-                .any(|e| matches!(e, RelayEvent::Published { .. }));
+            let capturing = relay.iter().any(|e| matches!(e, RelayEvent::RdbStarted { .. }));
+            let published = relay.iter().any(|e| matches!(e, RelayEvent::Published { .. }));
             let reached = |p: Phase| match p.agent_phase() {
-                Some(want) => a
-                    .iter()
-                    .any(|e| matches!(e, AgentEvent::Phase { phase, .. } if *phase == want)),
+                Some(want) => a.iter().any(|e| matches!(e, AgentEvent::Phase { phase, .. } if *phase == want)),
                 None => a.iter().any(|e| matches!(e, AgentEvent::HandedOff { .. })),
             };
             let hit = match phase {
@@ -340,14 +290,9 @@ impl World<'_> {
                 _ => reached(phase),
             };
             if hit {
-                return Ok(if phase == Phase::Capture {
-                    format!("capture ({})", self.a_phase()?)
-                } else {
-                    self.a_phase()?
-                });
+                return Ok(if phase == Phase::Capture { format!("capture ({})", self.a_phase()?) } else { self.a_phase()? });
             }
-            if self.poll_exits() || (phase == Phase::Capture && published) || Instant::now() > until
-            {
+            if self.poll_exits() || (phase == Phase::Capture && published) || Instant::now() > until {
                 return Ok(format!("missed: A reached {}", self.a_phase()?));
             }
             std::thread::sleep(Duration::from_millis(5)); // Watching the event streams for a phase, with a deadline.
@@ -397,9 +342,7 @@ impl World<'_> {
             }
             Fault::Kill(Target::Replica) => {
                 // Killed, then restarted by its supervisor: empty, on the same address.
-                self.replicas[0]
-                    .restart()
-                    .map_err(|e| anyhow!("restart replica: {e}"))?;
+                self.replicas[0].restart().map_err(|e| anyhow!("restart replica: {e}"))?;
             }
             Fault::Stop(Target::Replica) => {
                 signal(self.replicas[0].pid(), libc::SIGSTOP);
@@ -407,9 +350,7 @@ impl World<'_> {
                 signal(self.replicas[0].pid(), libc::SIGCONT);
             }
             Fault::Kill(Target::Master) => {
-                self.master
-                    .restart()
-                    .map_err(|e| anyhow!("restart master: {e}"))?;
+                self.master.restart().map_err(|e| anyhow!("restart master: {e}"))?;
             }
             Fault::Stop(Target::Master) => {
                 signal(self.master.pid(), libc::SIGSTOP);
@@ -437,16 +378,9 @@ impl World<'_> {
                 self.lab.clear_netem(2).map_err(|e| anyhow!(e))?;
             }
             Fault::Failover => {
-                let spare = self
-                    .spare
-                    .as_ref()
-                    .context("a failover cell has a spare replica")?;
+                let spare = self.spare.as_ref().context("a failover cell has a spare replica")?;
                 spare.try_client()?.cmd(&["REPLICAOF", "NO", "ONE"])?;
-                self.master.try_client()?.cmd(&[
-                    "REPLICAOF",
-                    &spare.host,
-                    &spare.port.to_string(),
-                ])?;
+                self.master.try_client()?.cmd(&["REPLICAOF", &spare.host, &spare.port.to_string()])?;
                 self.real_master = spare.addr();
                 let (ns, addr) = (spare.ns.clone(), spare.addr());
                 writer.retarget(Box::new(move || connect_in(ns.as_deref(), &addr)));
@@ -461,14 +395,10 @@ impl World<'_> {
     /// run again as a supervisor would.
     fn after_kill(&mut self, i: usize, obs: &mut Observed) -> Result<()> {
         let real = self.real_master.clone();
-        let following = wait_for(
-            "the killed agent's replica to be reset",
-            GUARD_DEADLINE,
-            || {
-                let (_, f, _) = replica_state(&self.replicas[i]);
-                Ok((f.is_empty() || f == real).then_some(f))
-            },
-        )
+        let following = wait_for("the killed agent's replica to be reset", GUARD_DEADLINE, || {
+            let (_, f, _) = replica_state(&self.replicas[i]);
+            Ok((f.is_empty() || f == real).then_some(f))
+        })
         .unwrap_or_else(|_| replica_state(&self.replicas[i]).1);
         let handed_over = !following.is_empty() && following == real;
         obs.after_kill_following = following;
@@ -481,9 +411,7 @@ impl World<'_> {
             return Ok(());
         }
         let mut p = self.spawn_join(i);
-        let code = wait_for("the re-run join", JOIN_DEADLINE, || {
-            Ok((!p.running()).then_some(()))
-        });
+        let code = wait_for("the re-run join", JOIN_DEADLINE, || Ok((!p.running()).then_some(())));
         let code = match code {
             Ok(()) => p.wait(Duration::from_secs(1)),
             Err(_) => {
@@ -502,19 +430,14 @@ fn connect_in(ns: Option<&str>, addr: &str) -> Result<client::Client> {
     let addr2 = addr.to_string();
     let c = match ns {
         None => client::Client::connect(&addr2, None, Duration::from_secs(5)),
-        Some(ns) => fixtures::netns::within(ns, move || {
-            client::Client::connect(&addr2, None, Duration::from_secs(5))
-        })
-        .map_err(|e| anyhow!(e))?,
+        Some(ns) => fixtures::netns::within(ns, move || client::Client::connect(&addr2, None, Duration::from_secs(5))).map_err(|e| anyhow!(e))?,
     };
     Ok(c?)
 }
 
 /// The join's `--json` object (its last JSON line).
 pub(crate) fn last_json(out: &str) -> Option<serde_json::Value> {
-    out.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    out.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
 }
 
 /// How many attempts the join made: a success reports the failed ones before it, a failure all.
@@ -532,28 +455,17 @@ fn attempts(out: &str) -> usize {
 /// None when it never caught up.
 pub fn compare(master: &Server, replica: &Server) -> Option<u64> {
     let caught_up = wait_for("the replica to catch up", Duration::from_secs(60), || {
-        let (Ok(mut m), Ok(mut r)) = (master.try_client(), replica.try_client()) else {
-            return Ok(None);
-        };
-        let (Ok(mi), Ok(ri)) = (m.info("replication"), r.info("replication")) else {
-            return Ok(None);
-        };
+        let (Ok(mut m), Ok(mut r)) = (master.try_client(), replica.try_client()) else { return Ok(None) };
+        let (Ok(mi), Ok(ri)) = (m.info("replication"), r.info("replication")) else { return Ok(None) };
         // Same history and same place in it: after a failover a replica still linked to the old
         // master (before that one resynced from the new one) may sit at the same byte offset in a
         // history that diverged; the replication ID tells them apart.
-        let same_history =
-            ri.get("master_replid").is_some() && ri.get("master_replid") == mi.get("master_replid");
-        Ok((ri.get("master_link_status") == Some("up")
-            && same_history
-            && ri.num("slave_repl_offset").is_some()
-            && ri.num("slave_repl_offset") == mi.num("master_repl_offset"))
-        .then_some(()))
+        let same_history = ri.get("master_replid").is_some() && ri.get("master_replid") == mi.get("master_replid");
+        Ok((ri.get("master_link_status") == Some("up") && same_history && ri.num("slave_repl_offset").is_some() && ri.num("slave_repl_offset") == mi.num("master_repl_offset")).then_some(()))
     });
     caught_up.ok()?;
     let (mut m, mut r) = (master.try_client().ok()?, replica.try_client().ok()?);
-    verify::compare(&mut m, &mut r, &verify::Options::default())
-        .ok()
-        .map(|o| o.difference_count)
+    verify::compare(&mut m, &mut r, &verify::Options::default()).ok().map(|o| o.difference_count)
 }
 
 /// Run one cell.
@@ -562,10 +474,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let mut result = CellResult::not_run(cell);
     if let Fault::Netem(_) = cell.fault {
         if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
-            return Ok(CellResult::skipped(
-                cell,
-                "this kernel has no netem qdisc (sch_netem)",
-            ));
+            return Ok(CellResult::skipped(cell, "this kernel has no netem qdisc (sch_netem)"));
         }
     }
     let lab = Lab::new(4, None).map_err(|e| anyhow!("make namespace hosts: {e}"))?;
@@ -574,47 +483,27 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let save_delay = (1_500_000 / keys).to_string();
     let load_delay = (3_000_000 / keys).to_string();
     let h = |i: usize| (Some(lab.hosts[i].ns.as_str()), lab.hosts[i].ip.as_str());
-    let start = |i: usize, extra: &[&str]| {
-        Server::try_start_in(setup.flavor, h(i).0, h(i).1, extra).map_err(|e| anyhow!(e))
-    };
+    let start = |i: usize, extra: &[&str]| Server::try_start_in(setup.flavor, h(i).0, h(i).1, extra).map_err(|e| anyhow!(e));
     let master = start(0, &["--rdb-key-save-delay", &save_delay])?;
     fixtures::data::fill_big_values(&mut master.try_client()?, keys, 64 << 10);
     fixtures::data::fill_every_type(&mut master.try_client()?, 1, setup.flavor.has_functions());
     let spare = if cell.fault == Fault::Failover {
         let s = start(0, &[])?;
-        s.try_client()?
-            .cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
+        s.try_client()?.cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
         wait_for("the spare replica to sync", Duration::from_secs(60), || {
-            Ok(s.try_client()?
-                .info("replication")?
-                .get("master_link_status")
-                .is_some_and(|l| l == "up")
-                .then_some(()))
+            Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(()))
         })?;
         Some(s)
     } else {
         None
     };
-    let replicas = [
-        start(2, &["--key-load-delay", &load_delay])?,
-        start(3, &["--key-load-delay", &load_delay])?,
-    ];
-    let value_bytes = if cell.fault == Fault::LogOverflow {
-        8 << 10
-    } else {
-        32
-    };
+    let replicas = [start(2, &["--key-load-delay", &load_delay])?, start(3, &["--key-load-delay", &load_delay])?];
+    let value_bytes = if cell.fault == Fault::LogOverflow { 8 << 10 } else { 32 };
     let (mns, maddr) = (master.ns.clone(), master.addr());
-    let writer = Writer::start(
-        Box::new(move || connect_in(mns.as_deref(), &maddr)),
-        value_bytes,
-    );
+    let writer = Writer::start(Box::new(move || connect_in(mns.as_deref(), &maddr)), value_bytes);
     let relay_args: Vec<String> = match cell.fault {
         Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
-        Fault::SnapshotTooBig => vec![
-            "--snapshot-max-bytes".into(),
-            ((setup.mib as u64) << 19).to_string(),
-        ],
+        Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
         Fault::OutOfConnections => vec!["--connections-max".into(), "10".into()],
         _ => Vec::new(),
     };
@@ -636,18 +525,14 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         events: tempfile::tempdir().context("a directory for the event streams")?,
     };
     w.relay = w.spawn_relay();
-    wait_for("the relay to start", Duration::from_secs(20), || {
-        Ok(w.relay.output().contains("relay started").then_some(()))
-    })?;
+    wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
     result.relay_fds.0 = count_fds(w.relay.pid()).0;
     w.agents = [Some(w.spawn_join(0)), Some(w.spawn_join(1))];
     result.struck_in = w.wait_phase(cell.phase)?;
     let struck = Instant::now();
     w.strike(cell.fault, &writer)?;
     // Wait for both joins (a killed one is handled below).
-    let all_done = wait_for("both joins to end", JOIN_DEADLINE, || {
-        Ok(w.poll_exits().then_some(()))
-    });
+    let all_done = wait_for("both joins to end", JOIN_DEADLINE, || Ok(w.poll_exits().then_some(())));
     for i in 0..2 {
         if w.exits[i].is_none() {
             if let Some(p) = w.agents[i].as_mut() {
@@ -669,9 +554,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         w.after_kill(i, &mut o)?;
         obs[i] = o;
     }
-    result.recovery_secs = w.exits[0].map_or(0.0, |(t, _)| {
-        t.saturating_duration_since(struck).as_secs_f64()
-    });
+    result.recovery_secs = w.exits[0].map_or(0.0, |(t, _)| t.saturating_duration_since(struck).as_secs_f64());
     for i in 0..2 {
         if let Some(p) = w.agents[i].take() {
             w.outputs[i] = p.output();
@@ -680,32 +563,22 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     result.writes = writer.stop();
     // The relay once every agent left: sealed generations must be freed.
     let relay_pid = w.relay.pid();
-    let memfds = wait_for(
-        "the relay to free sealed generations",
-        Duration::from_secs(10),
-        || {
-            let (_, m) = count_fds(relay_pid);
-            Ok((m <= 1).then_some(m))
-        },
-    )
+    let memfds = wait_for("the relay to free sealed generations", Duration::from_secs(10), || {
+        let (_, m) = count_fds(relay_pid);
+        Ok((m <= 1).then_some(m))
+    })
     .unwrap_or_else(|_| count_fds(relay_pid).1);
     let (fds, _) = count_fds(relay_pid);
     result.relay_fds.1 = fds;
     result.relay_memfds = memfds;
     if memfds > 1 {
-        result.leaks.push(format!(
-            "the relay holds {memfds} memfds after every agent left"
-        ));
+        result.leaks.push(format!("the relay holds {memfds} memfds after every agent left"));
     }
     if !w.relay.running() {
         result.leaks.push("the relay exited".into());
     }
     let real_master = w.real_master.clone();
-    let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) {
-        w.spare.as_ref().expect("checked")
-    } else {
-        &w.master
-    };
+    let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };
     for (i, o) in obs.iter_mut().enumerate() {
         let out = w.outputs[i].clone();
         // The join's own account of a failure: `{"ok": false, "error", "attempts", "handed_over"}`.
@@ -714,19 +587,13 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         o.handed_over = report["handed_over"] == true;
         let (role, following, keys) = replica_state(&w.replicas[i]);
         (o.role, o.following, o.replica_keys) = (role, following, keys);
-        if i == 0
-            && cell.fault == Fault::Kill(Target::Replica)
-            && cell.phase == Phase::After
-            && o.exit == Some(0)
-        {
+        if i == 0 && cell.fault == Fault::Kill(Target::Replica) && cell.phase == Phase::After && o.exit == Some(0) {
             // The join handed over, then the fault erased the replica: nothing left to compare.
             o.replica_lost_after_handoff = true;
         }
         let killed_after_handoff = o.exit.is_none() && !o.after_kill_following.is_empty();
-        let claims_sync = !o.replica_lost_after_handoff
-            && (matches!(o.exit, Some(0) | Some(3))
-                || matches!(o.rerun_exit, Some(0) | Some(3))
-                || killed_after_handoff);
+        let claims_sync =
+            !o.replica_lost_after_handoff && (matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff);
         if claims_sync {
             o.differences = compare(master_server, &w.replicas[i]);
         }
@@ -735,26 +602,12 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         }
         if let Some(dir) = &setup.logs {
             let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(
-                dir.join(format!(
-                    "{}.agent-{}.log",
-                    cell.name(),
-                    if i == 0 { "a" } else { "b" }
-                )),
-                &out,
-            );
+            let _ = std::fs::write(dir.join(format!("{}.agent-{}.log", cell.name(), if i == 0 { "a" } else { "b" })), &out);
         }
     }
     if let Some(dir) = &setup.logs {
-        let _ = std::fs::write(
-            dir.join(format!("{}.relay.log", cell.name())),
-            w.relay.output(),
-        );
-        for (from, to) in [
-            (w.relay_events_path(), "relay"),
-            (w.agent_events_path(0), "agent-a"),
-            (w.agent_events_path(1), "agent-b"),
-        ] {
+        let _ = std::fs::write(dir.join(format!("{}.relay.log", cell.name())), w.relay.output());
+        for (from, to) in [(w.relay_events_path(), "relay"), (w.agent_events_path(0), "agent-a"), (w.agent_events_path(1), "agent-b")] {
             let _ = std::fs::copy(from, dir.join(format!("{}.{to}.events.jsonl", cell.name())));
         }
     }
@@ -769,10 +622,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     result.a_verdict = judge(&obs[0], &masters);
     result.b_verdict = judge(&obs[1], &masters);
     if cell.fault.only_agent_a() {
-        result.b_unaffected = Some(matches!(
-            result.b_verdict,
-            Verdict::Synced | Verdict::Native
-        ));
+        result.b_unaffected = Some(matches!(result.b_verdict, Verdict::Synced | Verdict::Native));
     }
     result.keys_lost = obs.iter().filter_map(|o| o.differences).sum();
     [result.a, result.b] = obs;

@@ -90,31 +90,15 @@ pub const CUT_SECS: u64 = 5;
 impl Fault {
     /// A short name (`kill-relay`, `cut-agent-relay`).
     pub fn name(&self) -> String {
-        let t = |t: &Target| {
-            serde_json::to_value(t)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        };
-        let p = |p: &Pair| {
-            serde_json::to_value(p)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        };
+        let t = |t: &Target| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let p = |p: &Pair| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         match self {
             Fault::Kill(x) => format!("kill-{}", t(x)),
             Fault::Stop(x) => format!("stop-{}", t(x)),
             Fault::Cut(x) => format!("cut-{}", p(x)),
             Fault::CutForGood(x) => format!("cut-for-good-{}", p(x)),
             Fault::LinkDown => "link-down-agent".into(),
-            Fault::Netem(i) => format!(
-                "netem-{}",
-                serde_json::to_value(i)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            ),
+            Fault::Netem(i) => format!("netem-{}", serde_json::to_value(i).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()),
             Fault::Failover => "failover".into(),
             Fault::LogOverflow => "log-overflow".into(),
             Fault::SnapshotTooBig => "snapshot-too-big".into(),
@@ -165,14 +149,7 @@ pub enum Phase {
 
 impl Phase {
     /// All, in order.
-    pub const ALL: [Phase; 6] = [
-        Phase::Capture,
-        Phase::Pull,
-        Phase::Load,
-        Phase::Log,
-        Phase::Handoff,
-        Phase::After,
-    ];
+    pub const ALL: [Phase; 6] = [Phase::Capture, Phase::Pull, Phase::Load, Phase::Log, Phase::Handoff, Phase::After];
 
     /// The name used in cell names and tables.
     pub fn name(self) -> &'static str {
@@ -228,19 +205,10 @@ pub fn full() -> Vec<Cell> {
         faults.push(Fault::Cut(p));
     }
     faults.push(Fault::LinkDown);
-    let mut cells: Vec<Cell> = faults
-        .iter()
-        .flat_map(|&fault| Phase::ALL.iter().map(move |&phase| Cell { fault, phase }))
-        .collect();
+    let mut cells: Vec<Cell> = faults.iter().flat_map(|&fault| Phase::ALL.iter().map(move |&phase| Cell { fault, phase })).collect();
     for (fault, phases) in [
-        (
-            Fault::CutForGood(Pair::AgentRelay),
-            &[Phase::Pull, Phase::Log][..],
-        ),
-        (
-            Fault::CutForGood(Pair::AgentMaster),
-            &[Phase::Pull, Phase::Handoff],
-        ),
+        (Fault::CutForGood(Pair::AgentRelay), &[Phase::Pull, Phase::Log][..]),
+        (Fault::CutForGood(Pair::AgentMaster), &[Phase::Pull, Phase::Handoff]),
         (Fault::CutForGood(Pair::RelayMaster), &[Phase::Pull]),
         (Fault::Netem(Impairment::Loss), &[Phase::Pull]),
         (Fault::Netem(Impairment::Delay), &[Phase::Pull]),
@@ -259,26 +227,11 @@ pub fn full() -> Vec<Cell> {
 /// relay, a hung agent, a dead local server, a flapping path, a master failover, a bound).
 pub fn quick() -> Vec<Cell> {
     vec![
-        Cell {
-            fault: Fault::Kill(Target::Relay),
-            phase: Phase::Pull,
-        },
-        Cell {
-            fault: Fault::Kill(Target::Replica),
-            phase: Phase::Pull,
-        },
-        Cell {
-            fault: Fault::Cut(Pair::AgentRelay),
-            phase: Phase::Pull,
-        },
-        Cell {
-            fault: Fault::Failover,
-            phase: Phase::Handoff,
-        },
-        Cell {
-            fault: Fault::SnapshotTooBig,
-            phase: Phase::Capture,
-        },
+        Cell { fault: Fault::Kill(Target::Relay), phase: Phase::Pull },
+        Cell { fault: Fault::Kill(Target::Replica), phase: Phase::Pull },
+        Cell { fault: Fault::Cut(Pair::AgentRelay), phase: Phase::Pull },
+        Cell { fault: Fault::Failover, phase: Phase::Handoff },
+        Cell { fault: Fault::SnapshotTooBig, phase: Phase::Capture },
     ]
 }
 
@@ -371,42 +324,29 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
     if o.hung {
         return Verdict::Violation("the join hung past the cell's deadline".into());
     }
-    let identical = |what: &str| {
-        match o.differences {
+    let identical = |what: &str| match o.differences {
         Some(0) => Ok(()),
         Some(n) => Err(Verdict::Violation(format!("{what} but {n} keys differ from the master"))),
         None => Err(Verdict::Violation(format!("{what} but the replica was never compared: it never caught up with the master, or never served every key"))),
-    }
     };
     match o.exit {
         None => {
             if !o.after_kill_following.is_empty() {
                 if !follows_a_master(&o.after_kill_following) {
-                    return Verdict::Violation(format!(
-                        "after the agent died, its replica still follows {} (the dead agent)",
-                        o.after_kill_following
-                    ));
+                    return Verdict::Violation(format!("after the agent died, its replica still follows {} (the dead agent)", o.after_kill_following));
                 }
                 // Killed after the handoff: the replica is the master's; nothing to re-run.
-                return identical("killed after the handoff")
-                    .map_or_else(|v| v, |_| Verdict::Synced);
+                return identical("killed after the handoff").map_or_else(|v| v, |_| Verdict::Synced);
             }
             match o.rerun_exit {
-                Some(0) | Some(3) => {
-                    identical("re-run join succeeded").map_or_else(|v| v, |_| Verdict::Rerun)
-                }
-                other => {
-                    Verdict::Violation(format!("the re-run join after the kill exited {other:?}"))
-                }
+                Some(0) | Some(3) => identical("re-run join succeeded").map_or_else(|v| v, |_| Verdict::Rerun),
+                other => Verdict::Violation(format!("the re-run join after the kill exited {other:?}")),
             }
         }
         Some(0) if o.replica_lost_after_handoff => Verdict::Synced,
         Some(0) => {
             if !follows_a_master(&o.following) {
-                return Verdict::Violation(format!(
-                    "exit 0 but the replica follows {:?}, not the master {master}",
-                    o.following
-                ));
+                return Verdict::Violation(format!("exit 0 but the replica follows {:?}, not the master {master}", o.following));
             }
             identical("exit 0").map_or_else(|v| v, |_| Verdict::Synced)
         }
@@ -419,10 +359,7 @@ pub fn judge(o: &Observed, masters: &[String]) -> Verdict {
                 return Verdict::HandedOver;
             }
             if o.role != SeenRole::Standalone || o.replica_keys != 0 {
-                return Verdict::Violation(format!(
-                    "failed but the replica is {:?} with {} keys (not reset)",
-                    o.role, o.replica_keys
-                ));
+                return Verdict::Violation(format!("failed but the replica is {:?} with {} keys (not reset)", o.role, o.replica_keys));
             }
             Verdict::FailedClean
         }
@@ -440,176 +377,44 @@ mod tests {
     }
 
     fn ok() -> Observed {
-        Observed {
-            exit: Some(0),
-            role: SeenRole::Replica,
-            following: M.into(),
-            differences: Some(0),
-            ..Default::default()
-        }
+        Observed { exit: Some(0), role: SeenRole::Replica, following: M.into(), differences: Some(0), ..Default::default() }
     }
 
     #[test]
     fn success_needs_identical_data_from_the_real_master() {
         assert_eq!(judge(&ok(), M), Verdict::Synced);
-        assert!(
-            matches!(judge(&Observed { differences: Some(3), ..ok() }, M), Verdict::Violation(w) if w.contains("3 keys differ"))
-        );
-        assert!(matches!(
-            judge(
-                &Observed {
-                    differences: None,
-                    ..ok()
-                },
-                M
-            ),
-            Verdict::Violation(_)
-        ));
-        assert!(
-            matches!(judge(&Observed { following: "127.0.0.1:40000".into(), ..ok() }, M), Verdict::Violation(w) if w.contains("not the master"))
-        );
-        assert_eq!(
-            judge(
-                &Observed {
-                    exit: Some(3),
-                    ..ok()
-                },
-                M
-            ),
-            Verdict::Native
-        );
+        assert!(matches!(judge(&Observed { differences: Some(3), ..ok() }, M), Verdict::Violation(w) if w.contains("3 keys differ")));
+        assert!(matches!(judge(&Observed { differences: None, ..ok() }, M), Verdict::Violation(_)));
+        assert!(matches!(judge(&Observed { following: "127.0.0.1:40000".into(), ..ok() }, M), Verdict::Violation(w) if w.contains("not the master")));
+        assert_eq!(judge(&Observed { exit: Some(3), ..ok() }, M), Verdict::Native);
         let old = "10.77.0.1:7000".to_string();
-        let chained = Observed {
-            following: old.clone(),
-            ..ok()
-        };
-        assert_eq!(
-            super::judge(&chained, &[M.to_string(), old]),
-            Verdict::Synced,
-            "handed to the old master just before it was demoted"
-        );
+        let chained = Observed { following: old.clone(), ..ok() };
+        assert_eq!(super::judge(&chained, &[M.to_string(), old]), Verdict::Synced, "handed to the old master just before it was demoted");
     }
 
     #[test]
     fn failure_needs_a_message_and_a_reset_replica() {
-        let failed = Observed {
-            exit: Some(1),
-            message: "relay: connection refused".into(),
-            role: SeenRole::Standalone,
-            ..Default::default()
-        };
+        let failed = Observed { exit: Some(1), message: "relay: connection refused".into(), role: SeenRole::Standalone, ..Default::default() };
         assert_eq!(judge(&failed, M), Verdict::FailedClean);
-        assert!(!judge(
-            &Observed {
-                message: String::new(),
-                ..failed.clone()
-            },
-            M
-        )
-        .survived());
-        assert!(
-            !judge(
-                &Observed {
-                    replica_keys: 10,
-                    ..failed.clone()
-                },
-                M
-            )
-            .survived(),
-            "half-loaded"
-        );
-        assert!(
-            !judge(
-                &Observed {
-                    role: SeenRole::Replica,
-                    following: "127.0.0.1:1".into(),
-                    ..failed
-                },
-                M
-            )
-            .survived(),
-            "following a fake master"
-        );
+        assert!(!judge(&Observed { message: String::new(), ..failed.clone() }, M).survived());
+        assert!(!judge(&Observed { replica_keys: 10, ..failed.clone() }, M).survived(), "half-loaded");
+        assert!(!judge(&Observed { role: SeenRole::Replica, following: "127.0.0.1:1".into(), ..failed }, M).survived(), "following a fake master");
         assert!(!judge(&Observed { hung: true, ..ok() }, M).survived());
-        let after = Observed {
-            exit: Some(1),
-            message: "master: timed out".into(),
-            handed_over: true,
-            role: SeenRole::Replica,
-            following: M.into(),
-            replica_keys: 9,
-            ..Default::default()
-        };
+        let after = Observed { exit: Some(1), message: "master: timed out".into(), handed_over: true, role: SeenRole::Replica, following: M.into(), replica_keys: 9, ..Default::default() };
         assert_eq!(judge(&after, M), Verdict::HandedOver);
-        assert!(
-            !judge(
-                &Observed {
-                    following: "127.0.0.1:40000".into(),
-                    ..after.clone()
-                },
-                M
-            )
-            .survived(),
-            "handed to a fake master is not handed over"
-        );
-        assert!(
-            !judge(
-                &Observed {
-                    handed_over: false,
-                    ..after
-                },
-                M
-            )
-            .survived(),
-            "a failure before the handoff must reset"
-        );
+        assert!(!judge(&Observed { following: "127.0.0.1:40000".into(), ..after.clone() }, M).survived(), "handed to a fake master is not handed over");
+        assert!(!judge(&Observed { handed_over: false, ..after }, M).survived(), "a failure before the handoff must reset");
     }
 
     #[test]
     fn a_killed_agent_is_judged_by_its_replica_and_the_rerun() {
-        let killed = Observed {
-            exit: None,
-            role: SeenRole::Replica,
-            following: M.into(),
-            rerun_exit: Some(0),
-            differences: Some(0),
-            ..Default::default()
-        };
+        let killed = Observed { exit: None, role: SeenRole::Replica, following: M.into(), rerun_exit: Some(0), differences: Some(0), ..Default::default() };
         assert_eq!(judge(&killed, M), Verdict::Rerun);
-        let handed = Observed {
-            after_kill_following: M.into(),
-            rerun_exit: None,
-            ..killed.clone()
-        };
-        assert_eq!(
-            judge(&handed, M),
-            Verdict::Synced,
-            "killed after the handoff"
-        );
-        assert!(!judge(
-            &Observed {
-                differences: Some(2),
-                ..handed
-            },
-            M
-        )
-        .survived());
-        assert!(!judge(
-            &Observed {
-                after_kill_following: "127.0.0.1:40000".into(),
-                ..killed.clone()
-            },
-            M
-        )
-        .survived());
-        assert!(!judge(
-            &Observed {
-                rerun_exit: Some(1),
-                ..killed.clone()
-            },
-            M
-        )
-        .survived());
+        let handed = Observed { after_kill_following: M.into(), rerun_exit: None, ..killed.clone() };
+        assert_eq!(judge(&handed, M), Verdict::Synced, "killed after the handoff");
+        assert!(!judge(&Observed { differences: Some(2), ..handed }, M).survived());
+        assert!(!judge(&Observed { after_kill_following: "127.0.0.1:40000".into(), ..killed.clone() }, M).survived());
+        assert!(!judge(&Observed { rerun_exit: Some(1), ..killed.clone() }, M).survived());
     }
 
     #[test]
@@ -622,10 +427,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), cells.len());
-        assert!(
-            names.contains(&"kill-relay@pull".to_string())
-                && names.contains(&"cut-agent-relay@handoff".to_string())
-        );
+        assert!(names.contains(&"kill-relay@pull".to_string()) && names.contains(&"cut-agent-relay@handoff".to_string()));
         assert!(quick().iter().all(|c| cells.contains(c)));
     }
 }

@@ -48,13 +48,9 @@ pub struct FaultsArgs {
 
 /// `--staged`: the staged join's cells.
 fn run_staged(a: &FaultsArgs) -> Result<Vec<staged::StagedResult>> {
-    let flavor =
-        Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
+    let flavor = Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
     let exe = crate::fastrepl_bin()?;
-    let cells: Vec<staged::StagedCell> = staged::cells()
-        .into_iter()
-        .filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f)))
-        .collect();
+    let cells: Vec<staged::StagedCell> = staged::cells().into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
     if cells.is_empty() {
         bail!("no staged cell matches {:?}", a.only);
     }
@@ -67,30 +63,13 @@ fn run_staged(a: &FaultsArgs) -> Result<Vec<staged::StagedResult>> {
         results.push(r);
     }
     std::fs::create_dir_all(&a.out)?;
-    std::fs::write(
-        a.out.join("staged.json"),
-        serde_json::to_string_pretty(
-            &serde_json::json!({"flavor": a.flavor, "only": a.only, "cells": results}),
-        )?,
-    )?;
-    let summary = format!(
-        "{} staged cells run, {} survived",
-        results.len(),
-        results.iter().filter(|r| r.passed()).count()
-    );
+    std::fs::write(a.out.join("staged.json"), serde_json::to_string_pretty(&serde_json::json!({"flavor": a.flavor, "only": a.only, "cells": results}))?)?;
+    let summary = format!("{} staged cells run, {} survived", results.len(), results.iter().filter(|r| r.passed()).count());
     std::fs::write(a.out.join("staged.md"), format!("# Fault matrix: staged joins\n\n**{summary}**\n\nReproduce: `fastrepl-lab faults --staged --flavor {}`.\n\n{}", a.flavor, staged::markdown(&results)))?;
     println!("{summary}");
-    let broken: Vec<&str> = results
-        .iter()
-        .filter(|r| !r.passed())
-        .map(|r| r.cell.as_str())
-        .collect();
+    let broken: Vec<&str> = results.iter().filter(|r| !r.passed()).map(|r| r.cell.as_str()).collect();
     if !broken.is_empty() {
-        bail!(
-            "{} staged cell(s) broke the invariant: {}",
-            broken.len(),
-            broken.join(", ")
-        );
+        bail!("{} staged cell(s) broke the invariant: {}", broken.len(), broken.join(", "));
     }
     Ok(results)
 }
@@ -114,11 +93,7 @@ pub struct Results {
 pub fn run(a: FaultsArgs) -> Result<Results> {
     if a.staged {
         run_staged(&a)?;
-        return Ok(Results {
-            settings: serde_json::json!({"staged": true}),
-            cells: Vec::new(),
-            summary: String::new(),
-        });
+        return Ok(Results { settings: serde_json::json!({"staged": true}), cells: Vec::new(), summary: String::new() });
     }
     if a.render {
         let mut r: Results = serde_json::from_slice(&std::fs::read(a.out.join("results.json"))?)?;
@@ -131,22 +106,10 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
     if !fixtures::netns::available() {
         bail!("the fault matrix needs network namespaces (root and iproute2; scripts/setup.sh installs them)");
     }
-    let flavor =
-        Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
-    let setup = cell::Setup {
-        flavor,
-        mib: a.mib,
-        exe: crate::fastrepl_bin()?,
-        logs: a.logs.clone(),
-    };
-    let cells: Vec<matrix::Cell> = if a.quick {
-        matrix::quick()
-    } else {
-        matrix::full()
-    }
-    .into_iter()
-    .filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f)))
-    .collect();
+    let flavor = Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
+    let setup = cell::Setup { flavor, mib: a.mib, exe: crate::fastrepl_bin()?, logs: a.logs.clone() };
+    let cells: Vec<matrix::Cell> =
+        if a.quick { matrix::quick() } else { matrix::full() }.into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
     if cells.is_empty() {
         bail!("no cell matches {:?}", a.only);
     }
@@ -173,32 +136,16 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
         summary: summary.clone(),
     };
     std::fs::create_dir_all(&a.out)?;
-    std::fs::write(
-        a.out.join("results.json"),
-        serde_json::to_string_pretty(&out)?,
-    )?;
+    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&out)?)?;
     std::fs::write(a.out.join("results.md"), markdown(&out))?;
     println!("{summary}");
     println!("results: {}", a.out.display());
     if !leftovers.0.is_empty() || !leftovers.1.is_empty() {
-        bail!(
-            "the matrix left processes {:?} and namespaces {:?} behind",
-            leftovers.0,
-            leftovers.1
-        );
+        bail!("the matrix left processes {:?} and namespaces {:?} behind", leftovers.0, leftovers.1);
     }
-    let broken: Vec<&str> = out
-        .cells
-        .iter()
-        .filter(|c| !c.passed())
-        .map(|c| c.cell.as_str())
-        .collect();
+    let broken: Vec<&str> = out.cells.iter().filter(|c| !c.passed()).map(|c| c.cell.as_str()).collect();
     if !broken.is_empty() {
-        bail!(
-            "{} cell(s) broke the invariant: {}",
-            broken.len(),
-            broken.join(", ")
-        );
+        bail!("{} cell(s) broke the invariant: {}", broken.len(), broken.join(", "));
     }
     Ok(out)
 }
@@ -211,23 +158,14 @@ fn leftovers(exe: &std::path::Path) -> (Vec<String>, Vec<String>) {
     let our_net = std::fs::read_link("/proc/self/ns/net").ok();
     let ours = || -> Vec<String> {
         let me = std::process::id().to_string();
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
         dir.flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .chars()
-                    .all(|c| c.is_ascii_digit())
-                    && e.file_name().to_string_lossy() != me.as_str()
-            })
+            .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) && e.file_name().to_string_lossy() != me.as_str())
             .filter_map(|e| {
                 let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
                 let in_a_host = std::fs::read_link(e.path().join("ns/net")).ok() != our_net;
-                (cmd.starts_with(&exe) && in_a_host)
-                    .then(|| format!("{}: {}", e.file_name().to_string_lossy(), cmd.trim()))
+                (cmd.starts_with(&exe) && in_a_host).then(|| format!("{}: {}", e.file_name().to_string_lossy(), cmd.trim()))
             })
             .collect()
     };
@@ -238,26 +176,15 @@ fn leftovers(exe: &std::path::Path) -> (Vec<String>, Vec<String>) {
         procs = ours();
     }
     let prefix = format!("frl{}x", std::process::id());
-    let ns = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let ns = ns
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
-        .collect();
+    let ns = std::process::Command::new("ip").args(["netns", "list"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let ns = ns.lines().filter(|l| l.starts_with(&prefix)).map(|l| l.split_whitespace().next().unwrap_or_default().to_string()).collect();
     (procs, ns)
 }
 
 fn verdict(v: &matrix::Verdict) -> String {
     match v {
         matrix::Verdict::Violation(why) => format!("VIOLATION: {why}"),
-        other => serde_json::to_value(other)
-            .ok()
-            .and_then(|j| j["verdict"].as_str().map(str::to_string))
-            .unwrap_or_default(),
+        other => serde_json::to_value(other).ok().and_then(|j| j["verdict"].as_str().map(str::to_string)).unwrap_or_default(),
     }
 }
 
@@ -289,25 +216,17 @@ fn line(r: &cell::CellResult) -> String {
 /// "N faults at M phases: 0 keys lost, 0 false successes" and the counts behind it.
 pub fn summarize(cells: &[cell::CellResult]) -> String {
     let ran: Vec<&cell::CellResult> = cells.iter().filter(|c| c.skipped.is_none()).collect();
-    let faults: std::collections::BTreeSet<String> =
-        ran.iter().map(|c| c.spec.fault.name()).collect();
-    let phases: std::collections::BTreeSet<&str> =
-        ran.iter().map(|c| c.spec.phase.name()).collect();
+    let faults: std::collections::BTreeSet<String> = ran.iter().map(|c| c.spec.fault.name()).collect();
+    let phases: std::collections::BTreeSet<&str> = ran.iter().map(|c| c.spec.phase.name()).collect();
     let survived = ran.iter().filter(|c| c.passed()).count();
     let lost: u64 = ran.iter().map(|c| c.keys_lost).sum();
     let false_successes = ran
         .iter()
         .flat_map(|c| [(&c.a, &c.a_verdict), (&c.b, &c.b_verdict)])
-        .filter(|(o, v)| {
-            matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_))
-        })
+        .filter(|(o, v)| matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_)))
         .count();
     let skipped = cells.len() - ran.len();
-    let skipped = if skipped > 0 {
-        format!(" ({skipped} more skipped)")
-    } else {
-        String::new()
-    };
+    let skipped = if skipped > 0 { format!(" ({skipped} more skipped)") } else { String::new() };
     format!(
         "{} faults at {} phases, {} cells run{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes",
         faults.len(),
@@ -325,23 +244,11 @@ fn tallies(cells: &[cell::CellResult]) -> String {
         for c in &ran {
             *m.entry(f(c)).or_default() += 1;
         }
-        m.iter()
-            .map(|(k, n)| format!("{n} {k}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        m.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
     };
     let short = |v: &matrix::Verdict| verdict(v).split(':').next().unwrap_or_default().to_string();
-    let retried: Vec<f64> = ran
-        .iter()
-        .filter(|c| {
-            c.attempts > 1
-                && matches!(
-                    c.a_verdict,
-                    matrix::Verdict::Synced | matrix::Verdict::Native
-                )
-        })
-        .map(|c| c.recovery_secs)
-        .collect();
+    let retried: Vec<f64> =
+        ran.iter().filter(|c| c.attempts > 1 && matches!(c.a_verdict, matrix::Verdict::Synced | matrix::Verdict::Native)).map(|c| c.recovery_secs).collect();
     let a_only = ran.iter().filter(|c| c.b_unaffected.is_some()).count();
     let skipped = cells.len() - ran.len();
     let unaffected = ran.iter().filter(|c| c.b_unaffected == Some(true)).count();
@@ -362,29 +269,20 @@ fn markdown(r: &Results) -> String {
     s.push_str(&format!(
         "Settings: `{}`. Reproduce: `fastrepl-lab faults{}` (raw results: results.json).\n\n",
         r.settings,
-        if r.settings["quick"].as_bool() == Some(true) {
-            " --quick"
-        } else {
-            ""
-        }
+        if r.settings["quick"].as_bool() == Some(true) { " --quick" } else { "" }
     ));
     s.push_str("Hosts: master (host 0), relay (1), agent A + replica (2), agent B + replica (3); a writer on the master throughout. ");
     s.push_str("A is the join under test; B joins beside it and serves it blocks. Verdicts: *synced* (exit 0, identical once caught up), ");
     s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");
     s.push_str("*rerun* (agent killed; its replica was not left following it; the join run again synced it), ");
     s.push_str("*handed-over* (the master went away just after the handoff: non-zero exit saying so, the replica the real master's, not reported in sync), ");
-    s.push_str(
-        "*skipped* (the cell could not run here, with the reason; not counted as survived).\n\n",
-    );
+    s.push_str("*skipped* (the cell could not run here, with the reason; not counted as survived).\n\n");
     s.push_str(&tallies(&r.cells));
     s.push_str("| cell | struck in | A | A exit | attempts | A done after (s) | B | B unaffected | keys lost | relay fds before/after | relay memfds | leaks |\n");
     s.push_str("|---|---|---|---|---:|---:|---|---|---:|---|---:|---|\n");
     for c in &r.cells {
         if let Some(why) = &c.skipped {
-            s.push_str(&format!(
-                "| {} | — | skipped: {why} | | | | skipped | | | | | |\n",
-                c.cell
-            ));
+            s.push_str(&format!("| {} | — | skipped: {why} | | | | skipped | | | | | |\n", c.cell));
             continue;
         }
         s.push_str(&format!(
@@ -396,29 +294,17 @@ fn markdown(r: &Results) -> String {
             c.attempts,
             c.recovery_secs,
             verdict(&c.b_verdict),
-            c.b_unaffected.map_or("—".into(), |b| if b {
-                "yes".to_string()
-            } else {
-                "NO".to_string()
-            }),
+            c.b_unaffected.map_or("—".into(), |b| if b { "yes".to_string() } else { "NO".to_string() }),
             c.keys_lost,
             c.relay_fds.0,
             c.relay_fds.1,
             c.relay_memfds,
-            if c.leaks.is_empty() {
-                "none".to_string()
-            } else {
-                c.leaks.join("; ")
-            }
+            if c.leaks.is_empty() { "none".to_string() } else { c.leaks.join("; ") }
         ));
     }
     s.push_str("\nA's last error for the cells where it failed:\n\n");
     for c in r.cells.iter().filter(|c| !c.a.message.is_empty()) {
-        s.push_str(&format!(
-            "- `{}`: {}\n",
-            c.cell,
-            c.a.message.replace('|', "\\|")
-        ));
+        s.push_str(&format!("- `{}`: {}\n", c.cell, c.a.message.replace('|', "\\|")));
     }
     s
 }
@@ -428,10 +314,7 @@ mod tests {
     use super::*;
 
     fn skipped_cell() -> cell::CellResult {
-        let spec = matrix::full()
-            .into_iter()
-            .find(|c| matches!(c.fault, matrix::Fault::Netem(_)))
-            .expect("a netem cell");
+        let spec = matrix::full().into_iter().find(|c| matches!(c.fault, matrix::Fault::Netem(_))).expect("a netem cell");
         cell::CellResult::skipped(&spec, "this kernel has no netem qdisc (sch_netem)")
     }
 
@@ -440,28 +323,13 @@ mod tests {
         let c = skipped_cell();
         let json = serde_json::to_value(&c).unwrap();
         assert_eq!(json["a_verdict"]["verdict"], "skipped", "{json}");
-        assert_eq!(
-            json["a_verdict"]["why"],
-            "this kernel has no netem qdisc (sch_netem)"
-        );
+        assert_eq!(json["a_verdict"]["why"], "this kernel has no netem qdisc (sch_netem)");
         assert!(!c.a_verdict.survived(), "a skipped cell survived nothing");
-        let r = Results {
-            settings: serde_json::json!({}),
-            cells: vec![c.clone()],
-            summary: summarize(std::slice::from_ref(&c)),
-        };
-        assert!(
-            r.summary
-                .contains("0 cells run (1 more skipped): 0 survived"),
-            "{}",
-            r.summary
-        );
+        let r = Results { settings: serde_json::json!({}), cells: vec![c.clone()], summary: summarize(std::slice::from_ref(&c)) };
+        assert!(r.summary.contains("0 cells run (1 more skipped): 0 survived"), "{}", r.summary);
         let md = markdown(&r);
         assert!(md.contains("Skipped: 1 cells"), "{md}");
-        assert!(
-            md.contains(&format!("| {} | — | skipped: this kernel", c.cell)),
-            "{md}"
-        );
+        assert!(md.contains(&format!("| {} | — | skipped: this kernel", c.cell)), "{md}");
         assert!(!md.contains("failed-clean |"), "{md}");
         let back: cell::CellResult = serde_json::from_value(json).unwrap();
         assert_eq!(back.a_verdict, c.a_verdict);

@@ -7,8 +7,8 @@
 //! with a message and the node an empty master again, a killed agent's node never left parked or
 //! half-staged (a re-run join must then succeed).
 
-use super::cell::last_json;
 use super::matrix::{self, Observed, SeenRole, Verdict};
+use super::cell::last_json;
 use agent::events::{Event, JoinPhase};
 use anyhow::Result;
 use fixtures::cluster::{self, Cluster, Node, NodeOpts};
@@ -45,14 +45,8 @@ pub struct StagedCell {
 impl StagedCell {
     /// `staged:kill-agent@recording`.
     pub fn name(&self) -> String {
-        let f = serde_json::to_value(self.fault)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        let p = serde_json::to_value(self.at)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let f = serde_json::to_value(self.fault).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let p = serde_json::to_value(self.at).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         format!("staged:{f}@{p}")
     }
 }
@@ -62,30 +56,12 @@ pub fn cells() -> Vec<StagedCell> {
     use JoinPhase::*;
     use StagedFault::*;
     vec![
-        StagedCell {
-            fault: KillAgent,
-            at: Pulling,
-        },
-        StagedCell {
-            fault: KillAgent,
-            at: Recording,
-        },
-        StagedCell {
-            fault: KillAgent,
-            at: Restarting,
-        },
-        StagedCell {
-            fault: KillNode,
-            at: Loading,
-        },
-        StagedCell {
-            fault: Failover,
-            at: Loading,
-        },
-        StagedCell {
-            fault: BacklogOverrun,
-            at: Restarting,
-        },
+        StagedCell { fault: KillAgent, at: Pulling },
+        StagedCell { fault: KillAgent, at: Recording },
+        StagedCell { fault: KillAgent, at: Restarting },
+        StagedCell { fault: KillNode, at: Loading },
+        StagedCell { fault: Failover, at: Loading },
+        StagedCell { fault: BacklogOverrun, at: Restarting },
     ]
 }
 
@@ -126,71 +102,28 @@ const CATCH_UP: Duration = Duration::from_secs(30);
 
 /// Has `node` applied everything `master` wrote (its link up, its offset the master's)?
 fn caught_up(master: &Node, node: &Node) -> bool {
-    let offset = |n: &Node, k: &str| {
-        n.try_client()
-            .ok()
-            .and_then(|mut c| c.info("replication").ok())
-            .and_then(|i| i.num(k))
-    };
-    let linked = node
-        .try_client()
-        .ok()
-        .and_then(|mut c| c.info("replication").ok())
-        .is_some_and(|i| i.get("master_link_status") == Some("up"));
-    linked
-        && offset(master, "master_repl_offset").is_some()
-        && offset(master, "master_repl_offset") == offset(node, "slave_repl_offset")
+    let offset = |n: &Node, k: &str| n.try_client().ok().and_then(|mut c| c.info("replication").ok()).and_then(|i| i.num(k));
+    let linked = node.try_client().ok().and_then(|mut c| c.info("replication").ok()).is_some_and(|i| i.get("master_link_status") == Some("up"));
+    linked && offset(master, "master_repl_offset").is_some() && offset(master, "master_repl_offset") == offset(node, "slave_repl_offset")
 }
 
 /// Run one cell with servers of `flavor` and the `fastrepl` binary `exe`.
 pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult> {
     let t0 = Instant::now();
-    let backlog = if cell.fault == StagedFault::BacklogOverrun {
-        "1mb"
-    } else {
-        "64mb"
-    };
-    let c = Cluster::start(
-        flavor,
-        1,
-        1,
-        NodeOpts {
-            backlog: backlog.into(),
-            ..Default::default()
-        },
-    );
+    let backlog = if cell.fault == StagedFault::BacklogOverrun { "1mb" } else { "64mb" };
+    let c = Cluster::start(flavor, 1, 1, NodeOpts { backlog: backlog.into(), ..Default::default() });
     cluster::fill_shard(&c, 0, 2000);
-    let node = c.add_empty_node(NodeOpts {
-        supervised: true,
-        ..Default::default()
-    });
+    let node = c.add_empty_node(NodeOpts { supervised: true, ..Default::default() });
     let dir = tempfile::tempdir()?;
     let relay_addr = format!("127.0.0.1:{}", fixtures::free_port());
     let mut relay_cmd = Command::new(exe);
-    relay_cmd.args([
-        "relay",
-        "--master",
-        &c.master(0).addr(),
-        "--listen",
-        &relay_addr,
-    ]);
+    relay_cmd.args(["relay", "--master", &c.master(0).addr(), "--listen", &relay_addr]);
     let _relay = Proc::spawn("relay", relay_cmd);
     let writer = cluster::Writer::start(&c, 0);
     let events = dir.path().join("events.jsonl");
     let join = |extra: &[&str]| {
         let mut cmd = Command::new(exe);
-        cmd.args([
-            "join",
-            "--relay",
-            &relay_addr,
-            "--replica",
-            &node.addr(),
-            "--master",
-            &c.master(0).addr(),
-            "--json",
-            "--restart-timeout-secs",
-            "60",
-        ]);
+        cmd.args(["join", "--relay", &relay_addr, "--replica", &node.addr(), "--master", &c.master(0).addr(), "--json", "--restart-timeout-secs", "60"]);
         cmd.args(extra);
         Proc::spawn("join", cmd)
     };
@@ -218,15 +151,9 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         StagedFault::KillAgent => {
             o.exit = None;
             // The guard undoes a parked node; a node already down comes back as the master's replica.
-            let parked = || {
-                node.try_client()
-                    .ok()
-                    .and_then(|mut cl| cl.config_get("masteruser").ok().flatten())
-                    .is_some_and(|u| u == agent::guard::PARKED_USER)
-            };
+            let parked = || node.try_client().ok().and_then(|mut cl| cl.config_get("masteruser").ok().flatten()).is_some_and(|u| u == agent::guard::PARKED_USER);
             let deadline = Instant::now() + SETTLE;
-            while Instant::now() < deadline && (seen(&node).0 == SeenRole::Unreachable || parked())
-            {
+            while Instant::now() < deadline && (seen(&node).0 == SeenRole::Unreachable || parked()) {
                 std::thread::sleep(Duration::from_millis(100)); // Waiting for the guard or the supervisor, with a deadline.
             }
             let (role, following, _) = seen(&node);
@@ -244,12 +171,7 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         _ => {
             o.exit = j.wait(JOIN_DEADLINE);
             let out = j.output();
-            o.message = out
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("fastrepl join failed"))
-                .unwrap_or_default()
-                .to_string();
+            o.message = out.lines().rev().find(|l| l.starts_with("fastrepl join failed")).unwrap_or_default().to_string();
             if let Some(r) = last_json(&out) {
                 o.handed_over = r["replica"] == "handed_over";
             }
@@ -271,10 +193,7 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         // whichever node the replica follows: right after a failover it may still follow the old
         // master, itself a replica by then, until the cluster moves it.
         let candidates = [c.master(0), &c.replicas(0)[0]];
-        let current = candidates
-            .into_iter()
-            .find(|n| seen(n).0 == SeenRole::Standalone)
-            .unwrap_or(c.master(0));
+        let current = candidates.into_iter().find(|n| seen(n).0 == SeenRole::Standalone).unwrap_or(c.master(0));
         // Compared once it has applied what that master wrote (the writer has stopped): read at
         // once, the stream still in flight after a failover shows as differences that are only lag.
         // A replica on a wrong history never gets there, and is compared at the deadline.
@@ -284,20 +203,9 @@ pub fn run(cell: &StagedCell, flavor: Flavor, exe: &Path) -> Result<StagedResult
         }
         o.differences = compare(current, &node);
     }
-    let told = last_json(&j.output())
-        .map(|r| format!("handoff {} {}", r["handoff"], r["notes"]))
-        .unwrap_or_else(|| o.message.clone());
+    let told = last_json(&j.output()).map(|r| format!("handoff {} {}", r["handoff"], r["notes"])).unwrap_or_else(|| o.message.clone());
     let verdict = matrix::judge(&o, &masters);
-    Ok(StagedResult {
-        cell: cell.name(),
-        spec: *cell,
-        struck_in,
-        observed: o,
-        verdict,
-        told,
-        writes,
-        secs: t0.elapsed().as_secs_f64(),
-    })
+    Ok(StagedResult { cell: cell.name(), spec: *cell, struck_in, observed: o, verdict, told, writes, secs: t0.elapsed().as_secs_f64() })
 }
 
 /// Wait for the join's event stream to say it entered `phase`; `None` if it ended or the deadline
@@ -307,10 +215,7 @@ fn wait_phase(events: &Path, phase: JoinPhase, j: &mut Proc) -> Option<JoinPhase
     while Instant::now() < deadline {
         let text = std::fs::read_to_string(events).unwrap_or_default();
         if let Ok(evs) = agent::events::parse(&text) {
-            if evs
-                .iter()
-                .any(|e| matches!(e, Event::Phase { phase: p, .. } if *p == phase))
-            {
+            if evs.iter().any(|e| matches!(e, Event::Phase { phase: p, .. } if *p == phase)) {
                 return Some(phase);
             }
         }
@@ -328,27 +233,15 @@ fn strike(cell: &StagedCell, c: &Cluster, node: &Node, j: &mut Proc) -> Result<(
         StagedFault::KillNode => node.kill(),
         StagedFault::Failover => {
             let r = &c.replicas(0)[0];
-            r.client()
-                .cmd(&["CLUSTER", "FAILOVER"])
-                .map_err(|e| anyhow::anyhow!("CLUSTER FAILOVER: {e}"))?;
+            r.client().cmd(&["CLUSTER", "FAILOVER"]).map_err(|e| anyhow::anyhow!("CLUSTER FAILOVER: {e}"))?;
         }
         StagedFault::BacklogOverrun => {
             // The overrun must be written before the restarted node asks to resync: it is held down
             // until then (see `run`), and released as soon as the pipeline is answered.
             let tag = cluster::shard_tag(c, 0);
             let mut m = c.master(0).client();
-            let sets: Vec<Vec<Vec<u8>>> = (0..40)
-                .map(|i| {
-                    client::command(&[
-                        "SET".to_string(),
-                        format!("{{{tag}}}:overrun{i}"),
-                        "o".repeat(64 * 1024),
-                    ])
-                })
-                .collect();
-            let written = m
-                .pipeline(&sets)
-                .map_err(|e| anyhow::anyhow!("SET pipeline: {e}"));
+            let sets: Vec<Vec<Vec<u8>>> = (0..40).map(|i| client::command(&["SET".to_string(), format!("{{{tag}}}:overrun{i}"), "o".repeat(64 * 1024)])).collect();
+            let written = m.pipeline(&sets).map_err(|e| anyhow::anyhow!("SET pipeline: {e}"));
             node.hold_restarts(false);
             for r in written? {
                 anyhow::ensure!(!r.is_error(), "SET: {r:?}");
@@ -360,24 +253,12 @@ fn strike(cell: &StagedCell, c: &Cluster, node: &Node, j: &mut Proc) -> Result<(
 
 /// The node's role, whom it follows, its keys.
 fn seen(n: &Node) -> (SeenRole, String, u64) {
-    let Ok(mut c) = n.try_client() else {
-        return (SeenRole::Unreachable, String::new(), 0);
-    };
-    let Ok(i) = c.info("replication") else {
-        return (SeenRole::Unreachable, String::new(), 0);
-    };
+    let Ok(mut c) = n.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
+    let Ok(i) = c.info("replication") else { return (SeenRole::Unreachable, String::new(), 0) };
     let keys = agent::local::key_count(&mut c).unwrap_or(0);
     match i.get("role") {
         Some("master") => (SeenRole::Standalone, String::new(), keys),
-        Some("slave") => (
-            SeenRole::Replica,
-            format!(
-                "{}:{}",
-                i.get("master_host").unwrap_or_default(),
-                i.get("master_port").unwrap_or_default()
-            ),
-            keys,
-        ),
+        Some("slave") => (SeenRole::Replica, format!("{}:{}", i.get("master_host").unwrap_or_default(), i.get("master_port").unwrap_or_default()), keys),
         _ => (SeenRole::Unreachable, String::new(), keys),
     }
 }
@@ -388,24 +269,13 @@ fn seen(n: &Node) -> (SeenRole, String, u64) {
 fn compare(master: &Node, node: &Node) -> Option<u64> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let m = master
-            .try_client()
-            .ok()
-            .and_then(|mut c| c.info("replication").ok());
-        let r = node
-            .try_client()
-            .ok()
-            .and_then(|mut c| c.info("replication").ok());
+        let m = master.try_client().ok().and_then(|mut c| c.info("replication").ok());
+        let r = node.try_client().ok().and_then(|mut c| c.info("replication").ok());
         if let (Some(m), Some(r)) = (m, r) {
             // The same replication ID too: a node still linked to a demoted master can sit at the
             // same offset in a history that diverged.
-            let same_history = r.get("master_replid").is_some()
-                && r.get("master_replid") == m.get("master_replid");
-            if r.get("master_link_status") == Some("up")
-                && same_history
-                && m.num("master_repl_offset").is_some()
-                && r.num("slave_repl_offset") == m.num("master_repl_offset")
-            {
+            let same_history = r.get("master_replid").is_some() && r.get("master_replid") == m.get("master_replid");
+            if r.get("master_link_status") == Some("up") && same_history && m.num("master_repl_offset").is_some() && r.num("slave_repl_offset") == m.num("master_repl_offset") {
                 break;
             }
         }
@@ -430,18 +300,11 @@ fn compare(master: &Node, node: &Node) -> Option<u64> {
             return Some(o.difference_count);
         }
         if Instant::now() >= deadline {
-            eprintln!(
-                "    not compared: {} keys refused, first: {}",
-                o.refused_count,
-                o.refused.first().map(String::as_str).unwrap_or_default()
-            );
+            eprintln!("    not compared: {} keys refused, first: {}", o.refused_count, o.refused.first().map(String::as_str).unwrap_or_default());
             return None;
         }
         if !std::mem::replace(&mut told, true) {
-            eprintln!(
-                "    waiting to compare: {}",
-                o.refused.first().map(String::as_str).unwrap_or_default()
-            );
+            eprintln!("    waiting to compare: {}", o.refused.first().map(String::as_str).unwrap_or_default());
         }
         std::thread::sleep(Duration::from_millis(100)); // Waiting for the node's cluster view, with a deadline.
     }
@@ -456,10 +319,7 @@ pub fn markdown(results: &[StagedResult]) -> String {
     for r in results {
         let v = match &r.verdict {
             Verdict::Violation(w) => format!("VIOLATION: {w}"),
-            other => serde_json::to_value(other)
-                .ok()
-                .and_then(|j| j["verdict"].as_str().map(str::to_string))
-                .unwrap_or_default(),
+            other => serde_json::to_value(other).ok().and_then(|j| j["verdict"].as_str().map(str::to_string)).unwrap_or_default(),
         };
         let exit = match (r.observed.exit, r.observed.rerun_exit) {
             (None, Some(x)) => format!("killed; re-run {x}"),
@@ -472,10 +332,7 @@ pub fn markdown(results: &[StagedResult]) -> String {
             r.struck_in,
             r.observed.role,
             r.observed.following,
-            r.observed
-                .differences
-                .map(|d| d.to_string())
-                .unwrap_or_else(|| "—".into()),
+            r.observed.differences.map(|d| d.to_string()).unwrap_or_else(|| "—".into()),
             r.told.replace('|', "/"),
             r.secs
         ));
@@ -490,10 +347,7 @@ mod tests {
     #[test]
     fn cells_have_distinct_names() {
         let mut names: Vec<String> = cells().iter().map(StagedCell::name).collect();
-        assert!(
-            names.contains(&"staged:kill-agent@recording".to_string()),
-            "{names:?}"
-        );
+        assert!(names.contains(&"staged:kill-agent@recording".to_string()), "{names:?}");
         names.sort();
         names.dedup();
         assert_eq!(names.len(), cells().len());

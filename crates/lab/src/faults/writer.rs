@@ -40,13 +40,7 @@ impl Writer {
         let errors = Arc::new(AtomicU64::new(0));
         let target = Arc::new(Mutex::new(connect));
         let gate = Arc::new(Mutex::new(()));
-        let (s, a, e, t, g) = (
-            stop.clone(),
-            acked.clone(),
-            errors.clone(),
-            target.clone(),
-            gate.clone(),
-        );
+        let (s, a, e, t, g) = (stop.clone(), acked.clone(), errors.clone(), target.clone(), gate.clone());
         let handle = std::thread::spawn(move || {
             let value = "v".repeat(value_bytes);
             let mut c: Option<Client> = None;
@@ -73,10 +67,7 @@ impl Writer {
                     command(&["SET", &format!("w:ttl:{k}"), &i.to_string(), "EX", "3600"]),
                 ];
                 let paused = g.lock().unwrap_or_else(|p| p.into_inner());
-                let ok = c
-                    .as_mut()
-                    .map(|c| c.pipeline(&cmds))
-                    .is_some_and(|r| r.is_ok_and(|rs| rs.iter().all(|r| !r.is_error())));
+                let ok = c.as_mut().map(|c| c.pipeline(&cmds)).is_some_and(|r| r.is_ok_and(|rs| rs.iter().all(|r| !r.is_error())));
                 drop(paused);
                 if ok {
                     a.fetch_add(1, Ordering::Relaxed);
@@ -88,14 +79,7 @@ impl Writer {
                 std::thread::sleep(BATCH_EVERY); // Pacing the load, not synchronization.
             }
         });
-        Writer {
-            stop,
-            acked,
-            errors,
-            target,
-            gate,
-            handle: Some(handle),
-        }
+        Writer { stop, acked, errors, target, gate, handle: Some(handle) }
     }
 
     /// Write to another master from the next batch on (after a failover).

@@ -46,13 +46,7 @@ mod tests {
 
     #[test]
     fn the_logged_name_is_the_json_name() {
-        for k in [
-            F::Source,
-            F::Permission,
-            F::Unreachable,
-            F::TooLarge,
-            F::Other,
-        ] {
+        for k in [F::Source, F::Permission, F::Unreachable, F::TooLarge, F::Other] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.to_string());
         }
     }

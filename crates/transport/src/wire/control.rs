@@ -53,34 +53,24 @@ pub enum Control {
 
 /// Write one control message.
 pub fn send_control<W: Write>(w: &mut W, msg: &Control) -> Result<(), Error> {
-    let body = serde_json::to_vec(msg)
-        .map_err(|e| Error::Protocol(format!("encode control message: {e}")))?;
+    let body = serde_json::to_vec(msg).map_err(|e| Error::Protocol(format!("encode control message: {e}")))?;
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
-    w.write_all(&frame)
-        .map_err(Error::io(Operation::SendControlMessage))
+    w.write_all(&frame).map_err(Error::io(Operation::SendControlMessage))
 }
 
 /// Read one control message.
 pub fn recv_control<R: Read>(r: &mut R) -> Result<Control, Error> {
     let mut len = [0u8; 4];
-    r.read_exact(&mut len)
-        .map_err(Error::io(Operation::ReadControlMessage))?;
+    r.read_exact(&mut len).map_err(Error::io(Operation::ReadControlMessage))?;
     let len = u32::from_be_bytes(len);
     if len > CONTROL_MESSAGE_MAX {
-        return Err(Error::Protocol(format!(
-            "control message of {len} bytes exceeds {CONTROL_MESSAGE_MAX}"
-        )));
+        return Err(Error::Protocol(format!("control message of {len} bytes exceeds {CONTROL_MESSAGE_MAX}")));
     }
-    debug_assert!(
-        len <= CONTROL_MESSAGE_MAX,
-        "a control message's length is bounded before its buffer is allocated"
-    );
+    debug_assert!(len <= CONTROL_MESSAGE_MAX, "a control message's length is bounded before its buffer is allocated");
     let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)
-        .map_err(Error::io(Operation::ReadControlMessage))?;
-    serde_json::from_slice(&body)
-        .map_err(|e| Error::Protocol(format!("decode control message: {e}")))
+    r.read_exact(&mut body).map_err(Error::io(Operation::ReadControlMessage))?;
+    serde_json::from_slice(&body).map_err(|e| Error::Protocol(format!("decode control message: {e}")))
 }
 
 #[cfg(test)]
@@ -91,10 +81,7 @@ mod tests {
     fn control_messages_are_bounded() {
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Heartbeat).unwrap();
-        assert!(matches!(
-            recv_control(&mut &buf[..]).unwrap(),
-            Control::Heartbeat
-        ));
+        assert!(matches!(recv_control(&mut &buf[..]).unwrap(), Control::Heartbeat));
         let huge = (CONTROL_MESSAGE_MAX + 1).to_be_bytes();
         assert!(recv_control(&mut &huge[..]).is_err());
         assert!(recv_control(&mut &b"\0\0\0\x02{x"[..]).is_err());
@@ -117,9 +104,8 @@ mod tests {
         };
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Descriptor(d.into())).unwrap();
-        let Control::Descriptor(got) = recv_control(&mut &buf[..]).unwrap() else {
-            panic!("not a descriptor")
-        };
+        let Control::Descriptor(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a descriptor") };
         assert!(matches!(got.validate(0), Err(Error::Protocol(m)) if m.contains("block_size")));
     }
 }
+

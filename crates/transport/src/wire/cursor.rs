@@ -26,11 +26,7 @@ impl<'a> Cursor<'a> {
             return Err(self.bad("truncated"));
         }
         let (a, rest) = self.bytes.split_at(n);
-        debug_assert_eq!(
-            a.len() + rest.len(),
-            self.bytes.len(),
-            "the cursor never moves beyond its buffer"
-        );
+        debug_assert_eq!(a.len() + rest.len(), self.bytes.len(), "the cursor never moves beyond its buffer");
         self.bytes = rest;
         Ok(a)
     }
@@ -79,9 +75,7 @@ mod tests {
         assert_eq!(c.u16().unwrap(), 2);
         assert_eq!(c.u32().unwrap(), 3);
         assert!(c.end().is_err(), "one byte left");
-        assert!(
-            matches!(c.u16(), Err(crate::Error::Protocol(m)) if m == "test message: truncated")
-        );
+        assert!(matches!(c.u16(), Err(crate::Error::Protocol(m)) if m == "test message: truncated"));
         assert_eq!(c.u8().unwrap(), 9, "a failed read consumes nothing");
         assert!(c.end().is_ok());
     }

@@ -12,15 +12,10 @@ pub fn fuzz_one(data: &[u8]) {
     if let Ok(Control::Descriptor(d)) = recv_control(&mut &data[..]) {
         let before = (data.len() % 4) as u64; // checksums said to have come before
         if let Ok(s) = d.validate(before) {
-            assert!(
-                s.block_size >= descriptor::BLOCK_MIN,
-                "a validated descriptor has a usable block size"
-            );
+            assert!(s.block_size >= descriptor::BLOCK_MIN, "a validated descriptor has a usable block size");
         }
     }
-    if let Ok(h) =
-        <&[u8; RESPONSE_HEADER_LEN]>::try_from(data.get(..RESPONSE_HEADER_LEN).unwrap_or(&[]))
-    {
+    if let Ok(h) = <&[u8; RESPONSE_HEADER_LEN]>::try_from(data.get(..RESPONSE_HEADER_LEN).unwrap_or(&[])) {
         if let Ok(r) = ResponseHeader::decode(h) {
             assert_eq!(ResponseHeader::decode(&r.encode()).unwrap(), r);
         }
@@ -63,24 +58,14 @@ mod fuzz_smoke {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let n = |k: u64| {
-                [0, 1, 4096, 1 << 20, u64::MAX, x.rotate_left(k as u32)][((x >> k) % 6) as usize]
-            };
+            let n = |k: u64| [0, 1, 4096, 1 << 20, u64::MAX, x.rotate_left(k as u32)][((x >> k) % 6) as usize];
             let body = format!(
                 r#"{{"descriptor":{{"generation":1,"replid":"r","offset":{},"block_size":{},"length":{},"published":{},"checksums":{:?},"rdb_version":null,"log_end":{},"state":"capturing","error":null}}}}"#,
-                n(1),
-                n(5),
-                n(9),
-                n(13),
-                vec![7u32; (i % 5) as usize],
-                n(17)
+                n(1), n(5), n(9), n(13), vec![7u32; (i % 5) as usize], n(17)
             );
             let mut d = (body.len() as u32).to_be_bytes().to_vec();
             d.extend_from_slice(body.as_bytes());
-            decoded += usize::from(matches!(
-                recv_control(&mut &d[..]),
-                Ok(Control::Descriptor(_))
-            ));
+            decoded += usize::from(matches!(recv_control(&mut &d[..]), Ok(Control::Descriptor(_))));
             fuzz_one(&d);
         }
         assert_eq!(decoded, 2000, "every framed descriptor reaches validation");

@@ -63,11 +63,7 @@ impl Op {
     ];
 
     fn byte(self) -> u8 {
-        Self::TABLE
-            .iter()
-            .find(|(o, _)| *o == self)
-            .map(|(_, b)| *b)
-            .unwrap_or(0)
+        Self::TABLE.iter().find(|(o, _)| *o == self).map(|(_, b)| *b).unwrap_or(0)
     }
 
     fn from_byte(b: u8) -> Option<Op> {
@@ -89,11 +85,7 @@ impl AttachKind {
     const TABLE: [(AttachKind, u32); 2] = [(AttachKind::Shm, 1), (AttachKind::Ucx, 2)];
 
     fn number(self) -> u32 {
-        Self::TABLE
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map(|(_, n)| *n)
-            .unwrap_or(0)
+        Self::TABLE.iter().find(|(k, _)| *k == self).map(|(_, n)| *n).unwrap_or(0)
     }
 
     fn from_number(n: u32) -> Option<AttachKind> {
@@ -221,33 +213,18 @@ pub enum Renewal {
 }
 
 impl Renewal {
-    const TABLE: [(Renewal, u8); 3] = [
-        (Renewal::FreshEnough, 0),
-        (Renewal::Sealed, 1),
-        (Renewal::Newer, 2),
-    ];
+    const TABLE: [(Renewal, u8); 3] = [(Renewal::FreshEnough, 0), (Renewal::Sealed, 1), (Renewal::Newer, 2)];
 
     /// Its byte on the wire.
     pub fn byte(self) -> u8 {
-        Self::TABLE
-            .iter()
-            .find(|(r, _)| *r == self)
-            .map(|(_, b)| *b)
-            .unwrap_or(u8::MAX)
+        Self::TABLE.iter().find(|(r, _)| *r == self).map(|(_, b)| *b).unwrap_or(u8::MAX)
     }
 
     /// From the answer's body (exactly one known byte).
     pub fn decode(body: &[u8]) -> Result<Renewal, Error> {
         match body {
-            [b] => Self::TABLE
-                .iter()
-                .find(|(_, x)| x == b)
-                .map(|(r, _)| *r)
-                .ok_or_else(|| Error::Protocol(format!("unknown renewal answer {b}"))),
-            _ => Err(Error::Protocol(format!(
-                "renewal answer of {} bytes, expected 1",
-                body.len()
-            ))),
+            [b] => Self::TABLE.iter().find(|(_, x)| x == b).map(|(r, _)| *r).ok_or_else(|| Error::Protocol(format!("unknown renewal answer {b}"))),
+            _ => Err(Error::Protocol(format!("renewal answer of {} bytes, expected 1", body.len()))),
         }
     }
 }
@@ -260,57 +237,20 @@ impl Request {
     /// The op, the generation and the two operands as the frame carries them.
     fn frame(&self) -> (Op, u64, u64, u32) {
         match *self {
-            Request::Range {
-                generation,
-                offset,
-                len,
-            } => (Op::Range, generation, offset, len),
-            Request::Log {
-                generation,
-                from,
-                max,
-            } => (Op::Log, generation, from, max),
-            Request::Attach {
-                generation,
-                transport,
-                arg,
-            } => (Op::Attach, generation, arg, transport.number()),
-            Request::Register {
-                generation,
-                port,
-                serves,
-                local,
-                advertise_len,
-            } => {
+            Request::Range { generation, offset, len } => (Op::Range, generation, offset, len),
+            Request::Log { generation, from, max } => (Op::Log, generation, from, max),
+            Request::Attach { generation, transport, arg } => (Op::Attach, generation, arg, transport.number()),
+            Request::Register { generation, port, serves, local, advertise_len } => {
                 let flags = if serves { SERVES_BIT } else { 0 } | if local { LOCAL_BIT } else { 0 };
-                (
-                    Op::Register,
-                    generation,
-                    u64::from(port) | flags,
-                    advertise_len,
-                )
+                (Op::Register, generation, u64::from(port) | flags, advertise_len)
             }
-            Request::Locate {
-                generation,
-                body_len,
-            } => (Op::Locate, generation, 0, body_len),
+            Request::Locate { generation, body_len } => (Op::Locate, generation, 0, body_len),
             Request::Have { generation, block } => (Op::Have, generation, block, 0),
             Request::Arriving { generation, block } => (Op::Arriving, generation, block, 0),
-            Request::NotAt {
-                generation,
-                block,
-                peer,
-            } => (Op::NotAt, generation, block, peer),
+            Request::NotAt { generation, block, peer } => (Op::NotAt, generation, block, peer),
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
-            Request::Renew {
-                generation,
-                min_offset,
-            } => (Op::Renew, generation, min_offset, 0),
-            Request::Load {
-                generation,
-                uploads,
-                arrived,
-            } => (Op::Load, generation, u64::from(arrived), uploads),
+            Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
+            Request::Load { generation, uploads, arrived } => (Op::Load, generation, u64::from(arrived), uploads),
         }
     }
 
@@ -340,79 +280,28 @@ impl Request {
             return Err(c.bad(&format!("{op:?} of {b} bytes exceeds {READ_MAX}")));
         }
         Ok(match op {
-            Op::Range => Request::Range {
-                generation,
-                offset: a,
-                len: b,
-            },
-            Op::Log => Request::Log {
-                generation,
-                from: a,
-                max: b,
-            },
+            Op::Range => Request::Range { generation, offset: a, len: b },
+            Op::Log => Request::Log { generation, from: a, max: b },
             Op::Attach => {
-                let transport = AttachKind::from_number(b)
-                    .ok_or_else(|| c.bad(&format!("attach for unknown transport {b}")))?;
-                Request::Attach {
-                    generation,
-                    transport,
-                    arg: a,
-                }
+                let transport = AttachKind::from_number(b).ok_or_else(|| c.bad(&format!("attach for unknown transport {b}")))?;
+                Request::Attach { generation, transport, arg: a }
             }
             Op::Register => {
                 if a >> 18 != 0 || b as usize > ADVERTISE_MAX {
                     return Err(c.bad("malformed swarm registration"));
                 }
-                Request::Register {
-                    generation,
-                    port: a as u16,
-                    serves: a & SERVES_BIT != 0,
-                    local: a & LOCAL_BIT != 0,
-                    advertise_len: b,
-                }
+                Request::Register { generation, port: a as u16, serves: a & SERVES_BIT != 0, local: a & LOCAL_BIT != 0, advertise_len: b }
             }
-            Op::Locate if b as usize > LOCATE_BODY_MAX => {
-                return Err(c.bad(&format!(
-                    "locate body of {b} bytes exceeds {LOCATE_BODY_MAX}"
-                )))
-            }
-            Op::Locate => Request::Locate {
-                generation,
-                body_len: b,
-            },
-            Op::Have => Request::Have {
-                generation,
-                block: a,
-            },
-            Op::Arriving => Request::Arriving {
-                generation,
-                block: a,
-            },
-            Op::NotAt => Request::NotAt {
-                generation,
-                block: a,
-                peer: b,
-            },
+            Op::Locate if b as usize > LOCATE_BODY_MAX => return Err(c.bad(&format!("locate body of {b} bytes exceeds {LOCATE_BODY_MAX}"))),
+            Op::Locate => Request::Locate { generation, body_len: b },
+            Op::Have => Request::Have { generation, block: a },
+            Op::Arriving => Request::Arriving { generation, block: a },
+            Op::NotAt => Request::NotAt { generation, block: a, peer: b },
             Op::Needed => Request::Needed { generation },
-            Op::Renew => Request::Renew {
-                generation,
-                min_offset: a,
-            },
-            Op::Load if b > UPLOADS_REPORTED_MAX => {
-                return Err(c.bad(&format!(
-                    "load report of {b} uploads exceeds {UPLOADS_REPORTED_MAX}"
-                )))
-            }
-            Op::Load if a > u64::from(UPLOADS_REPORTED_MAX) => {
-                return Err(c.bad(&format!(
-                    "load report of {a} arrivals exceeds {UPLOADS_REPORTED_MAX}"
-                )))
-            }
-            Op::Load => Request::Load {
-                generation,
-                uploads: b,
-                arrived: a as u32,
-            },
+            Op::Renew => Request::Renew { generation, min_offset: a },
+            Op::Load if b > UPLOADS_REPORTED_MAX => return Err(c.bad(&format!("load report of {b} uploads exceeds {UPLOADS_REPORTED_MAX}"))),
+            Op::Load if a > u64::from(UPLOADS_REPORTED_MAX) => return Err(c.bad(&format!("load report of {a} arrivals exceeds {UPLOADS_REPORTED_MAX}"))),
+            Op::Load => Request::Load { generation, uploads: b, arrived: a as u32 },
         })
     }
 
@@ -438,10 +327,7 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Option<Request>, Error> {
     match r.read_exact(&mut req) {
         Ok(()) => Request::decode(&req).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(source) => Err(Error::Io {
-            op: Operation::ReadDataRequest,
-            source,
-        }),
+        Err(source) => Err(Error::Io { op: Operation::ReadDataRequest, source }),
     }
 }
 
@@ -460,149 +346,49 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_are_bounded() {
-        let r = Request::Range {
-            generation: 3,
-            offset: 1 << 40,
-            len: 4 << 20,
-        };
+        let r = Request::Range { generation: 3, offset: 1 << 40, len: 4 << 20 };
         assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         let mut big = r.encode();
         big[17..21].copy_from_slice(&(READ_MAX + 1).to_be_bytes());
         assert!(Request::decode(&big).is_err());
         for r in [
-            Request::Log {
-                generation: 2,
-                from: 99,
-                max: 4096,
-            },
-            Request::Attach {
-                generation: 1,
-                transport: AttachKind::Shm,
-                arg: 0,
-            },
-            Request::Attach {
-                generation: 1,
-                transport: AttachKind::Ucx,
-                arg: 3,
-            },
-            Request::Register {
-                generation: 1,
-                port: 7401,
-                serves: true,
-                local: false,
-                advertise_len: 12,
-            },
-            Request::Register {
-                generation: 1,
-                port: 0,
-                serves: false,
-                local: true,
-                advertise_len: 0,
-            },
-            Request::Locate {
-                generation: 1,
-                body_len: 40,
-            },
-            Request::Have {
-                generation: 1,
-                block: 9,
-            },
-            Request::Arriving {
-                generation: 1,
-                block: 9,
-            },
-            Request::NotAt {
-                generation: 1,
-                block: ALL_BLOCKS,
-                peer: 4,
-            },
+            Request::Log { generation: 2, from: 99, max: 4096 },
+            Request::Attach { generation: 1, transport: AttachKind::Shm, arg: 0 },
+            Request::Attach { generation: 1, transport: AttachKind::Ucx, arg: 3 },
+            Request::Register { generation: 1, port: 7401, serves: true, local: false, advertise_len: 12 },
+            Request::Register { generation: 1, port: 0, serves: false, local: true, advertise_len: 0 },
+            Request::Locate { generation: 1, body_len: 40 },
+            Request::Have { generation: 1, block: 9 },
+            Request::Arriving { generation: 1, block: 9 },
+            Request::NotAt { generation: 1, block: ALL_BLOCKS, peer: 4 },
             Request::Needed { generation: 1 },
-            Request::Renew {
-                generation: 4,
-                min_offset: 1 << 33,
-            },
-            Request::Load {
-                generation: 1,
-                uploads: 2,
-                arrived: 3,
-            },
+            Request::Renew { generation: 4, min_offset: 1 << 33 },
+            Request::Load { generation: 1, uploads: 2, arrived: 3 },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
-        let mut long = Request::Register {
-            generation: 1,
-            port: 1,
-            serves: true,
-            local: true,
-            advertise_len: 0,
-        }
-        .encode();
+        let mut long = Request::Register { generation: 1, port: 1, serves: true, local: true, advertise_len: 0 }.encode();
         long[17..21].copy_from_slice(&(ADVERTISE_MAX as u32 + 1).to_be_bytes());
-        assert!(
-            Request::decode(&long).is_err(),
-            "advertised address too long"
-        );
-        let mut flags = Request::Register {
-            generation: 1,
-            port: 1,
-            serves: true,
-            local: true,
-            advertise_len: 0,
-        }
-        .encode();
+        assert!(Request::decode(&long).is_err(), "advertised address too long");
+        let mut flags = Request::Register { generation: 1, port: 1, serves: true, local: true, advertise_len: 0 }.encode();
         flags[14] = 4;
-        assert!(
-            Request::decode(&flags).is_err(),
-            "unknown registration flag"
-        );
-        let mut load = Request::Load {
-            generation: 1,
-            uploads: 0,
-            arrived: 0,
-        }
-        .encode();
+        assert!(Request::decode(&flags).is_err(), "unknown registration flag");
+        let mut load = Request::Load { generation: 1, uploads: 0, arrived: 0 }.encode();
         load[17..21].copy_from_slice(&(UPLOADS_REPORTED_MAX + 1).to_be_bytes());
-        assert!(
-            Request::decode(&load).is_err(),
-            "more uploads than any agent serves"
-        );
-        let mut arrivals = Request::Load {
-            generation: 1,
-            uploads: 0,
-            arrived: 0,
-        }
-        .encode();
+        assert!(Request::decode(&load).is_err(), "more uploads than any agent serves");
+        let mut arrivals = Request::Load { generation: 1, uploads: 0, arrived: 0 }.encode();
         arrivals[9..17].copy_from_slice(&(u64::from(UPLOADS_REPORTED_MAX) + 1).to_be_bytes());
-        assert!(
-            Request::decode(&arrivals).is_err(),
-            "more arrivals than reported uploads could be"
-        );
-        let mut locate = Request::Locate {
-            generation: 1,
-            body_len: 0,
-        }
-        .encode();
+        assert!(Request::decode(&arrivals).is_err(), "more arrivals than reported uploads could be");
+        let mut locate = Request::Locate { generation: 1, body_len: 0 }.encode();
         locate[17..21].copy_from_slice(&(LOCATE_BODY_MAX as u32 + 1).to_be_bytes());
         assert!(Request::decode(&locate).is_err(), "locate body too long");
-        let mut attach = Request::Attach {
-            generation: 1,
-            transport: AttachKind::Shm,
-            arg: 0,
-        }
-        .encode();
+        let mut attach = Request::Attach { generation: 1, transport: AttachKind::Shm, arg: 0 }.encode();
         attach[20] = 3;
-        assert!(
-            Request::decode(&attach).is_err(),
-            "unknown attach transport"
-        );
+        assert!(Request::decode(&attach).is_err(), "unknown attach transport");
         for r in [Renewal::FreshEnough, Renewal::Sealed, Renewal::Newer] {
             assert_eq!(Renewal::decode(&[r.byte()]).unwrap(), r);
         }
-        assert!(
-            Renewal::decode(&[7]).is_err()
-                && Renewal::decode(&[]).is_err()
-                && Renewal::decode(&[0, 0]).is_err()
-        );
+        assert!(Renewal::decode(&[7]).is_err() && Renewal::decode(&[]).is_err() && Renewal::decode(&[0, 0]).is_err());
         let mut bad = r.encode();
         bad[0] = 10;
         assert!(Request::decode(&bad).is_err());

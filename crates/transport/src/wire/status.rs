@@ -225,16 +225,11 @@ mod tests {
         };
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Status(Box::new(st.clone()))).unwrap();
-        let Control::Status(got) = recv_control(&mut &buf[..]).unwrap() else {
-            panic!("not a status")
-        };
+        let Control::Status(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a status") };
         assert_eq!(*got, st);
         let json = serde_json::to_value(&st).unwrap();
         assert_eq!(json["served_bytes_total"]["tcp"], 3);
-        assert_eq!(
-            (json["schema_version"].as_u64(), json["ok"].as_bool()),
-            (Some(1), Some(true))
-        );
+        assert_eq!((json["schema_version"].as_u64(), json["ok"].as_bool()), (Some(1), Some(true)));
         assert_eq!(json["generations"][0]["state"], "complete");
     }
 }

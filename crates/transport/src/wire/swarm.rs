@@ -121,14 +121,7 @@ impl Locate {
         }
         let open = (0..k).map(|_| c.u32()).collect::<Result<_, _>>()?;
         c.end()?;
-        Ok(Locate {
-            relay_slots,
-            peer_slots,
-            blocks,
-            window_end,
-            flows_free,
-            open,
-        })
+        Ok(Locate { relay_slots, peer_slots, blocks, window_end, flows_free, open })
     }
 }
 
@@ -144,11 +137,7 @@ pub fn encode_located(answers: &[Located]) -> Vec<u8> {
             Where::Relay => v.push(0),
             Where::Peers(ps) => {
                 v.push(1);
-                let ps: Vec<&Peer> = ps
-                    .iter()
-                    .filter(|p| !p.addr.is_empty() && p.addr.len() <= ADVERTISE_MAX)
-                    .take(PEERS_PER_BLOCK_MAX)
-                    .collect();
+                let ps: Vec<&Peer> = ps.iter().filter(|p| !p.addr.is_empty() && p.addr.len() <= ADVERTISE_MAX).take(PEERS_PER_BLOCK_MAX).collect();
                 v.push(ps.len() as u8);
                 for p in ps {
                     v.extend_from_slice(&p.id.to_be_bytes());
@@ -182,10 +171,7 @@ pub fn decode_located(b: &[u8]) -> Result<Vec<Located>, Error> {
                 for _ in 0..k {
                     let id = c.u32()?;
                     let len = c.u8()? as usize;
-                    ps.push(Peer {
-                        id,
-                        addr: check_addr(c.take(len)?)?,
-                    });
+                    ps.push(Peer { id, addr: check_addr(c.take(len)?)? });
                 }
                 Where::Peers(ps)
             }
@@ -198,8 +184,7 @@ pub fn decode_located(b: &[u8]) -> Result<Vec<Located>, Error> {
 }
 
 /// Largest locate answer: every block answered with the most peers, each with the longest address.
-pub const LOCATE_ANSWER_MAX: usize =
-    2 + LOCATE_BLOCKS_MAX * (9 + 1 + PEERS_PER_BLOCK_MAX * (5 + ADVERTISE_MAX));
+pub const LOCATE_ANSWER_MAX: usize = 2 + LOCATE_BLOCKS_MAX * (9 + 1 + PEERS_PER_BLOCK_MAX * (5 + ADVERTISE_MAX));
 
 /// Fuzz entry point: decoding arbitrary tracker messages never panics, and what decodes re-encodes
 /// to the same value.
@@ -220,33 +205,15 @@ mod tests {
 
     #[test]
     fn locate_round_trips_and_is_bounded() {
-        let l = Locate {
-            relay_slots: 2,
-            peer_slots: 1,
-            blocks: vec![3, 1, 9],
-            window_end: 2,
-            flows_free: 1,
-            open: vec![7],
-        };
+        let l = Locate { relay_slots: 2, peer_slots: 1, blocks: vec![3, 1, 9], window_end: 2, flows_free: 1, open: vec![7] };
         assert_eq!(Locate::decode(&l.encode()).unwrap(), l);
         let mut big = vec![0, 0];
         big.extend_from_slice(&(LOCATE_BLOCKS_MAX as u16 + 1).to_be_bytes());
         assert!(Locate::decode(&big).is_err());
         assert!(Locate::decode(&l.encode()[..10]).is_err(), "truncated");
-        let without_peers = Locate {
-            open: Vec::new(),
-            ..l.clone()
-        }
-        .encode();
-        assert!(
-            Locate::decode(&without_peers[..without_peers.len() - 2]).is_err(),
-            "the peer fields are not optional"
-        );
-        let mut many = Locate {
-            open: Vec::new(),
-            ..l
-        }
-        .encode();
+        let without_peers = Locate { open: Vec::new(), ..l.clone() }.encode();
+        assert!(Locate::decode(&without_peers[..without_peers.len() - 2]).is_err(), "the peer fields are not optional");
+        let mut many = Locate { open: Vec::new(), ..l }.encode();
         *many.last_mut().unwrap() = OPEN_PEERS_MAX as u8 + 1;
         many.extend(std::iter::repeat_n(0u8, 4 * (OPEN_PEERS_MAX + 1)));
         assert!(Locate::decode(&many).is_err(), "too many open peers");
@@ -255,43 +222,16 @@ mod tests {
     #[test]
     fn answers_round_trip_and_addresses_are_checked() {
         let a = vec![
-            Located {
-                block: 4,
-                at: Where::Relay,
-            },
-            Located {
-                block: 5,
-                at: Where::Peers(vec![
-                    Peer {
-                        id: 2,
-                        addr: "10.0.0.2:7401".into(),
-                    },
-                    Peer {
-                        id: 7,
-                        addr: "h:1".into(),
-                    },
-                ]),
-            },
+            Located { block: 4, at: Where::Relay },
+            Located { block: 5, at: Where::Peers(vec![Peer { id: 2, addr: "10.0.0.2:7401".into() }, Peer { id: 7, addr: "h:1".into() }]) },
         ];
         assert_eq!(decode_located(&encode_located(&a)).unwrap(), a);
-        let mut evil = encode_located(&[Located {
-            block: 1,
-            at: Where::Peers(vec![Peer {
-                id: 1,
-                addr: "a b".into(),
-            }]),
-        }]);
+        let mut evil = encode_located(&[Located { block: 1, at: Where::Peers(vec![Peer { id: 1, addr: "a b".into() }]) }]);
         assert!(decode_located(&evil).is_err(), "a space in an address");
         evil.truncate(5);
         assert!(decode_located(&evil).is_err());
-        assert!(
-            decode_located(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 9]).is_err(),
-            "unknown kind"
-        );
-        assert!(
-            decode_located(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0]).is_err(),
-            "no peers"
-        );
+        assert!(decode_located(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 9]).is_err(), "unknown kind");
+        assert!(decode_located(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0]).is_err(), "no peers");
     }
 
     #[test]

@@ -18,8 +18,7 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// Every transport.
-    pub const ALL: [TransportKind; 3] =
-        [TransportKind::Tcp, TransportKind::Shm, TransportKind::Ucx];
+    pub const ALL: [TransportKind; 3] = [TransportKind::Tcp, TransportKind::Shm, TransportKind::Ucx];
 
     /// The name users type and reports show.
     pub fn name(self) -> &'static str {
@@ -45,10 +44,7 @@ mod tests {
     fn json_display_and_name_agree() {
         for k in TransportKind::ALL {
             assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{k}\""));
-            assert_eq!(
-                serde_json::from_str::<TransportKind>(&format!("\"{}\"", k.name())).unwrap(),
-                k
-            );
+            assert_eq!(serde_json::from_str::<TransportKind>(&format!("\"{}\"", k.name())).unwrap(), k);
         }
         assert!(serde_json::from_str::<TransportKind>("\"rdma\"").is_err());
     }

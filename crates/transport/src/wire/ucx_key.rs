@@ -53,11 +53,6 @@ impl UcxKey {
         if len == 0 || len > UCX_SEGMENT || base.checked_add(len).is_none() {
             return Err(c.bad("segment bounds"));
         }
-        Ok(UcxKey {
-            worker,
-            base,
-            len,
-            rkey,
-        })
+        Ok(UcxKey { worker, base, len, rkey })
     }
 }
