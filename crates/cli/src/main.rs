@@ -194,9 +194,7 @@ impl RelayTlsArgs {
 
     /// Like `credentials`, serving peers over TLS with `peer` (certificate, key) when given.
     fn credentials_serving(&self, token: transport::Token, peer: Option<(&PathBuf, &PathBuf)>) -> Result<transport::Credentials> {
-        let Some(ca) = &self.relay_cacert else {
-            return Ok(token.into());
-        };
+        let Some(ca) = &self.relay_cacert else { return Ok(token.into()) };
         let mut t = transport::tls::RelayTls::load(ca, self.relay_server_name.clone()).map_err(anyhow::Error::msg).context("load --relay-cacert")?;
         if let Some((c, k)) = peer {
             t = t.serving_peers(c, k).map_err(anyhow::Error::msg).context("load --peer-tls-cert")?;
@@ -256,9 +254,7 @@ struct SentinelArgs {
 
 impl SentinelArgs {
     fn sentinels(&self, tls: Option<&client::tls::Tls>) -> Result<Option<client::sentinel::Sentinels>> {
-        let Some(list) = &self.sentinel else {
-            return Ok(None);
-        };
+        let Some(list) = &self.sentinel else { return Ok(None) };
         let auth = secrets::auth(self.sentinel_user.as_deref(), self.sentinel_password_file.as_deref(), "FASTREPL_SENTINEL_PASSWORD")?;
         let mut s = client::sentinel::Sentinels::new(list, self.master_name.as_deref().unwrap_or(""), auth).map_err(anyhow::Error::msg)?;
         s.tls = tls.cloned();
@@ -757,9 +753,7 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
                 Stage::Unreadable { error } => format!("the RDB there cannot be read ({error})"),
                 Stage::NoHistory => "the RDB there names no replication history".to_string(),
                 Stage::OtherHistory { replid } => format!("the RDB there continues another history ({replid}) than master {master}'s"),
-                Stage::Stale { offset, why } => {
-                    format!("the RDB there (offset {offset}) is too old: {why}")
-                }
+                Stage::Stale { offset, why } => format!("the RDB there (offset {offset}) is too old: {why}"),
             };
             outln!("staging: {why}");
         }

@@ -34,7 +34,9 @@ fn generation_files(store: &Path) -> Vec<String> {
 fn joins_over_every_transport_are_served_from_the_store() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_every_type(&mut master.client(), 2, true);
-    data::fill_big_values(&mut master.client(), 200, 16 << 10);
+    // 96 MiB: a snapshot larger than the relay's memory bound, so a relay holding it in memory fails
+    // the bound's assertion below.
+    data::fill_big_values(&mut master.client(), 96, 1 << 20);
     let store = tempfile::tempdir().unwrap();
     let relay = stored_relay(&master.addr(), store.path(), &["--block-size", "65536"]);
     wait_relay_generation(&relay.addr);
@@ -44,6 +46,8 @@ fn joins_over_every_transport_are_served_from_the_store() {
     assert!(st["store_bytes"].as_u64().unwrap() >= st["held_bytes"].as_u64().unwrap(), "{st}");
     let bound = st["memory_bound_bytes"].as_u64().expect("a bound with a store");
     let held = st["memory_unreclaimable_bytes"].as_u64().unwrap();
+    let snapshot = st["held_bytes"].as_u64().unwrap();
+    assert!(snapshot > bound, "the test's snapshot ({snapshot}) must outgrow the bound ({bound}) to tell memory from store");
     assert!(held > 0 && held < bound, "unreclaimable {held} under the bound {bound}: {st}");
     // Writes after the snapshot land in the store's log and reach every replica.
     for (i, t) in ["tcp", "shm", "ucx"].iter().enumerate() {

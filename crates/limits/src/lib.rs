@@ -25,7 +25,8 @@ pub const SNAPSHOT_BYTES_DEFAULT: u64 = 64 << 30;
 /// Default `--log-max-bytes`: in memory, what a relay host spares besides the snapshot.
 pub const LOG_BYTES_DEFAULT: u64 = 256 << 20;
 /// With `--store`, the part of the relay's memory bound that is neither per connection nor per block:
-/// its threads, allocator, log queue, TLS configurations (measured: ~20 MiB idle).
+/// its threads, allocator, log queue, TLS configurations (docs/results/issue44-first: 7–8 MiB
+/// resident after a 3 GiB join; the rest is head room, not a measurement).
 pub const RELAY_MEMORY_BASE_BYTES: u64 = 64 << 20;
 /// With `--store`, the most one open connection holds: a log read's answer (the relay answers at most
 /// [`LOG_CHUNK_BYTES`]), a TLS connection's copy buffer (1 MiB), its thread's stack and buffers.
@@ -36,9 +37,8 @@ pub const RELAY_MEMORY_PER_BLOCK_BYTES: u64 = 64;
 /// Default `--log-max-bytes` with `--store`: a disk budget. It must outlast the longest pull under
 /// heavy writes, or the generation seals before the agent hands off and the master cannot continue
 /// it: 4 GiB holds 8 MB/s of writes for about 9 minutes, a 100 GB snapshot's pull at 1.5 Gbit/s
-/// (X-Pipe's keeper keeps about 1 GiB of commands per shard, for a cross-DC stream, not a pull). A
-/// warm join replays the whole log, so it is no longer than the replay a fresh capture beats; see
-/// docs/operations.md.
+/// (X-Pipe's keeper keeps about 1 GiB of commands per shard, for a cross-DC stream, not a pull). Not
+/// yet measured: where replaying a log this long costs a warm join more than a fresh capture would.
 pub const LOG_BYTES_STORE_DEFAULT: u64 = 4 << 30;
 /// Segment of a region registered with UCX at once (an EOF-framed snapshot is mostly unwritten:
 /// registering it whole would pin its whole capacity under verbs).

@@ -21,24 +21,22 @@ pub(crate) fn load(shared: &Arc<Shared>, path: &Path) -> Result<(), Error> {
     shared.publish(gen.clone());
     crate::events::rdb_started(gen.id());
     let t0 = std::time::Instant::now();
+    // The generation fails with the load: agents waiting on it are told.
+    let fail = |why: String| {
+        shared.rdb_failed(gen.id(), why.clone());
+        Error::Config(format!("load {}: {why}", path.display()))
+    };
     let mut done = 0u64;
     while done < len {
         let spare = writer.spare((len - done).min(limits::RDB_READ_BYTES_MAX));
         let n = f.read(spare).map_err(|e| Error::Config(format!("read {}: {e}", path.display())))?;
         if n == 0 {
-            shared.rdb_failed(gen.id(), "the file shrank while being read".into());
-            return Err(Error::Config(format!("{} shrank while being read", path.display())));
+            return Err(fail("the file shrank while being read".into()));
         }
-        if let Err(e) = writer.commit(n) {
-            shared.rdb_failed(gen.id(), e.to_string());
-            return Err(Error::Config(format!("load {}: {e}", path.display())));
-        }
+        writer.commit(n).map_err(|e| fail(e.to_string()))?;
         done += n as u64;
     }
-    if let Err(e) = writer.finish(len) {
-        shared.rdb_failed(gen.id(), e.to_string());
-        return Err(Error::Config(format!("load {}: {e}", path.display())));
-    }
+    writer.finish(len).map_err(|e| fail(e.to_string()))?;
     shared.rdb_complete(gen.id());
     crate::events::published(gen.id(), len);
     tracing::info!(file = %path.display(), bytes = len, secs = t0.elapsed().as_secs_f64(), "file loaded; serving it as generation 1");

@@ -480,15 +480,11 @@ impl Generations {
     /// is sealed (if still complete) and released, so its memory is freed once any reader is gone.
     /// Never one whose RDB is still arriving.
     pub(crate) fn idle_tick(&mut self, now: Instant) -> Vec<Action> {
-        let Some(idle) = self.idle_release else {
-            return Vec::new();
-        };
+        let Some(idle) = self.idle_release else { return Vec::new() };
         if self.connections > 0 || now.saturating_duration_since(self.last_active) < idle {
             return Vec::new();
         }
-        let Some((id, phase)) = self.current else {
-            return Vec::new();
-        };
+        let Some((id, phase)) = self.current else { return Vec::new() };
         if phase == Phase::Capturing {
             return Vec::new();
         }

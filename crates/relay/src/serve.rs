@@ -403,9 +403,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
     let mut cached: Option<Arc<Generation>> = None;
     let mut member: Option<Membership<'_>> = None;
     loop {
-        let Some(req) = wire::read_request(&mut s)? else {
-            return Ok(());
-        };
+        let Some(req) = wire::read_request(&mut s)? else { return Ok(()) };
         // Requests with a body: read it whole (bounded by the decode) before anything else.
         let mut body = vec![0u8; req.body_len() as usize];
         s.read_exact(&mut body).map_err(Error::io(transport::Operation::ReadRequestBody))?;
@@ -420,7 +418,9 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
-            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?,
+            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => {
+                reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
+            }
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)).and_then(|()| gen.check_stored(offset, u64::from(len))) {
                 Err(e @ snapshot::Error::Store(_)) => {
                     shared.store_failed(id, e.to_string());

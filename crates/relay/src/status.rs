@@ -10,8 +10,9 @@ use admission::Refusal;
 pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
     let s = &shared.stats;
     let current = shared.current_id();
-    let mut generations: Vec<GenerationStatus> = shared
-        .held()
+    // One look at the generations held, for their lines and the memory and disk they take.
+    let held = shared.held();
+    let mut generations: Vec<GenerationStatus> = held
         .iter()
         .map(|g| {
             let (d, _) = g.descriptor(usize::MAX);
@@ -76,10 +77,10 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         ]
         .into(),
         resident_memory_bytes: rss_bytes(),
-        memory_unreclaimable_bytes: anonymous_bytes() + shared.held().iter().map(|g| g.memory_bytes()).sum::<u64>(),
-        memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared)),
+        memory_unreclaimable_bytes: anonymous_bytes() + held.iter().map(|g| g.region().memory_bytes()).sum::<u64>(),
+        memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared, held.iter().map(|g| g.blocks().0).sum())),
         store: shared.store.as_ref().map(|s| s.dir().display().to_string()),
-        store_bytes: shared.held().iter().map(|g| g.store_bytes()).sum(),
+        store_bytes: held.iter().map(|g| g.store_bytes()).sum(),
         store_faults_total: get(&s.store_faults),
     }
 }
@@ -88,8 +89,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
 /// queues), the capture's one block, each open connection's most (a log read's answer, a TLS copy
 /// buffer, its thread), and a few bytes per block held (checksums, the swarm's bits). None of it is
 /// a snapshot's or a log's bytes: those are on the store's files, in the page cache.
-fn memory_bound(shared: &Shared) -> u64 {
-    let blocks: u64 = shared.held().iter().map(|g| g.blocks().0).sum();
+fn memory_bound(shared: &Shared, blocks: u64) -> u64 {
     limits::RELAY_MEMORY_BASE_BYTES + shared.config.snapshot.block_size + shared.connections() as u64 * limits::RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * limits::RELAY_MEMORY_PER_BLOCK_BYTES
 }
 

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::log::StreamLog;
 use crate::region::Region;
 use crate::state::State;
-use crate::store::{write_back, Store, StoreError, StoreFile};
+use crate::store::{write_back, Store, StoreFile};
 use replication::ReplId;
 use std::os::unix::fs::FileExt;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -65,12 +65,11 @@ impl Generation {
                 (region, StreamLog::new(offset), Sink::Mapped(map))
             }
             Some(store) => {
-                let (file, path) = store.create(id, StoreFile::Snapshot)?;
-                let region = Region::in_file(file, path.clone(), capacity).map_err(|source| StoreError::Io { op: "size the snapshot file", path, source })?;
-                let (log_file, log_path) = store.create(id, StoreFile::Log)?;
+                let region = Region::in_file(store.create(id, StoreFile::Snapshot)?, capacity)?;
+                let log = StreamLog::in_file(offset, store.create(id, StoreFile::Log)?);
                 // One block and the held-back mark: the most the writer holds before it writes.
                 let buf = vec![0u8; (config.block_size + holdback) as usize];
-                (region, StreamLog::in_file(offset, log_file, log_path), Sink::Buffered { buf, used: 0 })
+                (region, log, Sink::Buffered { buf, used: 0 })
             }
         };
         let gen = std::sync::Arc::new(Generation {
@@ -80,7 +79,16 @@ impl Generation {
             config,
             region,
             created: Instant::now(),
-            inner: Mutex::new(Inner { published: 0, checksums: Vec::new(), length, rdb_version: None, state: State::Capturing, error: None, log, version: 0 }),
+            inner: Mutex::new(Inner {
+                published: 0,
+                checksums: Vec::new(),
+                length,
+                rdb_version: None,
+                state: State::Capturing,
+                error: None,
+                log,
+                version: 0,
+            }),
             changed: Condvar::new(),
         });
         let writer = Writer { gen: gen.clone(), sink, written: 0, holdback, capacity, published: 0, head: [0; 9] };
@@ -169,13 +177,12 @@ impl Generation {
     /// a file truncated under the relay is a store fault naming the file, never a short answer.
     /// Always fine in memory (a sealed memfd cannot shrink).
     pub fn check_stored(&self, offset: u64, len: u64) -> Result<(), Error> {
-        let Some(path) = self.region.path() else {
-            return Ok(());
-        };
-        let io = |source| Error::Store(StoreError::Io { op: "read a snapshot block from", path: path.to_path_buf(), source });
-        let have = self.region.file().metadata().map_err(io)?.len();
+        let Some(stored) = self.region.stored() else { return Ok(()) };
+        let op = "read a snapshot block from";
+        let have = stored.file.metadata().map_err(|e| stored.error(op, e))?.len();
         if offset.saturating_add(len) > have {
-            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("the file holds {have} bytes, {} published: truncated under the relay", offset + len))));
+            let short = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("the file holds {have} bytes, {} published: truncated under the relay", offset + len));
+            return Err(stored.error(op, short).into());
         }
         Ok(())
     }
@@ -229,25 +236,10 @@ impl Generation {
         self.created.elapsed()
     }
 
-    /// Bytes of memory the kernel cannot take back that this generation's region holds: a memfd's
-    /// allocated pages (shmem, mapped or not); 0 for a store's file (page cache, reclaimable).
-    pub fn memory_bytes(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        if self.region.path().is_some() {
-            return 0;
-        }
-        self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0)
-    }
-
     /// Bytes this generation's files take on the store's disk (allocated, so a sparse snapshot file
     /// counts what was written); 0 in memory.
     pub fn store_bytes(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        if self.region.path().is_none() {
-            return 0;
-        }
-        let rdb = self.region.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0);
-        rdb + self.lock().log.store_bytes()
+        self.region.store_bytes() + self.lock().log.store_bytes()
     }
 
     /// Bytes the log holds (in memory, or in its store file).
@@ -348,7 +340,8 @@ impl Writer {
             let k = (self.head.len() - from as usize).min(n);
             self.head[from as usize..from as usize + k].copy_from_slice(&just[..k]);
         }
-        let version = (self.written >= self.head.len() as u64).then(|| replication::rdb::version(&self.head)).flatten();
+        // Read once, by the commit that completes the header.
+        let version = (from < self.head.len() as u64 && self.written >= self.head.len() as u64).then(|| replication::rdb::version(&self.head)).flatten();
         let publishable = self.written.saturating_sub(self.holdback);
         // Checksummed (and with a store written) outside the lock: readers take it at every request,
         // and only this writer moves the watermark.
@@ -378,9 +371,13 @@ impl Writer {
 
     /// Move the generation's watermark to this writer's, with the checksums of the blocks between.
     fn publish(&self, crcs: Vec<u32>, version: Option<u32>) {
+        if crcs.is_empty() && version.is_none() {
+            // Nothing for readers: no lock taken on most reads from the socket.
+            return;
+        }
         let bs = self.gen.config.block_size;
         let mut inner = self.gen.lock();
-        if inner.rdb_version.is_none() && version.is_some() {
+        if version.is_some() {
             inner.rdb_version = version;
         }
         if crcs.is_empty() {
@@ -430,11 +427,10 @@ impl Writer {
 /// Write one block of a store's generation at `offset`, and keep the dirty pages the capture leaves
 /// within about two blocks ([`write_back`]).
 fn write_block(gen: &Generation, bytes: &[u8], offset: u64) -> Result<(), Error> {
-    let file = gen.region.file();
-    let path = || gen.region.path().map(|p| p.to_path_buf()).unwrap_or_default();
-    file.write_all_at(bytes, offset).map_err(|source| StoreError::Io { op: "write a snapshot block to", path: path(), source })?;
+    let stored = gen.region.stored().expect("a buffered writer writes a store's file");
+    stored.file.write_all_at(bytes, offset).map_err(|e| stored.error("write a snapshot block to", e))?;
     let bs = gen.config.block_size;
-    write_back(file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|source| StoreError::Io { op: "write back the snapshot to", path: path(), source })?;
+    write_back(&stored.file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|e| stored.error("write back the snapshot to", e))?;
     Ok(())
 }
 

@@ -2,21 +2,20 @@
 //! a store in a file of it, appended to and read back with `pread`.
 
 use crate::error::Error;
-use crate::store::{write_back, StoreError};
-use std::fs::File;
+use crate::store::{allocated_bytes, write_back, StoredFile};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 
 /// Bytes appended between two write-backs of a store's log: the dirty pages the log leaves stay
 /// within about twice this.
 const WRITE_BACK_BYTES: u64 = 8 << 20;
 
 /// Where the log's bytes are.
+#[derive(Debug)]
 enum Backing {
     Memory(Vec<u8>),
     File {
-        file: File,
-        path: PathBuf,
+        /// Removed from the store with the log.
+        stored: StoredFile,
         /// Where the last write-back started (everything before it is on disk once the next starts).
         kicked: u64,
         /// Where the one before it started.
@@ -25,6 +24,7 @@ enum Backing {
 }
 
 /// Stream bytes from `start + 1` on.
+#[derive(Debug)]
 pub struct StreamLog {
     /// Offset of the byte before the first one held (the snapshot offset).
     start: u64,
@@ -35,34 +35,15 @@ pub struct StreamLog {
     complete_end: u64,
 }
 
-impl std::fmt::Debug for StreamLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = match &self.backing {
-            Backing::Memory(_) => None,
-            Backing::File { path, .. } => Some(path),
-        };
-        f.debug_struct("StreamLog").field("start", &self.start).field("len", &self.len).field("complete_end", &self.complete_end).field("file", &path).finish()
-    }
-}
-
-impl Drop for StreamLog {
-    fn drop(&mut self) {
-        if let Backing::File { path, .. } = &self.backing {
-            // Already gone is fine: the bytes leave the disk with the descriptor.
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 impl StreamLog {
     /// An empty log in memory after offset `start`.
     pub fn new(start: u64) -> Self {
         StreamLog { start, len: 0, backing: Backing::Memory(Vec::new()), complete_end: start }
     }
 
-    /// An empty log after offset `start` in a store's (new, empty) `file` at `path`.
-    pub(crate) fn in_file(start: u64, file: File, path: PathBuf) -> Self {
-        StreamLog { start, len: 0, backing: Backing::File { file, path, kicked: 0, waited: 0 }, complete_end: start }
+    /// An empty log after offset `start` in a store's (new, empty) file.
+    pub(crate) fn in_file(start: u64, stored: StoredFile) -> Self {
+        StreamLog { start, len: 0, backing: Backing::File { stored, kicked: 0, waited: 0 }, complete_end: start }
     }
 
     /// Bytes held.
@@ -72,10 +53,9 @@ impl StreamLog {
 
     /// Bytes the log's store file takes on disk (allocated); 0 in memory.
     pub fn store_bytes(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
         match &self.backing {
             Backing::Memory(_) => 0,
-            Backing::File { file, .. } => file.metadata().map(|m| m.blocks() * 512).unwrap_or(0),
+            Backing::File { stored, .. } => allocated_bytes(&stored.file),
         }
     }
 
@@ -97,12 +77,11 @@ impl StreamLog {
         assert!(complete_end <= self.start + self.len + bytes.len() as u64, "complete end beyond the log");
         match &mut self.backing {
             Backing::Memory(v) => v.extend_from_slice(bytes),
-            Backing::File { file, path, kicked, waited } => {
-                let io = |op: &'static str, source| Error::Store(StoreError::Io { op, path: path.clone(), source });
-                file.write_all_at(bytes, self.len).map_err(|e| io("write the stream log to", e))?;
+            Backing::File { stored, kicked, waited } => {
+                stored.file.write_all_at(bytes, self.len).map_err(|e| stored.error("write the stream log to", e))?;
                 let end = self.len + bytes.len() as u64;
                 if end - *kicked >= WRITE_BACK_BYTES {
-                    write_back(file, *waited, *kicked, end - *kicked).map_err(|e| io("write back the stream log", e))?;
+                    write_back(&stored.file, *waited, *kicked, end - *kicked).map_err(|e| stored.error("write back the stream log", e))?;
                     *waited = *kicked;
                     *kicked = end;
                 }
@@ -123,10 +102,10 @@ impl StreamLog {
         let end = (self.complete_end - self.start).min(i.saturating_add(max as u64));
         match &self.backing {
             Backing::Memory(v) => Ok(v[i as usize..end as usize].to_vec()),
-            Backing::File { file, path, .. } => {
+            Backing::File { stored, .. } => {
                 let mut out = vec![0u8; (end - i) as usize];
                 // A short read (the file truncated under the relay) is an error, never fewer bytes.
-                file.read_exact_at(&mut out, i).map_err(|source| Error::Store(StoreError::Io { op: "read the stream log from", path: path.clone(), source }))?;
+                stored.file.read_exact_at(&mut out, i).map_err(|e| stored.error("read the stream log from", e))?;
                 Ok(out)
             }
         }

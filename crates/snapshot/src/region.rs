@@ -2,6 +2,7 @@
 //! file in it (sparse too: disk is used only where written). Either is shareable with other
 //! processes by passing the file descriptor.
 
+use crate::store::{allocated_bytes, StoredFile};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -9,21 +10,16 @@ use std::os::unix::fs::FileExt;
 
 /// An anonymous in-memory file, or a file in the store, of fixed capacity.
 pub struct Region {
-    file: File,
+    backing: Backing,
     capacity: u64,
-    /// The store file's path: removed when the region goes (the generation is released and its last
-    /// reader gone). `None` for a memfd, which the kernel frees with its last descriptor.
-    path: Option<std::path::PathBuf>,
 }
 
-impl Drop for Region {
-    fn drop(&mut self) {
-        if let Some(p) = &self.path {
-            // Already gone is fine (an operator removed it); the bytes leave the disk with the
-            // descriptor, closed right after this.
-            let _ = std::fs::remove_file(p);
-        }
-    }
+/// Where a region's bytes are.
+enum Backing {
+    /// A sealed memfd: the kernel frees it with its last descriptor.
+    Memfd(File),
+    /// A store's file: removed from the store when the region goes.
+    Stored(StoredFile),
 }
 
 impl Region {
@@ -35,21 +31,37 @@ impl Region {
         // Fix the size for good: agents map the region (shm transport), and a shrink would turn their
         // reads into SIGBUS. F_SEAL_SEAL keeps anyone holding the descriptor from undoing this.
         rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-        Ok(Region { file, capacity, path: None })
+        Ok(Region { backing: Backing::Memfd(file), capacity })
     }
 
     /// A region in `file`, new in the store at `path`, sized to `capacity` (sparse). A regular file
     /// cannot be sealed: readers on this host get a descriptor they `pread` (a truncation is then a
     /// short read, an error), never a mapping that a truncation would turn into SIGBUS.
-    pub(crate) fn in_file(file: File, path: std::path::PathBuf, capacity: u64) -> io::Result<Region> {
-        let region = Region { file, capacity, path: Some(path) };
-        region.file.set_len(capacity)?;
-        Ok(region)
+    pub(crate) fn in_file(stored: StoredFile, capacity: u64) -> Result<Region, crate::store::StoreError> {
+        stored.file.set_len(capacity).map_err(|e| stored.error("size the snapshot file", e))?;
+        Ok(Region { backing: Backing::Stored(stored), capacity })
     }
 
-    /// The store file this region lives in; `None` for memory.
-    pub fn path(&self) -> Option<&std::path::Path> {
-        self.path.as_deref()
+    /// The store's file this region lives in; `None` for memory.
+    pub(crate) fn stored(&self) -> Option<&StoredFile> {
+        match &self.backing {
+            Backing::Memfd(_) => None,
+            Backing::Stored(s) => Some(s),
+        }
+    }
+
+    /// The bytes of memory the kernel cannot take back that this region holds: a memfd's allocated
+    /// pages (shmem, mapped or not); 0 for a store's file (page cache, reclaimable).
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.backing {
+            Backing::Memfd(f) => allocated_bytes(f),
+            Backing::Stored(_) => 0,
+        }
+    }
+
+    /// The bytes this region takes on a store's disk; 0 in memory.
+    pub fn store_bytes(&self) -> u64 {
+        self.stored().map_or(0, |s| allocated_bytes(&s.file))
     }
 
     /// Capacity in bytes.
@@ -59,23 +71,26 @@ impl Region {
 
     /// The file, for `sendfile`, `SCM_RIGHTS` or registration.
     pub fn file(&self) -> &File {
-        &self.file
+        match &self.backing {
+            Backing::Memfd(f) => f,
+            Backing::Stored(s) => &s.file,
+        }
     }
 
     /// A new read-only descriptor of the same memory, to hand to agents: they can map it, but not
     /// writable, and cannot write through it.
     pub fn reopen_read_only(&self) -> io::Result<File> {
-        std::fs::OpenOptions::new().read(true).open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        std::fs::OpenOptions::new().read(true).open(format!("/proc/self/fd/{}", self.file().as_raw_fd()))
     }
 
     /// Raw descriptor.
     pub fn raw_fd(&self) -> i32 {
-        self.file.as_raw_fd()
+        self.file().as_raw_fd()
     }
 
     /// Copy bytes out (for tests and checks; transports use the file directly).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.read_exact_at(buf, offset)
+        self.file().read_exact_at(buf, offset)
     }
 
     /// Map the whole region writable. Only the generation's single writer holds this mapping.
@@ -87,7 +102,7 @@ impl Region {
         // SAFETY: the memfd is private to this process until its descriptor is handed out, and others
         // only ever read bytes below the published watermark, which this mapping no longer writes.
         // The file is never truncated while mapped.
-        unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(&self.file) }
+        unsafe { memmap2::MmapOptions::new().len(self.capacity as usize).map_mut(self.file()) }
     }
 }
 
@@ -98,8 +113,7 @@ impl Region {
 /// while the relay itself and the shm readers only ever `pread` or `sendfile` a store file.
 pub fn map_region_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
     let meta = file.metadata().map_err(MapError::Io)?;
-    let sealed = rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
-    if sealed || !meta.file_type().is_file() {
+    if is_sealed(file) || !meta.file_type().is_file() {
         return map_sealed_read_only(file, len);
     }
     if meta.len() < len {
@@ -121,8 +135,7 @@ pub fn is_sealed(file: &File) -> bool {
 /// relay's UCX registrations see a generation. Refuses a descriptor that is not sealed against
 /// shrinking, or shorter than `len`: a truncation under a mapping turns reads into SIGBUS.
 pub fn map_sealed_read_only(file: &File, len: u64) -> Result<memmap2::Mmap, MapError> {
-    let sealed = rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
-    if !sealed {
+    if !is_sealed(file) {
         return Err(MapError::NotSealed);
     }
     let have = file.metadata().map_err(MapError::Io)?.len();

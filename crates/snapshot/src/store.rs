@@ -13,7 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The name of the lock file inside a store.
-pub const LOCK_FILE: &str = "fastrepl-relay.lock";
+const LOCK_FILE: &str = "fastrepl-relay.lock";
 
 /// A store directory, locked for this relay.
 #[derive(Debug)]
@@ -65,7 +65,7 @@ pub enum StoreError {
 
 /// Which of a generation's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreFile {
+pub(crate) enum StoreFile {
     /// The RDB bytes.
     Snapshot,
     /// The stream log after them.
@@ -111,20 +111,17 @@ impl Store {
     }
 
     /// Where generation `id`'s `file` lives.
-    pub fn path(&self, id: u64, file: StoreFile) -> PathBuf {
+    pub(crate) fn path(&self, id: u64, file: StoreFile) -> PathBuf {
         self.dir.join(format!("gen-{id}.{}", file.suffix()))
     }
 
     /// Create generation `id`'s `file`, new (a file of that name is an error: this relay made no
     /// such generation yet, so someone else wrote it), readable and writable by this user only.
-    pub(crate) fn create(&self, id: u64, file: StoreFile) -> Result<(File, PathBuf), StoreError> {
+    pub(crate) fn create(&self, id: u64, file: StoreFile) -> Result<StoredFile, StoreError> {
         let path = self.path(id, file);
-        let f = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).custom_flags(libc::O_CLOEXEC).open(&path).map_err(|source| StoreError::Io {
-            op: "create",
-            path: path.clone(),
-            source,
-        })?;
-        Ok((f, path))
+        let open = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).custom_flags(libc::O_CLOEXEC).open(&path);
+        let file = open.map_err(|source| StoreError::Io { op: "create", path: path.clone(), source })?;
+        Ok(StoredFile { file, path })
     }
 
     /// Remove the files of a generation a killed relay left (`gen-<id>.rdb|log`), nothing else.
@@ -145,6 +142,35 @@ impl Store {
         }
         Ok(cleaned)
     }
+}
+
+/// One file of a store, open: removed from the store when dropped (its generation released and its
+/// last reader gone). Already gone is fine (an operator removed it): the bytes leave the disk with the
+/// descriptor, closed right after.
+#[derive(Debug)]
+pub(crate) struct StoredFile {
+    pub(crate) file: File,
+    pub(crate) path: PathBuf,
+}
+
+impl StoredFile {
+    /// A failed `op` on this file, naming it.
+    pub(crate) fn error(&self, op: &'static str, source: io::Error) -> StoreError {
+        StoreError::Io { op, path: self.path.clone(), source }
+    }
+}
+
+impl Drop for StoredFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The bytes a file takes where it lives (allocated, not apparent: a sparse file counts what was
+/// written), 0 when it cannot be told. For a store's file that is disk; for a memfd, memory.
+pub(crate) fn allocated_bytes(file: &File) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
 }
 
 /// `gen-<digits>.rdb` or `gen-<digits>.log`: the names this relay gives, and the only ones it removes.

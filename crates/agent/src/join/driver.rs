@@ -490,9 +490,7 @@ impl Driver<'_> {
     /// failover during the join). A promoted replica keeps the old master's history as its replid2,
     /// so the handoff can still be partial; the machine's plan checks that.
     fn follow_sentinel(&mut self) -> Result<(), Error> {
-        let Some(s) = &self.cfg.sentinel else {
-            return Ok(());
-        };
+        let Some(s) = &self.cfg.sentinel else { return Ok(()) };
         let now = s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?;
         if now != self.c.master_addr {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
