@@ -604,12 +604,8 @@ mod tests {
 
     #[test]
     fn a_store_fault_fails_the_generation_in_any_phase() {
-        let (mut g, _) = machine(CapturePolicy::OnDemand);
-        let t = g.ticket();
-        g.want(t);
-        let Next::Capture(id) = g.next_capture() else { panic!() };
-        g.rdb_started(id);
-        g.rdb_complete(id);
+        let (mut g, _) = machine(CapturePolicy::OnStart);
+        let id = capture(&mut g);
         g.log_bound(id);
         g.capture_ended(id, Ended::Sealed);
         assert!(matches!(g.current(), Some((_, Phase::Sealed(_)))));
