@@ -350,6 +350,47 @@ fn arg_after<'a>(args: &'a [Value], flag: &str) -> Option<&'a str> {
     args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).and_then(Value::as_str)
 }
 
+/// A Kubernetes quantity (`1Gi`, `512Mi`, `4294967296`) in bytes.
+fn quantity_bytes(q: &str) -> u64 {
+    let (n, unit) = q.find(|c: char| !c.is_ascii_digit()).map_or((q, ""), |i| q.split_at(i));
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        "Ti" => 40,
+        other => panic!("quantity {q}: unit {other} not read here"),
+    };
+    n.parse::<u64>().unwrap_or_else(|e| panic!("quantity {q}: {e}")) << shift
+}
+
+/// A relay's pod is sized for what its own arguments say (contrib/k8s/README.md's arithmetic): with
+/// `--store`, a memory limit above the relay's bound for `--connections-max` connections and a
+/// store volume of 2 x (snapshot + log); without, a limit holding the snapshot and its log.
+fn review_relay_sizing(at: &str, spec: &Value) {
+    let c = &spec["containers"][0];
+    let args = c["args"].as_array().unwrap_or_else(|| panic!("{at}: the relay has no args"));
+    let number = |flag: &str| arg_after(args, flag).map(|v| v.parse::<u64>().unwrap_or_else(|e| panic!("{at}: {flag} {v}: {e}")));
+    let memory = quantity_bytes(c["resources"]["limits"]["memory"].as_str().unwrap_or_else(|| panic!("{at}: no memory limit")));
+    let snapshot = number("--snapshot-max-bytes").unwrap_or_else(|| panic!("{at}: a relay sized without --snapshot-max-bytes"));
+    match arg_after(args, "--store") {
+        Some(dir) => {
+            let log = number("--log-max-bytes").unwrap_or(limits::LOG_BYTES_STORE_DEFAULT);
+            let connections = number("--connections-max").unwrap_or(limits::CONNECTIONS_DEFAULT as u64);
+            let bound = limits::RELAY_MEMORY_BASE_BYTES + limits::BLOCK_BYTES_DEFAULT + connections * limits::RELAY_MEMORY_PER_CONNECTION_BYTES + snapshot / limits::BLOCK_BYTES_DEFAULT * limits::RELAY_MEMORY_PER_BLOCK_BYTES;
+            assert!(memory >= bound, "{at}: memory limit {memory} below the store relay's bound {bound} for {connections} connections");
+            let mount = c["volumeMounts"].as_array().into_iter().flatten().find(|m| m["mountPath"] == dir).unwrap_or_else(|| panic!("{at}: --store {dir} is on no volume"));
+            let volume = spec["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("{at}: volume {} undefined", mount["name"]));
+            let storage = volume["ephemeral"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"].as_str().unwrap_or_else(|| panic!("{at}: the store is no ephemeral claim with a size"));
+            assert!(quantity_bytes(storage) >= 2 * (snapshot + log), "{at}: store volume {storage} below 2 x (snapshot {snapshot} + log {log}), two generations at a seal");
+        }
+        None => {
+            let log = number("--log-max-bytes").unwrap_or(limits::LOG_BYTES_DEFAULT);
+            assert!(memory >= snapshot + log, "{at}: memory limit {memory} cannot hold the snapshot {snapshot} and its log {log}");
+        }
+    }
+}
+
 /// What a reviewer checks in a container: pinned image, requests and a memory limit, a locked-down
 /// securityContext (the pod-level rest is psa-check's).
 fn review_container(at: &str, c: &Value) {
@@ -422,6 +463,7 @@ fn kubernetes_examples_would_pass_review() {
         }
         if kind == "Deployment" {
             assert!(d["spec"]["replicas"] == 1 && d["spec"]["strategy"]["type"] == "Recreate", "{at}: one relay, never two at once");
+            review_relay_sizing(&at, &d["spec"]["template"]["spec"]);
         }
         if kind == "StatefulSet" {
             let labels = &d["spec"]["selector"]["matchLabels"];

@@ -206,6 +206,10 @@ fn a_replica_pod_lives_through_its_life() {
     f.serve(&mut pod0, 2);
     assert_eq!(f.master.counts().2, forks + 1, "the first capture is the master's one fork");
     f.assert_identical("redis-replica-0");
+    // The manifest's relay keeps its generation on the store volume, not in memory.
+    let st = relay_status(&f.master.ns, &f.relay_addr);
+    let store = f.relay.as_ref().and_then(|p| p.mounts.iter().find(|(m, _)| m == "/var/lib/fastrepl")).map(|(_, d)| d.to_string_lossy().into_owned());
+    assert!(store.is_some() && st["store"].as_str() == store.as_deref() && st["store_bytes"].as_u64() > Some(0), "the relay's generation is not on its store volume {store:?}: {st}");
 
     // The relay's pod replaced (Recreate): its next capture is from a replica, by the name it
     // announces (replica-announce-ip: the pod's DNS name). A second replica, born with no fork on the master.

@@ -432,11 +432,16 @@ pub fn fastrepl_in(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, Stri
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// What the relay served so far (snapshot and log bytes), from `status --json` in the master's namespace.
-pub fn relay_served(ns: &str, relay: &str) -> u64 {
+/// The relay's `status --json`, asked from namespace `ns`.
+pub fn relay_status(ns: &str, relay: &str) -> Value {
     let (ok, out, err) = fastrepl_in(ns, &["status", "--relay", relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]);
     assert!(ok, "status: {out}{err}");
-    let st: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"))
+}
+
+/// What the relay served so far (snapshot and log bytes), from `status --json` in the master's namespace.
+pub fn relay_served(ns: &str, relay: &str) -> u64 {
+    let st = relay_status(ns, relay);
     st["served_bytes_total"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0) + st["log_served_bytes_total"].as_u64().unwrap_or(0)
 }
 
