@@ -5,7 +5,6 @@
 mod common;
 use common::*;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// A relay keeping its generations under `store`; `extra` adds arguments.
@@ -139,21 +138,20 @@ fn a_file_truncated_under_the_relay_fails_its_generation_and_the_next_join_gets_
     assert_identical(&master, &replica);
 }
 
-/// A tmpfs of `size` mounted at a new directory, unmounted on drop (also when the test fails).
-struct SmallDisk(tempfile::TempDir);
-
-impl SmallDisk {
-    fn mount(size: &str) -> Option<SmallDisk> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "fastrepl-test-disk"]).arg(dir.path()).status().ok()?.success();
-        ok.then_some(SmallDisk(dir))
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
+#[test]
+fn a_file_removed_from_the_store_fails_its_generation_by_name() {
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 100, 16 << 10);
+    let store = tempfile::tempdir().unwrap();
+    let relay = stored_relay(&master.addr(), store.path(), &["--block-size", "65536"]);
+    wait_relay_generation(&relay.addr);
+    std::fs::remove_file(store.path().join("gen-1.rdb")).unwrap();
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = join_over(&relay.addr, &replica.addr(), "tcp", &["--retries", "0"]);
+    assert_ne!(j.code, Some(0), "a join on a removed snapshot file must fail, not be served from a file the operator deleted:\n{}", j.output);
+    assert!(j.output.contains("gen-1.rdb") && j.output.contains("removed"), "the agent is told which file and what: {}", j.output);
+    assert_untouched(&replica);
+    assert_eq!(status_json(&relay.addr)["store_faults_total"], 1);
 }
 
 #[test]
@@ -161,12 +159,12 @@ fn a_full_disk_mid_capture_fails_the_generation_and_the_agent_is_told() {
     if fixtures::skip::unavailable("mount") {
         return fixtures::skip("FASTREPL_TEST_UNAVAILABLE names mount");
     }
-    let Some(disk) = SmallDisk::mount("1m") else {
+    let Some(disk) = fixtures::disk::SmallDisk::mount("1m") else {
         return fixtures::skip("cannot mount a small tmpfs here (needs root and mount rights)");
     };
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_big_values(&mut master.client(), 200, 16 << 10);
-    let relay = stored_relay(&master.addr(), disk.0.path(), &["--block-size", "65536", "--capture", "on-demand"]);
+    let relay = stored_relay(&master.addr(), disk.path(), &["--block-size", "65536", "--capture", "on-demand"]);
     let replica = Server::start(Flavor::Redis70, &[]);
     let j = join_over(&relay.addr, &replica.addr(), "tcp", &["--retries", "0"]);
     assert_ne!(j.code, Some(0), "a join on a snapshot the disk could not hold must not succeed:\n{}", j.output);

@@ -43,7 +43,7 @@ fn quick_fault_matrix_keeps_the_invariant() {
     assert!(o.status.success(), "a cell broke the invariant:\n{text}");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
     let cells = doc["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 5, "{text}");
+    assert_eq!(cells.len(), 6, "{text}");
     for c in cells {
         for agent in ["a_verdict", "b_verdict"] {
             assert_ne!(c[agent]["verdict"], "violation", "{}: {}", c["cell"], c[agent]);
@@ -62,6 +62,11 @@ fn quick_fault_matrix_keeps_the_invariant() {
     let big = by_name("snapshot-too-big@capture");
     assert_eq!(big["a_verdict"]["verdict"], "failed-clean", "{big}");
     assert!(big["a"]["message"].as_str().unwrap().contains("snapshot-max-bytes"), "{big}");
+    // The relay's store file truncated under it mid-pull: the generation failed, the agents told,
+    // and their retry synced from a fresh capture (never from the truncated file).
+    let store = by_name("store-truncate@pull");
+    assert_eq!(store["a"]["exit"], 0, "{store}");
+    assert!(store["attempts"].as_u64().unwrap() >= 2, "{store}");
     let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
     assert!(md.contains("0 keys lost, 0 false successes"), "{md}");
 }

@@ -153,13 +153,17 @@ impl Shared {
     /// Generation `id`'s store file failed under it (`why` names the file and the operation): it fails,
     /// whatever its phase, and its agents are told.
     pub(crate) fn store_failed(&self, id: u64, why: String) {
-        // Every request on a failed generation finds the fault again: it is failed, told and counted once.
-        if self.find(id).is_none_or(|g| g.state() == State::Failed) {
+        // Every request on a failed generation finds the fault again, several readers at once: the
+        // check and the failing under one lock, so it is failed, told and counted once (checked
+        // apart, two readers of one agent both counted it: a suite run saw 2).
+        let mut life = self.lock();
+        if life.find(id).is_none_or(|g| g.state() == State::Failed) {
             return;
         }
         tracing::error!(generation = id, error = %why, "the store failed under a published generation: failing it");
         stats::Stats::add(&self.stats.store_faults, 1);
-        self.feed(|g| ((), g.store_failed(id, why)));
+        let actions = life.machine.store_failed(id, why);
+        self.carry_out(&mut life, actions);
     }
 
     /// The relay is stopping (loops check it on every turn).

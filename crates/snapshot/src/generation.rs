@@ -173,18 +173,12 @@ impl Generation {
         Ok(())
     }
 
-    /// With a store, check that the generation's file still holds `[offset, offset+len)` (one `fstat`):
-    /// a file truncated under the relay is a store fault naming the file, never a short answer.
-    /// Always fine in memory (a sealed memfd cannot shrink).
+    /// With a store, check that the generation's file is still in the store and holds `[offset,
+    /// offset+len)` (`StoredFile::check_holds`): a truncated or removed file is a store fault naming
+    /// it, never a short answer. Always fine in memory (a sealed memfd cannot shrink).
     pub fn check_stored(&self, offset: u64, len: u64) -> Result<(), Error> {
         let Some(stored) = self.region.stored() else { return Ok(()) };
-        let op = "read a snapshot block from";
-        let have = stored.file.metadata().map_err(|e| stored.error(op, e))?.len();
-        if offset.saturating_add(len) > have {
-            let short = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("the file holds {have} bytes, {} published: truncated under the relay", offset + len));
-            return Err(stored.error(op, short).into());
-        }
-        Ok(())
+        Ok(stored.check_holds("read a snapshot block from", offset.saturating_add(len))?)
     }
 
     /// Copy log bytes from absolute offset `from` (the first byte is `offset + 1`), at most `max`,
@@ -428,6 +422,9 @@ impl Writer {
 /// within about two blocks ([`write_back`]).
 fn write_block(gen: &Generation, bytes: &[u8], offset: u64) -> Result<(), Error> {
     let stored = gen.region.stored().expect("a buffered writer writes a store's file");
+    // The file is sized to the region's capacity at creation: shorter, someone truncated it, and
+    // writing on would leave published blocks as a hole of zeros.
+    stored.check_holds("write a snapshot block to", gen.region.capacity())?;
     stored.file.write_all_at(bytes, offset).map_err(|e| stored.error("write a snapshot block to", e))?;
     let bs = gen.config.block_size;
     write_back(&stored.file, offset.saturating_sub(bs), offset, bytes.len() as u64).map_err(|e| stored.error("write back the snapshot to", e))?;
@@ -577,6 +574,53 @@ mod tests {
         std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.log")).unwrap().set_len(4).unwrap();
         let e = gen.read_log(101, 1000).unwrap_err();
         assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.log"), "{e}");
+        drop(gen);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_truncated_mid_write_is_never_written_past_its_hole() {
+        let dir = crate::store::tests::tempdir();
+        let (store, _) = Store::open(&dir).unwrap();
+        let (gen, mut w) = Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
+        w.spare(8).copy_from_slice(b"REDIS001");
+        w.commit(8).unwrap();
+        // Truncated mid-capture: the next block is not written at its offset (which would leave the
+        // first block a hole of zeros, served with its checksum failing on every agent).
+        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.rdb")).unwrap().set_len(0).unwrap();
+        w.spare(8).copy_from_slice(b"1abcdefg");
+        let e = w.commit(8).unwrap_err();
+        assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb") && e.to_string().contains("truncated"), "{e}");
+        drop((gen, w));
+        let (gen, mut w) = Generation::create(2, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
+        for half in [&b"REDIS001"[..], b"1abcdefg"] {
+            w.spare(8).copy_from_slice(half);
+            w.commit(8).unwrap();
+        }
+        w.finish(16).unwrap();
+        assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n", 114).unwrap(), Appended::Taken);
+        std::fs::OpenOptions::new().write(true).open(dir.join("gen-2.log")).unwrap().set_len(0).unwrap();
+        let e = gen.append_log(b"*1\r\n$4\r\nPING\r\n", 128).unwrap_err();
+        assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-2.log"), "{e}");
+        assert_eq!(std::fs::metadata(dir.join("gen-2.log")).unwrap().len(), 0, "nothing written past the hole");
+        drop(gen);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_removed_from_the_store_is_told_by_name() {
+        let dir = crate::store::tests::tempdir();
+        let (store, _) = Store::open(&dir).unwrap();
+        let (gen, mut w) = Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
+        for half in [&b"REDIS001"[..], b"1abcdefg"] {
+            w.spare(8).copy_from_slice(half);
+            w.commit(8).unwrap();
+        }
+        w.finish(16).unwrap();
+        assert!(gen.check_stored(0, 16).is_ok());
+        std::fs::remove_file(dir.join("gen-1.rdb")).unwrap();
+        let e = gen.check_stored(0, 8).unwrap_err();
+        assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb") && e.to_string().contains("removed"), "{e}");
         drop(gen);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -78,6 +78,9 @@ impl StreamLog {
         match &mut self.backing {
             Backing::Memory(v) => v.extend_from_slice(bytes),
             Backing::File { stored, kicked, waited } => {
+                // Truncated under the relay, a write at our end would leave a hole of zeros where
+                // logged commands were.
+                stored.check_holds("write the stream log to", self.len)?;
                 stored.file.write_all_at(bytes, self.len).map_err(|e| stored.error("write the stream log to", e))?;
                 let end = self.len + bytes.len() as u64;
                 if end - *kicked >= WRITE_BACK_BYTES {

@@ -158,6 +158,23 @@ impl StoredFile {
     pub(crate) fn error(&self, op: &'static str, source: io::Error) -> StoreError {
         StoreError::Io { op, path: self.path.clone(), source }
     }
+
+    /// Before `op`: the file must still be in the store and hold at least `len` bytes (one `fstat`).
+    /// A file truncated under the relay would otherwise be read short, or worse, written past its
+    /// new end, leaving a hole of zeros where published bytes were; a removed one is space its remover
+    /// wanted back. Either is a store fault naming the file.
+    pub(crate) fn check_holds(&self, op: &'static str, len: u64) -> Result<(), StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self.file.metadata().map_err(|e| self.error(op, e))?;
+        if meta.nlink() == 0 {
+            return Err(self.error(op, io::Error::new(io::ErrorKind::NotFound, "the file was removed from the store under the relay")));
+        }
+        if meta.len() < len {
+            let short = format!("the file holds {} bytes, {len} written: truncated under the relay", meta.len());
+            return Err(self.error(op, io::Error::new(io::ErrorKind::UnexpectedEof, short)));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for StoredFile {

@@ -442,8 +442,12 @@ impl Driver<'_> {
         }
         match local::repl_state(&mut self.c.local.client) {
             Ok(st) => Ok((st, ack_seen)),
-            Err(client::Error::Io { source, .. }) if handed_over && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                tracing::info!("the replica does not answer (loading the master's sync?); still waiting");
+            // A server loading an RDB answers only between chunks of its load (every 2 MB in Redis
+            // 7.0), so a slow load can outlast a read: busy, not dead, while the machine's deadline
+            // (--load-timeout-secs, --handoff-timeout-secs) bounds the wait. Seen in the fault matrix:
+            // a second capture's replica loading for 25 s failed every retry at its first timeout.
+            Err(client::Error::Io { source, .. }) if (handed_over || snapshot_in_use) && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                tracing::info!("the replica does not answer (busy loading?); still waiting");
                 // A timed-out request leaves its reply in flight on that connection: use a new one.
                 if let Ok(c) = self.node.connect() {
                     self.c.local.client = c;

@@ -11,7 +11,7 @@
 //! enough to be struck; the fault strikes when agent A's log (or the relay's, for the capture) says
 //! the phase began. Then every agent is waited for and judged by [`super::matrix::judge`].
 
-use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, Target, Verdict, CUT_SECS, STOP_SECS};
+use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, StoreFault, Target, Verdict, CUT_SECS, STOP_SECS};
 use super::writer::Writer;
 use anyhow::{anyhow, bail, Context, Result};
 use fixtures::netns::Lab;
@@ -144,6 +144,31 @@ struct World<'a> {
     outputs: [String; 2],
     /// The relay's and the agents' event streams (`--events`), which the strikes wait on.
     events: tempfile::TempDir,
+    /// A store cell's `--store`.
+    store: Option<StoreDir>,
+}
+
+/// A store cell's directory: a plain one, or a small disk that fills mid-capture.
+enum StoreDir {
+    Plain(tempfile::TempDir),
+    Small(fixtures::disk::SmallDisk),
+}
+
+impl StoreDir {
+    fn path(&self) -> &Path {
+        match self {
+            StoreDir::Plain(d) => d.path(),
+            StoreDir::Small(d) => d.path(),
+        }
+    }
+
+    /// The generations' files in it (`gen-<id>.rdb`, `gen-<id>.log`).
+    fn generation_files(&self) -> Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(self.path()).with_context(|| format!("list the store {}", self.path().display()))?;
+        let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("gen-"))).collect();
+        files.sort();
+        Ok(files)
+    }
 }
 
 fn on_host(lab: &Lab, i: usize, exe: &Path) -> Command {
@@ -385,8 +410,19 @@ impl World<'_> {
                 let (ns, addr) = (spare.ns.clone(), spare.addr());
                 writer.retarget(Box::new(move || connect_in(ns.as_deref(), &addr)));
             }
+            Fault::Store(f @ (StoreFault::Truncate | StoreFault::Remove)) => {
+                let files = self.store.as_ref().context("a store cell has a store")?.generation_files()?;
+                anyhow::ensure!(!files.is_empty(), "no generation's file in the store to strike");
+                for p in &files {
+                    let done = match f {
+                        StoreFault::Truncate => std::fs::OpenOptions::new().write(true).open(p).and_then(|file| file.set_len(0)),
+                        _ => std::fs::remove_file(p),
+                    };
+                    done.with_context(|| format!("{} {}", if f == StoreFault::Truncate { "truncate" } else { "remove" }, p.display()))?;
+                }
+            }
             // Set up when the relay started; they strike by themselves.
-            Fault::LogOverflow | Fault::SnapshotTooBig | Fault::OutOfConnections => {}
+            Fault::LogOverflow | Fault::SnapshotTooBig | Fault::OutOfConnections | Fault::Store(StoreFault::Full) => {}
         }
         Ok(())
     }
@@ -477,6 +513,15 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
             return Ok(CellResult::skipped(cell, "this kernel has no netem qdisc (sch_netem)"));
         }
     }
+    let store = match cell.fault {
+        // Half the snapshot: the capture fills it.
+        Fault::Store(StoreFault::Full) => match fixtures::disk::SmallDisk::mount(&format!("{}m", (setup.mib / 2).max(1))) {
+            Some(d) => Some(StoreDir::Small(d)),
+            None => return Ok(CellResult::skipped(cell, "cannot mount a small tmpfs here (needs root and mount rights)")),
+        },
+        Fault::Store(_) => Some(StoreDir::Plain(tempfile::tempdir().context("a directory for the relay's store")?)),
+        _ => None,
+    };
     let lab = Lab::new(4, None).map_err(|e| anyhow!("make namespace hosts: {e}"))?;
     let keys = (setup.mib * 16).max(64);
     // The capture takes ~1.5 s and the load ~3 s whatever the size, so each phase can be struck.
@@ -505,6 +550,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
         Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
         Fault::OutOfConnections => vec!["--connections-max".into(), "10".into()],
+        Fault::Store(_) => vec!["--store".into(), store.as_ref().map(|d| d.path().to_string_lossy().into_owned()).unwrap_or_default()],
         _ => Vec::new(),
     };
     let relay_addr = format!("{}:{}", lab.hosts[1].ip, fixtures::free_port());
@@ -523,6 +569,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
         exits: [None, None],
         outputs: [String::new(), String::new()],
         events: tempfile::tempdir().context("a directory for the event streams")?,
+        store,
     };
     w.relay = w.spawn_relay();
     wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
@@ -576,6 +623,17 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     }
     if !w.relay.running() {
         result.leaks.push("the relay exited".into());
+    }
+    if let Some(store) = &w.store {
+        // A failed generation's files go with its last reader: at most the generation still held.
+        let files = wait_for("the relay to remove released generations' files", Duration::from_secs(10), || {
+            let files = store.generation_files()?;
+            Ok((files.len() <= 2).then_some(files))
+        })
+        .unwrap_or_else(|_| store.generation_files().unwrap_or_default());
+        if files.len() > 2 {
+            result.leaks.push(format!("the store holds {} files after every agent left: {files:?}", files.len()));
+        }
     }
     let real_master = w.real_master.clone();
     let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };

@@ -56,6 +56,18 @@ impl Impairment {
     }
 }
 
+/// A fault of the relay's store (the cell's relay then runs with `--store` on a directory of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreFault {
+    /// The generation's RDB file truncated to nothing under the relay.
+    Truncate,
+    /// The generation's files removed from the store under the relay.
+    Remove,
+    /// The store a tmpfs half the snapshot's size: the disk fills mid-capture.
+    Full,
+}
+
 /// What goes wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind", content = "of")]
@@ -80,6 +92,8 @@ pub enum Fault {
     SnapshotTooBig,
     /// The relay's `--connections-max` (10) holds one agent's connections (about 8), not two agents'.
     OutOfConnections,
+    /// The relay's store fails under it.
+    Store(StoreFault),
 }
 
 /// How long a SIGSTOP lasts.
@@ -103,6 +117,7 @@ impl Fault {
             Fault::LogOverflow => "log-overflow".into(),
             Fault::SnapshotTooBig => "snapshot-too-big".into(),
             Fault::OutOfConnections => "out-of-connections".into(),
+            Fault::Store(f) => format!("store-{}", serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()),
         }
     }
 
@@ -217,6 +232,9 @@ pub fn full() -> Vec<Cell> {
         (Fault::LogOverflow, &[Phase::Load]),
         (Fault::SnapshotTooBig, &[Phase::Capture]),
         (Fault::OutOfConnections, &[Phase::Pull]),
+        (Fault::Store(StoreFault::Truncate), &[Phase::Pull, Phase::Log]),
+        (Fault::Store(StoreFault::Remove), &[Phase::Pull]),
+        (Fault::Store(StoreFault::Full), &[Phase::Capture]),
     ] {
         cells.extend(phases.iter().map(|&phase| Cell { fault, phase }));
     }
@@ -224,7 +242,8 @@ pub fn full() -> Vec<Cell> {
 }
 
 /// The short matrix the test suite runs: one cell per kind of outcome (a retry on a restarted
-/// relay, a hung agent, a dead local server, a flapping path, a master failover, a bound).
+/// relay, a hung agent, a dead local server, a flapping path, a master failover, a bound, a store
+/// failing under the relay).
 pub fn quick() -> Vec<Cell> {
     vec![
         Cell { fault: Fault::Kill(Target::Relay), phase: Phase::Pull },
@@ -232,6 +251,7 @@ pub fn quick() -> Vec<Cell> {
         Cell { fault: Fault::Cut(Pair::AgentRelay), phase: Phase::Pull },
         Cell { fault: Fault::Failover, phase: Phase::Handoff },
         Cell { fault: Fault::SnapshotTooBig, phase: Phase::Capture },
+        Cell { fault: Fault::Store(StoreFault::Truncate), phase: Phase::Pull },
     ]
 }
 

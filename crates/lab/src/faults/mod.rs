@@ -19,7 +19,7 @@ use std::time::Instant;
 /// `fastrepl-lab faults`.
 #[derive(clap::Args, Debug)]
 pub struct FaultsArgs {
-    /// The short matrix (the test suite's): five cells, one per kind of outcome.
+    /// The short matrix (the test suite's): six cells, one per kind of outcome.
     #[arg(long)]
     pub quick: bool,
     /// Only cells whose name contains this (`kill-relay`, `@handoff`).
