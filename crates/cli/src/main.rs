@@ -128,6 +128,11 @@ struct RelayArgs {
     /// [default: 3600 (1 h) in memory, 86400 (24 h) with --store].
     #[arg(long, env = "FASTREPL_LOG_MAX_AGE_SECS")]
     log_max_age_secs: Option<u64>,
+    /// Seal the generation once its stream log is this percent of its RDB (and at least 64 MiB): a
+    /// warm join replays the whole log, and past that a fresh capture serves the next join sooner
+    /// (docs/design/store.md); 0 = never.
+    #[arg(long, default_value_t = limits::LOG_PERCENT_DEFAULT, env = "FASTREPL_LOG_MAX_PERCENT")]
+    log_max_percent: u32,
     /// Port announced to the master (REPLCONF listening-port); default: the listen port.
     #[arg(long, env = "FASTREPL_ANNOUNCE_PORT")]
     announce_port: Option<u16>,
@@ -613,6 +618,7 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
             log_age_max: a.log_max_age_secs.map(Duration::from_secs).unwrap_or(if a.store.is_some() { limits::LOG_AGE_STORE_DEFAULT } else { limits::LOG_AGE_DEFAULT }),
         },
         store: a.store,
+        log_percent: Some(a.log_max_percent),
         connections_max: a.connections_max,
         offer: a.transport.kind().into(),
         source: a.source,

@@ -174,3 +174,24 @@ fn a_full_disk_mid_capture_fails_the_generation_and_the_agent_is_told() {
     assert!(st["capture_failures_total"].as_u64().unwrap() >= 1, "{st}");
     assert!(st["last_capture_error"].as_str().unwrap_or_default().contains("No space left on device"), "{st}");
 }
+
+#[test]
+fn a_log_that_outweighs_its_snapshot_seals_and_the_next_join_gets_a_fresh_capture() {
+    // A 2 MiB snapshot, then 80 MiB of writes: past the 64 MiB floor and 100 % of the RDB, the
+    // relay seals the generation for outweighing it, and the next join is served a new capture.
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_big_values(&mut master.client(), 32, 64 << 10);
+    let store = tempfile::tempdir().unwrap();
+    let relay = stored_relay(&master.addr(), store.path(), &["--log-max-percent", "100"]);
+    wait_relay_generation(&relay.addr);
+    data::fill_big_values(&mut master.client(), 80, 1 << 20);
+    fixtures::wait_until("the generation sealed for its log", std::time::Duration::from_secs(60), || {
+        (status_json(&relay.addr)["generations_sealed_by_reason_total"]["log_outweighs_snapshot"] == 1).then_some(())
+    });
+    let replica = Server::start(Flavor::Redis70, &[]);
+    let j = join_over(&relay.addr, &replica.addr(), "tcp", &[]);
+    assert_eq!((j.code, j.report["handoff"].as_str()), (Some(0), Some("partial")), "{}", j.output);
+    assert_eq!(j.report["generation"], 2, "a fresh capture, not the sealed generation: {}", j.output);
+    assert!(j.report["log_bytes"].as_u64().unwrap() < 64 << 20, "the fresh generation's log is short: {}", j.output);
+    assert_identical(&master, &replica);
+}

@@ -34,6 +34,21 @@ pub const RELAY_MEMORY_PER_CONNECTION_BYTES: u64 = LOG_CHUNK_BYTES + (3 << 20);
 /// With `--store`, the bytes each block held costs: its checksum, the swarm's bits for it, copies in
 /// descriptors on their way (4 MiB blocks: 100 GB cost 1.6 MB).
 pub const RELAY_MEMORY_PER_BLOCK_BYTES: u64 = 64;
+/// Longest a local server that is loading may leave an agent's polls unanswered before the join
+/// takes it for hung: Redis 7.0 answers between 2 MB chunks of a load, so even a slow disk answers
+/// within seconds.
+pub const REPLICA_SILENCE_MAX: Duration = Duration::from_secs(120);
+/// Default `--log-max-percent`: a generation is sealed once its log is as large as its RDB. Measured
+/// (docs/results/issue44-warm, loopback, a 261 MiB RDB): a warm join loses its lead over a fresh
+/// capture's at a log of ~75 % of the RDB and is 1.08x as slow at 96 %. Not lower: each seal is a
+/// fork on the source.
+pub const LOG_PERCENT_DEFAULT: u32 = 100;
+/// The smallest stream log the relay seals for outweighing its snapshot (`--log-max-percent`): a
+/// replica replays 64 MiB of log in a quarter of a second (docs/results/issue44-warm), not worth a fork.
+pub const LOG_OUTWEIGHS_MIN_BYTES: u64 = 64 << 20;
+/// How often (log bytes) a capture asks the generations' machine whether its log outweighs its
+/// snapshot: the question takes the relay's lock, so not at every read from the source.
+pub const LOG_OUTWEIGHS_CHECK_BYTES: u64 = 1 << 20;
 /// Default `--log-max-bytes` with `--store`: a disk budget. It must outlast the longest pull under
 /// heavy writes, or the generation seals before the agent hands off and the master cannot continue
 /// it: 4 GiB holds 8 MB/s of writes for about 9 minutes, a 100 GB snapshot's pull at 1.5 Gbit/s

@@ -87,6 +87,13 @@ pub(crate) fn supervise(shared: Arc<Shared>, announce_port: u16) {
                 shared.feed(|g| ((), g.capture_ended(id, Ended::Stopped)));
                 break;
             }
+            Err(Error::Snapshot(e)) if e.is_store_gone() => {
+                // The capture's own write found its file truncated or removed: a store fault like
+                // one a reader finds (failed and counted once, waiters told), not a failed capture
+                // (the source did nothing wrong); the next agent gets a fresh capture.
+                shared.store_failed(id, e.to_string());
+                shared.feed(|g| ((), g.capture_ended(id, Ended::Sealed)));
+            }
             Err(e) => {
                 // Waiting agents are told now; the machine says whether this was a failure at all (the
                 // link of a generation already sealed is not) and whether another capture is wanted.
@@ -165,6 +172,10 @@ struct Run {
     master_changes: u64,
     /// When the capture last ticked the generations' machine (idle release).
     ticked: Option<Instant>,
+    /// The RDB's length, once complete.
+    rdb_bytes: u64,
+    /// The log's length when the machine was last asked whether it outweighs the RDB.
+    log_asked: u64,
 }
 
 /// One generation: handshake, PSYNC, RDB, then the stream until the log is sealed or the link drops.
@@ -266,6 +277,7 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         }
         Event::RdbDone { length } => {
             run.writer.take().expect("a writer until the RDB is done").finish(length)?;
+            run.rdb_bytes = length;
             shared.rdb_complete(id);
             run.raw = None; // restores the source's RDB settings
             tracing::info!(bytes = length, secs = t0.elapsed().as_secs_f64(), "snapshot complete");
@@ -276,7 +288,21 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             // A store's write error ends the capture: the machine seals a generation whose RDB is
             // complete (its log as far as it was written stays good).
             match gen.append_log(&bytes, complete_offset)? {
-                Appended::Taken => {}
+                Appended::Taken => {
+                    let logged = gen.log_len();
+                    if logged - run.log_asked >= limits::LOG_OUTWEIGHS_CHECK_BYTES {
+                        run.log_asked = logged;
+                        let rdb = run.rdb_bytes;
+                        let actions = shared.feed(|g| {
+                            let a = g.log_grew(id, logged, rdb);
+                            (!a.is_empty(), a)
+                        });
+                        if actions {
+                            tracing::info!(log_bytes = logged, rdb_bytes = rdb, "the stream log outweighs the snapshot (--log-max-percent): sealed, the next join gets a fresh capture");
+                            return Ok(Applied::Sealed);
+                        }
+                    }
+                }
                 Appended::AtBound => {
                     shared.feed(|g| ((), g.log_bound(id)));
                     return Ok(Applied::Sealed);

@@ -55,6 +55,9 @@ pub struct Config {
     pub capture: CapturePolicy,
     /// Release the current generation's memory after this long without any agent connection.
     pub idle_release: Option<Duration>,
+    /// Seal a generation once its stream log is this percent of its RDB (at least
+    /// `limits::LOG_OUTWEIGHS_MIN_BYTES`): a fresh capture then serves the next join sooner. `None`: never.
+    pub log_percent: Option<u32>,
 }
 
 impl Config {
@@ -106,6 +109,7 @@ mod tests {
             source_rdb_raw: false,
             capture: CapturePolicy::OnStart,
             idle_release: None,
+            log_percent: None,
         }
     }
 

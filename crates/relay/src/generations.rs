@@ -21,11 +21,14 @@ pub(crate) enum SealReason {
     /// An agent staging a server needed a newer snapshot: the master's backlog no longer reaches
     /// back to this one's offset, so a server started on it would need a full sync.
     Stale,
+    /// Its stream log outweighs its RDB ([`log_outweighs`]): a warm join would spend longer replaying
+    /// it than a fresh capture costs the next agent.
+    LogOutweighs,
 }
 
 impl SealReason {
     /// Every reason, in the order of [`SealReason::index`].
-    pub(crate) const ALL: [SealReason; 5] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease, SealReason::Stale];
+    pub(crate) const ALL: [SealReason; 6] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease, SealReason::Stale, SealReason::LogOutweighs];
 
     /// Its place in [`SealReason::ALL`] (a counter per reason).
     pub(crate) fn index(self) -> usize {
@@ -40,6 +43,7 @@ impl SealReason {
             SealReason::MasterChanged => "master_changed",
             SealReason::IdleRelease => "idle_release",
             SealReason::Stale => "stale",
+            SealReason::LogOutweighs => "log_outweighs_snapshot",
         }
     }
 
@@ -51,8 +55,19 @@ impl SealReason {
             SealReason::MasterChanged => "the master changed (Sentinel)",
             SealReason::IdleRelease => "no agent for --idle-release-secs: memory released",
             SealReason::Stale => "an agent needed a newer snapshot (the master's backlog no longer covers this one)",
+            SealReason::LogOutweighs => "its stream log outweighs its snapshot: a fresh capture serves the next join sooner",
         }
     }
+}
+
+/// The rule that ends a generation's warm joins: a warm join loads the RDB, then replays the whole
+/// log after it, which a replica applies more slowly per byte than it loads an RDB; a fresh capture
+/// streams a new RDB while the source writes it, with almost no log. So past a log of `percent` of
+/// the RDB the next agent is served sooner by a fresh capture (docs/results/issue44-warm measures
+/// where). Never for a log under [`limits::LOG_OUTWEIGHS_MIN_BYTES`]: its replay takes seconds
+/// whatever the RDB, and a fork on the source is not worth them.
+pub(crate) fn log_outweighs(log_bytes: u64, rdb_bytes: u64, percent: u32) -> bool {
+    log_bytes >= limits::LOG_OUTWEIGHS_MIN_BYTES && u128::from(log_bytes) * 100 >= u128::from(rdb_bytes) * u128::from(percent)
 }
 
 /// Where the current generation is in its life, as far as the machine knows.
@@ -217,6 +232,8 @@ pub(crate) struct Generations {
     master: String,
     master_changes: u64,
     stopped: bool,
+    /// `--log-max-percent`: [`log_outweighs`]'s percent, `None` when off.
+    log_percent: Option<u32>,
 }
 
 impl Generations {
@@ -237,7 +254,14 @@ impl Generations {
             master,
             master_changes: 0,
             stopped: false,
+            log_percent: None,
         }
+    }
+
+    /// Seal a generation once its log outweighs `percent` of its RDB ([`log_outweighs`]).
+    pub(crate) fn with_log_percent(mut self, percent: Option<u32>) -> Generations {
+        self.log_percent = percent.filter(|&p| p > 0);
+        self
     }
 
     /// The current generation's id and phase.
@@ -412,6 +436,19 @@ impl Generations {
     /// Capture `id`'s stream log reached its bound.
     pub(crate) fn log_bound(&mut self, id: u64) -> Vec<Action> {
         self.seal(id, SealReason::LogBound)
+    }
+
+    /// Capture `id`'s stream log holds `log_bytes` after an RDB of `rdb_bytes`: sealed once it
+    /// outweighs the snapshot ([`log_outweighs`]), so the next agent gets a fresh capture — but
+    /// only while no agent is connected: a seal stops the log, and an agent still pulling would
+    /// then hand off at the seal's offset, which the master's backlog may no longer cover under the
+    /// writes that grew the log (a full sync, the fork this is all for). The capture asks again
+    /// at its next megabyte.
+    pub(crate) fn log_grew(&mut self, id: u64, log_bytes: u64, rdb_bytes: u64) -> Vec<Action> {
+        match self.log_percent {
+            Some(p) if self.connections == 0 && log_outweighs(log_bytes, rdb_bytes, p) => self.seal(id, SealReason::LogOutweighs),
+            _ => Vec::new(),
+        }
     }
 
     /// Seal `id` if it is the current, complete generation; a generation is sealed at most once.
@@ -696,6 +733,33 @@ mod tests {
         g.capture_ended(id, Ended::Sealed);
         let t = g.ticket();
         assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]), "the next agent wants a fresh capture");
+    }
+
+    #[test]
+    fn a_log_that_outweighs_its_snapshot_seals_once_and_only_when_on() {
+        const MIB: u64 = 1 << 20;
+        let min = limits::LOG_OUTWEIGHS_MIN_BYTES;
+        assert!(!log_outweighs(min - 1, 0, 50), "never under the floor, however small the RDB");
+        assert!(log_outweighs(min, 0, 50));
+        assert!(!log_outweighs(499 * MIB, 1000 * MIB, 50) && log_outweighs(500 * MIB, 1000 * MIB, 50));
+        assert!(!log_outweighs(u64::MAX / 2, u64::MAX, 60), "no overflow at the extremes");
+        let (g, _) = machine(CapturePolicy::OnStart);
+        let mut g = g.with_log_percent(Some(50));
+        let id = capture(&mut g);
+        assert!(g.log_grew(id, 400 * MIB, 1000 * MIB).is_empty());
+        let now = Instant::now();
+        g.connection_opened(now);
+        assert!(g.log_grew(id, 600 * MIB, 1000 * MIB).is_empty(), "never under an agent still on it");
+        g.connection_closed(now);
+        assert_eq!(g.log_grew(id, 600 * MIB, 1000 * MIB), vec![Action::Seal { id, reason: SealReason::LogOutweighs }, Action::TellWaiters]);
+        assert!(g.log_grew(id, 700 * MIB, 1000 * MIB).is_empty(), "sealed once");
+        g.capture_ended(id, Ended::Sealed);
+        let t = g.ticket();
+        assert_eq!(g.want(t), (Answer::Wait, vec![Action::StartCapture]), "the next agent wants a fresh capture");
+        let (g, _) = machine(CapturePolicy::OnStart);
+        let mut off = g.with_log_percent(Some(0));
+        let id = capture(&mut off);
+        assert!(off.log_grew(id, 100 * 1000 * MIB, MIB).is_empty(), "0 turns the rule off");
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Relay {
             }
             None => None,
         };
-        let machine = Generations::new(config.capture, config.idle_release, master, Instant::now());
+        let machine = Generations::new(config.capture, config.idle_release, master, Instant::now()).with_log_percent(config.log_percent);
         let shm_socket = shm.as_ref().map(|(name, _)| name.clone());
         #[cfg(feature = "ucx")]
         let shared = Arc::new(Shared::new(config, machine, shm_socket, store, ucx));

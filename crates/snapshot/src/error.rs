@@ -47,3 +47,11 @@ pub enum Error {
         reason: String,
     },
 }
+
+impl Error {
+    /// A store's file was truncated or removed under the relay (its generation is no longer whole,
+    /// whichever operation found it), as opposed to a capture that could not write (a full disk).
+    pub fn is_store_gone(&self) -> bool {
+        matches!(self, Error::Store(crate::store::StoreError::Gone { .. }))
+    }
+}

@@ -32,4 +32,4 @@ pub use generation::{Generation, Writer};
 pub use log::StreamLog;
 pub use region::{is_sealed, map_region_read_only, map_sealed_read_only, MapError, Region};
 pub use state::State;
-pub use store::{Cleaned, Store, StoreError};
+pub use store::{Cleaned, Gone, Store, StoreError};

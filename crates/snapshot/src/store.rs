@@ -50,6 +50,17 @@ pub enum StoreError {
         /// The directory.
         dir: PathBuf,
     },
+    /// A file of the store was truncated or removed under the relay: its generation is no longer
+    /// whole, whatever the operation that found it.
+    #[error("{op} {}: {what}", path.display())]
+    Gone {
+        /// What was attempted.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What happened to it.
+        what: Gone,
+    },
     /// A file operation inside the store failed.
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -61,6 +72,29 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+}
+
+/// What happened to a store's file under the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Unlinked from the store.
+    Removed,
+    /// Shorter than what was written to it.
+    Truncated {
+        /// Its length now.
+        have: u64,
+        /// The least it must hold.
+        want: u64,
+    },
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Removed => write!(f, "the file was removed from the store under the relay"),
+            Gone::Truncated { have, want } => write!(f, "the file holds {have} bytes, at least {want} expected: truncated under the relay"),
+        }
+    }
 }
 
 /// Which of a generation's files.
@@ -166,12 +200,12 @@ impl StoredFile {
     pub(crate) fn check_holds(&self, op: &'static str, len: u64) -> Result<(), StoreError> {
         use std::os::unix::fs::MetadataExt;
         let meta = self.file.metadata().map_err(|e| self.error(op, e))?;
+        let gone = |what| StoreError::Gone { op, path: self.path.clone(), what };
         if meta.nlink() == 0 {
-            return Err(self.error(op, io::Error::new(io::ErrorKind::NotFound, "the file was removed from the store under the relay")));
+            return Err(gone(Gone::Removed));
         }
         if meta.len() < len {
-            let short = format!("the file holds {} bytes, {len} written: truncated under the relay", meta.len());
-            return Err(self.error(op, io::Error::new(io::ErrorKind::UnexpectedEof, short)));
+            return Err(gone(Gone::Truncated { have: meta.len(), want: len }));
         }
         Ok(())
     }

@@ -123,7 +123,7 @@ fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
     let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, endpoint::host_port(&host, &port), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None };
+    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None, silent_since: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -230,6 +230,8 @@ struct Driver<'a> {
     log_reader: Option<Box<dyn transport::RangeReader>>,
     /// Resets the replica if this process dies while the replica follows it.
     guard: Option<crate::guard::Guard>,
+    /// Since when the replica, busy, has not answered a poll.
+    silent_since: Option<Instant>,
 }
 
 impl Driver<'_> {
@@ -426,9 +428,10 @@ impl Driver<'_> {
     /// The replica's state, after the poll interval; fails when the replica left our link or (while
     /// it still depends on the snapshot) the relay lost it.
     ///
-    /// Once the replica is the master's (`handed_over`) a server too busy to answer — it loads the
-    /// master's full sync, and a loading server answers only now and then — is not a failure: it
-    /// reads as "still syncing" and the machine's handoff deadline decides.
+    /// While it loads our snapshot, or once it is the master's (`handed_over`), a server too busy to
+    /// answer — a loading server answers only now and then — is not a failure: it reads as "still
+    /// syncing" and the machine's deadlines decide, unless it stays silent past
+    /// [`limits::REPLICA_SILENCE_MAX`] (hung, not busy).
     fn poll_replica(&mut self, snapshot_in_use: bool, handed_over: bool) -> Result<(ReplState, bool), Error> {
         std::thread::sleep(POLL_EVERY); // Polling a server's state; the machine holds the deadline.
         check_cancel(&self.cfg.cancel)?;
@@ -441,17 +444,23 @@ impl Driver<'_> {
             self.c.progress.with(progress::View::check)?;
         }
         match local::repl_state(&mut self.c.local.client) {
-            Ok(st) => Ok((st, ack_seen)),
+            Ok(st) => {
+                self.silent_since = None;
+                Ok((st, ack_seen))
+            }
             // A server loading an RDB answers only between chunks of its load (every 2 MB in Redis
             // 7.0), so a slow load can outlast a read: busy, not dead, while the machine's deadline
             // (--load-timeout-secs, --handoff-timeout-secs) bounds the wait. Seen in the fault matrix:
             // a second capture's replica loading for 25 s failed every retry at its first timeout.
             Err(client::Error::Io { source, .. }) if (handed_over || snapshot_in_use) && matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                tracing::info!("the replica does not answer (busy loading?); still waiting");
-                // A timed-out request leaves its reply in flight on that connection: use a new one.
-                if let Ok(c) = self.node.connect() {
-                    self.c.local.client = c;
+                let since = *self.silent_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > limits::REPLICA_SILENCE_MAX {
+                    return Err(Error::unavailable(crate::error::Party::Replica, format!("the replica has not answered for {} s: hung, not loading", since.elapsed().as_secs())));
                 }
+                tracing::info!("the replica does not answer (busy loading?); still waiting");
+                // A timed-out request leaves its reply in flight on that connection: use a new one
+                // (kept, its next reply would answer this request, not the next).
+                self.c.local.client = self.node.connect()?;
                 Ok((ReplState { syncing: true, ..ReplState::default() }, ack_seen))
             }
             Err(e) => Err(Error::replica(e)),

@@ -60,7 +60,7 @@ impl Impairment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StoreFault {
-    /// The generation's RDB file truncated to nothing under the relay.
+    /// The generation's files (its RDB and its log) truncated to nothing under the relay.
     Truncate,
     /// The generation's files removed from the store under the relay.
     Remove,

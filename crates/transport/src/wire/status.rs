@@ -90,7 +90,7 @@ pub struct RelayStatus {
     pub last_capture_error: Option<String>,
     /// Generations sealed (log bound, link lost, source changed, idle release).
     pub generations_sealed_total: u64,
-    /// The same by reason: log_bound, link_lost, master_changed, idle_release.
+    /// The same by reason: log_bound, link_lost, master_changed, idle_release, stale, log_outweighs_snapshot.
     #[serde(default)]
     pub generations_sealed_by_reason_total: BTreeMap<String, u64>,
     /// Generations whose memory was released after `--idle-release-secs` without agents.
