@@ -99,6 +99,20 @@ fn a_store_that_is_missing_or_not_a_directory_is_named() {
 }
 
 #[test]
+fn a_store_that_cannot_be_written_is_refused_at_start_by_name() {
+    if fixtures::skip::unavailable("mount") {
+        return fixtures::skip("FASTREPL_TEST_UNAVAILABLE names mount");
+    }
+    let Some(disk) = fixtures::disk::SmallDisk::mount_read_only("1m") else {
+        return fixtures::skip("cannot mount a read-only tmpfs here (needs root and mount rights)");
+    };
+    let out = fastrepl().args(["relay", "--master", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--store"]).arg(disk.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a relay must not start on a store it cannot write: {err}");
+    assert!(err.contains(&disk.path().display().to_string()) && err.contains("Read-only file system"), "the directory and the cause are named: {err}");
+}
+
+#[test]
 fn a_released_generation_takes_its_files_with_it() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_small_mixed(&mut master.client(), 500);
