@@ -38,6 +38,11 @@ pub const RELAY_MEMORY_PER_BLOCK_BYTES: u64 = 64;
 /// takes it for hung: Redis 7.0 answers between 2 MB chunks of a load, so even a slow disk answers
 /// within seconds.
 pub const REPLICA_SILENCE_MAX: Duration = Duration::from_secs(120);
+/// With `--store`, the relay's memory bound for `connections` open connections and `blocks` blocks
+/// held of `block_bytes` each (the status's `memory_bound_bytes`; contrib/k8s sizes its limit by it).
+pub const fn relay_memory_bound(block_bytes: u64, connections: u64, blocks: u64) -> u64 {
+    RELAY_MEMORY_BASE_BYTES + block_bytes + connections * RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * RELAY_MEMORY_PER_BLOCK_BYTES
+}
 /// Default `--log-max-percent`: a generation is sealed once its log is as large as its RDB. Measured
 /// (docs/results/issue44-warm, loopback, a 261 MiB RDB): a warm join loses its lead over a fresh
 /// capture's at a log of ~75 % of the RDB and is 1.08x as slow at 96 %. Not lower: each seal is a

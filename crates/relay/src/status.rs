@@ -90,7 +90,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
 /// buffer, its thread), and a few bytes per block held (checksums, the swarm's bits). None of it is
 /// a snapshot's or a log's bytes: those are on the store's files, in the page cache.
 fn memory_bound(shared: &Shared, blocks: u64) -> u64 {
-    limits::RELAY_MEMORY_BASE_BYTES + shared.config.snapshot.block_size + shared.connections() as u64 * limits::RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * limits::RELAY_MEMORY_PER_BLOCK_BYTES
+    limits::relay_memory_bound(shared.config.snapshot.block_size, shared.connections() as u64, blocks)
 }
 
 /// The heap and other anonymous memory: `RssAnon` from /proc/self/status (0 where there is none). A
