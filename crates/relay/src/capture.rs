@@ -174,6 +174,9 @@ struct Run {
     ticked: Option<Instant>,
     /// The RDB's length, once complete.
     rdb_bytes: u64,
+    /// The log's length, counted as it is appended (not asked of the generation: that takes its
+    /// lock at every read from the source).
+    logged: u64,
     /// The log's length when the machine was last asked whether it outweighs the RDB.
     log_asked: u64,
 }
@@ -289,7 +292,8 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             // complete (its log as far as it was written stays good).
             match gen.append_log(&bytes, complete_offset)? {
                 Appended::Taken => {
-                    let logged = gen.log_len();
+                    run.logged += bytes.len() as u64;
+                    let logged = run.logged;
                     if logged - run.log_asked >= limits::LOG_OUTWEIGHS_CHECK_BYTES {
                         run.log_asked = logged;
                         let rdb = run.rdb_bytes;

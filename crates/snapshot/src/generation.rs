@@ -568,14 +568,30 @@ mod tests {
         assert_eq!(gen.log_len(), 20);
         assert!(gen.check_stored(0, 16).is_ok());
         // Someone truncates the files under the relay: an error naming the file, never fewer bytes.
-        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.rdb")).unwrap().set_len(8).unwrap();
+        truncate(&dir.join("gen-1.rdb"), 8);
         let e = gen.check_stored(8, 8).unwrap_err();
         assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb"), "{e}");
-        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.log")).unwrap().set_len(4).unwrap();
+        truncate(&dir.join("gen-1.log"), 4);
         let e = gen.read_log(101, 1000).unwrap_err();
         assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.log"), "{e}");
         drop(gen);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Generation `id` in `store`: a length-framed 16-byte RDB in two 8-byte blocks, complete.
+    fn stored_two_blocks(store: &Store, id: u64) -> std::sync::Arc<Generation> {
+        let (gen, mut w) = Generation::create(id, rid(), 100, Some(16), cfg(8), Some(store)).unwrap();
+        for half in [&b"REDIS001"[..], b"1abcdefg"] {
+            w.spare(8).copy_from_slice(half);
+            w.commit(8).unwrap();
+        }
+        w.finish(16).unwrap();
+        gen
+    }
+
+    /// What an operator's `truncate -s LEN` does to a store file under the relay.
+    fn truncate(path: &std::path::Path, len: u64) {
+        std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
     }
 
     #[test]
@@ -587,19 +603,14 @@ mod tests {
         w.commit(8).unwrap();
         // Truncated mid-capture: the next block is not written at its offset (which would leave the
         // first block a hole of zeros, served with its checksum failing on every agent).
-        std::fs::OpenOptions::new().write(true).open(dir.join("gen-1.rdb")).unwrap().set_len(0).unwrap();
+        truncate(&dir.join("gen-1.rdb"), 0);
         w.spare(8).copy_from_slice(b"1abcdefg");
         let e = w.commit(8).unwrap_err();
         assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-1.rdb") && e.to_string().contains("truncated"), "{e}");
         drop((gen, w));
-        let (gen, mut w) = Generation::create(2, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
-        for half in [&b"REDIS001"[..], b"1abcdefg"] {
-            w.spare(8).copy_from_slice(half);
-            w.commit(8).unwrap();
-        }
-        w.finish(16).unwrap();
+        let gen = stored_two_blocks(&store, 2);
         assert_eq!(gen.append_log(b"*1\r\n$4\r\nPING\r\n", 114).unwrap(), Appended::Taken);
-        std::fs::OpenOptions::new().write(true).open(dir.join("gen-2.log")).unwrap().set_len(0).unwrap();
+        truncate(&dir.join("gen-2.log"), 0);
         let e = gen.append_log(b"*1\r\n$4\r\nPING\r\n", 128).unwrap_err();
         assert!(matches!(e, Error::Store(_)) && e.to_string().contains("gen-2.log"), "{e}");
         assert_eq!(std::fs::metadata(dir.join("gen-2.log")).unwrap().len(), 0, "nothing written past the hole");
@@ -611,12 +622,7 @@ mod tests {
     fn a_file_removed_from_the_store_is_told_by_name() {
         let dir = crate::store::tests::tempdir();
         let (store, _) = Store::open(&dir).unwrap();
-        let (gen, mut w) = Generation::create(1, rid(), 100, Some(16), cfg(8), Some(&store)).unwrap();
-        for half in [&b"REDIS001"[..], b"1abcdefg"] {
-            w.spare(8).copy_from_slice(half);
-            w.commit(8).unwrap();
-        }
-        w.finish(16).unwrap();
+        let gen = stored_two_blocks(&store, 1);
         assert!(gen.check_stored(0, 16).is_ok());
         std::fs::remove_file(dir.join("gen-1.rdb")).unwrap();
         let e = gen.check_stored(0, 8).unwrap_err();
