@@ -67,6 +67,21 @@ pub fn table(s: &ScenarioResult) -> String {
             let _ = writeln!(t, "| {} | {} | {} | FAILED: {} | | | | | | | | | |{}", r.link, r.replicas, r.mode, e.replace('|', "/").lines().next().unwrap_or(""), if lat { " |" } else { "" });
             continue;
         }
+        if let Some(g) = r.gave_up_secs {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | gave up at {g:.0} s: {} full syncs, {} output-buffer disconnects | | {} | {:.2} | | | | | | |{}",
+                r.link,
+                r.replicas,
+                r.mode,
+                r.full_syncs.unwrap_or(0),
+                r.output_buffer_disconnects.unwrap_or(0),
+                r.forks,
+                r.master_cpu_secs,
+                if lat { " |" } else { "" }
+            );
+            continue;
+        }
         let mut per: Vec<String> = r.per_replica.iter().map(|v| format!("{v:.2}")).collect();
         if r.killed.is_some() {
             per.insert(0, "killed".into());
@@ -173,6 +188,50 @@ pub fn median_table(s: &ScenarioResult) -> String {
         );
     }
     t
+}
+
+/// Scenarios with writes (`write-heavy`): per (link, mode), how many runs came in sync, in what
+/// median time, and what the master did meanwhile (medians over every run, given up or not): its
+/// full syncs (the relay's capture is one), the replica links it closed for their output buffer, its
+/// forks; how the joins handed off, the log they streamed after the snapshot, and the writes achieved.
+pub fn writes_table(s: &ScenarioResult) -> Option<String> {
+    if s.spec.writes_bytes_per_sec == 0 {
+        return None;
+    }
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for r in &s.runs {
+        if !keys.contains(&(r.link.as_str(), r.mode.as_str())) {
+            keys.push((r.link.as_str(), r.mode.as_str()));
+        }
+    }
+    let mut t = String::new();
+    let _ = writeln!(t, "| link | mode | runs in sync | median in sync (s) | master full syncs | output-buffer disconnects | master forks | handoffs | log streamed after the snapshot MB | writes MB/s |");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|");
+    for (link, mode) in keys {
+        let runs: Vec<&RunResult> = s.runs.iter().filter(|r| r.link == link && r.mode == mode && r.error.is_none()).collect();
+        let failed = s.runs.iter().filter(|r| r.link == link && r.mode == mode && r.error.is_some()).count();
+        let timed: Vec<f64> = runs.iter().filter_map(|r| r.secs).collect();
+        let med = |f: &dyn Fn(&RunResult) -> Option<f64>| crate::stats::median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>());
+        let mut handoffs: Vec<String> = runs.iter().flat_map(|r| r.handoffs.iter().cloned()).collect();
+        handoffs.sort();
+        handoffs.dedup();
+        let log_mb = med(&|r| Some(r.phases.iter().filter_map(|p| p["log_bytes"].as_u64()).max()? as f64 / 1e6));
+        let _ = writeln!(
+            t,
+            "| {link} | {mode} | {}/{}{} | {} | {} | {} | {} | {} | {} | {} |",
+            timed.len(),
+            runs.len() + failed,
+            if failed > 0 { format!(" ({failed} failed)") } else { String::new() },
+            f2(crate::stats::median(&timed)),
+            f2(med(&|r| r.full_syncs.map(|v| v as f64))),
+            f2(med(&|r| r.output_buffer_disconnects.map(|v| v as f64))),
+            f2(med(&|r| Some(r.forks as f64))),
+            if handoffs.is_empty() { "–".into() } else { handoffs.join(", ") },
+            log_mb.map(|v| format!("{v:.0}")).unwrap_or_else(|| "–".into()),
+            f2(med(&|r| r.writes_mb_s)),
+        );
+    }
+    Some(t)
 }
 
 /// Where each run's time went: the master's RDB (its fork child, whatever it wrote to) and the
@@ -470,6 +529,11 @@ pub fn render(dir: &Path, doc: &serde_json::Value, all: &[ScenarioResult]) -> Re
                  milestones: first RDB byte received, transfer complete, loaded, in sync):\n"
             );
             md.push_str(&phase_table(s));
+            md.push('\n');
+        }
+        if let Some(t) = writes_table(s) {
+            let _ = writeln!(md, "Under writes: what the master did through each sync (medians over every run, given up or not):\n");
+            md.push_str(&t);
             md.push('\n');
         }
         if let Some(t) = uneven_table(s).filter(|_| s.spec.slow_last) {

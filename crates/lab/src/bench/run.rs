@@ -76,7 +76,36 @@ pub struct RunResult {
     pub source_cpu_secs: Option<f64>,
     /// The master's and the replicas' hosts' links through the run (namespace hosts only).
     pub links: Option<LinkSeries>,
+    /// The master's `sync_full` during the run: full syncs it served (the relay's capture is one).
+    pub full_syncs: Option<i64>,
+    /// Replica links the master closed for overcoming their output-buffer limit during the run
+    /// (counted in its log: not every version has it in INFO).
+    pub output_buffer_disconnects: Option<u64>,
+    /// The run was given up, not in sync after this many seconds (`give_up_secs`): not verified,
+    /// not timed, and not a failure of the bench; the counts above say what the master did.
+    pub gave_up_secs: Option<f64>,
+    /// The writer's achieved rate through the run, MB/s of values (scenarios with writes).
+    pub writes_mb_s: Option<f64>,
 }
+
+/// A run that was not in sync by its scenario's `give_up_secs`.
+#[derive(Debug)]
+pub struct GaveUp {
+    /// Seconds from the run's start.
+    pub secs: f64,
+}
+
+impl std::fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not in sync after {:.0} s: given up", self.secs)
+    }
+}
+
+impl std::error::Error for GaveUp {}
+
+/// What the master logs when it closes a client for its output buffer (Redis 6.2 to 8.2, Valkey:
+/// `networking.c`, "scheduled to be closed ASAP for overcoming of output buffer limits").
+const OUTPUT_BUFFER_CLOSED: &str = "for overcoming of output buffer limits";
 
 /// Hosts' links sampled through a run: how busy each link was when (see `report::link_table`).
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -132,7 +161,7 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
             }
         };
         let (mns, mip) = host(0);
-        let master = Server::try_start_in(flavor, mns.as_deref(), &mip, &["--repl-backlog-size", "512mb"]).map_err(|e| anyhow!("start master: {e}"))?;
+        let master = Server::try_start_in(flavor, mns.as_deref(), &mip, &["--repl-backlog-size", &spec.master_backlog]).map_err(|e| anyhow!("start master: {e}"))?;
         let t = Instant::now();
         fill(&master, &spec.dataset, flavor)?;
         println!("-- link {link_name}: master {} filled in {:.1} s ({})", master.addr(), t.elapsed().as_secs_f64(), used_memory(&master));
@@ -164,6 +193,17 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
 }
 
 fn print_line(r: &RunResult) {
+    if let Some(g) = r.gave_up_secs {
+        println!(
+            "   {:<8} N={} {:<16} gave up: not in sync after {g:.0} s; the master served {} full sync(s), closed {} replica link(s) for their output buffer",
+            r.link,
+            r.replicas,
+            r.mode,
+            r.full_syncs.unwrap_or(0),
+            r.output_buffer_disconnects.unwrap_or(0)
+        );
+        return;
+    }
     match (&r.error, r.secs) {
         (None, Some(s)) => println!(
             "   {:<8} N={} {:<16} {:>7.2} s  forks {}  master CPU {:.2} s{}{}  verified",
@@ -389,6 +429,11 @@ fn one(c: &Ctx) -> Result<RunResult> {
         })
         .collect::<Result<_>>()?;
     let writer = if c.spec.arrival == Arrival::Staggered { Some(fixtures::data::Writer::start(c.master.try_client()?, u64::MAX, Duration::from_secs(3600))) } else { None };
+    // Writes flowing before the sync starts, as on a busy master: 16 KiB values over 4096 keys (64
+    // MiB), so the data stays the same size however long a run lasts.
+    let paced = (c.spec.writes_bytes_per_sec > 0).then(|| c.master.try_client().map(|m| fixtures::data::PacedWriter::start(m, c.spec.writes_bytes_per_sec, 16 << 10, 4096))).transpose()?;
+    let full0 = stat(&mut mc, "stats", "sync_full")?;
+    let obuf0 = c.master.log().matches(OUTPUT_BUFFER_CLOSED).count();
     let probe = if c.spec.latency_probe { Some(probe_latency(c.master)?) } else { None };
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     let source = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode));
@@ -436,7 +481,20 @@ fn one(c: &Ctx) -> Result<RunResult> {
     for (i, rep) in replicas.iter().enumerate() {
         c.keep_log(&format!("replica-{}", i + 1), rep.log().as_ref());
     }
-    let extra = outcome?;
+    r.full_syncs = Some(stat(&mut mc, "stats", "sync_full")? - full0);
+    r.output_buffer_disconnects = Some(c.master.log().matches(OUTPUT_BUFFER_CLOSED).count().saturating_sub(obuf0) as u64);
+    if let Some(w) = paced {
+        let written = w.stop().map_err(|e| anyhow!(e))?;
+        r.writes_mb_s = Some(written.bytes as f64 / 1e6 / written.secs.max(1e-9));
+    }
+    let extra = match outcome {
+        Err(e) if e.downcast_ref::<GaveUp>().is_some() => {
+            // Given up: what the master did is the result; the replica is not compared.
+            r.gave_up_secs = e.downcast_ref::<GaveUp>().map(|g| g.secs);
+            return Ok(r);
+        }
+        other => other?,
+    };
     if let Some(w) = writer {
         w.stop();
     }
@@ -552,7 +610,7 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Re
     let port = c.master.port.to_string();
     let mut clients: Vec<client::Client> = replicas.iter().map(|s| s.try_client()).collect::<Result<_, _>>()?;
     let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
-    let deadline = Instant::now() + Duration::from_secs(7200);
+    let deadline = t0 + give_up(c);
     let n = replicas.len();
     if c.spec.kill_one || c.spec.arrival == Arrival::Late {
         let first: Vec<usize> = if c.spec.arrival == Arrival::Late { (0..n - 1).collect() } else { (0..n).collect() };
@@ -588,9 +646,17 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Re
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
             ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
         }
-        wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
+        match wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica) {
+            Err(_) if Instant::now() > deadline && c.spec.give_up_secs.is_some() => return Err(GaveUp { secs: t0.elapsed().as_secs_f64() }.into()),
+            other => other?,
+        }
     }
     Ok(ex)
+}
+
+/// How long a run may take before it is given up (or, without the scenario's `give_up_secs`, failed).
+fn give_up(c: &Ctx) -> Duration {
+    Duration::from_secs(c.spec.give_up_secs.unwrap_or(7200))
 }
 
 /// Wait until replicas `group` (natively syncing) are in sync, recording into `phases[i]` when each
@@ -650,6 +716,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
     // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
     cmd.args(relay_extra_args());
+    // A store on the master's host's disk, removed with the run (the relay removes its generations'
+    // files when it releases them; this is the directory).
+    let store = if c.spec.relay_store { Some(tempfile::Builder::new().prefix("fastrepl-bench-store").tempdir().context("make the relay's store directory")?) } else { None };
+    if let Some(dir) = &store {
+        cmd.arg("--store").arg(dir.path());
+    }
     if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
         cmd.args(["--source", &s.addr()]);
         if c.mode.ends_with("-raw") {
@@ -729,7 +801,16 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
         }
         for (i, started, p) in procs.iter_mut() {
             let (i, started) = (*i, *started);
-            let code = p.wait(Duration::from_secs(7200));
+            let deadline = t0 + give_up(c);
+            while p.running() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20)); // Polling for the join's exit with a deadline.
+            }
+            if p.running() && c.spec.give_up_secs.is_some() {
+                c.keep_log(&p.name, p.output().as_bytes());
+                c.keep_log("relay", relay.output().as_bytes());
+                return Err(GaveUp { secs: t0.elapsed().as_secs_f64() }.into());
+            }
+            let code = p.wait(Duration::from_secs(5));
             let out = p.output();
             c.keep_log(&p.name, out.as_bytes());
             let report: serde_json::Value =
@@ -744,7 +825,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let at = |k: &str| ph[k].as_f64().map(|s| started + s);
             ex.per_replica[i] = at("handed_off").unwrap_or(started);
             ex.phases[i] = serde_json::json!({
-                "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
+                "log_bytes": report["log_bytes"], "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
                 "caught_up": at("caught_up"), "in_sync": at("handed_off"),
                 "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
                 "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],

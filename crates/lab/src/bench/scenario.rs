@@ -80,6 +80,26 @@ pub struct Spec {
     /// third of the dataset's bytes; the others must still sync, and are timed.
     #[serde(default)]
     pub kill_one: bool,
+    /// A writer on the master through each run, value bytes per second (0: none): `write-heavy`'s
+    /// stream that outpaces the replica's link during a full sync.
+    #[serde(default)]
+    pub writes_bytes_per_sec: u64,
+    /// The master's `repl-backlog-size`.
+    #[serde(default = "backlog_default")]
+    pub master_backlog: String,
+    /// A run not in sync after this many seconds is given up and reported with what the master did
+    /// meanwhile (its full syncs, its output-buffer disconnects): a native replica that loops under
+    /// writes never ends by itself. None: 2 hours.
+    #[serde(default)]
+    pub give_up_secs: Option<u64>,
+    /// fastrepl's relay keeps its generations in a store (`--store`, a directory on the master's
+    /// host's disk) instead of memory.
+    #[serde(default)]
+    pub relay_store: bool,
+}
+
+fn backlog_default() -> String {
+    "512mb".into()
 }
 
 impl Dataset {
@@ -131,7 +151,12 @@ impl Spec {
             // The master forks nothing: the relay captures from a replica. Compressible data (mixed
             // types), so switching the source's compression off shows in CPU and in bytes.
             "zero-fork" => (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true),
-            other => bail!("unknown scenario {other:?} ({}, uneven, or all)", ALL.join(", ")),
+            // Issue 44's master: 600 MiB at 100 Mbit/s with ~8 MB/s of writes through the sync and a
+            // 64 MB backlog. Natively, the replica's output buffer passes its default hard limit
+            // (256 MB) ~32 s into a ~50 s transfer: the sync starts again, and again. Through a relay
+            // with a store, the stream waits on disk while the pull runs.
+            "write-heavy" => (big(150, 16, 4 << 20, 1 << 20), links(&["100mbit"], &["100mbit"]), vec![1], Arrival::Together, false),
+            other => bail!("unknown scenario {other:?} ({}, uneven, write-heavy, or all)", ALL.join(", ")),
         };
         let netns = !a.no_netns;
         let mut spec = Spec {
@@ -147,6 +172,10 @@ impl Spec {
             slow_factor: a.slow_factor,
             slow_last: name == "uneven",
             kill_one: name == "agent-killed",
+            writes_bytes_per_sec: if name == "write-heavy" { if q { 2_000_000 } else { 8_000_000 } } else { 0 },
+            master_backlog: if name == "write-heavy" { "64mb".into() } else { backlog_default() },
+            give_up_secs: (name == "write-heavy").then_some(if q { 60 } else { a.give_up_secs }),
+            relay_store: name == "write-heavy",
         };
         if let (Some(v), Dataset::BigValues { count, .. }) = (a.values, &mut spec.dataset) {
             *count = v;
@@ -175,7 +204,12 @@ impl Spec {
         if spec.replicas.iter().any(|n| !(1..=16).contains(n)) {
             bail!("replica counts must be 1..16");
         }
-        spec.modes = if a.modes.is_empty() && name == "uneven" {
+        if spec.writes_bytes_per_sec > 0 && !netns {
+            bail!("{name} needs shaped links for its writes to outpace: namespace hosts (drop --no-netns)");
+        }
+        spec.modes = if a.modes.is_empty() && name == "write-heavy" {
+            vec!["native-diskless".to_string(), "fastrepl-tcp".to_string()]
+        } else if a.modes.is_empty() && name == "uneven" {
             vec!["fastrepl-tcp".to_string()]
         } else if a.modes.is_empty() && name == "zero-fork" {
             ["native-diskless", "fastrepl-tcp", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"].iter().map(|m| m.to_string()).collect()
@@ -203,6 +237,16 @@ impl Spec {
     /// One line for people.
     pub fn describe(&self) -> String {
         let links: Vec<String> = self.links.iter().map(|l| l.clone().unwrap_or_else(|| "unshaped".into())).collect();
+        let writes = match (self.writes_bytes_per_sec, self.give_up_secs) {
+            (0, _) => String::new(),
+            (w, give_up) => format!(
+                "; {:.0} MB/s of writes on the master through each run; backlog {}; a run not in sync after {} s given up{}",
+                w as f64 / 1e6,
+                self.master_backlog,
+                give_up.unwrap_or(7200),
+                if self.relay_store { "; the relay's generations in a store on disk" } else { "" }
+            ),
+        };
         let event = match (self.kill_one, self.arrival) {
             (true, _) => "; replica 1's agent (or server) killed after a third of the data left the master's host",
             (_, Arrival::Late) => "; the last replica joins after half the data left the master's host",
@@ -214,7 +258,7 @@ impl Spec {
             (k, false) => format!("; replica host(s) 1..={k} on a link {}× slower", self.slow_factor),
         };
         format!(
-            "{:?}; links {}{slow}{event}; replicas {:?}; modes {}; {}",
+            "{:?}; links {}{slow}{event}{writes}; replicas {:?}; modes {}; {}",
             self.dataset,
             links.join(", "),
             self.replicas,
