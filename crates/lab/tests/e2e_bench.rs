@@ -100,6 +100,48 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
 }
 
 #[test]
+fn bench_quick_write_heavy_counts_the_masters_full_syncs_and_the_log_streamed() {
+    if !fixtures::netns::available() {
+        fixtures::skip("bench on namespace hosts needs root and iproute2");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let doc = run_bench(&["--scenario", "write-heavy"], dir.path());
+    // At toy scale (16 MiB, 2 MB/s of writes) native keeps up too: both modes in sync and verified.
+    check_complete(&doc, &["write-heavy"]);
+    let s = &doc["scenarios"][0];
+    assert_eq!((s["spec"]["relay_store"].as_bool(), s["spec"]["master_backlog"].as_str()), (Some(true), Some("64mb")), "{}", s["spec"]);
+    for r in s["runs"].as_array().unwrap() {
+        assert!(r["gave_up_secs"].is_null(), "{r}");
+        assert!(r["writes_mb_s"].as_f64().is_some_and(|w| w > 0.5), "the writer wrote through the run: {r}");
+        assert!(r["output_buffer_disconnects"].is_u64(), "{r}");
+        if r["mode"] == "fastrepl-tcp" {
+            // The relay captures over its own host's loopback and the agent streams the log: the
+            // master never closes a replica link for its output buffer.
+            assert_eq!(r["output_buffer_disconnects"], 0, "{r}");
+            // One full sync on the master, the relay's capture; the stream after it from the log.
+            assert_eq!(r["full_syncs"], 1, "{r}");
+            assert!(r["phases"][0]["log_bytes"].as_u64().is_some_and(|b| b > 0), "{r}");
+        } else {
+            assert!(r["full_syncs"].as_i64().is_some_and(|f| f >= 1), "{r}");
+        }
+    }
+    let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
+    assert!(md.contains("| link | mode | runs in sync | median in sync (s) | master full syncs |"), "{md}");
+
+    // A native sync given no time to finish is given up: reported with what the master did, neither
+    // timed nor verified, and not a failure of the bench (exit 0).
+    let dir = tempfile::tempdir().unwrap();
+    let doc = run_bench(&["--scenario", "write-heavy", "--modes", "native-diskless", "--give-up-secs", "2"], dir.path());
+    let r = &doc["scenarios"][0]["runs"][0];
+    assert!(r["gave_up_secs"].as_f64().is_some_and(|g| g >= 2.0), "{r}");
+    assert!(r["error"].is_null() && r["secs"].is_null() && r["verified"] == false, "{r}");
+    assert!(r["full_syncs"].is_i64() && r["master_host_tx_bytes"].is_u64(), "{r}");
+    let md = std::fs::read_to_string(dir.path().join("results.md")).unwrap();
+    assert!(md.contains("| native-diskless | gave up at "), "{md}");
+}
+
+#[test]
 fn bench_quick_on_loopback_includes_shm_and_repeats() {
     let dir = tempfile::tempdir().unwrap();
     let doc = run_bench(&["--scenario", "mixed", "--no-netns", "--repeat", "2"], dir.path());

@@ -70,7 +70,7 @@ pub fn table(s: &ScenarioResult) -> String {
         if let Some(g) = r.gave_up_secs {
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | gave up at {g:.0} s: {} full syncs, {} output-buffer disconnects | | {} | {:.2} | | | | | | |{}",
+                "| {} | {} | {} | gave up at {g:.0} s: {} full syncs, {} output-buffer disconnects | | {} | {:.2} | {} | | | | | |{}",
                 r.link,
                 r.replicas,
                 r.mode,
@@ -78,6 +78,7 @@ pub fn table(s: &ScenarioResult) -> String {
                 r.output_buffer_disconnects.unwrap_or(0),
                 r.forks,
                 r.master_cpu_secs,
+                r.master_host_tx_bytes.map(mb).unwrap_or_else(|| "–".into()),
                 if lat { " |" } else { "" }
             );
             continue;
@@ -266,7 +267,10 @@ pub fn phase_table(s: &ScenarioResult) -> String {
             first,
             transfer,
             loaded,
-            at("in_sync"),
+            match r.gave_up_secs {
+                Some(g) => format!("gave up at {g:.0}"),
+                None => at("in_sync"),
+            },
             // What the sync itself adds once the master has produced its RDB.
             f2(r.master_rdb.iter().map(|s| s[1]).filter(|e| !e.is_nan()).reduce(f64::max).zip(ph["in_sync"].as_f64()).map(|(e, s)| s - e))
         );
@@ -650,5 +654,41 @@ mod tests {
         assert!(t.contains("| x | 2 | m | 1.00–4.00 | 107 % | 53 % | 2.00 |"), "(800 + 800) / (1000 + 500): {t}");
         let unshaped = RunResult { secs: Some(1.0), links: Some(LinkSeries::default()), ..Default::default() };
         assert!(link_table(&[unshaped]).is_none(), "no rate, no table");
+    }
+
+    #[test]
+    fn a_run_given_up_is_reported_with_what_the_master_did_not_timed() {
+        let spec: Spec = serde_json::from_value(serde_json::json!({
+            "name": "write-heavy", "dataset": {"kind": "big_values", "count": 1, "size": 1}, "links": ["100mbit"], "replicas": [1],
+            "modes": ["native-diskless", "fastrepl-tcp"], "arrival": "together", "latency_probe": false, "netns": true,
+            "writes_bytes_per_sec": 8_000_000, "give_up_secs": 240, "relay_store": true,
+        }))
+        .expect("a spec");
+        let run = |mode: &str, secs: Option<f64>, gave_up: Option<f64>, full: i64, obuf: u64| RunResult {
+            link: "100mbit".into(),
+            replicas: 1,
+            mode: mode.into(),
+            verified: secs.is_some(),
+            secs,
+            gave_up_secs: gave_up,
+            full_syncs: Some(full),
+            output_buffer_disconnects: Some(obuf),
+            forks: full,
+            writes_mb_s: Some(8.0),
+            handoffs: if mode.starts_with("fastrepl") { vec!["partial".into()] } else { Vec::new() },
+            phases: if mode.starts_with("fastrepl") { vec![serde_json::json!({"log_bytes": 1_434_000_000u64, "in_sync": 180.0})] } else { Vec::new() },
+            ..Default::default()
+        };
+        let s = ScenarioResult {
+            spec,
+            runs: vec![run("native-diskless", None, Some(240.4), 8, 7), run("fastrepl-tcp", Some(180.0), None, 1, 0), run("native-diskless", None, Some(240.2), 7, 7), run("fastrepl-tcp", Some(182.0), None, 1, 0)],
+        };
+        let t = table(&s);
+        assert!(t.contains("| 100mbit | 1 | native-diskless | gave up at 240 s: 8 full syncs, 7 output-buffer disconnects |"), "{t}");
+        assert!(!t.contains("FAILED"), "a run given up is not a failed run: {t}");
+        let w = writes_table(&s).expect("a scenario with writes has the table");
+        assert!(w.contains("| 100mbit | native-diskless | 0/2 | – | 7.50 | 7.00 | 7.50 | – | – | 8.00 |"), "{w}");
+        assert!(w.contains("| 100mbit | fastrepl-tcp | 2/2 | 181.00 | 1.00 | 0.00 | 1.00 | partial | 1434 | 8.00 |"), "{w}");
+        assert!(writes_table(&ScenarioResult { spec: Spec { writes_bytes_per_sec: 0, ..s.spec.clone() }, runs: Vec::new() }).is_none(), "no writes, no table");
     }
 }

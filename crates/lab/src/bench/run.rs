@@ -81,8 +81,9 @@ pub struct RunResult {
     /// Replica links the master closed for overcoming their output-buffer limit during the run
     /// (counted in its log: not every version has it in INFO).
     pub output_buffer_disconnects: Option<u64>,
-    /// The run was given up, not in sync after this many seconds (`give_up_secs`): not verified,
-    /// not timed, and not a failure of the bench; the counts above say what the master did.
+    /// A native run given up, not in sync after this many seconds (`give_up_secs`): not verified,
+    /// not timed, and not a failure of the bench; the counts above say what the master did. (A
+    /// fastrepl run that outlives it fails.)
     pub gave_up_secs: Option<f64>,
     /// The writer's achieved rate through the run, MB/s of values (scenarios with writes).
     pub writes_mb_s: Option<f64>,
@@ -330,20 +331,27 @@ fn master_quiet(m: &mut client::Client) -> Result<()> {
 }
 
 /// A sampling thread that runs until told to stop and then hands back what it collected.
+/// Dropped unfinished (a run that ended early), it is told to stop: it must not sample past its run.
 struct Sampler<T> {
     stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<T>,
+    handle: Option<std::thread::JoinHandle<T>>,
 }
 
 impl<T: Send + Default + 'static> Sampler<T> {
     fn spawn(f: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Sampler<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        Sampler { stop, handle: std::thread::spawn(move || f(&s)) }
+        Sampler { stop, handle: Some(std::thread::spawn(move || f(&s))) }
     }
-    fn finish(self) -> T {
+    fn finish(mut self) -> T {
         self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or_default()
+        self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}
+
+impl<T> Drop for Sampler<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -470,10 +478,7 @@ fn one(c: &Ctx) -> Result<RunResult> {
         r.source_forks = Some(stat(&mut s.try_client()?, "stats", "total_forks")? - f0);
         r.source_cpu_secs = Some(agent::procstat::cpu_secs_with_children(s.pid()).unwrap_or(0.0) - c0);
     }
-    r.master_host_tx_bytes = match (c.lab, tx0) {
-        (Some(l), Some(t0)) => Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0),
-        _ => None,
-    };
+    r.master_host_tx_bytes = master_host_sent(c, tx0)?;
     if let (Some(l), Some(t0s)) = (c.lab, &txs0) {
         r.replica_hosts_tx_bytes = (1..=c.n).map(|h| l.tx_bytes(h).map(|b| b - t0s[h])).collect::<Result<_, _>>().map_err(|e| anyhow!(e))?;
     }
@@ -483,18 +488,22 @@ fn one(c: &Ctx) -> Result<RunResult> {
     }
     r.full_syncs = Some(stat(&mut mc, "stats", "sync_full")? - full0);
     r.output_buffer_disconnects = Some(c.master.log().matches(OUTPUT_BUFFER_CLOSED).count().saturating_sub(obuf0) as u64);
-    if let Some(w) = paced {
-        let written = w.stop().map_err(|e| anyhow!(e))?;
-        r.writes_mb_s = Some(written.bytes as f64 / 1e6 / written.secs.max(1e-9));
+    // The writer's own failure is reported after the run's outcome, which it must not hide.
+    let written = paced.map(fixtures::data::PacedWriter::stop);
+    if let Some(Ok(w)) = &written {
+        r.writes_mb_s = Some(w.bytes as f64 / 1e6 / w.secs.max(1e-9));
     }
     let extra = match outcome {
-        Err(e) if e.downcast_ref::<GaveUp>().is_some() => {
+        Err(e) if e.downcast_ref::<GaveUp>().is_some() && native && c.spec.give_up_secs.is_some() => {
             // Given up: what the master did is the result; the replica is not compared.
             r.gave_up_secs = e.downcast_ref::<GaveUp>().map(|g| g.secs);
+            r.master_host_tx_bytes = master_host_sent(c, tx0)?;
+            written.transpose().map_err(|e| anyhow!(e))?;
             return Ok(r);
         }
         other => other?,
     };
+    written.transpose().map_err(|e| anyhow!(e))?;
     if let Some(w) = writer {
         w.stop();
     }
@@ -529,6 +538,14 @@ fn one(c: &Ctx) -> Result<RunResult> {
         "agent_pss_max": extra.agent_pss,
     });
     Ok(r)
+}
+
+/// Bytes the master's host sent since `tx0` (namespace hosts only).
+fn master_host_sent(c: &Ctx, tx0: Option<u64>) -> Result<Option<u64>> {
+    match (c.lab, tx0) {
+        (Some(l), Some(t0)) => Ok(Some(l.tx_bytes(0).map_err(|e| anyhow!(e))? - t0)),
+        _ => Ok(None),
+    }
 }
 
 #[derive(Default)]
@@ -646,10 +663,7 @@ fn run_native(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Re
             clients[i].cmd(&["REPLICAOF", &mip, &port])?;
             ex.phases[i]["started"] = serde_json::json!(t0.elapsed().as_secs_f64());
         }
-        match wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica) {
-            Err(_) if Instant::now() > deadline && c.spec.give_up_secs.is_some() => return Err(GaveUp { secs: t0.elapsed().as_secs_f64() }.into()),
-            other => other?,
-        }
+        wait_native_in_sync(&mut clients, &group, t0, deadline, &mut ex.phases, &mut ex.per_replica)?;
     }
     Ok(ex)
 }
@@ -661,7 +675,7 @@ fn give_up(c: &Ctx) -> Duration {
 
 /// Wait until replicas `group` (natively syncing) are in sync, recording into `phases[i]` when each
 /// received its first byte, started loading and came in sync, and into `per_replica[i]` the last
-/// (seconds since `t0`). Shared by `bench` and `demo`.
+/// (seconds since `t0`); past `deadline`, a [`GaveUp`] error. Shared by `bench` and `demo`.
 pub fn wait_native_in_sync(
     clients: &mut [client::Client],
     group: &[usize],
@@ -693,7 +707,7 @@ pub fn wait_native_in_sync(
             }
         }
         if Instant::now() > deadline {
-            bail!("native sync did not finish in time");
+            return Err(GaveUp { secs: t0.elapsed().as_secs_f64() }.into());
         }
         std::thread::sleep(Duration::from_millis(20)); // Polling replicas' state with a deadline.
     }
@@ -805,10 +819,12 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             while p.running() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20)); // Polling for the join's exit with a deadline.
             }
-            if p.running() && c.spec.give_up_secs.is_some() {
+            if p.running() {
+                // Not given up as a native run is: a join has its own bounds, and one that outlives
+                // the scenario's time is a failure of fastrepl, which the bench must say.
                 c.keep_log(&p.name, p.output().as_bytes());
                 c.keep_log("relay", relay.output().as_bytes());
-                return Err(GaveUp { secs: t0.elapsed().as_secs_f64() }.into());
+                bail!("{} still running {:.0} s into the run:\n{}", p.name, t0.elapsed().as_secs_f64(), tail(&p.output(), 20));
             }
             let code = p.wait(Duration::from_secs(5));
             let out = p.output();

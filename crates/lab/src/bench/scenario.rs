@@ -174,7 +174,7 @@ impl Spec {
             kill_one: name == "agent-killed",
             writes_bytes_per_sec: if name == "write-heavy" { if q { 2_000_000 } else { 8_000_000 } } else { 0 },
             master_backlog: if name == "write-heavy" { "64mb".into() } else { backlog_default() },
-            give_up_secs: (name == "write-heavy").then_some(if q { 60 } else { a.give_up_secs }),
+            give_up_secs: (name == "write-heavy").then_some(a.give_up_secs.unwrap_or(if q { 60 } else { 240 })),
             relay_store: name == "write-heavy",
         };
         if let (Some(v), Dataset::BigValues { count, .. }) = (a.values, &mut spec.dataset) {
