@@ -9,7 +9,7 @@ set -euo pipefail
 secs=${1:-15}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root/fuzz"
-targets=(resp replication capture wire tracker auth data_path sentinel metrics cluster ucx_messages)
+targets=(resp replication capture wire tracker auth data_path sentinel metrics cluster ucx_messages codec)
 if ! cargo +nightly --version >/dev/null 2>&1; then
   for t in "${targets[@]}"; do echo "[fuzz] $t skipped: no nightly toolchain (its stable fuzz_smoke test ran in the suite)"; done
   exit 0

@@ -11,6 +11,8 @@
 //! - [`soak`]: hundreds of joins against one relay with a writer; the relay's memory, fds and memfds stay flat.
 //! - [`simulate`]: the agents' swarm (the product's own tracker and chooser) on modelled fleets of up
 //!   to 10 000 agents.
+//! - [`codecs`]: what compressing a snapshot's blocks once would gain and cost, per codec, on an RDB
+//!   with and without LZF.
 //! - [`charts`]: PNG line charts.
 //! - [`stats`]: the median and quantiles every table uses.
 //! - [`transport`]: the lab's transport names (the product's plus `ucx-tcp`, `ucx-sm`).
@@ -18,6 +20,7 @@
 
 pub mod bench;
 pub mod charts;
+pub mod codecs;
 pub mod demo;
 pub mod faults;
 pub mod probe;

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{bench, demo, faults, probe, report, simulate, soak};
+use lab::{bench, codecs, demo, faults, probe, report, simulate, soak};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -31,6 +31,9 @@ enum Cmd {
     /// Many joins against one relay with a writer running: every join verified, the relay's RSS, fds
     /// and memfds shown flat.
     Soak(soak::SoakArgs),
+    /// Block codecs on a snapshot: each codec's ratio, blocks kept raw and one core's rates on an RDB
+    /// with and without LZF, block by block as the relay cuts it.
+    Codecs(codecs::CodecsArgs),
     /// The agents' swarm on modelled fleets (1 to 10 000 agents): T(N)/T(1), relay copies, slowest agent.
     Simulate(simulate::SimulateArgs),
 }
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Cmd::Simulate(a) => simulate::run(a).map(|_| ExitCode::SUCCESS),
         Cmd::Faults(a) => faults::run(a).map(|_| ExitCode::SUCCESS),
         Cmd::Soak(a) => soak::run(a).map(|_| ExitCode::SUCCESS),
+        Cmd::Codecs(a) => codecs::run(a).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

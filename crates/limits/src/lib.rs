@@ -18,6 +18,15 @@ pub const CONTROL_MESSAGE_BYTES_MAX: u32 = 16 << 20;
 pub const BLOCK_BYTES_MIN: u64 = 4096;
 /// Default snapshot block.
 pub const BLOCK_BYTES_DEFAULT: u64 = 4 << 20;
+
+/// A block is kept compressed only when that makes it at most this many eighths of its raw size;
+/// else it stays raw and costs the agent nothing to feed. An eighth of a 4 MiB block is 42 ms of a
+/// 100 Mbit/s link (4 ms at 1 Gbit/s) against ~5 ms of one core to decompress it with zstd -1
+/// (docs/results/issue45-codecs): below that, the bytes saved are not worth a core's time. A
+/// cache's data is far past it (every block 2.9× smaller), random values far short (every block
+/// kept raw).
+pub const BLOCK_COMPRESSED_PAYS_EIGHTHS: u64 = 7;
+const _: () = assert!(1 <= BLOCK_COMPRESSED_PAYS_EIGHTHS && BLOCK_COMPRESSED_PAYS_EIGHTHS < 8);
 /// Largest region an agent maps (the shm transport), and the default `--snapshot-max-bytes` is below it.
 pub const REGION_BYTES_MAX: u64 = 1 << 40;
 /// Default `--snapshot-max-bytes`: the sparse capacity of an EOF-framed snapshot's memfd.
