@@ -142,6 +142,18 @@ fn bench_quick_write_heavy_counts_the_masters_full_syncs_and_the_log_streamed() 
 }
 
 #[test]
+fn bench_quick_compressible_runs_a_caches_data_from_master_and_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = run_bench(&["--scenario", "compressible", "--no-netns"], dir.path());
+    check_complete(&doc, &["compressible"]);
+    let s = &doc["scenarios"][0];
+    assert_eq!(s["spec"]["dataset"]["kind"], "realistic", "{}", s["spec"]);
+    // A replica asked for an RDB without LZF sends more bytes of this data than one with it.
+    let rdb = |mode: &str| s["runs"].as_array().unwrap().iter().find(|r| r["mode"] == mode).and_then(|r| r["rdb_bytes"].as_u64()).unwrap();
+    assert!(rdb("fastrepl-tcp-from-replica-raw") > rdb("fastrepl-tcp-from-replica"), "{} vs {}", rdb("fastrepl-tcp-from-replica-raw"), rdb("fastrepl-tcp-from-replica"));
+}
+
+#[test]
 fn bench_quick_on_loopback_includes_shm_and_repeats() {
     let dir = tempfile::tempdir().unwrap();
     let doc = run_bench(&["--scenario", "mixed", "--no-netns", "--repeat", "2"], dir.path());

@@ -20,7 +20,9 @@ pub struct BenchArgs {
     /// late-joiner, zero-fork, cluster (3 shards, a new replica each: native vs fastrepl; not in
     /// `all`), uneven (4 replicas at 100 Mbit/s, the last at 20, against 1 alone: each replica's time
     /// over T(1); not in `all`), write-heavy (600 MiB at 100 Mbit/s under 8 MB/s of writes, a 64 MB
-    /// backlog: native loops, the relay keeps the stream in its store; not in `all`), or all.
+    /// backlog: native loops, the relay keeps the stream in its store; not in `all`), compressible
+    /// (a cache's data, from the master and from a replica with and without LZF; not in `all`), or
+    /// all.
     #[arg(long, default_value = "original")]
     pub scenario: String,
     /// Toy scale: every scenario in a few minutes (what the test suite runs).

@@ -295,6 +295,7 @@ fn fill(master: &Server, d: &Dataset, flavor: Flavor) -> Result<()> {
     match *d {
         Dataset::BigValues { count, size } => fixtures::data::fill_big_values(&mut c, count, size),
         Dataset::SmallValues { count, size } => fixtures::data::fill_small_values(&mut c, count, size),
+        Dataset::Realistic { keys } => fixtures::cache_data::fill(&mut c, keys, 44).map_err(|e| anyhow!(e))?,
         Dataset::Mixed { small, big_mib } => {
             fixtures::data::fill_big_values(&mut c, big_mib.div_ceil(4), 4 << 20);
             fixtures::data::fill_small_mixed(&mut c, small);
