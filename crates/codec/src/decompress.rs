@@ -18,8 +18,10 @@ impl Decompressor {
     /// Decode `stored` (kept with `codec`) into `out` (replaced), which must come to exactly
     /// `raw_len` bytes. `raw_len` is bounded (a block is one range read at most,
     /// [`limits::READ_BYTES_MAX`]) before anything is allocated, and a compressed block must be
-    /// shorter than it; the decoders write into a buffer of `raw_len` bytes and fail rather than go
-    /// past it, so a block claiming more cannot make us allocate more. On error `out` is empty.
+    /// shorter than it; the decoders write into at most `raw_len` bytes of room (zstd: the vector's
+    /// room, which may be more if an earlier block grew it, but is never grown past `raw_len` here)
+    /// and fail rather than go past it, so a block claiming more cannot make us allocate more. On
+    /// error `out` is empty.
     pub fn decompress(&mut self, codec: Codec, stored: &[u8], raw_len: usize, out: &mut Vec<u8>) -> Result<(), Error> {
         out.clear();
         let r = self.decode(codec, stored, raw_len, out);
@@ -64,16 +66,22 @@ impl Decompressor {
                     Ok(_) => {}
                     Err(e) => return Err(corrupt(format!("frame header: {e:?}"))),
                 }
-                out.resize(raw_len, 0);
+                // Into the vector's room, not a zero-filled slice: no memset of a whole block per
+                // block on the feeding path. The room is `raw_len`, or more when the vector was
+                // grown by an earlier, larger block: never more than is already allocated.
+                out.reserve_exact(raw_len);
                 let d = match &mut self.zstd {
                     Some(d) => d,
                     empty => empty.insert(zstd::bulk::Decompressor::new().map_err(|e| corrupt(format!("make a decoder: {e}")))?),
                 };
-                // A frame without its length in the header and longer than the entry fails here
+                // A frame without its length in the header and longer than the room fails here
                 // ("destination buffer too small"): as corrupt as any other failure.
-                d.decompress_to_buffer(stored, out.as_mut_slice()).map_err(|e| corrupt(e.to_string()))?
+                d.decompress_to_buffer(stored, out).map_err(|e| corrupt(e.to_string()))?
             }
         };
+        if got > raw_len {
+            return Err(Error::Longer { codec, stored_len, want: raw_len });
+        }
         if got != raw_len {
             return Err(Error::WrongLength { codec, stored_len, got, want: raw_len });
         }

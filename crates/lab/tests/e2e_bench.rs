@@ -15,6 +15,15 @@ fn run_bench(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap()
 }
 
+/// Namespace hosts are here (root and iproute2); if not, the test says it is skipped.
+fn namespace_hosts() -> bool {
+    let here = fixtures::netns::available();
+    if !here {
+        fixtures::skip("bench on namespace hosts needs root and iproute2");
+    }
+    here
+}
+
 fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
     assert!(doc["machine"]["cores"].as_u64().unwrap() > 0);
     assert!(doc["server"]["version"].as_str().unwrap().contains("v="), "{}", doc["server"]);
@@ -81,8 +90,7 @@ fn check_complete(doc: &serde_json::Value, scenarios: &[&str]) {
 
 #[test]
 fn bench_quick_runs_every_scenario_on_namespace_hosts() {
-    if !fixtures::netns::available() {
-        fixtures::skip("bench on namespace hosts needs root and iproute2");
+    if !namespace_hosts() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -101,8 +109,7 @@ fn bench_quick_runs_every_scenario_on_namespace_hosts() {
 
 #[test]
 fn bench_quick_write_heavy_counts_the_masters_full_syncs_and_the_log_streamed() {
-    if !fixtures::netns::available() {
-        fixtures::skip("bench on namespace hosts needs root and iproute2");
+    if !namespace_hosts() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
