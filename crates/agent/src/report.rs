@@ -237,6 +237,8 @@ pub struct Report {
     pub handoff_offset: u64,
     /// The snapshot's length (`fastrepl_join_rdb_length_bytes`).
     pub rdb_length_bytes: u64,
+    /// What it travelled as: its blocks as the relay keeps them, compressed where that paid.
+    pub rdb_stored_bytes: u64,
     /// Log bytes streamed after the RDB.
     pub log_bytes: u64,
     /// Blocks pulled.

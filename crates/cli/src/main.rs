@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
+use compression_arg::CompressionArg;
 use transport_arg::TransportArg;
 
+mod compression_arg;
 mod exits;
 mod log_sink;
 mod transport_arg;
@@ -152,10 +154,22 @@ struct RelayArgs {
     /// or `auto` (a healthy replica, the master only when none qualifies).
     #[arg(long, default_value = "master", env = "FASTREPL_SOURCE")]
     source: relay::source::Source,
-    /// During a capture from a replica, switch its rdbcompression and rdbchecksum off (restored
-    /// after): a faster cold snapshot, more bytes; fastrepl's block checksums still cover the data.
-    #[arg(long, env = "FASTREPL_SOURCE_RDB_RAW")]
+    /// The RDB a replica source writes during a capture: auto (raw while blocks are compressed:
+    /// rdbcompression and rdbchecksum switched off, restored after; left as configured if the
+    /// source's ACL refuses CONFIG), as-configured, or raw (a refusal fails the capture). The
+    /// master's configuration is never touched.
+    #[arg(long, default_value = "auto", env = "FASTREPL_SOURCE_RDB")]
+    source_rdb: relay::SourceRdb,
+    /// Same as --source-rdb raw (kept for existing configurations).
+    #[arg(long, env = "FASTREPL_SOURCE_RDB_RAW", hide = true)]
     source_rdb_raw: bool,
+    /// How blocks are kept and sent: zstd (default: compressed once at the relay for every agent,
+    /// each block kept raw where that does not pay), lz4, or none.
+    #[arg(long, value_enum, default_value_t = CompressionArg::Zstd, env = "FASTREPL_COMPRESSION")]
+    compression: CompressionArg,
+    /// Threads compressing blocks while a capture runs (default: the relay's cores, at most 8).
+    #[arg(long, env = "FASTREPL_COMPRESSION_THREADS")]
+    compression_threads: Option<usize>,
     /// When to take the first snapshot: on-start (ready for the first agent) or on-demand (when the
     /// first agent asks; nothing forked or held before).
     #[arg(long, default_value = "on-start", env = "FASTREPL_CAPTURE")]
@@ -616,13 +630,15 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
             snapshot_bytes_max: a.snapshot_max_bytes,
             log_bytes_max: a.log_max_bytes.unwrap_or(if a.store.is_some() { limits::LOG_BYTES_STORE_DEFAULT } else { limits::LOG_BYTES_DEFAULT }),
             log_age_max: a.log_max_age_secs.map(Duration::from_secs).unwrap_or(if a.store.is_some() { limits::LOG_AGE_STORE_DEFAULT } else { limits::LOG_AGE_DEFAULT }),
+            codec: a.compression.codec(),
+            pack_threads: a.compression_threads.unwrap_or_else(snapshot::pack_threads_default),
         },
         store: a.store,
         log_percent: Some(a.log_max_percent),
         connections_max: a.connections_max,
         offer: a.transport.kind().into(),
         source: a.source,
-        source_rdb_raw: a.source_rdb_raw,
+        source_rdb: if a.source_rdb_raw { relay::SourceRdb::Raw } else { a.source_rdb },
         capture: a.capture,
         idle_release: (a.idle_release_secs > 0).then(|| Duration::from_secs(a.idle_release_secs)),
         agents_tls: match (&a.agents_tls_cert, &a.agents_tls_key) {

@@ -377,7 +377,9 @@ fn review_relay_sizing(at: &str, spec: &Value) {
         Some(dir) => {
             let log = number("--log-max-bytes").unwrap_or(limits::LOG_BYTES_STORE_DEFAULT);
             let connections = number("--connections-max").unwrap_or(limits::CONNECTIONS_DEFAULT as u64);
-            let bound = limits::relay_memory_bound(limits::BLOCK_BYTES_DEFAULT, connections, snapshot.div_ceil(limits::BLOCK_BYTES_DEFAULT));
+            // Without --compression-threads, as many as a node may have cores for it.
+            let pack = number("--compression-threads").unwrap_or(limits::PACK_THREADS_DEFAULT_MAX as u64);
+            let bound = limits::relay_memory_bound(limits::BLOCK_BYTES_DEFAULT, pack, connections, snapshot.div_ceil(limits::BLOCK_BYTES_DEFAULT));
             assert!(memory >= bound, "{at}: memory limit {memory} below the store relay's bound {bound} for {connections} connections");
             let mount = c["volumeMounts"].as_array().into_iter().flatten().find(|m| m["mountPath"] == dir).unwrap_or_else(|| panic!("{at}: --store {dir} is on no volume"));
             let volume = spec["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("{at}: volume {} undefined", mount["name"]));

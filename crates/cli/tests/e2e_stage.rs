@@ -172,7 +172,7 @@ fn a_snapshot_the_server_cannot_load_is_refused_before_any_byte_is_pulled() {
     let (code, rep, out) = stage(&r.addr, vol.path(), &Flavor::Redis82.binary(), &["--master", &master.addr()]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(decision(&rep, &out), ("stage".into(), "empty".into()), "{out}");
-    assert!(served(&r.addr).bytes >= rep["rdb_length_bytes"].as_u64().unwrap_or(u64::MAX), "the relay's served bytes do not count a pull: {out}");
+    assert!(served(&r.addr).bytes >= rep["rdb_stored_bytes"].as_u64().unwrap_or(u64::MAX), "the relay's served bytes do not count a pull: {out}");
 }
 
 /// The server at `addr` says it is a master (`INFO replication`).

@@ -27,6 +27,10 @@ pub const BLOCK_BYTES_DEFAULT: u64 = 4 << 20;
 /// kept raw).
 pub const BLOCK_COMPRESSED_PAYS_EIGHTHS: u64 = 7;
 const _: () = assert!(1 <= BLOCK_COMPRESSED_PAYS_EIGHTHS && BLOCK_COMPRESSED_PAYS_EIGHTHS < 8);
+/// Most threads a relay compresses blocks with by default (`--compression-threads`; default its
+/// cores up to this): zstd -1 packs ~290 MB/s on one of this machine's cores, so 8 keep up with a
+/// capture at ~18 Gbit/s, faster than any source forks and writes (docs/design/compression.md).
+pub const PACK_THREADS_DEFAULT_MAX: usize = 8;
 /// Largest region an agent maps (the shm transport), and the default `--snapshot-max-bytes` is below it.
 pub const REGION_BYTES_MAX: u64 = 1 << 40;
 /// Default `--snapshot-max-bytes`: the sparse capacity of an EOF-framed snapshot's memfd.
@@ -49,8 +53,13 @@ pub const RELAY_MEMORY_PER_BLOCK_BYTES: u64 = 64;
 pub const REPLICA_SILENCE_MAX: Duration = Duration::from_secs(120);
 /// With `--store`, the relay's memory bound for `connections` open connections and `blocks` blocks
 /// held of `block_bytes` each (the status's `memory_bound_bytes`; contrib/k8s sizes its limit by it).
-pub const fn relay_memory_bound(block_bytes: u64, connections: u64, blocks: u64) -> u64 {
-    RELAY_MEMORY_BASE_BYTES + block_bytes + connections * RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * RELAY_MEMORY_PER_BLOCK_BYTES
+pub const fn relay_memory_bound(block_bytes: u64, pack_threads: u64, connections: u64, blocks: u64) -> u64 {
+    RELAY_MEMORY_BASE_BYTES + block_bytes + pack_bytes(block_bytes, pack_threads) + connections * RELAY_MEMORY_PER_CONNECTION_BYTES + blocks * RELAY_MEMORY_PER_BLOCK_BYTES
+}
+/// What a capture's packing holds with `pack_threads` compressing: every block in flight (each
+/// thread's and one queued) as a raw and a stored buffer, and as many kept for reuse.
+pub const fn pack_bytes(block_bytes: u64, pack_threads: u64) -> u64 {
+    4 * (pack_threads + 1) * block_bytes
 }
 /// Default `--log-max-percent`: a generation is sealed once its log is as large as its RDB. Measured
 /// (docs/results/issue44-warm, loopback, a 261 MiB RDB): a warm join loses its lead over a fresh

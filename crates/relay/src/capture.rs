@@ -5,6 +5,7 @@
 
 use crate::generations::{Action, Ended, Failure, Turn};
 use crate::shared::Shared;
+use crate::source_rdb::Switch;
 use replication::capture::{Capture, CaptureError, Event, Phase, TAIL_LEN};
 use snapshot::{Appended, Generation};
 use std::io::{ErrorKind, Read, Write};
@@ -191,13 +192,17 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
     // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
-    let raw = match (cfg.source_rdb_raw, chosen.replica) {
-        (true, true) => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|u| Error::Source { kind: u.kind, why: u.why })?),
-        (true, false) => {
-            tracing::warn!("--source-rdb-raw: not switching RDB compression off on the master (only ever on a replica)");
-            None
-        }
-        _ => None,
+    let raw = match cfg.source_rdb.switch(cfg.snapshot.codec, chosen.replica) {
+        Switch::Leave => None,
+        Switch::Must => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|u| Error::Source { kind: u.kind, why: u.why })?),
+        // A source whose ACL refuses CONFIG still serves: with LZF, the blocks compress less.
+        Switch::Try => match crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT) {
+            Ok(raw) => Some(raw),
+            Err(u) => {
+                tracing::warn!(source = %chosen.addr, error = %u.why, "could not ask the source replica for a raw RDB (--source-rdb auto); capturing it as configured");
+                None
+            }
+        },
     };
     let server = if chosen.replica { format!("source replica {}", chosen.addr) } else { format!("master {}", chosen.addr) };
     let t0 = Instant::now();

@@ -4,6 +4,7 @@ use crate::capture_policy::CapturePolicy;
 use crate::error::Error;
 use crate::offer::Offer;
 use crate::source;
+use crate::source_rdb::SourceRdb;
 use replication::replica::Auth;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,8 +50,8 @@ pub struct Config {
     pub agents_tls: Option<Arc<rustls::ServerConfig>>,
     /// Where snapshots are captured from (the master, one of its replicas, or one chosen).
     pub source: source::Source,
-    /// Switch RDB compression and checksums off on a replica source during its captures.
-    pub source_rdb_raw: bool,
+    /// Whether a replica source's RDB compression and checksums are switched off during its captures.
+    pub source_rdb: SourceRdb,
     /// When the first generation is captured.
     pub capture: CapturePolicy,
     /// Release the current generation's memory after this long without any agent connection.
@@ -72,8 +73,8 @@ impl Config {
         if self.snapshot.snapshot_bytes_max > limits::REGION_BYTES_MAX {
             return Err(Error::Config(format!("--snapshot-max-bytes can be at most {} (agents refuse a larger snapshot region)", limits::REGION_BYTES_MAX)));
         }
-        if self.source_rdb_raw && self.source == source::Source::Master {
-            return Err(Error::Config("--source-rdb-raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
+        if self.source_rdb == SourceRdb::Raw && self.source == source::Source::Master {
+            return Err(Error::Config("--source-rdb raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
         }
         if self.snapshot.block_size < limits::BLOCK_BYTES_MIN || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
             return Err(Error::Config(format!("block size must be between {} and {} bytes", limits::BLOCK_BYTES_MIN, transport::wire::READ_MAX)));
@@ -106,7 +107,7 @@ mod tests {
             source: source::Source::Master,
             sentinel: None,
             tls: None,
-            source_rdb_raw: false,
+            source_rdb: SourceRdb::default(),
             capture: CapturePolicy::OnStart,
             idle_release: None,
             log_percent: None,

@@ -345,12 +345,12 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
     };
     tracing::info!(generation = gen.id(), "agent attached");
     let _attached = Attached::new(&shared.stats);
-    let mut sent_checksums = 0;
+    let mut sent_entries = 0;
     let mut sent_version = u64::MAX;
     loop {
-        let (d, version) = gen.descriptor(sent_checksums);
+        let (d, version) = gen.descriptor(sent_entries);
         if version != sent_version {
-            sent_checksums += d.checksums.len();
+            sent_entries += d.table.len();
             sent_version = version;
             wire::send_control(&mut s, &Control::Descriptor(d.into()))?;
         } else {

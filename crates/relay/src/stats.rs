@@ -172,11 +172,12 @@ pub fn prometheus(st: &Status) -> String {
     e.gauge("source_last_io_seconds", "Seconds since the capture source last sent anything (-1: never).", &[], st.source_last_io_seconds.unwrap_or(-1.0));
     e.counter("source_bytes_total", "Bytes received from capture sources.", &[], st.source_bytes_total as f64);
     e.gauge("generations", "Generations held in memory.", &[], st.generations.len() as f64);
-    e.gauge("held_bytes", "Snapshot bytes held in memory, all generations.", &[], st.held_bytes as f64);
+    e.gauge("held_bytes", "Snapshot bytes held, all generations, as kept (compressed where that paid).", &[], st.held_bytes as f64);
     for g in &st.generations {
         let id = g.id.to_string();
         let l = [("generation", id.as_str()), ("state", g.state.as_str()), ("current", if g.current { "1" } else { "0" })];
         e.gauge("generation_rdb_bytes", "RDB bytes held by a generation.", &l, g.rdb_bytes as f64);
+        e.gauge("generation_rdb_stored_bytes", "The bytes a generation's RDB is kept and sent as (compressed where that paid).", &l, g.rdb_stored_bytes as f64);
         e.gauge("generation_blocks", "Blocks published by a generation.", &l, g.blocks as f64);
         e.gauge("generation_log_bytes", "Stream log bytes held after a generation's snapshot.", &l, g.log_bytes as f64);
         e.gauge("generation_age_seconds", "Seconds since a generation's capture started.", &l, g.age_seconds);
@@ -223,6 +224,7 @@ mod tests {
             replid: "r".into(),
             offset: 0,
             rdb_bytes: 1,
+            rdb_stored_bytes: 1,
             rdb_length: Some(1),
             rdb_version: Some(11),
             blocks: 1,
@@ -298,7 +300,7 @@ mod tests {
         }
         assert!(has("fastrepl_relay_generations"), "the generations' count");
         let g = &json["generations"][0];
-        for field in ["rdb_bytes", "blocks", "log_bytes", "age_seconds", "agents"] {
+        for field in ["rdb_bytes", "rdb_stored_bytes", "blocks", "log_bytes", "age_seconds", "agents"] {
             assert!(g.get(field).is_some(), "generation field {field}");
             assert!(has(&format!("fastrepl_relay_generation_{field}")), "generation field {field} has no metric");
         }

@@ -24,6 +24,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
                 replid: d.replid,
                 offset: d.offset,
                 rdb_bytes: d.published,
+                rdb_stored_bytes: d.stored,
                 rdb_length: d.length,
                 rdb_version: d.rdb_version,
                 blocks,
@@ -56,7 +57,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         generations_released_idle_total: get(&s.released_idle),
         source_last_io_seconds: s.source_silent_secs(),
         source_bytes_total: get(&s.source_bytes),
-        held_bytes: generations.iter().map(|g| g.rdb_bytes).sum(),
+        held_bytes: generations.iter().map(|g| g.rdb_stored_bytes).sum(),
         generations,
         connections: shared.connections() as u64,
         connections_max: shared.config.connections_max as u64,
@@ -86,11 +87,12 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
 }
 
 /// With a store, what the relay's unreclaimable memory stays under: a base (threads, allocator,
-/// queues), the capture's one block, each open connection's most (a log read's answer, a TLS copy
-/// buffer, its thread), and a few bytes per block held (checksums, the swarm's bits). None of it is
+/// queues), the capture's block and its packing ([`limits::pack_bytes`]), each open connection's most (a log read's answer, a TLS copy
+/// buffer, its thread), and a few bytes per block held (table entries, the swarm's bits). None of it is
 /// a snapshot's or a log's bytes: those are on the store's files, in the page cache.
 fn memory_bound(shared: &Shared, blocks: u64) -> u64 {
-    limits::relay_memory_bound(shared.config.snapshot.block_size, shared.connections() as u64, blocks)
+    let pack_threads = if shared.config.snapshot.codec == snapshot::Codec::Raw { 0 } else { shared.config.snapshot.pack_threads as u64 };
+    limits::relay_memory_bound(shared.config.snapshot.block_size, pack_threads, shared.connections() as u64, blocks)
 }
 
 /// The heap and other anonymous memory: `RssAnon` from /proc/self/status (0 where there is none). A

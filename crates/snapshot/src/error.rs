@@ -6,6 +6,9 @@ pub enum Error {
     /// Creating or sizing the memfd failed.
     #[error("create snapshot region: {0}")]
     Region(#[source] std::io::Error),
+    /// Starting the block-packing threads failed, or one of them ended (it panicked).
+    #[error("pack snapshot blocks: {0}")]
+    Pack(#[source] std::io::Error),
     /// The RDB does not fit the configured bound.
     #[error("snapshot exceeds --snapshot-max-bytes ({max} bytes)")]
     TooLarge {
@@ -13,7 +16,7 @@ pub enum Error {
         max: u64,
     },
     /// Reading a range that is not published (yet).
-    #[error("range {offset}+{len} is beyond the published {published} bytes")]
+    #[error("range {offset}+{len} is beyond the published {published} bytes of the region")]
     NotPublished {
         /// Requested start.
         offset: u64,

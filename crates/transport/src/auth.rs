@@ -14,9 +14,10 @@ pub const MAGIC: &[u8; 8] = b"FASTREPL";
 /// when they ask where blocks are. 3: agents serve blocks while they arrive (`Arriving`; a read cut
 /// off part-way is not a failed peer). 5: an agent's `Locate` says where its own window ends (the
 /// blocks after it, asked on its serve cache's room, are answered last); not 4, which a layout tried
-/// and reverted in issue 33 used (a build of it must be refused by name, not misread). A relay and its
-/// agents must be of one version.
-pub const VERSION: u16 = 5;
+/// and reverted in issue 33 used (a build of it must be refused by name, not misread). 6: blocks are
+/// kept compressed and packed, each placed by its table entry in the descriptor (an agent of 5 would
+/// read a packed region as raw blocks). A relay and its agents must be of one version.
+pub const VERSION: u16 = 6;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

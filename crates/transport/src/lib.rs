@@ -3,7 +3,7 @@
 //! One TCP port serves two kinds of connection, both opened by a mutual challenge–response
 //! ([`auth`]) before anything else is said:
 //! - **control**: the relay pushes the generation's [`wire::Descriptor`] and every change to it
-//!   (watermark, checksums, length, log end), and a heartbeat;
+//!   (watermarks, block table, length, log end), and a heartbeat;
 //! - **data**: range reads of a generation's RDB bytes and of its stream log.
 //!
 //! Layers, each using only those below it:

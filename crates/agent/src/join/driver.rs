@@ -583,6 +583,7 @@ impl Driver<'_> {
             snapshot_offset: c.desc.offset,
             handoff_offset: o.offset,
             rdb_length_bytes: stats.bytes,
+            rdb_stored_bytes: stats.stored_bytes,
             log_bytes: o.log_bytes,
             blocks: stats.blocks,
             blocks_reread: stats.reread,

@@ -1,6 +1,8 @@
 //! The blocks an agent holds, verified, for its replica and for other agents: what a peer is served
-//! is what this agent verified against the relay's checksum before it kept it, or a block still
-//! arriving, whose last byte goes only once it is verified (see [`crate::peers::arrival`]).
+//! is what this agent verified against the relay's table entry before it kept it, or a block still
+//! arriving, whose last byte goes only once it is verified (see [`crate::peers::arrival`]). Blocks
+//! are held and served as the relay keeps them (compressed where that paid), and asked for as the
+//! relay is: by their place in its region.
 
 use crate::peers::arrival::{Arrival, Spares};
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +13,6 @@ use std::sync::{Arc, Mutex};
 pub struct Held {
     /// The generation whose blocks these are.
     pub(crate) generation: u64,
-    block_size: u64,
     /// Whole blocks the cache of fed blocks keeps at most.
     cache_blocks: u64,
     inner: Mutex<HeldInner>,
@@ -26,8 +27,9 @@ struct HeldInner {
     /// Other agents still miss blocks: keep the cache. An agent alone keeps nothing it has fed (its
     /// memory stays the window's), and starts keeping again as soon as someone joins.
     others_need: bool,
-    /// Total length of the RDB once known (the last block is short).
-    length: Option<u64>,
+    /// Where each block held or arriving starts in the relay's region, and its stored length: a
+    /// peer's read names a block by them. Kept for the generation's life (24 bytes a block).
+    places: HashMap<u64, (u64, u32)>,
     /// Blocks being received, served while they arrive (see [`crate::peers::arrival`]).
     arriving: HashMap<u64, Arc<Arrival>>,
     /// Their buffers, kept from one arrival to the next.
@@ -40,7 +42,7 @@ impl Held {
     pub fn new(generation: u64, block_size: u64, cache_max: u64, keep: swarm::Keep) -> Held {
         let cache_blocks = cache_max / block_size.max(1);
         let cache = swarm::ServeCache::new(cache_blocks, keep);
-        Held { generation, block_size, cache_blocks, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), cache, others_need: true, length: None, arriving: HashMap::new(), spares: Arc::default() }) }
+        Held { generation, cache_blocks, inner: Mutex::new(HeldInner { blocks: BTreeMap::new(), cache, others_need: true, places: HashMap::new(), arriving: HashMap::new(), spares: Arc::default() }) }
     }
 
     /// Whole blocks the cache of fed blocks may keep (the pull's window looks further ahead while it
@@ -53,11 +55,12 @@ impl Held {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keep verified block `b` (its arrival, if it was served while arriving, is over: readers still
-    /// on it finish from it).
-    pub fn insert(&self, b: u64, bytes: Arc<Vec<u8>>) {
+    /// Keep verified block `b`, whose stored bytes start at `start` in the relay's region (its
+    /// arrival, if it was served while arriving, is over: readers still on it finish from it).
+    pub fn insert(&self, b: u64, start: u64, bytes: Arc<Vec<u8>>) {
         let mut h = self.lock();
         h.arriving.remove(&b);
+        h.places.insert(start, (b, bytes.len() as u32));
         // A block handed on already is held only as the serve cache says; one that arrived after
         // (cannot today: the pipeline asks for no block it holds) would be held beyond its bound.
         if b < h.cache.handed_on() {
@@ -73,13 +76,15 @@ impl Held {
         self.lock().blocks.get(&b).cloned()
     }
 
-    /// Block `b`, `len` bytes, starts to arrive: peers may read it from the returned arrival as it
-    /// fills. None when it is held or arriving already (a second read of it is not served).
-    pub fn start_arrival(&self, b: u64, len: usize) -> Option<Arc<Arrival>> {
+    /// Block `b`, `len` stored bytes at `start` in the relay's region, starts to arrive: peers may
+    /// read it from the returned arrival as it fills. None when it is held or arriving already (a
+    /// second read of it is not served).
+    pub fn start_arrival(&self, b: u64, start: u64, len: usize) -> Option<Arc<Arrival>> {
         let mut h = self.lock();
         if h.blocks.contains_key(&b) || h.arriving.contains_key(&b) {
             return None;
         }
+        h.places.insert(start, (b, len as u32));
         let a = Arc::new(Arrival::new(len, h.spares.clone()));
         h.arriving.insert(b, a.clone());
         Some(a)
@@ -105,11 +110,6 @@ impl Held {
         self.lock().others_need = need;
     }
 
-    /// The RDB's length is known.
-    pub fn set_length(&self, length: u64) {
-        self.lock().length = Some(length);
-    }
-
     /// Blocks `0..n` were fed to the replica: they join the cache, and cached blocks beyond its bound
     /// are dropped, as [`swarm::ServeCache`] says. Returns the dropped blocks (the tracker must stop
     /// naming us for them) and their buffers (for reuse).
@@ -126,17 +126,11 @@ impl Held {
         self.lock().blocks.values().map(|v| v.len() as u64).sum()
     }
 
-    /// The block a request names, if the request is exactly one whole block of ours.
+    /// The block a request names, if the request is exactly one whole block that this agent held or
+    /// holds (served only while [`Held::serve`] has it).
     pub(crate) fn block_of(&self, offset: u64, len: u32) -> Option<u64> {
-        if !offset.is_multiple_of(self.block_size) {
-            return None;
-        }
-        let b = offset / self.block_size;
-        let want = match self.lock().length {
-            Some(l) => self.block_size.min(l.checked_sub(offset)?),
-            None => self.block_size,
-        };
-        (u64::from(len) == want).then_some(b)
+        let (b, stored) = *self.lock().places.get(&offset)?;
+        (len == stored).then_some(b)
     }
 }
 
@@ -160,7 +154,7 @@ mod tests {
         assert_eq!(Held::new(1, 4, 3, keep).cache_blocks(), 0, "a cache under one block keeps nothing");
         let h = Held::new(1, 4, 8, keep);
         for b in 0..4 {
-            h.insert(b, Arc::new(vec![b as u8; 4]));
+            h.insert(b, b * 4, Arc::new(vec![b as u8; 4]));
         }
         assert!(h.fed(1).is_empty(), "one block cached, bound two");
         let mut dropped: Vec<u64> = h.fed(4).into_iter().map(|(b, _)| b).collect();
@@ -171,7 +165,7 @@ mod tests {
         assert!(!dropped.contains(&3) && h.get(3).is_some(), "the newest half of the cache stays");
         let kept_old = (0..3).find(|b| !dropped.contains(b)).unwrap();
         assert!(h.get(kept_old).is_some());
-        h.insert(4, Arc::new(vec![4; 2]));
+        h.insert(4, 16, Arc::new(vec![4; 2]));
         assert!(h.get(4).is_some(), "a block not fed yet is never dropped");
         assert_eq!(h.bytes(), 10);
         h.set_others_need(false);
@@ -182,13 +176,16 @@ mod tests {
     }
 
     #[test]
-    fn only_whole_blocks_are_served() {
+    fn only_whole_blocks_are_served_by_their_place_in_the_relays_region() {
         let h = Held::new(1, 4, 0, swarm::Keep::new(0));
-        assert_eq!(h.block_of(8, 4), Some(2));
-        assert_eq!(h.block_of(6, 4), None, "unaligned");
-        assert_eq!(h.block_of(8, 3), None, "partial");
-        h.set_length(10);
-        assert_eq!(h.block_of(8, 2), Some(2), "the short last block");
-        assert_eq!(h.block_of(12, 4), None, "past the end");
+        // Packed blocks: 3 compressed bytes at 0, 4 raw at 3, a short last one arriving at 7.
+        h.insert(0, 0, Arc::new(vec![1; 3]));
+        h.insert(1, 3, Arc::new(vec![2; 4]));
+        assert!(h.start_arrival(2, 7, 2).is_some());
+        assert_eq!((h.block_of(0, 3), h.block_of(3, 4), h.block_of(7, 2)), (Some(0), Some(1), Some(2)));
+        assert_eq!(h.block_of(4, 4), None, "not where a block starts (a raw block's place)");
+        assert_eq!(h.block_of(3, 3), None, "partial");
+        assert_eq!(h.block_of(0, 4), None, "longer than the block");
+        assert_eq!(h.block_of(9, 4), None, "past the end");
     }
 }

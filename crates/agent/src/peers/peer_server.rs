@@ -402,8 +402,8 @@ mod tests {
         use transport::tcp::connect_with;
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
         let held = Arc::new(Held::new(7, 8, 0, swarm::Keep::new(0)));
-        let a = held.start_arrival(1, 8).unwrap();
-        assert!(held.start_arrival(1, 8).is_none(), "one arrival per block");
+        let a = held.start_arrival(1, 8, 8).unwrap();
+        assert!(held.start_arrival(1, 8, 8).is_none(), "one arrival per block");
         a.push(b"abcd");
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held.clone(), 2).unwrap();
         // A raw connection whose reads give up after 300 ms, to see what has been sent so far.
@@ -432,11 +432,11 @@ mod tests {
             }
         }
         assert_eq!(&last, b"h");
-        held.insert(1, Arc::new(b"abcdefgh".to_vec()));
+        held.insert(1, 8, Arc::new(b"abcdefgh".to_vec()));
 
         // An arrival that fails cuts its readers off before the end: the asker reads an early end
         // of the stream (a cut-off, told apart from a corrupt block), never a whole block.
-        let b = held.start_arrival(2, 8).unwrap();
+        let b = held.start_arrival(2, 16, 8).unwrap();
         b.push(b"ABCDEFGH");
         drop(c2);
         wait_for("the first connection's upload slot to come back", || srv.uploads() == 0);
@@ -460,7 +460,7 @@ mod tests {
     fn a_server_serves_held_blocks_to_the_token_holder_only() {
         let token = Credentials::from(transport::Token::new(b"0123456789abcdef").unwrap());
         let held = Arc::new(Held::new(7, 4, 0, swarm::Keep::new(0)));
-        held.insert(1, Arc::new(b"abcd".to_vec()));
+        held.insert(1, 4, Arc::new(b"abcd".to_vec()));
         let srv = PeerServer::start("127.0.0.1:0".parse().unwrap(), token.clone(), held, 2).unwrap();
         let t = transport::tcp::TcpTransport::new(srv.local_addr(), token);
         let mut r = transport::Transport::open(&t).unwrap();

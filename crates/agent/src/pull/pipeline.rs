@@ -22,10 +22,13 @@
 //! host's busy uplink queue, up to 100 ms on the bench's links): completions are handled and blocks
 //! handed on while a question is out.
 //!
-//! Every block's CRC32C is checked against the relay's published checksum before it is used or kept:
-//! a peer's block that does not match is thrown away, that peer is never asked again, and the block is
-//! fetched elsewhere. A block is served to peers while it arrives, all but its last byte, which goes
-//! only once the check passed ([`crate::peers::arrival`]).
+//! Blocks travel as the relay keeps them (compressed where that paid: its table entry says how, and
+//! where the block is). Every block's CRC32C is checked against its entry before it is used or kept,
+//! and a compressed one is decompressed, to exactly its length in the RDB, by the fetcher that read
+//! it: a peer's block that fails either is thrown away, that peer is never asked again, and the
+//! block is fetched elsewhere; a relay's is read once more, then fails the pull. Peers are served the
+//! stored bytes; the writer gets the RDB's. A block is served to peers while it arrives, all but its
+//! last byte, which goes only once the check passed ([`crate::peers::arrival`]).
 
 use crate::peers::arrival::Arrival;
 use crate::peers::held::Held;
@@ -37,6 +40,7 @@ use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
 use crate::peers::tracker_link::{self, Ask, Heard};
 use crate::error::Error;
+use codec::{Codec, Decompressor};
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,9 +56,11 @@ use transport::{RangeReader, Transport};
 pub struct Stats {
     /// RDB bytes passed on.
     pub bytes: u64,
+    /// The bytes they travelled as (compressed where that paid): the blocks' stored lengths.
+    pub stored_bytes: u64,
     /// Blocks passed on.
     pub blocks: u64,
-    /// Blocks read twice because a checksum did not match.
+    /// Blocks read twice because a checksum did not match or the block did not decompress.
     pub reread: u64,
     /// When the first byte was passed on.
     pub first_byte: Option<Instant>,
@@ -125,13 +131,57 @@ enum Source {
 /// One read, as the planner gives it to a fetcher.
 struct Job {
     block: u64,
+    /// Where the block's stored bytes are in the relay's region, and how many.
     offset: u64,
     len: u32,
-    /// The relay's published CRC32C of the block.
+    /// The relay's published CRC32C of the stored bytes.
     want: u32,
+    /// How they are kept, and the block's length in the RDB.
+    codec: Codec,
+    raw_len: u32,
     from: Source,
     /// `len` bytes, from the planner's pool.
     buf: Vec<u8>,
+    /// The block decompressed, once verified (empty for a raw block: `buf` is the RDB's bytes); a
+    /// buffer from the pool.
+    raw: Vec<u8>,
+}
+
+impl Job {
+    /// Check the stored bytes against the entry, then undo the codec into `raw`. A block that passes
+    /// its checksum and does not decompress to its length was compressed wrongly or forged to match:
+    /// bad bytes all the same, never fed.
+    fn verify(&mut self, d: &mut Decompressor) -> Verified {
+        if snapshot::block_checksum(&self.buf) != self.want {
+            return Verified::Mismatch;
+        }
+        if self.codec == Codec::Raw {
+            return if self.buf.len() == self.raw_len as usize { Verified::Good } else { Verified::Mismatch };
+        }
+        match d.decompress(self.codec, &self.buf, self.raw_len as usize, &mut self.raw) {
+            Ok(()) => Verified::Good,
+            Err(e) => Verified::Undecodable(e),
+        }
+    }
+
+    /// The block's RDB bytes, once verified.
+    fn rdb_bytes(&self) -> &[u8] {
+        if self.codec == Codec::Raw {
+            &self.buf
+        } else {
+            &self.raw
+        }
+    }
+}
+
+/// What checking a block found.
+#[derive(Debug)]
+enum Verified {
+    Good,
+    /// Its checksum does not match its entry.
+    Mismatch,
+    /// It matches, and does not decompress to its length.
+    Undecodable(codec::Error),
 }
 
 /// Why a read from a peer gave no block.
@@ -245,6 +295,7 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         stats.peer_failures = planned.peer_failures;
         stats.peer_refusals = planned.peer_refusals;
         stats.swarm_lost = planned.swarm_lost;
+        stats.stored_bytes = planned.stored;
         let mut sources: Vec<SourceBytes> = planned.sources.into_iter().map(|(source, (bytes, blocks))| SourceBytes { source, bytes, blocks }).collect();
         sources.sort_by_key(|s| (s.source != RELAY, std::cmp::Reverse(s.bytes)));
         stats.sources = sources;
@@ -267,6 +318,7 @@ struct Planned {
     peer_refusals: u64,
     swarm_lost: Option<String>,
     sources: BTreeMap<String, (u64, u64)>,
+    stored: u64,
 }
 
 /// The planner thread's state: everything it decides with (see the module's doc).
@@ -390,9 +442,6 @@ impl<'a> Planner<'a> {
         if let Some(t) = total {
             self.sched.set_total(t);
         }
-        if let (Some(peering), Some(l)) = (self.p.peering, self.p.progress.get_length()) {
-            peering.held.set_length(l);
-        }
         Ok(())
     }
 
@@ -512,24 +561,24 @@ impl<'a> Planner<'a> {
 
     /// Give the read of block `b` to a fetcher (the chooser has counted it as in flight).
     fn dispatch(&mut self, b: u64, from: Source) {
-        let range = self.p.progress.with(|v| {
-            let checksum = v.desc.checksums.get(usize::try_from(b).ok()?).copied()?;
-            (v.blocks_readable() > b).then(|| (v.block_range(b), checksum))
-        });
+        let block = self.p.progress.with(|v| v.block(b));
         let depth = limits::PEER_READS_IN_FLIGHT;
         let fetcher = match &from {
             Source::Relay => planner::relay_reader(&self.relay.iter().map(|(_, f)| *f).collect::<Vec<_>>(), self.relay_depth).map(FetcherId::Relay),
             Source::Peer { id, .. } => planner::peer_fetcher(&self.peers.iter().map(|(_, f)| *f).collect::<Vec<_>>(), *id, depth).map(FetcherId::Peer),
         };
-        let read = range.and_then(|((offset, len), want)| Some((offset, u32::try_from(len).ok()?, want)));
-        let (Some((offset, len, want)), Some(fetcher)) = (read, fetcher) else {
+        let (Some(block), Some(fetcher)) = (block, fetcher) else {
             // Not published after all, or no fetcher free (a transient the chooser's counts rule
             // out): the block goes back to the wanted ones.
             self.chooser.failed(b, false);
             return;
         };
+        let (offset, len, want, codec) = (block.start, block.entry.stored_len, block.entry.crc, block.entry.codec);
+        // At most a read's length (the descriptor was validated against the block size).
+        let raw_len = block.raw_len as u32;
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.resize(len as usize, 0);
+        let raw = if codec == Codec::Raw { Vec::new() } else { self.pool.pop().unwrap_or_default() };
         let serving = match &from {
             Source::Peer { id, .. } => Some(*id),
             Source::Relay => None,
@@ -538,7 +587,7 @@ impl<'a> Planner<'a> {
             FetcherId::Relay(i) => &mut self.relay[i],
             FetcherId::Peer(i) => &mut self.peers[i],
         };
-        if tx.send(Job { block: b, offset, len, want, from, buf }).is_err() {
+        if tx.send(Job { block: b, offset, len, want, codec, raw_len, from, buf, raw }).is_err() {
             // The fetcher is gone (a relay reader that failed: its report ends the pull).
             self.chooser.failed(b, false);
             return;
@@ -556,9 +605,15 @@ impl<'a> Planner<'a> {
     }
 
     fn reuse(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < self.pool_max {
+        if self.pool.len() < self.pool_max && buf.capacity() > 0 {
             self.pool.push(buf);
         }
+    }
+
+    /// A job's buffers, back to the pool.
+    fn recycle(&mut self, job: Job) {
+        self.reuse(job.buf);
+        self.reuse(job.raw);
     }
 
     /// Act on a report; false when the pull is over (failed, or the writer is gone).
@@ -632,9 +687,11 @@ impl<'a> Planner<'a> {
 
     /// Block `job.block` arrived verified: keep it, announce it, hand it on in order.
     fn done(&mut self, job: Job, took: Duration, rereads: u32) -> bool {
+        // Counted as they travel (stored, compressed where that paid).
         let (b, bytes) = (job.block, u64::from(job.len));
-        // Invariant 1: a block is kept, served or fed only after its checksum passed.
-        debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want, "block {b} reported done unverified");
+        // Invariant 1: a block is kept, served or fed only after its checksum passed and it
+        // decompressed to its length.
+        debug_assert!(job.buf.len() == job.len as usize && snapshot::block_checksum(&job.buf) == job.want && job.rdb_bytes().len() == job.raw_len as usize, "block {b} reported done unverified");
         self.out.rereads += u64::from(rereads);
         let moved = match &job.from {
             Source::Peer { id, .. } => self.chooser.moved_ended(b, *id).then_some(*id),
@@ -647,7 +704,7 @@ impl<'a> Planner<'a> {
                 self.chooser.failed(b, false);
             }
             self.sched.abandoned();
-            self.reuse(job.buf);
+            self.recycle(job);
             return true;
         }
         let source = match &job.from {
@@ -655,11 +712,21 @@ impl<'a> Planner<'a> {
             Source::Peer { addr, .. } => addr.clone(),
         };
         tracing::debug!(block = b, from = %source, secs = took.as_secs_f64(), "block verified");
-        let block = Arc::new(job.buf);
+        // Peers are served the stored bytes, the writer feeds the RDB's: one buffer for a raw block,
+        // two for a compressed one while peers may want it (else the stored one goes back at once).
+        let (stored, block) = if job.codec == Codec::Raw {
+            let block = Arc::new(job.buf);
+            (Some(block.clone()), block)
+        } else if self.p.peering.is_some() {
+            (Some(Arc::new(job.buf)), Arc::new(job.raw))
+        } else {
+            self.reuse(job.buf);
+            (None, Arc::new(job.raw))
+        };
         // Kept and announced before the writer can see it: the writer may drop it from the cache at
         // once, and that `not_at` must follow this `have`.
-        if let Some(peering) = self.p.peering {
-            peering.held.insert(b, block.clone());
+        if let (Some(peering), Some(stored)) = (self.p.peering, stored) {
+            peering.held.insert(b, job.offset, stored);
             self.arriving.remove(&b);
             self.tell(Ask::Have(b));
         }
@@ -675,6 +742,7 @@ impl<'a> Planner<'a> {
                 *n = n.saturating_sub(1);
             }
         }
+        self.out.stored += bytes;
         let e = self.out.sources.entry(source).or_default();
         e.0 += bytes;
         e.1 += 1;
@@ -751,7 +819,7 @@ impl<'a> Planner<'a> {
             self.chooser.failed(b, bad);
         }
         self.sched.abandoned();
-        self.reuse(job.buf);
+        self.recycle(job);
     }
 }
 
@@ -804,10 +872,11 @@ impl ReadClock {
 }
 
 /// A relay reader: reads what the planner gives it on its own connection or endpoint, up to its
-/// reader's depth in flight, and checks each block (a mismatch is read again once, behind what is in
-/// flight; twice fails the pull).
+/// reader's depth in flight, and checks and decompresses each block (a mismatch or a block that does
+/// not decompress is read again once, behind what is in flight; twice fails the pull).
 fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>) {
     let serving = p.peering.filter(|pe| pe.serves()).map(|pe| &*pe.held);
+    let mut decompressor = Decompressor::new();
     let mut reader: Option<Box<dyn RangeReader>> = None;
     // Reads sent, oldest first: the job, when it was sent, its attempt.
     let mut wire: VecDeque<(Job, Instant, u32)> = VecDeque::new();
@@ -843,12 +912,15 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
             return fail(Error::relay(e));
         }
         let took = clock.arrived(sent);
-        let verified = snapshot::block_checksum(&job.buf) == job.want;
-        settle(arrival, verified, job.block, serving, reports);
-        if !verified {
-            tracing::warn!(block = job.block, attempt, "block checksum mismatch");
+        let check = job.verify(&mut decompressor);
+        settle(arrival, matches!(check, Verified::Good), job.block, serving, reports);
+        if !matches!(check, Verified::Good) {
+            tracing::warn!(block = job.block, attempt, codec = %job.codec, check = ?check, "a block from the relay is bad (checksum mismatch, or it does not decompress)");
             if crate::pull::scheduler::after_mismatch(attempt) == Mismatch::Fail {
-                return fail(Error::Checksum { block: job.block, offset: job.offset });
+                return fail(match check {
+                    Verified::Undecodable(e) => Error::protocol(crate::error::Party::Relay, format!("block {} (offset {} in its region) passes its checksum twice but does not decompress: {e}", job.block, job.offset)),
+                    _ => Error::Checksum { block: job.block, offset: job.offset },
+                });
             }
             if r.depth() > 1 {
                 if let Err(e) = r.send(generation, job.offset, job.len) {
@@ -869,6 +941,7 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
 /// on a connection kept per peer. A miss is reported, never retried here: the planner decides again.
 fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<Job>, reports: &Sender<Report>, cuts: &Cuts) {
     let serving = peering.serves().then_some(&*peering.held);
+    let mut decompressor = Decompressor::new();
     let depth = limits::PEER_READS_IN_FLIGHT;
     let mut conns: HashMap<u32, Box<dyn RangeReader>> = HashMap::new();
     let mut wire: VecDeque<(Job, Instant)> = VecDeque::new();
@@ -923,7 +996,13 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
             None => (Err(transport::Error::Protocol("connection to the peer closed".into())), None),
         };
         let took = clock.arrived(sent);
-        let verified = got.is_ok() && snapshot::block_checksum(&job.buf) == job.want;
+        // A block that matches its checksum and does not decompress is as corrupt as one that does
+        // not match (a checksum is easily forged): never fed, kept or served.
+        let check = got.is_ok().then(|| job.verify(&mut decompressor));
+        let verified = matches!(check, Some(Verified::Good));
+        if let Some(Verified::Undecodable(e)) = &check {
+            tracing::warn!(block = job.block, error = %e, "a peer's block passes its checksum but does not decompress");
+        }
         settle(arrival, verified, job.block, serving, reports);
         let miss = match got {
             Ok(()) if verified => {
@@ -953,12 +1032,12 @@ fn peer_fetcher(peering: &Peering, generation: u64, me: usize, jobs: &Receiver<J
 /// and follows every piece. Returns the arrival, to be settled once the block is checked.
 fn receive_serving(r: &mut dyn RangeReader, job: &mut Job, serving: Option<&Held>, reports: &Sender<Report>) -> (Result<(), transport::Error>, Option<Arc<Arrival>>) {
     let Some(held) = serving else { return (r.receive(&mut job.buf), None) };
-    let (block, len) = (job.block, job.buf.len());
+    let (block, offset, len) = (job.block, job.offset, job.buf.len());
     let mut arrival: Option<Arc<Arrival>> = None;
     let mut first = true;
     let got = r.receive_pieces(&mut job.buf, &mut |piece| {
         if std::mem::take(&mut first) {
-            arrival = held.start_arrival(block, len);
+            arrival = held.start_arrival(block, offset, len);
             if arrival.is_some() {
                 let _ = reports.send(Report::Arriving(block));
             }
@@ -1013,8 +1092,12 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
         let (dropped, freed): (Vec<u64>, Vec<Arc<Vec<u8>>>) = match p.peering {
             None => (Vec::new(), vec![buf]),
             Some(peering) => {
-                drop(buf);
-                peering.held.fed(stats.blocks).into_iter().unzip()
+                // A decompressed block is the writer's alone (peers hold its stored bytes); a raw
+                // one is shared with the serve cache, which frees it when it drops it.
+                let own = Arc::try_unwrap(buf).ok();
+                let (dropped, mut freed): (Vec<u64>, Vec<Arc<Vec<u8>>>) = peering.held.fed(stats.blocks).into_iter().unzip();
+                freed.extend(own.map(Arc::new));
+                (dropped, freed)
             }
         };
         let freed = freed.into_iter().filter_map(|v| Arc::try_unwrap(v).ok()).collect();

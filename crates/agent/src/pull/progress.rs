@@ -1,7 +1,7 @@
 //! What the relay has told us about our generation, kept current by a control-connection thread.
 
 use endpoint::Endpoint;
-use snapshot::Descriptor;
+use snapshot::{Descriptor, Entry, Table};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use transport::auth::Kind;
@@ -12,11 +12,13 @@ use transport::Credentials;
 /// second).
 pub const RELAY_SILENCE_MAX: Duration = limits::RELAY_SILENCE_MAX;
 
-/// The generation as last described, with all checksums so far.
+/// The generation as last described, with its whole block table so far.
 #[derive(Debug, Clone)]
 pub struct View {
-    /// Latest descriptor; its `checksums` accumulate every block's checksum.
+    /// Latest descriptor (its `table` is empty: the entries are in `table`).
     pub desc: Descriptor,
+    /// Every published block's entry, placed.
+    pub table: Table,
     /// The control link failed (relay gone, or it reported an error).
     pub lost: Option<String>,
 }
@@ -34,21 +36,43 @@ impl View {
     }
     /// Blocks that can be read now.
     pub fn blocks_readable(&self) -> u64 {
-        self.desc.checksums.len() as u64
+        self.table.len()
     }
     /// Total blocks, once the length is known.
     pub fn blocks_total(&self) -> Option<u64> {
         self.desc.length.map(|l| l.div_ceil(self.desc.block_size))
     }
-    /// Byte range of block `i`.
-    pub fn block_range(&self, i: u64) -> (u64, u64) {
-        let start = i * self.desc.block_size;
-        let end = match self.desc.length {
-            Some(l) => (start + self.desc.block_size).min(l),
-            None => start + self.desc.block_size,
-        };
-        (start, end - start)
+    /// Published block `i`: where it is kept, how, and its length in the RDB.
+    pub fn block(&self, i: u64) -> Option<Block> {
+        let (entry, start) = self.table.get(i)?;
+        // Published blocks are whole but the last, which ends at the published bytes.
+        let raw_len = self.desc.block_size.min(self.desc.published.checked_sub(i * self.desc.block_size)?);
+        Some(Block { start, entry, raw_len })
     }
+
+    /// Take in a validated descriptor that follows this view's: its entries join the table.
+    fn extend(&mut self, mut d: Descriptor) {
+        for e in std::mem::take(&mut d.table) {
+            self.table.push(e);
+        }
+        self.desc = d;
+    }
+
+    /// What the table holds already, for validating the next descriptor.
+    fn before(&self) -> wire::Before {
+        wire::Before { entries: self.table.len(), stored: self.table.stored_end() }
+    }
+}
+
+/// A published block as a reader needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Where its stored bytes start in the relay's region.
+    pub start: u64,
+    /// Its entry: stored length, codec, checksum of the stored bytes.
+    pub entry: Entry,
+    /// Its length in the RDB (what it decompresses to).
+    pub raw_len: u64,
 }
 
 /// Shared view plus a condition variable that fires on every change.
@@ -63,7 +87,7 @@ impl Progress {
         self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Look at the current view without copying it (it holds every block's checksum: copying it per
+    /// Look at the current view without copying it (it holds every block's entry: copying it per
     /// block would make a pull quadratic in the number of blocks).
     pub fn with<T>(&self, f: impl FnOnce(&View) -> T) -> T {
         f(&self.view.lock().unwrap_or_else(|p| p.into_inner()))
@@ -83,7 +107,7 @@ impl Progress {
         g.clone()
     }
 
-    /// The RDB length, once known (cheap: no clone of the checksums).
+    /// The RDB length, once known (cheap: no clone of the table).
     pub fn get_length(&self) -> Option<u64> {
         self.view.lock().unwrap_or_else(|p| p.into_inner()).desc.length
     }
@@ -127,7 +151,7 @@ pub fn attach(relay: &Endpoint, token: &Credentials, wait_max: Duration) -> Resu
     let deadline = Instant::now() + wait_max;
     let desc = loop {
         match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
-            Control::Descriptor(d) => break d.validate(0).map_err(crate::error::Error::relay)?,
+            Control::Descriptor(d) => break d.validate(wire::Before::default()).map_err(crate::error::Error::relay)?,
             Control::Heartbeat if Instant::now() < deadline => continue,
             Control::Heartbeat => return Err(crate::error::Error::unavailable(crate::error::Party::Relay, "it has no snapshot yet (timed out waiting)")),
             Control::CaptureFailed { kind, message } => return Err(crate::error::Error::Capture { kind, message }),
@@ -136,7 +160,9 @@ pub fn attach(relay: &Endpoint, token: &Credentials, wait_max: Duration) -> Resu
             Control::Status(_) => return Err(crate::error::Error::protocol(crate::error::Party::Relay, "unexpected status on a control connection")),
         }
     };
-    let progress = Arc::new(Progress { view: Mutex::new(View { desc, lost: None }), changed: Condvar::new() });
+    let mut view = View { desc: Descriptor { table: Vec::new(), ..desc.clone() }, table: Table::new(), lost: None };
+    view.extend(desc);
+    let progress = Arc::new(Progress { view: Mutex::new(view), changed: Condvar::new() });
     let p = progress.clone();
     std::thread::Builder::new()
         .name("control".into())
@@ -157,12 +183,8 @@ fn follow(mut s: transport::tls::Conn, p: Arc<Progress>) {
                     // Block numbers already fetched would mean other bytes.
                     v.lost = Some(format!("relay protocol error: block size changed {} → {}", v.desc.block_size, d.block_size));
                 } else {
-                    match d.validate(v.desc.checksums.len() as u64) {
-                        Ok(d) => {
-                            let mut sums = std::mem::take(&mut v.desc.checksums);
-                            sums.extend_from_slice(&d.checksums);
-                            v.desc = Descriptor { checksums: sums, ..d };
-                        }
+                    match d.validate(v.before()) {
+                        Ok(d) => v.extend(d),
                         Err(e) => v.lost = Some(format!("relay {e}")),
                     }
                 }

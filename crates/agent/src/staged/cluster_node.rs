@@ -584,6 +584,7 @@ impl Staging {
             snapshot_offset: desc.offset,
             handoff_offset: done.offset,
             rdb_length_bytes: s.bytes,
+            rdb_stored_bytes: s.stored_bytes,
             log_bytes: 0,
             blocks: s.blocks,
             blocks_reread: s.reread,

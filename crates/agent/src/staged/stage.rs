@@ -71,6 +71,8 @@ pub struct Staged {
     pub snapshot_offset: u64,
     /// RDB bytes written.
     pub rdb_length_bytes: u64,
+    /// What they travelled as (compressed where that paid).
+    pub rdb_stored_bytes: u64,
     /// The transport used.
     pub transport: transport::TransportKind,
     /// Bytes the master could still write before the snapshot's offset leaves its backlog.
@@ -146,6 +148,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         replid: f.desc.replid,
         snapshot_offset: f.desc.offset,
         rdb_length_bytes: f.pulled.stats.bytes,
+        rdb_stored_bytes: f.pulled.stats.stored_bytes,
         transport: f.pulled.transport,
         backlog_headroom_bytes: f.headroom.0,
         backlog_headroom_secs: f.headroom.1,

@@ -32,7 +32,7 @@ pub enum Control {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         ucx_transports: Vec<String>,
     },
-    /// The generation's state; `checksums` holds only those not sent before on this connection.
+    /// The generation's state; `table` holds only the entries not sent before on this connection.
     /// Agents check it with [`Descriptor::validate`] before using it.
     Descriptor(Descriptor),
     /// Nothing changed; the relay is alive.
@@ -96,7 +96,8 @@ mod tests {
             block_size: 0,
             length: Some(10),
             published: 10,
-            checksums: vec![1],
+            stored: 10,
+            table: vec![snapshot::Entry { crc: 1, stored_len: 10, codec: snapshot::Codec::Raw }],
             rdb_version: None,
             log_end: 0,
             state: snapshot::State::Complete,
@@ -105,7 +106,7 @@ mod tests {
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Descriptor(d.into())).unwrap();
         let Control::Descriptor(got) = recv_control(&mut &buf[..]).unwrap() else { panic!("not a descriptor") };
-        assert!(matches!(got.validate(0), Err(Error::Protocol(m)) if m.contains("block_size")));
+        assert!(matches!(got.validate(crate::wire::Before::default()), Err(Error::Protocol(m)) if m.contains("block_size")));
     }
 }
 

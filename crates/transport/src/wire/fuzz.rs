@@ -10,9 +10,14 @@ use super::ucx_key::UcxKey;
 /// Fuzz entry point: decoding arbitrary control and data messages never panics.
 pub fn fuzz_one(data: &[u8]) {
     if let Ok(Control::Descriptor(d)) = recv_control(&mut &data[..]) {
-        let before = (data.len() % 4) as u64; // checksums said to have come before
+        // Table entries said to have come before, and the bytes they place.
+        let before = descriptor::Before { entries: (data.len() % 4) as u64, stored: (data.len() % 3) as u64 * 4096 };
         if let Ok(s) = d.validate(before) {
             assert!(s.block_size >= descriptor::BLOCK_MIN, "a validated descriptor has a usable block size");
+            // Every entry fits its block and the table places exactly the stored bytes.
+            assert!(s.table.iter().all(|e| u64::from(e.stored_len) <= s.block_size), "an entry longer than a block");
+            assert_eq!(before.stored + s.table.iter().map(|e| u64::from(e.stored_len)).sum::<u64>(), s.stored);
+            assert!(s.stored <= s.published + before.stored);
         }
     }
     if let Ok(h) = <&[u8; RESPONSE_HEADER_LEN]>::try_from(data.get(..RESPONSE_HEADER_LEN).unwrap_or(&[])) {
@@ -60,8 +65,8 @@ mod fuzz_smoke {
             x ^= x << 17;
             let n = |k: u64| [0, 1, 4096, 1 << 20, u64::MAX, x.rotate_left(k as u32)][((x >> k) % 6) as usize];
             let body = format!(
-                r#"{{"descriptor":{{"generation":1,"replid":"r","offset":{},"block_size":{},"length":{},"published":{},"checksums":{:?},"rdb_version":null,"log_end":{},"state":"capturing","error":null}}}}"#,
-                n(1), n(5), n(9), n(13), vec![7u32; (i % 5) as usize], n(17)
+                r#"{{"descriptor":{{"generation":1,"replid":"r","offset":{},"block_size":{},"length":{},"published":{},"stored":{},"table":{:?},"rdb_version":null,"log_end":{},"state":"capturing","error":null}}}}"#,
+                n(1), n(5), n(9), n(13), n(21), vec![[7u64, n(25) % (1 << 32), (x >> 40) % 4]; (i % 5) as usize], n(17)
             );
             let mut d = (body.len() as u32).to_be_bytes().to_vec();
             d.extend_from_slice(body.as_bytes());

@@ -35,6 +35,9 @@ pub struct GenerationStatus {
     pub offset: u64,
     /// RDB bytes held (readable).
     pub rdb_bytes: u64,
+    /// The bytes they are kept in (memory or store) and sent as: compressed where that paid.
+    #[serde(default)]
+    pub rdb_stored_bytes: u64,
     /// The RDB's length once known.
     pub rdb_length: Option<u64>,
     /// The RDB's format version (from its header) once known: which servers can load it.
@@ -103,7 +106,7 @@ pub struct RelayStatus {
     /// Generations held in memory (the current one and sealed ones agents still use); the metric
     /// `generations` is their count.
     pub generations: Vec<GenerationStatus>,
-    /// Bytes of snapshot memory held (RDB bytes of every generation held).
+    /// Bytes of snapshot held (every generation's RDB as it is kept: compressed where that paid).
     pub held_bytes: u64,
     /// Connections open now.
     pub connections: u64,
@@ -174,6 +177,7 @@ mod tests {
             replid: "r".into(),
             offset: 7,
             rdb_bytes: 10,
+            rdb_stored_bytes: 10,
             rdb_length: Some(10),
             rdb_version: Some(11),
             blocks: 1,
