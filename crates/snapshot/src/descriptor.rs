@@ -22,7 +22,7 @@ pub struct Descriptor {
     /// Bytes those blocks take as they are kept (the region's watermark; at most `published`).
     pub stored: u64,
     /// The table entries of the published blocks, in order: all of them, or those after the ones a
-    /// connection already sent ([`crate::Generation::descriptor`]).
+    /// connection already sent (the generation's `descriptor(entries_from)`).
     pub table: Vec<Entry>,
     /// RDB format version, once the header arrived.
     pub rdb_version: Option<u32>,

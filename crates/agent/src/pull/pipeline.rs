@@ -1154,7 +1154,42 @@ pub fn readers(asked: usize, transport: &dyn Transport) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{window, Membership};
+    use super::{window, Codec, Decompressor, Job, Membership, Source, Verified};
+
+    fn job(stored: Vec<u8>, codec: Codec, raw_len: usize) -> Job {
+        let want = snapshot::block_checksum(&stored);
+        Job { block: 3, offset: 0, len: stored.len() as u32, want, codec, raw_len: raw_len as u32, from: Source::Relay, buf: stored, raw: Vec::new() }
+    }
+
+    #[test]
+    fn a_block_is_good_only_when_it_matches_its_entry_and_decompresses_to_its_length() {
+        let raw: Vec<u8> = b"fastrepl ".iter().copied().cycle().take(64 << 10).collect();
+        let mut c = codec::Compressor::new(Codec::Zstd, 1).unwrap();
+        let mut zstd = Vec::new();
+        assert_eq!(c.compress(&raw, &mut zstd), Codec::Zstd);
+        let mut d = Decompressor::new();
+        let mut good = job(zstd.clone(), Codec::Zstd, raw.len());
+        assert!(matches!(good.verify(&mut d), Verified::Good));
+        assert_eq!(good.rdb_bytes(), &raw[..], "the writer gets the RDB's bytes");
+        let mut plain = job(raw.clone(), Codec::Raw, raw.len());
+        assert!(matches!(plain.verify(&mut d), Verified::Good) && plain.rdb_bytes() == &raw[..]);
+        // A flipped byte: the checksum catches it before anything is decoded.
+        let mut flipped = job(zstd.clone(), Codec::Zstd, raw.len());
+        flipped.buf[10] ^= 1;
+        assert!(matches!(flipped.verify(&mut d), Verified::Mismatch));
+        // Bytes whose checksum matches (a relay that compressed wrongly, or a forged checksum) but
+        // that do not decode, or decode to another length: bad all the same, and nothing is kept.
+        let mut garbage = job(vec![0xAB; 4000], Codec::Zstd, raw.len());
+        assert!(matches!(garbage.verify(&mut d), Verified::Undecodable(_)) && garbage.raw.is_empty());
+        let mut short = job(zstd.clone(), Codec::Zstd, raw.len() + 1);
+        assert!(matches!(short.verify(&mut d), Verified::Undecodable(_)));
+        let mut lz4 = Vec::new();
+        assert_eq!(codec::Compressor::new(Codec::Lz4, 1).unwrap().compress(&raw, &mut lz4), Codec::Lz4);
+        let mut lz4_as_zstd = job(lz4, Codec::Zstd, raw.len());
+        assert!(matches!(lz4_as_zstd.verify(&mut d), Verified::Undecodable(_)));
+        let mut raw_too_short = job(raw[..100].to_vec(), Codec::Raw, raw.len());
+        assert!(matches!(raw_too_short.verify(&mut d), Verified::Mismatch));
+    }
 
     #[test]
     fn a_member_of_a_swarm_looks_further_ahead_by_default_than_a_pull_from_the_relay_alone() {
