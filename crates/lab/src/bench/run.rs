@@ -739,9 +739,9 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     }
     if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
         cmd.args(["--source", &s.addr()]);
-        if c.mode.ends_with("-raw") {
-            cmd.arg("--source-rdb-raw");
-        }
+        // Both said outright: the default (`auto`) is raw only while blocks are compressed, and
+        // extra relay flags may switch compression off.
+        cmd.args(["--source-rdb", if c.mode.ends_with("-raw") { "raw" } else { "as-configured" }]);
     }
     if !ucx_tls.is_empty() {
         cmd.env("UCX_TLS", &ucx_tls);
