@@ -112,7 +112,9 @@ fn relay_and_join_need_only_the_documented_permissions() {
     for s in [&source, &target, &target2] {
         set_user(&mut s.client(), "fastrepl-relay", RELAY_PW, RELAY_SOURCE_REPLICA);
     }
-    let relay3 = relay(&master.addr(), &["--master-user", "fastrepl-relay", "--source", "auto"], &[("FASTREPL_MASTER_PASSWORD", RELAY_PW)]);
+    // Without CONFIG on the replicas: their RDB as configured (`--source-rdb auto` would ask them for
+    // a raw one, which needs RELAY_SOURCE_RDB_RAW too, and warns without it).
+    let relay3 = relay(&master.addr(), &["--master-user", "fastrepl-relay", "--source", "auto", "--source-rdb", "as-configured"], &[("FASTREPL_MASTER_PASSWORD", RELAY_PW)]);
     let target3 = local_server();
     assert_partial(&join(&relay3.addr, &target3.addr(), JOIN_ARGS, JOIN_ENV));
     assert_eq!(info_num(&master, "stats", "total_forks"), forks, "auto chose the master");
