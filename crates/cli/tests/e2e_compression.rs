@@ -73,9 +73,11 @@ fn fetch_writes_the_plain_rdb_and_compression_none_keeps_blocks_as_written() {
     fixtures::cache_data::fill(&mut master.client(), 5_000, 46).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut stored = Vec::new();
-    for compression in ["zstd", "lz4", "none"] {
+    // LZ4 with the smallest block: the bytes that came with the RDB's header are more than a
+    // buffered writer's room (one block and the mark), and must be taken a block at a time.
+    for (compression, block) in [("zstd", "65536"), ("lz4", "4096"), ("none", "65536")] {
         let relay = spawn_relay(&master.addr(), |c| {
-            c.args(["--block-size", "65536", "--compression", compression]);
+            c.args(["--block-size", block, "--compression", compression]);
         });
         wait_relay_generation(&relay.addr);
         let g = status_json(&relay.addr)["generations"][0].clone();
@@ -84,8 +86,9 @@ fn fetch_writes_the_plain_rdb_and_compression_none_keeps_blocks_as_written() {
         if compression == "none" {
             assert_eq!(kept, raw, "uncompressed blocks are kept as the source wrote them: {g}");
         } else {
-            // On LZF's output zstd gains ~1.8x, LZ4 ~1.4x (docs/design/compression.md).
-            let most = if compression == "zstd" { raw * 2 / 3 } else { raw * 4 / 5 };
+            // On LZF's output zstd gains ~1.8x (docs/design/compression.md); LZ4 ~1.4x on 64 KiB
+            // blocks, ~1.15x on 4 KiB ones (less history to match against).
+            let most = if compression == "zstd" { raw * 2 / 3 } else { raw * 9 / 10 };
             assert!(kept < most, "{compression}: {kept} kept of {raw}: {g}");
         }
         let out = dir.path().join(format!("{compression}.rdb"));

@@ -14,6 +14,10 @@ use core::time::Duration;
 pub const READ_BYTES_MAX: u32 = 64 << 20;
 /// Largest control message (a descriptor with a generation's checksums).
 pub const CONTROL_MESSAGE_BYTES_MAX: u32 = 16 << 20;
+/// Most table entries in one descriptor: a generation with more (a 100 GB snapshot in 4 KiB blocks
+/// has 25 M) goes out in several, each well under [`CONTROL_MESSAGE_BYTES_MAX`] (an entry is at most
+/// ~25 bytes of JSON: 100 000 take ~2.5 MB).
+pub const DESCRIPTOR_ENTRIES_MAX: usize = 100_000;
 /// Smallest snapshot block (`--block-size`).
 pub const BLOCK_BYTES_MIN: u64 = 4096;
 /// Default snapshot block.
@@ -31,6 +35,9 @@ const _: () = assert!(1 <= BLOCK_COMPRESSED_PAYS_EIGHTHS && BLOCK_COMPRESSED_PAY
 /// cores up to this): zstd -1 packs ~290 MB/s on one of this machine's cores, so 8 keep up with a
 /// capture at ~18 Gbit/s, faster than any source forks and writes (docs/design/compression.md).
 pub const PACK_THREADS_DEFAULT_MAX: usize = 8;
+/// Most threads `--compression-threads` may ask for: past a few dozen they only add memory (each
+/// holds two blocks) and contend for the capture's one stream.
+pub const PACK_THREADS_MAX: usize = 64;
 /// Largest region an agent maps (the shm transport), and the default `--snapshot-max-bytes` is below it.
 pub const REGION_BYTES_MAX: u64 = 1 << 40;
 /// Default `--snapshot-max-bytes`: the sparse capacity of an EOF-framed snapshot's memfd.

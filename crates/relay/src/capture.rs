@@ -327,13 +327,15 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
 /// Move RDB payload into the region: first what came with the header, then straight from the socket.
 fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writer) -> Result<Vec<Event>, Error> {
     let too_large = || Error::from(snapshot::Error::TooLarge { max: shared.config.snapshot.snapshot_bytes_max });
-    let buffered = link.machine.take_buffered_rdb(RDB_READ_MAX);
+    // What came with the header is taken only as far as the writer has room: a buffered writer
+    // offers at most a block (and the EOF mark) at a time, which may be less than is buffered.
+    let room = writer.spare(RDB_READ_MAX).len() as u64;
+    if room == 0 {
+        return Err(too_large());
+    }
+    let buffered = link.machine.take_buffered_rdb(room);
     let n = if !buffered.is_empty() {
-        let spare = writer.spare(buffered.len() as u64);
-        if spare.len() < buffered.len() {
-            return Err(too_large());
-        }
-        spare[..buffered.len()].copy_from_slice(&buffered);
+        writer.spare(buffered.len() as u64)[..buffered.len()].copy_from_slice(&buffered);
         buffered.len()
     } else {
         let spare = writer.spare(link.machine.rdb_read_max().min(RDB_READ_MAX));
@@ -346,7 +348,11 @@ fn receive_rdb(shared: &Shared, link: &mut Link<'_>, writer: &mut snapshot::Writ
                 link.stats.source_io(n as u64);
                 n
             }
-            Err(e) if quiet(&e) => return link.machine.on_tick(Instant::now()).map_err(link.proto()),
+            Err(e) if quiet(&e) => {
+                // A quiet socket must not keep packed blocks from readers: place what the pool has done.
+                writer.poll()?;
+                return link.machine.on_tick(Instant::now()).map_err(link.proto());
+            }
             Err(e) => return Err(Error::Io { op: "read RDB", server: link.server.clone(), source: e }),
         }
     };

@@ -76,6 +76,9 @@ impl Config {
         if self.source_rdb == SourceRdb::Raw && self.source == source::Source::Master {
             return Err(Error::Config("--source-rdb raw changes the source's configuration, which is only done to a replica: use it with --source REPLICA or --source auto".into()));
         }
+        if self.snapshot.pack_threads > limits::PACK_THREADS_MAX {
+            return Err(Error::Config(format!("--compression-threads can be at most {} (0 packs on the capture's own thread)", limits::PACK_THREADS_MAX)));
+        }
         if self.snapshot.block_size < limits::BLOCK_BYTES_MIN || self.snapshot.block_size > transport::wire::READ_MAX as u64 {
             return Err(Error::Config(format!("block size must be between {} and {} bytes", limits::BLOCK_BYTES_MIN, transport::wire::READ_MAX)));
         }
@@ -131,5 +134,15 @@ mod tests {
         assert!(c.validate().is_err());
         c.snapshot.block_size = limits::BLOCK_BYTES_DEFAULT;
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn compression_threads_are_bounded() {
+        let mut c = config("127.0.0.1:0", Token::empty());
+        c.snapshot.pack_threads = limits::PACK_THREADS_MAX + 1;
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("--compression-threads"), "{e}");
+        c.snapshot.pack_threads = 0;
+        assert!(c.validate().is_ok(), "0: packed on the capture's thread");
     }
 }

@@ -347,9 +347,12 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
     let _attached = Attached::new(&shared.stats);
     let mut sent_entries = 0;
     let mut sent_version = u64::MAX;
+    // A table longer than one message goes out in parts, one right after the other.
+    let mut more = false;
     loop {
-        let (d, version) = gen.descriptor(sent_entries);
-        if version != sent_version {
+        let (d, version) = gen.descriptor_part(sent_entries, limits::DESCRIPTOR_ENTRIES_MAX);
+        if version != sent_version || more {
+            more = d.table.len() == limits::DESCRIPTOR_ENTRIES_MAX && gen.blocks().0 > (sent_entries + d.table.len()) as u64;
             sent_entries += d.table.len();
             sent_version = version;
             wire::send_control(&mut s, &Control::Descriptor(d.into()))?;
@@ -361,6 +364,9 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
         }
         if shared.stopping() {
             return Ok(());
+        }
+        if more {
+            continue;
         }
         // Coalesce bursts of changes (a block every few ms) into one push.
         gen.wait_change(version, HEARTBEAT);

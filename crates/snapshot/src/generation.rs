@@ -144,16 +144,30 @@ impl Generation {
 
     /// The descriptor; `entries_from` skips the table entries the caller already has.
     pub fn descriptor(&self, entries_from: usize) -> (Descriptor, u64) {
+        self.descriptor_part(entries_from, usize::MAX)
+    }
+
+    /// [`Generation::descriptor`] with at most `entries_max` table entries: when more are published,
+    /// the descriptor publishes only the whole blocks it carries (and their stored bytes), and the
+    /// next carries the rest. Bounds a control message however many blocks a generation has.
+    pub fn descriptor_part(&self, entries_from: usize, entries_max: usize) -> (Descriptor, u64) {
         let inner = self.lock();
+        let all = inner.table.entries_from(entries_from);
+        let table = all[..all.len().min(entries_max)].to_vec();
+        let (published, stored) = match inner.table.get((entries_from + table.len()) as u64) {
+            // Cut before block `next`: every block carried is whole.
+            Some((_, start)) if table.len() < all.len() => ((entries_from + table.len()) as u64 * self.config.block_size, start),
+            _ => (inner.published, inner.table.stored_end()),
+        };
         let d = Descriptor {
             generation: self.id,
             replid: self.replid.to_string(),
             offset: self.offset,
             block_size: self.config.block_size,
             length: inner.length,
-            published: inner.published,
-            stored: inner.table.stored_end(),
-            table: inner.table.entries_from(entries_from).to_vec(),
+            published,
+            stored,
+            table,
             rdb_version: inner.rdb_version,
             log_end: inner.log.complete_end(),
             state: inner.state,
@@ -190,12 +204,6 @@ impl Generation {
             return Err(Error::NotPublished { offset, len, published });
         }
         Ok(())
-    }
-
-    /// RDB bytes published (as the source wrote them) and the bytes they are kept in.
-    pub fn published_bytes(&self) -> (u64, u64) {
-        let inner = self.lock();
-        (inner.published, inner.table.stored_end())
     }
 
     /// With a store, check that the generation's file is still in the store and holds `[offset,
@@ -396,6 +404,18 @@ impl Writer {
             self.cut_blocks(publishable, &mut entries)
         };
         self.publish(entries, version);
+        placed
+    }
+
+    /// Place and publish the blocks the packer has finished since the last commit, without waiting:
+    /// called when the source is quiet, so that a slow stream does not hold finished blocks back.
+    pub fn poll(&mut self) -> Result<(), Error> {
+        if !matches!(self.sink, Sink::Buffered { .. }) {
+            return Ok(());
+        }
+        let mut entries = Vec::new();
+        let placed = self.place_ready(false, &mut entries);
+        self.publish(entries, None);
         placed
     }
 
@@ -804,9 +824,41 @@ mod tests {
                     assert!(gen.check_readable(0, d.stored).is_ok() && gen.check_readable(0, d.stored + 1).is_err(), "readable up to the region's watermark: {case}");
                     // A later descriptor carries only the entries after those already sent.
                     assert_eq!(gen.descriptor(8).0.table, d.table[8..], "{case}");
+                    // In parts of 3 entries: each publishes the whole blocks it carries and their
+                    // stored bytes, the last the rest; together the whole table.
+                    let mut parts = Vec::new();
+                    while parts.len() < d.table.len() {
+                        let (p, _) = gen.descriptor_part(parts.len(), 3);
+                        parts.extend_from_slice(&p.table);
+                        if parts.len() < 10 {
+                            assert_eq!((p.published, p.table.len()), (parts.len() as u64 * 1024, 3), "{case}");
+                        } else {
+                            assert_eq!(p.published, 10_000, "{case}");
+                        }
+                        assert_eq!(p.stored, d.table[..parts.len()].iter().map(|e| u64::from(e.stored_len)).sum::<u64>(), "{case}");
+                    }
+                    assert_eq!(parts, d.table, "{case}");
                 }
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_quiet_source_does_not_hold_packed_blocks_back() {
+        // Two blocks cut and handed to the pool by one read, then the source goes quiet: no commit
+        // places them, the poll of a quiet socket must.
+        let c = Config { block_size: 1024, snapshot_bytes_max: 1 << 20, codec: Codec::Zstd, pack_threads: 2, ..Default::default() };
+        let (gen, mut w) = Generation::create(1, rid(), 10, None, c, None).unwrap();
+        let mut all = mixed(2048);
+        all.extend_from_slice(&[b'M'; TAIL]);
+        feed(&mut w, &all, &[all.len()]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while gen.descriptor(0).0.published < 2048 {
+            assert!(std::time::Instant::now() < deadline, "packed blocks never published: {}", gen.descriptor(0).0.published);
+            w.poll().unwrap();
+            std::thread::yield_now();
+        }
+        assert_eq!(gen.descriptor(0).0.table.len(), 2);
     }
 }

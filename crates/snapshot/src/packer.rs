@@ -14,7 +14,7 @@ use codec::{Codec, Compressor};
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 
-/// zstd's level: `-1`, chosen by measurement (docs/design/compression.md, "Measured: which codec").
+/// zstd's level 1 (what `zstd -1` on the command line means; not the negative "fast" levels), chosen by measurement (docs/design/compression.md, "Measured: which codec").
 pub const ZSTD_LEVEL: i32 = 1;
 
 /// One block as it will be stored.

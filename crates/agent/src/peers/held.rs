@@ -120,7 +120,7 @@ impl Held {
         dropped.into_iter().filter_map(|b| h.blocks.remove(&b).map(|v| (b, v))).collect()
     }
 
-    /// Bytes held now (window and cache).
+    /// Stored bytes held now (window and cache): the blocks' lengths, not their vectors' capacity.
     #[cfg(test)]
     fn bytes(&self) -> u64 {
         self.lock().blocks.values().map(|v| v.len() as u64).sum()

@@ -60,7 +60,7 @@ impl View {
 
     /// What the table holds already, for validating the next descriptor.
     fn before(&self) -> wire::Before {
-        wire::Before { entries: self.table.len(), stored: self.table.stored_end() }
+        wire::Before { entries: self.table.len(), stored: self.table.stored_end(), published: self.desc.published, length: self.desc.length }
     }
 }
 

@@ -75,8 +75,9 @@ impl From<snapshot::Descriptor> for Descriptor {
 }
 
 impl Descriptor {
-    /// Check what a relay sent and turn it into the in-memory descriptor. `before` is how many table
-    /// entries earlier descriptors on this connection carried and the stored bytes they cover:
+    /// Check what a relay sent and turn it into the in-memory descriptor. `before` is what earlier
+    /// descriptors on this connection said (the watermark may only move on, a known length stays),
+    /// how many table entries they carried and the stored bytes those cover:
     /// together with these they must cover exactly the published blocks, each entry must fit its
     /// block (a known codec; stored no longer than the block, and exactly as long when raw), and
     /// their stored lengths must add up to `stored`. Every rejection is an [`Error::Protocol`] naming
@@ -96,6 +97,14 @@ impl Descriptor {
             if self.published > length {
                 return bad("published", format!("{} is beyond the length {length}", self.published));
             }
+        }
+        // Against what this connection said before: published bytes never change and a length once
+        // known is final (so no entry can follow a partial last block).
+        if self.published < before.published {
+            return bad("published", format!("{} is before the {} already published", self.published, before.published));
+        }
+        if before.length.is_some_and(|l| self.length != Some(l)) {
+            return bad("length", format!("{:?} after the length {} was sent", self.length, before.length.unwrap_or_default()));
         }
         if self.published > LENGTH_MAX {
             return bad("published", format!("{} exceeds {LENGTH_MAX}", self.published));
@@ -148,6 +157,10 @@ pub struct Before {
     pub entries: u64,
     /// Stored bytes (their lengths' sum).
     pub stored: u64,
+    /// The RDB bytes the last descriptor published: a watermark never goes back.
+    pub published: u64,
+    /// The RDB's length, once a descriptor said it: it never changes after.
+    pub length: Option<u64>,
 }
 
 #[cfg(test)]
@@ -172,7 +185,7 @@ mod tests {
     }
 
     fn at(entries: u64, stored: u64) -> Before {
-        Before { entries, stored }
+        Before { entries, stored, ..Before::default() }
     }
 
     fn rejects(d: Descriptor, before: Before, field: &str) {
@@ -235,6 +248,17 @@ mod tests {
         let later = Descriptor { table: vec![Entry(2, 1000, 2)], stored: 2000, ..good() };
         assert!(later.clone().validate(at(1, 1000)).is_ok());
         rejects(later, at(1, 1001), "stored");
+    }
+
+    #[test]
+    fn a_watermark_going_back_or_a_length_changing_is_refused() {
+        let sent = Before { entries: 2, stored: (1 << 20) + 1000, published: 2 << 20, length: Some((3 << 20) + 5) };
+        // The same watermark again (a descriptor with nothing new) passes; one that went back does not.
+        assert!(Descriptor { table: vec![], ..good() }.validate(sent).is_ok());
+        rejects(Descriptor { published: 1 << 20, table: vec![], stored: (1 << 20) + 1000, ..good() }, Before { entries: 1, ..sent }, "published");
+        // A length once sent is final: neither dropped nor moved (a partial last block stays last).
+        rejects(Descriptor { table: vec![], length: None, ..good() }, sent, "length");
+        rejects(Descriptor { table: vec![], length: Some(4 << 20), ..good() }, sent, "length");
     }
 
     #[test]

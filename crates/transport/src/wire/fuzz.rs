@@ -11,7 +11,7 @@ use super::ucx_key::UcxKey;
 pub fn fuzz_one(data: &[u8]) {
     if let Ok(Control::Descriptor(d)) = recv_control(&mut &data[..]) {
         // Table entries said to have come before, and the bytes they place.
-        let before = descriptor::Before { entries: (data.len() % 4) as u64, stored: (data.len() % 3) as u64 * 4096 };
+        let before = descriptor::Before { entries: (data.len() % 4) as u64, stored: (data.len() % 3) as u64 * 4096, ..Default::default() };
         if let Ok(s) = d.validate(before) {
             assert!(s.block_size >= descriptor::BLOCK_MIN, "a validated descriptor has a usable block size");
             // Every entry fits its block and the table places exactly the stored bytes.
