@@ -30,7 +30,7 @@ fn bytes(j: &Joined, field: &str) -> u64 {
 }
 
 /// As production runs it: a replica as the source, asked for a raw RDB by default while blocks are
-/// compressed (`--source-rdb auto`), its settings restored after.
+/// compressed (`--source-rdb auto`), its settings restored as soon as the RDB starts.
 #[test]
 fn a_caches_data_travels_compressed_over_every_transport_and_is_fed_whole() {
     let master = Server::start(Flavor::Redis70, &[]);
@@ -38,9 +38,20 @@ fn a_caches_data_travels_compressed_over_every_transport_and_is_fed_whole() {
     // A block of random values among them: kept raw, and fed as it is.
     data::fill_big_values(&mut master.client(), 1, 1 << 20);
     let source = replica_of(&master);
+    // A slow child on the source (100 µs a key: 2 s for the RDB), so that "restored as the RDB
+    // starts" and "restored once it is complete" are seconds apart.
+    source.client().cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100"]).unwrap();
     let relay = spawn_relay(&master.addr(), |c| {
         c.args(["--source", &source.addr(), "--block-size", "262144", "--compression-threads", "2"]);
     });
+    wait_until("the relay to switch the source's rdbcompression off", Duration::from_secs(30), || relay.proc.output().contains("switched_off=\"rdbcompression\"").then_some(()));
+    // Restored while the capture still runs: the child writing the RDB forked with it off, and a
+    // relay killed mid-capture must not leave the source without LZF.
+    let state = wait_until("the source's rdbcompression to be restored", Duration::from_secs(30), || {
+        (source.client().config_get("rdbcompression").ok()?.as_deref() == Some("yes")).then(|| status_json(&relay.addr)["generations"][0]["state"].clone())
+    });
+    assert!(state.is_null() || state == "capturing", "restored only once the snapshot was {state}: it must be as the RDB starts");
+    source.client().cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]).unwrap();
     wait_relay_generation(&relay.addr);
     let st = status_json(&relay.addr);
     let g = &st["generations"][0];
@@ -48,10 +59,6 @@ fn a_caches_data_travels_compressed_over_every_transport_and_is_fed_whole() {
     assert!(raw > 4 << 20, "a snapshot of several blocks: {st}");
     assert!(stored * 2 < raw, "a cache's data is kept in well under half its RDB ({stored} of {raw}): {st}");
     assert_eq!(st["held_bytes"], stored, "the relay holds the compressed bytes: {st}");
-    assert!(relay.proc.output().contains("switched_off=\"rdbcompression\""), "a raw RDB asked of the source: {}", relay.proc.output());
-    wait_until("the source's rdbcompression to be restored", Duration::from_secs(10), || {
-        (source.client().config_get("rdbcompression").ok()?.as_deref() == Some("yes")).then_some(())
-    });
     for t in ["tcp", "shm", "ucx"] {
         let replica = Server::start(Flavor::Redis70, &[]);
         master.client().cmd(&["SET", "after", t]).unwrap();

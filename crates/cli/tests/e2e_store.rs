@@ -153,6 +153,36 @@ fn a_file_truncated_under_the_relay_fails_its_generation_and_the_next_join_gets_
 }
 
 #[test]
+fn a_block_rotted_in_the_store_is_caught_by_its_checksum_and_never_fed() {
+    // A cache's data: its blocks are kept compressed, and the CRC32C taken as each was packed is
+    // all that stands between bytes changed on disk and the replica.
+    let master = Server::start(Flavor::Redis70, &[]);
+    fixtures::cache_data::fill(&mut master.client(), 20_000, 7).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let relay = stored_relay(&master.addr(), store.path(), &["--block-size", "65536"]);
+    wait_relay_generation(&relay.addr);
+    let g = status_json(&relay.addr)["generations"][0].clone();
+    let stored = g["rdb_stored_bytes"].as_u64().unwrap();
+    assert!(stored < g["rdb_bytes"].as_u64().unwrap(), "compressed blocks: {g}");
+    // 4 KiB flipped in the middle of the stored blocks, the file's length unchanged (bit rot).
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(store.path().join("gen-1.rdb")).unwrap();
+        let mut bytes = vec![0u8; 4096];
+        f.read_exact_at(&mut bytes, stored / 2).unwrap();
+        bytes.iter_mut().for_each(|b| *b = !*b);
+        f.write_all_at(&bytes, stored / 2).unwrap();
+    }
+    let replica = Server::start(Flavor::Redis70, &[]);
+    for t in ["tcp", "shm"] {
+        let j = join_over(&relay.addr, &replica.addr(), t, &["--retries", "0"]);
+        assert_ne!(j.code, Some(0), "a join over {t} on a rotted block must not succeed:\n{}", j.output);
+        assert!(j.output.contains("failed its checksum twice"), "the agent says what it found ({t}): {}", j.output);
+        assert_untouched(&replica);
+    }
+}
+
+#[test]
 fn a_file_removed_from_the_store_fails_its_generation_by_name() {
     let master = Server::start(Flavor::Redis70, &[]);
     data::fill_big_values(&mut master.client(), 100, 16 << 10);

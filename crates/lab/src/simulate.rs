@@ -607,9 +607,8 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let me = agents[i].id;
             // Reads that take far too long move elsewhere (they run on, holding their flow), as real
             // agents' do.
-            // Blocks of one size here: the largest seen stands for each read's length.
-            for b in agents[i].chooser.overdue(at(t), |_| 0) {
-                agents[i].chooser.move_away(b, 0, at(t));
+            for b in agents[i].chooser.overdue(at(t)) {
+                agents[i].chooser.move_away(b, at(t));
             }
             // Connections whose every read was moved and whose blocks are held since are cut, as
             // real agents cut them: their reads end at once, giving the holder's slot back.

@@ -167,7 +167,7 @@ struct Run {
     gen: Option<Arc<Generation>>,
     /// Its writer, until the RDB is complete.
     writer: Option<snapshot::Writer>,
-    /// The source's RDB settings to restore once the RDB is complete (`--source-rdb-raw`).
+    /// The source's RDB settings to restore once the RDB starts (`--source-rdb auto|raw`).
     raw: Option<crate::source::RawRdb>,
     /// The master-change count when this capture started (its history is that master's).
     master_changes: u64,
@@ -191,7 +191,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         .map_err(|u| Error::Source { kind: u.kind, why: u.why })?;
     tracing::info!(source = %chosen.addr, replica = chosen.replica, why = %chosen.why, "capture source");
     shared.stats.set_source(&chosen.addr);
-    // Switched back when the RDB is complete or the capture fails (its Drop), whichever comes first.
+    // Switched back when the RDB starts or the capture fails (its Drop), whichever comes first.
     let raw = match cfg.source_rdb.switch(cfg.snapshot.codec, chosen.replica) {
         Switch::Leave => None,
         Switch::Must => Some(crate::source::RawRdb::switch_off(&chosen.addr, cfg.master_auth.as_ref(), cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|u| Error::Source { kind: u.kind, why: u.why })?),
@@ -278,6 +278,11 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             let (replid, offset) = run.resync.clone().expect("the machine reports FULLRESYNC before the RDB");
             tracing::info!(first_byte_secs = t0.elapsed().as_secs_f64(), framing = if length.is_some() { "length" } else { "eof" }, "RDB starts");
             crate::events::rdb_started(id);
+            // The source's RDB settings go back now, not when the RDB is complete: its first bytes
+            // come from the child that writes it (diskless: the EOF mark is the child's first write;
+            // on disk: the file is written before its length is sent), and that child keeps the
+            // settings it forked with. A relay killed mid-capture then leaves nothing switched off.
+            run.raw = None;
             let (gen, writer) = Generation::create(id, replid, offset, length, shared.config.snapshot, shared.store.as_ref())?;
             shared.publish(gen.clone());
             run.gen = Some(gen);
@@ -287,7 +292,6 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             run.writer.take().expect("a writer until the RDB is done").finish(length)?;
             run.rdb_bytes = length;
             shared.rdb_complete(id);
-            run.raw = None; // restores the source's RDB settings
             tracing::info!(bytes = length, secs = t0.elapsed().as_secs_f64(), "snapshot complete");
             crate::events::published(id, length);
         }

@@ -447,16 +447,18 @@ impl Chooser {
     /// before the holder was known to be slow would hold its block back for the holder's whole
     /// arrival (issue 33: 9–14 s for a block the others read in 1).
     ///
-    /// `bytes(b)` is the length of block `b`'s read (its stored bytes: a compressed block is read in
-    /// a fraction of a raw one's time); 0 when not known, then the largest block seen stands in.
-    pub fn overdue(&self, now: Instant, bytes: impl Fn(u64) -> u64) -> Vec<u64> {
-        let Some(per_byte) = self.own_secs_per_byte else { return Vec::new() };
+    /// The largest block seen stands for every read, compressed or not: a read's time counts from
+    /// when it was chosen, so it includes the read queued ahead of it on the same connection and a
+    /// cost per read that does not shrink with its bytes. Judged by its own stored length, a small
+    /// compressed block behind a raw one would be overdue at once, and its move would rate an
+    /// honest peer slow (tried, and taken back after review).
+    pub fn overdue(&self, now: Instant) -> Vec<u64> {
+        let Some(own) = self.own_secs_per_byte.map(|s| s * self.block_bytes as f64) else { return Vec::new() };
         let mut v: Vec<u64> = self
             .since
             .iter()
             .filter(|(b, at)| {
                 let Some(Origin::Peer(p)) = self.in_flight.get(b) else { return false };
-                let own = per_byte * self.read_bytes(bytes(**b)) as f64;
                 self.is_slow(*p) || now.saturating_duration_since(**at).as_secs_f64() > MOVE_AFTER * own
             })
             .map(|(b, _)| *b)
@@ -480,31 +482,19 @@ impl Chooser {
     /// slow only after two, as by whole reads. Not
     /// when the peer is rated slow already: a read moved for that may be a moment old, and its
     /// "rate" (a block over that moment) would make the peer look fast.
-    ///
-    /// `bytes` is the read's length, as for [`Chooser::overdue`].
-    pub fn move_away(&mut self, b: u64, bytes: u64, now: Instant) -> Option<AgentId> {
+    pub fn move_away(&mut self, b: u64, now: Instant) -> Option<AgentId> {
         let Some(Origin::Peer(p)) = self.in_flight.get(&b).copied() else { return None };
         self.in_flight.remove(&b);
         if let Some(at) = self.since.remove(&b) {
             let head = !self.since.iter().any(|(o, t)| *t < at && self.in_flight.get(o) == Some(&Origin::Peer(p)));
             let first = !self.rated_at_move.iter().any(|(_, x)| *x == p);
-            let bytes = self.read_bytes(bytes);
-            if bytes > 0 && head && first && !self.is_slow(p) {
-                self.sample(p, bytes, now.saturating_duration_since(at).as_secs_f64());
+            if self.block_bytes > 0 && head && first && !self.is_slow(p) {
+                self.sample(p, self.block_bytes, now.saturating_duration_since(at).as_secs_f64());
                 self.rated_at_move.push((b, p));
             }
         }
         self.moved.push((b, p));
         Some(p)
-    }
-
-    /// A read's length: as given, or the largest block seen when not known (0).
-    fn read_bytes(&self, bytes: u64) -> u64 {
-        if bytes > 0 {
-            bytes
-        } else {
-            self.block_bytes
-        }
     }
 
     /// A read of `b` from `p` ended (with the block or without): if it was one moved elsewhere, it no
@@ -793,19 +783,6 @@ mod tests {
     }
 
     #[test]
-    fn a_compressed_read_is_due_in_its_own_time_not_a_raw_blocks() {
-        let t = Instant::now();
-        let secs = Duration::from_secs_f64;
-        // 1000 bytes a second; block 1 is kept in 250 bytes.
-        let mut c = paced(t);
-        assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        let at = t + secs(MOVE_AFTER * 0.25 + 0.1);
-        assert!(c.overdue(at, |_| 0).is_empty(), "by the largest block it is not late yet");
-        assert_eq!(c.overdue(at, |b| if b == 1 { 250 } else { 0 }), vec![1], "by its own length it is");
-        assert_eq!(c.move_away(1, 250, at), Some(7));
-    }
-
-    #[test]
     fn a_read_that_takes_too_long_moves_elsewhere_and_holds_its_flow_until_it_ends() {
         let t = Instant::now();
         let secs = Duration::from_secs_f64;
@@ -813,10 +790,10 @@ mod tests {
         assert_eq!(c.choose_at(15, &Answer::Relay, t), Some(Origin::Relay));
         c.done(15, 10, 0.01);
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
-        assert!(c.overdue(t + secs(MOVE_AFTER * 0.9), |_| 0).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
+        assert!(c.overdue(t + secs(MOVE_AFTER * 0.9)).is_empty(), "within its time (a block takes 1 s here; the short last block at the same rate is no faster)");
         let later = t + secs(MOVE_AFTER + 0.1);
-        assert_eq!(c.overdue(later, |_| 0), vec![1]);
-        assert_eq!(c.move_away(1, 0, later), Some(7));
+        assert_eq!(c.overdue(later), vec![1]);
+        assert_eq!(c.move_away(1, later), Some(7));
         assert!(!c.in_flight(1) && c.wanted(|_| 0).contains(&1), "the block is wanted again");
         assert_eq!(c.fetching().flows_free, 1, "the moved read still holds its flow");
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![7]), t), None, "not from the peer it moved away from");
@@ -838,11 +815,11 @@ mod tests {
         assert_eq!(c.choose_at(6, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         assert_eq!(c.choose_at(7, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         c.done(6, 1000, 10.0);
-        assert!(c.overdue(t, |_| 0).is_empty(), "one slow sample is no rating");
+        assert!(c.overdue(t).is_empty(), "one slow sample is no rating");
         c.choose_at(8, &Answer::Peers(vec![6]), t);
         c.done(7, 1000, 10.0);
-        assert_eq!(c.overdue(t, |_| 0), vec![8], "peer 6 is rated slow: its read still on the wire moves");
-        c.move_away(8, 0, t);
+        assert_eq!(c.overdue(t), vec![8], "peer 6 is rated slow: its read still on the wire moves");
+        c.move_away(8, t);
         assert!(c.is_slow(6), "a read moved the moment it started, its peer being slow already, does not rate it fast");
         // A peer gone takes its moved reads with it.
         c.peer_gone(6);
@@ -863,18 +840,18 @@ mod tests {
         assert_eq!(c.choose_at(7, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert_eq!(c.choose_at(8, &Answer::Peers(vec![7]), t + secs(0.5)), Some(Origin::Peer(7)));
         let later = t + secs(MOVE_AFTER + 1.0);
-        assert_eq!(c.overdue(later, |_| 0), vec![7, 8]);
+        assert_eq!(c.overdue(later), vec![7, 8]);
         c.refused(7, t);
-        c.move_away(8, 0, later);
+        c.move_away(8, later);
         assert!(!c.rates.contains_key(&7), "the read queued behind another is no sample");
-        c.move_away(7, 0, later);
+        c.move_away(7, later);
         assert_eq!(c.rates[&7].samples, 1, "the head of the connection is");
         assert!(c.busy_since.contains_key(&7), "a move is no block served: a refusal streak goes on");
         assert!(!c.is_slow(7), "one slow episode is one sample, no rating");
         // The cut ends both; a second slow episode rates the peer slow.
         assert!(c.moved_ended(7, 7) && c.moved_ended(8, 7));
         assert_eq!(c.choose_at(9, &Answer::Peers(vec![7]), later), Some(Origin::Peer(7)));
-        c.move_away(9, 0, later + secs(MOVE_AFTER + 1.0));
+        c.move_away(9, later + secs(MOVE_AFTER + 1.0));
         assert!(c.is_slow(7));
     }
 
@@ -888,13 +865,13 @@ mod tests {
         assert_eq!(c.choose_at(2, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert!(c.to_cut().is_empty(), "reads in flight, none moved");
         let later = t + secs(MOVE_AFTER + 0.1);
-        assert_eq!(c.overdue(later, |_| 0), vec![1, 2]);
-        assert_eq!(c.move_away(1, 0, later), Some(7));
+        assert_eq!(c.overdue(later), vec![1, 2]);
+        assert_eq!(c.move_away(1, later), Some(7));
         assert!(c.to_cut().is_empty(), "block 1 is not held yet (and block 2 is still wanted from peer 7)");
         assert_eq!(c.choose_at(1, &Answer::Relay, t), Some(Origin::Relay));
         c.done(1, 1000, 1.0);
         assert!(c.to_cut().is_empty(), "block 2 is still wanted from peer 7 on the same connection");
-        assert_eq!(c.move_away(2, 0, later), Some(7));
+        assert_eq!(c.move_away(2, later), Some(7));
         assert!(c.to_cut().is_empty(), "block 2 moved but not held");
         assert_eq!(c.choose_at(2, &Answer::Relay, t), Some(Origin::Relay));
         c.done(2, 1000, 1.0);

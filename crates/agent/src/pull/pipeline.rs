@@ -480,11 +480,8 @@ impl<'a> Planner<'a> {
     /// back; whichever ends first gives the block).
     fn move_overdue(&mut self) {
         let now = Instant::now();
-        // Each read's own stored length: a compressed block is due long before a raw one.
-        let progress = &self.p.progress;
-        let bytes = |b: u64| progress.with(|v| v.block(b)).map_or(0, |k| u64::from(k.entry.stored_len));
-        for b in self.chooser.overdue(now, bytes) {
-            if let Some(p) = self.chooser.move_away(b, bytes(b), now) {
+        for b in self.chooser.overdue(now) {
+            if let Some(p) = self.chooser.move_away(b, now) {
                 tracing::debug!(block = b, peer = %self.peer_addrs.get(&p).map_or("?", String::as_str), "a read from a peer takes too long; locating the block anew");
                 self.asking.changed();
             }

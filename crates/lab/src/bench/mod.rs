@@ -44,7 +44,7 @@ pub struct BenchArgs {
     /// for 256 MiB of 4 MiB values.
     #[arg(long)]
     pub values: Option<usize>,
-    /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm, fastrepl-tcp-from-replica (the relay captures from a replica of the master, its RDB as configured: LZF), fastrepl-tcp-from-replica-raw (and switches its RDB compression off for the capture: what `--source-rdb auto` does while blocks are compressed).
+    /// Override the modes: native-disk, native-diskless, fastrepl-tcp, fastrepl-ucx, fastrepl-shm, fastrepl-tcp-from-replica (the relay captures from a replica of the master, its RDB as configured: LZF), fastrepl-tcp-from-replica-raw (and switches its RDB compression off for the capture: what `--source-rdb auto` does while blocks are compressed), fastrepl-tcp-uncompressed (the relay keeps blocks as the source wrote them: `--compression none`).
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<String>,
     /// Server build for master and replicas: redis-7.0, valkey-8.1, redis-6.2.

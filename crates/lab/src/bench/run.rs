@@ -718,7 +718,7 @@ pub fn wait_native_in_sync(
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
 /// one after another).
 fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
-    let transport = if crate::bench::scenario::from_replica(c.mode) { "tcp" } else { c.mode.trim_start_matches("fastrepl-") };
+    let transport = crate::bench::scenario::transport(c.mode);
     let (mns, mip) = c.host(0);
     let mut token = [0u8; 16];
     getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
@@ -729,6 +729,9 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
     let mut cmd = c.fastrepl_on(0);
     cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
+    if crate::bench::scenario::uncompressed(c.mode) {
+        cmd.args(["--compression", "none"]);
+    }
     // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
     cmd.args(relay_extra_args());
     // A store on the master's host's disk, removed with the run (the relay removes its generations'

@@ -121,7 +121,22 @@ impl Dataset {
 }
 
 /// Every mode there is.
-pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw"];
+pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw", "fastrepl-tcp-uncompressed"];
+
+/// Modes whose relay keeps blocks as the source wrote them (`--compression none`, tcp): what
+/// compression costs or saves, side by side in one run.
+pub fn uncompressed(mode: &str) -> bool {
+    mode == "fastrepl-tcp-uncompressed"
+}
+
+/// The transport a fastrepl mode's agents pull over.
+pub fn transport(mode: &str) -> &str {
+    if from_replica(mode) || uncompressed(mode) {
+        "tcp"
+    } else {
+        mode.trim_start_matches("fastrepl-")
+    }
+}
 
 /// Modes whose relay captures from a standing replica of the master (on the master's host) instead
 /// of the master: `-raw` also switches the replica's RDB compression off for the capture.
