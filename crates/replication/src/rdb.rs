@@ -96,6 +96,14 @@ impl Server {
         Ok(())
     }
 
+    /// Whether a Valkey 9 master would write an RDB this server loads if it were told this server's
+    /// version: Valkey 9 writes its own format (80) for a replica that announces 9 or newer (as a
+    /// relay announces its master's version), and RDB 11 for an older one. `version` is what the
+    /// relay got.
+    pub fn loads_what_valkey9_writes_for_older(&self, version: u32) -> bool {
+        version == 80 && self.loads(80, None).is_err() && self.loads(11, None).is_ok()
+    }
+
     /// The newest RDB version this server can load.
     pub fn rdb_version_max(&self) -> u32 {
         let (maj, min, _) = self.version;
@@ -119,6 +127,17 @@ mod loads_tests {
 
     fn server(flavour: &str, v: (u32, u32, u32)) -> Server {
         Server { flavour: flavour.into(), version: v }
+    }
+
+    #[test]
+    fn an_older_replica_of_a_valkey9_master_is_told_it_needs_an_older_announcement() {
+        // Valkey 8.1 and Redis 8.2 load RDB 11, what Valkey 9 writes for them natively.
+        assert!(server("valkey", (8, 1, 8)).loads_what_valkey9_writes_for_older(80));
+        assert!(server("redis", (8, 2, 3)).loads_what_valkey9_writes_for_older(80));
+        // Redis 7.0 loads neither; Valkey 9.1 loads 80 itself; other versions are not Valkey 9's.
+        assert!(!server("redis", (7, 0, 15)).loads_what_valkey9_writes_for_older(80));
+        assert!(!server("valkey", (9, 1, 2)).loads_what_valkey9_writes_for_older(80));
+        assert!(!server("redis", (7, 0, 15)).loads_what_valkey9_writes_for_older(12));
     }
 
     #[test]

@@ -169,6 +169,15 @@ fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
     v.check()?;
     let rdb_version = v.desc.rdb_version.ok_or_else(|| Error::Timeout("the relay has not received the RDB header".into()))?;
     if let Err(why) = local.server.loads(rdb_version, local.rdb_version_check.as_deref()) {
+        // A Valkey 9 master writes its own format for the version the relay announced (its own),
+        // but RDB 11 for an older replica: natively this pair works, through another relay.
+        if local.server.loads_what_valkey9_writes_for_older(rdb_version) {
+            let (a, b, c) = local.server.version;
+            let announce = if local.server.flavour == "valkey" { format!("{a}.{b}.{c}") } else { "8.1.0".into() };
+            return Err(Error::Incompatible(format!(
+                "the master ({master_server}) writes RDB version {rdb_version} for a replica that says it is Valkey 9 or newer, as the relay did: {why}. For an older replica it writes RDB 11, which this one loads: join it through a relay started with `--announce-version {announce}`; nothing was changed"
+            )));
+        }
         return Err(Error::Incompatible(format!(
             "the master ({master_server}) writes RDB version {rdb_version}: {why}. Native replication cannot pair them either; nothing was changed"
         )));
