@@ -352,7 +352,8 @@ fn serve_control<S: std::io::Write>(shared: &Shared, mut s: S, raw: &TcpStream) 
     loop {
         let (d, version) = gen.descriptor_part(sent_entries, limits::DESCRIPTOR_ENTRIES_MAX);
         if version != sent_version || more {
-            more = d.table.len() == limits::DESCRIPTOR_ENTRIES_MAX && gen.blocks().0 > (sent_entries + d.table.len()) as u64;
+            // A full part may have been the last one: then the next is empty, which an agent takes.
+            more = d.table.len() == limits::DESCRIPTOR_ENTRIES_MAX;
             sent_entries += d.table.len();
             sent_version = version;
             wire::send_control(&mut s, &Control::Descriptor(d.into()))?;
