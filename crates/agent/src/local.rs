@@ -20,6 +20,8 @@ pub struct Local {
     pub diskless_load_before: Option<String>,
     /// Its `rdb-version-check` (Valkey 9+), which decides whether it loads RDBs other servers write.
     pub rdb_version_check: Option<String>,
+    /// Its `run_id` (`INFO server`): told apart from the master's.
+    pub run_id: String,
 }
 
 /// Connect and check: reachable, version known, empty (or `force`).
@@ -27,6 +29,7 @@ pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
     let addr = node.addr.as_str();
     let mut client = node.connect()?;
     let info = client.info("server").map_err(Error::replica)?;
+    let run_id = info.get("run_id").unwrap_or_default().to_string();
     let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
     let keys = key_count(&mut client).map_err(Error::replica)?;
     if keys > 0 && !force {
@@ -40,7 +43,7 @@ pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
     }
     let diskless_load_before = client.config_get("repl-diskless-load").map_err(Error::replica)?;
     let rdb_version_check = rdb_version_check(&mut client, &server)?;
-    Ok(Local { client, server, diskless_load_before, rdb_version_check })
+    Ok(Local { client, server, diskless_load_before, rdb_version_check, run_id })
 }
 
 /// `rdb-version-check` where the server has it (Valkey 9+; `None` elsewhere).

@@ -346,6 +346,14 @@ struct JoinArgs {
     /// Replace the local server's data if it has any.
     #[arg(long, env = "FASTREPL_FORCE")]
     force: bool,
+    /// Stay beside the local server until SIGTERM (a Kubernetes native sidecar): wait for it to
+    /// answer and load, join it whenever it runs standalone (its first start; after a restart, when
+    /// its config has no replicaof), leave it alone while it is a replica (linked or reconnecting by
+    /// itself), a master with replicas of its own, a cluster node, or the master itself. Each join's
+    /// report is printed as it ends; a failed one is tried again 30 s later. With --force for a
+    /// server that loads data of its own (AOF). Exit 0 when stopped while watching.
+    #[arg(long, env = "FASTREPL_WATCH")]
+    watch: bool,
     #[command(flatten)]
     pull: PullArgs,
     /// Where the agent listens for its local replica (it pulls the snapshot from here).
@@ -839,13 +847,30 @@ fn join(a: JoinArgs, log_format: LogFormat) -> Result<ExitCode> {
     if let Some(p) = &a.events {
         agent::events::open(p).with_context(|| format!("open the event stream {}", p.display()))?;
     }
-    let (relay_addr, replica_addr, json, join_metrics) = (a.relay.clone(), a.replica.clone(), a.json, a.join_metrics);
+    let (relay_addr, replica_addr, json, join_metrics, watch) = (a.relay.clone(), a.replica.clone(), a.json, a.join_metrics, a.watch);
     let cfg = join_config(a)?;
     on_interrupt(cfg.cancel.clone())?;
     if let Some(addr) = join_metrics {
         let live = cfg.live.clone();
         let bound = metrics::serve(addr, std::sync::Arc::new(move || live.prometheus() + &dropped_output("fastrepl_join"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("join metrics on http://{bound}/metrics");
+    }
+    if watch {
+        // Each join said as it ends; the watch itself ends only when stopped.
+        let mut interrupted = false;
+        let _ = agent::join::watch::run(&cfg, |r| match r {
+            Ok(joined) => {
+                if let Err(e) = join_succeeded(&joined, &cfg, json) {
+                    tracing::warn!(error = %format!("{e:#}"), "could not print the join's report");
+                }
+            }
+            Err(f) => {
+                interrupted = matches!(f.error, agent::Error::Interrupted);
+                join_failed(&f, json, log_format, &relay_addr, &replica_addr);
+            }
+        });
+        tracing::info!("stopped watching the local server");
+        return Ok(if interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS });
     }
     let bar = progress_bar(cfg.live.clone());
     let result = agent::join(&cfg);
@@ -1246,6 +1271,13 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
         relay::stats::attaches(st, Ucx),
         if st.ucx_side_restarts_total > 0 { format!(" (UCX side process started again {} times)", st.ucx_side_restarts_total) } else { String::new() }
     )?;
+    writeln!(o, "joins ended (as their agents said): {} in sync, {} full sync, {} failed", at(&st.joins_total, "in_sync"), at(&st.joins_total, "full_sync"), at(&st.joins_total, "failed"))?;
+    let store = match (&st.store, st.store_size_bytes, st.store_free_bytes) {
+        (Some(dir), Some(size), Some(free)) => format!("; store {dir}: {:.1} GiB free of {:.1} GiB", free as f64 / GIB, size as f64 / GIB),
+        (Some(dir), _, _) => format!("; store {dir}: its filesystem could not be read"),
+        _ => String::new(),
+    };
+    writeln!(o, "bounds: log {} per generation, snapshot {}{store}", bytes_text(st.log_max_bytes), bytes_text(st.snapshot_max_bytes))?;
     writeln!(
         o,
         "errors: auth {}, protocol {}, io {}, capture {}; memory: RSS {:.1} MiB",
@@ -1257,6 +1289,9 @@ fn print_status(o: &mut impl std::io::Write, st: &relay::stats::Status) -> std::
     )?;
     Ok(())
 }
+
+/// Bytes in a GiB, for a filesystem's size.
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// A byte count in the unit that fits it: "512 B", "21.5 KiB", "3.0 MiB" (a small log is not "0.0 MiB").
 fn bytes_text(b: u64) -> String {

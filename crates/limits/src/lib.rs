@@ -276,6 +276,16 @@ pub const JOIN_RETRIES_DEFAULT: u32 = 5;
 pub const JOIN_RETRY_BASE: Duration = Duration::from_secs(1);
 /// The longest wait between join attempts.
 pub const JOIN_RETRY_MAX: Duration = Duration::from_secs(30);
+/// A join's last word to the relay (how it ended, for `joins_total`) waits this long at most for
+/// each step (connect, read, write): best effort, it must not hold up the join's exit on a relay
+/// that went away.
+pub const JOIN_END_REPORT_WAIT: Duration = Duration::from_millis(1500);
+/// `join --watch` looks at its local server this often (a sidecar beside the server for its whole
+/// life: a second is soon enough to see it start, and cheap: three INFO sections).
+pub const WATCH_POLL_EVERY: Duration = Duration::from_secs(1);
+/// `join --watch`: after a join failed for good (its own retries spent or not retryable), this long
+/// before the server is joined again (a relay or master away for longer is tried twice a minute).
+pub const WATCH_REJOIN_AFTER_FAILURE: Duration = JOIN_RETRY_MAX;
 /// First backoff after a failed capture; it doubles up to [`CAPTURE_BACKOFF_MAX`].
 pub const CAPTURE_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest backoff between captures.

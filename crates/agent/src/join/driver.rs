@@ -58,15 +58,56 @@ struct Checked {
 /// Run a join, trying again after failures that time can mend ([`crate::join::retry`]): each attempt
 /// checks, syncs and hands off; a failure after the replica followed the agent resets it (one before
 /// leaves it untouched), so the next attempt starts from the server as it was or empty and standalone,
-/// on the relay's current generation.
+/// on the relay's current generation. At its end the relay is told how it ended ([`tell_relay`]),
+/// once a join reached it.
 pub fn join(cfg: &Config) -> Result<Joined, crate::report::Failed> {
+    let reached = std::cell::Cell::new(None);
+    let joined = attempts(cfg, &reached);
+    tell_relay(cfg, &joined, reached.get());
+    joined
+}
+
+/// How long the report of a join's end may wait on the relay (each connect, read and write).
+const END_REPORT_WAIT: Duration = limits::JOIN_END_REPORT_WAIT;
+
+/// Tell the relay how the join ended (`joins_total{outcome}`): a handoff partial or full, or a failure
+/// once an attempt reached the relay (`reached`: the generation it last attached to). On the tracker
+/// link when the agent still holds one, else on a short connection. Best effort: a failure is logged
+/// and changes nothing, and it waits [`END_REPORT_WAIT`] at most per step on a relay that went away.
+fn tell_relay(cfg: &Config, joined: &Result<Joined, crate::report::Failed>, reached: Option<u64>) {
+    use transport::wire::JoinOutcome;
+    let (outcome, generation, peering) = match joined {
+        Ok(j) => {
+            let outcome = match j.report.handoff {
+                crate::report::Handoff::Partial => JoinOutcome::InSync,
+                crate::report::Handoff::Full => JoinOutcome::FullSync,
+            };
+            (outcome, j.report.generation, j.peering.as_ref())
+        }
+        Err(_) => match reached {
+            Some(g) => (JoinOutcome::Failed, g, None),
+            None => return,
+        },
+    };
+    let told = match peering.map(|p| p.tracker()) {
+        Some(mut link) if link.can_end() => link.ended(outcome, END_REPORT_WAIT),
+        _ => transport::tracker::report_end(&cfg.relay, &cfg.token, generation, outcome, END_REPORT_WAIT),
+    };
+    match told {
+        Ok(()) => tracing::debug!(%outcome, generation, "told the relay how the join ended"),
+        Err(e) => tracing::info!(error = %e, %outcome, "could not tell the relay how the join ended (its joins_total misses this one)"),
+    }
+}
+
+/// [`join`]'s attempts; `reached` is set to the generation each attempt attached to.
+fn attempts(cfg: &Config, reached: &std::cell::Cell<Option<u64>>) -> Result<Joined, crate::report::Failed> {
     let node = cfg.node();
     let mut retries = Retries::new(cfg.retry);
     let mut attempts: Vec<Attempt> = Vec::new();
     loop {
         let n = retries.attempt();
         let started = Instant::now();
-        let (error, replica) = match attempt(cfg, &node) {
+        let (error, replica) = match attempt(cfg, &node, reached) {
             Ok(mut joined) => {
                 joined.report.attempts = attempts;
                 return Ok(joined);
@@ -110,13 +151,13 @@ fn wait_or_cancel(d: Duration, cancel: &std::sync::atomic::AtomicBool) -> Result
 }
 
 /// One attempt; on failure, the error and what became of the replica.
-fn attempt(cfg: &Config, node: &Node) -> Result<Joined, (Error, ReplicaState)> {
+fn attempt(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) -> Result<Joined, (Error, ReplicaState)> {
     // A cluster node refuses REPLICAOF: it is staged instead (see crate::staged::cluster_node).
     if cluster_node::is_cluster_node(node).map_err(|e| (e, ReplicaState::Untouched))? {
         return cluster_node::attempt(&staged_config(cfg, node)).map(|report| Joined { report, peering: None });
     }
     let t0 = Instant::now();
-    let c = check(cfg, node).map_err(|e| (e, ReplicaState::Untouched))?;
+    let c = check(cfg, node, reached).map_err(|e| (e, ReplicaState::Untouched))?;
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
@@ -149,21 +190,30 @@ fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
 
 /// Connect to everything and check it, changing nothing: the local server (reachable, empty or
 /// `--force`), the relay's generation and transport, the master, and that the replica loads the
-/// master's RDB version and the master still has the snapshot's history.
-fn check(cfg: &Config, node: &Node) -> Result<Checked, Error> {
+/// master's RDB version and the master still has the snapshot's history. `reached`: the generation
+/// attached to, once the relay answered.
+fn check(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) -> Result<Checked, Error> {
     let local = local::check(node, cfg.force)?;
     cfg.live.set_phase(JoinPhase::WaitingForCapture);
     let attached = progress::attach(&cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
+    reached.set(Some(attached.progress.with(|v| v.desc.generation)));
     let (transport, why) = select::select(cfg.pull.transport, &cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
     let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
     // A refused INFO is said now, as the permission it is, not later as something else.
-    let master_server = match master.info("server") {
-        Ok(i) => replication::rdb::Server::from_info(&local::info_text(&i)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
+    let master_info = match master.info("server") {
+        Ok(i) => Some(i),
         Err(e) if e.is_permission() => return Err(Error::master(e)),
-        Err(_) => "unknown".into(),
+        Err(_) => None,
     };
+    let master_server = master_info.as_ref().and_then(|i| replication::rdb::Server::from_info(&local::info_text(i))).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into());
+    // The master's name may point at the local server itself (promoted by a failover, its name
+    // moved to it): joining it would replace the master's dataset with a snapshot of its own past.
+    let master_run_id = master_info.as_ref().and_then(|i| i.get("run_id")).unwrap_or_default();
+    if !master_run_id.is_empty() && local.run_id == master_run_id {
+        return Err(Error::Precondition(format!("{master_addr} is the local server itself ({}): it is the master, not to be joined", cfg.replica)));
+    }
     let v = attached.progress.wait_until(RELAY_WAIT_MAX, |v| v.desc.rdb_version.is_some());
     let capture_ready = Instant::now();
     v.check()?;

@@ -5,3 +5,4 @@ pub mod driver;
 pub mod machine;
 pub mod replica_link;
 pub mod retry;
+pub mod watch;
