@@ -6,7 +6,7 @@
 //! admission plugin, k8s.io/pod-security-admission, in contrib/k8s/check). Then what review asks
 //! and no schema knows: every `fastrepl` subcommand, flag and `FASTREPL_*` variable exists in the
 //! binary's `--help`; every object a pod names is defined or a README prerequisite; images pinned;
-//! DNS names, never IPs; requests and memory limits; each Secret only where it is needed; AOF off;
+//! DNS names, never IPs; requests and memory limits; each Secret only where it is needed; AOF off but where the join sidecar runs beside the server;
 //! and the probe scripts read a server as the manifests say (stubbed replies, then a real replica).
 //! The manifests were not applied to a Kubernetes cluster here (contrib/k8s/README.md says so).
 
@@ -141,7 +141,7 @@ fn kubernetes_examples_parse_and_use_only_what_exists() {
         }
     }
     assert!(used >= 6, "the examples run fastrepl in at least six containers ({used})");
-    assert_eq!(subs.into_iter().collect::<Vec<_>>(), vec!["relay".to_string(), "stage".to_string()]);
+    assert_eq!(subs.into_iter().collect::<Vec<_>>(), vec!["join".to_string(), "relay".to_string(), "stage".to_string()]);
 }
 
 /// A pod no reviewer would pass, with a field the API does not have: what both checkers must reject.
@@ -441,11 +441,22 @@ fn review_pod(at: &str, spec: &Value) {
             assert!(probe("readinessProbe").contains("ready.sh") && probe("livenessProbe").contains("alive.sh"), "{at}: the server's probes are not the scripts of scripts.yaml");
         }
         let args = c["args"].as_array().cloned().unwrap_or_default();
+        // A join runs beside its server for the pod's life, or it is a restart loop (README.md).
+        if args.first().and_then(Value::as_str) == Some("join") {
+            assert!(init && c["restartPolicy"] == "Always" && args.iter().any(|a| a == "--watch"), "{at}: a join container is a native sidecar (an init container with restartPolicy Always) running join --watch");
+            assert!(server.is_some(), "{at}: a join sidecar beside no server");
+        }
         if args.first().and_then(Value::as_str) == Some("stage") {
             let image = server.expect("a pod that stages runs a server")["image"].as_str().unwrap();
             assert_eq!(arg_after(&args, "--server").map(str::to_string), server_of_image(image), "{at}: stage --server is not the server image's version");
         }
     }
+}
+
+/// A pod's join sidecar (`fastrepl join --watch` as an init container with restartPolicy Always).
+fn join_sidecar(spec: &Value) -> Option<&Value> {
+    let inits = spec["initContainers"].as_array()?;
+    inits.iter().find(|c| c["restartPolicy"] == "Always" && c["args"][0] == "join" && c["args"].as_array().is_some_and(|a| a.iter().any(|w| w == "--watch")))
 }
 
 #[test]
@@ -475,9 +486,20 @@ fn kubernetes_examples_would_pass_review() {
             let a = &d["metadata"]["annotations"];
             assert!(a["prometheus.io/scrape"] == "true" && a["prometheus.io/port"] == "9400", "{at}: metrics not scrapeable");
         }
+        // AOF off, but for a config only pods with the join sidecar read (replicas-aof.yaml): their
+        // server starts standalone, with no replicaof, and the sidecar joins it at every start.
+        let aof_allowed = kind == "ConfigMap" && {
+            let name = &d["metadata"]["name"];
+            let readers: Vec<&Value> = docs.iter().filter_map(|(_, p)| pod_spec(p)).filter(|spec| spec["volumes"].as_array().into_iter().flatten().any(|v| &v["configMap"]["name"] == name)).collect();
+            !readers.is_empty() && readers.iter().all(|spec| join_sidecar(spec).is_some())
+        };
         for conf in d["data"].as_object().into_iter().flatten().filter(|(k, _)| k.ends_with(".conf")).filter_map(|(_, v)| v.as_str()) {
             let lines: Vec<&str> = conf.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
-            assert!(lines.contains(&"appendonly no") && !lines.contains(&"appendonly yes"), "{at}: the server's config must say appendonly no");
+            if aof_allowed {
+                assert!(lines.contains(&"appendonly yes") && !lines.iter().any(|l| l.starts_with("replicaof ") || l.starts_with("slaveof ")), "{at}: a config read beside the join sidecar says appendonly yes and no replicaof (the sidecar makes the server a replica)");
+            } else {
+                assert!(lines.contains(&"appendonly no") && !lines.contains(&"appendonly yes"), "{at}: the server's config must say appendonly no (AOF only where the join sidecar runs beside the server)");
+            }
         }
     }
     for path in values_snippets() {
