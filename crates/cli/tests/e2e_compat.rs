@@ -129,3 +129,55 @@ pairs! {
     valkey91_to_redis82_refused: Valkey91 -> Redis82,
     valkey91_to_redis70_refused: Valkey91 -> Redis70,
 }
+
+/// Redis 8.2 → Valkey 9.1 with `rdb-version-check relaxed`: the replica takes the RDB 12 header and
+/// loads until it meets a type it has no equivalent of, then drops the link (or exits). Another
+/// attempt would meet the same type: the join says what the replica refused, does not retry, and
+/// leaves the replica reset (empty, standalone).
+fn refused_while_loading(fill: fn(&mut client::Client), said: &str, replica_exits: bool) {
+    require_server(Flavor::Redis82);
+    require_server(Flavor::Valkey91);
+    let master = Server::start(Flavor::Redis82, &[]);
+    let mut c = master.client();
+    data::fill_small_mixed(&mut c, 200);
+    fill(&mut c);
+    let mut replica = Server::start(Flavor::Valkey91, &["--rdb-version-check", "relaxed"]);
+    let relay = relay(&master.addr(), &[], &[]);
+    let j = join(&relay.addr, &replica.addr(), &[], &[]);
+    assert_eq!(j.code, Some(1), "{}", j.output);
+    assert_eq!(j.report["attempts"].as_array().map(Vec::len), Some(1), "a refused load was retried:\n{}", j.output);
+    assert_eq!(j.report["error_kind"], "incompatible", "{}", j.output);
+    let error = j.report["error"].as_str().unwrap_or_default();
+    for part in ["the replica (valkey 9.1.", "refused the snapshot while loading it", said, "docs/operations.md#redis-to-valkey"] {
+        assert!(error.contains(part), "{part:?} not in the error: {error}\n{}", j.output);
+    }
+    // The replica tried the load once (its own log), and nothing of the master's data is left on it.
+    assert_eq!(replica.log().matches("Loading RDB produced by Redis version 8.2").count(), 1, "{}", replica.log());
+    if replica_exits {
+        assert_eq!(j.report["replica"], "unreachable", "{}", j.output);
+        replica.restart().unwrap_or_else(|e| panic!("start the replica again: {e}"));
+    } else {
+        assert_eq!(j.report["replica"], "reset", "{}", j.output);
+    }
+    assert_untouched(&replica);
+}
+
+#[test]
+fn a_valkey91_replica_refusing_redis82_hash_field_ttls_is_not_retried() {
+    fn fill(c: &mut client::Client) {
+        c.cmd(&["HSET", "hash:field-ttl", "short", "1", "long", "2"]).unwrap();
+        c.cmd(&["HPEXPIRE", "hash:field-ttl", "3600000", "FIELDS", "1", "short"]).unwrap();
+    }
+    // Valkey stores field TTLs as its own type (22); Redis 8.2's (24, 25) are foreign to it.
+    refused_while_loading(fill, "Can't handle foreign type or opcode 25", false);
+}
+
+#[test]
+fn a_valkey91_replica_refusing_redis82_vector_sets_is_not_retried() {
+    fn fill(c: &mut client::Client) {
+        c.cmd(&["VADD", "vset", "VALUES", "3", "0.5", "-0.25", "1", "only"]).unwrap();
+    }
+    // A vector set is a module type in the RDB; Valkey has no `vectorset` module, and a diskless
+    // load that meets unknown module data ends the server.
+    refused_while_loading(fill, "no matching module type 'vectorset'", true);
+}

@@ -58,6 +58,9 @@ pub const RELAY_MEMORY_PER_BLOCK_BYTES: u64 = 64;
 /// takes it for hung: Redis 7.0 answers between 2 MB chunks of a load, so even a slow disk answers
 /// within seconds.
 pub const REPLICA_SILENCE_MAX: Duration = Duration::from_secs(120);
+/// Most bytes of its local server's log a join reads when the replica dropped its link while fed
+/// (the end of what it wrote since the feed began: a refused load is its last few lines).
+pub const REPLICA_LOG_READ_MAX: u64 = 64 * 1024;
 /// With `--store`, the relay's memory bound for `connections` open connections and `blocks` blocks
 /// held of `block_bytes` each (the status's `memory_bound_bytes`; contrib/k8s sizes its limit by it).
 pub const fn relay_memory_bound(block_bytes: u64, pack_threads: u64, connections: u64, blocks: u64) -> u64 {

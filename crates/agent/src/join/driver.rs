@@ -5,7 +5,7 @@
 
 use crate::local::{self, Local, ReplState};
 use crate::phase::JoinPhase;
-use crate::join::machine::{Action, Counters, Input, Join, Outcome, Snapshot, Timeouts};
+use crate::join::machine::{Action, Counters, Input, Join, LoadFacts, Outcome, Snapshot, Timeouts};
 use crate::master::{split_host_port, MasterRepl};
 use crate::node::Node;
 use crate::peers::peering::Peering;
@@ -164,7 +164,7 @@ fn attempt(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) ->
     let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
     let mut machine = Join::new(snapshot, endpoint::host_port(&host, &port), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None, silent_since: None };
+    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None, silent_since: None, replica_log: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -291,6 +291,8 @@ struct Driver<'a> {
     guard: Option<crate::guard::Guard>,
     /// Since when the replica, busy, has not answered a poll.
     silent_since: Option<Instant>,
+    /// The replica's log file and its length before the feed, where the join can read it.
+    replica_log: Option<crate::join::replica_log::LogTail>,
 }
 
 impl Driver<'_> {
@@ -340,6 +342,10 @@ impl Driver<'_> {
                     Ok(before) => m.on(Instant::now(), Input::Counters(before)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
+                Action::ExamineReplica => {
+                    let facts = self.examine_replica();
+                    m.on(Instant::now(), Input::Examined(&facts))
+                }
                 Action::ReadOutcome => match self.counters() {
                     Ok(after) => m.on(Instant::now(), Input::Counters(after)),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
@@ -392,6 +398,8 @@ impl Driver<'_> {
             }
             c.config_set("masterauth", &a.password).map_err(Error::replica)?;
         }
+        // Its log, read only if it drops its link while fed: whether it refused what it was fed.
+        self.replica_log = crate::join::replica_log::LogTail::find(c);
         let (listener, at) = replica_link::listen(cfg.listen)?;
         self.guard = Some(crate::guard::arm(self.node, at, self.c.local.diskless_load_before.as_deref())?);
         self.listener = Some((listener, at, serve_tls));
@@ -524,6 +532,31 @@ impl Driver<'_> {
             }
             Err(e) => Err(Error::replica(e)),
         }
+    }
+
+    /// The facts about a replica that dropped its link while fed or loading: whether it answers,
+    /// its load's state, its log since the feed began. Changes nothing; what they mean is the
+    /// machine's.
+    fn examine_replica(&mut self) -> LoadFacts {
+        let mut facts = LoadFacts { replica_server: self.c.local.server.to_string(), master_server: self.c.master_server.clone(), ..LoadFacts::default() };
+        if let Ok(mut c) = self.node.connect() {
+            facts.answers = true;
+            if let Ok(p) = c.info("persistence") {
+                facts.loading = p.num("loading").map(|n| n != 0);
+                facts.keys_loaded = p.num("rdb_last_load_keys_loaded");
+            }
+            self.c.local.client = c;
+        }
+        facts.log = self.replica_log.as_ref().and_then(|l| l.lines_since());
+        tracing::info!(
+            answers = facts.answers,
+            loading = ?facts.loading,
+            keys_loaded = ?facts.keys_loaded,
+            log = %self.replica_log.as_ref().map_or("not readable".to_string(), |l| l.path().display().to_string()),
+            log_lines = facts.log.as_ref().map_or(0, Vec::len),
+            "the replica dropped its link while fed; looking at why"
+        );
+        facts
     }
 
     /// Read up to `max` log bytes from `from` and send them to the replica; returns how many.

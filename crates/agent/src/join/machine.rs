@@ -7,6 +7,8 @@
 //!     Classifying ─► Done(partial|full)
 //!  Preparing                     ─failure─► Fail { reset_replica: false }  (never pointed at the agent: untouched)
 //!  Pointing … CheckingMaster     ─failure─► Fail { reset_replica: true }
+//!  Pulling, Loading ─the replica dropped its link─► Examining ─its log and state─► Fail { reset_replica: true }
+//!                                                  (a refusal: not retryable; else the loss, retried)
 //!  HandingOff, Classifying       ─failure─► Fail { reset_replica: false }  (the replica is the master's now)
 //! ```
 //!
@@ -111,6 +113,25 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
+/// What the driver found out about a replica that dropped its link while it was fed or loading
+/// ([`Action::ExamineReplica`]): facts, each `None` where it could not be had.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadFacts {
+    /// The replica's server, as its `INFO server` said before the join (`valkey 9.1.2`).
+    pub replica_server: String,
+    /// The master's (`redis 8.2.3`, or `unknown`).
+    pub master_server: String,
+    /// Whether the replica answers now (one that refused a load may have exited).
+    pub answers: bool,
+    /// Its `INFO persistence` `loading` (a load in progress), where it answered.
+    pub loading: Option<bool>,
+    /// Its `rdb_last_load_keys_loaded`: keys of the last load (a failed one's, on Valkey 9), where it
+    /// answered.
+    pub keys_loaded: Option<i64>,
+    /// The lines its log file gained since the feed began, where the join could read the file.
+    pub log: Option<Vec<String>>,
+}
+
 /// What the driver observed.
 #[derive(Debug)]
 pub enum Input<'a> {
@@ -157,6 +178,8 @@ pub enum Input<'a> {
     /// The replica answered `REPLICAOF <agent>` with an error: it did not take effect, the replica
     /// never followed the agent.
     PointRefused(Error),
+    /// What the driver found when told to [`Action::ExamineReplica`].
+    Examined(&'a LoadFacts),
 }
 
 /// What the driver must do next.
@@ -191,6 +214,9 @@ pub enum Action {
     HandOff,
     /// Read the counters now that the replica's link to the master is up.
     ReadOutcome,
+    /// The replica dropped its link while fed or loading: find out why ([`LoadFacts`]: whether it
+    /// answers, its load's state, its log since the feed began), nothing changed.
+    ExamineReplica,
     /// The join is over.
     Done(Outcome),
     /// The join failed; reset the replica (empty, standalone) when `reset_replica`.
@@ -210,6 +236,7 @@ enum Phase {
     WaitingLength,
     Pulling { eof: bool },
     Loading { eof: bool, deadline: Instant },
+    Examining,
     StreamingLog,
     CatchingUp { deadline: Instant },
     CheckingMaster,
@@ -230,6 +257,8 @@ pub struct Join {
     streamed: u64,
     plan: Option<Plan>,
     before: Option<Counters>,
+    /// The replica's loss while fed or loading, held while its cause is examined.
+    lost: Option<Error>,
     /// The replica's state when the handoff's deadline passed without it in sync with the master:
     /// the join then ends as a full sync (exit 3) saying what it saw, never waiting on.
     unfinished: Option<ReplState>,
@@ -252,6 +281,7 @@ impl Join {
             streamed,
             plan: None,
             before: None,
+            lost: None,
             unfinished: None,
             rdb_length: None,
             timeline: Timeline { started, connected: now, first_byte: None, pulled: None, loaded: None, caught_up: None, handed_off: None },
@@ -270,7 +300,7 @@ impl Join {
         match self.phase {
             Phase::Preparing | Phase::Pointing | Phase::WaitingLength => JoinPhase::Preparing,
             Phase::Pulling { .. } => JoinPhase::Pulling,
-            Phase::Loading { .. } => JoinPhase::Loading,
+            Phase::Loading { .. } | Phase::Examining => JoinPhase::Loading,
             Phase::StreamingLog | Phase::CatchingUp { .. } => JoinPhase::StreamingLog,
             Phase::CheckingMaster | Phase::HandingOff { .. } | Phase::Classifying => JoinPhase::HandingOff,
             Phase::Over => JoinPhase::Done,
@@ -312,6 +342,9 @@ impl Join {
     /// join in any phase; an observation no row expects is an internal error, not a panic.
     pub fn on(&mut self, now: Instant, input: Input<'_>) -> Action {
         let action = match (self.phase, input) {
+            (Phase::Pulling { .. } | Phase::Loading { .. }, Input::Failed(e)) if lost_replica(&e) => self.examine(e),
+            (Phase::Examining, Input::Examined(facts)) => self.examined(facts),
+            (Phase::Examining, Input::Failed(e)) => self.examine_failed(e),
             (_, Input::Failed(e)) => self.fail(e),
             (_, Input::PointRefused(e)) => self.point_refused(e),
             (Phase::Preparing, Input::Prepared) => self.point(),
@@ -384,6 +417,35 @@ impl Join {
             return self.fail(Error::Timeout(format!("the replica to load the snapshot (after {:?})", self.timeouts.load)));
         }
         Action::PollReplica
+    }
+
+    /// The replica dropped its link while it was fed or loading: before failing, find out whether it
+    /// refused what it was fed (which another attempt would feed it again) or the link was lost.
+    fn examine(&mut self, lost: Error) -> Action {
+        self.lost = Some(lost);
+        self.phase = Phase::Examining;
+        Action::ExamineReplica
+    }
+
+    /// Why the replica dropped its link: a refusal of the data fails the join for good (not
+    /// retryable); anything else fails it with the loss, which is retried. Either way the replica is
+    /// reset (it followed the agent).
+    fn examined(&mut self, facts: &LoadFacts) -> Action {
+        let lost = self.lost.take().unwrap_or_else(|| Error::Internal("examined without a loss".into()));
+        match refusal(facts) {
+            Some(refused) => self.fail(Error::Incompatible(refused)),
+            None => self.fail(lost),
+        }
+    }
+
+    /// Interrupted (or the driver failed) while examining: the loss stands, unless interrupted.
+    fn examine_failed(&mut self, e: Error) -> Action {
+        let lost = self.lost.take();
+        match (e, lost) {
+            (Error::Interrupted, _) => self.fail(Error::Interrupted),
+            (_, Some(lost)) => self.fail(lost),
+            (e, None) => self.fail(e),
+        }
     }
 
     /// A log read was sent on: read on, or after a short read (everything the relay had when we
@@ -496,7 +558,7 @@ impl Join {
             Phase::Over => {}
             _ => debug_assert!(self.pointed, "{:?} without the replica pointed at the agent", self.phase),
         }
-        if matches!(self.phase, Phase::Preparing | Phase::Pointing | Phase::WaitingLength | Phase::Pulling { .. } | Phase::Loading { .. }) {
+        if matches!(self.phase, Phase::Preparing | Phase::Pointing | Phase::WaitingLength | Phase::Pulling { .. } | Phase::Loading { .. } | Phase::Examining) {
             debug_assert_eq!(self.streamed, self.snapshot.offset, "log bytes streamed before the replica loaded the snapshot");
         }
         if self.before.is_some() {
@@ -517,6 +579,66 @@ impl Join {
 /// acknowledges only once it has read the whole payload.
 pub fn loaded(st: &ReplState, replid: &str, acked: bool) -> bool {
     st.link_up && !st.syncing && st.replid == replid && acked
+}
+
+/// Is this failure the replica going away (its link to the agent dropped, or it no longer answers)?
+/// While it is fed or loading, that may be its refusal of the data: examined before it is retried.
+pub fn lost_replica(e: &Error) -> bool {
+    matches!(e, Error::Unavailable { party: crate::error::Party::ReplicaLink | crate::error::Party::Replica, .. })
+}
+
+/// What a server logs when it refuses data it cannot load: an RDB version it does not take, a type or
+/// opcode it does not have (Valkey 9 under `rdb-version-check relaxed` meets Redis's own types 22–243
+/// this way), module data without the module (a Redis 8 vector set is module type `vectorset`). A
+/// server that only lost its connection while loading logs "assuming connection error" instead.
+const REFUSALS: [&str; 4] = ["Can't handle foreign type or opcode", "Can't handle RDB format version", "no matching module", "Unknown RDB encoding type"];
+
+/// The log's words for a load cut short by the connection, not refused (Redis and Valkey alike).
+const CONNECTION_LOST: &str = "assuming connection error";
+
+/// Where in the docs an operator reads which types cross from Redis to Valkey.
+pub const REDIS_TO_VALKEY_DOC: &str = "docs/operations.md#redis-to-valkey";
+
+/// Did the replica refuse the snapshot while loading it? From its log since the feed began: a line
+/// saying it cannot handle a type, version or module (and not that it lost a connection). The
+/// account, for the operator, when it did; `None` when nothing says so (no log, or a lost link),
+/// and the join's failure stays the loss it was, retried.
+pub fn refusal(f: &LoadFacts) -> Option<String> {
+    let lines = f.log.as_ref()?;
+    let line = lines.iter().find(|l| REFUSALS.iter().any(|r| l.contains(r)) && !l.contains(CONNECTION_LOST))?;
+    let reason = log_message(line);
+    let mut said = format!("the replica ({}) refused the snapshot while loading it: {reason}", f.replica_server);
+    match (f.answers, f.keys_loaded) {
+        (false, _) => said.push_str(" (and the server exited)"),
+        (true, Some(n)) if n > 0 => said.push_str(&format!(" (after {n} keys)")),
+        _ => {}
+    }
+    let from_redis = f.master_server.starts_with("redis ");
+    if from_redis && f.replica_server.starts_with("valkey ") {
+        said.push_str(&format!(
+            " — {} types such as vector sets and hash-field TTLs have no Valkey equivalent: remove or convert those keys on the master first, or keep this replica on Redis; another attempt would be refused again; see {REDIS_TO_VALKEY_DOC}",
+            capitalized(&f.master_server)
+        ));
+    } else {
+        said.push_str(&format!(" — the master ({}) stores a type or module this server does not have; another attempt would be refused again; see {REDIS_TO_VALKEY_DOC}", f.master_server));
+    }
+    Some(said)
+}
+
+/// A server log line's message: after its `pid:role date time.ms <level>` prefix, without the
+/// loader's "Internal error in RDB reading offset N, function at rdb.c:L -> " preamble.
+fn log_message(line: &str) -> &str {
+    let msg = [" # ", " * ", " - ", " . "].iter().filter_map(|m| line.find(m).map(|i| &line[i + 3..])).next().unwrap_or(line);
+    match msg.find(" -> ") {
+        Some(i) if msg.starts_with("Internal error in RDB reading") => &msg[i + 4..],
+        _ => msg,
+    }
+}
+
+/// `redis 8.2.3` → `Redis 8.2.3`.
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
 }
 
 /// Why the replica may not be handed over yet; `None` when every precondition holds (see the module
@@ -1021,5 +1143,120 @@ mod tests {
         let mut j = prepared("m:1", t);
         assert_eq!(j.join_phase(), JoinPhase::Preparing);
         assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::error::Party::ReplicaLink, "no connection"))), Action::Fail { reset_replica: true, .. }));
+    }
+
+    /// What Valkey 9.1.2 under `rdb-version-check relaxed` wrote to its log when fed Redis 8.2.3's
+    /// RDB (e2e_compat reproduces both): a hash with field TTLs (type 25), then a vector set (module
+    /// data), after which it exits.
+    const FOREIGN_TYPE: [&str; 3] = [
+        "22821:S 02 Dec 2026 19:19:20.681 # Can't handle foreign type or opcode 25 in RDB with version 12",
+        "22821:S 02 Dec 2026 19:19:20.681 # Failed trying to load the PRIMARY synchronization DB from socket, check server logs.",
+        "22821:S 02 Dec 2026 19:19:20.681 # Failed to load RDB",
+    ];
+    const MODULE: [&str; 2] = [
+        "20009:S 02 Dec 2026 19:13:29.406 # Internal error in RDB reading offset 0, function at rdb.c:2939 -> The RDB file contains module data I can't load: no matching module type 'vectorset'. Failure loading rdb format",
+        "20009:S 02 Dec 2026 19:13:29.406 # Terminating server after rdb file reading failure.",
+    ];
+    /// A load cut short by the agent going away (Redis and Valkey alike).
+    const SHORT_READ: &str = "20009:S 02 Dec 2026 19:13:29.406 # Internal error in RDB reading offset 0, function at rdb.c:3101 -> Unexpected EOF reading RDB file. Failure loading rdb format from socket, assuming connection error, resuming operation.";
+
+    fn facts(log: Option<&[&str]>, answers: bool) -> LoadFacts {
+        LoadFacts {
+            replica_server: "valkey 9.1.2".into(),
+            master_server: "redis 8.2.3".into(),
+            answers,
+            loading: answers.then_some(false),
+            keys_loaded: answers.then_some(114),
+            log: log.map(|l| l.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    fn link_lost() -> Error {
+        Error::unavailable(crate::error::Party::ReplicaLink, "lost the replica (the replica closed its link to the agent)")
+    }
+
+    /// A join whose replica is loading what it was sent.
+    fn loading_join(t: Instant) -> Join {
+        let mut j = prepared("m:1", t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        assert!(matches!(j.on(t, Input::Pulled { first_byte: None, rdb_bytes: 5000 }), Action::PollReplica));
+        j
+    }
+
+    #[test]
+    fn a_replica_that_drops_its_link_while_fed_or_loading_is_examined_before_failing() {
+        let t = Instant::now();
+        let mut j = loading_join(t);
+        assert!(matches!(j.on(t, Input::Failed(link_lost())), Action::ExamineReplica));
+        assert_eq!(j.join_phase(), JoinPhase::Loading);
+        assert!(!j.snapshot_in_use(), "the relay's snapshot is not waited on while examining");
+        // While it is fed too, and when it no longer answers at all.
+        let mut j = prepared("m:1", t);
+        j.on(t, Input::ReplicaConnected { capa_eof: true, length: None });
+        let gone = Error::unavailable(crate::error::Party::Replica, "connect: Connection refused");
+        assert!(matches!(j.on(t, Input::Failed(gone)), Action::ExamineReplica));
+        // Other failures are not the replica's to explain.
+        let mut j = loading_join(t);
+        assert!(matches!(j.on(t, Input::Failed(Error::unavailable(crate::error::Party::Relay, "gone"))), Action::Fail { reset_replica: true, .. }));
+        let mut j = loading_join(t);
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: true, error: Error::Interrupted }));
+        // Nor is a loss later on (streaming the log): its data was loaded.
+        let mut j = streaming_join(t);
+        assert!(matches!(j.on(t, Input::Failed(link_lost())), Action::Fail { reset_replica: true, error: Error::Unavailable { .. } }));
+    }
+
+    #[test]
+    fn a_load_the_replica_refused_fails_for_good_resets_it_and_says_what_it_refused() {
+        for (log, answers, said) in [(&FOREIGN_TYPE[..], true, "Can't handle foreign type or opcode 25 in RDB with version 12 (after 114 keys)"), (&MODULE[..], false, "no matching module type 'vectorset'. Failure loading rdb format (and the server exited)")] {
+            let t = Instant::now();
+            let mut j = loading_join(t);
+            j.on(t, Input::Failed(link_lost()));
+            match j.on(t, Input::Examined(&facts(Some(log), answers))) {
+                Action::Fail { reset_replica: true, error } => {
+                    assert!(!error.retryable(), "{error}");
+                    assert!(matches!(error, Error::Incompatible(_)), "{error:?}");
+                    let text = error.to_string();
+                    for part in ["the replica (valkey 9.1.2) refused the snapshot while loading it: ", said, "Redis 8.2.3 types such as vector sets and hash-field TTLs", REDIS_TO_VALKEY_DOC] {
+                        assert!(text.contains(part), "{part:?} in {text}");
+                    }
+                    assert!(!text.contains("Internal error in RDB reading"), "the loader's preamble is left out: {text}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(j.join_phase(), JoinPhase::Done);
+        }
+    }
+
+    #[test]
+    fn a_lost_link_a_restarted_replica_or_no_log_is_still_the_loss_and_retried() {
+        let restarted = ["1:M 02 Dec 2026 19:13:30.000 * Server initialized", "1:M 02 Dec 2026 19:13:30.001 * Ready to accept connections tcp"];
+        for (log, answers) in [(Some(&[SHORT_READ][..]), true), (Some(&restarted[..]), true), (Some(&[][..]), false), (None, true), (None, false)] {
+            let t = Instant::now();
+            let mut j = loading_join(t);
+            j.on(t, Input::Failed(link_lost()));
+            match j.on(t, Input::Examined(&facts(log, answers))) {
+                Action::Fail { reset_replica: true, error } => {
+                    assert!(error.retryable(), "{log:?}: {error}");
+                    assert_eq!(error.to_string(), link_lost().to_string(), "{log:?}");
+                }
+                other => panic!("{log:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_between_other_servers_names_the_master_without_the_redis_valkey_hint() {
+        let f = LoadFacts { replica_server: "redis 8.2.3".into(), master_server: "redis 8.2.3".into(), ..facts(Some(&MODULE[..1]), true) };
+        let said = refusal(&f).expect("a refusal");
+        assert!(said.contains("the master (redis 8.2.3) stores a type or module this server does not have"), "{said}");
+        assert!(!said.contains("Valkey equivalent"), "{said}");
+        // Interrupted while examining: the interrupt, not the loss.
+        let t = Instant::now();
+        let mut j = loading_join(t);
+        j.on(t, Input::Failed(link_lost()));
+        assert!(matches!(j.on(t, Input::Failed(Error::Interrupted)), Action::Fail { reset_replica: true, error: Error::Interrupted }));
+        // Facts nobody asked for are out of order.
+        let mut j = loading_join(t);
+        assert!(matches!(j.on(t, Input::Examined(&f)), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
     }
 }

@@ -4,5 +4,6 @@
 pub mod driver;
 pub mod machine;
 pub mod replica_link;
+pub mod replica_log;
 pub mod retry;
 pub mod watch;
