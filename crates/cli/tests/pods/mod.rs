@@ -78,7 +78,7 @@ pub struct Manifests {
 impl Manifests {
     pub fn load(python: &Path) -> Manifests {
         let mut docs = Vec::new();
-        for f in ["replicas.yaml", "relay.yaml", "cluster-shard.yaml", "scripts.yaml", "namespace.yaml"] {
+        for f in ["replicas.yaml", "replicas-aof.yaml", "relay.yaml", "cluster-shard.yaml", "scripts.yaml", "namespace.yaml"] {
             docs.extend(yaml_documents(python, &k8s_dir().join(f)));
         }
         Manifests { docs }
@@ -102,9 +102,15 @@ impl Manifests {
 /// `redis:7.2.4` is played by the fixtures' Redis 7.0 (Debian's): same configuration, same probes;
 /// `--server` (the image's version for `stage`) is changed to match it, below.
 pub fn program(image: &str, word: &str) -> PathBuf {
+    program_for(Flavor::Redis70, image, word)
+}
+
+/// [`program`] with the server played by `flavor` (e2e_podlife_aof runs the manifest's server
+/// command with each flavour it tests).
+pub fn program_for(flavor: Flavor, image: &str, word: &str) -> PathBuf {
     match word {
         "" if image.starts_with("fastrepl:") => PathBuf::from(env!("CARGO_BIN_EXE_fastrepl")),
-        "redis-server" => Flavor::Redis70.binary(),
+        "redis-server" | "valkey-server" => flavor.binary(),
         "sh" => PathBuf::from("/bin/sh"),
         w => panic!("a container runs {w:?} from {image}: teach the test what that is"),
     }
@@ -112,16 +118,26 @@ pub fn program(image: &str, word: &str) -> PathBuf {
 
 /// The fixtures' Redis version as `stage --server` names it (redis-7.0.15).
 pub fn server_version() -> String {
-    let out = Command::new(Flavor::Redis70.binary()).arg("--version").output().expect("redis-server --version");
+    server_version_of(Flavor::Redis70)
+}
+
+/// A flavour's version as `stage --server` names it (redis-7.0.15, valkey-9.1.2).
+pub fn server_version_of(flavor: Flavor) -> String {
+    let out = Command::new(flavor.binary()).arg("--version").output().expect("server --version");
     let text = String::from_utf8_lossy(&out.stdout);
-    let v = text.split("v=").nth(1).and_then(|s| s.split_whitespace().next()).expect("a version in redis-server --version");
-    format!("redis-{v}")
+    let v = text.split("v=").nth(1).and_then(|s| s.split_whitespace().next()).expect("a version in server --version");
+    let name = if text.starts_with("Valkey") { "valkey" } else { "redis" };
+    format!("{name}-{v}")
 }
 
 /// `stage --server redis-7.2.4` names the image's server; here the one that plays it.
 pub fn substitute_server(words: &mut [String]) {
+    substitute_server_of(Flavor::Redis70, words)
+}
+
+fn substitute_server_of(flavor: Flavor, words: &mut [String]) {
     if let Some(i) = words.iter().position(|w| w == "--server") {
-        words[i + 1] = server_version();
+        words[i + 1] = server_version_of(flavor);
     }
 }
 
@@ -227,6 +243,10 @@ pub struct Pod {
     /// The pod's own volumes (config, scripts, emptyDir, Secrets): gone with the pod.
     pub _dir: tempfile::TempDir,
     pub main: Option<Proc>,
+    /// Its native sidecars (init containers with restartPolicy Always), running beside `main`.
+    pub sidecars: Vec<Proc>,
+    /// Who plays the server image's `redis-server` (Redis 7.0 unless a test says otherwise).
+    pub flavor: Flavor,
 }
 
 impl Pod {
@@ -268,7 +288,7 @@ impl Pod {
             std::fs::create_dir_all(claim).unwrap();
         }
         let namespace = workload["metadata"]["namespace"].as_str().expect("a namespace").to_string();
-        Pod { name: name.to_string(), namespace, ns: host.ns.clone(), ip: host.ip.clone(), spec: spec.clone(), mounts, _dir: dir, main: None }
+        Pod { name: name.to_string(), namespace, ns: host.ns.clone(), ip: host.ip.clone(), spec: spec.clone(), mounts, _dir: dir, main: None, sidecars: Vec::new(), flavor: Flavor::Redis70 }
     }
 
     /// A container's command line and environment, with the substitutions above.
@@ -279,8 +299,8 @@ impl Pod {
             Some(e) => strings(e),
             None => [strings(&c["command"]), strings(&c["args"])].concat(),
         };
-        let program = if c["command"].is_null() && exec.is_none() { program(image, "") } else { program(image, &words.remove(0)) };
-        substitute_server(&mut words);
+        let program = if c["command"].is_null() && exec.is_none() { program_for(self.flavor, image, "") } else { program_for(self.flavor, image, &words.remove(0)) };
+        substitute_server_of(self.flavor, &mut words);
         let words: Vec<String> = words.iter().map(|w| substitute(w, &self.mounts)).collect();
         let env: Vec<(String, String)> = c["env"]
             .as_array()
@@ -300,10 +320,11 @@ impl Pod {
         in_ns(&self.ns, &program, &words, &env)
     }
 
-    /// Run the init containers in order, each to success (a failure is Init:Error); their outputs by name.
+    /// Run the init containers in order, each to success (a failure is Init:Error); their outputs by
+    /// name. Native sidecars (restartPolicy Always) are not run here: [`Pod::start_sidecars`].
     pub fn init(&self) -> BTreeMap<String, String> {
         let mut outs = BTreeMap::new();
-        for c in self.spec["initContainers"].as_array().into_iter().flatten() {
+        for c in self.spec["initContainers"].as_array().into_iter().flatten().filter(|c| !is_sidecar(c)) {
             let name = c["name"].as_str().unwrap();
             let out = self.command(c, None).output().unwrap_or_else(|e| panic!("run {}/{name}: {e}", self.name));
             let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -311,6 +332,33 @@ impl Pod {
             outs.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
         }
         outs
+    }
+
+    /// Start the native sidecars, in order (the kubelet starts them after the init containers before
+    /// them, before the main containers).
+    pub fn start_sidecars(&mut self) {
+        for c in self.spec["initContainers"].as_array().cloned().into_iter().flatten().filter(|c| is_sidecar(&c)) {
+            let name = format!("{}/{}", self.name, c["name"].as_str().unwrap());
+            self.sidecars.push(Proc::spawn(&name, self.command(&c, None)));
+        }
+    }
+
+    /// What a sidecar said so far (its stdout and stderr), by container name.
+    pub fn sidecar_output(&self, container: &str) -> String {
+        let name = format!("{}/{container}", self.name);
+        self.sidecars.iter().find(|p| p.name == name).map(|p| p.output()).unwrap_or_default()
+    }
+
+    /// Stop the sidecars as the kubelet does once the main containers have exited: SIGTERM, in
+    /// reverse order, each within the grace period (a sidecar stopped so exits, whatever its status).
+    pub fn terminate_sidecars(&mut self) {
+        let grace = self.spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        while let Some(mut p) = self.sidecars.pop() {
+            let ok = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
+            assert!(ok, "SIGTERM to {}", p.name);
+            let code = p.wait(Duration::from_secs(grace));
+            assert!(code.is_some(), "{} was killed, not stopped, at SIGTERM:\n{}", p.name, p.output());
+        }
     }
 
     /// Start the main container (the first of `containers`).
@@ -366,6 +414,11 @@ pub struct Prerequisite {
 
 impl Prerequisite {
     pub fn start(host: &netns::Host, name: &str, extra: &[&str]) -> Prerequisite {
+        Prerequisite::start_flavor(Flavor::Redis70, host, name, extra)
+    }
+
+    /// [`Prerequisite::start`] with `flavor`'s server.
+    pub fn start_flavor(flavor: Flavor, host: &netns::Host, name: &str, extra: &[&str]) -> Prerequisite {
         let dir = tempfile::tempdir().unwrap();
         let args: Vec<String> = ["--port", "6379", "--requirepass", PASSWORD, "--save", "", "--appendonly", "no", "--repl-backlog-size", "8mb"]
             .iter()
@@ -373,7 +426,7 @@ impl Prerequisite {
             .map(|s| s.to_string())
             .chain(["--dir".to_string(), dir.path().display().to_string()])
             .collect();
-        let p = Proc::spawn(name, in_ns(&host.ns, &Flavor::Redis70.binary(), &args, &[]));
+        let p = Proc::spawn(name, in_ns(&host.ns, &flavor.binary(), &args, &[]));
         wait_until(&format!("{name} to answer"), Duration::from_secs(15), || {
             netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
         });
@@ -409,6 +462,11 @@ pub fn sync_counts(c: &mut client::Client) -> (i64, i64, i64) {
     let i = c.info("stats").expect("INFO stats");
     let n = |k: &str| i.num(k).unwrap_or_else(|| panic!("INFO stats has no {k}"));
     (n("sync_full"), n("sync_partial_ok"), n("total_forks"))
+}
+
+/// A native sidecar: an init container with restartPolicy Always (Kubernetes >= 1.29).
+pub fn is_sidecar(c: &&Value) -> bool {
+    c["restartPolicy"] == "Always"
 }
 
 /// Every container of a pod template (init containers first).
