@@ -415,6 +415,13 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
         let mut body = vec![0u8; req.body_len() as usize];
         s.read_exact(&mut body).map_err(Error::io(transport::Operation::ReadRequestBody))?;
         let id = req.generation();
+        // Counted whatever the relay holds now: the join may have outlived its generation.
+        if let Request::Ended { outcome, .. } = req {
+            shared.stats.join_ended(outcome);
+            tracing::info!(generation = id, %outcome, "an agent's join ended");
+            reply::send_bytes(&mut s, &[])?;
+            continue;
+        }
         if cached.as_ref().map(|g| g.id()) != Some(id) {
             cached = shared.find(id);
         }
@@ -472,6 +479,8 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
             Request::NotAt { block, peer, .. } => answer_swarm(shared, &mut s, gen, Swarm::NotAt { block, peer }, &body, &mut member)?,
             Request::Needed { .. } => answer_swarm(shared, &mut s, gen, Swarm::Needed, &body, &mut member)?,
             Request::Load { uploads, arrived, .. } => answer_swarm(shared, &mut s, gen, Swarm::Load { uploads, arrived }, &body, &mut member)?,
+            // Answered before the generation was looked up (the loop went on from there).
+            Request::Ended { .. } => {}
             Request::Renew { min_offset, .. } => {
                 let renewal = shared.renew(gen, min_offset);
                 tracing::info!(generation = gen.id(), offset = gen.offset(), min_offset, ?renewal, "an agent asked for a snapshot at or after an offset");

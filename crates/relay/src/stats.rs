@@ -9,6 +9,7 @@ use crate::generations::SealReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+use transport::wire::JoinOutcome;
 use transport::TransportKind;
 
 /// Counters, bumped where things happen.
@@ -37,6 +38,8 @@ pub(crate) struct Stats {
     /// When the source last sent anything (ms since `started`); 0 = never.
     pub source_io_ms: AtomicU64,
     source: Mutex<String>,
+    /// Joins their agents said ended, by outcome (indexed by `JoinOutcome::index`).
+    joins: [AtomicU64; JoinOutcome::ALL.len()],
 }
 
 impl Stats {
@@ -60,6 +63,7 @@ impl Stats {
             source_bytes: AtomicU64::new(0),
             source_io_ms: AtomicU64::new(0),
             source: Mutex::new(String::new()),
+            joins: Default::default(),
         }
     }
 
@@ -93,6 +97,16 @@ impl Stats {
     /// Attaches over each one-sided transport, by name.
     pub fn attaches_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
         ATTACHED_OVER.iter().map(|k| (k.name().to_string(), get(self.attaches.of(*k)))).collect()
+    }
+
+    /// An agent said its join ended with `outcome`.
+    pub fn join_ended(&self, outcome: JoinOutcome) {
+        Stats::add(&self.joins[outcome.index()], 1);
+    }
+
+    /// Joins ended, by outcome name: every outcome, 0 included.
+    pub fn joins_by_outcome(&self) -> std::collections::BTreeMap<String, u64> {
+        JoinOutcome::ALL.iter().map(|o| (o.name().to_string(), get(&self.joins[o.index()]))).collect()
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -201,6 +215,11 @@ pub fn prometheus(st: &Status) -> String {
     e.gauge("memory_bound_bytes", "With --store: the bound its unreclaimable memory stays under for the connections open (-1: in memory, no such bound).", &[], st.memory_bound_bytes.map_or(-1.0, |b| b as f64));
     e.gauge("store_bytes", "Bytes the generations held take on the store's disk (0 in memory).", &[], st.store_bytes as f64);
     e.counter("store_faults_total", "Generations failed because their store file failed under them.", &[], st.store_faults_total as f64);
+    e.gauge("store_size_bytes", "Size of the filesystem under --store (statvfs; -1: in memory).", &[], st.store_size_bytes.map_or(-1.0, |b| b as f64));
+    e.gauge("store_free_bytes", "Bytes of the filesystem under --store available to the relay's user (statvfs f_bavail; -1: in memory).", &[], st.store_free_bytes.map_or(-1.0, |b| b as f64));
+    e.gauge("log_max_bytes", "--log-max-bytes: a generation's log seals at it (compare generation_log_bytes).", &[], st.log_max_bytes as f64);
+    e.gauge("snapshot_max_bytes", "--snapshot-max-bytes: a larger snapshot is refused.", &[], st.snapshot_max_bytes as f64);
+    labelled(&mut e, "joins_total", "Joins their agents reported as they ended, by outcome: in_sync, full_sync, failed.", "outcome", &st.joins_total);
     e.finish()
 }
 
@@ -274,6 +293,11 @@ mod tests {
             store: Some("/s".into()),
             store_bytes: 1,
             store_faults_total: 1,
+            store_size_bytes: Some(2),
+            store_free_bytes: Some(1),
+            log_max_bytes: 1,
+            snapshot_max_bytes: 1,
+            joins_total: by(&["in_sync", "full_sync", "failed"]),
         }
     }
 
@@ -319,6 +343,34 @@ mod tests {
         st.served_bytes_total = s.served_by_transport();
         st.attaches_total = s.attaches_by_transport();
         assert_eq!((served_bytes(&st, TransportKind::Tcp), attaches(&st, TransportKind::Shm), attaches(&st, TransportKind::Ucx)), (7, 0, 2));
+    }
+
+    /// Every outcome is in the status and the metric, 0 included, each counted under its own name.
+    #[test]
+    fn joins_are_counted_by_outcome_with_every_outcome_present() {
+        let s = Stats::new();
+        assert_eq!(s.joins_by_outcome(), [("failed".to_string(), 0), ("full_sync".to_string(), 0), ("in_sync".to_string(), 0)].into());
+        s.join_ended(JoinOutcome::InSync);
+        s.join_ended(JoinOutcome::InSync);
+        s.join_ended(JoinOutcome::Failed);
+        let mut st = sample();
+        st.joins_total = s.joins_by_outcome();
+        assert_eq!(st.joins_total, [("failed".to_string(), 1), ("full_sync".to_string(), 0), ("in_sync".to_string(), 2)].into());
+        let text = prometheus(&st);
+        for line in ["fastrepl_relay_joins_total{outcome=\"in_sync\"} 2", "fastrepl_relay_joins_total{outcome=\"full_sync\"} 0", "fastrepl_relay_joins_total{outcome=\"failed\"} 1"] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_relay_without_a_store_says_minus_one_for_its_disk_and_null_in_the_status() {
+        let mut st = sample();
+        (st.store_size_bytes, st.store_free_bytes) = (None, None);
+        let text = prometheus(&st);
+        assert!(text.lines().any(|l| l == "fastrepl_relay_store_size_bytes -1"));
+        assert!(text.lines().any(|l| l == "fastrepl_relay_store_free_bytes -1"));
+        let json = serde_json::to_value(&st).unwrap();
+        assert!(json["store_size_bytes"].is_null() && json["store_free_bytes"].is_null());
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         .collect();
     generations.sort_by_key(|g| g.id);
     let last_capture_error = shared.capture_failures().1.map(|f| f.why);
+    let disk = shared.store.as_ref().and_then(|s| disk(s.dir()));
     Status {
         schema_version: transport::wire::status::STATUS_SCHEMA_VERSION,
         ok: true,
@@ -83,7 +84,36 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         store: shared.store.as_ref().map(|s| s.dir().display().to_string()),
         store_bytes: held.iter().map(|g| g.store_bytes()).sum(),
         store_faults_total: get(&s.store_faults),
+        store_size_bytes: disk.map(|d| d.size),
+        store_free_bytes: disk.map(|d| d.free),
+        log_max_bytes: shared.config.snapshot.log_bytes_max,
+        snapshot_max_bytes: shared.config.snapshot.snapshot_bytes_max,
+        joins_total: s.joins_by_outcome(),
     }
+}
+
+/// A filesystem's size and the bytes on it available to an unprivileged user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Disk {
+    size: u64,
+    free: u64,
+}
+
+/// `statvfs` of `dir`; `None` when it fails (the directory gone: the status says nothing rather than 0).
+fn disk(dir: &std::path::Path) -> Option<Disk> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `st` points to writable
+    // memory the size of a `statvfs`, which the call fills entirely when it returns 0.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    let frsize = st.f_frsize as u64;
+    Some(Disk { size: (st.f_blocks as u64).saturating_mul(frsize), free: (st.f_bavail as u64).saturating_mul(frsize) })
 }
 
 /// With a store, what the relay's unreclaimable memory stays under: a base (threads, allocator,
@@ -109,4 +139,16 @@ fn rss_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directorys_filesystem_has_a_size_and_at_most_that_free() {
+        let d = disk(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("statvfs of the crate's directory");
+        assert!(d.size > 0 && d.free <= d.size, "{d:?}");
+        assert_eq!(disk(std::path::Path::new("/nonexistent/fastrepl-store")), None);
+    }
 }

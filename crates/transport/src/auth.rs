@@ -16,8 +16,10 @@ pub const MAGIC: &[u8; 8] = b"FASTREPL";
 /// blocks after it, asked on its serve cache's room, are answered last); not 4, which a layout tried
 /// and reverted in issue 33 used (a build of it must be refused by name, not misread). 6: blocks are
 /// kept compressed and packed, each placed by its table entry in the descriptor (an agent of 5 would
-/// read a packed region as raw blocks). A relay and its agents must be of one version.
-pub const VERSION: u16 = 6;
+/// read a packed region as raw blocks). 7: an agent tells the relay how its join ended (`Ended`, counted
+/// as `joins_total{outcome}`; a relay of 6 would close the link on the unknown op). A relay and its
+/// agents must be of one version.
+pub const VERSION: u16 = 7;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 

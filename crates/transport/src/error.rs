@@ -155,6 +155,7 @@ operations! {
     Locate => "locate",
     Needed => "needed",
     HaveNotAtOrLoad => "have, not-at or load",
+    JoinEnd => "join end report",
     ShmAttach => "shm attach",
     UcxAttach => "ucx attach",
 }

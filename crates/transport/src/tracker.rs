@@ -4,6 +4,8 @@
 //! fetch blocks ([`Locate`] → [`Located`]), says which blocks it holds ([`Request::Have`]), reports
 //! peers that failed it ([`Request::NotAt`]) and, once done, whether anyone still needs it
 //! ([`Request::Needed`]). The decisions are the `swarm` crate's; the messages are [`crate::wire::swarm`].
+//! At the join's end it says how the join ended ([`TrackerLink::ended`]); an agent without a link
+//! says it on a short connection ([`report_end`]).
 //!
 //! `have`, `not_at` and `load` are *sent without waiting*: the relay answers every request in order, so their
 //! (empty) answers are read before the next answer that matters. Waiting would cost a round trip per
@@ -367,6 +369,35 @@ impl TrackerLink {
         Ok(())
     }
 
+    /// Tell the relay how this agent's join ended ([`Request::Ended`]) and wait for its empty answer,
+    /// reading the answers owed before it: only when no question is owed. Every read and write here
+    /// waits `wait` at most (the link's own timeout is restored after); a failure fails the link.
+    pub fn ended(&mut self, outcome: crate::wire::JoinOutcome, wait: Duration) -> Result<(), Error> {
+        self.no_question_owed(Operation::JoinEnd)?;
+        self.in_step()?;
+        let tcp = self.conn.s.tcp();
+        tcp.set_read_timeout(Some(wait)).map_err(Error::io(Operation::SetReadTimeout))?;
+        tcp.set_write_timeout(Some(wait)).map_err(Error::io(Operation::SetWriteTimeout))?;
+        let told = self.settle().and_then(|()| {
+            let req = Request::Ended { generation: self.generation, outcome };
+            std::io::Write::write_all(&mut self.conn.s, &req.encode()).map_err(|e| self.fail(Error::io(Operation::SendTrackerRequest)(e)))?;
+            let len = self.conn.response(Operation::JoinEnd).map_err(|e| match e {
+                e @ (Error::Refused { .. } | Error::Busy(_)) => e,
+                e => self.fail(e),
+            })?;
+            read_body(&mut self.conn.s, len, 0).map(drop).map_err(|e| self.fail(e))
+        });
+        let tcp = self.conn.s.tcp();
+        let _ = tcp.set_read_timeout(Some(self.timeout)).and_then(|()| tcp.set_write_timeout(Some(self.timeout)));
+        told
+    }
+
+    /// Whether [`TrackerLink::ended`] can go out on this link now: it has not failed, and no question
+    /// is owed.
+    pub fn can_end(&self) -> bool {
+        !self.failed && self.questions_owed() == 0
+    }
+
     /// Other agents still missing blocks. Waits for the answer: only when no other question is owed.
     pub fn needed(&mut self) -> Result<u32, Error> {
         self.no_question_owed(Operation::Needed)?;
@@ -376,6 +407,16 @@ impl TrackerLink {
             Answer::Located(_) => Err(bad("a locate answer where a needed's was due")),
         }
     }
+}
+
+/// Tell the relay at `relay` how a join ended ([`Request::Ended`]) on a short data connection of its
+/// own, for an agent that holds no tracker link any more (a failed join, one outside any swarm):
+/// connect, authenticate, say it, and wait for the empty answer, each step within `timeout`.
+pub fn report_end(relay: &endpoint::Endpoint, creds: &Credentials, generation: u64, outcome: crate::wire::JoinOutcome, timeout: Duration) -> Result<(), Error> {
+    let conn = crate::tcp::connect(relay, creds, Kind::Data, timeout)?;
+    let mut r = StreamReader::new(conn);
+    let len = r.request(Request::Ended { generation, outcome }, Operation::JoinEnd)?;
+    read_body(&mut r.s, len, 0).map(drop)
 }
 
 fn read_body<S: Read>(s: &mut S, len: u32, max: usize) -> Result<Vec<u8>, Error> {
@@ -487,6 +528,47 @@ mod tests {
         assert_eq!(link.needed().unwrap(), 2);
         assert_eq!(link.refused_later(), 1);
         assert!(link.owed.is_empty());
+    }
+
+    /// The end goes out after the answers owed are read, waits for its own, and keeps its wait short
+    /// on a relay that went silent; with a question owed it does not go out at all.
+    #[test]
+    fn a_joins_end_is_said_after_what_is_owed_and_waits_briefly() {
+        use crate::wire::JoinOutcome;
+        let (mut link, heard, say) = scripted_relay();
+        link.have(1).unwrap();
+        assert!(link.can_end());
+        say.send([empty(), empty()].concat()).unwrap();
+        link.ended(JoinOutcome::InSync, Duration::from_secs(5)).unwrap();
+        assert!(matches!(heard.recv_timeout(Duration::from_secs(10)).unwrap(), Request::Have { block: 1, .. }));
+        assert!(matches!(heard.recv_timeout(Duration::from_secs(10)).unwrap(), Request::Ended { outcome: JoinOutcome::InSync, .. }));
+        assert!(link.owed.is_empty() && link.can_end());
+
+        link.ask_needed().unwrap();
+        assert!(!link.can_end(), "a question is owed");
+        assert!(link.ended(JoinOutcome::Failed, Duration::from_secs(5)).is_err());
+        assert!(matches!(heard.recv_timeout(Duration::from_secs(10)).unwrap(), Request::Needed { .. }));
+        assert!(heard.recv_timeout(Duration::from_millis(200)).is_err(), "nothing went out after the needed");
+
+        // A relay that never answers: the end gives up within its wait, and the link is failed.
+        let (mut link, heard, _say) = scripted_relay();
+        let t = std::time::Instant::now();
+        assert!(link.ended(JoinOutcome::FullSync, Duration::from_millis(300)).is_err());
+        assert!(t.elapsed() < Duration::from_secs(5), "waited {:?}", t.elapsed());
+        assert!(matches!(heard.recv_timeout(Duration::from_secs(10)).unwrap(), Request::Ended { outcome: JoinOutcome::FullSync, .. }));
+        assert!(!link.can_end(), "the link failed");
+    }
+
+    /// On a relay that accepts and says nothing, the short connection's report gives up within its wait.
+    #[test]
+    fn a_joins_end_on_a_short_connection_is_bounded_by_its_wait() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let creds = Credentials::from(Token::new(b"0123456789abcdef").unwrap());
+        let t = std::time::Instant::now();
+        let e = report_end(&addr.into(), &creds, 1, crate::wire::JoinOutcome::Failed, Duration::from_millis(300)).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5), "waited {:?}: {e}", t.elapsed());
+        drop(l);
     }
 
     fn ask(blocks: Vec<u64>) -> Locate {

@@ -23,7 +23,7 @@ mod ucx_key;
 pub use capture_failure::CaptureFailure;
 pub use control::{recv_control, send_control, Control, CONTROL_MESSAGE_MAX};
 pub use descriptor::{Before, Descriptor};
-pub use request::{read_request, AttachKind, Op, Renewal, Request, ALL_BLOCKS, READ_MAX, REQUEST_LEN, UPLOADS_REPORTED_MAX};
+pub use request::{read_request, AttachKind, JoinOutcome, Op, Renewal, Request, ALL_BLOCKS, READ_MAX, REQUEST_LEN, UPLOADS_REPORTED_MAX};
 pub use response::{ResponseHeader, Status, RESPONSE_HEADER_LEN};
 pub use transport_kind::TransportKind;
 pub use ucx_key::{UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};

@@ -44,11 +44,13 @@ pub enum Op {
     Load,
     /// [`Request::Arriving`].
     Arriving,
+    /// [`Request::Ended`].
+    Ended,
 }
 
 impl Op {
     /// Every op with its byte on the wire: the one table encode and decode both use.
-    const TABLE: [(Op, u8); 11] = [
+    const TABLE: [(Op, u8); 12] = [
         (Op::Range, 1),
         (Op::Log, 2),
         (Op::Attach, 3),
@@ -60,6 +62,7 @@ impl Op {
         (Op::Renew, 9),
         (Op::Load, 10),
         (Op::Arriving, 11),
+        (Op::Ended, 12),
     ];
 
     fn byte(self) -> u8 {
@@ -90,6 +93,56 @@ impl AttachKind {
 
     fn from_number(n: u32) -> Option<AttachKind> {
         Self::TABLE.iter().find(|(_, x)| *x == n).map(|(k, _)| *k)
+    }
+}
+
+/// How a join ended, as its agent tells the relay ([`Request::Ended`]): the relay counts each
+/// (`fastrepl_relay_joins_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JoinOutcome {
+    /// Handed off, and the master took the replica with a partial resync.
+    InSync,
+    /// Handed off, but the master answered with a full sync (or could not be told apart from one).
+    FullSync,
+    /// The join ended in an error after it reached the relay.
+    Failed,
+}
+
+impl JoinOutcome {
+    /// Every outcome, in the order the status lists them.
+    pub const ALL: [JoinOutcome; 3] = [JoinOutcome::InSync, JoinOutcome::FullSync, JoinOutcome::Failed];
+
+    /// Every outcome with its byte on the wire (protocol: never renumbered).
+    const TABLE: [(JoinOutcome, u8); 3] = [(JoinOutcome::InSync, 1), (JoinOutcome::FullSync, 2), (JoinOutcome::Failed, 3)];
+
+    /// Its byte on the wire.
+    pub fn byte(self) -> u8 {
+        Self::TABLE.iter().find(|(o, _)| *o == self).map(|(_, b)| *b).unwrap_or(0)
+    }
+
+    /// From its byte on the wire; `None` for a byte no outcome has.
+    pub fn from_byte(b: u8) -> Option<JoinOutcome> {
+        Self::TABLE.iter().find(|(_, x)| *x == b).map(|(o, _)| *o)
+    }
+
+    /// Its name in the status and the metric's label.
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinOutcome::InSync => "in_sync",
+            JoinOutcome::FullSync => "full_sync",
+            JoinOutcome::Failed => "failed",
+        }
+    }
+
+    /// Its place in [`JoinOutcome::ALL`] (an index for counters).
+    pub fn index(self) -> usize {
+        Self::ALL.iter().position(|o| *o == self).unwrap_or(0)
+    }
+}
+
+impl std::fmt::Display for JoinOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -199,6 +252,15 @@ pub enum Request {
         /// Askers that took a slot since the last report, at most [`UPLOADS_REPORTED_MAX`].
         arrived: u32,
     },
+    /// The agent's join ended, with `outcome` (sent once, at its end, on its tracker link or a short
+    /// connection of its own). Answered with an empty body once counted. `generation` is the one the
+    /// join last attached to (0 when none): the relay counts the outcome whatever it holds.
+    Ended {
+        /// Generation.
+        generation: u64,
+        /// How it ended.
+        outcome: JoinOutcome,
+    },
 }
 
 /// The answer to [`Request::Renew`].
@@ -251,6 +313,7 @@ impl Request {
             Request::Needed { generation } => (Op::Needed, generation, 0, 0),
             Request::Renew { generation, min_offset } => (Op::Renew, generation, min_offset, 0),
             Request::Load { generation, uploads, arrived } => (Op::Load, generation, u64::from(arrived), uploads),
+            Request::Ended { generation, outcome } => (Op::Ended, generation, 0, u32::from(outcome.byte())),
         }
     }
 
@@ -302,6 +365,13 @@ impl Request {
             Op::Load if b > UPLOADS_REPORTED_MAX => return Err(c.bad(&format!("load report of {b} uploads exceeds {UPLOADS_REPORTED_MAX}"))),
             Op::Load if a > u64::from(UPLOADS_REPORTED_MAX) => return Err(c.bad(&format!("load report of {a} arrivals exceeds {UPLOADS_REPORTED_MAX}"))),
             Op::Load => Request::Load { generation, uploads: b, arrived: a as u32 },
+            Op::Ended => {
+                let outcome = u8::try_from(b).ok().and_then(JoinOutcome::from_byte).ok_or_else(|| c.bad(&format!("join end with unknown outcome {b}")))?;
+                if a != 0 {
+                    return Err(c.bad("join end with a nonzero operand"));
+                }
+                Request::Ended { generation, outcome }
+            }
         })
     }
 
@@ -364,6 +434,8 @@ mod tests {
             Request::Needed { generation: 1 },
             Request::Renew { generation: 4, min_offset: 1 << 33 },
             Request::Load { generation: 1, uploads: 2, arrived: 3 },
+            Request::Ended { generation: 1, outcome: JoinOutcome::InSync },
+            Request::Ended { generation: 0, outcome: JoinOutcome::Failed },
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -392,5 +464,30 @@ mod tests {
         let mut bad = r.encode();
         bad[0] = 10;
         assert!(Request::decode(&bad).is_err());
+    }
+
+    /// The outcome's bytes are protocol: fixed, distinct, and every other byte refused.
+    #[test]
+    fn a_join_end_carries_a_known_outcome_byte_and_nothing_else() {
+        assert_eq!(JoinOutcome::ALL.map(JoinOutcome::byte), [1, 2, 3]);
+        assert_eq!(JoinOutcome::ALL.map(JoinOutcome::name), ["in_sync", "full_sync", "failed"]);
+        for o in JoinOutcome::ALL {
+            assert_eq!(JoinOutcome::from_byte(o.byte()), Some(o));
+            assert_eq!(JoinOutcome::ALL[o.index()], o);
+            let r = Request::Ended { generation: 9, outcome: o };
+            let bytes = r.encode();
+            assert_eq!((bytes[0], bytes[20]), (12, o.byte()));
+            assert_eq!(Request::decode(&bytes).unwrap(), r);
+            assert_eq!(r.body_len(), 0);
+        }
+        for b in [0u32, 4, 255, 256, 1 << 8 | 1, READ_MAX] {
+            let mut bytes = Request::Ended { generation: 1, outcome: JoinOutcome::InSync }.encode();
+            bytes[17..21].copy_from_slice(&b.to_be_bytes());
+            let e = Request::decode(&bytes).unwrap_err();
+            assert!(matches!(&e, Error::Protocol(m) if m.contains("unknown outcome")), "outcome {b}: {e}");
+        }
+        let mut operand = Request::Ended { generation: 1, outcome: JoinOutcome::Failed }.encode();
+        operand[16] = 1;
+        assert!(matches!(Request::decode(&operand), Err(Error::Protocol(_))), "a nonzero operand");
     }
 }

@@ -161,6 +161,24 @@ pub struct RelayStatus {
     /// Generations failed because their store file failed under them (a read error, a truncation).
     #[serde(default)]
     pub store_faults_total: u64,
+    /// With `--store`: the size of the filesystem it is on (statvfs); `None` in memory (the metric
+    /// says -1).
+    #[serde(default)]
+    pub store_size_bytes: Option<u64>,
+    /// With `--store`: the bytes of that filesystem available to the relay's user (statvfs
+    /// `f_bavail`, the reserve for root left out); `None` in memory (the metric says -1).
+    #[serde(default)]
+    pub store_free_bytes: Option<u64>,
+    /// `--log-max-bytes`: a generation's log is sealed at it.
+    #[serde(default)]
+    pub log_max_bytes: u64,
+    /// `--snapshot-max-bytes`: a larger snapshot is refused.
+    #[serde(default)]
+    pub snapshot_max_bytes: u64,
+    /// Joins their agents reported as they ended, by outcome: `in_sync`, `full_sync`, `failed`
+    /// (every outcome present, 0 included).
+    #[serde(default)]
+    pub joins_total: BTreeMap<String, u64>,
 }
 
 #[cfg(test)]
@@ -226,6 +244,11 @@ mod tests {
             store: None,
             store_bytes: 0,
             store_faults_total: 0,
+            store_size_bytes: Some(1 << 30),
+            store_free_bytes: Some(1 << 29),
+            log_max_bytes: 1 << 20,
+            snapshot_max_bytes: 1 << 40,
+            joins_total: [("in_sync".to_string(), 1), ("full_sync".to_string(), 0), ("failed".to_string(), 0)].into(),
         };
         let mut buf = Vec::new();
         send_control(&mut buf, &Control::Status(Box::new(st.clone()))).unwrap();
