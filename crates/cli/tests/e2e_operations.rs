@@ -704,3 +704,74 @@ fn help_texts_stop_log_and_a_closed_pipe() {
     assert_eq!(relay.proc.wait(Duration::from_secs(20)), Some(0));
     assert!(relay.proc.output().contains("relay stopping (SIGTERM)"), "{}", relay.proc.output());
 }
+
+/// A sample of a scrape, with the scrape in the message when it is missing.
+fn sample(m: &std::collections::HashMap<String, f64>, name: &str) -> f64 {
+    *m.get(name).unwrap_or_else(|| panic!("no {name} in the scrape: {m:?}"))
+}
+
+/// The joins' outcomes in a scrape: in_sync, full_sync, failed.
+fn joins(m: &std::collections::HashMap<String, f64>) -> [f64; 3] {
+    ["in_sync", "full_sync", "failed"].map(|o| sample(m, &format!("fastrepl_relay_joins_total{{outcome={o}}}")))
+}
+
+/// What alerts compare: the bounds (`log_max_bytes` beside `generation_log_bytes`), the store's
+/// filesystem, and joins by how they ended, as their agents told the relay.
+#[test]
+fn joins_by_outcome_the_bounds_and_the_stores_disk_are_metrics() {
+    use std::io::{Read, Write};
+    let master = Server::start(Flavor::Redis70, &[]);
+    data::fill_small_mixed(&mut master.client(), 3000);
+    let store = tempfile::tempdir().unwrap();
+    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let args = ["--store", store.path().to_str().unwrap(), "--metrics", &maddr, "--log-max-bytes", "33554432", "--snapshot-max-bytes", "1073741824"];
+    let stored = relay(&master.addr(), &args, &[]);
+    wait_until("the metrics endpoint", Duration::from_secs(10), || std::net::TcpStream::connect(&maddr).ok());
+    let m = scrape(&maddr);
+    assert_eq!((sample(&m, "fastrepl_relay_log_max_bytes"), sample(&m, "fastrepl_relay_snapshot_max_bytes")), (33554432.0, 1073741824.0));
+    let (size, free) = (sample(&m, "fastrepl_relay_store_size_bytes"), sample(&m, "fastrepl_relay_store_free_bytes"));
+    assert!(size > 0.0 && free > 0.0 && free <= size, "store size {size}, free {free}");
+    assert_eq!(joins(&m), [0.0; 3], "no join yet");
+
+    let target = Server::start(Flavor::Redis70, &[]);
+    let j = join(&stored.addr, &target.addr(), &[], &[]);
+    assert_partial(&j);
+    // The agent waits for the relay's answer before it exits: counted by now.
+    assert_eq!(joins(&scrape(&maddr)), [1.0, 0.0, 0.0], "{}", j.output);
+    let st = status_json(&stored.addr);
+    assert_eq!(st["joins_total"], serde_json::json!({"in_sync": 1, "full_sync": 0, "failed": 0}), "{st}");
+    assert_eq!((st["log_max_bytes"].as_u64(), st["snapshot_max_bytes"].as_u64()), (Some(33554432), Some(1073741824)));
+    let (size, free) = (st["store_size_bytes"].as_u64().unwrap(), st["store_free_bytes"].as_u64().unwrap());
+    assert!(size > 0 && free <= size, "store size {size}, free {free}");
+    assert_identical(&master, &target);
+
+    // A join the relay refuses (the snapshot over --snapshot-max-bytes) is a failed one. Without a
+    // store the store's gauges say -1, the status null.
+    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let small = relay(&master.addr(), &["--snapshot-max-bytes", "4096", "--metrics", &maddr], &[]);
+    wait_until("the metrics endpoint", Duration::from_secs(10), || std::net::TcpStream::connect(&maddr).ok());
+    let other = Server::start(Flavor::Redis70, &[]);
+    let f = join(&small.addr, &other.addr(), &["--retries", "0"], &[]);
+    assert_eq!(f.code, Some(1), "{}", f.output);
+    assert_untouched(&other);
+    let m = scrape(&maddr);
+    assert_eq!(joins(&m), [0.0, 0.0, 1.0], "{}", f.output);
+    assert_eq!((sample(&m, "fastrepl_relay_store_size_bytes"), sample(&m, "fastrepl_relay_store_free_bytes")), (-1.0, -1.0));
+    assert_eq!(sample(&m, "fastrepl_relay_snapshot_max_bytes"), 4096.0);
+    let st = status_json(&small.addr);
+    assert!(st["store_size_bytes"].is_null() && st["store_free_bytes"].is_null(), "{st}");
+
+    // An outcome byte no join has is a protocol error that closes that connection alone, unanswered.
+    let token = transport::Credentials::from(transport::Token::new(TOKEN.as_bytes()).unwrap());
+    let addr: endpoint::Endpoint = small.addr.parse().unwrap();
+    let mut d = transport::tcp::connect(&addr, &token, transport::auth::Kind::Data, Duration::from_secs(5)).unwrap();
+    let mut req = transport::wire::Request::Ended { generation: 0, outcome: transport::wire::JoinOutcome::Failed }.encode();
+    req[20] = 9;
+    d.write_all(&req).unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(d.read(&mut b).unwrap_or(0), 0, "the relay should close a connection that reports an unknown outcome");
+    wait_until("the protocol error to be counted", Duration::from_secs(10), || (scrape(&maddr)["fastrepl_relay_errors_total{kind=protocol}"] == 1.0).then_some(()));
+    // The relay serves on, and counts a well-formed report (the agent's short connection).
+    transport::tracker::report_end(&addr, &token, 0, transport::wire::JoinOutcome::FullSync, Duration::from_secs(5)).unwrap();
+    assert_eq!(joins(&scrape(&maddr)), [0.0, 1.0, 1.0]);
+}

@@ -89,12 +89,12 @@ fn tell_relay(cfg: &Config, joined: &Result<Joined, crate::report::Failed>, reac
             None => return,
         },
     };
-    let told = match peering.map(|p| p.tracker()) {
-        Some(mut link) if link.can_end() => link.ended(outcome, END_REPORT_WAIT),
-        _ => transport::tracker::report_end(&cfg.relay, &cfg.token, generation, outcome, END_REPORT_WAIT),
+    let (told, on) = match peering.map(|p| p.tracker()) {
+        Some(mut link) if link.can_end() => (link.ended(outcome, END_REPORT_WAIT), "the tracker link"),
+        _ => (transport::tracker::report_end(&cfg.relay, &cfg.token, generation, outcome, END_REPORT_WAIT), "a connection of its own"),
     };
     match told {
-        Ok(()) => tracing::debug!(%outcome, generation, "told the relay how the join ended"),
+        Ok(()) => tracing::debug!(%outcome, generation, on, "told the relay how the join ended"),
         Err(e) => tracing::info!(error = %e, %outcome, "could not tell the relay how the join ended (its joins_total misses this one)"),
     }
 }
@@ -195,7 +195,8 @@ fn staged_config<'a>(cfg: &'a Config, node: &'a Node) -> StagedConfig<'a> {
 fn check(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) -> Result<Checked, Error> {
     let local = local::check(node, cfg.force)?;
     cfg.live.set_phase(JoinPhase::WaitingForCapture);
-    let attached = progress::attach(&cfg.relay, &cfg.token, RELAY_WAIT_MAX)?;
+    // From the relay's hello on, a failure is one it saw (a capture refused counts as a failed join).
+    let attached = progress::attach_with(&cfg.relay, &cfg.token, RELAY_WAIT_MAX, || reached.set(Some(reached.get().unwrap_or(0))))?;
     reached.set(Some(attached.progress.with(|v| v.desc.generation)));
     let (transport, why) = select::select(cfg.pull.transport, &cfg.relay, &cfg.token, &attached.offered)?;
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");

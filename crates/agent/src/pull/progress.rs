@@ -143,11 +143,18 @@ pub struct Attached {
 
 /// Connect the control link, wait for the first descriptor, and keep the view current in a thread.
 pub fn attach(relay: &Endpoint, token: &Credentials, wait_max: Duration) -> Result<Attached, crate::error::Error> {
+    attach_with(relay, token, wait_max, || {})
+}
+
+/// [`attach`], calling `hello` once the relay said hello (it authenticated us and serves agents):
+/// a failure from there on is one the relay saw (a capture refused, no snapshot in time).
+pub fn attach_with(relay: &Endpoint, token: &Credentials, wait_max: Duration, hello: impl FnOnce()) -> Result<Attached, crate::error::Error> {
     let mut s = transport::tcp::connect(relay, token, Kind::Control, RELAY_SILENCE_MAX).map_err(crate::error::Error::relay)?;
     let (master, offered) = match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
         Control::Hello { master, transports, shm_socket, ucx_transports, .. } => (master, Offered { transports, shm_socket, ucx_transports }),
         other => return Err(crate::error::Error::protocol(crate::error::Party::Relay, format!("expected hello, got {other:?}"))),
     };
+    hello();
     let deadline = Instant::now() + wait_max;
     let desc = loop {
         match wire::recv_control(&mut s).map_err(crate::error::Error::relay)? {
