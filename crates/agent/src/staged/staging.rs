@@ -81,7 +81,9 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
     if node.aof {
         return Err(format!(
             "{n} has appendonly yes: at its restart it would load its AOF, not the snapshot. Turn AOF off for the join \
-             (CONFIG SET appendonly no, and in its config file), and on again after it (CONFIG SET appendonly yes)"
+             (CONFIG SET appendonly no, and in its config file), and on again after it (CONFIG SET appendonly yes). The join \
+             sidecar that keeps AOF on (`fastrepl join --watch`, contrib/k8s/replicas-aof.yaml) is for standalone servers: \
+             a cluster node refuses REPLICAOF, so it is staged, and staged with AOF off"
         ));
     }
     if node.master_needs_auth && !node.has_masterauth {
@@ -305,6 +307,7 @@ mod tests {
         };
         refused(&NodeFacts { keys: 3, ..n.clone() }, &m, "holds 3 keys");
         refused(&NodeFacts { aof: true, ..n.clone() }, &m, "appendonly yes");
+        refused(&NodeFacts { aof: true, ..n.clone() }, &m, "contrib/k8s/replicas-aof.yaml");
         refused(&NodeFacts { master_needs_auth: true, ..n.clone() }, &m, "no masterauth");
         assert!(check(&NodeFacts { master_needs_auth: true, has_masterauth: true, ..n.clone() }, &m).is_ok());
         refused(&NodeFacts { me: node(&format!("{N} 127.0.0.1:2@3 myself,master - 0 0 0 connected 5-9")), ..n.clone() }, &m, "serves 5 slot(s)");

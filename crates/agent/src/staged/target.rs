@@ -82,13 +82,19 @@ impl ServerConfig {
     }
 }
 
+/// What a server that persists with AOF does instead of being staged.
+pub const AOF_WAYS: &str = "Either start it with appendonly no (CONFIG SET appendonly yes after its resync), or, to keep AOF, \
+     do not stage it: start it without replicaof and run the join sidecar beside it (`fastrepl join --watch --force`), which \
+     joins it through the relay at every start with a partial resync on the master (contrib/k8s/replicas-aof.yaml; \
+     standalone servers only)";
+
 /// A server that would load an AOF at start is refused: its config says `appendonly yes`, or (no
 /// config given) an AOF lies in the directory.
 pub fn refuse_aof(dir: &Path, config: Option<(&Path, &ServerConfig)>) -> Result<(), Error> {
     if let Some((p, c)) = config {
         if c.appendonly {
             return Err(Error::Precondition(format!(
-                "{} sets appendonly yes: the server would load its AOF at start, not the staged snapshot. Start it with appendonly no and turn AOF on after its resync (CONFIG SET appendonly yes)",
+                "{} sets appendonly yes: the server would load its AOF at start, not the staged snapshot (and an AOF holds no replication info to resync from). {AOF_WAYS}",
                 p.display()
             )));
         }
@@ -97,7 +103,7 @@ pub fn refuse_aof(dir: &Path, config: Option<(&Path, &ServerConfig)>) -> Result<
     for name in ["appendonlydir", "appendonly.aof"] {
         if dir.join(name).exists() {
             return Err(Error::Precondition(format!(
-                "{} holds an AOF ({name}): a server with appendonly yes would load it, not the staged snapshot. Remove it, or give --server-config to show that appendonly is off",
+                "{} holds an AOF ({name}): a server with appendonly yes would load it, not the staged snapshot. Remove it, or give --server-config to show that appendonly is off. {AOF_WAYS}",
                 dir.display()
             )));
         }
@@ -114,12 +120,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let conf = d.path().join("redis.conf");
         let c = ServerConfig::parse("port 6379\n# appendonly yes\nappendonly \"yes\"\n");
-        assert!(matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes")));
+        assert!(matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes") && e.contains("contrib/k8s/replicas-aof.yaml") && e.contains("join --watch")));
         let c = ServerConfig::parse("appendonly yes\nappendonly no\n");
         assert!(refuse_aof(d.path(), Some((&conf, &c))).is_ok(), "the last setting counts");
         assert!(refuse_aof(d.path(), None).is_ok());
         std::fs::create_dir(d.path().join("appendonlydir")).unwrap();
-        assert!(matches!(refuse_aof(d.path(), None), Err(Error::Precondition(e)) if e.contains("holds an AOF")));
+        assert!(matches!(refuse_aof(d.path(), None), Err(Error::Precondition(e)) if e.contains("holds an AOF") && e.contains("contrib/k8s/replicas-aof.yaml") && e.contains("join --watch")));
     }
 
     #[test]
