@@ -1,5 +1,6 @@
 //! Cluster nodes joined through fastrepl: a staged join per shard of a 3-shard cluster with writes
-//! running (supervisors restart two nodes, `--restart-command` the third), identical data per shard,
+//! running (supervisors restart two nodes, `--restart-command` the third; a one-shard Valkey 9.1
+//! cluster too), identical data per shard,
 //! the masters' own counters showing partial resyncs and no fork where the snapshot came from a
 //! replica, and `redis-cli --cluster check` (a checker no one here wrote) clean; `fastrepl stage` for
 //! a node not running yet, with a generation too old for the backlog renewed; each refusal (keys,
@@ -97,6 +98,43 @@ fn a_new_node_per_shard_joins_by_staging_with_writes_running() {
         let check = cluster::redis_cli_cluster_check(&c.master(0).addr()).unwrap_or_else(|e| panic!("{}: redis-cli --cluster check:\n{e}", flavor.name()));
         assert!(check.contains("[OK] All 16384 slots covered"), "{check}");
     }
+}
+
+/// A Valkey 9.1 cluster (its own RDB 80, its own `CLUSTER` answers): a new node staged into its one
+/// shard, with hash-field TTLs (Valkey 9's type 22) among the data, resyncs partially and holds what
+/// its master holds. One shard, no writers: the three-shard run above covers those for the others.
+#[test]
+fn a_new_node_joins_a_valkey91_cluster_by_staging() {
+    let flavor = Flavor::Valkey91;
+    require_server(flavor);
+    let c = Cluster::start(flavor, 1, 0, NodeOpts::default());
+    cluster::fill_shard(&c, 0, 300);
+    let key = format!("{{{}}}:field-ttl", cluster::shard_tag(&c, 0));
+    let mut m = c.master(0).client();
+    m.cmd(&["HSET", &key, "short", "1", "long", "2"]).unwrap();
+    m.cmd(&["HPEXPIRE", &key, "3600000", "FIELDS", "1", "short"]).unwrap();
+    let r = relay(&c.master(0).addr(), &[], &[]);
+    wait_relay_generation(&r.addr);
+    let st = status_json(&r.addr);
+    assert!(st["generations"].as_array().unwrap().iter().any(|g| g["rdb_version"] == 80), "Valkey 9.1 writes RDB 80 for a relay that announces 9.1: {st}");
+    let fulls = c.master(0).info_num("stats", "sync_full");
+    let node = c.add_empty_node(NodeOpts { supervised: true, meet: true, ..Default::default() });
+    let j = join(&r.addr, &node.addr(), &["--master", &c.master(0).addr(), "--restart-timeout-secs", "60"], &[]);
+    assert_partial(&j);
+    let st = staged(&j);
+    assert_eq!(st["master_id"].as_str(), Some(c.master_id(0).as_str()), "{}", j.output);
+    assert_eq!(st["node_id"].as_str(), Some(node.node_id().as_str()), "{}", j.output);
+    assert_eq!(node.restarts(), 1, "the supervisor started it once");
+    assert_eq!(c.master(0).info_num("stats", "sync_full"), fulls, "a full sync for the staged node");
+    cluster::wait_shard_caught_up(&c, 0, &node);
+    let mut nc = node.client();
+    nc.cmd(&["READONLY"]).unwrap(); // a replica answers its master's slots only when asked READONLY
+    let ttl = nc.cmd(&["HPEXPIRETIME", &key, "FIELDS", "2", "short", "long"]).unwrap();
+    let ttls: Vec<i64> = ttl.as_array().unwrap().iter().filter_map(|f| f.as_int()).collect();
+    assert!(ttls.len() == 2 && ttls[0] > 0 && ttls[1] == -1, "the field TTLs on the staged node: {ttl:?}");
+    assert_same(c.master(0), &node);
+    let check = cluster::redis_cli_cluster_check(&c.master(0).addr()).unwrap_or_else(|e| panic!("redis-cli --cluster check:\n{e}"));
+    assert!(check.contains("[OK] All 16384 slots covered"), "{check}");
 }
 
 #[test]

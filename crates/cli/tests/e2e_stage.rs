@@ -1,9 +1,10 @@
 //! `fastrepl stage` as the init step of every start of a server, on real servers and a real relay:
 //! a standalone pod's life (first start staged, a rolling restart kept and resumed partially with
-//! nothing pulled, a volume the backlog left behind staged again) for Redis 7.0, Redis 8.2 and Valkey
-//! 8.1; a snapshot the server cannot load refused before a byte is pulled; and in a cluster, a
-//! replica whose shard failed over while it was down following the new master, and the promoted
-//! master kept whole at its next start without any network.
+//! nothing pulled, a volume the backlog left behind staged again) for Redis 7.0, Redis 8.2, Valkey
+//! 8.1 and Valkey 9.1 (its own RDB 80, with hash-field TTLs); a snapshot the server cannot load
+//! refused before a byte is pulled; and in a cluster, a replica whose shard failed over while it was
+//! down following the new master, and the promoted master kept whole at its next start without any
+//! network.
 
 mod common;
 use common::*;
@@ -69,6 +70,10 @@ fn pod_life(flavor: Flavor) {
     // A 1 MiB backlog: a few MiB of writes while the replica is down leave its RDB behind.
     let master = Server::start(flavor, &["--repl-backlog-size", "1mb"]);
     data::fill_small_mixed(&mut master.client(), 3000);
+    if flavor == Flavor::Valkey91 {
+        // Valkey 9's own type in its own format (hash-field TTLs: RDB 80's type 22) staged too.
+        data::fill_newer_types(&mut master.client());
+    }
     let r = relay(&master.addr(), &[], &[]);
     wait_relay_generation(&r.addr);
     let vol = tempfile::tempdir().unwrap();
@@ -139,6 +144,11 @@ fn a_standalone_pod_life_redis_82() {
 #[test]
 fn a_standalone_pod_life_valkey_81() {
     pod_life(Flavor::Valkey81);
+}
+
+#[test]
+fn a_standalone_pod_life_valkey_91() {
+    pod_life(Flavor::Valkey91);
 }
 
 #[test]

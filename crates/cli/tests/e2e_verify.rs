@@ -1,7 +1,7 @@
 //! `fastrepl verify` on what today's servers store, against real servers: zset scores compared as the
 //! doubles they are (Redis 7.0 and Valkey print the same double differently), hash fields with their own
-//! TTLs and vector sets on Redis 8.2 (identical copies are identical; every kind of difference is
-//! found), a type it does not know reported as such (exit 2), never as identical, a key a server
+//! TTLs and vector sets on Redis 8.2, field TTLs on Valkey 9.1 (identical copies are identical; every
+//! kind of difference is found), a type it does not know reported as such (exit 2), never as identical, a key a server
 //! refuses to read (a cluster node not serving its slot) reported as not read (exit 2), never as a
 //! difference, and values compared by their logical form where a server refuses `DUMP`.
 
@@ -85,6 +85,30 @@ fn field_ttls_and_vector_sets_on_redis_82() {
     let (code, out) = run_verify(&master.addr(), &replica.addr());
     assert_eq!(code, Some(1), "a missing element:\n{out}");
     assert!(out.contains("vset:q8"), "{out}");
+}
+
+#[test]
+fn field_ttls_on_valkey_91() {
+    // Valkey 9's own hash-field TTLs (its RDB 80 type, its `DUMP` payload): copies that match are
+    // identical, a field's TTL changed or dropped is found.
+    require_server(Flavor::Valkey91);
+    let master = Server::start(Flavor::Valkey91, &[]);
+    fixtures::data::fill_newer_types(&mut master.client());
+    let replica = Server::start(Flavor::Valkey91, &[]);
+    replicate(&master, &replica);
+    let (code, out) = run_verify(&master.addr(), &replica.addr());
+    assert_eq!(code, Some(0), "identical copies with field TTLs:\n{out}");
+    detach(&replica);
+    let mut r = replica.client();
+    r.cmd(&["HPEXPIRE", "hash:field-ttl", "7200000", "FIELDS", "1", "short"]).unwrap();
+    let (code, out) = run_verify(&master.addr(), &replica.addr());
+    assert_eq!(code, Some(1), "a field's TTL changed:\n{out}");
+    assert!(out.contains("field-ttl short"), "{out}");
+    r.cmd(&["HPEXPIRE", "hash:field-ttl", "3600000", "FIELDS", "1", "short"]).unwrap();
+    r.cmd(&["HPERSIST", "hash:field-ttl", "FIELDS", "1", "long"]).unwrap();
+    let (code, out) = run_verify(&master.addr(), &replica.addr());
+    assert_eq!(code, Some(1), "a field's TTL dropped:\n{out}");
+    assert!(out.contains("field-ttl long") && !out.contains("field-ttl short"), "{out}");
 }
 
 #[test]
