@@ -181,3 +181,20 @@ fn a_valkey91_replica_refusing_redis82_vector_sets_is_not_retried() {
     // load that meets unknown module data ends the server.
     refused_while_loading(fill, "no matching module type 'vectorset'", true);
 }
+
+/// The other side of the same pair: a Redis 8.2 master whose data has only the types Redis and Valkey
+/// share (strings, lists, sets, sorted sets, hashes, streams with groups, expiries, functions) joins a
+/// Valkey 9.1 replica that takes RDB 12 (`rdb-version-check relaxed`), partially, identical.
+#[test]
+fn redis82_to_valkey91_relaxed_with_the_types_they_share() {
+    require_server(Flavor::Redis82);
+    require_server(Flavor::Valkey91);
+    let master = Server::start(Flavor::Redis82, &[]);
+    data::fill_shared_types(&mut master.client(), 1, true);
+    let replica = Server::start(Flavor::Valkey91, &["--rdb-version-check", "relaxed"]);
+    let relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
+    let j = join(&relay.addr, &replica.addr(), &[], &[]);
+    assert_partial(&j);
+    assert!(replica.log().contains("Loading RDB produced by Redis version 8.2"), "{}", replica.log());
+    assert_identical(&master, &replica);
+}
