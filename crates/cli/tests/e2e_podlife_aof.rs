@@ -13,7 +13,8 @@
 //! (the pod's link is held down until the probe said so, and the dataset is the AOF's), true once
 //! linked; then on the master no full sync and no fork (`sync_full`, `total_forks` unchanged), one
 //! partial resync, the relay serving the snapshot, and the data identical (`fastrepl verify`); the
-//! sidecar leaves the linked replica alone. Servers run as root, not the pods' users.
+//! sidecar leaves the linked replica alone. Last, a join whose local server is the master itself is
+//! refused, nothing changed. Servers run as root, not the pods' users.
 
 mod common;
 mod pods;
@@ -221,6 +222,14 @@ fn life(flavor: Flavor) {
     f.start_and_join(&mut pod, false, keys, 0);
     assert!(pod.sidecars.len() == 1 && pod.sidecars[0].running() && pod.sidecars[0].pid() == sidecar, "the sidecar was restarted");
     assert_eq!(reports(&pod).len(), 2, "the one sidecar joined its server once per start of the server");
+
+    // The master is never joined as a local server (the master's name moved to the server the
+    // sidecar watches, as after a failover that promoted it): refused before anything changes.
+    let (counts, keys) = (f.master.counts(), f.master.client().cmd(&["DBSIZE"]).unwrap().as_int());
+    let args = ["join", "--relay", &f.relay_addr, "--replica", "127.0.0.1:6379", "--master", &f.master_addr, "--force", "--retries", "0"];
+    let (ok, out, err) = fastrepl_in(&f.master.ns, &args, &[("FASTREPL_TOKEN", TOKEN), ("FASTREPL_MASTER_PASSWORD", PASSWORD), ("FASTREPL_REPLICA_PASSWORD", PASSWORD)]);
+    assert!(!ok && err.contains("is the local server itself") && err.contains("not changed"), "a join of the master itself:\n{out}{err}");
+    assert_eq!((f.master.counts(), f.master.client().cmd(&["DBSIZE"]).unwrap().as_int(), f.master.client().info("replication").unwrap().get("role").map(str::to_string)), (counts, keys, Some("master".to_string())), "the master was touched");
     pod.terminate();
     pod.terminate_sidecars();
 }
