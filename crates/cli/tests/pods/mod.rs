@@ -350,14 +350,14 @@ impl Pod {
     }
 
     /// Stop the sidecars as the kubelet does once the main containers have exited: SIGTERM, in
-    /// reverse order, each within the grace period (a sidecar stopped so exits, whatever its status).
+    /// reverse order, each to exit 0 within the grace period.
     pub fn terminate_sidecars(&mut self) {
         let grace = self.spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
         while let Some(mut p) = self.sidecars.pop() {
             let ok = Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
             assert!(ok, "SIGTERM to {}", p.name);
             let code = p.wait(Duration::from_secs(grace));
-            assert!(code.is_some(), "{} was killed, not stopped, at SIGTERM:\n{}", p.name, p.output());
+            assert_eq!(code, Some(0), "{} did not exit cleanly at SIGTERM:\n{}", p.name, p.output());
         }
     }
 
