@@ -13,8 +13,8 @@
 //! (the pod's link is held down until the probe said so, and the dataset is the AOF's), true once
 //! linked; then on the master no full sync and no fork (`sync_full`, `total_forks` unchanged), one
 //! partial resync, the relay serving the snapshot, and the data identical (`fastrepl verify`); the
-//! sidecar leaves the linked replica alone. Last, a join whose local server is the master itself is
-//! refused, nothing changed. Servers run as root, not the pods' users.
+//! sidecar leaves the linked replica alone, and so does a sidecar restarted alone. Last, a join whose
+//! local server is the master itself is refused, nothing changed. Servers run as root, not the pods' users.
 
 mod common;
 mod pods;
@@ -222,6 +222,17 @@ fn life(flavor: Flavor) {
     f.start_and_join(&mut pod, false, keys, 0);
     assert!(pod.sidecars.len() == 1 && pod.sidecars[0].running() && pod.sidecars[0].pid() == sidecar, "the sidecar was restarted");
     assert_eq!(reports(&pod).len(), 2, "the one sidecar joined its server once per start of the server");
+
+    // 4. The sidecar alone restarted (a crash, an update of its image) while the server is linked:
+    //    the new one sees a linked replica and leaves it alone.
+    let counts = f.master.counts();
+    pod.terminate_sidecars();
+    pod.start_sidecars();
+    wait_until("the new sidecar to see the replica linked", Duration::from_secs(15), || (said_linked(&pod) == 1).then_some(()));
+    write_keys(&mut f.master.client(), "sidecar-restarted", "c", 100);
+    f.assert_identical(&pod);
+    assert!(reports(&pod).is_empty() && f.master.counts() == counts, "a restarted sidecar joined a linked replica:\n{}", pod.sidecar_output("join"));
+    assert!(pod.ready().0, "the replica is not ready after its sidecar restarted");
 
     // The master is never joined as a local server (the master's name moved to the server the
     // sidecar watches, as after a failover that promoted it): refused before anything changes.
