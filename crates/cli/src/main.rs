@@ -466,6 +466,11 @@ struct StageArgs {
     /// AOF is in --dir).
     #[arg(long, env = "FASTREPL_SERVER_CONFIG")]
     server_config: Option<PathBuf>,
+    /// The master is the one --server-config's replicaof names; a config without replicaof is a
+    /// primary's, and nothing is staged (charts whose init step writes the config and picks the
+    /// primary: the official Valkey chart).
+    #[arg(long, requires = "server_config", conflicts_with_all = ["master", "sentinel", "cluster_config"], env = "FASTREPL_MASTER_FROM_SERVER_CONFIG")]
+    master_from_server_config: bool,
     /// The server that will load the file, as flavour-version (redis-7.2.4, valkey-8.1.1): a snapshot
     /// it cannot load is refused before anything is pulled. Or --server-binary.
     #[arg(long, env = "FASTREPL_SERVER", required_unless_present = "server_binary", conflicts_with = "server_binary")]
@@ -747,6 +752,7 @@ fn stage(a: StageArgs) -> Result<ExitCode> {
         dbfilename: a.dbfilename,
         cluster_config: a.cluster_config,
         server_config: a.server_config,
+        master_from_server_config: a.master_from_server_config,
         server,
     };
     let r = match agent::staged::stage::stage(&cfg) {
@@ -772,6 +778,7 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
     use agent::staged::start::{Decision, Keep, Stage};
     let master = r.master.as_deref().unwrap_or("-");
     match &r.start {
+        Decision::Keep(Keep::Primary { config }) => outln!("kept: {} names no master (no replicaof): the server starts as a primary; nothing pulled or written", config.display()),
         Decision::Keep(Keep::ServesSlots { slots }) => outln!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
         Decision::Keep(Keep::ResumesPartially { replid, offset, headroom_bytes, headroom_secs }) => {
             let secs = headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();

@@ -5,15 +5,11 @@
 //! drift from the code. promtool is the one scripts/setup.sh builds, pinned by go.sum.
 
 mod common;
-use common::*;
-use std::collections::{BTreeMap, BTreeSet};
+mod monitoring;
+use monitoring::contrib;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
-
-fn contrib() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib")
-}
 
 fn promtool() -> Option<PathBuf> {
     let bin = fixtures::root().join(".cache/tools/promtool");
@@ -60,64 +56,35 @@ fn the_charts_rules_are_the_plain_files() {
     assert!(plain == chart, "contrib/helm/fastrepl/files/alerts.yaml differs from contrib/prometheus/fastrepl-alerts.yaml: copy it");
 }
 
-/// Metric names (fastrepl_*) in an expression, each with the label names matched or grouped on in
-/// that expression (a coarse but sufficient reading: every label a rule names must be one of the
-/// metric's, or a target label).
-fn metrics_in(expr: &str) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let bytes = expr.as_bytes();
-    let mut i = 0;
-    while let Some(at) = expr[i..].find("fastrepl_") {
-        let start = i + at;
-        let end = start + expr[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(expr.len() - start);
-        let name = expr[start..end].to_string();
-        let mut labels = BTreeSet::new();
-        if bytes.get(end) == Some(&b'{') {
-            let close = end + expr[end..].find('}').unwrap();
-            for m in expr[end + 1..close].split(',') {
-                let l = m.split(|c| c == '=' || c == '!' || c == '~').next().unwrap().trim();
-                if !l.is_empty() {
-                    labels.insert(l.to_string());
-                }
-            }
-        }
-        out.entry(name).or_default().extend(labels);
-        i = end;
-    }
-    out
-}
-
 #[test]
 fn every_metric_a_rule_names_is_what_a_real_relay_exports() {
-    let rules = std::fs::read_to_string(contrib().join("prometheus/fastrepl-alerts.yaml")).unwrap();
-    let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (name, labels) in metrics_in(&rules) {
-        wanted.entry(name).or_default().extend(labels);
-    }
-    assert!(wanted.len() >= 10, "{wanted:?}");
-    // A relay with a store (its disk's gauges) after one join (the outcomes) and one stranger (the
-    // admission counters).
-    let master = Server::start(Flavor::Redis70, &[]);
-    data::fill_small_mixed(&mut master.client(), 500);
-    let store = tempfile::tempdir().unwrap();
-    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
-    let relay = relay(&master.addr(), &["--store", store.path().to_str().unwrap(), "--metrics", &maddr], &[]);
-    let target = Server::start(Flavor::Redis70, &[]);
-    let j = join(&relay.addr, &target.addr(), &[], &[]);
-    assert_partial(&j);
-    drop(std::net::TcpStream::connect(&relay.addr).unwrap());
-    let text = metrics::scrape(&maddr, Duration::from_secs(10)).unwrap();
-    let samples = metrics::parse(&text).unwrap();
-    let mut exported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for s in &samples {
-        exported.entry(s.name.clone()).or_default().extend(s.labels.iter().map(|(k, _)| k.clone()));
-    }
-    for (name, labels) in &wanted {
-        let have = exported.get(name).unwrap_or_else(|| panic!("a rule names {name}, which the relay does not export:\n{text}"));
-        for l in labels {
-            assert!(have.contains(l) || ["job", "instance"].contains(&l.as_str()), "a rule matches {name} on label {l}, which it does not carry ({have:?})");
+    let rules: serde_json::Value = serde_yaml_rules();
+    let mut exprs = Vec::new();
+    for g in rules["groups"].as_array().expect("rule groups") {
+        for r in g["rules"].as_array().expect("rules") {
+            exprs.push((r["alert"].as_str().or(r["record"].as_str()).expect("a named rule").to_string(), r["expr"].as_str().expect("an expr").to_string()));
         }
     }
-    // `current` and `outcome` are among them: the check reads labels, not only names.
-    assert!(wanted["fastrepl_relay_generation_log_bytes"].contains("current") && wanted["fastrepl_relay_joins_total"].contains("outcome"), "{wanted:?}");
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    let (exported, text) = monitoring::exported();
+    let mut labels_seen = BTreeSet::new();
+    for (name, expr) in &exprs {
+        let refs = monitoring::promql_refs(expr);
+        monitoring::assert_exported(&format!("alert {name}"), expr, &refs, &exported, &text);
+        labels_seen.extend(refs.metrics.values().flatten().cloned());
+        labels_seen.extend(refs.grouping);
+    }
+    // `current`, `outcome` and `master` are among them: the check reads labels, not only names.
+    for l in ["current", "outcome", "master"] {
+        assert!(labels_seen.contains(l), "no rule names label {l}: {labels_seen:?}");
+    }
+}
+
+/// The rules file, as JSON (read by Debian's python3 with PyYAML, as the manifests are).
+fn serde_yaml_rules() -> serde_json::Value {
+    let path = contrib().join("prometheus/fastrepl-alerts.yaml");
+    let script = "import json,sys,yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))";
+    let out = Command::new("/usr/bin/python3").args(["-c", script]).arg(&path).output().expect("run python3");
+    assert!(out.status.success(), "{} does not parse as YAML:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("PyYAML's JSON")
 }

@@ -108,7 +108,7 @@ fn what_the_chart_renders_passes_the_schema_and_the_restricted_standard() {
             let plain = documents(&python, &std::fs::read_to_string(contrib().join("prometheus/fastrepl-alerts.yaml")).unwrap());
             assert_eq!(rule["spec"]["groups"], plain[0]["groups"], "the PrometheusRule's groups are not contrib/prometheus's");
             let cm = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
-            let dashboard = std::fs::read_to_string(contrib().join("grafana/fastrepl.json")).unwrap_or_default();
+            let dashboard = std::fs::read_to_string(contrib().join("grafana/fastrepl.json")).expect("read contrib/grafana/fastrepl.json");
             assert_eq!(cm["data"]["fastrepl.json"].as_str(), Some(dashboard.as_str()), "the dashboard ConfigMap is not contrib/grafana/fastrepl.json");
             let monitor = docs.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
             let service = docs.iter().find(|d| d["kind"] == "Service").unwrap();

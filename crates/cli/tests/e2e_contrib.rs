@@ -578,6 +578,20 @@ fn the_probe_scripts_read_a_server_as_the_manifests_say() {
     ] {
         assert_eq!(stubbed_run("ready.sh", info, "0"), ready, "ready.sh on {info:?}");
     }
+    // The primary by design (the official Valkey chart's pod 0, values in helm/): ready as a master;
+    // another pod of it that is a master is not. The password from PASSWORD_FILE, not local.conf.
+    let echo_auth = dir.path().join("cli-auth-stub");
+    std::fs::write(&echo_auth, "#!/bin/sh\n[ \"$REDISCLI_AUTH\" = \"$STUB_PW\" ] || { echo 'WRONGPASS'; exit 0; }\nprintf '%s\\n' \"$STUB_REPLY\"\n").unwrap();
+    std::fs::set_permissions(&echo_auth, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("secrets/other"), "another-password").unwrap();
+    let master_info = "loading:0\r\nrole:master\r\ncluster_enabled:0";
+    let chart_pod = |index: &str, pw_file: &str, pw: &str| {
+        let file = dir.path().join("secrets").join(pw_file);
+        run_script(&stubbed.join("ready.sh"), &[("CLI", echo_auth.to_str().unwrap()), ("STUB_REPLY", master_info), ("STUB_PW", pw), ("PASSWORD_FILE", file.to_str().unwrap()), ("PRIMARY_POD_INDEX", "0"), ("POD_INDEX", index)]).0
+    };
+    assert!(chart_pod("0", "other", "another-password"), "pod 0 of the chart is ready as its primary, with the password from PASSWORD_FILE");
+    assert!(!chart_pod("1", "other", "another-password"), "pod 1 of the chart is a replica: not ready as a master");
+    assert!(!chart_pod("0", "password", "another-password"), "the password is PASSWORD_FILE's");
     // A real replica: ready once linked, alive but not ready when its master goes away.
     let mut master = Server::start(Flavor::Redis70, &["--requirepass", PW]);
     let replica = Server::start(Flavor::Redis70, &["--include", local.to_str().unwrap(), "--requirepass", PW, "--replicaof", "127.0.0.1", &master.port.to_string()]);

@@ -23,6 +23,7 @@ use client::{Client, Info};
 use replication::rdb::Server;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Instant;
 
 /// What to stage, and where.
@@ -40,6 +41,11 @@ pub struct StageConfig<'a> {
     pub cluster_config: Option<String>,
     /// Its config file, read to refuse `appendonly yes` and for its `rdb-version-check`.
     pub server_config: Option<PathBuf>,
+    /// The master is the one `server_config`'s `replicaof` names (instead of `master`); a config
+    /// without one is a primary's, kept as it is. For charts whose own init step writes the config
+    /// and decides which pod is the primary (the official Valkey chart): stage never disagrees
+    /// with it.
+    pub master_from_server_config: bool,
     /// The server that will load the file ([`target::server`]).
     pub server: Server,
 }
@@ -102,6 +108,17 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     let t0 = Instant::now();
     let server_config = cfg.server_config.as_deref().map(|p| Ok::<_, Error>((p, ServerConfig::read(p)?))).transpose()?;
     target::refuse_aof(&cfg.dir, server_config.as_ref().map(|(p, c)| (*p, c)))?;
+    let configured_master = match (cfg.master_from_server_config, &server_config) {
+        (false, _) => None,
+        (true, None) => return Err(Error::Precondition("--master-from-server-config needs --server-config, the file whose replicaof names the master".into())),
+        (true, Some((p, c))) => match &c.replicaof {
+            None => return Ok(StageReport { start: Decision::Keep(start::Keep::Primary { config: p.to_path_buf() }), master: None, staged: None, secs: t0.elapsed().as_secs_f64() }),
+            Some(m) => {
+                endpoint::Endpoint::from_str(m).map_err(|e| Error::Precondition(format!("{}: replicaof {m}: {e}", p.display())))?;
+                Some(m.clone())
+            }
+        },
+    };
     let node = match &cfg.cluster_config {
         Some(name) => Some(volume::node(&cfg.dir.join(name))?),
         None => None,
@@ -112,7 +129,10 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
     }
     let relays_master = || Ok(crate::pull::progress::attach(cfg.source.relay, cfg.source.token, limits::GENERATION_WAIT_MAX)?.master);
     let (master_addr, previous_master) = match &node {
-        None => (cfg.master.find(relays_master)?, None),
+        None => match configured_master {
+            Some(m) => (m, None),
+            None => (cfg.master.find(relays_master)?, None),
+        },
         Some(NodeOnVolume::Parsed(me)) if me.role == Role::Replica => shard_master(cfg, me, relays_master)?,
         Some(_) => (first_master(cfg, relays_master)?, None),
     };

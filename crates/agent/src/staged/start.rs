@@ -66,6 +66,12 @@ pub struct MasterView {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Keep {
+    /// The server's config names no master (no `replicaof`): it starts as a primary, and there is
+    /// nothing to stage (`stage --master-from-server-config`: pod 0 of the official Valkey chart).
+    Primary {
+        /// The config that said so.
+        config: std::path::PathBuf,
+    },
     /// A cluster node whose config says it is a master serving slots (promoted by a failover).
     ServesSlots {
         /// How many.

@@ -57,6 +57,9 @@ pub struct ServerConfig {
     pub appendonly: bool,
     /// `rdb-version-check` (Valkey 9+), as written.
     pub rdb_version_check: Option<String>,
+    /// The master `replicaof` (or `slaveof`) names, as `host:port`; `None`: none, or `no one` (the
+    /// server starts as a primary).
+    pub replicaof: Option<String>,
 }
 
 impl ServerConfig {
@@ -76,6 +79,13 @@ impl ServerConfig {
                 c.appendonly = v.eq_ignore_ascii_case("yes");
             } else if k.eq_ignore_ascii_case("rdb-version-check") {
                 c.rdb_version_check = Some(v.to_string());
+            } else if k.eq_ignore_ascii_case("replicaof") || k.eq_ignore_ascii_case("slaveof") {
+                c.replicaof = match v.split_whitespace().collect::<Vec<_>>()[..] {
+                    [no, one] if no.eq_ignore_ascii_case("no") && one.eq_ignore_ascii_case("one") => None,
+                    [host, port] => Some(endpoint::host_port(host.trim_matches('"'), port.trim_matches('"'))),
+                    // Malformed: the server refuses to start with it; the address check says why.
+                    _ => Some(v.to_string()),
+                };
             }
         }
         c
@@ -132,6 +142,16 @@ mod tests {
     fn the_version_check_setting_is_read() {
         assert_eq!(ServerConfig::parse("rdb-version-check relaxed\n").rdb_version_check.as_deref(), Some("relaxed"));
         assert_eq!(ServerConfig::parse("# rdb-version-check relaxed\n").rdb_version_check, None);
+    }
+
+    #[test]
+    fn the_master_the_config_names_is_read() {
+        assert_eq!(ServerConfig::parse("port 6379\n").replicaof, None);
+        let c = ServerConfig::parse("replicaof valkey-0.valkey-headless.redis.svc.cluster.local 6379\n");
+        assert_eq!(c.replicaof.as_deref(), Some("valkey-0.valkey-headless.redis.svc.cluster.local:6379"));
+        assert_eq!(ServerConfig::parse("slaveof ::1 7000\n").replicaof.as_deref(), Some("[::1]:7000"));
+        assert_eq!(ServerConfig::parse("replicaof a 1\nreplicaof no one\n").replicaof, None, "the last setting counts");
+        assert_eq!(ServerConfig::parse("# replicaof a 1\n").replicaof, None);
     }
 
     #[test]

@@ -160,6 +160,15 @@ pub fn secret(name: &str, key: &str) -> &'static str {
     }
 }
 
+/// The keys a Secret holds, for a volume that mounts it whole.
+pub fn secret_keys(name: &str) -> &'static [&'static str] {
+    match name {
+        "fastrepl-relay-token" => &["token"],
+        "redis-auth" => &["password"],
+        _ => panic!("a pod mounts Secret {name}, which the test does not know"),
+    }
+}
+
 // ---- Names: one hosts file per namespace ----
 
 /// The cluster's DNS, as /etc/netns/NS/hosts for every namespace of the lab; removed on drop.
@@ -274,6 +283,16 @@ impl Pod {
                 let data = m.get("ConfigMap", cm)["data"].as_object().unwrap_or_else(|| panic!("ConfigMap {cm} has no data"));
                 for (file, text) in data {
                     std::fs::write(d.join(file), substitute(text.as_str().expect("ConfigMap text"), &mounts)).unwrap();
+                    // defaultMode 0555 makes a script a program (the chart's `command: [/scripts/init.sh]`).
+                    if let Some(mode) = v["configMap"]["defaultMode"].as_u64() {
+                        std::fs::set_permissions(d.join(file), std::os::unix::fs::PermissionsExt::from_mode(mode as u32)).unwrap();
+                    }
+                }
+            }
+            // A whole Secret (no items): every key the test knows it holds, one file each.
+            if let Some(name) = v["secret"]["secretName"].as_str() {
+                for key in secret_keys(name) {
+                    std::fs::write(d.join(key), secret(name, key)).unwrap();
                 }
             }
             for src in v["projected"]["sources"].as_array().into_iter().flatten() {
@@ -299,7 +318,12 @@ impl Pod {
             Some(e) => strings(e),
             None => [strings(&c["command"]), strings(&c["args"])].concat(),
         };
-        let program = if c["command"].is_null() && exec.is_none() { program_for(self.flavor, image, "") } else { program_for(self.flavor, image, &words.remove(0)) };
+        let program = match (c["command"].is_null() && exec.is_none(), words.first()) {
+            (true, _) => program_for(self.flavor, image, ""),
+            // A program on one of the pod's volumes (a ConfigMap's script): run from there.
+            (false, Some(w)) if self.mounts.iter().any(|(m, _)| w.starts_with(&format!("{m}/"))) => PathBuf::from(substitute(&words.remove(0), &self.mounts)),
+            (false, _) => program_for(self.flavor, image, &words.remove(0)),
+        };
         substitute_server_of(self.flavor, &mut words);
         let words: Vec<String> = words.iter().map(|w| substitute(w, &self.mounts)).collect();
         let env: Vec<(String, String)> = c["env"]
@@ -311,8 +335,10 @@ impl Pod {
                     Some("metadata.name") => self.name.clone(),
                     Some("metadata.namespace") => self.namespace.clone(),
                     Some("status.podIP") => self.ip.clone(),
+                    // A StatefulSet's pod is named after its ordinal.
+                    Some("metadata.labels['apps.kubernetes.io/pod-index']") => self.name.rsplit('-').next().expect("a pod name").to_string(),
                     Some(f) => panic!("a container reads field {f}, which the test does not provide"),
-                    None => e["value"].as_str().expect("an env value").to_string(),
+                    None => substitute(e["value"].as_str().expect("an env value"), &self.mounts),
                 };
                 (e["name"].as_str().expect("env name").to_string(), value)
             })
@@ -323,6 +349,12 @@ impl Pod {
     /// Run the init containers in order, each to success (a failure is Init:Error); their outputs by
     /// name. Native sidecars (restartPolicy Always) are not run here: [`Pod::start_sidecars`].
     pub fn init(&self) -> BTreeMap<String, String> {
+        self.init_with(|_| ())
+    }
+
+    /// [`Pod::init`], calling `after` with each init container's name once it succeeded (to look at
+    /// what it left before the next one runs).
+    pub fn init_with(&self, mut after: impl FnMut(&str)) -> BTreeMap<String, String> {
         let mut outs = BTreeMap::new();
         for c in self.spec["initContainers"].as_array().into_iter().flatten().filter(|c| !is_sidecar(c)) {
             let name = c["name"].as_str().unwrap();
@@ -330,6 +362,7 @@ impl Pod {
             let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success(), "{}: init container {name} failed ({}):\n{text}", self.name, out.status);
             outs.insert(name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned());
+            after(name);
         }
         outs
     }
