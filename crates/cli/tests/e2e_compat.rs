@@ -174,6 +174,35 @@ fn a_valkey91_replica_refusing_redis82_hash_field_ttls_is_not_retried() {
     refused_while_loading(fill, "Can't handle foreign type or opcode 25", false);
 }
 
+/// `join --watch` beside such a replica (the AOF sidecar's way): the refused process is not joined
+/// again every 30 s; once the server restarted (another run_id, perhaps another version), it is.
+#[test]
+fn a_watched_valkey91_replica_refusing_redis82_waits_for_its_restart() {
+    require_server(Flavor::Redis82);
+    require_server(Flavor::Valkey91);
+    let master = Server::start(Flavor::Redis82, &[]);
+    let mut c = master.client();
+    c.cmd(&["HSET", "hash:field-ttl", "short", "1", "long", "2"]).unwrap();
+    c.cmd(&["HPEXPIRE", "hash:field-ttl", "3600000", "FIELDS", "1", "short"]).unwrap();
+    let mut replica = Server::start(Flavor::Valkey91, &["--rdb-version-check", "relaxed"]);
+    let relay = relay(&master.addr(), &[], &[]);
+    let mut p = start_join(&relay.addr, &replica.addr(), &["--watch", "--no-serve"], &[]);
+    let refusals = |p: &Proc| p.output().lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|r| r["error_kind"] == "incompatible").count();
+    let waiting = |p: &Proc| p.output().matches("waiting for the server to restart").count();
+    wait_until("the watch to wait for the refused server's restart", std::time::Duration::from_secs(60), || {
+        assert!(p.running(), "the watch exited:\n{}", p.output());
+        (waiting(&p) == 1).then_some(())
+    });
+    assert_eq!(refusals(&p), 1, "{}", p.output());
+    replica.restart().unwrap_or_else(|e| panic!("restart the replica: {e}"));
+    wait_until("the watch to join the restarted server, refused again", std::time::Duration::from_secs(60), || (waiting(&p) == 2).then_some(()));
+    assert_eq!(refusals(&p), 2, "the restarted server was joined once: {}", p.output());
+    let ok = std::process::Command::new("kill").args(["-TERM", &p.pid().to_string()]).status().is_ok_and(|s| s.success());
+    assert!(ok);
+    assert_eq!(p.wait(std::time::Duration::from_secs(30)), Some(0), "the watch did not end cleanly at SIGTERM:\n{}", p.output());
+    assert_untouched(&replica);
+}
+
 #[test]
 fn a_valkey91_replica_refusing_redis82_vector_sets_is_not_retried() {
     fn fill(c: &mut client::Client) {

@@ -34,7 +34,7 @@ fn manifests() -> Vec<PathBuf> {
     yaml_files(&contrib().join("k8s"))
 }
 
-/// contrib/k8s/helm/*.yaml: values for Bitnami's charts (not manifests).
+/// contrib/k8s/helm/*.yaml: values for Bitnami's charts and the official Valkey chart (not manifests).
 fn values_snippets() -> Vec<PathBuf> {
     yaml_files(&contrib().join("k8s/helm"))
 }
@@ -504,14 +504,26 @@ fn kubernetes_examples_would_pass_review() {
     }
     for path in values_snippets() {
         let values = &yaml_documents(&path)[0];
-        let conf = values["commonConfiguration"].as_str().unwrap_or_default();
-        assert!(conf.lines().any(|l| l.trim() == "appendonly no"), "{}: the chart's default AOF must be turned off", path.display());
-        let stage = &values["replica"]["initContainers"][0];
-        review_container(&format!("{}: replica.initContainers[0]", path.display()), stage);
+        // Bitnami's charts (replica.initContainers, commonConfiguration, customReadinessProbe) or the
+        // official Valkey chart (extraInitContainers, valkeyConfig, readinessProbe.customProbe running
+        // scripts.yaml's ready.sh).
+        let official = !values["extraInitContainers"].is_null();
+        let conf = values[if official { "valkeyConfig" } else { "commonConfiguration" }].as_str().unwrap_or_default();
+        assert!(conf.lines().any(|l| l.trim() == "appendonly no"), "{}: the chart's config must say appendonly no", path.display());
+        let stage = if official { &values["extraInitContainers"][0] } else { &values["replica"]["initContainers"][0] };
+        assert!(stage["args"][0] == "stage", "{}: the first extra init container is not stage", path.display());
+        review_container(&format!("{}: the stage init container", path.display()), stage);
         let server = format!("{}-{}", if path.to_string_lossy().contains("valkey") { "valkey" } else { "redis" }, values["image"]["tag"].as_str().unwrap_or_default());
         assert_eq!(arg_after(stage["args"].as_array().unwrap(), "--server"), Some(server.as_str()), "{}: stage --server is not the image's version", path.display());
-        let ready = values["replica"]["customReadinessProbe"].to_string();
-        assert!(ready.contains("master_link_status:up") && ready.contains("loading:0"), "{}: readiness must be linked and loaded", path.display());
+        if official {
+            assert_eq!(values["readinessProbe"]["enabled"], true, "{}: the chart leaves readiness off: turn it on", path.display());
+            let ready = values["readinessProbe"]["customProbe"]["exec"]["command"].to_string();
+            assert!(ready.contains("ready.sh"), "{}: readiness must be scripts.yaml's ready.sh: {ready}", path.display());
+            assert_eq!(values["env"]["PRIMARY_POD_INDEX"], "0", "{}: ready.sh must know pod 0 is the primary", path.display());
+        } else {
+            let ready = values["replica"]["customReadinessProbe"].to_string();
+            assert!(ready.contains("master_link_status:up") && ready.contains("loading:0"), "{}: readiness must be linked and loaded", path.display());
+        }
     }
     // DNS names, never IPs (the wildcard listen address and loopback aside).
     for s in &strings_all {

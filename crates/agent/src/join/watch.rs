@@ -35,6 +35,8 @@ pub enum Seen {
         replicas: i64,
         /// `cluster_enabled:1`.
         cluster: bool,
+        /// `run_id`: this process of the server (a restart changes it).
+        run_id: String,
     },
 }
 
@@ -52,8 +54,11 @@ pub enum Verdict {
     },
 }
 
-/// Join only a standalone server: a master without replicas, not in cluster mode, loaded.
-pub fn decide(seen: &Seen) -> Verdict {
+/// Join only a standalone server: a master without replicas, not in cluster mode, loaded, and not
+/// the process whose last join was refused for a reason time does not mend (`refused`: its run_id;
+/// an incompatible snapshot, the master itself as the local server): that one is joined again only
+/// once it restarted, perhaps as another version.
+pub fn decide(seen: &Seen, refused: Option<&str>) -> Verdict {
     let watch = |state, detail: String| Verdict::Watch { state, detail };
     match seen {
         Seen::Unreachable(why) => watch("waiting for the local server to answer", why.clone()),
@@ -64,6 +69,9 @@ pub fn decide(seen: &Seen) -> Verdict {
         Seen::Replica { master, link_up: false } => watch("the local server is a replica, its link down: it reconnects by itself", format!("of {master}")),
         Seen::Master { cluster: true, .. } => watch("the local server is a cluster node: --watch joins standalone servers only (stage cluster nodes)", String::new()),
         Seen::Master { replicas, .. } if *replicas > 0 => watch("the local server is a master with replicas of its own: not joined", format!("{replicas} connected")),
+        Seen::Master { run_id, .. } if refused == Some(run_id.as_str()) => {
+            watch("the local server's last join was refused, and another try cannot mend it: waiting for the server to restart", format!("run_id {run_id}"))
+        }
         Seen::Master { .. } => Verdict::Join,
     }
 }
@@ -74,8 +82,8 @@ pub fn look(node: &Node) -> Seen {
         Ok(c) => c,
         Err(e) => return Seen::Unreachable(e.to_string()),
     };
-    let sections = (|| Ok::<_, client::Error>((c.info("persistence")?, c.info("replication")?, c.info("cluster")?)))();
-    let (persistence, replication, cluster) = match sections {
+    let sections = (|| Ok::<_, client::Error>((c.info("persistence")?, c.info("replication")?, c.info("cluster")?, c.info("server")?)))();
+    let (persistence, replication, cluster, server) = match sections {
         Ok(s) => s,
         Err(e) => return Seen::Unreachable(e.to_string()),
     };
@@ -87,7 +95,11 @@ pub fn look(node: &Node) -> Seen {
             let master = format!("{}:{}", replication.get("master_host").unwrap_or("?"), replication.get("master_port").unwrap_or("?"));
             Seen::Replica { master, link_up: replication.get("master_link_status") == Some("up") }
         }
-        Ok(Role::Master) => Seen::Master { replicas: replication.num("connected_slaves").unwrap_or(0), cluster: cluster.get("cluster_enabled") == Some("1") },
+        Ok(Role::Master) => Seen::Master {
+            replicas: replication.num("connected_slaves").unwrap_or(0),
+            cluster: cluster.get("cluster_enabled") == Some("1"),
+            run_id: server.get("run_id").unwrap_or_default().to_string(),
+        },
         Err(e) => Seen::Unreachable(format!("INFO replication: {e}")),
     }
 }
@@ -95,26 +107,35 @@ pub fn look(node: &Node) -> Seen {
 /// Watch the local server until cancelled (then `Err(Interrupted)`), joining it whenever [`decide`]
 /// says so; every join's outcome goes to `done` (the report printed, peers served a while). After a
 /// failed join the same server is joined again [`limits::WATCH_REJOIN_AFTER_FAILURE`] later at the
-/// earliest (the join's own retries came first).
+/// earliest (the join's own retries came first), or, when the failure is not one another try can
+/// mend ([`Error::retryable`]), only once the server restarted.
 pub fn run(cfg: &Config, mut done: impl FnMut(Result<Joined, Failed>)) -> Result<(), Error> {
     let node = cfg.node();
     let mut said: Option<&'static str> = None;
+    let mut refused: Option<String> = None;
     loop {
         crate::error::check_cancel(&cfg.cancel)?;
-        match decide(&look(&node)) {
+        let seen = look(&node);
+        match decide(&seen, refused.as_deref()) {
             Verdict::Join => {
                 tracing::info!(replica = %cfg.replica, "the local server runs standalone: joining it");
                 said = None;
                 let r = join(cfg);
                 let outcome = match &r {
                     Ok(_) => None,
-                    Err(f) => Some(matches!(f.error, Error::Interrupted)),
+                    Err(f) if matches!(f.error, Error::Interrupted) => Some(Err(Error::Interrupted)),
+                    Err(f) => Some(Ok(f.error.retryable())),
                 };
                 done(r);
                 match outcome {
-                    None => {}
-                    Some(true) => return Err(Error::Interrupted),
-                    Some(false) => wait(limits::WATCH_REJOIN_AFTER_FAILURE, &cfg.cancel)?,
+                    None => refused = None,
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(true)) => wait(limits::WATCH_REJOIN_AFTER_FAILURE, &cfg.cancel)?,
+                    Some(Ok(false)) => {
+                        if let Seen::Master { run_id, .. } = seen {
+                            refused = Some(run_id);
+                        }
+                    }
                 }
             }
             Verdict::Watch { state, detail } => {
@@ -146,29 +167,39 @@ mod tests {
     use super::*;
 
     fn joins(s: Seen) -> bool {
-        decide(&s) == Verdict::Join
+        decide(&s, None) == Verdict::Join
+    }
+
+    fn standalone(run_id: &str) -> Seen {
+        Seen::Master { replicas: 0, cluster: false, run_id: run_id.into() }
     }
 
     #[test]
     fn only_a_standalone_server_is_joined() {
-        assert!(joins(Seen::Master { replicas: 0, cluster: false }), "a server back standalone (its config has no replicaof) is joined");
+        assert!(joins(standalone("a")), "a server back standalone (its config has no replicaof) is joined");
         assert!(!joins(Seen::Replica { master: "redis-master:6379".into(), link_up: true }), "a linked replica is never joined");
         assert!(!joins(Seen::Replica { master: "redis-master:6379".into(), link_up: false }), "a replica reconnecting by itself is left to it");
-        assert!(!joins(Seen::Master { replicas: 2, cluster: false }), "a master serving replicas (promoted) is left alone");
-        assert!(!joins(Seen::Master { replicas: 0, cluster: true }), "a cluster node is staged, not watched");
+        assert!(!joins(Seen::Master { replicas: 2, cluster: false, run_id: "a".into() }), "a master serving replicas (promoted) is left alone");
+        assert!(!joins(Seen::Master { replicas: 0, cluster: true, run_id: "a".into() }), "a cluster node is staged, not watched");
         assert!(!joins(Seen::Loading), "a server loading its AOF is waited for");
         assert!(!joins(Seen::Unreachable("connection refused".into())));
     }
 
     #[test]
     fn a_state_is_said_once_whatever_its_detail() {
-        let a = decide(&Seen::Unreachable("connection refused".into()));
-        let b = decide(&Seen::Unreachable("timed out".into()));
+        let a = decide(&Seen::Unreachable("connection refused".into()), None);
+        let b = decide(&Seen::Unreachable("timed out".into()), None);
         let state = |v: &Verdict| match v {
             Verdict::Watch { state, .. } => *state,
             Verdict::Join => "join",
         };
         assert_eq!(state(&a), state(&b));
-        assert_ne!(state(&a), state(&decide(&Seen::Loading)));
+        assert_ne!(state(&a), state(&decide(&Seen::Loading, None)));
+    }
+
+    #[test]
+    fn a_refusal_for_good_waits_for_the_servers_restart() {
+        assert!(matches!(decide(&standalone("a"), Some("a")), Verdict::Watch { state, .. } if state.contains("waiting for the server to restart")), "the process refused is not joined again");
+        assert_eq!(decide(&standalone("b"), Some("a")), Verdict::Join, "restarted (another run_id): joined again");
     }
 }
