@@ -3,10 +3,10 @@
 //! node's restart. A root of the crate: it names nothing of the rooms (join, pull, peers, staged)
 //! that read it.
 
-use endpoint::Endpoint;
 use crate::master::MasterAccess;
 use crate::node::Node;
 use crate::report::Live;
+use endpoint::Endpoint;
 use replication::replica::Auth;
 use std::net::SocketAddr;
 use std::path::PathBuf;

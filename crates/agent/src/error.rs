@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
-
 /// The party an error came from (or was about).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {

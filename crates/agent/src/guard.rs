@@ -16,7 +16,6 @@ use crate::node::Node;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 
-
 const ENV_REPLICA: &str = "FASTREPL_GUARD_REPLICA";
 const ENV_USER: &str = "FASTREPL_GUARD_REPLICA_USER";
 const ENV_PASSWORD: &str = "FASTREPL_GUARD_REPLICA_PASSWORD";

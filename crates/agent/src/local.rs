@@ -33,9 +33,7 @@ pub fn check(node: &Node, force: bool) -> Result<Local, Error> {
     let server = Server::from_info(&info_text(&info)).ok_or_else(|| Error::Incompatible(format!("{addr}: cannot tell its version from INFO server")))?;
     let keys = key_count(&mut client).map_err(Error::replica)?;
     if keys > 0 && !force {
-        return Err(Error::Precondition(format!(
-            "{addr} holds {keys} keys; a full sync replaces them. Re-run with --force if that is intended"
-        )));
+        return Err(Error::Precondition(format!("{addr} holds {keys} keys; a full sync replaces them. Re-run with --force if that is intended")));
     }
     let repl = client.info("replication").map_err(Error::replica)?;
     if repl.num("connected_slaves").unwrap_or(0) > 0 {
@@ -57,12 +55,7 @@ pub fn rdb_version_check(client: &mut Client, server: &Server) -> Result<Option<
 /// Keys the server holds, over all databases (`INFO keyspace`).
 pub fn key_count(client: &mut Client) -> Result<u64, client::Error> {
     let keyspace = client.info("keyspace")?;
-    Ok(keyspace
-        .0
-        .iter()
-        .filter(|(k, _)| k.starts_with("db"))
-        .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok()))
-        .sum())
+    Ok(keyspace.0.iter().filter(|(k, _)| k.starts_with("db")).filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("keys=")).and_then(|n| n.parse::<u64>().ok())).sum())
 }
 
 /// `INFO` fields back as text, for parsers that take the reply's text.

@@ -58,7 +58,6 @@ impl ReplicaState {
     }
 }
 
-
 /// A join that failed for good: the last error and every attempt (the last one included).
 #[derive(Debug)]
 pub struct Failed {
@@ -327,7 +326,6 @@ pub struct StagedReport {
     /// Times the relay took a newer snapshot because the one it held was too old for the backlog.
     pub renewals: u32,
 }
-
 
 #[cfg(test)]
 mod display_tests {

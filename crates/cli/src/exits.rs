@@ -109,7 +109,15 @@ mod tests {
     fn child(test: &str, stderr: Stdio, env: &[(&str, &str)]) -> (Option<i32>, String) {
         use std::io::Read;
         let exe = std::env::current_exe().expect("the test binary");
-        let mut c = Command::new(exe).args(["--exact", test, "--nocapture", "--test-threads", "1"]).env(CHILD, "1").envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("run the test binary again");
+        let mut c = Command::new(exe)
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .env(CHILD, "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("run the test binary again");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(st) = c.try_wait().expect("try_wait") {

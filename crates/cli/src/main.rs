@@ -1,15 +1,14 @@
 //! `fastrepl`: fast full synchronization of Redis/Valkey replicas through a relay. The product only:
 //! the demo, benchmarks and probes are in `fastrepl-lab` (crates/lab).
 
-
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use compression_arg::CompressionArg;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
-use compression_arg::CompressionArg;
 use transport_arg::TransportArg;
 
 mod compression_arg;
@@ -669,7 +668,8 @@ fn relay(a: RelayArgs) -> Result<ExitCode> {
     tracing::info!("fastrepl relay listening on {} (transports: {})", r.local_addr(), r.offered().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     if let Some(addr) = a.metrics {
         let r2 = r.clone();
-        let bound = metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()) + &dropped_output("fastrepl_relay"))).with_context(|| format!("serve metrics on {addr}"))?;
+        let bound =
+            metrics::serve(addr, std::sync::Arc::new(move || relay::stats::prometheus(&r2.status()) + &dropped_output("fastrepl_relay"))).with_context(|| format!("serve metrics on {addr}"))?;
         tracing::info!("relay metrics on http://{bound}/metrics");
     }
     reload_tokens_on_sighup(r.clone(), a.token_file.clone())?;
@@ -782,7 +782,9 @@ fn print_stage_report(r: &agent::staged::stage::StageReport) {
         Decision::Keep(Keep::ServesSlots { slots }) => outln!("kept: the node is a cluster master serving {slots} slots; nothing pulled or written"),
         Decision::Keep(Keep::ResumesPartially { replid, offset, headroom_bytes, headroom_secs }) => {
             let secs = headroom_secs.map(|s| format!(", ~{s:.0} s at its write rate")).unwrap_or_default();
-            outln!("kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written");
+            outln!(
+                "kept: the server's own RDB ({replid}:{offset}) is in master {master}'s backlog with {headroom_bytes} bytes to spare{secs}: it resumes by a partial resync; nothing pulled or written"
+            );
         }
         Decision::Stage(why) => {
             let why = match why {
@@ -816,9 +818,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     } else {
         Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
     };
-    let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| {
-        out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}")))
-    });
+    let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}"))));
     let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
     let r = match r {
         Ok(r) => r,
@@ -832,15 +832,7 @@ fn fetch(a: FetchArgs) -> Result<ExitCode> {
     let line = if a.json {
         serde_json::to_string(&r)?
     } else {
-        format!(
-            "fetched {:.1} MiB in {:.2} s ({:.0} MiB/s) over {} ({}); CPU {:.2} s",
-            r.bytes as f64 / (1 << 20) as f64,
-            r.secs,
-            r.mib_s,
-            r.transport,
-            r.transport_detail,
-            r.cpu_secs
-        )
+        format!("fetched {:.1} MiB in {:.2} s ({:.0} MiB/s) over {} ({}); CPU {:.2} s", r.bytes as f64 / (1 << 20) as f64, r.secs, r.mib_s, r.transport, r.transport_detail, r.cpu_secs)
     };
     if to_stdout {
         errln!("{line}");
@@ -921,11 +913,7 @@ fn join_config(a: JoinArgs) -> Result<agent::Config> {
             cache_bytes: a.serve_cache_mib.saturating_mul(1 << 20),
             linger: Duration::from_secs(a.serve_linger_secs),
         },
-        retry: agent::config::RetryPolicy {
-            retries: a.retries,
-            base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)),
-            max: Duration::from_secs(a.retry_max_secs),
-        },
+        retry: agent::config::RetryPolicy { retries: a.retries, base: limits::JOIN_RETRY_BASE.min(Duration::from_secs(a.retry_max_secs)), max: Duration::from_secs(a.retry_max_secs) },
         restart: agent::config::Restart { command: a.restart_command, timeout: Duration::from_secs(a.restart_timeout_secs), dir: a.replica_dir },
     })
 }
@@ -1180,7 +1168,13 @@ fn print_report(r: &agent::Report) {
     );
     outln!(
         "phases (s): capture ready {:.2}  connect {:.2}  first byte {:.2}  pulled {:.2}  loaded {:.2}  caught up {:.2}  handed off {:.2}",
-        p.wait_capture, p.connect, p.first_byte, p.pulled, p.loaded, p.caught_up, p.handed_off
+        p.wait_capture,
+        p.connect,
+        p.first_byte,
+        p.pulled,
+        p.loaded,
+        p.caught_up,
+        p.handed_off
     );
     let mib = |b: u64| b as f64 / 1048576.0;
     outln!("swarm: {}", r.swarm);

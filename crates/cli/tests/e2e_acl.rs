@@ -319,9 +319,7 @@ fn a_failure_after_the_replica_followed_the_agent_resets_it_with_the_local_users
     let mut relay = relay(&master.addr(), &["--block-size", "65536"], &[]);
     let target = local_server();
     let j = start_join(&relay.addr, &target.addr(), &[JOIN_ARGS, &["--retries", "0"]].concat(), JOIN_ENV);
-    wait_until("the replica to follow the agent", Duration::from_secs(30), || {
-        (target.client().info("replication").ok()?.role() == Ok(client::Role::Replica)).then_some(())
-    });
+    wait_until("the replica to follow the agent", Duration::from_secs(30), || (target.client().info("replication").ok()?.role() == Ok(client::Role::Replica)).then_some(()));
     relay.proc.kill();
     let j = finish_join(j);
     assert_eq!(j.code, Some(1), "{}", j.output);

@@ -43,7 +43,8 @@ fn the_rules_are_valid_and_each_alert_fires_only_where_it_should() {
     }
     // The tests can fail: a rule that never fires is caught.
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("fastrepl-alerts.yaml"), rules.replace("increase(fastrepl_relay_capture_failures_total[30m]) >= 3", "increase(fastrepl_relay_capture_failures_total[30m]) >= 300")).unwrap();
+    std::fs::write(tmp.path().join("fastrepl-alerts.yaml"), rules.replace("increase(fastrepl_relay_capture_failures_total[30m]) >= 3", "increase(fastrepl_relay_capture_failures_total[30m]) >= 300"))
+        .unwrap();
     std::fs::write(tmp.path().join("fastrepl-alerts.test.yaml"), &tests).unwrap();
     let (ok, said) = run(&promtool, &["test", "rules", "fastrepl-alerts.test.yaml"], tmp.path());
     assert!(!ok && said.contains("FastreplCaptureFailing"), "a rule that cannot fire passed its test:\n{said}");

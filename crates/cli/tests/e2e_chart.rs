@@ -53,7 +53,8 @@ fn documents(python: &Path, yaml: &str) -> Vec<Value> {
     serde_json::from_slice::<Value>(&out.stdout).unwrap().as_array().cloned().unwrap()
 }
 
-const ALL_ON: &[&str] = &["serviceMonitor.enabled=true", "prometheusRule.enabled=true", "dashboard.enabled=true", "token.create=true", "token.value=0123456789abcdef0123", "masterAuth.masterUser=fastrepl-relay"];
+const ALL_ON: &[&str] =
+    &["serviceMonitor.enabled=true", "prometheusRule.enabled=true", "dashboard.enabled=true", "token.create=true", "token.value=0123456789abcdef0123", "masterAuth.masterUser=fastrepl-relay"];
 
 #[test]
 fn the_chart_lints() {

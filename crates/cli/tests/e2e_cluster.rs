@@ -224,9 +224,7 @@ fn a_staged_start_renews_a_generation_too_old_for_the_backlog() {
     // A node started there resyncs partially, without being introduced first.
     let partial_before = c.master(0).info_num("stats", "sync_partial_ok");
     let node = Node::start_in(Flavor::Valkey81, dir.path(), &NodeOpts::default());
-    fixtures::wait_until("the staged node's link", std::time::Duration::from_secs(30), || {
-        (node.client().info("replication").ok()?.get("master_link_status") == Some("up")).then_some(())
-    });
+    fixtures::wait_until("the staged node's link", std::time::Duration::from_secs(30), || (node.client().info("replication").ok()?.get("master_link_status") == Some("up")).then_some(()));
     assert_eq!(c.master(0).info_num("stats", "sync_partial_ok"), partial_before + 1, "{}", node.log());
     cluster::wait_shard_caught_up(&c, 0, &node);
     assert_same(c.master(0), &node);

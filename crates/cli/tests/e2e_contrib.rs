@@ -24,7 +24,8 @@ fn contrib() -> PathBuf {
 
 /// The `*.yaml` files of a directory, sorted.
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().path()).filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml")).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().path()).filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml")).collect();
     v.sort();
     v
 }
@@ -191,7 +192,8 @@ fn psa_check() -> Option<PathBuf> {
         fixtures::skip("no Go toolchain and no psa-check built by scripts/setup.sh");
         return None;
     };
-    let go_cmd = |args: &[&str]| Command::new(&go).args(args).current_dir(&src).env("GOFLAGS", "-mod=readonly -buildvcs=false").env("GOPROXY", "off").env("GOTOOLCHAIN", "local").output().expect("run go");
+    let go_cmd =
+        |args: &[&str]| Command::new(&go).args(args).current_dir(&src).env("GOFLAGS", "-mod=readonly -buildvcs=false").env("GOPROXY", "off").env("GOTOOLCHAIN", "local").output().expect("run go");
     if !go_cmd(&["mod", "download"]).status.success() {
         fixtures::skip("psa-check's Go modules are not in the module cache: run scripts/setup.sh");
         return None;
@@ -383,7 +385,8 @@ fn review_relay_sizing(at: &str, spec: &Value) {
             assert!(memory >= bound, "{at}: memory limit {memory} below the store relay's bound {bound} for {connections} connections");
             let mount = c["volumeMounts"].as_array().into_iter().flatten().find(|m| m["mountPath"] == dir).unwrap_or_else(|| panic!("{at}: --store {dir} is on no volume"));
             let volume = spec["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("{at}: volume {} undefined", mount["name"]));
-            let storage = volume["ephemeral"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"].as_str().unwrap_or_else(|| panic!("{at}: the store is no ephemeral claim with a size"));
+            let storage =
+                volume["ephemeral"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"].as_str().unwrap_or_else(|| panic!("{at}: the store is no ephemeral claim with a size"));
             assert!(quantity_bytes(storage) >= 2 * (snapshot + log), "{at}: store volume {storage} below 2 x (snapshot {snapshot} + log {log}), two generations at a seal");
         }
         None => {
@@ -443,7 +446,10 @@ fn review_pod(at: &str, spec: &Value) {
         let args = c["args"].as_array().cloned().unwrap_or_default();
         // A join runs beside its server for the pod's life, or it is a restart loop (README.md).
         if args.first().and_then(Value::as_str) == Some("join") {
-            assert!(init && c["restartPolicy"] == "Always" && args.iter().any(|a| a == "--watch"), "{at}: a join container is a native sidecar (an init container with restartPolicy Always) running join --watch");
+            assert!(
+                init && c["restartPolicy"] == "Always" && args.iter().any(|a| a == "--watch"),
+                "{at}: a join container is a native sidecar (an init container with restartPolicy Always) running join --watch"
+            );
             assert!(server.is_some(), "{at}: a join sidecar beside no server");
         }
         if args.first().and_then(Value::as_str) == Some("stage") {
@@ -496,9 +502,15 @@ fn kubernetes_examples_would_pass_review() {
         for conf in d["data"].as_object().into_iter().flatten().filter(|(k, _)| k.ends_with(".conf")).filter_map(|(_, v)| v.as_str()) {
             let lines: Vec<&str> = conf.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
             if aof_allowed {
-                assert!(lines.contains(&"appendonly yes") && !lines.iter().any(|l| l.starts_with("replicaof ") || l.starts_with("slaveof ")), "{at}: a config read beside the join sidecar says appendonly yes and no replicaof (the sidecar makes the server a replica)");
+                assert!(
+                    lines.contains(&"appendonly yes") && !lines.iter().any(|l| l.starts_with("replicaof ") || l.starts_with("slaveof ")),
+                    "{at}: a config read beside the join sidecar says appendonly yes and no replicaof (the sidecar makes the server a replica)"
+                );
             } else {
-                assert!(lines.contains(&"appendonly no") && !lines.contains(&"appendonly yes"), "{at}: the server's config must say appendonly no (AOF only where the join sidecar runs beside the server)");
+                assert!(
+                    lines.contains(&"appendonly no") && !lines.contains(&"appendonly yes"),
+                    "{at}: the server's config must say appendonly no (AOF only where the join sidecar runs beside the server)"
+                );
             }
         }
     }
@@ -542,7 +554,12 @@ fn probe_scripts(dir: &Path, port: u16) -> PathBuf {
     let scripts = dir.join(format!("scripts-{port}"));
     std::fs::create_dir_all(&scripts).unwrap();
     for (name, text) in docs[0]["data"].as_object().expect("scripts.yaml's data") {
-        let text = text.as_str().unwrap().replace("/run/redis-local", &dir.join("local").to_string_lossy()).replace("/run/secrets/redis", &dir.join("secrets").to_string_lossy()).replace("-p 6379", &format!("-p {port}"));
+        let text = text
+            .as_str()
+            .unwrap()
+            .replace("/run/redis-local", &dir.join("local").to_string_lossy())
+            .replace("/run/secrets/redis", &dir.join("secrets").to_string_lossy())
+            .replace("-p 6379", &format!("-p {port}"));
         std::fs::write(scripts.join(name), text).unwrap();
     }
     scripts
@@ -578,7 +595,14 @@ fn the_probe_scripts_read_a_server_as_the_manifests_say() {
     std::fs::write(&stub, "#!/bin/sh\nprintf '%s\\n' \"$STUB_REPLY\"\nexit \"${STUB_RC:-0}\"\n").unwrap();
     std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let stubbed_run = |script: &str, reply: &str, rc: &str| run_script(&stubbed.join(script), &[("CLI", stub.to_str().unwrap()), ("STUB_REPLY", reply), ("STUB_RC", rc)]).0;
-    for (reply, rc, alive) in [("PONG", "0", true), ("LOADING Redis is loading the dataset in memory", "0", true), ("BUSY Redis is busy running a script.", "0", true), ("MASTERDOWN Link with MASTER is down", "0", true), ("Could not connect to Redis at 127.0.0.1:6379: Connection refused", "1", false), ("NOAUTH Authentication required.", "0", false)] {
+    for (reply, rc, alive) in [
+        ("PONG", "0", true),
+        ("LOADING Redis is loading the dataset in memory", "0", true),
+        ("BUSY Redis is busy running a script.", "0", true),
+        ("MASTERDOWN Link with MASTER is down", "0", true),
+        ("Could not connect to Redis at 127.0.0.1:6379: Connection refused", "1", false),
+        ("NOAUTH Authentication required.", "0", false),
+    ] {
         assert_eq!(stubbed_run("alive.sh", reply, rc), alive, "alive.sh on {reply:?}");
     }
     for (info, ready) in [
@@ -599,7 +623,11 @@ fn the_probe_scripts_read_a_server_as_the_manifests_say() {
     let master_info = "loading:0\r\nrole:master\r\ncluster_enabled:0";
     let chart_pod = |index: &str, pw_file: &str, pw: &str| {
         let file = dir.path().join("secrets").join(pw_file);
-        run_script(&stubbed.join("ready.sh"), &[("CLI", echo_auth.to_str().unwrap()), ("STUB_REPLY", master_info), ("STUB_PW", pw), ("PASSWORD_FILE", file.to_str().unwrap()), ("PRIMARY_POD_INDEX", "0"), ("POD_INDEX", index)]).0
+        run_script(
+            &stubbed.join("ready.sh"),
+            &[("CLI", echo_auth.to_str().unwrap()), ("STUB_REPLY", master_info), ("STUB_PW", pw), ("PASSWORD_FILE", file.to_str().unwrap()), ("PRIMARY_POD_INDEX", "0"), ("POD_INDEX", index)],
+        )
+        .0
     };
     assert!(chart_pod("0", "other", "another-password"), "pod 0 of the chart is ready as its primary, with the password from PASSWORD_FILE");
     assert!(!chart_pod("1", "other", "another-password"), "pod 1 of the chart is a replica: not ready as a master");

@@ -33,11 +33,8 @@ fn a_join_and_its_relay_report_typed_events_in_order() {
     let text = std::fs::read_to_string(&relay_events).unwrap();
     let events = relay::events::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert_eq!(events.first(), Some(&RelayEvent::Start { version: relay::events::VERSION, process: "relay".into() }), "{text}");
-    let (started, gen) = events
-        .iter()
-        .enumerate()
-        .find_map(|(i, e)| if let RelayEvent::RdbStarted { generation, .. } = e { Some((i, *generation)) } else { None })
-        .unwrap_or_else(|| panic!("no rdb_started: {text}"));
+    let (started, gen) =
+        events.iter().enumerate().find_map(|(i, e)| if let RelayEvent::RdbStarted { generation, .. } = e { Some((i, *generation)) } else { None }).unwrap_or_else(|| panic!("no rdb_started: {text}"));
     let published = events
         .iter()
         .position(|e| matches!(e, RelayEvent::Published { generation, bytes, .. } if *generation == gen && *bytes > 0))

@@ -223,7 +223,9 @@ fn killed_join_its_guard_resets_the_replica() {
     assert_untouched(&replica);
     // The guard shares the join's stderr: its word lands in the join's output.
     // Whole lines only: the output file is read while the guard may still be writing to it.
-    let said = wait_until("the guard to say it reset the replica", Duration::from_secs(10), || j.output().split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains("agent died")).map(|l| l.trim_end().to_owned()));
+    let said = wait_until("the guard to say it reset the replica", Duration::from_secs(10), || {
+        j.output().split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains("agent died")).map(|l| l.trim_end().to_owned())
+    });
     let line: serde_json::Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("the guard's line is not JSON ({e}): {said}"));
     assert_eq!(line["level"], "WARN", "{said}");
     assert_eq!(line["replica"], replica.addr(), "{said}");

@@ -17,9 +17,7 @@ fn fidelity(flavor: Flavor, diskless_master: bool) {
     assert_identical(&master, &replica);
     // The replica is a live replica: a write after the handoff arrives.
     master.client().cmd(&["SET", "after-handoff", "1"]).unwrap();
-    wait_until("a write after the handoff to arrive", std::time::Duration::from_secs(10), || {
-        (replica.client().cmd(&["GET", "after-handoff"]).ok()?.as_text()? == "1").then_some(())
-    });
+    wait_until("a write after the handoff to arrive", std::time::Duration::from_secs(10), || (replica.client().cmd(&["GET", "after-handoff"]).ok()?.as_text()? == "1").then_some(()));
     if flavor.has_functions() {
         let r = replica.client().cmd(&["FCALL_RO", "echo_first", "0", "hello"]).unwrap();
         assert_eq!(r.as_text().as_deref(), Some("hello"));

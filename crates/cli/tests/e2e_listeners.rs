@@ -44,7 +44,6 @@ fn listening(pid: u32) -> Vec<SocketAddr> {
     out
 }
 
-
 /// As [`listening`], for `pid` and every process it started, and theirs (the relay's UCX side).
 fn listening_tree(pid: u32) -> Vec<SocketAddr> {
     let mut out = listening(pid);
@@ -109,7 +108,14 @@ fn every_listener_is_where_it_was_asked_for() {
     assert!(!seen.is_empty(), "the join was never seen listening (it must listen for its replica)");
     // The peer listener the join logged (--peer-listen's default: where it reaches the relay from)
     // was among those seen: the sampling saw the join's listeners, not nothing.
-    let peer: SocketAddr = j.output.lines().find(|l| l.contains("serving peers")).and_then(|l| l.split("listen=").nth(1)).and_then(|r| r.split_whitespace().next()).and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("no peer listener logged:\n{}", j.output));
+    let peer: SocketAddr = j
+        .output
+        .lines()
+        .find(|l| l.contains("serving peers"))
+        .and_then(|l| l.split("listen=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no peer listener logged:\n{}", j.output));
     assert!(seen.contains(&peer), "peer listener {peer} not seen among {seen:?}");
     let off: Vec<&SocketAddr> = seen.iter().filter(|a| a.ip() != loopback).collect();
     assert!(off.is_empty(), "the join listened off loopback: {off:?} (all seen: {seen:?})");

@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
+use fixtures::netns;
 use std::process::Command;
 use std::time::Duration;
-use fixtures::netns;
 
 fn in_ns(ns: &str) -> Command {
     let mut c = Command::new("ip");

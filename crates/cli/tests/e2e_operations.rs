@@ -16,7 +16,6 @@ fn replica_of(master: &Server) -> Server {
     r
 }
 
-
 /// Scrape `addr` and index the samples by `name{labels}`.
 fn scrape(addr: &str) -> std::collections::HashMap<String, f64> {
     let text = metrics::scrape(addr, Duration::from_secs(10)).unwrap();
@@ -50,9 +49,7 @@ fn snapshot_from_a_replica_forks_nothing_on_the_master() {
     assert_identical(&master, &target);
     // Compression was switched off for the capture and is back on once the RDB is complete.
     assert!(relay.proc.output().contains("switched_off=\"rdbcompression\""), "{}", relay.proc.output());
-    wait_until("the source's rdbcompression to be restored", Duration::from_secs(10), || {
-        (source.client().config_get("rdbcompression").ok()?.as_deref() == Some("yes")).then_some(())
-    });
+    wait_until("the source's rdbcompression to be restored", Duration::from_secs(10), || (source.client().config_get("rdbcompression").ok()?.as_deref() == Some("yes")).then_some(()));
 }
 
 #[test]
@@ -190,7 +187,8 @@ fn json_logs_and_configuration_from_the_environment() {
     }
     assert!(lines.iter().any(|l| l.contains("\"message\":\"snapshot complete\"") && l.contains("\"generation\":1")), "{out}");
     // Lists are JSON lists, as in --json and status.
-    let started: serde_json::Value = lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["message"] == "relay started").unwrap_or_else(|| panic!("no start line:\n{out}"));
+    let started: serde_json::Value =
+        lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["message"] == "relay started").unwrap_or_else(|| panic!("no start line:\n{out}"));
     let transports = started["transports"].as_array().unwrap_or_else(|| panic!("transports is not a list: {started}"));
     assert!(transports.iter().any(|t| t == "tcp"), "{started}");
 }
@@ -582,7 +580,12 @@ fn the_stage_drop_in_prepares_the_server_as_its_unit_runs_it() {
     let example = env_example(&std::fs::read_to_string(contrib.join("stage.env.example")).unwrap());
     let dbfilename = example.iter().find(|(k, _)| k == "FASTREPL_DBFILENAME").map(|(_, v)| v.clone()).expect("FASTREPL_DBFILENAME");
     let conf = top.path().join("redis-6380.conf");
-    let conf_text = format!("port {port}\nbind 127.0.0.1\ndir {}\ndbfilename {dbfilename}\nreplicaof 127.0.0.1 {}\nsave \"\"\nappendonly no\nlogfile {}\n", data.display(), master.port, data.join("server.log").display());
+    let conf_text = format!(
+        "port {port}\nbind 127.0.0.1\ndir {}\ndbfilename {dbfilename}\nreplicaof 127.0.0.1 {}\nsave \"\"\nappendonly no\nlogfile {}\n",
+        data.display(),
+        master.port,
+        data.join("server.log").display()
+    );
     std::fs::write(&conf, conf_text).unwrap();
     // Host names, as the example has them: `localhost` for this test's relay and master.
     let mut env: Vec<(String, String)> = Vec::new();
@@ -602,7 +605,11 @@ fn the_stage_drop_in_prepares_the_server_as_its_unit_runs_it() {
     let bin = top.path().join("fastrepl");
     std::fs::copy(env!("CARGO_BIN_EXE_fastrepl"), &bin).unwrap();
     std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let argv: Vec<String> = line.split_whitespace().map(|w| w.replace("/usr/local/bin/fastrepl", bin.to_str().unwrap()).replace("%d", creds.to_str().unwrap()).replace("%i", "6380")).chain(["--json".to_string()]).collect();
+    let argv: Vec<String> = line
+        .split_whitespace()
+        .map(|w| w.replace("/usr/local/bin/fastrepl", bin.to_str().unwrap()).replace("%d", creds.to_str().unwrap()).replace("%i", "6380"))
+        .chain(["--json".to_string()])
+        .collect();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut cmd = as_user(&user, &umask, &argv);
     cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").envs(env);

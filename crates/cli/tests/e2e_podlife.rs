@@ -21,9 +21,9 @@
 
 mod common;
 mod pods;
-use pods::*;
 use common::*;
 use fixtures::netns::{self, Lab};
+use pods::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

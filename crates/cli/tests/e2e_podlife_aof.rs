@@ -147,7 +147,11 @@ impl Life {
         let last = r.last().unwrap();
         assert!(last["ok"] == true && last["handoff"] == "partial", "{POD}: the sidecar's join was not a partial handoff: {last}");
         let after = self.master.counts();
-        assert_eq!(after, (before.0 + captures, before.1 + 1, before.2 + captures), "{POD}: the start was not one partial resync without a fork (sync_full, sync_partial_ok, total_forks; {captures} relay captures)");
+        assert_eq!(
+            after,
+            (before.0 + captures, before.1 + 1, before.2 + captures),
+            "{POD}: the start was not one partial resync without a fork (sync_full, sync_partial_ok, total_forks; {captures} relay captures)"
+        );
         assert!(relay_served(&self.master.ns, &self.relay_addr) > served, "{POD}: the relay served nothing for the join");
         // The server's AOF comes back on after the sync, by itself (its own rewrite: a fork of the
         // replica, not of the master).
@@ -240,7 +244,11 @@ fn life(flavor: Flavor) {
     let args = ["join", "--relay", &f.relay_addr, "--replica", "127.0.0.1:6379", "--master", &f.master_addr, "--force", "--retries", "0"];
     let (ok, out, err) = fastrepl_in(&f.master.ns, &args, &[("FASTREPL_TOKEN", TOKEN), ("FASTREPL_MASTER_PASSWORD", PASSWORD), ("FASTREPL_REPLICA_PASSWORD", PASSWORD)]);
     assert!(!ok && err.contains("is the local server itself") && err.contains("not changed"), "a join of the master itself:\n{out}{err}");
-    assert_eq!((f.master.counts(), f.master.client().cmd(&["DBSIZE"]).unwrap().as_int(), f.master.client().info("replication").unwrap().get("role").map(str::to_string)), (counts, keys, Some("master".to_string())), "the master was touched");
+    assert_eq!(
+        (f.master.counts(), f.master.client().cmd(&["DBSIZE"]).unwrap().as_int(), f.master.client().info("replication").unwrap().get("role").map(str::to_string)),
+        (counts, keys, Some("master".to_string())),
+        "the master was touched"
+    );
     pod.terminate();
     pod.terminate_sidecars();
 }

@@ -205,7 +205,8 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     assert_eq!(after, (before.0 + 1, before.1 + 2, before.2 + 1), "the scale-up on shard 0's master (sync_full, sync_partial_ok, total_forks)");
     let ids = [my_id(&mut pod0.client()), my_id(&mut pod1.client())];
     for id in &ids {
-        let line = wait_until("the cluster to list the pod as shard 0's replica", Duration::from_secs(30), || line_of(&mut s.nodes[1].client(), id).filter(|l| l.contains(&format!("slave {node0_id}"))));
+        let line =
+            wait_until("the cluster to list the pod as shard 0's replica", Duration::from_secs(30), || line_of(&mut s.nodes[1].client(), id).filter(|l| l.contains(&format!("slave {node0_id}"))));
         assert!(line.contains(".redis-cluster-shard0-headless.redis.svc.cluster.local"), "the pod does not announce its DNS name: {line}");
     }
     let (fq0, fq1) = (s.fqdn("redis-cluster-shard0-0"), s.fqdn("redis-cluster-shard0-1"));
@@ -231,7 +232,9 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     let new_ip = s.lab.hosts[6].ip.clone();
     for n in &s.nodes {
         // The new address, and the bus link to it up (a master's vote for this pod travels on it).
-        wait_until("the cluster to learn the rescheduled pod's address", Duration::from_secs(30), || line_of(&mut n.client(), &ids[0]).filter(|l| l.contains(&format!(" {new_ip}:6379@")) && l.split_whitespace().nth(7) == Some("connected")));
+        wait_until("the cluster to learn the rescheduled pod's address", Duration::from_secs(30), || {
+            line_of(&mut n.client(), &ids[0]).filter(|l| l.contains(&format!(" {new_ip}:6379@")) && l.split_whitespace().nth(7) == Some("connected"))
+        });
     }
     s.assert_identical(&node0, &fq0);
 
@@ -242,9 +245,7 @@ fn a_cluster_shard_pod_lives_through_its_life() {
     write(&mut s.nodes[0].client(), &tag, "c", 1000);
     // A manual failover needs the replica's bus link to its master up: just rescheduled, it may
     // still be connecting ("Master is down or failed").
-    wait_until("shard0-0 to see its master on the bus", Duration::from_secs(30), || {
-        line_of(&mut pod0.client(), &node0_id).filter(|l| l.contains(" connected") && !l.contains("fail")).map(|_| ())
-    });
+    wait_until("shard0-0 to see its master on the bus", Duration::from_secs(30), || line_of(&mut pod0.client(), &node0_id).filter(|l| l.contains(" connected") && !l.contains("fail")).map(|_| ()));
     pod0.client().cmd(&["CLUSTER", "FAILOVER"]).expect("CLUSTER FAILOVER");
     let new_master = |h: &str| h == fq0 || h == new_ip;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -256,7 +257,8 @@ fn a_cluster_shard_pod_lives_through_its_life() {
             pod0.client().cmd(&["CLUSTER", "FAILOVER"]).expect("CLUSTER FAILOVER, again");
             asked = Instant::now();
         }
-        let role = |c: &mut client::Client| c.info("replication").map(|i| (i.get("role").map(str::to_string), i.get("master_host").map(str::to_string), i.get("master_link_status").map(str::to_string)));
+        let role =
+            |c: &mut client::Client| c.info("replication").map(|i| (i.get("role").map(str::to_string), i.get("master_host").map(str::to_string), i.get("master_link_status").map(str::to_string)));
         let (p0, n0, p1) = (role(&mut pod0.client()), role(&mut s.nodes[0].client()), role(&mut pod1.client()));
         let follows = |r: &Result<(Option<String>, Option<String>, Option<String>), client::Error>| matches!(r, Ok((_, Some(h), Some(l))) if new_master(h) && l == "up");
         if matches!(&p0, Ok((Some(r), _, _)) if r == "master") && follows(&n0) && follows(&p1) {

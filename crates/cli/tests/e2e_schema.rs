@@ -21,7 +21,6 @@ fn fields(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().cloned().collect()
 }
 
-
 #[test]
 fn join_and_status_json_have_exactly_the_documented_fields() {
     let master = Server::start(Flavor::Redis70, &[]);

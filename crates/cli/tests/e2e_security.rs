@@ -51,12 +51,7 @@ fn master_with_acl_user_from_files() {
     let (pw, rpw, tok) = (pw.to_str().unwrap(), rpw.to_str().unwrap(), tok.to_str().unwrap());
     let relay = relay(&master.addr(), &["--master-user", "repl", "--master-password-file", pw, "--token-file", tok], &[("FASTREPL_TOKEN", "")]);
     let replica = Server::start(Flavor::Valkey81, &["--requirepass", MASTER_PW]);
-    let j = join(
-        &relay.addr,
-        &replica.addr(),
-        &["--master-user", "repl", "--master-password-file", pw, "--token-file", tok, "--replica-password-file", rpw],
-        &[("FASTREPL_TOKEN", "")],
-    );
+    let j = join(&relay.addr, &replica.addr(), &["--master-user", "repl", "--master-password-file", pw, "--token-file", tok, "--replica-password-file", rpw], &[("FASTREPL_TOKEN", "")]);
     assert_partial(&j);
     assert_identical(&master, &replica);
     assert_no_secrets(&j.output);
@@ -93,9 +88,7 @@ fn relay_beyond_loopback_needs_a_token() {
 fn wrong_master_password_is_a_clear_error() {
     let master = Server::start(Flavor::Redis70, &["--requirepass", MASTER_PW]);
     let relay = relay(&master.addr(), &[], &[("FASTREPL_MASTER_PASSWORD", "not-the-password")]);
-    wait_until("the relay to report the refused AUTH", std::time::Duration::from_secs(20), || {
-        relay.proc.output().contains("AUTH refused").then_some(())
-    });
+    wait_until("the relay to report the refused AUTH", std::time::Duration::from_secs(20), || relay.proc.output().contains("AUTH refused").then_some(()));
     assert!(!relay.proc.output().contains("not-the-password"));
 }
 

@@ -168,7 +168,8 @@ fn strangers_on_every_port_keep_no_agent_out_and_cost_bounded_memory_and_log() {
     let scraped = wait_until("a scrape under attack", Duration::from_secs(20), || metrics::scrape(&metrics_addr, Duration::from_secs(5)).ok());
     // Every listener's refusals on every scrape: the metrics endpoint's own are counted nowhere else.
     for listener in ["agents", "metrics"] {
-        let refused: f64 = scraped.lines().filter(|l| l.starts_with(&format!("fastrepl_admission_refused_total{{listener=\"{listener}\","))).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum();
+        let refused: f64 =
+            scraped.lines().filter(|l| l.starts_with(&format!("fastrepl_admission_refused_total{{listener=\"{listener}\","))).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum();
         assert!(refused > 0.0, "no refusal of the {listener} listener in the scrape:\n{scraped}");
     }
     let last = join(&relay.addr, &replicas[3].addr(), &args(3).iter().map(String::as_str).collect::<Vec<_>>(), &[]);

@@ -327,8 +327,7 @@ fn over_tls_agents_still_serve_each_other() {
     let (crt, key, ca) = (certs.path("node.crt"), certs.path("node.key"), certs.path("ca.crt"));
     // The certificate names localhost, not the hosts' addresses: the relay is checked by that name,
     // peers by the CA alone.
-    let Some(f) = fleet_with(4, "100mbit", 16, &[1, 2, 3], &["--agents-tls-cert", &crt, "--agents-tls-key", &key], &["--relay-cacert", &ca, "--relay-server-name", "localhost"])
-    else {
+    let Some(f) = fleet_with(4, "100mbit", 16, &[1, 2, 3], &["--agents-tls-cert", &crt, "--agents-tls-key", &key], &["--relay-cacert", &ca, "--relay-server-name", "localhost"]) else {
         return;
     };
     let tx0 = f.lab.tx_bytes(0).unwrap();

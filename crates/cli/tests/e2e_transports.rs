@@ -180,8 +180,12 @@ fn the_relays_ucx_side_dying_takes_only_itself() {
     // At once: the next attach finds the side dead and starts another itself (from the thread
     // serving that agent's connection), or the relay's watcher has done it already.
     let second = ucx_join(&Server::start(Flavor::Redis70, &[]));
-    assert!(relay.proc.running(), "the relay died with its UCX side:
-{}", relay.proc.output());
+    assert!(
+        relay.proc.running(),
+        "the relay died with its UCX side:
+{}",
+        relay.proc.output()
+    );
     let now = agent::procstat::children(relay.proc.pid());
     assert!(now.len() == 1 && now[0] != sides[0], "a new UCX side serves: {now:?} (was {sides:?})");
     // The new side outlives the connection that may have started it.

@@ -115,7 +115,13 @@ fn render(v: &Value) -> (Value, Vec<Value>) {
     let key_of = |u: &str| users[u]["passwordKey"].as_str().unwrap_or(u).to_string();
     let acl: Vec<String> = users
         .iter()
-        .map(|(u, spec)| format!("printf 'user {u} on #%s {}\\n' \"$(printf %s \"$(cat /valkey-users-secret/{})\" | sha256sum | cut -d' ' -f1)\" >> /etc/valkey/users.acl", spec["permissions"].as_str().expect("permissions"), key_of(u)))
+        .map(|(u, spec)| {
+            format!(
+                "printf 'user {u} on #%s {}\\n' \"$(printf %s \"$(cat /valkey-users-secret/{})\" | sha256sum | cut -d' ' -f1)\" >> /etc/valkey/users.acl",
+                spec["permissions"].as_str().expect("permissions"),
+                key_of(u)
+            )
+        })
         .collect();
     let repl_user = v["replica"]["replicationUser"].as_str().unwrap_or("default");
     let init = CHART_INIT.replace("@ACL@", &acl.join("\n")).replace("@REPL_KEY@", &key_of(repl_user)).replace("@REPL_USER@", repl_user).replace("@RELEASE@", RELEASE).replace("@NAMESPACE@", NAMESPACE);

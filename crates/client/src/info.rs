@@ -10,13 +10,7 @@ pub struct Info(pub HashMap<String, String>);
 impl Info {
     /// Parse the text of an `INFO` reply.
     pub fn parse(text: &str) -> Info {
-        Info(
-            text.lines()
-                .filter(|l| !l.starts_with('#'))
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-                .collect(),
-        )
+        Info(text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect())
     }
     /// A field's text.
     pub fn get(&self, k: &str) -> Option<&str> {

@@ -79,11 +79,7 @@ fn check_name(h: &str) -> Result<String, String> {
     }
     let labels = h.strip_suffix('.').unwrap_or(h);
     for label in labels.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            && !label.starts_with('-')
-            && !label.ends_with('-');
+        let ok = !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') && !label.starts_with('-') && !label.ends_with('-');
         if !ok {
             return Err(format!("{label:?} is not a host name label"));
         }

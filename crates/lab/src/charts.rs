@@ -52,19 +52,8 @@ pub fn log_log(path: &Path, title: &str, x_label: &str, y_label: &str, series: &
     root.fill(&WHITE)?;
     let (x0, x1) = bounds(series, true, |p| p.0);
     let (y0, y1) = bounds(series, true, |p| p.1);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .x_label_formatter(&|v| decimal(*v))
-        .y_label_formatter(&|v| decimal(*v))
-        .draw()?;
+    let mut chart = ChartBuilder::on(&root).caption(title, ("sans-serif", 24)).margin(15).x_label_area_size(45).y_label_area_size(80).build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).x_label_formatter(&|v| decimal(*v)).y_label_formatter(&|v| decimal(*v)).draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| *x > 0.0 && *y > 0.0 && y.is_finite()).collect();
@@ -88,15 +77,18 @@ pub fn linear(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[
     root.fill(&WHITE)?;
     let (_, x1) = bounds(series, false, |p| p.0);
     let (_, y1) = bounds(series, false, |p| p.1);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x1.max(1.0) * 1.02, 0.0..y1.max(1e-3))?;
+    let mut chart = ChartBuilder::on(&root).caption(title, ("sans-serif", 24)).margin(15).x_label_area_size(45).y_label_area_size(70).build_cartesian_2d(0.0..x1.max(1.0) * 1.02, 0.0..y1.max(1e-3))?;
     // Replica counts and indices are whole numbers: label only those (one tick per whole number).
     let whole = series.iter().flat_map(|s| &s.points).all(|p| p.0.fract() == 0.0);
-    let x_fmt = |v: &f64| if !whole { decimal(*v) } else if v.fract() == 0.0 { format!("{v:.0}") } else { String::new() };
+    let x_fmt = |v: &f64| {
+        if !whole {
+            decimal(*v)
+        } else if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            String::new()
+        }
+    };
     let mut mesh = chart.configure_mesh();
     if whole {
         mesh.x_labels(x1.max(1.0) as usize + 1);

@@ -78,12 +78,8 @@ impl Candidate {
     }
 }
 
-const CANDIDATES: [Candidate; 4] = [
-    Candidate { codec: Codec::Lz4, level: 0 },
-    Candidate { codec: Codec::Zstd, level: 1 },
-    Candidate { codec: Codec::Zstd, level: 3 },
-    Candidate { codec: Codec::Zstd, level: 6 },
-];
+const CANDIDATES: [Candidate; 4] =
+    [Candidate { codec: Codec::Lz4, level: 0 }, Candidate { codec: Codec::Zstd, level: 1 }, Candidate { codec: Codec::Zstd, level: 3 }, Candidate { codec: Codec::Zstd, level: 6 }];
 
 /// One (RDB, codec) measurement.
 #[derive(Debug, Serialize)]
@@ -121,7 +117,16 @@ pub fn run(a: CodecsArgs) -> Result<()> {
         println!("-- {name}: {} bytes, {} blocks of {} bytes", bytes.len(), bytes.len().div_ceil(a.block_size as usize), a.block_size);
         for c in CANDIDATES {
             let row = measure(name, &bytes, a.block_size as usize, c, a.repeat.max(1))?;
-            println!("   {:<8} ratio {:.2}  stored {:>6.1} MB  kept raw {}/{}  compress {:.0} MB/s  decompress {:.0} MB/s", row.label, row.ratio, row.stored_bytes as f64 / 1e6, row.blocks_kept_raw, row.blocks, row.compress_mb_s, row.decompress_mb_s);
+            println!(
+                "   {:<8} ratio {:.2}  stored {:>6.1} MB  kept raw {}/{}  compress {:.0} MB/s  decompress {:.0} MB/s",
+                row.label,
+                row.ratio,
+                row.stored_bytes as f64 / 1e6,
+                row.blocks_kept_raw,
+                row.blocks,
+                row.compress_mb_s,
+                row.decompress_mb_s
+            );
             rows.push(row);
         }
     }

@@ -3,9 +3,9 @@
 //! number of replicas synced natively from the same master, verified; a table side by side.
 
 use anyhow::{bail, Context, Result};
+use fixtures::{data, Flavor, Proc, Server};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
-use fixtures::{data, Flavor, Proc, Server};
 
 #[derive(clap::Args)]
 /// `fastrepl-lab demo` arguments.
@@ -98,16 +98,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     println!("|---|---|---|---|---|---|---|---|");
     for m in &modes {
         let per: Vec<String> = m.per_replica.iter().map(|s| format!("{s:.2}")).collect();
-        println!(
-            "| {} | {n} | {:.2} | {} | {} | {:.2} | {} | {} |",
-            m.name,
-            m.secs,
-            per.join(", "),
-            m.forks,
-            m.master_cpu_secs,
-            if m.verified { "yes" } else { "NO" },
-            m.detail
-        );
+        println!("| {} | {n} | {:.2} | {} | {} | {:.2} | {} | {} |", m.name, m.secs, per.join(", "), m.forks, m.master_cpu_secs, if m.verified { "yes" } else { "NO" }, m.detail);
     }
     println!();
     for m in &modes[1..] {
@@ -198,11 +189,7 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
         if code != Some(0) && code != Some(3) {
             bail!("{} failed (exit {code:?}):\n{out}", j.name);
         }
-        let report: agent::Report = out
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .with_context(|| format!("{} printed no report:\n{out}", j.name))?;
+        let report: agent::Report = out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).with_context(|| format!("{} printed no report:\n{out}", j.name))?;
         let p = &report.phases;
         // Join phases count from the join's start; the mode's clock may have started earlier (relay).
         per.push(since + p.handed_off);
@@ -233,8 +220,7 @@ fn joins(exe: &std::path::Path, token: &str, relay_addr: &str, replicas: &[Serve
 
 fn run_native(master: &Server, flavor: Flavor, n: usize) -> Result<Mode> {
     println!("\n-- native: {n} replicas REPLICAOF the master at once");
-    let replicas: Vec<Server> =
-        (0..n).map(|_| Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+    let replicas: Vec<Server> = (0..n).map(|_| Server::try_start(flavor, &["--repl-diskless-load", "on-empty-db"]).map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
     let mut mc = master.client();
     let forks0 = stat(&mut mc, "stats", "total_forks")?;
     let cpu0 = cpu_secs(master.pid());

@@ -567,10 +567,8 @@ fn write_charts(dir: &std::path::Path, points: &[Point], baselines: &[serde_json
     let mut names: Vec<String> = points.iter().map(|p| p.transport.clone()).collect();
     names.dedup();
     let series = |f: &dyn Fn(&Point) -> Option<f64>, bkey: Option<&str>| {
-        let mut v: Vec<Series> = names
-            .iter()
-            .map(|n| Series { name: n.clone(), points: points.iter().filter(|p| &p.transport == n).filter_map(|p| f(p).map(|y| (p.size as f64, y))).collect(), baseline: false })
-            .collect();
+        let mut v: Vec<Series> =
+            names.iter().map(|n| Series { name: n.clone(), points: points.iter().filter(|p| &p.transport == n).filter_map(|p| f(p).map(|y| (p.size as f64, y))).collect(), baseline: false }).collect();
         if let Some(k) = bkey {
             for b in ["memcpy", "tcp-stream"] {
                 v.push(Series {
@@ -650,7 +648,13 @@ fn fetch_runs(a: &ProbeArgs, relay: SocketAddr, token: &Credentials, offered: &a
     println!("{:<46} {:>4} {:>8} {:>9} {:>7} {:>10} {:>11}", "mode", "conc", "s/pull", "MiB/s", "×base", "cpu s/pull", "relay cpu %");
     for r in rows.iter_mut() {
         let m = r["mode"].as_str().unwrap_or("").to_string();
-        let b = if m.contains('(') { None } else if baseline_of(&m) == "memcpy" { memcpy } else { tcp };
+        let b = if m.contains('(') {
+            None
+        } else if baseline_of(&m) == "memcpy" {
+            memcpy
+        } else {
+            tcp
+        };
         let ratio = b.and_then(|b| r["mib_s"].as_f64().map(|x| x / b));
         if let Some(x) = ratio {
             r["ratio_to_baseline"] = serde_json::json!(x);
@@ -716,7 +720,16 @@ fn tcp_stream_once(bytes: u64) -> Result<f64> {
 
 /// `conc` concurrent pulls of the relay's snapshot over transport `name`; one JSON run record.
 #[allow(clippy::too_many_arguments)]
-fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: &Credentials, offered: &agent::pull::progress::Offered, bytes: u64, relay_pid: Option<u32>) -> Result<serde_json::Value> {
+fn pull_round(
+    a: &ProbeArgs,
+    name: &str,
+    conc: usize,
+    relay: SocketAddr,
+    token: &Credentials,
+    offered: &agent::pull::progress::Offered,
+    bytes: u64,
+    relay_pid: Option<u32>,
+) -> Result<serde_json::Value> {
     let cancel = AtomicBool::new(false);
     let rcpu0 = relay_pid.and_then(agent::procstat::cpu_secs_with_children);
     let cpu0 = agent::procstat::own_cpu_secs();
@@ -731,7 +744,15 @@ fn pull_round(a: &ProbeArgs, name: &str, conc: usize, relay: SocketAddr, token: 
                     let t1 = Instant::now();
                     let mut n = 0u64;
                     let readers = agent::readers(a.in_flight.unwrap_or(0), t.as_ref());
-                    let pull = agent::pull::pipeline::Pull { transport: t.as_ref(), progress: &attached.progress, readers, window: agent::pull::pipeline::window(None, agent::pull::pipeline::Membership::Alone), cancel, peering: None, counters: None };
+                    let pull = agent::pull::pipeline::Pull {
+                        transport: t.as_ref(),
+                        progress: &attached.progress,
+                        readers,
+                        window: agent::pull::pipeline::window(None, agent::pull::pipeline::Membership::Alone),
+                        cancel,
+                        peering: None,
+                        counters: None,
+                    };
                     agent::pull::pipeline::pull(&pull, &mut |b| {
                         n += b.len() as u64;
                         Ok(())

@@ -22,12 +22,12 @@
 //! A seed names a fleet: one seed gives one outcome (nothing depends on a map's order).
 
 use crate::stats;
-use swarm::{AgentId, Answer, Chooser, Keep, Origin, ServeCache, Tracker};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use swarm::{AgentId, Answer, Chooser, Keep, Origin, ServeCache, Tracker};
 
 /// `fastrepl-lab simulate` arguments.
 #[derive(clap::Args, Debug, Clone)]
@@ -380,10 +380,7 @@ fn max_min_rates(hosts: &[Host], transfers: &[Transfer]) -> Rates {
                 nd[x.dst] += 1;
             }
         }
-        let inc = (0..hosts.len())
-            .flat_map(|h| [(nu[h] > 0).then(|| up[h] / f64::from(nu[h])), (nd[h] > 0).then(|| down[h] / f64::from(nd[h]))])
-            .flatten()
-            .fold(f64::INFINITY, f64::min);
+        let inc = (0..hosts.len()).flat_map(|h| [(nu[h] > 0).then(|| up[h] / f64::from(nu[h])), (nd[h] > 0).then(|| down[h] / f64::from(nd[h]))]).flatten().fold(f64::INFINITY, f64::min);
         if !inc.is_finite() {
             break;
         }
@@ -703,7 +700,12 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
             let nrelay = transfers.iter().filter(|x| x.src == 0).count();
             let prefix: Vec<u64> = agents.iter().map(|g| g.chooser.held_prefix()).collect();
             let held: Vec<u64> = agents.iter().map(|g| g.chooser.held()).collect();
-            eprintln!("t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}", relay / bps * 100.0, transfers.len(), total / (bps * n as f64) * 100.0);
+            eprintln!(
+                "t={t:.2} relay flows {nrelay} at {:.0}% of B; all flows {} at {:.0}% of N·B; prefix {prefix:?} held {held:?}",
+                relay / bps * 100.0,
+                transfers.len(),
+                total / (bps * n as f64) * 100.0
+            );
         }
         if agents.iter().any(|g| g.started && g.alive && g.finished.is_none() && !g.slow) {
             pulling_steps += 1;
@@ -714,7 +716,13 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
                     let next = g.chooser.held_prefix();
                     (next..(next + g.chooser.window_now()).min(blocks)).any(|b| tracker.holders(b) == 0 && !g.chooser.holds(b) && !g.chooser.in_flight(b))
                 });
-                relay_short[if relay_reads { 0 } else if !unclaimed { 1 } else { 2 }] += 1;
+                relay_short[if relay_reads {
+                    0
+                } else if !unclaimed {
+                    1
+                } else {
+                    2
+                }] += 1;
             }
         }
         if let Some(tr) = traced.as_mut() {
@@ -939,7 +947,8 @@ fn seeds_row(n: usize, runs: &[Row]) -> String {
         "| {n} | {} | {} | {} | {} | {:.2} ({:.2}) | {} | {} |",
         stats::median(&ratios).map_or("–".into(), |m| format!("{m:.3}")),
         worst.map_or("–".into(), |w| format!("{:.3} ({})", w.t_over_t1, w.seed)),
-        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ") + &if left_out > 0 { format!(" ({left_out} of {} without a full-rate agent that finished)", runs.len()) } else { String::new() },
+        sorted.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ")
+            + &if left_out > 0 { format!(" ({left_out} of {} without a full-rate agent that finished)", runs.len()) } else { String::new() },
         stats::median(&slow).map_or("–".into(), |m| format!("{m:.2} ({:.2})", most(&slow))),
         stats::median(&copies).unwrap_or(f64::NAN),
         most(&copies),

@@ -78,10 +78,7 @@ pub struct SoakResults {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())).unwrap_or(0)
 }
 
 fn relay_state(pid: u32) -> (u64, u64, u64) {
@@ -118,9 +115,7 @@ pub fn run(a: SoakArgs) -> Result<SoakResults> {
     let token = "soak-token-0123456789abcdef";
     let relay_addr = format!("127.0.0.1:{}", fixtures::free_port());
     let mut cmd = std::process::Command::new(&exe);
-    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--log-max-bytes", &a.log_max_bytes.to_string()])
-        .env("FASTREPL_TOKEN", token)
-        .env("FASTREPL_LOG", "info");
+    cmd.args(["relay", "--master", &master.addr(), "--listen", &relay_addr, "--log-max-bytes", &a.log_max_bytes.to_string()]).env("FASTREPL_TOKEN", token).env("FASTREPL_LOG", "info");
     let relay = Proc::spawn("relay", cmd);
     let until = Instant::now() + Duration::from_secs(30);
     while !relay.output().contains("snapshot complete") {
@@ -221,16 +216,7 @@ impl Pause {
 
 /// Reset the replica, join it, verify it; record the relay's state.
 #[allow(clippy::too_many_arguments)]
-fn one_join(
-    exe: &std::path::Path,
-    relay: &str,
-    token: &str,
-    master: &Server,
-    replica: &Server,
-    gate: Option<&Pause>,
-    relay_pid: u32,
-    rows: &Mutex<Vec<JoinRow>>,
-) -> Result<()> {
+fn one_join(exe: &std::path::Path, relay: &str, token: &str, master: &Server, replica: &Server, gate: Option<&Pause>, relay_pid: u32, rows: &Mutex<Vec<JoinRow>>) -> Result<()> {
     let mut c = replica.try_client()?;
     c.cmd(&["REPLICAOF", "NO", "ONE"])?;
     c.cmd(&["FLUSHALL"])?;
@@ -261,8 +247,14 @@ fn one_join(
 }
 
 fn markdown(r: &SoakResults) -> String {
-    let mut s = format!("# Soak\n\n**{}**\n\nSettings: `{}`. Reproduce: `fastrepl-lab soak --joins {} --concurrency {}{}` (raw: results.json).\n\n",
-        r.summary, r.settings, r.settings["joins"], r.settings["concurrency"], if r.settings["writes"].as_bool() == Some(true) { " --writes" } else { "" });
+    let mut s = format!(
+        "# Soak\n\n**{}**\n\nSettings: `{}`. Reproduce: `fastrepl-lab soak --joins {} --concurrency {}{}` (raw: results.json).\n\n",
+        r.summary,
+        r.settings,
+        r.settings["joins"],
+        r.settings["concurrency"],
+        if r.settings["writes"].as_bool() == Some(true) { " --writes" } else { "" }
+    );
     s.push_str("The relay after every tenth join (while other joins run):\n\n| join | generation | secs | relay RSS (MiB) | fds | memfds |\n|---:|---:|---:|---:|---:|---:|\n");
     for j in r.joins.iter().filter(|j| j.n % 10 == 0 || j.n == 1) {
         s.push_str(&format!("| {} | {} | {:.2} | {:.1} | {} | {} |\n", j.n, j.generation, j.secs, j.relay_rss_kib as f64 / 1024.0, j.relay_fds, j.relay_memfds));

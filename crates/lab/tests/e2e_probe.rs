@@ -38,7 +38,12 @@ fn probe_over_rdma_reports_a_verbs_lane() {
         panic!("set FASTREPL_TEST_RDMA=1 on a host with an RDMA device");
     }
     let dir = tempfile::tempdir().unwrap();
-    let o = lab().env("UCX_TLS", std::env::var("FASTREPL_TEST_RDMA_TLS").unwrap_or_else(|_| "rc,ud".into())).args(["probe", "--self", "--quick", "--transports", "ucx", "--out"]).arg(dir.path()).output().unwrap();
+    let o = lab()
+        .env("UCX_TLS", std::env::var("FASTREPL_TEST_RDMA_TLS").unwrap_or_else(|_| "rc,ud".into()))
+        .args(["probe", "--self", "--quick", "--transports", "ucx", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("probe.json")).unwrap()).unwrap();
     for p in j["points"].as_array().unwrap() {

@@ -162,7 +162,8 @@ mod lex {
     /// The intra-doc link paths of a comment, if it is a doc comment (`///`, `//!`, `/**`, `/*!`).
     fn doc_paths(comment: &[char], mut line: usize, out: &mut Vec<Token>) {
         let text: String = comment.iter().collect();
-        let doc = (text.starts_with("///") && !text.starts_with("////")) || text.starts_with("//!") || (text.starts_with("/**") && !text.starts_with("/***") && text != "/**/") || text.starts_with("/*!");
+        let doc =
+            (text.starts_with("///") && !text.starts_with("////")) || text.starts_with("//!") || (text.starts_with("/**") && !text.starts_with("/***") && text != "/**/") || text.starts_with("/*!");
         if !doc {
             return;
         }
@@ -930,7 +931,7 @@ pub mod map {
 
     /// The quoted value of `key = "…"` in a declaration.
     fn quoted<'a>(decl: &'a str, key: &str) -> Option<&'a str> {
-        let rest = &decl[decl.find(&format!("{key} ="))? ..];
+        let rest = &decl[decl.find(&format!("{key} ="))?..];
         rest.split('"').nth(1)
     }
 
@@ -1156,6 +1157,9 @@ mod rules {
         assert_eq!(deps, BTreeMap::from([("b".into(), false), ("c".into(), true), ("d".into(), false)]));
         let modules = BTreeSet::from(["one".to_string(), "two".to_string(), "three".to_string()]);
         let problems = map::compare(&map::rows(doc), &BTreeMap::from([("a".to_string(), (modules, deps))]));
-        assert_eq!(problems, ["row `gone`: no such crate (a crate is a directory under crates/ with a Cargo.toml, or fuzz/)", "`a`: \"what it is\" does not name `three`", "`a`: \"depends on\" misses d"]);
+        assert_eq!(
+            problems,
+            ["row `gone`: no such crate (a crate is a directory under crates/ with a Cargo.toml, or fuzz/)", "`a`: \"what it is\" does not name `three`", "`a`: \"depends on\" misses d"]
+        );
     }
 }

@@ -506,9 +506,7 @@ const _: () = assert!(2 * ms(PEER_ARRIVAL_STALL_MAX) <= ms(PEER_IO_TIMEOUT));
 const _: () = assert!(ms(PEER_CUT_OFF_DRAIN_MAX) < ms(PEER_IO_TIMEOUT));
 // The spares hold a piece buffer for every read an agent has in flight at the default block size: its
 // peer flows at their depth and its relay flow at its own.
-const _: () = assert!(
-    (PEER_FETCHES_MAX * PEER_READS_IN_FLIGHT + READS_IN_FLIGHT_PER_CONNECTION) as u64 * BLOCK_BYTES_DEFAULT <= ARRIVAL_SPARE_BYTES_MAX as u64
-);
+const _: () = assert!((PEER_FETCHES_MAX * PEER_READS_IN_FLIGHT + READS_IN_FLIGHT_PER_CONNECTION) as u64 * BLOCK_BYTES_DEFAULT <= ARRIVAL_SPARE_BYTES_MAX as u64);
 // Polls and slices are short beside the waits they serve.
 const _: () = assert!(10 * ms(TRACKER_WAIT_SLICE) <= ms(HEARTBEAT) && 10 * ms(TLS_ACK_WAIT_MAX) <= ms(ACK_EVERY));
 const _: () = assert!(10 * ms(REPLICA_ACCEPT_POLL_EVERY) <= ms(REPLICA_CONNECT_MAX) && 10 * ms(LOADING_POLL_EVERY) <= ms(COMMAND_TIMEOUT));

@@ -207,10 +207,11 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
     let server = if chosen.replica { format!("source replica {}", chosen.addr) } else { format!("master {}", chosen.addr) };
     let t0 = Instant::now();
     let s = client::tls::connect(&chosen.addr, cfg.tls.as_ref(), CONNECT_TIMEOUT).map_err(|(op, source)| Error::Io { op, server: server.clone(), source })?;
-    s.tcp()
-        .set_read_timeout(Some(TICK))
-        .and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX)))
-        .map_err(|source| Error::Io { op: "configure the socket", server: server.clone(), source })?;
+    s.tcp().set_read_timeout(Some(TICK)).and_then(|_| s.tcp().set_write_timeout(Some(replication::capture::SILENCE_MAX))).map_err(|source| Error::Io {
+        op: "configure the socket",
+        server: server.clone(),
+        source,
+    })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.announce_version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
     let mut link = Link { s, stats: &shared.stats, server, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
@@ -268,7 +269,10 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
             (Some(s), None) => tracing::debug!(server = %s, "{} is {s}", link.server),
             (None, Some(v)) => tracing::warn!(announced = %v, "{} did not say what it is (INFO server refused or not understood): announcing --announce-version", link.server),
             // Routine for a Redis master whose relay user has only +psync +replconf +ping: not a warning.
-            (None, None) => tracing::info!("{} did not say what it is (INFO server refused or not understood): no version announced (only Valkey sources use one; for a Valkey 9 source give --announce-version)", link.server),
+            (None, None) => tracing::info!(
+                "{} did not say what it is (INFO server refused or not understood): no version announced (only Valkey sources use one; for a Valkey 9 source give --announce-version)",
+                link.server
+            ),
         },
         Event::FullResync { replid, offset } => {
             tracing::info!(%replid, offset, psync_secs = t0.elapsed().as_secs_f64(), "{} answered FULLRESYNC (time to answer includes its repl-diskless-sync-delay)", link.server);

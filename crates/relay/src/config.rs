@@ -65,10 +65,7 @@ impl Config {
     /// Refuse configurations that would expose the dataset.
     pub fn validate(&self) -> Result<(), Error> {
         if self.token.is_empty() && !self.listen.ip().is_loopback() {
-            return Err(Error::Config(format!(
-                "refusing to listen on {} without a token: the snapshot is the whole dataset. Set FASTREPL_TOKEN or --token-file",
-                self.listen
-            )));
+            return Err(Error::Config(format!("refusing to listen on {} without a token: the snapshot is the whole dataset. Set FASTREPL_TOKEN or --token-file", self.listen)));
         }
         if self.snapshot.snapshot_bytes_max > limits::REGION_BYTES_MAX {
             return Err(Error::Config(format!("--snapshot-max-bytes can be at most {} (agents refuse a larger snapshot region)", limits::REGION_BYTES_MAX)));

@@ -837,7 +837,6 @@ mod tests {
         assert_eq!(g.next_capture(), Next::Capture(id + 1), "captured again, from the new master");
     }
 
-
     #[test]
     fn a_stale_generation_is_sealed_once_and_a_capture_follows() {
         let (mut g, _) = machine(CapturePolicy::OnDemand);

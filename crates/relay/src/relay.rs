@@ -71,9 +71,7 @@ impl Relay {
         #[cfg(not(feature = "ucx"))]
         let shared = Arc::new(Shared::new(config, machine, shm_socket, store));
         let announce = shared.config.announce_port.unwrap_or(local_addr.port());
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::Config(format!("spawn {name} thread: {e}")))
-        };
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::Config(format!("spawn {name} thread: {e}")));
         let mut threads = Vec::new();
         // A served file is loaded once, before anyone connects; a master is captured by a thread.
         if let Some(path) = shared.config.file.clone() {

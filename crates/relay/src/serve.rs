@@ -2,8 +2,8 @@
 //! its changes pushed, data connections get range reads.
 
 use crate::generations::Answer;
-use crate::stats::Stats;
 use crate::shared::Shared;
+use crate::stats::Stats;
 use crate::tracker;
 use snapshot::Generation;
 use std::net::{TcpListener, TcpStream};
@@ -16,7 +16,7 @@ use transport::wire::{self, Control, Request};
 use transport::{serve as reply, Error, TransportKind};
 
 use admission::{Pass, Refusal, Shut, Source};
-use limits::{UNAUTHENTICATED_DEADLINE, DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT};
+use limits::{DATA_IDLE_MAX, DESCRIPTOR_PUSH_GAP, GENERATION_WAIT_MAX as GENERATION_WAIT, HEARTBEAT, UNAUTHENTICATED_DEADLINE};
 
 /// A connection agents read over: TCP (plain or TLS), or the shm transport's unix socket.
 pub(crate) trait DataStream: std::io::Read + std::io::Write {
@@ -432,9 +432,7 @@ fn serve_data<S: DataStream>(shared: &Shared, mut s: S) -> Result<(), Error> {
         match req {
             // `--transport shm|ucx` means what it says: block reads over TCP are refused. (Log reads and
             // ucx attaches still use the TCP data connection.)
-            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => {
-                reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?
-            }
+            Request::Range { .. } if S::IS_TCP && !shared.config.offer.tcp => reply::send_error(&mut s, "this relay does not offer tcp block reads (see its --transport)")?,
             Request::Range { offset, len, .. } => match gen.check_readable(offset, u64::from(len)).and_then(|()| gen.check_stored(offset, u64::from(len))) {
                 Err(e @ snapshot::Error::Store(_)) => {
                     shared.store_failed(id, e.to_string());
@@ -513,14 +511,7 @@ enum Swarm {
 
 /// What a swarm request is answered: the bytes of a success, or a refusal. A connection registers once; the
 /// other swarm requests need a registration for the same generation.
-fn swarm_request<'a, S: DataStream>(
-    shared: &'a Shared,
-    s: &S,
-    gen: &Generation,
-    req: Swarm,
-    body: &[u8],
-    member: &mut Option<Membership<'a>>,
-) -> Result<Result<Vec<u8>, String>, Error> {
+fn swarm_request<'a, S: DataStream>(shared: &'a Shared, s: &S, gen: &Generation, req: Swarm, body: &[u8], member: &mut Option<Membership<'a>>) -> Result<Result<Vec<u8>, String>, Error> {
     let (published, total) = gen.blocks();
     let me = member.as_ref().filter(|m| m.generation == gen.id()).map(|m| m.id);
     Ok(match (req, me) {

@@ -194,7 +194,11 @@ pub fn resolve(source: &Source, master: &str, auth: Option<&Auth>, tls: Option<&
                 .into_iter()
                 .filter(|l| !exclude.contains(&l.addr))
                 .map(|l| {
-                    let r = if l.online { info(&l.addr).map_err(|e| format!("{}: {e}", l.addr)).and_then(|i| check(&replid, &l.addr, &i).map_err(|u| u.why)) } else { Err(format!("{} is not online", l.addr)) };
+                    let r = if l.online {
+                        info(&l.addr).map_err(|e| format!("{}: {e}", l.addr)).and_then(|i| check(&replid, &l.addr, &i).map_err(|u| u.why))
+                    } else {
+                        Err(format!("{} is not online", l.addr))
+                    };
                     (l.addr, r)
                 })
                 .collect();

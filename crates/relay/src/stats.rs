@@ -212,7 +212,12 @@ pub fn prometheus(st: &Status) -> String {
     labelled(&mut e, "errors_total", "Connections closed on an error, by kind; capture: failed captures.", "kind", &st.errors_total);
     e.gauge("resident_memory_bytes", "The relay's resident memory.", &[], st.resident_memory_bytes as f64);
     e.gauge("memory_unreclaimable_bytes", "The relay's memory the kernel cannot take back (anonymous and memfd pages; not a store's page cache).", &[], st.memory_unreclaimable_bytes as f64);
-    e.gauge("memory_bound_bytes", "With --store: the bound its unreclaimable memory stays under for the connections open (-1: in memory, no such bound).", &[], st.memory_bound_bytes.map_or(-1.0, |b| b as f64));
+    e.gauge(
+        "memory_bound_bytes",
+        "With --store: the bound its unreclaimable memory stays under for the connections open (-1: in memory, no such bound).",
+        &[],
+        st.memory_bound_bytes.map_or(-1.0, |b| b as f64),
+    );
     e.gauge("store_bytes", "Bytes the generations held take on the store's disk (0 in memory).", &[], st.store_bytes as f64);
     e.counter("store_faults_total", "Generations failed because their store file failed under them.", &[], st.store_faults_total as f64);
     e.gauge("store_size_bytes", "Size of the filesystem under --store (statvfs; -1: in memory).", &[], st.store_size_bytes.map_or(-1.0, |b| b as f64));

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 use transport::wire::swarm::{Locate, Located, Peer, Where};
 
-
 /// One generation's swarm.
 #[derive(Default)]
 struct Swarm {

@@ -237,10 +237,7 @@ impl Side {
         if let Ok(path) = std::env::current_exe() {
             std::os::unix::process::CommandExt::arg0(&mut cmd, path.to_string_lossy().trim_end_matches(" (deleted)"));
         }
-        cmd.arg(ucx_side::SUBCOMMAND)
-            .env(ucx_side::ENV_LISTEN, listen.to_string())
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-            .stdout(Stdio::null());
+        cmd.arg(ucx_side::SUBCOMMAND).env(ucx_side::ENV_LISTEN, listen.to_string()).stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs))).stdout(Stdio::null());
         let mut child = cmd.spawn().map_err(|e| fail("start it", e))?;
         // The command holds the side's end of the socket: drop it, or a side that dies before it is
         // ready would leave us waiting for the timeout instead of reading the end of the stream.

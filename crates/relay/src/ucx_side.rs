@@ -111,8 +111,8 @@ impl Side {
         } else {
             // An address no device holds cannot be listened on by UCX either: better no ucx than a
             // listener elsewhere.
-            let device = ucx::netdev::device_of(listen.ip())
-                .ok_or_else(|| format!("no network device holds {listen}, the relay's --listen address; UCX is restricted to that device (or to --ucx-devices)"))?;
+            let device =
+                ucx::netdev::device_of(listen.ip()).ok_or_else(|| format!("no network device holds {listen}, the relay's --listen address; UCX is restricted to that device (or to --ucx-devices)"))?;
             Some(Context::net_devices_listening_on(&device).map_err(|e| e.to_string())?)
         };
         let before = ucx::netdev::listening();
@@ -142,7 +142,8 @@ impl Side {
                                 tracing::error!(error = %e, "UCX progress thread cannot sleep on its worker's events; polling every millisecond instead");
                                 wait_failed = true;
                             }
-                            std::thread::sleep(limits::UCX_SIDE_PROGRESS_POLL_EVERY); // Polling period, not synchronization.
+                            std::thread::sleep(limits::UCX_SIDE_PROGRESS_POLL_EVERY);
+                            // Polling period, not synchronization.
                         }
                     }
                 }

@@ -24,8 +24,8 @@ use crate::{Error, ReplId};
 use resp::Limits;
 use std::time::Instant;
 
-pub use limits::{ACK_EVERY, ACK_EVERY_UNTIL_STREAM, MASTER_SILENCE_MAX as SILENCE_MAX};
 pub use crate::HANDSHAKE_LIMITS;
+pub use limits::{ACK_EVERY, ACK_EVERY_UNTIL_STREAM, MASTER_SILENCE_MAX as SILENCE_MAX};
 
 /// Bounds on the `INFO server` reply (a page of text, longer than any handshake line).
 const INFO_LIMITS: Limits = Limits { bulk_len_max: 64 * 1024, ..HANDSHAKE_LIMITS };

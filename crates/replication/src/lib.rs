@@ -77,18 +77,11 @@ pub enum Error {
 /// Parse a decimal offset sent by a peer.
 /// Bounds on everything said before the stream, by a master or by a replica: single-line replies
 /// and short commands, nothing nested.
-pub const HANDSHAKE_LIMITS: resp::Limits = resp::Limits {
-    bulk_len_max: limits::HANDSHAKE_LINE_BYTES_MAX,
-    array_len_max: limits::HANDSHAKE_ARGS_MAX,
-    depth_max: 1,
-    line_len_max: limits::HANDSHAKE_LINE_BYTES_MAX,
-};
+pub const HANDSHAKE_LIMITS: resp::Limits =
+    resp::Limits { bulk_len_max: limits::HANDSHAKE_LINE_BYTES_MAX, array_len_max: limits::HANDSHAKE_ARGS_MAX, depth_max: 1, line_len_max: limits::HANDSHAKE_LINE_BYTES_MAX };
 
 pub(crate) fn parse_u64(s: &[u8], what: &str) -> Result<u64, Error> {
-    std::str::from_utf8(s)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| Error::Protocol(format!("bad {what}: {:?}", String::from_utf8_lossy(s))))
+    std::str::from_utf8(s).ok().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| Error::Protocol(format!("bad {what}: {:?}", String::from_utf8_lossy(s))))
 }
 
 #[cfg(test)]

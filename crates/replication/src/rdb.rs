@@ -2,11 +2,7 @@
 
 /// The RDB format version from the first 9 bytes (`REDIS0011`, or Valkey 9's `VALKEY080`).
 pub fn version(header: &[u8]) -> Option<u32> {
-    let digits = if let Some(d) = header.strip_prefix(b"REDIS") {
-        d.get(..4)?
-    } else {
-        header.strip_prefix(b"VALKEY")?.get(..3)?
-    };
+    let digits = if let Some(d) = header.strip_prefix(b"REDIS") { d.get(..4)? } else { header.strip_prefix(b"VALKEY")?.get(..3)? };
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
@@ -84,10 +80,7 @@ impl Server {
         if self.flavour == "valkey" && self.version.0 >= 9 && (12..=79).contains(&version) {
             return match rdb_version_check {
                 Some(c) if c.eq_ignore_ascii_case("relaxed") => Ok(()),
-                c => Err(format!(
-                    "{self} refuses RDB version {version}, a version written by another server (rdb-version-check {}; `relaxed` would try it)",
-                    c.unwrap_or("strict")
-                )),
+                c => Err(format!("{self} refuses RDB version {version}, a version written by another server (rdb-version-check {}; `relaxed` would try it)", c.unwrap_or("strict"))),
             };
         }
         if version > max {

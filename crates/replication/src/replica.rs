@@ -125,9 +125,7 @@ pub fn parse_psync_reply(buf: &[u8], limits: &Limits) -> Result<Option<(PsyncRep
     };
     let line = match frame {
         Frame::Simple(s) => s,
-        Frame::Error(e) => {
-            return Err(Error::Refused { step: "PSYNC", message: String::from_utf8_lossy(&e).into_owned() })
-        }
+        Frame::Error(e) => return Err(Error::Refused { step: "PSYNC", message: String::from_utf8_lossy(&e).into_owned() }),
         other => return Err(Error::Protocol(format!("unexpected reply to PSYNC: {other:?}"))),
     };
     let parts: Vec<&[u8]> = line.split(|c| *c == b' ').filter(|p| !p.is_empty()).collect();

@@ -44,11 +44,7 @@ impl Scanner {
         while pos < self.pending.len() {
             let rest = &self.pending[pos..];
             if rest[0] != b'*' {
-                return Err(Error::Protocol(format!(
-                    "replication stream at offset {}: expected a command, got byte 0x{:02x}",
-                    self.complete_offset + 1,
-                    rest[0]
-                )));
+                return Err(Error::Protocol(format!("replication stream at offset {}: expected a command, got byte 0x{:02x}", self.complete_offset + 1, rest[0])));
             }
             let len = match resp::frame_len(rest, &self.limits) {
                 Ok(n) => n,

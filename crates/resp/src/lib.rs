@@ -25,12 +25,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            bulk_len_max: 512 * 1024 * 1024,
-            array_len_max: 16 * 1024 * 1024,
-            depth_max: 16,
-            line_len_max: 64 * 1024,
-        }
+        Limits { bulk_len_max: 512 * 1024 * 1024, array_len_max: 16 * 1024 * 1024, depth_max: 16, line_len_max: 64 * 1024 }
     }
 }
 
@@ -136,11 +131,7 @@ fn line_end(buf: &[u8], from: usize, limits: &Limits) -> Result<usize, Error> {
     let window_end = buf.len().min(from.saturating_add(limits.line_len_max + 2));
     match buf[from..window_end].windows(2).position(|w| w == b"\r\n") {
         Some(p) => Ok(from + p),
-        None if window_end - from >= limits.line_len_max + 2 => Err(Error::TooLarge {
-            what: "line length",
-            got: (window_end - from) as u64,
-            max: limits.line_len_max as u64,
-        }),
+        None if window_end - from >= limits.line_len_max + 2 => Err(Error::TooLarge { what: "line length", got: (window_end - from) as u64, max: limits.line_len_max as u64 }),
         None => Err(Error::Incomplete),
     }
 }
@@ -159,10 +150,7 @@ fn parse_int(line: &[u8]) -> Result<i64, Error> {
         if !c.is_ascii_digit() {
             return Err(Error::Malformed("bad integer"));
         }
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(i64::from(c - b'0')))
-            .ok_or(Error::Malformed("integer overflow"))?;
+        v = v.checked_mul(10).and_then(|v| v.checked_add(i64::from(c - b'0'))).ok_or(Error::Malformed("integer overflow"))?;
     }
     Ok(if neg { -v } else { v })
 }
@@ -301,11 +289,7 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<(Vec<Vec<u8>>, usize
             let window = &buf[..buf.len().min(limits.line_len_max + 1)];
             let Some(nl) = window.iter().position(|&c| c == b'\n') else {
                 if window.len() > limits.line_len_max {
-                    return Err(Error::TooLarge {
-                        what: "inline command length",
-                        got: window.len() as u64,
-                        max: limits.line_len_max as u64,
-                    });
+                    return Err(Error::TooLarge { what: "inline command length", got: window.len() as u64, max: limits.line_len_max as u64 });
                 }
                 return Err(Error::Incomplete);
             };
@@ -442,8 +426,7 @@ mod tests {
     #[test]
     fn fuzz_smoke() {
         // A deterministic pseudo-random walk over mutated seeds: the fuzz target's invariants hold.
-        let seeds: [&[u8]; 4] =
-            [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"+OK\r\n", b"$5\r\nhello\r\n", b"*1\r\n*1\r\n:1\r\n"];
+        let seeds: [&[u8]; 4] = [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"+OK\r\n", b"$5\r\nhello\r\n", b"*1\r\n*1\r\n:1\r\n"];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for i in 0..20_000 {
             let mut d = seeds[i % seeds.len()].to_vec();

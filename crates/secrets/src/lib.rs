@@ -2,9 +2,9 @@
 //! every user of the host) and never into logs.
 #![deny(missing_docs)]
 
-use transport::Token;
 use replication::replica::Auth;
 use std::path::{Path, PathBuf};
+use transport::Token;
 
 /// Why a secret could not be read.
 #[derive(Debug, thiserror::Error)]

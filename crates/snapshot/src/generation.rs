@@ -95,16 +95,7 @@ impl Generation {
             config,
             region,
             created: Instant::now(),
-            inner: Mutex::new(Inner {
-                published: 0,
-                table: Table::new(),
-                length,
-                rdb_version: None,
-                state: State::Capturing,
-                error: None,
-                log,
-                version: 0,
-            }),
+            inner: Mutex::new(Inner { published: 0, table: Table::new(), length, rdb_version: None, state: State::Capturing, error: None, log, version: 0 }),
             changed: Condvar::new(),
         });
         let writer = Writer { gen: gen.clone(), sink, written: 0, holdback, capacity, cut: 0, published: 0, stored: 0, head: [0; 9] };
@@ -185,10 +176,7 @@ impl Generation {
     /// Wait until something changed after `seen_version`, or the timeout; returns the new version.
     pub fn wait_change(&self, seen_version: u64, timeout: Duration) -> u64 {
         let inner = self.lock();
-        let (inner, _) = self
-            .changed
-            .wait_timeout_while(inner, timeout, |i| i.version == seen_version)
-            .unwrap_or_else(|p| p.into_inner());
+        let (inner, _) = self.changed.wait_timeout_while(inner, timeout, |i| i.version == seen_version).unwrap_or_else(|p| p.into_inner());
         inner.version
     }
 

@@ -27,14 +27,14 @@ mod table;
 
 pub use appended::Appended;
 pub use checksum::block_checksum;
+pub use codec::Codec;
 pub use config::{pack_threads_default, Config};
 pub use descriptor::Descriptor;
 pub use error::Error;
 pub use generation::{Generation, Writer};
 pub use log::StreamLog;
+pub use packer::ZSTD_LEVEL;
 pub use region::{is_sealed, map_region_read_only, map_sealed_read_only, MapError, Region};
 pub use state::State;
 pub use store::{Cleaned, Gone, Store, StoreError};
 pub use table::{Entry, Table};
-pub use packer::ZSTD_LEVEL;
-pub use codec::Codec;

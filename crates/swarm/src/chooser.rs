@@ -298,11 +298,7 @@ impl Chooser {
         // the simulator's runs of one seed must give one outcome (the map's order differs per process).
         open.sort_unstable();
         let slots = self.peer_fetches() < self.peer_fetches_max();
-        Fetching {
-            may_claim: self.may_claim(),
-            open: if slots { open } else { Vec::new() },
-            flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 },
-        }
+        Fetching { may_claim: self.may_claim(), open: if slots { open } else { Vec::new() }, flows_free: if slots { self.peer_flows.saturating_sub(flows) } else { 0 } }
     }
 
     /// Whether this agent may take a block from the relay now (its one relay fetch is free): what to

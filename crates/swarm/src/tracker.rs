@@ -703,7 +703,8 @@ impl Tracker {
             }
             let first_fresh = named.first().copied();
             let room = PEERS_PER_ANSWER - named.len();
-            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) = f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
+            let (slow_open, open): (Vec<AgentId>, Vec<AgentId>) =
+                f.open.iter().copied().filter(|x| *x != a && self.is_listed(*x, b)).partition(|x| self.only_arriving_at(*x, b) && self.too_slow_for(*x, b, a, now));
             too_slow += slow_open.len();
             named.extend(open.into_iter().take(room));
             if named.is_empty() && too_slow > 0 && self.whole[b as usize] == 0 {

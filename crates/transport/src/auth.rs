@@ -97,14 +97,9 @@ pub fn client<S: Read + Write>(s: &mut S, token: &Token, kind: Kind) -> Result<(
     s.read_exact(&mut hello).map_err(|e| match e.kind() {
         // A relay at its --connections-max (or a peer agent at its limit) closes before greeting; a
         // relay that requires TLS closes a plain client after its authentication timeout.
-        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Error::Io {
-            op: Operation::ReadRelayGreetingClosed,
-            source: e,
-        },
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => Error::Io { op: Operation::ReadRelayGreetingClosed, source: e },
         // A relay that requires TLS waits for our handshake and says nothing to a plain client.
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            Error::Io { op: Operation::ReadRelayGreetingSilent, source: e }
-        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Io { op: Operation::ReadRelayGreetingSilent, source: e },
         _ => Error::Io { op: Operation::ReadRelayGreeting, source: e },
     })?;
     if &hello[..8] != MAGIC {

@@ -43,4 +43,3 @@ pub use credentials::Credentials;
 pub use error::{Error, Operation};
 pub use reader::{RangeReader, Transport};
 pub use wire::TransportKind;
-

@@ -4,12 +4,12 @@
 //! The relay's side is [`crate::serve`].
 
 use crate::auth::{self, Kind};
-use crate::Credentials;
-use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
 use crate::tls::Conn;
+use crate::wire::{Request, ResponseHeader, Status, READ_MAX, RESPONSE_HEADER_LEN};
+use crate::Credentials;
 use crate::{Error, Operation, RangeReader, Transport};
-use std::io::{Read, Write};
 use endpoint::Endpoint;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 

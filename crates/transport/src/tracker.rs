@@ -18,10 +18,10 @@
 //! ([`TrackerLink::abandon_questions`]) has its answer read and dropped, never handed to the next.
 
 use crate::auth::Kind;
-use crate::Credentials;
 use crate::tcp::StreamReader;
 use crate::wire::swarm::{check_addr, decode_located, Locate, Located, LOCATE_ANSWER_MAX};
 use crate::wire::Request;
+use crate::Credentials;
 use crate::{Error, Operation};
 use std::collections::VecDeque;
 use std::io::Read;
@@ -128,7 +128,6 @@ impl TrackerLink {
     pub fn socket(&self) -> Result<std::net::TcpStream, Error> {
         self.conn.s.tcp().try_clone().map_err(Error::io(Operation::DuplicateTrackerLinkSocket))
     }
-
 
     /// Our number in the swarm, once registered.
     pub fn id(&self) -> Option<u32> {

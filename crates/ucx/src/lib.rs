@@ -74,13 +74,7 @@ pub fn is_rdma_transport(name: &str) -> bool {
 /// Settings that make GET over UCX's TCP transport fast (measured on a 2-core machine, loopback, 1–4 MiB GETs: ~1 GiB/s default,
 /// ~3 GiB/s tuned) and keep shared memory available with peer error handling. Each applies only
 /// when the user has not set `UCX_<NAME>` in the environment.
-pub const TUNED_DEFAULTS: &[(&str, &str)] = &[
-    ("TCP_TX_SEG_SIZE", "1m"),
-    ("TCP_RX_SEG_SIZE", "1m"),
-    ("TCP_SNDBUF", "8m"),
-    ("TCP_RCVBUF", "8m"),
-    ("MM_ERROR_HANDLING", "y"),
-];
+pub const TUNED_DEFAULTS: &[(&str, &str)] = &[("TCP_TX_SEG_SIZE", "1m"), ("TCP_RX_SEG_SIZE", "1m"), ("TCP_SNDBUF", "8m"), ("TCP_RCVBUF", "8m"), ("MM_ERROR_HANDLING", "y")];
 
 /// Put [`TUNED_DEFAULTS`] into the environment where the user has not set them. UCX reads its transport settings from the environment (`ucp_config_modify` does not reach
 /// transport-level keys in 1.13), so this must run at the start of `main`, before any thread exists.
@@ -243,13 +237,8 @@ fn print_to_string(f: impl FnOnce(*mut sys::FILE)) -> String {
 /// Pull `transport/device` names out of `ucp_context_print_info` output, whose resource lines look
 /// like `#     resource 2  :  md 1  dev 1  flags -- tcp/lo`.
 fn parse_resources(text: &str) -> Vec<String> {
-    let mut v: Vec<String> = text
-        .lines()
-        .filter(|l| l.contains("resource") && l.contains("flags"))
-        .filter_map(|l| l.split_whitespace().last())
-        .filter(|t| t.contains('/'))
-        .map(str::to_string)
-        .collect();
+    let mut v: Vec<String> =
+        text.lines().filter(|l| l.contains("resource") && l.contains("flags")).filter_map(|l| l.split_whitespace().last()).filter(|t| t.contains('/')).map(str::to_string).collect();
     v.dedup();
     v
 }
@@ -303,11 +292,7 @@ impl Worker {
     }
 
     fn with_mode(ctx: &Arc<Context>, mode: sys::ucs_thread_mode_t) -> Result<Worker, Error> {
-        let params = sys::ucp_worker_params_t {
-            field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
-            thread_mode: mode,
-            ..Default::default()
-        };
+        let params = sys::ucp_worker_params_t { field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64, thread_mode: mode, ..Default::default() };
         let mut h: sys::ucp_worker_h = ptr::null_mut();
         // SAFETY: live context, valid params, writable handle.
         check("ucp_worker_create", unsafe { sys::ucp_worker_create(ctx.h, &params, &mut h) })?;
@@ -563,11 +548,7 @@ impl EndpointInner {
         if self.closed.replace(true) {
             return;
         }
-        let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
-            flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
-            ..Default::default()
-        };
+        let param = sys::ucp_request_param_t { op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS, flags: sys::UCP_EP_CLOSE_FLAG_FORCE, ..Default::default() };
         // SAFETY: live endpoint, closed once (guarded by `closed`); remote keys unpacked on it may
         // outlive it: destroying an rkey does not touch its endpoint.
         let p = unsafe { sys::ucp_ep_close_nbx(self.h, &param) };
@@ -601,7 +582,6 @@ impl Drop for EndpointInner {
         }
     }
 }
-
 
 /// Which transport carries GETs, from `ucp_ep_print_info`. Lane lines look like
 /// `#   lane[1]:  3:rc_mlx5/mlx5_0:1.0 md[2] -> md[2]/ib/sysdev[255] rma_bw#0 ...`, and GET protocols
@@ -714,7 +694,8 @@ impl Get {
         while !self.is_done() {
             self.ep.worker.progress();
             if Instant::now() > deadline {
-                return Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT)); // Drop cancels
+                return Err(Error::from_status("GET (deadline passed)", sys::UCS_ERR_TIMED_OUT));
+                // Drop cancels
             }
         }
         let status = if self.req.is_null() {

@@ -481,12 +481,8 @@ fn stream_logical(c: &mut Client, k: &[u8]) -> Result<Vec<(String, Frame)>, Erro
         }
         v.push((label("pel"), Frame::Array(pel)));
         let consumers = c.raw(&[b"XINFO".as_slice(), b"CONSUMERS", k, &name])?;
-        let mut names: Vec<String> = consumers
-            .as_array()
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|c| c.as_array()?.chunks(2).find(|p| p[0].as_text().as_deref() == Some("name"))?.get(1)?.as_text())
-            .collect();
+        let mut names: Vec<String> =
+            consumers.as_array().unwrap_or(&[]).iter().filter_map(|c| c.as_array()?.chunks(2).find(|p| p[0].as_text().as_deref() == Some("name"))?.get(1)?.as_text()).collect();
         names.sort();
         v.push((label("consumers"), Frame::Array(names.into_iter().map(|n| Frame::Bulk(n.into_bytes())).collect())));
     }

@@ -3,34 +3,33 @@
 //! the replica is loaded, caught up, ready to hand over, whether the handoff was partial, whether to
 //! reset the replica after a failure) are the machine's.
 
-use crate::local::{self, Local, ReplState};
-use crate::phase::JoinPhase;
+use crate::config::Config;
+use crate::error::check_cancel;
+use crate::error::Error;
+use crate::error::Party;
 use crate::join::machine::{Action, Counters, Input, Join, LoadFacts, Outcome, Snapshot, Timeouts};
+use crate::join::replica_link::{self, ReplicaLink};
+use crate::join::retry::{Retries, Verdict};
+use crate::local::{self, Local, ReplState};
 use crate::master::{split_host_port, MasterRepl};
 use crate::node::Node;
 use crate::peers::peering::Peering;
-use crate::staged::cluster_node::{self, StagedConfig};
-use crate::staged::snapshot_file::Source;
-use crate::join::replica_link::{self, ReplicaLink};
-use crate::join::retry::{Retries, Verdict};
-use crate::report::Attempt;
-use crate::error::check_cancel;
+use crate::phase::JoinPhase;
 use crate::pull::pipeline;
-use crate::pull::progress;
 use crate::pull::pipeline::{readers, window};
+use crate::pull::progress;
 use crate::pull::select;
-use crate::config::Config;
-use crate::error::Error;
-use crate::error::Party;
+use crate::report::Attempt;
 use crate::report::Phases;
 use crate::report::ReplicaState;
 use crate::report::Report;
+use crate::staged::cluster_node::{self, StagedConfig};
+use crate::staged::snapshot_file::Source;
 use client::{Client, Info};
 use replication::framing::Framing;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use transport::Transport;
-
 
 use limits::{GENERATION_WAIT_MAX as RELAY_WAIT_MAX, REPLICA_CONNECT_MAX, SERVER_POLL_EVERY as POLL_EVERY};
 
@@ -229,9 +228,7 @@ fn check(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) -> R
                 "the master ({master_server}) writes RDB version {rdb_version} for a replica that says it is Valkey 9 or newer, as the relay did: {why}. For an older replica it writes RDB 11, which this one loads: join it through a relay started with `--announce-version {announce}`; nothing was changed"
             )));
         }
-        return Err(Error::Incompatible(format!(
-            "the master ({master_server}) writes RDB version {rdb_version}: {why}. Native replication cannot pair them either; nothing was changed"
-        )));
+        return Err(Error::Incompatible(format!("the master ({master_server}) writes RDB version {rdb_version}: {why}. Native replication cannot pair them either; nothing was changed")));
     }
     let desc = v.desc.clone();
     let m = MasterRepl::from_info(&master.info("replication").map_err(Error::master)?);
@@ -388,7 +385,11 @@ impl Driver<'_> {
         let serve_tls = match (&cfg.tls, tls_replication) {
             (_, false) => None,
             (Some(t), true) if t.can_serve() => Some(t.clone()),
-            _ => return Err(Error::Precondition("the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into())),
+            _ => {
+                return Err(Error::Precondition(
+                    "the replica has tls-replication yes, so it speaks TLS to the agent: run the join with --tls --cert --key (a certificate its tls-ca-cert-file trusts, e.g. its own)".into(),
+                ))
+            }
         };
         if self.c.local.diskless_load_before.is_some() {
             c.config_set("repl-diskless-load", "on-empty-db").map_err(Error::replica)?;
@@ -482,13 +483,7 @@ impl Driver<'_> {
             link.send(mark, "EOF mark")?;
         }
         self.peak_pss_kib = peak_pss;
-        tracing::info!(
-            bytes = stats.bytes,
-            from_relay = stats.relay_bytes(),
-            from_peers = stats.peer_bytes(),
-            secs = t.elapsed().as_secs_f64(),
-            "snapshot sent; replica loading"
-        );
+        tracing::info!(bytes = stats.bytes, from_relay = stats.relay_bytes(), from_peers = stats.peer_bytes(), secs = t.elapsed().as_secs_f64(), "snapshot sent; replica loading");
         self.stats = Some(stats.clone());
         Ok(stats)
     }

@@ -25,10 +25,10 @@
 //!   master must send a full sync. Then the handoff still happens, as a native full sync the agent
 //!   reports as such (exit 3), never as success.
 
+use crate::error::Error;
 use crate::local::ReplState;
 use crate::master::MasterRepl;
 use crate::phase::JoinPhase;
-use crate::error::Error;
 use crate::report::Handoff;
 use client::Role;
 use std::time::{Duration, Instant};
@@ -507,9 +507,7 @@ impl Join {
         if state.role == Some(Role::Master) {
             // It answered, standalone: restarted (a runtime REPLICAOF does not survive that)
             // or reconfigured by someone else. It will never link up; waiting is pointless.
-            return self.fail(Error::Changed(
-                "the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into(),
-            ));
+            return self.fail(Error::Changed("the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into()));
         }
         if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
             self.timeline.handed_off = Some(now);
@@ -539,13 +537,7 @@ impl Join {
             self.notes.push("the master refused the partial resync and sent a full sync: the replica is in sync, natively".into());
         }
         self.phase = Phase::Over;
-        Action::Done(Outcome {
-            handoff,
-            offset: self.streamed,
-            log_bytes: self.streamed - self.snapshot.offset,
-            timeline: self.timeline,
-            notes: std::mem::take(&mut self.notes),
-        })
+        Action::Done(Outcome { handoff, offset: self.streamed, log_bytes: self.streamed - self.snapshot.offset, timeline: self.timeline, notes: std::mem::take(&mut self.notes) })
     }
 
     /// What holds between any two observations (checked in debug builds): the replica is pointed
@@ -690,10 +682,7 @@ pub fn plan_handoff(m: &MasterRepl, replid: &str, next: u64) -> Result<Plan, Err
         )));
     }
     if !m.knows(replid) {
-        return Ok(Plan::Full(format!(
-            "the master's replication ID ({}) no longer includes the snapshot's ({replid}): it restarted or failed over since; the master will send a full sync",
-            m.replid
-        )));
+        return Ok(Plan::Full(format!("the master's replication ID ({}) no longer includes the snapshot's ({replid}): it restarted or failed over since; the master will send a full sync", m.replid)));
     }
     let (first, end) = (m.backlog_first.unwrap_or(u64::MAX), m.offset.unwrap_or(0));
     if !m.backlog_active || first > next || next > end + 1 {
@@ -1207,7 +1196,10 @@ mod tests {
 
     #[test]
     fn a_load_the_replica_refused_fails_for_good_resets_it_and_says_what_it_refused() {
-        for (log, answers, said) in [(&FOREIGN_TYPE[..], true, "Can't handle foreign type or opcode 25 in RDB with version 12 (after 114 keys)"), (&MODULE[..], false, "no matching module type 'vectorset'. Failure loading rdb format (and the server exited)")] {
+        for (log, answers, said) in [
+            (&FOREIGN_TYPE[..], true, "Can't handle foreign type or opcode 25 in RDB with version 12 (after 114 keys)"),
+            (&MODULE[..], false, "no matching module type 'vectorset'. Failure loading rdb format (and the server exited)"),
+        ] {
             let t = Instant::now();
             let mut j = loading_join(t);
             j.on(t, Input::Failed(link_lost()));

@@ -17,8 +17,8 @@
 //! - the waits grow exponentially from `base` up to `max`, each drawn uniformly from its upper half
 //!   ("equal jitter"), so agents that failed together do not come back together.
 
-use crate::error::Error;
 use crate::config::RetryPolicy;
+use crate::error::Error;
 use crate::report::ReplicaState;
 use std::time::Duration;
 
@@ -142,12 +142,8 @@ mod tests {
         let mut r = Retries::new(policy(5));
         assert_eq!(r.failed(&Error::Timeout("the replica's link to the master".into()), &ReplicaState::HandedOver, 0.5), Verdict::GiveUp("the replica was already handed to the master"));
         assert_eq!(Retries::new(policy(5)).failed(&relay_gone(), &ReplicaState::ResetFailed("x".into()), 0.5), Verdict::GiveUp("the replica could not be reset"));
-        let noperm = client::Error::Server {
-            addr: "m:1".into(),
-            command: "INFO".into(),
-            code: client::ErrorCode::NoPerm,
-            message: "NOPERM this user has no permissions to run the 'info' command".into(),
-        };
+        let noperm =
+            client::Error::Server { addr: "m:1".into(), command: "INFO".into(), code: client::ErrorCode::NoPerm, message: "NOPERM this user has no permissions to run the 'info' command".into() };
         let never = [
             Error::Precondition("the replica holds 3 keys; --force".into()),
             Error::Incompatible("RDB 12 > 11".into()),

@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::peers::arrival::{Arrival, Next};
 use crate::peers::held::{Held, Serve};
+use admission::{Budget, Gate, Pass, Refusal, Source};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,7 +14,6 @@ use std::time::{Duration, Instant};
 use transport::auth::{self, Kind};
 use transport::tracker::TrackerLink;
 use transport::wire::{Request, ResponseHeader};
-use admission::{Budget, Gate, Pass, Refusal, Source};
 use transport::{serve, Credentials};
 
 /// Longest a read of an arriving block waits for its next bytes before it is cut off (see
@@ -70,14 +70,11 @@ impl PeerServer {
         let shared = sh.clone();
         let gate = sh.gate.clone();
         std::thread::Builder::new().name("peer-admission".into()).spawn(move || gate.reap()).map_err(|e| Error::Internal(format!("spawn the peer server's admission: {e}")))?;
-        let thread = std::thread::Builder::new()
-            .name("peer-accept".into())
-            .spawn(move || accept_loop(l, sh))
-            .map_err(|e| {
-                // The admission's reaper started above would wait forever.
-                shared.gate.stop();
-                Error::Internal(format!("spawn peer server: {e}"))
-            })?;
+        let thread = std::thread::Builder::new().name("peer-accept".into()).spawn(move || accept_loop(l, sh)).map_err(|e| {
+            // The admission's reaper started above would wait forever.
+            shared.gate.stop();
+            Error::Internal(format!("spawn peer server: {e}"))
+        })?;
         Ok(PeerServer { addr, stop, thread: Some(thread), served, shared })
     }
 

@@ -1,12 +1,12 @@
 //! An agent as a member of its generation's swarm ([`Peering`]): its link to the relay's tracker, the
 //! blocks it holds ([`Held`]) and the server that gives them to other agents ([`PeerServer`]).
 
-use endpoint::Endpoint;
 use crate::config::PeerConfig;
 use crate::error::Error;
 use crate::peers::held::Held;
 use crate::peers::peer_server::PeerServer;
 use crate::peers::tracker_link;
+use endpoint::Endpoint;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -8,8 +8,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::time::{Duration, Instant};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use transport::tracker::{Answer, TrackerLink};
 use transport::wire::swarm::{Locate, Located};
 

@@ -1,12 +1,12 @@
 //! `fastrepl fetch`: pull a relay's snapshot (an RDB, or the file a `relay --file` serves) without a
 //! Redis replica — the data path alone, for benchmarks and for taking a copy of the dataset.
 
-use endpoint::Endpoint;
-use crate::pull::select;
-use crate::pull::pipeline;
-use crate::pull::progress;
 use crate::config::PullConfig;
 use crate::error::Error;
+use crate::pull::pipeline;
+use crate::pull::progress;
+use crate::pull::select;
+use endpoint::Endpoint;
 use serde::Serialize;
 use std::time::Instant;
 use transport::{Credentials, TransportKind};
@@ -35,13 +35,7 @@ pub struct FetchReport {
 }
 
 /// Pull the relay's current generation and pass its bytes in order to `sink`.
-pub fn fetch(
-    relay: &Endpoint,
-    token: &Credentials,
-    settings: &PullConfig,
-    cancel: &std::sync::atomic::AtomicBool,
-    sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-) -> Result<FetchReport, Error> {
+pub fn fetch(relay: &Endpoint, token: &Credentials, settings: &PullConfig, cancel: &std::sync::atomic::AtomicBool, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<FetchReport, Error> {
     let t0 = Instant::now();
     let cpu0 = crate::procstat::own_cpu_secs();
     let attached = progress::attach(relay, token, limits::GENERATION_WAIT_MAX)?;

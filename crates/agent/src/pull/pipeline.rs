@@ -30,16 +30,16 @@
 //! stored bytes; the writer gets the RDB's. A block is served to peers while it arrives, all but its
 //! last byte, which goes only once the check passed ([`crate::peers::arrival`]).
 
+use crate::error::Error;
 use crate::peers::arrival::Arrival;
 use crate::peers::held::Held;
 use crate::peers::peering::Peering;
-use crate::report::{SourceBytes, SourceCounters};
+use crate::peers::tracker_link::{self, Ask, Heard};
 use crate::pull::cuts::Cuts;
 use crate::pull::planner::{self, Fetcher};
 use crate::pull::progress::Progress;
 use crate::pull::scheduler::{Mismatch, Scheduler};
-use crate::peers::tracker_link::{self, Ask, Heard};
-use crate::error::Error;
+use crate::report::{SourceBytes, SourceCounters};
 use codec::{Codec, Decompressor};
 use snapshot::State;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -112,7 +112,6 @@ pub struct Pull<'a> {
     pub counters: Option<&'a SourceCounters>,
 }
 
-
 /// Reads a peer may cut off part-way, beyond the blocks it served this agent, before this agent stops
 /// asking it (see [`PeerMiss::CutOff`]; [`limits::PEER_CUT_OFFS_MAX`]).
 const CUT_OFFS_MAX: u32 = limits::PEER_CUT_OFFS_MAX;
@@ -125,7 +124,10 @@ const POLL: Duration = limits::BLOCK_WAIT_MAX;
 enum Source {
     Relay,
     /// A peer: its number in the swarm and its address.
-    Peer { id: u32, addr: String },
+    Peer {
+        id: u32,
+        addr: String,
+    },
 }
 
 /// One read, as the planner gives it to a fetcher.
@@ -280,10 +282,8 @@ pub fn pull(p: &Pull<'_>, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> R
         }
         let planner = Planner::new(p, window, relay_jobs, peer_jobs, tracker, feed_tx, &cuts);
         let over = &over;
-        let planned = std::thread::Builder::new()
-            .name("planner".into())
-            .spawn_scoped(scope, move || planner.run(&report_rx, over))
-            .map_err(|e| Error::Internal(format!("spawn the pull's planner: {e}")))?;
+        let planned =
+            std::thread::Builder::new().name("planner".into()).spawn_scoped(scope, move || planner.run(&report_rx, over)).map_err(|e| Error::Internal(format!("spawn the pull's planner: {e}")))?;
         let written = write_loop(p, &feed_rx, &report_tx, sink);
         // The planner stops within one wait, and with it the fetchers (their job channels close).
         over.store(true, Ordering::SeqCst);
@@ -417,7 +417,11 @@ impl<'a> Planner<'a> {
             let planned = self.plan();
             // A completion, a write or the tracker's answer wakes us; otherwise look again soon
             // (blocks being published, blocks another agent claimed).
-            let first = if planned { reports.try_recv().map_err(|e| e == TryRecvError::Disconnected) } else { reports.recv_timeout(limits::LOCATE_RETRY_EVERY).map_err(|e| e == RecvTimeoutError::Disconnected) };
+            let first = if planned {
+                reports.try_recv().map_err(|e| e == TryRecvError::Disconnected)
+            } else {
+                reports.recv_timeout(limits::LOCATE_RETRY_EVERY).map_err(|e| e == RecvTimeoutError::Disconnected)
+            };
             let mut next = first;
             loop {
                 match next {
@@ -918,7 +922,9 @@ fn relay_reader(p: &Pull<'_>, generation: u64, me: usize, jobs: &Receiver<Job>, 
             tracing::warn!(block = job.block, attempt, codec = %job.codec, check = ?check, "a block from the relay is bad (checksum mismatch, or it does not decompress)");
             if crate::pull::scheduler::after_mismatch(attempt) == Mismatch::Fail {
                 return fail(match check {
-                    Verified::Undecodable(e) => Error::protocol(crate::error::Party::Relay, format!("block {} (offset {} in its region) passes its checksum twice but does not decompress: {e}", job.block, job.offset)),
+                    Verified::Undecodable(e) => {
+                        Error::protocol(crate::error::Party::Relay, format!("block {} (offset {} in its region) passes its checksum twice but does not decompress: {e}", job.block, job.offset))
+                    }
                     _ => Error::Checksum { block: job.block, offset: job.offset },
                 });
             }
@@ -1104,7 +1110,6 @@ fn write_loop(p: &Pull<'_>, feed: &Receiver<Feed>, reports: &Sender<Report>, sin
         let _ = reports.send(Report::Written { n: stats.blocks, dropped, freed });
     }
 }
-
 
 /// How a pull takes part in a swarm, for its default window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -189,10 +189,7 @@ mod tests {
         let mut c = Chooser::new(8, 1).with_depth(1);
         c.published(8);
         let peer = |id| Peer { id, addr: format!("10.0.0.{id}:1") };
-        let answers = vec![
-            Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) },
-            Located { block: 5, at: Where::Peers(vec![peer(4)]) },
-        ];
+        let answers = vec![Located { block: 3, at: Where::Peers(vec![peer(4), peer(5)]) }, Located { block: 5, at: Where::Peers(vec![peer(4)]) }];
         let a = assign(&mut c, &answers, Instant::now());
         assert_eq!(a.peers, vec![(3, 4)], "fewer holders named does not go first");
     }

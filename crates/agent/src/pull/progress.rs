@@ -171,10 +171,7 @@ pub fn attach_with(relay: &Endpoint, token: &Credentials, wait_max: Duration, he
     view.extend(desc);
     let progress = Arc::new(Progress { view: Mutex::new(view), changed: Condvar::new() });
     let p = progress.clone();
-    std::thread::Builder::new()
-        .name("control".into())
-        .spawn(move || follow(s, p))
-        .map_err(|e| crate::error::Error::Internal(format!("spawn control thread: {e}")))?;
+    std::thread::Builder::new().name("control".into()).spawn(move || follow(s, p)).map_err(|e| crate::error::Error::Internal(format!("spawn control thread: {e}")))?;
     Ok(Attached { master, offered, progress, at: Instant::now() })
 }
 

@@ -1,7 +1,7 @@
 //! Choosing the transport for a join from what the relay offers and what works from here.
 
-use crate::pull::progress::Offered;
 use crate::error::Error;
+use crate::pull::progress::Offered;
 use endpoint::Endpoint;
 use transport::{Credentials, Transport, TransportKind};
 
@@ -22,9 +22,9 @@ pub fn select(choice: Option<TransportKind>, relay: &Endpoint, token: &Credentia
         Some(Tcp) => Err(not_offered(Tcp)),
         Some(Shm) => match shm()? {
             Some(t) => Ok((Box::new(t), "asked for".into())),
-            None if offers(Shm) => Err(Error::Incompatible(
-                "shm needs the agent on the relay's host and in its network namespace; the relay's socket is not reachable from here. Use --transport tcp or ucx".into(),
-            )),
+            None if offers(Shm) => {
+                Err(Error::Incompatible("shm needs the agent on the relay's host and in its network namespace; the relay's socket is not reachable from here. Use --transport tcp or ucx".into()))
+            }
             None => Err(not_offered(Shm)),
         },
         #[cfg(feature = "ucx")]

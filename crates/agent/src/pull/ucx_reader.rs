@@ -6,7 +6,6 @@
 //! RDMA READ with the relay's CPU idle — split into chunks that are all in flight at once.
 
 use endpoint::Endpoint as RelayAddr;
-use ucx::{Context, Endpoint, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -16,6 +15,7 @@ use transport::auth::Kind;
 use transport::tcp::{StreamReader, IO_TIMEOUT};
 use transport::wire::{AttachKind, Request, UcxKey, UCX_BLOB_MAX, UCX_SEGMENT};
 use transport::{Credentials, Error, RangeReader, Transport};
+use ucx::{Context, Endpoint, RemoteKey, Worker};
 
 /// Size of the GETs a block read is split into (all in flight together).
 pub const CHUNK: usize = limits::UCX_GET_BYTES;
@@ -160,8 +160,7 @@ impl UcxReader {
                 return Err(Error::Protocol(format!("read at {pos} beyond the relay's registered segment")));
             }
             let base = seg.base + within;
-            let mut ops: Vec<(&mut [u8], u64)> =
-                buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
+            let mut ops: Vec<(&mut [u8], u64)> = buf[done..done + n].chunks_mut(CHUNK).enumerate().map(|(i, c)| (c, base + (i * CHUNK) as u64)).collect();
             let (_, ep) = self.ep.as_ref().expect("segment() connected");
             let seg = &self.keys[&(generation, seg_no)];
             let got = ep.get_into_unless(&mut ops, &seg.rkey, deadline, &mut || (was_open && peer_closed(conn)).then(|| "the relay closed its data connection".to_string()));

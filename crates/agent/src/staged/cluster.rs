@@ -119,18 +119,7 @@ fn parse_line(line: &str) -> Result<Node, String> {
         slots = slots.saturating_add(b - a + 1);
     }
     let unsettled = has("fail") || has("fail?") || has("handshake") || has("noaddr") || f[7] != "connected" && !has("myself");
-    Ok(Node {
-        id,
-        addr: endpoint::host_port(ip, port),
-        port,
-        bus_port,
-        role,
-        myself: has("myself"),
-        unsettled: unsettled || (role == Role::Replica && master.is_none()),
-        master,
-        config_epoch,
-        slots,
-    })
+    Ok(Node { id, addr: endpoint::host_port(ip, port), port, bus_port, role, myself: has("myself"), unsettled: unsettled || (role == Role::Replica && master.is_none()), master, config_epoch, slots })
 }
 
 fn check_id(s: &str) -> Result<String, String> {
@@ -248,18 +237,18 @@ mod tests {
 
     #[test]
     fn failing_and_handshake_nodes_are_unsettled() {
-        let nodes = parse(&format!(
-            "{N} 127.0.0.1:7002@17002 master,fail? - 0 0 0 connected\n{M} 127.0.0.1:7001@17001 handshake - 0 0 0 disconnected"
-        ))
-        .unwrap();
+        let nodes = parse(&format!("{N} 127.0.0.1:7002@17002 master,fail? - 0 0 0 connected\n{M} 127.0.0.1:7001@17001 handshake - 0 0 0 disconnected")).unwrap();
         assert!(nodes.iter().all(|n| n.unsettled));
     }
 
     #[test]
     fn a_replica_whose_master_is_not_known_yet_is_unsettled() {
         // Right after CLUSTER REPLICATE elsewhere a node may list a replica with master `-`.
-        let nodes = parse(&format!("{N} 127.0.0.1:7002@17002 slave - 0 0 0 connected
-{M} 127.0.0.1:7001@17001 slave {N} 0 0 0 connected")).unwrap();
+        let nodes = parse(&format!(
+            "{N} 127.0.0.1:7002@17002 slave - 0 0 0 connected
+{M} 127.0.0.1:7001@17001 slave {N} 0 0 0 connected"
+        ))
+        .unwrap();
         assert_eq!((nodes[0].role, nodes[0].master.as_deref(), nodes[0].unsettled), (Role::Replica, None, true));
         assert_eq!((nodes[1].role, nodes[1].master.as_deref(), nodes[1].unsettled), (Role::Replica, Some(N), false));
     }

@@ -22,22 +22,22 @@
 //! 5. See it through: loaded, linked, the master's counters showing a partial resync (never claimed
 //!    when they do not), the master's table listing it as its replica.
 
-use crate::staged::cluster::{self, Role};
-use crate::local;
-use crate::phase::JoinPhase;
-use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
-use crate::guard::PARKED_USER;
-use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
-use crate::pull::progress;
 use crate::config::Restart;
+use crate::error::Error;
+use crate::error::Party;
+use crate::guard::PARKED_USER;
+use crate::local;
 use crate::master::MasterAccess;
 use crate::node::Node;
-use crate::error::Error;
+use crate::phase::JoinPhase;
+use crate::pull::progress;
 use crate::report::Handoff;
-use crate::error::Party;
 use crate::report::Phases;
 use crate::report::ReplicaState;
 use crate::report::Report;
+use crate::staged::cluster::{self, Role};
+use crate::staged::snapshot_file::{self, Pulled, Source, Staged};
+use crate::staged::staging::{self, MasterFacts, NodeFacts, Resync, Step, SyncCounters, Undo};
 use client::Client;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -136,8 +136,8 @@ impl Staging {
     fn check(cfg: &StagedConfig<'_>) -> Result<Staging, Error> {
         let mut node = cfg.node.connect()?;
         let server_info = node.info("server").map_err(Error::replica)?;
-        let node_server = replication::rdb::Server::from_info(&local::info_text(&server_info))
-            .ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.node.addr)))?;
+        let node_server =
+            replication::rdb::Server::from_info(&local::info_text(&server_info)).ok_or_else(|| Error::Incompatible(format!("{}: cannot tell its version from INFO server", cfg.node.addr)))?;
         let node_run_id = server_info.get("run_id").unwrap_or_default().to_string();
         let keys = local::key_count(&mut node).map_err(Error::replica)?;
         let node_table_text = crate::master::cluster_nodes(&mut node).map_err(Error::replica)?;
@@ -206,8 +206,8 @@ impl Staging {
         let node = &mut self.node;
         let master_server = self.master_server.clone();
         let loads = |rdb_version: u32| -> Result<(), Error> {
-            let server = replication::rdb::Server::from_info(&local::info_text(&node.info("server").map_err(Error::replica)?))
-                .ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
+            let server =
+                replication::rdb::Server::from_info(&local::info_text(&node.info("server").map_err(Error::replica)?)).ok_or_else(|| Error::Incompatible("cannot tell the node's version".into()))?;
             let check = local::rdb_version_check(node, &server)?;
             server.loads(rdb_version, check.as_deref()).map_err(|why| Error::Incompatible(format!("the master ({master_server}) writes RDB version {rdb_version}: {why}. Nothing was changed")))
         };

@@ -7,18 +7,18 @@
 //! offset from them), and judged again with the pull's real duration. A snapshot too old is renewed
 //! by the relay ([`transport::renew`]), a bounded number of times.
 
-use endpoint::Endpoint;
-use crate::phase::JoinPhase;
-use crate::staged::staging::{self, Backlog, Freshness};
+use crate::config::PullConfig;
 use crate::error::check_cancel;
+use crate::error::Error;
+use crate::error::Party;
+use crate::master::MasterRepl;
+use crate::phase::JoinPhase;
 use crate::pull::pipeline;
 use crate::pull::progress;
 use crate::pull::select;
-use crate::error::Error;
-use crate::error::Party;
-use crate::config::PullConfig;
-use crate::master::MasterRepl;
+use crate::staged::staging::{self, Backlog, Freshness};
 use client::{Client, Info};
+use endpoint::Endpoint;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -154,9 +154,7 @@ fn check_head(head: &[u8], desc: &snapshot::Descriptor) -> Result<(), Error> {
     match crate::staged::rdb_aux::replication(head) {
         Ok(Some((id, off))) if id == desc.replid && off == desc.offset => Ok(()),
         Ok(Some((id, off))) => Err(Error::protocol(Party::Relay, format!("the snapshot's RDB says replication {id}:{off}, its descriptor {}:{}", desc.replid, desc.offset))),
-        Ok(None) => Err(Error::Incompatible(
-            "the snapshot's RDB carries no replication ID and offset (repl-id, repl-offset aux fields): a server started on it could not resync partially".into(),
-        )),
+        Ok(None) => Err(Error::Incompatible("the snapshot's RDB carries no replication ID and offset (repl-id, repl-offset aux fields): a server started on it could not resync partially".into())),
         Err(e) => Err(Error::protocol(Party::Relay, format!("the snapshot's RDB head: {e}"))),
     }
 }
@@ -174,9 +172,7 @@ fn judge(repl: &Info, offset: u64, rate: f64, needed: f64) -> Result<(u64, Optio
 fn renew(src: &Source<'_>, desc: &snapshot::Descriptor, repl: &Info, why: &str, renewals: &mut u32) -> Result<(), Error> {
     *renewals += 1;
     if *renewals > RENEWALS_MAX {
-        return Err(Error::Changed(format!(
-            "the snapshot was too old for the master's backlog {RENEWALS_MAX} times ({why}): raise the master's repl-backlog-size, or stage while it writes less"
-        )));
+        return Err(Error::Changed(format!("the snapshot was too old for the master's backlog {RENEWALS_MAX} times ({why}): raise the master's repl-backlog-size, or stage while it writes less")));
     }
     let min_offset = crate::master::repl_offset(repl);
     let answer = transport::renew::renew(src.relay, src.token, desc.generation, min_offset, limits::COMMAND_TIMEOUT).map_err(Error::relay)?;
@@ -252,4 +248,3 @@ impl Drop for Staged {
         }
     }
 }
-

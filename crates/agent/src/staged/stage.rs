@@ -148,9 +148,7 @@ pub fn stage(cfg: &StageConfig<'_>) -> Result<StageReport, Error> {
         Some(name) => Some(cluster_config(&mut master, &master_addr, &cfg.dir.join(name), node.as_ref(), previous_master.as_deref())?),
     };
     let rdb_version_check = server_config.as_ref().and_then(|(_, c)| c.rdb_version_check.clone());
-    let loads = |v: u32| {
-        cfg.server.loads(v, rdb_version_check.as_deref()).map_err(|why| Error::Incompatible(format!("the relay's snapshot is RDB version {v}: {why}; nothing was pulled or written")))
-    };
+    let loads = |v: u32| cfg.server.loads(v, rdb_version_check.as_deref()).map_err(|why| Error::Incompatible(format!("the relay's snapshot is RDB version {v}: {why}; nothing was pulled or written")));
     let f = snapshot_file::pull_fresh(&cfg.source, &mut master, &cfg.dir, loads)?;
     let rdb_file = cfg.dir.join(&cfg.dbfilename);
     // The RDB there before stays until this one replaces it, in one rename.

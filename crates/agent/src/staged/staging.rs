@@ -66,10 +66,7 @@ pub fn check(node: &NodeFacts, master: &MasterFacts) -> Result<Plan, String> {
         _ => {}
     }
     if node.me.slots > 0 {
-        return Err(format!(
-            "{n} serves {} slot(s): a node must serve none to become a replica; move them away first (redis-cli --cluster reshard)",
-            node.me.slots
-        ));
+        return Err(format!("{n} serves {} slot(s): a node must serve none to become a replica; move them away first (redis-cli --cluster reshard)", node.me.slots));
     }
     if node.keys > 0 {
         return Err(format!(
@@ -149,12 +146,7 @@ pub const HEADROOM_FACTOR: f64 = limits::STAGED_HEADROOM_FACTOR;
 /// staging expected to need `needed_secs` more before the node asks for its `PSYNC`.
 pub fn freshness(backlog: &Backlog, offset: u64, rate: f64, needed_secs: f64) -> Freshness {
     let Some(headroom) = backlog.headroom(offset) else {
-        return Freshness::Stale(format!(
-            "the master's backlog ({} .. {}) no longer holds the snapshot's offset {}",
-            backlog.first_byte,
-            backlog.master_offset,
-            offset + 1
-        ));
+        return Freshness::Stale(format!("the master's backlog ({} .. {}) no longer holds the snapshot's offset {}", backlog.first_byte, backlog.master_offset, offset + 1));
     };
     if rate <= 0.0 {
         return Freshness::Fresh { headroom_bytes: headroom, headroom_secs: None };

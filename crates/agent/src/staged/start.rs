@@ -194,13 +194,7 @@ mod tests {
     use crate::staged::cluster::Role;
 
     fn master(replid: &str, first: u64, last: u64) -> MasterView {
-        MasterView {
-            replid: replid.into(),
-            replid2: "0".repeat(40),
-            second_offset: None,
-            backlog: Backlog { active: true, master_offset: last, first_byte: first, size: 1 << 20 },
-            write_rate: 0.0,
-        }
+        MasterView { replid: replid.into(), replid2: "0".repeat(40), second_offset: None, backlog: Backlog { active: true, master_offset: last, first_byte: first, size: 1 << 20 }, write_rate: 0.0 }
     }
 
     fn rdb(id: &str, off: u64) -> RdbOnVolume {

@@ -130,7 +130,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let conf = d.path().join("redis.conf");
         let c = ServerConfig::parse("port 6379\n# appendonly yes\nappendonly \"yes\"\n");
-        assert!(matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes") && e.contains("contrib/k8s/replicas-aof.yaml") && e.contains("join --watch")));
+        assert!(
+            matches!(refuse_aof(d.path(), Some((&conf, &c))), Err(Error::Precondition(e)) if e.contains("appendonly yes") && e.contains("contrib/k8s/replicas-aof.yaml") && e.contains("join --watch"))
+        );
         let c = ServerConfig::parse("appendonly yes\nappendonly no\n");
         assert!(refuse_aof(d.path(), Some((&conf, &c))).is_ok(), "the last setting counts");
         assert!(refuse_aof(d.path(), None).is_ok());

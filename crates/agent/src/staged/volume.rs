@@ -79,7 +79,11 @@ mod tests {
         assert_eq!(node(&p).unwrap(), NodeOnVolume::Absent);
         let me = "a".repeat(40);
         let other = "b".repeat(40);
-        std::fs::write(&p, format!("{me} 10.0.0.1:6379@16379 myself,slave {other} 0 0 1 connected\n{other} 10.0.0.2:6379@16379 master - 0 0 1 connected 0-16383\nvars currentEpoch 1 lastVoteEpoch 0\n")).unwrap();
+        std::fs::write(
+            &p,
+            format!("{me} 10.0.0.1:6379@16379 myself,slave {other} 0 0 1 connected\n{other} 10.0.0.2:6379@16379 master - 0 0 1 connected 0-16383\nvars currentEpoch 1 lastVoteEpoch 0\n"),
+        )
+        .unwrap();
         match node(&p).unwrap() {
             NodeOnVolume::Parsed(n) => assert!(n.id == me && n.role == cluster::Role::Replica && n.master.as_deref() == Some(other.as_str())),
             other => panic!("{other:?}"),

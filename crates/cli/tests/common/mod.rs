@@ -125,7 +125,11 @@ fn try_spawn_relay_at(addr: &str, master: &str, configure: impl FnOnce(&mut Comm
         }
         None
     });
-    if bound { Ok(Relay { proc, addr }) } else { Err(addr) }
+    if bound {
+        Ok(Relay { proc, addr })
+    } else {
+        Err(addr)
+    }
 }
 
 /// The outcome of a `fastrepl join --json`.

@@ -461,7 +461,9 @@ impl Prerequisite {
             .collect();
         let p = Proc::spawn(name, in_ns(&host.ns, &flavor.binary(), &args, &[]));
         wait_until(&format!("{name} to answer"), Duration::from_secs(15), || {
-            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok()).ok()?.then_some(())
+            netns::within(&host.ns, || client::Client::connect("127.0.0.1:6379", Some(&replication::replica::Auth { user: None, password: PASSWORD.into() }), Duration::from_secs(2)).is_ok())
+                .ok()?
+                .then_some(())
         });
         Prerequisite { name: name.to_string(), ns: host.ns.clone(), ip: host.ip.clone(), _proc: p, _dir: dir }
     }
@@ -510,9 +512,7 @@ pub fn containers(spec: &Value) -> Vec<&Value> {
 pub fn connect(ns: &str, addr: &str) -> client::Client {
     let addr = addr.to_string();
     let auth = replication::replica::Auth { user: None, password: PASSWORD.to_string() };
-    netns::within(ns, move || client::Client::connect(&addr, Some(&auth), Duration::from_secs(10)))
-        .unwrap_or_else(|e| panic!("enter {ns}: {e}"))
-        .unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
+    netns::within(ns, move || client::Client::connect(&addr, Some(&auth), Duration::from_secs(10))).unwrap_or_else(|e| panic!("enter {ns}: {e}")).unwrap_or_else(|e| panic!("connect in {ns}: {e}"))
 }
 
 /// `fastrepl` run in namespace `ns` (status, verify), by the manifests' DNS names: (success, stdout, stderr).

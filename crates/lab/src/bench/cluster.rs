@@ -86,7 +86,12 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         for mode in &modes {
             println!("== cluster: {mode}, run {run}/{}", args.repeat);
             let r = one(mode, run, flavor, values, link.as_deref(), &exe)?;
-            println!("   all in sync after {:.1} s; forks {:?}; max latency ms {:?}", r.secs, r.masters.iter().map(|m| m.forks).collect::<Vec<_>>(), r.masters.iter().map(|m| m.latency_ms["max"].clone()).collect::<Vec<_>>());
+            println!(
+                "   all in sync after {:.1} s; forks {:?}; max latency ms {:?}",
+                r.secs,
+                r.masters.iter().map(|m| m.forks).collect::<Vec<_>>(),
+                r.masters.iter().map(|m| m.latency_ms["max"].clone()).collect::<Vec<_>>()
+            );
             runs.push(r);
         }
     }
@@ -106,18 +111,12 @@ fn one(mode: &str, run: u32, flavor: Flavor, values: usize, link: Option<&str>, 
     // Hosts: per shard its master, its replica (and the relay), its new node (and the agent).
     let lab = Lab::new(SHARDS * 3, link).map_err(|e| anyhow!("namespace hosts: {e}"))?;
     let host = |shard: usize, role: usize| lab.hosts[shard * 3 + role].clone();
-    let at = Placement {
-        master_hosts: (0..SHARDS).map(|s| host(s, 0)).collect(),
-        replica_hosts: (0..SHARDS).map(|s| host(s, 1)).collect(),
-        master_cpus: Some(MASTER_CPU.into()),
-    };
+    let at = Placement { master_hosts: (0..SHARDS).map(|s| host(s, 0)).collect(), replica_hosts: (0..SHARDS).map(|s| host(s, 1)).collect(), master_cpus: Some(MASTER_CPU.into()) };
     let c = Cluster::start_on(flavor, SHARDS, 1, NodeOpts { backlog: "256mb".into(), cpus: Some(OTHER_CPU.into()), ..Default::default() }, &at);
     for s in 0..SHARDS {
         fill(&c, s, values)?;
     }
-    let nodes: Vec<Node> = (0..SHARDS)
-        .map(|s| c.add_empty_node(NodeOpts { supervised: mode == "fastrepl", host: Some(host(s, 2)), cpus: Some(OTHER_CPU.into()), ..Default::default() }))
-        .collect();
+    let nodes: Vec<Node> = (0..SHARDS).map(|s| c.add_empty_node(NodeOpts { supervised: mode == "fastrepl", host: Some(host(s, 2)), cpus: Some(OTHER_CPU.into()), ..Default::default() })).collect();
     wait_replicas_caught_up(&c)?;
     let before: Vec<(i64, f64, i64, i64)> = (0..SHARDS).map(|s| counters(c.master(s))).collect();
     let probes: Vec<Probe> = (0..SHARDS).map(|s| Probe::start(c.master(s))).collect::<Result<_>>()?;

@@ -1,14 +1,14 @@
 //! Results: `results.json` (every run, raw, with the machine and settings), `results.md` (tables),
 //! and PNG charts, all in `--out`; the table is printed too.
 
-use crate::charts::{self, Series};
 use crate::bench::run::RunResult;
 use crate::bench::scenario::{Arrival, Spec};
 use crate::bench::BenchArgs;
+use crate::charts::{self, Series};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 use std::fmt::Write as _;
+use std::path::Path;
 
 /// A scenario and its runs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -37,11 +37,7 @@ pub fn machine() -> serde_json::Value {
 }
 
 fn server_version(flavor: fixtures::Flavor) -> String {
-    std::process::Command::new(flavor.binary())
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|e| format!("unknown ({e})"))
+    std::process::Command::new(flavor.binary()).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 fn f2(x: Option<f64>) -> String {
@@ -206,7 +202,8 @@ pub fn writes_table(s: &ScenarioResult) -> Option<String> {
         }
     }
     let mut t = String::new();
-    let _ = writeln!(t, "| link | mode | runs in sync | median in sync (s) | master full syncs | output-buffer disconnects | master forks | handoffs | log streamed after the snapshot MB | writes MB/s |");
+    let _ =
+        writeln!(t, "| link | mode | runs in sync | median in sync (s) | master full syncs | output-buffer disconnects | master forks | handoffs | log streamed after the snapshot MB | writes MB/s |");
     let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|");
     for (link, mode) in keys {
         let runs: Vec<&RunResult> = s.runs.iter().filter(|r| r.link == link && r.mode == mode && r.error.is_none()).collect();
@@ -297,17 +294,7 @@ pub fn link_table(runs: &[RunResult]) -> Option<String> {
         // Each replica host's own rate (a slow host's link is slower), else the master's.
         let capacity: f64 = (1..=n).map(|h| l.host_rates_bytes_per_sec.get(h).copied().unwrap_or(rate)).sum::<f64>() * span;
         let share = |v: &[Vec<u64>]| (1..=n).map(|h| v[b].get(h).copied().unwrap_or(0).saturating_sub(v[a].get(h).copied().unwrap_or(0))).sum::<u64>() as f64 / capacity;
-        rows.push(format!(
-            "| {} | {} | {} | {:.2}–{:.2} | {:.0} % | {:.0} % | {:.2} |",
-            r.link,
-            n,
-            r.mode,
-            l.secs[a],
-            l.secs[b],
-            100.0 * share(&l.received),
-            100.0 * share(&l.sent),
-            secs - l.secs[b]
-        ));
+        rows.push(format!("| {} | {} | {} | {:.2}–{:.2} | {:.0} % | {:.0} % | {:.2} |", r.link, n, r.mode, l.secs[a], l.secs[b], 100.0 * share(&l.received), 100.0 * share(&l.sent), secs - l.secs[b]));
     }
     if rows.is_empty() {
         return None;
@@ -378,11 +365,8 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     let overhead_1 = own_bound_1.map(|b| (t1 - b).max(0.0));
     let t1_fork = crate::stats::median(&s.runs.iter().filter(ok).filter(|r| r.replicas == 1).filter_map(|r| own_secs_from_fork(r, 0)).collect::<Vec<_>>());
     let mut slow_adjusted: Vec<f64> = Vec::new();
-    let _ = writeln!(
-        t,
-        "T(1) = {t1:.2} s (median of the N = 1 runs: one replica alone on a full-rate host; {} its own link's bound).\n",
-        own_bound_1.map_or("–".into(), |b| format!("{:.2}×", t1 / b))
-    );
+    let _ =
+        writeln!(t, "T(1) = {t1:.2} s (median of the N = 1 runs: one replica alone on a full-rate host; {} its own link's bound).\n", own_bound_1.map_or("–".into(), |b| format!("{:.2}×", t1 / b)));
     let _ = writeln!(
         t,
         "| N | mode | run | each replica ÷ T(1) (slow host: s) | full-rate max | full-rate max, from the master's fork | slow ÷ own link's bound | slow ÷ (own link's bound + the {} s T(1) takes beyond its own) | read from the slow host by the others: blocks @ median MiB/s |",
@@ -464,11 +448,7 @@ pub fn uneven_table(s: &ScenarioResult) -> Option<String> {
     }
     if !slow_adjusted.is_empty() {
         let worst = slow_adjusted.iter().copied().fold(0.0, f64::max);
-        let _ = writeln!(
-            t,
-            "Slow replicas ÷ (their link's nominal transfer + what T(1) takes beyond its own): median {}, worst {worst:.3}.",
-            f2(crate::stats::median(&slow_adjusted))
-        );
+        let _ = writeln!(t, "Slow replicas ÷ (their link's nominal transfer + what T(1) takes beyond its own): median {}, worst {worst:.3}.", f2(crate::stats::median(&slow_adjusted)));
     }
     Some(t)
 }
@@ -644,7 +624,14 @@ mod tests {
         let master = [0, 100, 1100, 2100, 3100, 3200, 3200];
         let sent = secs.iter().enumerate().map(|(i, _)| vec![master[i], 400 * (i.clamp(1, 4) as u64 - 1), 400 * (i.clamp(1, 4) as u64 - 1)]).collect();
         let received = secs.iter().enumerate().map(|(i, _)| vec![0, 800 * (i.clamp(1, 4) as u64 - 1), 800 * (i.clamp(1, 4) as u64 - 1)]).collect();
-        let run = RunResult { link: "x".into(), replicas: 2, mode: "m".into(), secs: Some(6.0), links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received, ..Default::default() }), ..Default::default() };
+        let run = RunResult {
+            link: "x".into(),
+            replicas: 2,
+            mode: "m".into(),
+            secs: Some(6.0),
+            links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received, ..Default::default() }),
+            ..Default::default()
+        };
         let t = link_table(&[run.clone()]).expect("a row");
         assert!(t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"), "{t}");
         // Replica 2 on a link half as fast: its 800 B/s fill it.
@@ -681,7 +668,12 @@ mod tests {
         };
         let s = ScenarioResult {
             spec,
-            runs: vec![run("native-diskless", None, Some(240.4), 8, 7), run("fastrepl-tcp", Some(180.0), None, 1, 0), run("native-diskless", None, Some(240.2), 7, 7), run("fastrepl-tcp", Some(182.0), None, 1, 0)],
+            runs: vec![
+                run("native-diskless", None, Some(240.4), 8, 7),
+                run("fastrepl-tcp", Some(180.0), None, 1, 0),
+                run("native-diskless", None, Some(240.2), 7, 7),
+                run("fastrepl-tcp", Some(182.0), None, 1, 0),
+            ],
         };
         let t = table(&s);
         assert!(t.contains("| 100mbit | 1 | native-diskless | gave up at 240 s: 8 full syncs, 7 output-buffer disconnects |"), "{t}");

@@ -6,14 +6,14 @@
 use crate::bench::scenario::{Arrival, Dataset, Spec};
 use crate::bench::BenchArgs;
 use anyhow::{anyhow, bail, Context, Result};
+use fixtures::netns::Lab;
+use fixtures::{Flavor, Proc, Server};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use fixtures::netns::Lab;
-use fixtures::{Flavor, Proc, Server};
 
 /// One run's measurements. Fields added after a results file was written read as their defaults.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -174,14 +174,7 @@ pub fn scenario(spec: &Spec, args: &BenchArgs, flavor: Flavor, exe: &Path) -> Re
                     let ctx = Ctx { spec, args, flavor, exe, lab: lab.as_ref(), master: &master, source: source.as_ref(), n, mode, link: &link_name, repeat };
                     let mut r = match one(&ctx) {
                         Ok(r) => r,
-                        Err(e) => RunResult {
-                            scenario: spec.name.clone(),
-                            link: link_name.clone(),
-                            replicas: n,
-                            mode: mode.clone(),
-                            error: Some(format!("{e:#}")),
-                            ..Default::default()
-                        },
+                        Err(e) => RunResult { scenario: spec.name.clone(), link: link_name.clone(), replicas: n, mode: mode.clone(), error: Some(format!("{e:#}")), ..Default::default() },
                     };
                     r.repeat = repeat;
                     print_line(&r);
@@ -677,14 +670,7 @@ fn give_up(c: &Ctx) -> Duration {
 /// Wait until replicas `group` (natively syncing) are in sync, recording into `phases[i]` when each
 /// received its first byte, started loading and came in sync, and into `per_replica[i]` the last
 /// (seconds since `t0`); past `deadline`, a [`GaveUp`] error. Shared by `bench` and `demo`.
-pub fn wait_native_in_sync(
-    clients: &mut [client::Client],
-    group: &[usize],
-    t0: Instant,
-    deadline: Instant,
-    phases: &mut [serde_json::Value],
-    per_replica: &mut [f64],
-) -> Result<()> {
+pub fn wait_native_in_sync(clients: &mut [client::Client], group: &[usize], t0: Instant, deadline: Instant, phases: &mut [serde_json::Value], per_replica: &mut [f64]) -> Result<()> {
     let mut done = vec![false; clients.len()];
     while group.iter().any(|&i| !done[i]) {
         for &i in group {
@@ -728,7 +714,9 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
     // keep it on its tcp transport unless told otherwise.
     let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
     let mut cmd = c.fastrepl_on(0);
-    cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr]).env("FASTREPL_TOKEN", &token).env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
+    cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr])
+        .env("FASTREPL_TOKEN", &token)
+        .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
     if crate::bench::scenario::uncompressed(c.mode) {
         cmd.args(["--compression", "none"]);
     }
@@ -833,8 +821,7 @@ fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> 
             let code = p.wait(Duration::from_secs(5));
             let out = p.output();
             c.keep_log(&p.name, out.as_bytes());
-            let report: serde_json::Value =
-                out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
+            let report: serde_json::Value = out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
             if code != Some(0) && code != Some(3) {
                 // A join that cannot reach its relay says little on its own: say whether the relay is
                 // still there, and if not, how it ended.

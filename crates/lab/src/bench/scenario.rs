@@ -121,7 +121,8 @@ impl Dataset {
 }
 
 /// Every mode there is.
-pub const MODES: &[&str] = &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw", "fastrepl-tcp-uncompressed"];
+pub const MODES: &[&str] =
+    &["native-disk", "native-diskless", "fastrepl-tcp", "fastrepl-ucx", "fastrepl-shm", "fastrepl-tcp-from-replica", "fastrepl-tcp-from-replica-raw", "fastrepl-tcp-uncompressed"];
 
 /// Modes whose relay keeps blocks as the source wrote them (`--compression none`, tcp): what
 /// compression costs or saves, side by side in one run.
@@ -152,13 +153,13 @@ impl Spec {
             count: if q { count_quick } else { count_full },
             size: if q { size_quick } else { size_full },
         };
-        let links = |full: &[&str], quick: &[&str]| -> Vec<Option<String>> {
-            (if q { quick } else { full }).iter().map(|l| (*l != "unshaped").then(|| l.to_string())).collect()
-        };
+        let links = |full: &[&str], quick: &[&str]| -> Vec<Option<String>> { (if q { quick } else { full }).iter().map(|l| (*l != "unshaped").then(|| l.to_string())).collect() };
         let (dataset, links, replicas, arrival, latency_probe) = match name {
             "original" => (big(256, 16, 3_660_000, 1_000_000), links(&["100mbit", "1gbit", "unshaped"], &["1gbit", "unshaped"]), if q { vec![1, 2] } else { vec![1, 2, 3] }, Arrival::Together, false),
             "fanout" => (big(256, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![1, 3] } else { vec![1, 2, 4, 8] }, Arrival::Together, false),
-            "staggered" => (Dataset::Mixed { small: if q { 5_000 } else { 200_000 }, big_mib: if q { 8 } else { 256 } }, links(&["1gbit"], &["unshaped"]), vec![if q { 3 } else { 4 }], Arrival::Staggered, false),
+            "staggered" => {
+                (Dataset::Mixed { small: if q { 5_000 } else { 200_000 }, big_mib: if q { 8 } else { 256 } }, links(&["1gbit"], &["unshaped"]), vec![if q { 3 } else { 4 }], Arrival::Staggered, false)
+            }
             "small-keys" => (Dataset::SmallValues { count: if q { 20_000 } else { 3_000_000 }, size: 100 }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
             "mixed" => (Dataset::Mixed { small: if q { 5_000 } else { 500_000 }, big_mib: if q { 4 } else { 128 } }, links(&["unshaped"], &["unshaped"]), vec![1], Arrival::Together, false),
             "under-load" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["unshaped"]), vec![1], Arrival::Together, true),
@@ -173,7 +174,9 @@ impl Spec {
             "late-joiner" => (big(64, 8, 4 << 20, 1 << 20), links(&["1gbit"], &["1gbit"]), if q { vec![3] } else { vec![4] }, Arrival::Late, false),
             // The master forks nothing: the relay captures from a replica. Compressible data (mixed
             // types), so switching the source's compression off shows in CPU and in bytes.
-            "zero-fork" => (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true),
+            "zero-fork" => {
+                (Dataset::Mixed { small: if q { 5_000 } else { 300_000 }, big_mib: if q { 8 } else { 256 } }, links(&["unshaped", "100mbit"], &["unshaped"]), vec![1], Arrival::Together, true)
+            }
             // Issue 44's master: 600 MiB at 100 Mbit/s with ~8 MB/s of writes through the sync and a
             // 64 MB backlog. Natively, the replica's output buffer passes its default hard limit
             // (256 MB) ~32 s into a ~50 s transfer: the sync starts again, and again. Through a relay
@@ -198,7 +201,15 @@ impl Spec {
             slow_factor: a.slow_factor,
             slow_last: name == "uneven",
             kill_one: name == "agent-killed",
-            writes_bytes_per_sec: if name == "write-heavy" { if q { 2_000_000 } else { 8_000_000 } } else { 0 },
+            writes_bytes_per_sec: if name == "write-heavy" {
+                if q {
+                    2_000_000
+                } else {
+                    8_000_000
+                }
+            } else {
+                0
+            },
             master_backlog: if name == "write-heavy" { "64mb".into() } else { backlog_default() },
             give_up_secs: (name == "write-heavy").then_some(a.give_up_secs.unwrap_or(if q { 60 } else { 240 })),
             relay_store: name == "write-heavy",

@@ -13,9 +13,9 @@
 
 use super::matrix::{judge, Cell, Fault, Observed, Pair, Phase, SeenRole, StoreFault, Target, Verdict, CUT_SECS, STOP_SECS};
 use super::writer::Writer;
+use agent::events::Event as AgentEvent;
 use anyhow::{anyhow, bail, Context, Result};
 use fixtures::netns::Lab;
-use agent::events::Event as AgentEvent;
 use fixtures::{Flavor, Proc, Server};
 use relay::events::Event as RelayEvent;
 use serde::{Deserialize, Serialize};
@@ -101,20 +101,14 @@ impl CellResult {
 
     /// A cell that cannot run here, and why (stored and counted as skipped, never as survived).
     pub fn skipped(cell: &Cell, why: &str) -> CellResult {
-        CellResult {
-            a_verdict: Verdict::Skipped(why.to_string()),
-            b_verdict: Verdict::Skipped(why.to_string()),
-            skipped: Some(why.to_string()),
-            ..CellResult::not_run(cell)
-        }
+        CellResult { a_verdict: Verdict::Skipped(why.to_string()), b_verdict: Verdict::Skipped(why.to_string()), skipped: Some(why.to_string()), ..CellResult::not_run(cell) }
     }
 }
 
 impl CellResult {
     /// The invariant held for both agents, B was unaffected where it should be, nothing leaked.
     pub fn passed(&self) -> bool {
-        self.skipped.is_some()
-            || (self.a_verdict.survived() && self.b_verdict.survived() && self.b_unaffected != Some(false) && self.leaks.is_empty() && self.keys_lost == 0)
+        self.skipped.is_some() || (self.a_verdict.survived() && self.b_verdict.survived() && self.b_unaffected != Some(false) && self.leaks.is_empty() && self.keys_lost == 0)
     }
 }
 
@@ -535,9 +529,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let spare = if cell.fault == Fault::Failover {
         let s = start(0, &[])?;
         s.try_client()?.cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
-        wait_for("the spare replica to sync", Duration::from_secs(60), || {
-            Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(()))
-        })?;
+        wait_for("the spare replica to sync", Duration::from_secs(60), || Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(())))?;
         Some(s)
     } else {
         None
@@ -650,8 +642,7 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
             o.replica_lost_after_handoff = true;
         }
         let killed_after_handoff = o.exit.is_none() && !o.after_kill_following.is_empty();
-        let claims_sync =
-            !o.replica_lost_after_handoff && (matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff);
+        let claims_sync = !o.replica_lost_after_handoff && (matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff);
         if claims_sync {
             o.differences = compare(master_server, &w.replicas[i]);
         }

@@ -65,7 +65,10 @@ fn run_staged(a: &FaultsArgs) -> Result<Vec<staged::StagedResult>> {
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(a.out.join("staged.json"), serde_json::to_string_pretty(&serde_json::json!({"flavor": a.flavor, "only": a.only, "cells": results}))?)?;
     let summary = format!("{} staged cells run, {} survived", results.len(), results.iter().filter(|r| r.passed()).count());
-    std::fs::write(a.out.join("staged.md"), format!("# Fault matrix: staged joins\n\n**{summary}**\n\nReproduce: `fastrepl-lab faults --staged --flavor {}`.\n\n{}", a.flavor, staged::markdown(&results)))?;
+    std::fs::write(
+        a.out.join("staged.md"),
+        format!("# Fault matrix: staged joins\n\n**{summary}**\n\nReproduce: `fastrepl-lab faults --staged --flavor {}`.\n\n{}", a.flavor, staged::markdown(&results)),
+    )?;
     println!("{summary}");
     let broken: Vec<&str> = results.iter().filter(|r| !r.passed()).map(|r| r.cell.as_str()).collect();
     if !broken.is_empty() {
@@ -108,8 +111,7 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
     }
     let flavor = Flavor::parse(&a.flavor).ok_or_else(|| anyhow!("unknown flavor {:?}", a.flavor))?;
     let setup = cell::Setup { flavor, mib: a.mib, exe: crate::fastrepl_bin()?, logs: a.logs.clone() };
-    let cells: Vec<matrix::Cell> =
-        if a.quick { matrix::quick() } else { matrix::full() }.into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
+    let cells: Vec<matrix::Cell> = if a.quick { matrix::quick() } else { matrix::full() }.into_iter().filter(|c| a.only.as_deref().is_none_or(|f| c.name().contains(f))).collect();
     if cells.is_empty() {
         bail!("no cell matches {:?}", a.only);
     }
@@ -130,11 +132,7 @@ pub fn run(a: FaultsArgs) -> Result<Results> {
     let summary = summarize(&results);
     settings["leftover_processes"] = serde_json::json!(leftovers.0);
     settings["leftover_namespaces"] = serde_json::json!(leftovers.1);
-    let out = Results {
-        settings,
-        cells: results,
-        summary: summary.clone(),
-    };
+    let out = Results { settings, cells: results, summary: summary.clone() };
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&out)?)?;
     std::fs::write(a.out.join("results.md"), markdown(&out))?;
@@ -220,19 +218,11 @@ pub fn summarize(cells: &[cell::CellResult]) -> String {
     let phases: std::collections::BTreeSet<&str> = ran.iter().map(|c| c.spec.phase.name()).collect();
     let survived = ran.iter().filter(|c| c.passed()).count();
     let lost: u64 = ran.iter().map(|c| c.keys_lost).sum();
-    let false_successes = ran
-        .iter()
-        .flat_map(|c| [(&c.a, &c.a_verdict), (&c.b, &c.b_verdict)])
-        .filter(|(o, v)| matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_)))
-        .count();
+    let false_successes =
+        ran.iter().flat_map(|c| [(&c.a, &c.a_verdict), (&c.b, &c.b_verdict)]).filter(|(o, v)| matches!(o.exit, Some(0) | Some(3)) && matches!(v, matrix::Verdict::Violation(_))).count();
     let skipped = cells.len() - ran.len();
     let skipped = if skipped > 0 { format!(" ({skipped} more skipped)") } else { String::new() };
-    format!(
-        "{} faults at {} phases, {} cells run{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes",
-        faults.len(),
-        phases.len(),
-        ran.len()
-    )
+    format!("{} faults at {} phases, {} cells run{skipped}: {survived} survived, {lost} keys lost, {false_successes} false successes", faults.len(), phases.len(), ran.len())
 }
 
 /// Verdicts per agent, where the strikes landed, and how fast the join's own retries recovered.
@@ -247,8 +237,7 @@ fn tallies(cells: &[cell::CellResult]) -> String {
         m.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
     };
     let short = |v: &matrix::Verdict| verdict(v).split(':').next().unwrap_or_default().to_string();
-    let retried: Vec<f64> =
-        ran.iter().filter(|c| c.attempts > 1 && matches!(c.a_verdict, matrix::Verdict::Synced | matrix::Verdict::Native)).map(|c| c.recovery_secs).collect();
+    let retried: Vec<f64> = ran.iter().filter(|c| c.attempts > 1 && matches!(c.a_verdict, matrix::Verdict::Synced | matrix::Verdict::Native)).map(|c| c.recovery_secs).collect();
     let a_only = ran.iter().filter(|c| c.b_unaffected.is_some()).count();
     let skipped = cells.len() - ran.len();
     let unaffected = ran.iter().filter(|c| c.b_unaffected == Some(true)).count();
@@ -266,11 +255,7 @@ fn tallies(cells: &[cell::CellResult]) -> String {
 fn markdown(r: &Results) -> String {
     let mut s = String::from("# Fault matrix\n\n");
     s.push_str(&format!("**{}**\n\n", r.summary));
-    s.push_str(&format!(
-        "Settings: `{}`. Reproduce: `fastrepl-lab faults{}` (raw results: results.json).\n\n",
-        r.settings,
-        if r.settings["quick"].as_bool() == Some(true) { " --quick" } else { "" }
-    ));
+    s.push_str(&format!("Settings: `{}`. Reproduce: `fastrepl-lab faults{}` (raw results: results.json).\n\n", r.settings, if r.settings["quick"].as_bool() == Some(true) { " --quick" } else { "" }));
     s.push_str("Hosts: master (host 0), relay (1), agent A + replica (2), agent B + replica (3); a writer on the master throughout. ");
     s.push_str("A is the join under test; B joins beside it and serves it blocks. Verdicts: *synced* (exit 0, identical once caught up), ");
     s.push_str("*native* (exit 3, identical), *failed-clean* (non-zero with a message, replica empty and standalone), ");

@@ -7,8 +7,8 @@
 //! with a message and the node an empty master again, a killed agent's node never left parked or
 //! half-staged (a re-run join must then succeed).
 
-use super::matrix::{self, Observed, SeenRole, Verdict};
 use super::cell::last_json;
+use super::matrix::{self, Observed, SeenRole, Verdict};
 use agent::events::{Event, JoinPhase};
 use anyhow::Result;
 use fixtures::cluster::{self, Cluster, Node, NodeOpts};
@@ -306,7 +306,12 @@ fn compare(master: &Node, node: &Node) -> Option<u64> {
         }
         if let (Some(a), Some(b)) = (digest(master), digest(node)) {
             if a == b {
-                eprintln!("    compared by DEBUG DIGEST: {} keys refused by the node's cluster view (it follows {}), first: {}", o.refused_count, seen(node).1, o.refused.first().map(String::as_str).unwrap_or_default());
+                eprintln!(
+                    "    compared by DEBUG DIGEST: {} keys refused by the node's cluster view (it follows {}), first: {}",
+                    o.refused_count,
+                    seen(node).1,
+                    o.refused.first().map(String::as_str).unwrap_or_default()
+                );
                 return Some(0);
             }
         }

@@ -109,4 +109,3 @@ mod tests {
         assert!(matches!(got.validate(crate::wire::Before::default()), Err(Error::Protocol(m)) if m.contains("block_size")));
     }
 }
-

@@ -239,7 +239,14 @@ mod tests {
         let none = Before::default();
         let with = |second: Entry, stored: u64| Descriptor { table: vec![Entry(1, 1 << 20, 0), second], stored: (1 << 20) + stored, ..good() };
         // Raw, but not the block's length; compressed, but not shorter; empty; an unknown codec.
-        for (e, stored) in [(Entry(2, 1000, 0), 1000), (Entry(2, (1 << 20) + 1, 0), (1 << 20) + 1), (Entry(2, 1 << 20, 2), 1 << 20), (Entry(2, (1 << 20) + 9, 1), (1 << 20) + 9), (Entry(2, 0, 2), 0), (Entry(2, 1000, 3), 1000)] {
+        for (e, stored) in [
+            (Entry(2, 1000, 0), 1000),
+            (Entry(2, (1 << 20) + 1, 0), (1 << 20) + 1),
+            (Entry(2, 1 << 20, 2), 1 << 20),
+            (Entry(2, (1 << 20) + 9, 1), (1 << 20) + 9),
+            (Entry(2, 0, 2), 0),
+            (Entry(2, 1000, 3), 1000),
+        ] {
             rejects(with(e, stored), none, "table");
         }
         // Entries that do not add up to the watermark sent with them, alone or after earlier ones.

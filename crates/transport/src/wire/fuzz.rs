@@ -66,7 +66,13 @@ mod fuzz_smoke {
             let n = |k: u64| [0, 1, 4096, 1 << 20, u64::MAX, x.rotate_left(k as u32)][((x >> k) % 6) as usize];
             let body = format!(
                 r#"{{"descriptor":{{"generation":1,"replid":"r","offset":{},"block_size":{},"length":{},"published":{},"stored":{},"table":{:?},"rdb_version":null,"log_end":{},"state":"capturing","error":null}}}}"#,
-                n(1), n(5), n(9), n(13), n(21), vec![[7u64, n(25) % (1 << 32), (x >> 40) % 4]; (i % 5) as usize], n(17)
+                n(1),
+                n(5),
+                n(9),
+                n(13),
+                n(21),
+                vec![[7u64, n(25) % (1 << 32), (x >> 40) % 4]; (i % 5) as usize],
+                n(17)
             );
             let mut d = (body.len() as u32).to_be_bytes().to_vec();
             d.extend_from_slice(body.as_bytes());

@@ -221,10 +221,7 @@ mod tests {
 
     #[test]
     fn answers_round_trip_and_addresses_are_checked() {
-        let a = vec![
-            Located { block: 4, at: Where::Relay },
-            Located { block: 5, at: Where::Peers(vec![Peer { id: 2, addr: "10.0.0.2:7401".into() }, Peer { id: 7, addr: "h:1".into() }]) },
-        ];
+        let a = vec![Located { block: 4, at: Where::Relay }, Located { block: 5, at: Where::Peers(vec![Peer { id: 2, addr: "10.0.0.2:7401".into() }, Peer { id: 7, addr: "h:1".into() }]) }];
         assert_eq!(decode_located(&encode_located(&a)).unwrap(), a);
         let mut evil = encode_located(&[Located { block: 1, at: Where::Peers(vec![Peer { id: 1, addr: "a b".into() }]) }]);
         assert!(decode_located(&evil).is_err(), "a space in an address");
