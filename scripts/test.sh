@@ -2,7 +2,8 @@
 # The test command: set-up (idempotent), the whole test suite (real servers, relays and agents over
 # real sockets) over tcp, the core end-to-end suites again over each other transport (shm, UCX over
 # its tcp, UCX over its shared memory: one suite, parameterized by FASTREPL_TEST_TRANSPORT), a
-# check that the product binary holds no lab code and builds without UCX, a valgrind leak check of
+# check that the product binary holds no lab code and builds without UCX, the lints as a gate
+# (rustfmt --check, clippy -D warnings: scripts/lint.sh), a valgrind leak check of
 # UCX pulls, a short run of every fuzz target where a nightly toolchain
 # exists, and a one-line summary of the counts.
 #   FASTREPL_TEST_RDMA=1  also run the tests that need an RDMA device (e2e_rdma and the lab's RDMA
@@ -40,6 +41,9 @@ if [[ -n ${FASTREPL_TEST_RDMA:-} ]]; then
 fi
 product=$(scripts/product_check.sh 2>&1) || status=1
 echo "$product"
+lint=$(scripts/lint.sh 2>&1) || status=1
+echo "$lint"
+product+=$'\n'"$lint"
 leak=$(scripts/leakcheck.sh 2>&1) || status=1
 echo "$leak"
 scripts/fuzz.sh "${FUZZ_SECONDS:-15}" 2>&1 | tee "$fuzzlog" || status=1

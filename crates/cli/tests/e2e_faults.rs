@@ -24,8 +24,7 @@ fn fake_master(after_psync: Vec<u8>) -> (String, std::thread::JoinHandle<()>) {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let mut buf = Vec::new();
             let mut chunk = [0u8; 1024];
-            'conn: loop {
-                let Ok(n) = s.read(&mut chunk) else { break };
+            'conn: while let Ok(n) = s.read(&mut chunk) {
                 if n == 0 {
                     break;
                 }

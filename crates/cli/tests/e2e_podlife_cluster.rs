@@ -23,6 +23,9 @@ use pods::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// What INFO replication says of a server: (role, master_host, master_link_status).
+type Seen = (Option<String>, Option<String>, Option<String>);
+
 /// The prerequisite cluster's headless Service and its pods' names (`redis-cluster-0`...).
 const CLUSTER_SERVICE: &str = "redis-cluster-headless";
 const CLUSTER_NODES: usize = 3;
@@ -257,10 +260,11 @@ fn a_cluster_shard_pod_lives_through_its_life() {
             pod0.client().cmd(&["CLUSTER", "FAILOVER"]).expect("CLUSTER FAILOVER, again");
             asked = Instant::now();
         }
-        let role =
-            |c: &mut client::Client| c.info("replication").map(|i| (i.get("role").map(str::to_string), i.get("master_host").map(str::to_string), i.get("master_link_status").map(str::to_string)));
+        let role = |c: &mut client::Client| -> Result<Seen, client::Error> {
+            c.info("replication").map(|i| (i.get("role").map(str::to_string), i.get("master_host").map(str::to_string), i.get("master_link_status").map(str::to_string)))
+        };
         let (p0, n0, p1) = (role(&mut pod0.client()), role(&mut s.nodes[0].client()), role(&mut pod1.client()));
-        let follows = |r: &Result<(Option<String>, Option<String>, Option<String>), client::Error>| matches!(r, Ok((_, Some(h), Some(l))) if new_master(h) && l == "up");
+        let follows = |r: &Result<Seen, client::Error>| matches!(r, Ok((_, Some(h), Some(l))) if new_master(h) && l == "up");
         if matches!(&p0, Ok((Some(r), _, _)) if r == "master") && follows(&n0) && follows(&p1) {
             break;
         }

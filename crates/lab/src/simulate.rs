@@ -315,7 +315,7 @@ impl Trace {
         if !transfers.iter().any(|x| x.dst == g.host && !x.refusal) {
             self.idle += 1;
         }
-        if at.step % self.every == 0 {
+        if at.step.is_multiple_of(self.every) {
             let uploads = |src: usize| transfers.iter().filter(|y| y.src == src && !y.refusal).count();
             let reads: Vec<String> = transfers
                 .iter()
@@ -695,7 +695,7 @@ pub fn run_one(a: &SimulateArgs, n: usize) -> Result<Row> {
         busy_up = up_queue;
         busy_down = down_queue;
         let relay: f64 = transfers.iter().zip(&rates).filter(|(x, _)| x.src == 0).map(|(_, r)| r).sum();
-        if debug && step % 40 == 0 {
+        if debug && step.is_multiple_of(40) {
             let total: f64 = rates.iter().sum();
             let nrelay = transfers.iter().filter(|x| x.src == 0).count();
             let prefix: Vec<u64> = agents.iter().map(|g| g.chooser.held_prefix()).collect();

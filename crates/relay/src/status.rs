@@ -29,7 +29,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
                 rdb_version: d.rdb_version,
                 blocks,
                 blocks_total,
-                log_bytes: g.log_len() as u64,
+                log_bytes: g.log_len(),
                 age_seconds: g.age().as_secs_f64(),
                 agents: shared.swarms.members(d.generation) as u64,
                 error: d.error,
@@ -112,8 +112,8 @@ fn disk(dir: &std::path::Path) -> Option<Disk> {
     }
     // SAFETY: statvfs returned 0, so it initialised the whole struct.
     let st = unsafe { st.assume_init() };
-    let frsize = st.f_frsize as u64;
-    Some(Disk { size: (st.f_blocks as u64).saturating_mul(frsize), free: (st.f_bavail as u64).saturating_mul(frsize) })
+    let frsize = st.f_frsize;
+    Some(Disk { size: st.f_blocks.saturating_mul(frsize), free: st.f_bavail.saturating_mul(frsize) })
 }
 
 /// With a store, what the relay's unreclaimable memory stays under: a base (threads, allocator,

@@ -193,7 +193,7 @@ mod tests {
         let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|i| {
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     b"fastrepl "[i % 9]
                 } else {
                     x ^= x << 13;

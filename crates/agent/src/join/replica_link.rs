@@ -359,7 +359,7 @@ mod tests {
         // Connected here, in the order the agent will take them: silent, trickling, the replica.
         let mut t = TcpStream::connect(at).unwrap();
         let trickler = std::thread::spawn(move || {
-            for b in b"*1\r\n$100000\r\n".iter().chain(std::iter::repeat(&b'x').take(200)) {
+            for b in b"*1\r\n$100000\r\n".iter().chain(std::iter::repeat_n(&b'x', 200)) {
                 if t.write_all(&[*b]).is_err() {
                     return true;
                 }

@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(spares.lock().len(), 0, "a reader still holds both buffers");
         drop(held);
         let b = Arrival::new(PIECE, spares.clone());
-        b.push(&vec![1u8; 4]);
+        b.push(&[1u8; 4]);
         drop(b);
         assert_eq!(spares.lock().len(), 1, "a buffer a reader held until the arrival ended is not taken back; the new one's is");
         let c = Arrival::new(2, spares.clone());

@@ -106,7 +106,7 @@ pub struct Asking {
 impl Asking {
     /// May a question go out at `now`?
     pub fn may_ask(&self, now: Instant) -> bool {
-        !self.out && !self.quiet_until.is_some_and(|t| now < t)
+        !self.out && self.quiet_until.is_none_or(|t| now >= t)
     }
 
     /// A question went out.

@@ -632,7 +632,7 @@ mod tests {
             links: Some(LinkSeries { rate_bytes_per_sec: Some(1000.0), secs, sent, received, ..Default::default() }),
             ..Default::default()
         };
-        let t = link_table(&[run.clone()]).expect("a row");
+        let t = link_table(std::slice::from_ref(&run)).expect("a row");
         assert!(t.contains("| x | 2 | m | 1.00–4.00 | 80 % | 40 % | 2.00 |"), "{t}");
         // Replica 2 on a link half as fast: its 800 B/s fill it.
         let mut slow = run.clone();

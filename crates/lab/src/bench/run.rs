@@ -395,7 +395,7 @@ fn probe_latency(master: &Server) -> Result<Sampler<Vec<f64>>> {
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let t = Instant::now();
-            let r = if i % 2 == 0 { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
+            let r = if i.is_multiple_of(2) { c.cmd(&["SET", "bench:probe", &i.to_string()]) } else { c.cmd(&["GET", "bench:probe"]) };
             if r.is_err() {
                 break;
             }

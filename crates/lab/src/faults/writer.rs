@@ -54,7 +54,7 @@ impl Writer {
                         continue;
                     }
                 }
-                let db = if i % 2 == 0 { "0" } else { "1" };
+                let db = if i.is_multiple_of(2) { "0" } else { "1" };
                 // Over a bounded key space: the dataset's key count stays put however long a cell
                 // runs (the replicas' key-load-delay is per key).
                 let k = i % KEYS;
