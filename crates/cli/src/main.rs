@@ -348,8 +348,9 @@ struct JoinArgs {
     /// Stay beside the local server until SIGTERM (a Kubernetes native sidecar): wait for it to
     /// answer and load, join it whenever it runs standalone (its first start; after a restart, when
     /// its config has no replicaof), leave it alone while it is a replica (linked or reconnecting by
-    /// itself), a master with replicas of its own, a cluster node, or the master itself. Each join's
-    /// report is printed as it ends; a failed one is tried again 30 s later. With --force for a
+    /// itself), a master with replicas of its own or promoted holding data, a cluster node, or the
+    /// master itself. Each join's report is printed as it ends; a failed one is tried again 30 s
+    /// later, or, when another try cannot mend it (incompatible), once the server restarted. With --force for a
     /// server that loads data of its own (AOF). Exit 0 when stopped while watching.
     #[arg(long, env = "FASTREPL_WATCH")]
     watch: bool,

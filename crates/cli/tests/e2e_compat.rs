@@ -174,8 +174,10 @@ fn a_valkey91_replica_refusing_redis82_hash_field_ttls_is_not_retried() {
     refused_while_loading(fill, "Can't handle foreign type or opcode 25", false);
 }
 
-/// `join --watch` beside such a replica (the AOF sidecar's way): the refused process is not joined
-/// again every 30 s; once the server restarted (another run_id, perhaps another version), it is.
+/// `join --watch` beside such a replica (the AOF sidecar's way): after the refusal the watch says it
+/// waits for the server's restart, not for its 30 s (`watch::decide` keeps that process unjoined:
+/// its unit test); once the server restarted (another run_id, perhaps another version), it is
+/// joined once more.
 #[test]
 fn a_watched_valkey91_replica_refusing_redis82_waits_for_its_restart() {
     require_server(Flavor::Redis82);

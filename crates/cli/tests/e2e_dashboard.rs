@@ -89,6 +89,27 @@ fn the_dashboard_is_well_formed_and_covers_what_operators_look_at() {
     }
 }
 
+/// The labels an expression's result keeps when it is an aggregation at its outside (`sum by (a,
+/// b) (...)`: a, b; `sum(...)`: none); `None` when it is not one.
+fn outer_grouping(expr: &str) -> Option<Vec<String>> {
+    let e = expr.trim_start();
+    let op = ["sum", "max", "min", "avg", "count"].into_iter().find(|op| e.starts_with(op))?;
+    let rest = e[op.len()..].trim_start();
+    if rest.starts_with('(') {
+        return Some(Vec::new());
+    }
+    let list = rest.strip_prefix("by")?.trim_start().strip_prefix('(')?;
+    Some(list[..list.find(')')?].split(',').map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
+}
+
+#[test]
+fn an_outer_aggregation_keeps_only_its_by_labels() {
+    assert_eq!(outer_grouping("sum by (phase, kind) (rate(x[1m]))"), Some(vec!["phase".to_string(), "kind".to_string()]));
+    assert_eq!(outer_grouping("sum(fastrepl_relay_generations)"), Some(vec![]));
+    assert_eq!(outer_grouping("rate(x[1m])"), None);
+    assert_eq!(outer_grouping("fastrepl_relay_store_bytes"), None);
+}
+
 #[test]
 fn every_name_the_dashboard_queries_is_what_a_real_relay_and_join_export() {
     let d = dashboard();
@@ -100,8 +121,12 @@ fn every_name_the_dashboard_queries_is_what_a_real_relay_and_join_export() {
         let refs = promql_refs(expr);
         assert!(!refs.metrics.is_empty() || expr.contains("up{"), "{title}: a query of no fastrepl metric: {expr}");
         monitoring::assert_exported(&format!("panel {title:?}"), expr, &refs, &exported, &text);
-        // A legend's {{label}} is one the result carries.
-        let carried: BTreeSet<&str> = refs.metrics.keys().flat_map(|m| exported[m].iter().map(String::as_str)).chain(monitoring::TARGET_LABELS).collect();
+        // A legend's {{label}} is one the result carries: an outer aggregation's `by` labels, else
+        // its metrics' and the target's.
+        let carried: BTreeSet<String> = match outer_grouping(expr) {
+            Some(by) => by.into_iter().collect(),
+            None => refs.metrics.keys().flat_map(|m| exported[m].iter().cloned()).chain(monitoring::TARGET_LABELS.map(String::from)).collect(),
+        };
         let mut rest = legend.as_str();
         while let Some(at) = rest.find("{{") {
             let end = rest[at..].find("}}").expect("a closed legend label") + at;

@@ -751,6 +751,15 @@ fn joins_by_outcome_the_bounds_and_the_stores_disk_are_metrics() {
     let (size, free) = (st["store_size_bytes"].as_u64().unwrap(), st["store_free_bytes"].as_u64().unwrap());
     assert!(size > 0 && free <= size, "store size {size}, free {free}");
     assert_identical(&master, &target);
+    // The relay's capture was the master's one full sync, and it says so (FastreplMasterFullResync
+    // subtracts it); a capture from a replica costs the master none, and counts none.
+    assert_eq!((sample(&scrape(&maddr), "fastrepl_relay_master_full_syncs_total"), info_num(&master, "stats", "sync_full")), (1.0, 1));
+    let raddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let from_replica = relay(&master.addr(), &["--source", &target.addr(), "--metrics", &raddr], &[]);
+    wait_relay_generation(&from_replica.addr);
+    assert_eq!((sample(&scrape(&raddr), "fastrepl_relay_master_full_syncs_total"), info_num(&master, "stats", "sync_full")), (0.0, 1));
+    assert_eq!(status_json(&stored.addr)["master_full_syncs_total"], 1);
+    drop(from_replica);
 
     // A join the relay refuses (the snapshot over --snapshot-max-bytes) is a failed one. Without a
     // store the store's gauges say -1, the status null.

@@ -284,7 +284,7 @@ pub const JOIN_RETRY_MAX: Duration = Duration::from_secs(30);
 /// that went away.
 pub const JOIN_END_REPORT_WAIT: Duration = Duration::from_millis(1500);
 /// `join --watch` looks at its local server this often (a sidecar beside the server for its whole
-/// life: a second is soon enough to see it start, and cheap: three INFO sections).
+/// life: a second is soon enough to see it start, and cheap: five INFO sections).
 pub const WATCH_POLL_EVERY: Duration = Duration::from_secs(1);
 /// `join --watch`: after a join failed for good (its own retries spent or not retryable), this long
 /// before the server is joined again (a relay or master away for longer is tried twice a minute).

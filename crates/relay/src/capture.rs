@@ -122,6 +122,8 @@ struct Link<'a> {
     stats: &'a crate::stats::Stats,
     /// `master <addr>` or `source replica <addr>`, for the log and errors.
     server: String,
+    /// The source is the master itself: its FULLRESYNC is a `sync_full` on it.
+    from_master: bool,
     machine: Capture,
 }
 
@@ -213,7 +215,7 @@ fn capture_generation(shared: &Arc<Shared>, id: u64, announce_port: u16) -> Resu
         source,
     })?;
     let (machine, first) = Capture::new(cfg.master_auth.as_ref(), announce_port, cfg.announce_version.as_deref(), cfg.snapshot.snapshot_bytes_max, t0);
-    let mut link = Link { s, stats: &shared.stats, server, machine };
+    let mut link = Link { s, stats: &shared.stats, server, from_master: !chosen.replica, machine };
     let mut run = Run { raw, master_changes, ..Run::default() };
     // A failure fails (mid-RDB) or seals (streaming) the generation: the machine decides, once
     // `supervise` reports the end.
@@ -277,6 +279,9 @@ fn apply(shared: &Shared, id: u64, link: &mut Link<'_>, run: &mut Run, ev: Event
         Event::FullResync { replid, offset } => {
             tracing::info!(%replid, offset, psync_secs = t0.elapsed().as_secs_f64(), "{} answered FULLRESYNC (time to answer includes its repl-diskless-sync-delay)", link.server);
             run.resync = Some((replid, offset));
+            if link.from_master {
+                crate::stats::Stats::add(&shared.stats.master_full_syncs, 1);
+            }
         }
         Event::RdbStart { length } => {
             let (replid, offset) = run.resync.clone().expect("the machine reports FULLRESYNC before the RDB");

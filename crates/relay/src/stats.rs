@@ -16,6 +16,8 @@ use transport::TransportKind;
 pub(crate) struct Stats {
     started: Instant,
     pub captures: AtomicU64,
+    /// Captures from the master itself that it answered with FULLRESYNC (one `sync_full` each).
+    pub master_full_syncs: AtomicU64,
     pub capture_failures: AtomicU64,
     /// Generations failed by their store's files (a read error, a truncation).
     pub store_faults: AtomicU64,
@@ -47,6 +49,7 @@ impl Stats {
         Stats {
             started: Instant::now(),
             captures: AtomicU64::new(0),
+            master_full_syncs: AtomicU64::new(0),
             capture_failures: AtomicU64::new(0),
             store_faults: AtomicU64::new(0),
             sealed: AtomicU64::new(0),
@@ -178,6 +181,7 @@ pub fn prometheus(st: &Status) -> String {
     e.gauge("uptime_seconds", "Seconds since the relay started.", &[], st.uptime_seconds);
     e.counter("captures_total", "Captures started (each one fork on its source).", &[], st.captures_total as f64);
     e.counter("capture_failures_total", "Captures that failed.", &[], st.capture_failures_total as f64);
+    e.counter("master_full_syncs_total", "Full syncs the relay's captures cost the master itself (a capture from it answered FULLRESYNC).", &[], st.master_full_syncs_total as f64);
     e.counter("generations_sealed_total", "Generations sealed.", &[], st.generations_sealed_total as f64);
     for (reason, n) in &st.generations_sealed_by_reason_total {
         e.counter("generations_sealed_by_reason_total", "Generations sealed, by reason.", &[("reason", reason.as_str())], *n as f64);
@@ -272,6 +276,7 @@ mod tests {
             uptime_seconds: 1.0,
             captures_total: 1,
             capture_failures_total: 1,
+            master_full_syncs_total: 1,
             last_capture_error: Some("e".into()),
             generations_sealed_total: 1,
             generations_sealed_by_reason_total: by(&["idle_release"]),

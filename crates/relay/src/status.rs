@@ -52,6 +52,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         uptime_seconds: s.uptime_secs(),
         captures_total: get(&s.captures),
         capture_failures_total: get(&s.capture_failures),
+        master_full_syncs_total: get(&s.master_full_syncs),
         last_capture_error,
         generations_sealed_total: get(&s.sealed),
         generations_sealed_by_reason_total: SealReason::ALL.iter().map(|r| (r.name().to_string(), get(&s.sealed_by[r.index()]))).collect(),

@@ -83,14 +83,21 @@ fn tell_relay(cfg: &Config, joined: &Result<Joined, crate::report::Failed>, reac
             };
             (outcome, j.report.generation, j.peering.as_ref())
         }
+        // Stopped by a signal (a pod deleted mid-join): no failure of the join's, nothing to page on.
+        Err(f) if matches!(f.error, Error::Interrupted) => return,
         Err(_) => match reached {
             Some(g) => (JoinOutcome::Failed, g, None),
             None => return,
         },
     };
-    let (told, on) = match peering.map(|p| p.tracker()) {
-        Some(mut link) if link.can_end() => (link.ended(outcome, END_REPORT_WAIT), "the tracker link"),
-        _ => (transport::tracker::report_end(&cfg.relay, &cfg.token, generation, outcome, END_REPORT_WAIT), "a connection of its own"),
+    // The tracker link's lock is let go before the fallback connects: the load reporter shares it.
+    let on_link = peering.and_then(|p| {
+        let mut link = p.tracker();
+        link.can_end().then(|| link.ended(outcome, END_REPORT_WAIT))
+    });
+    let (told, on) = match on_link {
+        Some(told) => (told, "the tracker link"),
+        None => (transport::tracker::report_end(&cfg.relay, &cfg.token, generation, outcome, END_REPORT_WAIT), "a connection of its own"),
     };
     match told {
         Ok(()) => tracing::debug!(%outcome, generation, on, "told the relay how the join ended"),
@@ -201,16 +208,13 @@ fn check(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) -> R
     tracing::info!(transport = %transport.kind(), reason = %why, "transport selected");
     let master_addr = cfg.master().find(|| Ok(attached.master.clone()))?;
     let mut master = cfg.master().connect(&master_addr).map_err(Error::master)?;
-    // A refused INFO is said now, as the permission it is, not later as something else.
-    let master_info = match master.info("server") {
-        Ok(i) => Some(i),
-        Err(e) if e.is_permission() => return Err(Error::master(e)),
-        Err(_) => None,
-    };
-    let master_server = master_info.as_ref().and_then(|i| replication::rdb::Server::from_info(&local::info_text(i))).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into());
+    // A refused INFO is said now, as the permission it is. It fails closed: without the master's
+    // run_id the check below could not tell the local server from the master.
+    let master_info = master.info("server").map_err(Error::master)?;
+    let master_server = replication::rdb::Server::from_info(&local::info_text(&master_info)).map(|s| s.to_string()).unwrap_or_else(|| "unknown".into());
     // The master's name may point at the local server itself (promoted by a failover, its name
     // moved to it): joining it would replace the master's dataset with a snapshot of its own past.
-    let master_run_id = master_info.as_ref().and_then(|i| i.get("run_id")).unwrap_or_default();
+    let master_run_id = master_info.get("run_id").unwrap_or_default();
     if !master_run_id.is_empty() && local.run_id == master_run_id {
         return Err(Error::Precondition(format!("{master_addr} is the local server itself ({}): it is the master, not to be joined", cfg.replica)));
     }

@@ -37,6 +37,10 @@ pub enum Seen {
         cluster: bool,
         /// `run_id`: this process of the server (a restart changes it).
         run_id: String,
+        /// It was a replica until promoted (`second_repl_offset` is not -1: a `REPLICAOF NO ONE`
+        /// kept its history) and holds keys: a failover's new master, not a server that loaded
+        /// its AOF (that one starts a history of its own, -1) nor a join's reset replica (empty).
+        promoted: bool,
     },
 }
 
@@ -69,6 +73,8 @@ pub fn decide(seen: &Seen, refused: Option<&str>) -> Verdict {
         Seen::Replica { master, link_up: false } => watch("the local server is a replica, its link down: it reconnects by itself", format!("of {master}")),
         Seen::Master { cluster: true, .. } => watch("the local server is a cluster node: --watch joins standalone servers only (stage cluster nodes)", String::new()),
         Seen::Master { replicas, .. } if *replicas > 0 => watch("the local server is a master with replicas of its own: not joined", format!("{replicas} connected")),
+        // Its replicas may not have found it yet: the history and the keys say what it is.
+        Seen::Master { promoted: true, .. } => watch("the local server is a replica promoted to master, holding data: not joined", String::new()),
         Seen::Master { run_id, .. } if refused == Some(run_id.as_str()) => {
             watch("the local server's last join was refused, and another try cannot mend it: waiting for the server to restart", format!("run_id {run_id}"))
         }
@@ -82,8 +88,8 @@ pub fn look(node: &Node) -> Seen {
         Ok(c) => c,
         Err(e) => return Seen::Unreachable(e.to_string()),
     };
-    let sections = (|| Ok::<_, client::Error>((c.info("persistence")?, c.info("replication")?, c.info("cluster")?, c.info("server")?)))();
-    let (persistence, replication, cluster, server) = match sections {
+    let sections = (|| Ok::<_, client::Error>((c.info("persistence")?, c.info("replication")?, c.info("cluster")?, c.info("server")?, c.info("keyspace")?)))();
+    let (persistence, replication, cluster, server, keyspace) = match sections {
         Ok(s) => s,
         Err(e) => return Seen::Unreachable(e.to_string()),
     };
@@ -99,6 +105,8 @@ pub fn look(node: &Node) -> Seen {
             replicas: replication.num("connected_slaves").unwrap_or(0),
             cluster: cluster.get("cluster_enabled") == Some("1"),
             run_id: server.get("run_id").unwrap_or_default().to_string(),
+            // INFO keyspace lists the databases that hold keys, only those.
+            promoted: replication.num("second_repl_offset").is_some_and(|o| o != -1) && keyspace.0.iter().any(|(k, _)| k.starts_with("db")),
         },
         Err(e) => Seen::Unreachable(format!("INFO replication: {e}")),
     }
@@ -171,7 +179,7 @@ mod tests {
     }
 
     fn standalone(run_id: &str) -> Seen {
-        Seen::Master { replicas: 0, cluster: false, run_id: run_id.into() }
+        Seen::Master { replicas: 0, cluster: false, run_id: run_id.into(), promoted: false }
     }
 
     #[test]
@@ -179,8 +187,9 @@ mod tests {
         assert!(joins(standalone("a")), "a server back standalone (its config has no replicaof) is joined");
         assert!(!joins(Seen::Replica { master: "redis-master:6379".into(), link_up: true }), "a linked replica is never joined");
         assert!(!joins(Seen::Replica { master: "redis-master:6379".into(), link_up: false }), "a replica reconnecting by itself is left to it");
-        assert!(!joins(Seen::Master { replicas: 2, cluster: false, run_id: "a".into() }), "a master serving replicas (promoted) is left alone");
-        assert!(!joins(Seen::Master { replicas: 0, cluster: true, run_id: "a".into() }), "a cluster node is staged, not watched");
+        assert!(!joins(Seen::Master { replicas: 2, cluster: false, run_id: "a".into(), promoted: false }), "a master serving replicas (promoted) is left alone");
+        assert!(!joins(Seen::Master { replicas: 0, cluster: false, run_id: "a".into(), promoted: true }), "a promoted master whose replicas have not found it yet is left alone");
+        assert!(!joins(Seen::Master { replicas: 0, cluster: true, run_id: "a".into(), promoted: false }), "a cluster node is staged, not watched");
         assert!(!joins(Seen::Loading), "a server loading its AOF is waited for");
         assert!(!joins(Seen::Unreachable("connection refused".into())));
     }

@@ -88,6 +88,10 @@ pub struct RelayStatus {
     pub captures_total: u64,
     /// Captures that failed.
     pub capture_failures_total: u64,
+    /// Full syncs the relay's own captures cost the master itself (captures from the master that it
+    /// answered with FULLRESYNC): what its `sync_full` counts of ours.
+    #[serde(default)]
+    pub master_full_syncs_total: u64,
     /// The last capture failure, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_capture_error: Option<String>,
@@ -218,6 +222,7 @@ mod tests {
             uptime_seconds: 1.0,
             captures_total: 1,
             capture_failures_total: 0,
+            master_full_syncs_total: 0,
             last_capture_error: None,
             generations_sealed_total: 0,
             generations_sealed_by_reason_total: Default::default(),
