@@ -1,48 +1,38 @@
 //! Why a connection was closed before it was served: the kinds the counters and log summaries are
 //! keyed by.
 
-/// The kinds, each with its name, written once: the enum, [`Refusal::ALL`] and [`Refusal::name`]
-/// come from this one list, so a kind added to the enum cannot be left out of the counters' arrays
-/// (indexed by [`Refusal::index`]) or go nameless.
-macro_rules! refusals {
-    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
-        /// Why a connection was closed before it was served.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Refusal {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl Refusal {
-            /// Every kind, in the order of [`Refusal::index`].
-            pub const ALL: &[Refusal] = &[$(Refusal::$variant,)*];
-
-            /// Its name in metrics labels, status keys and log lines.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Refusal::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-refusals! {
+/// Why a connection was closed before it was served. Its list ([`Refusal::ALL`]) and names (in
+/// metrics labels, status keys and log lines: snake case) come from the derive, so a kind added here
+/// cannot be left out of the counters' arrays (indexed by [`Refusal::index`]) or go nameless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::VariantArray, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "snake_case")]
+pub enum Refusal {
     /// A newer unauthenticated connection took its place: the strangers' budget was full.
-    Displaced => "displaced",
+    Displaced,
     /// A newer unauthenticated connection from the same address took its place: that address held
     /// its share of the budget.
-    SourceCap => "source_cap",
+    SourceCap,
     /// It had not authenticated by its deadline.
-    Deadline => "deadline",
+    Deadline,
     /// It authenticated, but the listener serves its maximum of connections already.
-    Full => "full",
+    Full,
     /// It closed (or its socket failed) before authenticating: a port probe, most likely.
-    Closed => "closed",
+    Closed,
     /// It does not speak our protocol (bad magic, unknown kind, a failed TLS handshake, a request
     /// too large).
-    Protocol => "protocol",
+    Protocol,
     /// It presented a wrong token, or none where one is required.
-    Auth => "auth",
+    Auth,
+}
+
+impl Refusal {
+    /// Every kind, in the order of [`Refusal::index`].
+    pub const ALL: &'static [Refusal] = <Refusal as strum::VariantArray>::VARIANTS;
+
+    /// Its name in metrics labels, status keys and log lines.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
 }
 
 impl Refusal {
@@ -63,12 +53,6 @@ impl Refusal {
     }
 }
 
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +64,7 @@ mod tests {
         }
         let names: std::collections::BTreeSet<_> = Refusal::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names.len(), Refusal::ALL.len());
+        // The names are an interface (metrics labels, status keys): these, whatever the derive does.
+        assert_eq!(Refusal::ALL.iter().map(|k| k.to_string()).collect::<Vec<_>>(), ["displaced", "source_cap", "deadline", "full", "closed", "protocol", "auth"]);
     }
 }

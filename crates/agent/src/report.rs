@@ -142,7 +142,7 @@ impl Live {
         use std::sync::atomic::Ordering::Relaxed;
         let mut e = metrics::Exposition::new("fastrepl_join");
         let now = self.phase();
-        for p in JoinPhase::ALL {
+        for &p in JoinPhase::ALL {
             e.gauge("phase", "The join's phase (1 = current).", &[("phase", p.name())], if Some(p) == now { 1.0 } else { 0.0 });
         }
         e.counter("rdb_sent_bytes_total", "Snapshot bytes sent to the local server.", &[], self.rdb_bytes_sent.load(Relaxed) as f64);

@@ -1,7 +1,9 @@
 //! The codecs a block can be kept in, and their one-byte wire encoding.
 
-/// How a block's bytes are kept and carried. The wire byte is a protocol: never renumber.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a block's bytes are kept and carried. The wire byte is a protocol: never renumber. Its name
+/// (command line, reports, metrics) is the derive's, lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Codec {
     /// As the source wrote it (compression did not pay, or is off).
     Raw,
@@ -13,7 +15,7 @@ pub enum Codec {
 
 impl Codec {
     /// Every codec, in wire order.
-    pub const ALL: [Codec; 3] = [Codec::Raw, Codec::Lz4, Codec::Zstd];
+    pub const ALL: &'static [Codec] = <Codec as strum::VariantArray>::VARIANTS;
 
     /// Its wire byte.
     pub fn to_wire(self) -> u8 {
@@ -26,29 +28,19 @@ impl Codec {
 
     /// The codec of a wire byte; None for any other (a peer's error: `Error::UnknownCodec`).
     pub fn from_wire(b: u8) -> Option<Codec> {
-        Codec::ALL.into_iter().find(|c| c.to_wire() == b)
+        Codec::ALL.iter().copied().find(|c| c.to_wire() == b)
     }
 
     /// Its name on the command line, in reports and metrics.
     pub fn name(self) -> &'static str {
-        match self {
-            Codec::Raw => "raw",
-            Codec::Lz4 => "lz4",
-            Codec::Zstd => "zstd",
-        }
-    }
-}
-
-impl std::fmt::Display for Codec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
 impl std::str::FromStr for Codec {
     type Err = String;
     fn from_str(s: &str) -> Result<Codec, String> {
-        Codec::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| format!("unknown codec {s:?} (raw, lz4, zstd)"))
+        Codec::ALL.iter().copied().find(|c| c.name() == s).ok_or_else(|| format!("unknown codec {s:?} (raw, lz4, zstd)"))
     }
 }
 
@@ -58,7 +50,7 @@ mod tests {
 
     #[test]
     fn wire_bytes_and_names_round_trip_and_strangers_are_refused() {
-        for c in Codec::ALL {
+        for &c in Codec::ALL {
             assert_eq!(Codec::from_wire(c.to_wire()), Some(c));
             assert_eq!(c.name().parse::<Codec>().unwrap(), c);
         }

@@ -8,7 +8,8 @@ use crate::capture_policy::CapturePolicy;
 use std::time::{Duration, Instant};
 
 /// Why a generation was sealed (agents already on it finish from it; new agents need a new capture).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub(crate) enum SealReason {
     /// Its stream log reached its bound (bytes or age).
     LogBound,
@@ -23,12 +24,13 @@ pub(crate) enum SealReason {
     Stale,
     /// Its stream log outweighs its RDB ([`log_outweighs`]): a warm join would spend longer replaying
     /// it than a fresh capture costs the next agent.
+    #[strum(serialize = "log_outweighs_snapshot")]
     LogOutweighs,
 }
 
 impl SealReason {
     /// Every reason, in the order of [`SealReason::index`].
-    pub(crate) const ALL: [SealReason; 6] = [SealReason::LogBound, SealReason::LinkLost, SealReason::MasterChanged, SealReason::IdleRelease, SealReason::Stale, SealReason::LogOutweighs];
+    pub(crate) const ALL: &'static [SealReason] = <SealReason as strum::VariantArray>::VARIANTS;
 
     /// Its place in [`SealReason::ALL`] (a counter per reason).
     pub(crate) fn index(self) -> usize {
@@ -37,14 +39,7 @@ impl SealReason {
 
     /// Its name in the status and the metrics' `reason` label.
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            SealReason::LogBound => "log_bound",
-            SealReason::LinkLost => "link_lost",
-            SealReason::MasterChanged => "master_changed",
-            SealReason::IdleRelease => "idle_release",
-            SealReason::Stale => "stale",
-            SealReason::LogOutweighs => "log_outweighs_snapshot",
-        }
+        self.into()
     }
 
     /// How the generation's descriptor and the log say it.

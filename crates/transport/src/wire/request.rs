@@ -97,8 +97,10 @@ impl AttachKind {
 }
 
 /// How a join ended, as its agent tells the relay ([`Request::Ended`]): the relay counts each
-/// (`fastrepl_relay_joins_total{outcome}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// (`fastrepl_relay_joins_total{outcome}`). Its names are the derive's (snake case); its wire bytes
+/// are written out below, a protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "snake_case")]
 pub enum JoinOutcome {
     /// Handed off, and the master took the replica with a partial resync.
     InSync,
@@ -110,7 +112,7 @@ pub enum JoinOutcome {
 
 impl JoinOutcome {
     /// Every outcome, in the order the status lists them.
-    pub const ALL: [JoinOutcome; 3] = [JoinOutcome::InSync, JoinOutcome::FullSync, JoinOutcome::Failed];
+    pub const ALL: &'static [JoinOutcome] = <JoinOutcome as strum::VariantArray>::VARIANTS;
 
     /// Every outcome with its byte on the wire (protocol: never renumbered).
     const TABLE: [(JoinOutcome, u8); 3] = [(JoinOutcome::InSync, 1), (JoinOutcome::FullSync, 2), (JoinOutcome::Failed, 3)];
@@ -127,22 +129,12 @@ impl JoinOutcome {
 
     /// Its name in the status and the metric's label.
     pub fn name(self) -> &'static str {
-        match self {
-            JoinOutcome::InSync => "in_sync",
-            JoinOutcome::FullSync => "full_sync",
-            JoinOutcome::Failed => "failed",
-        }
+        self.into()
     }
 
     /// Its place in [`JoinOutcome::ALL`] (an index for counters).
     pub fn index(self) -> usize {
-        Self::ALL.iter().position(|o| *o == self).unwrap_or(0)
-    }
-}
-
-impl std::fmt::Display for JoinOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self as usize
     }
 }
 
@@ -469,9 +461,9 @@ mod tests {
     /// The outcome's bytes are protocol: fixed, distinct, and every other byte refused.
     #[test]
     fn a_join_end_carries_a_known_outcome_byte_and_nothing_else() {
-        assert_eq!(JoinOutcome::ALL.map(JoinOutcome::byte), [1, 2, 3]);
-        assert_eq!(JoinOutcome::ALL.map(JoinOutcome::name), ["in_sync", "full_sync", "failed"]);
-        for o in JoinOutcome::ALL {
+        assert_eq!(JoinOutcome::ALL.iter().map(|o| o.byte()).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(JoinOutcome::ALL.iter().map(|o| o.name()).collect::<Vec<_>>(), ["in_sync", "full_sync", "failed"]);
+        for &o in JoinOutcome::ALL {
             assert_eq!(JoinOutcome::from_byte(o.byte()), Some(o));
             assert_eq!(JoinOutcome::ALL[o.index()], o);
             let r = Request::Ended { generation: 9, outcome: o };

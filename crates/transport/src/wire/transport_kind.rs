@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 
 /// A data transport. On the wire and in JSON it is its lower-case name (`"tcp"`, `"shm"`, `"ucx"`),
 /// and so it prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, strum::VariantArray, strum::IntoStaticStr, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum TransportKind {
     /// Range reads over TCP.
     Tcp,
@@ -18,21 +19,11 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// Every transport.
-    pub const ALL: [TransportKind; 3] = [TransportKind::Tcp, TransportKind::Shm, TransportKind::Ucx];
+    pub const ALL: &'static [TransportKind] = <TransportKind as strum::VariantArray>::VARIANTS;
 
     /// The name users type and reports show.
     pub fn name(self) -> &'static str {
-        match self {
-            TransportKind::Tcp => "tcp",
-            TransportKind::Shm => "shm",
-            TransportKind::Ucx => "ucx",
-        }
-    }
-}
-
-impl std::fmt::Display for TransportKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
@@ -42,7 +33,8 @@ mod tests {
 
     #[test]
     fn json_display_and_name_agree() {
-        for k in TransportKind::ALL {
+        assert_eq!(TransportKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>(), ["tcp", "shm", "ucx"]);
+        for &k in TransportKind::ALL {
             assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{k}\""));
             assert_eq!(serde_json::from_str::<TransportKind>(&format!("\"{}\"", k.name())).unwrap(), k);
         }
