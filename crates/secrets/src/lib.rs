@@ -2,9 +2,11 @@
 //! every user of the host) and never into logs.
 #![deny(missing_docs)]
 
+mod token;
+
 use replication::replica::Auth;
 use std::path::{Path, PathBuf};
-use transport::Token;
+pub use token::{Token, TokenTooShort, TOKEN_LEN_MIN};
 
 /// Why a secret could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -27,11 +29,11 @@ pub enum SecretError {
     /// The relay token is unusable.
     // The reason is in the message, not also a `source`: printed as a chain it was said twice.
     #[error("relay token: {0}")]
-    Token(transport::auth::TokenTooShort),
+    Token(TokenTooShort),
 }
 
-impl From<transport::auth::TokenTooShort> for SecretError {
-    fn from(e: transport::auth::TokenTooShort) -> Self {
+impl From<TokenTooShort> for SecretError {
+    fn from(e: TokenTooShort) -> Self {
         SecretError::Token(e)
     }
 }

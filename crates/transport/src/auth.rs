@@ -4,8 +4,6 @@
 //! agent has proved itself.
 
 use crate::{Error, Operation};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::io::{Read, Write};
 
 /// Protocol magic at the start of every connection.
@@ -23,51 +21,9 @@ pub const VERSION: u16 = 7;
 /// Nonce length.
 pub const NONCE_LEN: usize = 32;
 
-/// The shared secret. Loaded from a file or the environment; never printed. (An agent's TLS towards
-/// the relay travels beside it, in `Credentials`, which stands above this module.)
-#[derive(Clone)]
-pub struct Token(Vec<u8>);
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(<redacted>)")
-    }
-}
-
-/// Shortest token accepted (the reason: [`limits::TOKEN_BYTES_MIN`]).
-pub const TOKEN_LEN_MIN: usize = limits::TOKEN_BYTES_MIN;
-
-/// A token shorter than [`TOKEN_LEN_MIN`].
-#[derive(Debug, thiserror::Error)]
-#[error("the token must be at least {TOKEN_LEN_MIN} bytes long")]
-pub struct TokenTooShort;
-
-impl Token {
-    /// A token from bytes; surrounding whitespace (a file's trailing newline) is trimmed.
-    pub fn new(bytes: &[u8]) -> Result<Token, TokenTooShort> {
-        let t = bytes.trim_ascii();
-        if t.len() < TOKEN_LEN_MIN {
-            return Err(TokenTooShort);
-        }
-        Ok(Token(t.to_vec()))
-    }
-    /// The empty token: authentication still runs, with an empty key (loopback-only relays).
-    pub fn empty() -> Token {
-        Token(Vec::new())
-    }
-    /// True for [`Token::empty`].
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-    fn mac(&self, label: &[u8], a: &[u8], b: &[u8], kind: u8) -> [u8; 32] {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
-        m.update(label);
-        m.update(a);
-        m.update(b);
-        m.update(&[kind]);
-        m.finalize().into_bytes().into()
-    }
-}
+// The shared secret lives with the other secrets (crate `secrets`, below this one); its HMAC is the
+// proof both sides give here.
+pub use secrets::{Token, TokenTooShort, TOKEN_LEN_MIN};
 
 /// Which kind of connection the agent opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
