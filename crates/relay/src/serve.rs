@@ -3,7 +3,7 @@
 
 use crate::generations::Answer;
 use crate::shared::Shared;
-use crate::stats::Stats;
+use crate::stats::{ErrorKind, Stats};
 use crate::tracker;
 use snapshot::Generation;
 use std::net::{TcpListener, TcpStream};
@@ -156,26 +156,26 @@ fn ended(st: &Stats, pass: &Pass, e: &ConnError) {
     match e.class() {
         Class::Refused => {}
         Class::Auth if e.before_auth() => {
-            Stats::add(&st.errors_auth, 1);
+            st.error(ErrorKind::Auth);
             pass.failed(Refusal::Auth, e);
         }
         Class::Protocol if e.before_auth() => {
-            Stats::add(&st.errors_protocol, 1);
+            st.error(ErrorKind::Protocol);
             pass.failed(Refusal::Protocol, e);
         }
         Class::ClosedBeforeAuth => pass.failed(Refusal::Closed, e),
         // Usually the reaper shut it at its deadline first (and counted it then, not here).
         Class::LateBeforeAuth => pass.failed(Refusal::Deadline, e),
         Class::Auth => {
-            Stats::add(&st.errors_auth, 1);
+            st.error(ErrorKind::Auth);
             tracing::warn!(error = %e, "closed connection")
         }
         Class::Protocol => {
-            Stats::add(&st.errors_protocol, 1);
+            st.error(ErrorKind::Protocol);
             tracing::warn!(error = %e, "closed connection")
         }
         Class::Io => {
-            Stats::add(&st.errors_io, 1);
+            st.error(ErrorKind::Io);
             tracing::info!(error = %e, "connection ended")
         }
     }

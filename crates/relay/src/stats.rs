@@ -12,6 +12,23 @@ use std::time::Instant;
 use transport::wire::JoinOutcome;
 use transport::TransportKind;
 
+/// What a connection ended on when it ended badly: the `kind` of `errors_total` (beside `capture`,
+/// the failed captures, counted by [`Stats::capture_failures`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum ErrorKind {
+    /// A wrong token or a failed proof.
+    Auth,
+    /// Bytes that are not our protocol, or a request out of bounds.
+    Protocol,
+    /// The socket failed or the peer went away mid-request.
+    Io,
+}
+
+impl ErrorKind {
+    const ALL: &'static [ErrorKind] = <ErrorKind as strum::VariantArray>::VARIANTS;
+}
+
 /// Counters, bumped where things happen.
 pub(crate) struct Stats {
     started: Instant,
@@ -32,9 +49,8 @@ pub(crate) struct Stats {
     pub log_bytes_served: AtomicU64,
     /// One-sided attaches, by transport (only [`ATTACHED_OVER`] count).
     attaches: ByTransport,
-    pub errors_auth: AtomicU64,
-    pub errors_protocol: AtomicU64,
-    pub errors_io: AtomicU64,
+    /// Connections closed on an error, by kind (indexed by `ErrorKind::index`).
+    errors: [AtomicU64; ErrorKind::ALL.len()],
     /// Bytes received from the capture source (RDB and stream).
     pub source_bytes: AtomicU64,
     /// When the source last sent anything (ms since `started`); 0 = never.
@@ -60,9 +76,7 @@ impl Stats {
             served_bytes: ByTransport::default(),
             log_bytes_served: AtomicU64::new(0),
             attaches: ByTransport::default(),
-            errors_auth: AtomicU64::new(0),
-            errors_protocol: AtomicU64::new(0),
-            errors_io: AtomicU64::new(0),
+            errors: Default::default(),
             source_bytes: AtomicU64::new(0),
             source_io_ms: AtomicU64::new(0),
             source: Mutex::new(String::new()),
@@ -110,6 +124,18 @@ impl Stats {
     /// Joins ended, by outcome name: every outcome, 0 included.
     pub fn joins_by_outcome(&self) -> std::collections::BTreeMap<String, u64> {
         JoinOutcome::ALL.iter().map(|o| (o.name().to_string(), get(&self.joins[o.index()]))).collect()
+    }
+
+    /// A connection closed on an error of `kind`.
+    pub fn error(&self, kind: ErrorKind) {
+        Stats::add(&self.errors[kind as usize], 1);
+    }
+
+    /// `errors_total` by kind name, the failed captures as `capture`.
+    pub fn errors_by_kind(&self) -> std::collections::BTreeMap<String, u64> {
+        let get = |a: &AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let by_kind = ErrorKind::ALL.iter().map(|&k| (<&str>::from(k).to_string(), get(&self.errors[k as usize])));
+        by_kind.chain([("capture".to_string(), get(&self.capture_failures))]).collect()
     }
 
     pub fn set_source(&self, addr: &str) {
@@ -381,6 +407,16 @@ mod tests {
         assert!(text.lines().any(|l| l == "fastrepl_relay_store_free_bytes -1"));
         let json = serde_json::to_value(&st).unwrap();
         assert!(json["store_size_bytes"].is_null() && json["store_free_bytes"].is_null());
+    }
+
+    #[test]
+    fn errors_are_counted_by_kind_under_the_names_the_metric_has() {
+        let st = Stats::new();
+        st.error(ErrorKind::Auth);
+        st.error(ErrorKind::Io);
+        st.error(ErrorKind::Io);
+        let by = st.errors_by_kind();
+        assert_eq!(by.into_iter().collect::<Vec<_>>(), [("auth".into(), 1), ("capture".into(), 0), ("io".into(), 2), ("protocol".into(), 0)]);
     }
 
     #[test]

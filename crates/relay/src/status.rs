@@ -72,13 +72,7 @@ pub(crate) fn status(shared: &Shared, listen: std::net::SocketAddr) -> Status {
         log_served_bytes_total: get(&s.log_bytes_served),
         attaches_total: s.attaches_by_transport(),
         ucx_side_restarts_total: shared.ucx_side_restarts(),
-        errors_total: [
-            ("auth".to_string(), get(&s.errors_auth)),
-            ("protocol".to_string(), get(&s.errors_protocol)),
-            ("io".to_string(), get(&s.errors_io)),
-            ("capture".to_string(), get(&s.capture_failures)),
-        ]
-        .into(),
+        errors_total: s.errors_by_kind(),
         resident_memory_bytes: rss_bytes(),
         memory_unreclaimable_bytes: anonymous_bytes() + held.iter().map(|g| g.region().memory_bytes()).sum::<u64>(),
         memory_bound_bytes: shared.store.as_ref().map(|_| memory_bound(shared, held.iter().map(|g| g.blocks().0).sum())),
