@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::node::Node;
 use client::{Client, Info, Role};
+use endpoint::Endpoint;
 use replication::rdb::Server;
 use std::time::Duration;
 
@@ -68,7 +69,12 @@ pub(crate) fn info_text(i: &Info) -> String {
 pub struct ReplState {
     /// `role` (`None`: the server did not answer, it is busy loading).
     pub role: Option<Role>,
-    /// `master_host:master_port`.
+    /// Whom it follows (`master_host:master_port`) as an address: what the join and the guard compare,
+    /// so that `::1` and `[::1]`, or a name in another case, are the same master. `None`: it follows
+    /// no one, or something that is not `host:port`.
+    pub follows: Option<Endpoint>,
+    /// The same as text (`host:port`, an IPv6 address bracketed), for what is shown; decisions
+    /// compare [`ReplState::follows`].
     pub master: Option<String>,
     /// `master_link_status:up`.
     pub link_up: bool,
@@ -80,22 +86,29 @@ pub struct ReplState {
     pub offset: Option<u64>,
 }
 
+impl ReplState {
+    /// From `INFO replication`; `Err` when its role is none we know.
+    pub fn from_info(i: &Info) -> Result<ReplState, client::UnknownRole> {
+        let master = match (i.get("master_host"), i.get("master_port")) {
+            (Some(h), Some(p)) => Some(endpoint::host_port(h, p)),
+            _ => None,
+        };
+        Ok(ReplState {
+            role: Some(i.role()?),
+            follows: master.as_deref().and_then(|m| m.parse().ok()),
+            master,
+            link_up: i.get("master_link_status") == Some("up"),
+            syncing: i.get("master_sync_in_progress") == Some("1"),
+            replid: i.get("master_replid").unwrap_or_default().to_string(),
+            offset: i.num("slave_repl_offset").or_else(|| i.num("master_repl_offset")).map(|n| n as u64),
+        })
+    }
+}
+
 /// Read the replication state.
 pub fn repl_state(c: &mut Client) -> Result<ReplState, client::Error> {
     let i = c.info("replication")?;
-    let master = match (i.get("master_host"), i.get("master_port")) {
-        (Some(h), Some(p)) => Some(endpoint::host_port(h, p)),
-        _ => None,
-    };
-    let role = i.role().map_err(|e| client::Error::Unexpected { addr: c.addr().into(), what: e.to_string() })?;
-    Ok(ReplState {
-        role: Some(role),
-        master,
-        link_up: i.get("master_link_status") == Some("up"),
-        syncing: i.get("master_sync_in_progress") == Some("1"),
-        replid: i.get("master_replid").unwrap_or_default().to_string(),
-        offset: i.num("slave_repl_offset").or_else(|| i.num("master_repl_offset")).map(|n| n as u64),
-    })
+    ReplState::from_info(&i).map_err(|e| client::Error::Unexpected { addr: c.addr().into(), what: e.to_string() })
 }
 
 /// What [`reset`] did.
@@ -142,11 +155,10 @@ impl From<client::Error> for Refused {
     }
 }
 
-/// Does the replica's master (`INFO replication`'s, bracketed when IPv6) name `follows` (the agent's
-/// listener)? Compared as endpoints, so that `[::1]:7` and `[0:0::1]:7` or a host's case agree.
-fn same_address(master: Option<&str>, follows: &str) -> bool {
-    let parse = |s: &str| s.parse::<endpoint::Endpoint>().ok();
-    master.and_then(parse).is_some_and(|m| Some(m) == parse(follows))
+/// Does the replica follow `listener` (the agent's, as the guard was given it)? As addresses, so that
+/// `[::1]:7` and `[0:0::1]:7` or a host's case agree; a listener that is not `host:port` is no one's.
+fn same_address(follows: Option<&Endpoint>, listener: &str) -> bool {
+    follows.is_some_and(|f| listener.parse::<Endpoint>().is_ok_and(|l| *f == l))
 }
 
 fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following: Option<&str>) -> Result<Reset, Refused> {
@@ -157,7 +169,7 @@ fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following
     };
     if let Some(follows) = only_if_following {
         let st = repl_state(&mut c)?;
-        if st.role != Some(Role::Replica) || !same_address(st.master.as_deref(), follows) {
+        if st.role != Some(Role::Replica) || !same_address(st.follows.as_ref(), follows) {
             return Ok(Reset::NotOurs);
         }
     }
@@ -174,14 +186,43 @@ fn reset_once(node: &Node, diskless_load_before: Option<&str>, only_if_following
 
 #[cfg(test)]
 mod tests {
-    use super::same_address;
+    use super::*;
+
+    fn ep(s: &str) -> Endpoint {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `INFO replication` of a replica following `host` `port`.
+    fn following(host: &str, port: &str) -> ReplState {
+        let text = format!("role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\n");
+        ReplState::from_info(&Info::parse(&text)).expect("a replica's INFO")
+    }
 
     #[test]
     fn the_guard_knows_its_listener_in_either_family() {
-        assert!(same_address(Some("127.0.0.1:7000"), "127.0.0.1:7000"));
-        assert!(same_address(Some("[::1]:7000"), "[::1]:7000"), "INFO's ::1 is bracketed as the listener's address is");
-        assert!(!same_address(Some("[::1]:7001"), "[::1]:7000"));
-        assert!(!same_address(Some("10.0.0.1:6379"), "127.0.0.1:7000"));
+        let f = |h, p| following(h, p).follows;
+        assert!(same_address(f("127.0.0.1", "7000").as_ref(), "127.0.0.1:7000"));
+        assert!(same_address(f("::1", "7000").as_ref(), "[::1]:7000"), "INFO's bare ::1 is the listener's bracketed [::1]");
+        assert!(same_address(f("0:0::1", "7000").as_ref(), "[::1]:7000"), "one address, two spellings");
+        assert!(!same_address(f("::1", "7001").as_ref(), "[::1]:7000"));
+        assert!(!same_address(f("10.0.0.1", "6379").as_ref(), "127.0.0.1:7000"));
         assert!(!same_address(None, "127.0.0.1:7000"));
+        assert!(!same_address(f("127.0.0.1", "7000").as_ref(), "not an address"));
+    }
+
+    #[test]
+    fn whom_a_replica_follows_is_an_address_not_its_spelling() {
+        // INFO gives an IPv6 master bare: it is the bracketed address the join handed to.
+        let st = following("::1", "6379");
+        assert_eq!(st.follows, Some(ep("[::1]:6379")));
+        assert_eq!(st.master.as_deref(), Some("[::1]:6379"), "shown bracketed, so that it parses again");
+        assert_eq!(following("0:0:0:0:0:0:0:1", "6379").follows, Some(ep("[::1]:6379")));
+        // A name is the same name in any case (what REPLICAOF was given may differ from --master).
+        assert_eq!(following("Redis-Master.Redis.svc", "6379").follows, Some(ep("redis-master.redis.svc:6379")));
+        assert_ne!(following("redis-master", "6380").follows, Some(ep("redis-master:6379")));
+        // No master, or one that is not host:port: it follows no address.
+        let standalone = ReplState::from_info(&Info::parse("role:master\r\n")).unwrap();
+        assert_eq!((standalone.follows, standalone.master), (None, None));
+        assert_eq!(following("fe80::1%eth0", "6379").follows, None);
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::error::Error;
 use client::{Client, Info, Role};
+use endpoint::Endpoint;
 use replication::replica::Auth;
 
 /// How the agent reaches the master (`--master`, `--sentinel`, the master's credentials, `--tls`).
@@ -40,9 +41,9 @@ impl MasterAccess<'_> {
 /// The master's replication state (from `INFO replication`), what the handoff decision needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MasterRepl {
-    /// Where the replica will be told to follow it (`host:port`, as `REPLICAOF` gets it); empty: the
-    /// master the join started with. Differs when Sentinel named another master since.
-    pub addr: String,
+    /// Where the replica will be told to follow it; `None`: the master the join started with. Differs
+    /// when Sentinel named another master since.
+    pub addr: Option<Endpoint>,
     /// `role` (`None`: none or one we do not know).
     pub role: Option<Role>,
     /// `master_replid`.
@@ -58,11 +59,11 @@ pub struct MasterRepl {
 }
 
 impl MasterRepl {
-    /// From the master's `INFO replication` (`addr` left empty: the master the join started with).
+    /// From the master's `INFO replication` (`addr` left out: the master the join started with).
     pub fn from_info(i: &Info) -> MasterRepl {
         let num = |k: &str| i.num(k).and_then(|n| u64::try_from(n).ok());
         MasterRepl {
-            addr: String::new(),
+            addr: None,
             role: i.role().ok(),
             replid: i.get("master_replid").unwrap_or_default().to_string(),
             replid2: i.get("master_replid2").unwrap_or_default().to_string(),
@@ -86,18 +87,28 @@ pub fn cluster_nodes(c: &mut Client) -> Result<String, client::Error> {
     }
 }
 
+/// The master's address (`--master`, Sentinel's, the relay's) as an address; not `host:port` is a
+/// precondition the operator mends.
+pub fn parse_addr(addr: &str) -> Result<Endpoint, Error> {
+    addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))
+}
+
 /// The master's address as an IP and a port (a name resolved here): what `CLUSTER MEET` takes, and
 /// what a cluster config file holds (the servers read an IP there).
 pub fn ip_address(addr: &str) -> Result<(String, String), Error> {
-    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
+    let ep = parse_addr(addr)?;
     let ip = ep.resolve().ok().and_then(|a| a.first().copied()).ok_or_else(|| Error::unavailable(crate::error::Party::Master, format!("resolve {}", ep.host_str())))?.ip();
     Ok((ip.to_string(), ep.port().to_string()))
 }
 
+/// An address as its host (an IPv6 address without brackets) and port, as `REPLICAOF` takes them.
+pub fn replicaof_args(ep: &Endpoint) -> (String, String) {
+    (ep.host_str(), ep.port().to_string())
+}
+
 /// `host:port` as its host (brackets of an IPv6 address removed) and port, as `REPLICAOF` takes them.
 pub fn split_host_port(addr: &str) -> Result<(String, String), Error> {
-    let ep: endpoint::Endpoint = addr.parse().map_err(|e| Error::Precondition(format!("the master's address: {e}")))?;
-    Ok((ep.host_str(), ep.port().to_string()))
+    parse_addr(addr).map(|ep| replicaof_args(&ep))
 }
 
 /// `master_repl_offset` from `INFO replication` (0 when it does not say).

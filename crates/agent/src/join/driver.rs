@@ -11,7 +11,7 @@ use crate::join::machine::{Action, Counters, Input, Join, LoadFacts, Outcome, Sn
 use crate::join::replica_link::{self, ReplicaLink};
 use crate::join::retry::{Retries, Verdict};
 use crate::local::{self, Local, ReplState};
-use crate::master::{split_host_port, MasterRepl};
+use crate::master::{self, MasterRepl};
 use crate::node::Node;
 use crate::peers::peering::Peering;
 use crate::phase::JoinPhase;
@@ -167,10 +167,10 @@ fn attempt(cfg: &Config, node: &Node, reached: &std::cell::Cell<Option<u64>>) ->
     let span = tracing::info_span!("join", replica = %cfg.replica, generation = c.desc.generation, offset = c.desc.offset);
     let _g = span.enter();
     tracing::info!(relay = %cfg.relay, master = %c.master_addr, replica_server = %c.local.server, "checks passed; syncing the replica");
-    let (host, port) = split_host_port(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
+    let handoff_to = master::parse_addr(&c.master_addr).map_err(|e| (e, ReplicaState::Untouched))?;
     let snapshot = Snapshot { replid: c.desc.replid.clone(), offset: c.desc.offset };
-    let mut machine = Join::new(snapshot, endpoint::host_port(&host, &port), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
-    let mut d = Driver { cfg, node, c, host, port, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None, silent_since: None, replica_log: None };
+    let mut machine = Join::new(snapshot, handoff_to.clone(), Timeouts { load: cfg.load_timeout, handoff: cfg.handoff_timeout }, t0, c.connected);
+    let mut d = Driver { cfg, node, c, handoff_to, link: None, listener: None, stats: None, peak_pss_kib: 0, log_reader: None, guard: None, silent_since: None, replica_log: None };
     let outcome = d.run(&mut machine)?;
     let mut notes = outcome.notes.clone();
     if let Some(v) = &d.c.local.diskless_load_before {
@@ -278,8 +278,8 @@ struct Driver<'a> {
     /// The local server, as every connection to it is opened.
     node: &'a Node,
     c: Checked,
-    host: String,
-    port: String,
+    /// Where the replica is handed to (`REPLICAOF`): the master's address, Sentinel's latest.
+    handoff_to: endpoint::Endpoint,
     /// The replica's link to us, until the handoff.
     link: Option<ReplicaLink>,
     /// Where the agent listens for its replica, and TLS to serve it, until it connects.
@@ -337,7 +337,7 @@ impl Driver<'_> {
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::CheckMaster => match self.follow_sentinel().and_then(|()| self.master(|m| m.info("replication"))) {
-                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: endpoint::host_port(&self.host, &self.port), ..MasterRepl::from_info(&i) })),
+                    Ok(i) => m.on(Instant::now(), Input::Master(&MasterRepl { addr: Some(self.handoff_to.clone()), ..MasterRepl::from_info(&i) })),
                     Err(e) => m.on(Instant::now(), Input::Failed(e)),
                 },
                 Action::HandOff => match self.hand_off() {
@@ -597,10 +597,12 @@ impl Driver<'_> {
     fn follow_sentinel(&mut self) -> Result<(), Error> {
         let Some(s) = &self.cfg.sentinel else { return Ok(()) };
         let now = s.find_master(local::CMD_TIMEOUT).map_err(Error::sentinel)?;
-        if now != self.c.master_addr {
+        // Compared as addresses: the same master spelled otherwise is not a new one.
+        let at = master::parse_addr(&now)?;
+        if at != self.handoff_to {
             tracing::warn!(was = %self.c.master_addr, now = %now, "Sentinel names a new master; handing off to it");
             self.c.master = self.cfg.master().connect(&now).map_err(Error::master)?;
-            (self.host, self.port) = split_host_port(&now)?;
+            self.handoff_to = at;
             self.c.master_addr = now;
         }
         Ok(())
@@ -615,7 +617,8 @@ impl Driver<'_> {
     /// Counters, then `REPLICAOF <master>` (from here the replica is the master's), then close our link.
     fn hand_off(&mut self) -> Result<Counters, Error> {
         let before = self.counters()?;
-        self.c.local.client.cmd(&["REPLICAOF", &self.host, &self.port]).map_err(Error::replica)?;
+        let (host, port) = master::replicaof_args(&self.handoff_to);
+        self.c.local.client.cmd(&["REPLICAOF", &host, &port]).map_err(Error::replica)?;
         // The replica follows its master now; nothing of ours to reset any more.
         if let Some(g) = self.guard.take() {
             g.disarm();

@@ -8,6 +8,7 @@ use crate::local::ReplState;
 use crate::master::MasterRepl;
 use crate::report::Handoff;
 use client::Role;
+use endpoint::Endpoint;
 use std::time::Duration;
 
 /// What the handoff is expected to be, from the master's state before it.
@@ -60,7 +61,7 @@ pub(super) fn unfinished_note(waited: Duration, before: &Counters, after: &Count
         "the replica was not in sync with the master {waited:?} after the handoff: the master started {} full sync(s) and refused {} partial resync(s) since, {obuf}; the replica: {link} (master {}). It stays the master's replica, which goes on trying natively; if full syncs repeat, raise the master's client-output-buffer-limit replica and repl-backlog-size",
         after.full - before.full,
         after.partial_err - before.partial_err,
-        st.master.as_deref().unwrap_or("none"),
+        st.follows.as_ref().map_or_else(|| "none".to_string(), Endpoint::to_string),
     )
 }
 

@@ -48,6 +48,7 @@ use crate::master::MasterRepl;
 use crate::phase::JoinPhase;
 use crate::report::Handoff;
 use client::Role;
+use endpoint::Endpoint;
 use handoff::unfinished_note;
 use std::time::Instant;
 
@@ -71,7 +72,8 @@ enum Phase {
 #[derive(Debug)]
 pub struct Join {
     snapshot: Snapshot,
-    master: String,
+    /// The master the replica is handed to, as an address: what it must be seen following.
+    master: Endpoint,
     timeouts: Timeouts,
     phase: Phase,
     /// Told to point the replica at the agent: from then on it may follow us.
@@ -90,9 +92,10 @@ pub struct Join {
 }
 
 impl Join {
-    /// Checks passed at `now`; the join started at `started`. `master` is `host:port` as the replica
-    /// will report it (`master_host:master_port`).
-    pub fn new(snapshot: Snapshot, master: String, timeouts: Timeouts, started: Instant, now: Instant) -> Join {
+    /// Checks passed at `now`; the join started at `started`. `master` is where the replica is handed
+    /// to: once it follows that address ([`ReplState::follows`], however its `INFO` spells it) with
+    /// its link up, the handoff is done.
+    pub fn new(snapshot: Snapshot, master: Endpoint, timeouts: Timeouts, started: Instant, now: Instant) -> Join {
         let streamed = snapshot.offset;
         Join {
             snapshot,
@@ -304,9 +307,9 @@ impl Join {
             Err(e) => return self.fail(e),
             Ok(plan) => plan,
         };
-        if !m.addr.is_empty() && m.addr != self.master {
-            self.notes.push(format!("handed to {} (Sentinel's master at handoff time) instead of {}", m.addr, self.master));
-            self.master = m.addr.clone();
+        if let Some(addr) = m.addr.as_ref().filter(|a| **a != self.master) {
+            self.notes.push(format!("handed to {addr} (Sentinel's master at handoff time) instead of {}", self.master));
+            self.master = addr.clone();
         }
         if let Plan::Full(why) = &plan {
             self.notes.push(why.clone());
@@ -331,7 +334,7 @@ impl Join {
             // or reconfigured by someone else. It will never link up; waiting is pointless.
             return self.fail(Error::Changed("the replica stopped following the master after REPLICAOF (restarted or reconfigured): it is standalone, not in sync".into()));
         }
-        if state.master.as_deref() == Some(self.master.as_str()) && state.link_up && !state.syncing {
+        if state.follows.as_ref() == Some(&self.master) && state.link_up && !state.syncing {
             self.timeline.handed_off = Some(now);
             self.phase = Phase::Classifying;
             return Action::ReadOutcome;

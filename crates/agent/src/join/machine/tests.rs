@@ -16,16 +16,20 @@ fn timeouts() -> Timeouts {
 }
 
 fn replica(link_up: bool, syncing: bool, replid: &str, offset: Option<u64>) -> ReplState {
-    ReplState { role: Some(Role::Replica), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
+    ReplState { role: Some(Role::Replica), follows: Some(ep("127.0.0.1:7000")), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
+}
+
+fn ep(s: &str) -> Endpoint {
+    s.parse().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn master_ok() -> MasterRepl {
-    MasterRepl { addr: String::new(), role: Some(Role::Master), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
+    MasterRepl { addr: None, role: Some(Role::Master), replid: ID.into(), replid2: OTHER.into(), backlog_active: true, backlog_first: Some(1), offset: Some(5000) }
 }
 
 /// A join whose replica is prepared and about to be pointed at the agent.
 fn prepared(master: &str, t: Instant) -> Join {
-    let mut j = Join::new(snapshot(), master.into(), timeouts(), t, t);
+    let mut j = Join::new(snapshot(), ep(master), timeouts(), t, t);
     assert!(!j.pointed());
     assert!(matches!(j.on(t, Input::Prepared), Action::PointReplica));
     assert!(j.pointed());
@@ -34,7 +38,12 @@ fn prepared(master: &str, t: Instant) -> Join {
 
 /// A join whose replica loaded the snapshot (offset 1000), reading the log.
 fn streaming_join(t: Instant) -> Join {
-    let mut j = prepared("10.0.0.1:6379", t);
+    streaming_join_to("10.0.0.1:6379", t)
+}
+
+/// [`streaming_join`], handing off to `master`.
+fn streaming_join_to(master: &str, t: Instant) -> Join {
+    let mut j = prepared(master, t);
     assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::SendSnapshot { eof: true, length: None }));
     assert!(matches!(j.on(t, Input::Pulled { first_byte: Some(t), rdb_bytes: 5000 }), Action::PollReplica));
     let st = replica(true, false, ID, Some(1000));
@@ -44,7 +53,12 @@ fn streaming_join(t: Instant) -> Join {
 
 /// A join driven to CatchingUp with 300 log bytes streamed (offset 1300).
 fn caught_up_join(t: Instant) -> Join {
-    let mut j = streaming_join(t);
+    caught_up_join_to("10.0.0.1:6379", t)
+}
+
+/// [`caught_up_join`], handing off to `master`.
+fn caught_up_join_to(master: &str, t: Instant) -> Join {
+    let mut j = streaming_join_to(master, t);
     assert!(matches!(j.on(t, Input::LogRead { got: 300, asked: LOG_CHUNK }), Action::PollReplica));
     assert_eq!(j.streamed(), 1300);
     j
@@ -52,7 +66,12 @@ fn caught_up_join(t: Instant) -> Join {
 
 /// A join driven past `REPLICAOF <master>` (a partial plan), waiting for the replica's link.
 fn handed_over_join(t: Instant) -> Join {
-    let mut j = caught_up_join(t);
+    handed_over_join_to("10.0.0.1:6379", t)
+}
+
+/// [`handed_over_join`], handed to `master`.
+fn handed_over_join_to(master: &str, t: Instant) -> Join {
+    let mut j = caught_up_join_to(master, t);
     assert!(matches!(j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true }), Action::CheckMaster));
     assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
     assert!(matches!(j.on(t, Input::Counters(Counters::default())), Action::PollReplica));
@@ -190,7 +209,7 @@ fn full_plan_still_hands_off_and_is_reported_full_with_the_reason() {
     assert!(matches!(j.on(t, Input::Counters(before)), Action::PollReplica));
     assert!(j.handed_over());
     let mut on_master = replica(true, false, OTHER, Some(9000));
-    on_master.master = Some("10.0.0.1:6379".into());
+    on_master.follows = Some(ep("10.0.0.1:6379"));
     assert!(matches!(j.on(t, Input::Replica { state: &on_master, ack_seen: false }), Action::ReadOutcome));
     match j.on(t, Input::Counters(Counters { full: 2, partial_ok: 0, replica_input_bytes: Some(10 << 20), ..Default::default() })) {
         Action::Done(o) => {
@@ -213,7 +232,7 @@ fn a_handoff_not_in_sync_by_its_deadline_ends_as_a_full_sync_saying_what_it_saw(
         assert!(matches!(j.on(t, Input::Counters(before)), Action::PollReplica));
         // The master keeps starting full syncs it cannot finish: the replica's link never comes up.
         let mut looping = replica(false, true, OTHER, None);
-        looping.master = Some("10.0.0.1:6379".into());
+        looping.follows = Some(ep("10.0.0.1:6379"));
         let soon = t + Duration::from_secs(1);
         assert!(matches!(j.on(soon, Input::Replica { state: &looping, ack_seen: false }), Action::PollReplica), "within the deadline it waits");
         let late = t + Duration::from_secs(31);
@@ -241,9 +260,9 @@ fn partial_handoff_waits_for_the_link_to_the_right_master() {
     assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::HandOff));
     j.on(t, Input::Counters(Counters::default()));
     let mut st = replica(true, false, ID, Some(1300));
-    st.master = Some("127.0.0.1:4444".into()); // still the agent's listener
+    st.follows = Some(ep("127.0.0.1:4444")); // still the agent's listener
     assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
-    st.master = Some("10.0.0.1:6379".into());
+    st.follows = Some(ep("10.0.0.1:6379"));
     st.link_up = false;
     assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
     let late = t + timeouts().handoff + Duration::from_millis(1);
@@ -258,13 +277,13 @@ fn a_master_named_by_sentinel_at_handoff_time_is_the_one_waited_for() {
     let mut j = caught_up_join(t);
     j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
     // Failed over: the promoted replica knows the snapshot's history as its replid2.
-    let promoted = MasterRepl { addr: "10.0.0.2:6380".into(), replid: OTHER.into(), replid2: ID.into(), ..master_ok() };
+    let promoted = MasterRepl { addr: Some(ep("10.0.0.2:6380")), replid: OTHER.into(), replid2: ID.into(), ..master_ok() };
     assert!(matches!(j.on(t, Input::Master(&promoted)), Action::HandOff));
     j.on(t, Input::Counters(Counters::default()));
     let mut st = replica(true, false, OTHER, Some(1300));
-    st.master = Some("10.0.0.1:6379".into()); // the old master: not the one handed to
+    st.follows = Some(ep("10.0.0.1:6379")); // the old master: not the one handed to
     assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::PollReplica));
-    st.master = Some("10.0.0.2:6380".into());
+    st.follows = Some(ep("10.0.0.2:6380"));
     assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::ReadOutcome));
     match j.on(t, Input::Counters(Counters { full: 0, partial_ok: 1, replica_input_bytes: None, ..Default::default() })) {
         Action::Done(o) => assert!(o.notes.iter().any(|n| n.contains("10.0.0.2:6380")), "{:?}", o.notes),
@@ -296,7 +315,7 @@ fn partial_outcome_with_timeline() {
     j.on(t, Input::Master(&master_ok()));
     j.on(t, Input::Counters(Counters { full: 3, partial_ok: 7, replica_input_bytes: None, ..Default::default() }));
     let mut st = replica(true, false, ID, Some(1300));
-    st.master = Some("10.0.0.1:6379".into());
+    st.follows = Some(ep("10.0.0.1:6379"));
     j.on(t + Duration::from_secs(2), Input::Replica { state: &st, ack_seen: false });
     match j.on(t, Input::Counters(Counters { full: 3, partial_ok: 8, replica_input_bytes: None, ..Default::default() })) {
         Action::Done(o) => {
@@ -350,7 +369,7 @@ fn out_of_order_input_is_an_internal_error_not_a_panic() {
     let t = Instant::now();
     let mut j = prepared("m:1", t);
     assert!(matches!(j.on(t, Input::Master(&master_ok())), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
-    let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+    let mut j = Join::new(snapshot(), ep("m:1"), timeouts(), t, t);
     assert!(matches!(j.on(t, Input::ReplicaConnected { capa_eof: true, length: None }), Action::Fail { reset_replica: false, error: Error::Internal(_) }), "connected before pointed");
 }
 
@@ -407,7 +426,7 @@ fn a_refusal_after_the_replica_followed_the_agent_still_resets_it() {
 #[test]
 fn a_failure_before_the_replica_is_pointed_at_the_agent_leaves_it_untouched() {
     let t = Instant::now();
-    let mut j = Join::new(snapshot(), "m:1".into(), timeouts(), t, t);
+    let mut j = Join::new(snapshot(), ep("m:1"), timeouts(), t, t);
     assert_eq!(j.join_phase(), JoinPhase::Preparing);
     match j.on(t, Input::Failed(Error::Precondition("tls-replication yes without --tls".into()))) {
         Action::Fail { reset_replica: false, error: Error::Precondition(_) } => {}
@@ -540,4 +559,51 @@ fn a_refusal_between_other_servers_names_the_master_without_the_redis_valkey_hin
     // Facts nobody asked for are out of order.
     let mut j = loading_join(t);
     assert!(matches!(j.on(t, Input::Examined(&f)), Action::Fail { reset_replica: true, error: Error::Internal(_) }));
+}
+
+/// The replica's state as its `INFO replication` says it: following `host` `port`, linked, in sync.
+fn linked_to(host: &str, port: u16) -> ReplState {
+    let text = format!("role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\nmaster_replid:{ID}\r\nslave_repl_offset:1300\r\n");
+    ReplState::from_info(&client::Info::parse(&text)).expect("a replica's INFO")
+}
+
+#[test]
+fn the_master_handed_to_is_recognised_however_the_replicas_info_spells_it() {
+    // INFO gives an IPv6 host bare, in whatever form the server prints it, and a name as REPLICAOF
+    // was given it; the join handed to the address (bracketed, a name lower-cased).
+    for (handed_to, host, port) in [
+        ("[::1]:6379", "::1", 6379),
+        ("[::1]:6379", "0:0::1", 6379),
+        ("[fd00::7]:6379", "fd00:0:0:0:0:0:0:7", 6379),
+        ("redis-master.svc:6379", "Redis-Master.svc", 6379),
+        ("10.0.0.1:6379", "10.0.0.1", 6379),
+    ] {
+        let t = Instant::now();
+        let mut j = handed_over_join_to(handed_to, t);
+        assert!(matches!(j.on(t, Input::Replica { state: &linked_to(host, port), ack_seen: false }), Action::ReadOutcome), "{handed_to} vs INFO's {host} {port}");
+    }
+    // Another port or another host is another master: waited on, then a full sync, never partial.
+    for (host, port) in [("::1", 6380), ("::2", 6379), ("redis-master", 6379)] {
+        let t = Instant::now();
+        let mut j = handed_over_join_to("[::1]:6379", t);
+        assert!(matches!(j.on(t, Input::Replica { state: &linked_to(host, port), ack_seen: false }), Action::PollReplica), "{host} {port}");
+    }
+}
+
+#[test]
+fn sentinel_naming_the_same_master_in_another_spelling_is_no_new_master() {
+    for (handed_to, sentinel) in [("[::1]:6379", "[0:0::1]:6379"), ("redis-master.svc:6379", "Redis-Master.svc:6379")] {
+        let t = Instant::now();
+        let mut j = caught_up_join_to(handed_to, t);
+        j.on(t, Input::Replica { state: &replica(true, false, ID, Some(1300)), ack_seen: true });
+        assert!(matches!(j.on(t, Input::Master(&MasterRepl { addr: Some(ep(sentinel)), ..master_ok() })), Action::HandOff));
+        j.on(t, Input::Counters(Counters::default()));
+        let mut st = replica(true, false, ID, Some(1300));
+        st.follows = Some(ep(handed_to));
+        assert!(matches!(j.on(t, Input::Replica { state: &st, ack_seen: false }), Action::ReadOutcome), "{sentinel} is {handed_to}");
+        match j.on(t, Input::Counters(Counters { partial_ok: 1, ..Default::default() })) {
+            Action::Done(o) => assert!(o.notes.is_empty(), "no 'handed to … instead of' note: {:?}", o.notes),
+            other => panic!("{other:?}"),
+        }
+    }
 }
