@@ -32,16 +32,17 @@
 //! last byte, which goes only once the check passed ([`crate::peers::arrival`]).
 //!
 //! Its rooms, a thread or a thing the threads pass each other to a file: `request` (what to pull),
-//! `sizing` (the default window and readers), `planner_thread`, `relay_reader`, `peer_fetcher` and
-//! `fetcher` (what the two kinds of fetcher share), `writer`; between them `job` (a read and its
-//! check) and `messages` (what the threads tell each other); `stats` (how it went). This file starts
-//! the threads and gathers their account.
+//! `sizing` (the default window and readers), `planner_thread` (with its buffer `pool`),
+//! `relay_reader`, `peer_fetcher` and `fetcher` (what the two kinds of fetcher share), `writer`;
+//! between them `job` (a read and its check) and `messages` (what the threads tell each other);
+//! `stats` (how it went). This file starts the threads and gathers their account.
 
 mod fetcher;
 mod job;
 mod messages;
 mod peer_fetcher;
 mod planner_thread;
+mod pool;
 mod relay_reader;
 mod request;
 mod sizing;

@@ -10,6 +10,7 @@ use crate::peers::tracker_link::{self, Ask, Heard};
 use crate::pull::cuts::Cuts;
 use crate::pull::pipeline::job::{Job, Source};
 use crate::pull::pipeline::messages::{Feed, FetcherId, PeerMiss, Report};
+use crate::pull::pipeline::pool::Pool;
 use crate::pull::pipeline::request::Pull;
 use crate::pull::pipeline::stats::{Planned, RELAY};
 use crate::pull::planner::{self, Fetcher};
@@ -36,10 +37,8 @@ pub(super) struct Planner<'a> {
     relay: Vec<(Sender<Job>, Fetcher)>,
     peers: Vec<(Sender<Job>, Fetcher)>,
     peer_addrs: HashMap<u32, String>,
-    /// Block buffers kept for reuse: a freed multi-MiB buffer goes back to the kernel, and a new one
-    /// costs a page fault per 4 KiB. Bounded by `pool_max`.
-    pool: Vec<Vec<u8>>,
-    pool_max: usize,
+    /// Block buffers kept for reuse, as many as the window and every read in flight take.
+    pool: Pool,
     /// The tracker link's thread; `None` without a tracker (none, or its link failed): every block
     /// from the relay.
     tracker: Option<tracker_link::AskSender>,
@@ -62,7 +61,7 @@ impl<'a> Planner<'a> {
         let relay_depth = p.transport.depth();
         // Enough buffers for the window and every read in flight: steady state allocates nothing.
         let in_flight = relay.len() * relay_depth + peers.len() * depth;
-        let pool_max = usize::try_from(window).unwrap_or(usize::MAX).saturating_add(in_flight);
+        let pool = Pool::new(usize::try_from(window).unwrap_or(usize::MAX).saturating_add(in_flight));
         Planner {
             p,
             // The serve cache's room still unused widens the window (the blocks in memory stay
@@ -78,8 +77,7 @@ impl<'a> Planner<'a> {
             relay: relay.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
             peers: peers.into_iter().map(|tx| (tx, Fetcher::default())).collect(),
             peer_addrs: HashMap::new(),
-            pool: Vec::new(),
-            pool_max,
+            pool,
             tracker,
             asking: planner::Asking::default(),
             asked_needed: None,
@@ -286,9 +284,9 @@ impl<'a> Planner<'a> {
         let (offset, len, want, codec) = (block.start, block.entry.stored_len, block.entry.crc, block.entry.codec);
         // At most a read's length (the descriptor was validated against the block size).
         let raw_len = block.raw_len as u32;
-        let mut buf = self.pool.pop().unwrap_or_default();
+        let mut buf = self.pool.take();
         buf.resize(len as usize, 0);
-        let raw = if codec == Codec::Raw { Vec::new() } else { self.pool.pop().unwrap_or_default() };
+        let raw = if codec == Codec::Raw { Vec::new() } else { self.pool.take() };
         let serving = match &from {
             Source::Peer { id, .. } => Some(*id),
             Source::Relay => None,
@@ -314,16 +312,10 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn reuse(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < self.pool_max && buf.capacity() > 0 {
-            self.pool.push(buf);
-        }
-    }
-
     /// A job's buffers, back to the pool.
     fn recycle(&mut self, job: Job) {
-        self.reuse(job.buf);
-        self.reuse(job.raw);
+        self.pool.put(job.buf);
+        self.pool.put(job.raw);
     }
 
     /// Act on a report; false when the pull is over (failed, or the writer is gone).
@@ -388,7 +380,7 @@ impl<'a> Planner<'a> {
                     }
                 }
                 for buf in freed {
-                    self.reuse(buf);
+                    self.pool.put(buf);
                 }
                 true
             }
@@ -430,7 +422,7 @@ impl<'a> Planner<'a> {
         } else if self.p.peering.is_some() {
             (Some(Arc::new(job.buf)), Arc::new(job.raw))
         } else {
-            self.reuse(job.buf);
+            self.pool.put(job.buf);
             (None, Arc::new(job.raw))
         };
         // Kept and announced before the writer can see it: the writer may drop it from the cache at
