@@ -3,10 +3,11 @@
 //! full) blocks no thread of the work; when the queue is full the line is dropped and counted
 //! ([`metrics::output`]) like a failed write. Before the process ends its queue is drained, within
 //! a bound ([`drain`]): what was said last (a failure, "relay stopping") still reaches a reader
-//! that reads.
+//! that reads. The writer puts each line on stderr above the progress display, while one is shown
+//! ([`write_line`], [`above`]).
 
 use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender, TrySendError};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What the writer thread is handed.
@@ -78,4 +79,24 @@ pub fn drain(within: Duration) {
         }
     }
     let _ = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+}
+
+/// The progress display, while one is shown: log lines are written above it ([`write_line`])
+/// instead of onto the end of its line.
+static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+/// Show log lines above `bar` from now on (`None`: no display any more).
+pub fn above(bar: Option<indicatif::ProgressBar>) {
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = bar;
+}
+
+/// One log line on stderr, above the progress display when there is one; dropped and counted when
+/// the write fails ([`metrics::output`]).
+pub fn write_line(out: &[u8]) {
+    let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let write = || metrics::output::write_or_drop(&mut std::io::stderr().lock(), out);
+    match bar {
+        Some(b) => b.suspend(write),
+        None => write(),
+    };
 }
