@@ -33,22 +33,37 @@ impl Keep {
     /// Of the blocks `cached` (all handed on: below `fed`), the one to drop first from a cache of
     /// `capacity` blocks: the lowest priority among those older than the newest half, or, when every
     /// cached block is among the newest half, the oldest. `None` when `cached` is empty.
+    ///
+    /// This looks at every block cached; [`crate::ServeCache`] keeps its old blocks in this order as
+    /// they age and finds the same victim without a scan.
     pub fn victim(&self, fed: u64, capacity: u64, cached: impl IntoIterator<Item = u64>) -> Option<u64> {
-        // The newest half rounded up: a cache of one block keeps the newest, not a sampled old one.
-        let recent_from = fed.saturating_sub(capacity.div_ceil(2));
+        let recent_from = Keep::recent_from(fed, capacity);
         let mut oldest: Option<u64> = None;
         let mut lowest: Option<(u64, u64)> = None;
         for b in cached {
             debug_assert!(b < fed, "block {b} cached before it was handed on ({fed} were)");
             oldest = Some(oldest.map_or(b, |o| o.min(b)));
             if b < recent_from {
-                let p = self.priority(b);
-                if lowest.is_none_or(|(lp, lb)| (p, b) < (lp, lb)) {
-                    lowest = Some((p, b));
+                let rank = self.rank(b);
+                if lowest.is_none_or(|l| rank < l) {
+                    lowest = Some(rank);
                 }
             }
         }
         lowest.map(|(_, b)| b).or(oldest)
+    }
+
+    /// The first block of the newest half of a cache of `capacity` blocks once `fed` were handed on:
+    /// blocks below it are old. The half is rounded up, so that a cache of one block keeps the newest,
+    /// not a sampled old one. It only grows as `fed` does.
+    pub(crate) fn recent_from(fed: u64, capacity: u64) -> u64 {
+        fed.saturating_sub(capacity.div_ceil(2))
+    }
+
+    /// Where old block `b` comes in the order old blocks are dropped, lowest first: by this agent's
+    /// priority for it, then by number (two blocks of equal priority still come in one order).
+    pub(crate) fn rank(&self, b: u64) -> (u64, u64) {
+        (self.priority(b), b)
     }
 
     /// How much this agent wants to keep old block `b`, against its other old blocks.
