@@ -1,7 +1,7 @@
 //! What the pull's threads tell each other over their channels: the fetchers and the writer to the
 //! planner ([`Report`], with a peer's miss said as a [`PeerMiss`]), the planner to the writer
-//! ([`Feed`]). Apart because every thread speaks them and none owns them: the threads share no
-//! lock, so these are the whole of what passes between them.
+//! ([`Feed`]). Apart because every thread speaks them and none owns them: a newcomer reads here
+//! what each thread can say before reading any of them.
 
 use crate::error::Error;
 use crate::peers::tracker_link::Heard;
