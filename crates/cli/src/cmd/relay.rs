@@ -57,9 +57,8 @@ pub struct RelayArgs {
     /// [default: 268435456 (256 MiB) in memory, 4294967296 (4 GiB) with --store].
     #[arg(long, env = "FASTREPL_LOG_MAX_BYTES")]
     log_max_bytes: Option<u64>,
-    /// Oldest the stream log may grow before the generation is sealed, in seconds
-    /// [default: 3600 (1 h) in memory, 86400 (24 h) with --store].
-    #[arg(long, env = "FASTREPL_LOG_MAX_AGE_SECS")]
+    // Its help says its defaults from `limits` (log_max_age_help).
+    #[arg(long, env = "FASTREPL_LOG_MAX_AGE_SECS", help = log_max_age_help())]
     log_max_age_secs: Option<u64>,
     /// Seal the generation once its stream log is this percent of its RDB (and at least 64 MiB): a
     /// warm join replays the whole log, and past that a fresh capture serves the next join sooner
@@ -124,6 +123,14 @@ pub struct RelayArgs {
     #[arg(long, env = "FASTREPL_UCX_DEVICES")]
     pub ucx_devices: Option<String>,
 }
+
+/// `--log-max-age-secs`'s help: its defaults as `limits` holds them, the one place they are said.
+fn log_max_age_help() -> String {
+    let hours = |d: Duration| format!("{} ({} h)", d.as_secs(), d.as_secs() / 3600);
+    format!("Oldest the stream log may grow before the generation is sealed, in seconds [default: {} in memory, {} with --store]", hours(limits::LOG_AGE_DEFAULT), hours(limits::LOG_AGE_STORE_DEFAULT))
+}
+
+const _: () = assert!(limits::LOG_AGE_DEFAULT.as_secs() % 3600 == 0 && limits::LOG_AGE_STORE_DEFAULT.as_secs() % 3600 == 0, "--log-max-age-secs's help says its defaults in whole hours");
 
 /// `fastrepl relay`: the relay, until a signal ends the process.
 pub fn run(a: RelayArgs) -> Result<ExitCode> {
