@@ -168,12 +168,12 @@ mod tests {
             state += 1;
             crate::mix(state) % below.max(1)
         };
-        for run in 0..400 {
+        for run in 0..100 {
             let capacity = random(12);
             let keep = Keep::new(random(u64::MAX));
             let (mut cache, mut scanned) = (ServeCache::new(capacity, keep), Scanned { keep, capacity, fed: 0, cached: BTreeSet::new() });
             let mut n = 0;
-            for step in 0..80 {
+            for step in 0..60 {
                 // Mostly a block or two at a time, now and then none, a burst, or a count already passed.
                 n += if random(5) == 0 { random(3 * capacity + 4) } else { random(3) };
                 let told = if random(10) == 0 { n.saturating_sub(random(4)) } else { n };
