@@ -412,9 +412,12 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// `REPLICAOF` the agent, accept the replica's handshake; returns whether it offered `capa eof`.
+    /// `REPLICAOF` the agent, accept the replica's handshake, answer it `+FULLRESYNC` and make sure it
+    /// is the replica ([`replica_link::accept`]); returns whether it offered `capa eof`.
     fn point_replica(&mut self) -> Result<bool, Pointing> {
         let (listener, at, serve_tls) = self.listener.take().ok_or_else(|| Pointing::Failed(Error::Internal("no listener for the replica".into())))?;
+        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Pointing::Failed(Error::protocol(Party::Relay, e.to_string())))?;
+        let fullresync = replication::master::fullresync(&replid, self.c.desc.offset);
         let c = &mut self.c.local.client;
         match c.cmd(&["REPLICAOF", &at.ip().to_string(), &at.port().to_string()]) {
             Ok(_) => {}
@@ -423,7 +426,7 @@ impl Driver<'_> {
             // No answer: it may have.
             Err(e) => return Err(Pointing::Failed(Error::replica(e))),
         }
-        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref()).map_err(Pointing::Failed)?;
+        let link = replica_link::accept(&listener, REPLICA_CONNECT_MAX, serve_tls.as_ref(), &fullresync, &mut |by| replica_link::sync_started(c, at, by)).map_err(Pointing::Failed)?;
         let capa_eof = link.capa_eof;
         self.link = Some(link);
         Ok(capa_eof)
@@ -449,18 +452,16 @@ impl Driver<'_> {
         v.desc.length.ok_or_else(|| Error::Timeout("the RDB length".into()))
     }
 
-    /// `+FULLRESYNC`, the header, every block in order while pulling out of order, the EOF mark.
+    /// The header (`+FULLRESYNC` went with the replica's accept), every block in order while pulling
+    /// out of order, the EOF mark.
     fn send_snapshot(&mut self, eof: bool, length: Option<u64>) -> Result<pipeline::Stats, Error> {
         let framing = match (eof, length) {
             (true, _) => replica_link::eof_framing()?,
             (false, Some(n)) => Framing::Length(n),
             (false, None) => return Err(Error::Internal("length framing without a length".into())),
         };
-        let replid = replication::ReplId::parse(self.c.desc.replid.as_bytes()).map_err(|e| Error::protocol(Party::Relay, e.to_string()))?;
-        let offset = self.c.desc.offset;
         let (cfg, progress, transport, peering) = (self.cfg, self.c.progress.clone(), &self.c.transport, self.c.peering.as_ref());
         let link = self.link.as_mut().ok_or_else(|| Error::Internal("no replica link".into()))?;
-        link.send(&replication::master::fullresync(&replid, offset), "FULLRESYNC")?;
         link.send(&framing.header(), "RDB header")?;
         let t = Instant::now();
         let (stats, peak_pss) = crate::procstat::with_peak_pss(PSS_SAMPLE_EVERY, || {

@@ -1,6 +1,7 @@
-//! The agent as its local replica's master: a loopback listener, the handshake, the RDB framing, and
-//! a thread that keeps reading what the replica sends back (its ACKs tell how far it has applied,
-//! and an unread socket would stall it).
+//! The agent as its local replica's master: a loopback listener, the handshake, the check that the
+//! peer is the replica and not a stranger that won the race to the port ([`sync_started`]), the RDB
+//! framing, and a thread that keeps reading what the replica sends back (its ACKs tell how far it has
+//! applied, and an unread socket would stall it).
 
 use crate::error::Error;
 use replication::framing::{Framing, EOF_MARK_LEN};
@@ -53,22 +54,29 @@ pub fn listen(bind: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     Ok((l, a))
 }
 
+/// Whether the peer just answered `+FULLRESYNC` is the local replica, asked of the replica by an
+/// instant ([`sync_started`] in the join; a stand-in in tests).
+pub type IsReplica<'a> = dyn FnMut(Instant) -> Result<bool, Error> + 'a;
+
 /// Accept the replica and run its handshake up to `PSYNC`, over TLS when `tls` is given (a replica
-/// with `tls-replication yes`). The first connection to finish the handshake within
-/// [`limits::REPLICA_HANDSHAKE_MAX`] is the replica's; one that closes, sends malformed RESP or more
-/// than a handshake holds, or does not finish in time is closed and the agent waits on, until
-/// `timeout` in all (a port scan or a stray client must not fail the join). A failure of the replica
-/// itself (TLS refused, say) is said at the end.
-pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
-    accept_within(l, timeout, limits::REPLICA_HANDSHAKE_MAX, tls)
+/// with `tls-replication yes`), then answer it `fullresync` and make sure it is the replica
+/// (`is_replica`: has the local replica's sync started?). The first connection to finish the
+/// handshake within [`limits::REPLICA_HANDSHAKE_MAX`] and to be the replica within as long again is
+/// the replica's; one that closes, sends malformed RESP or more than a handshake holds, does not
+/// finish in time, or is not the replica (a local process that won the race to the port: it gets
+/// `+FULLRESYNC` and is closed, its address logged) is closed and the agent waits on, until `timeout`
+/// in all (a port scan or a stray client must not fail the join). A failure of the replica itself
+/// (TLS refused, say) is said at the end; one to ask it is the join's.
+pub fn accept(l: &TcpListener, timeout: Duration, tls: Option<&client::tls::Tls>, fullresync: &[u8], is_replica: &mut IsReplica<'_>) -> Result<ReplicaLink, Error> {
+    accept_within(l, timeout, limits::REPLICA_HANDSHAKE_MAX, tls, fullresync, is_replica)
 }
 
 /// [`accept`] with each connection's handshake bounded by `handshake_max` (shorter in tests).
-fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tls: Option<&client::tls::Tls>) -> Result<ReplicaLink, Error> {
+fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tls: Option<&client::tls::Tls>, fullresync: &[u8], is_replica: &mut IsReplica<'_>) -> Result<ReplicaLink, Error> {
     l.set_nonblocking(true).map_err(|e| Error::Resource(format!("configure listener: {e}")))?;
     let deadline = Instant::now() + timeout;
-    // Connections that failed the handshake: how many, and the last one's reason (a count, not a
-    // list: a local flood of them must not grow memory).
+    // Connections that failed the handshake or were not the replica: how many, and the last one's
+    // reason (a count, not a list: a local flood of them must not grow memory).
     let (mut failed, mut last_failure) = (0u64, String::new());
     loop {
         // Checked on every pass, not only when nobody is waiting: a peer that keeps reconnecting
@@ -83,12 +91,20 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, why));
         }
         match l.accept() {
-            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline)) {
+            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline)).and_then(|mut link| link.send(fullresync, "FULLRESYNC").map(|()| link)) {
+                // Answered: from now on only the replica that read it says its sync started.
                 Ok(link) => {
-                    if failed > 0 {
-                        tracing::info!(before = failed, "the replica connected after other connections to its port failed the handshake");
+                    if is_replica((Instant::now() + handshake_max).min(deadline))? {
+                        if failed > 0 {
+                            tracing::info!(before = failed, "the replica connected after other connections to its port failed the handshake or were not the replica");
+                        }
+                        return Ok(link);
                     }
-                    return Ok(link);
+                    // Each said: one costs a whole wait for the replica's word, so they come slowly.
+                    tracing::warn!(%peer, "a connection to the agent's port for its replica completed a replica's handshake, but the local replica's sync did not start: not the replica; closed, still waiting for the replica");
+                    failed += 1;
+                    last_failure = format!("{peer} was not the local replica");
+                    drop(link); // Its Drop shuts the connection.
                 }
                 Err(e) => {
                     // The first in full; the rest at debug (a local flood must not flood the log).
@@ -106,6 +122,28 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
             }
             Err(e) => return Err(Error::unavailable(crate::error::Party::ReplicaLink, format!("accept the replica: {e}"))),
         }
+    }
+}
+
+/// Has the local replica's sync with the agent started, by `by`? [`accept`]'s question in the join,
+/// asked of `replica` once a peer was answered `+FULLRESYNC`: it follows `listener` and its `INFO
+/// replication` says `master_sync_in_progress:1`. A replica shows that from the moment it reads
+/// `+FULLRESYNC` (its transfer state; Redis 6.2, 7.0, 8.2 and Valkey 8.1, 9.1 alike, diskless load
+/// or not), and only the replica that read it: one still queued behind a stranger is in its
+/// handshake, at 0. (Its own view of the link, `CLIENT LIST TYPE master` with the replica's end as
+/// `laddr=`, exists only once it has loaded the RDB: too late, the snapshot would have gone to
+/// whoever connected first.)
+pub fn sync_started(replica: &mut client::Client, listener: SocketAddr, by: Instant) -> Result<bool, Error> {
+    let listener = endpoint::Endpoint::from(listener);
+    loop {
+        let st = crate::local::repl_state(replica).map_err(Error::replica)?;
+        if st.syncing && st.follows.as_ref() == Some(&listener) {
+            return Ok(true);
+        }
+        if Instant::now() >= by {
+            return Ok(false);
+        }
+        std::thread::sleep(limits::SERVER_POLL_EVERY); // Polling the replica's state with a deadline.
     }
 }
 
@@ -313,6 +351,9 @@ pub fn eof_framing() -> Result<Framing, Error> {
 mod tests {
     use super::*;
 
+    /// What the agent answers a replica's `PSYNC` with.
+    const GREETING: &[u8] = b"+FULLRESYNC 6c879f910fada50e6bee517c0d0ea8a0b46c6e0b 1000\r\n";
+
     /// A replica's handshake up to `PSYNC`, as a server sends it, over `s` (the agent's replies are
     /// left unread).
     fn replica_handshake(mut s: TcpStream) -> TcpStream {
@@ -334,7 +375,7 @@ mod tests {
         garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         drop(garbage);
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link = accept(&l, Duration::from_secs(20), None).expect("the replica's connection is taken");
+        let link = accept(&l, Duration::from_secs(20), None, GREETING, &mut |_| Ok(true)).expect("the replica's connection is taken");
         assert!(link.capa_eof);
         assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap(), "the link is the replica's connection");
     }
@@ -343,11 +384,11 @@ mod tests {
     fn without_the_replica_the_wait_ends_and_says_what_failed() {
         let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
         drop(TcpStream::connect(at).unwrap());
-        let e = accept(&l, Duration::from_millis(300), None).err().expect("no replica: an error");
+        let e = accept(&l, Duration::from_millis(300), None, GREETING, &mut |_| Ok(true)).err().expect("no replica: an error");
         let text = e.to_string();
         assert!(text.contains("no connection completed the replica's handshake") && text.contains("1 failed") && text.contains("closed the link during its handshake"), "{text}");
         let (l, _) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let text = accept(&l, Duration::from_millis(100), None).err().expect("nobody: an error").to_string();
+        let text = accept(&l, Duration::from_millis(100), None, GREETING, &mut |_| Ok(true)).err().expect("nobody: an error").to_string();
         assert!(text.contains("did not connect"), "{text}");
     }
 
@@ -368,7 +409,7 @@ mod tests {
             false
         });
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None).expect("the replica's connection is taken");
+        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None, GREETING, &mut |_| Ok(true)).expect("the replica's connection is taken");
         assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap());
         assert!(trickler.join().unwrap(), "the trickler was cut off, not served to its end");
         drop(silent);
@@ -379,8 +420,78 @@ mod tests {
         let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let _silent = TcpStream::connect(at).unwrap();
         let t = Instant::now();
-        let e = accept_within(&l, Duration::from_millis(200), Duration::from_secs(20), None).err().expect("no replica: an error");
+        let e = accept_within(&l, Duration::from_millis(200), Duration::from_secs(20), None, GREETING, &mut |_| Ok(true)).err().expect("no replica: an error");
         // Bounded by the join's wait (200 ms), not the handshake's (20 s): the margin is wide on purpose.
         assert!(t.elapsed() < Duration::from_secs(10), "{e} after {:?}", t.elapsed());
+    }
+
+    /// A peer that does the replica's handshake and reads what the agent answers: `true` in the flag
+    /// once `+FULLRESYNC` arrived (as a replica's sync starts), and in the thread's result whether the
+    /// agent closed the connection.
+    fn answered_peer(at: SocketAddr) -> (SocketAddr, Arc<AtomicBool>, std::thread::JoinHandle<bool>) {
+        let s = replica_handshake(TcpStream::connect(at).unwrap());
+        let (me, got) = (s.local_addr().unwrap(), Arc::new(AtomicBool::new(false)));
+        let flag = got.clone();
+        let reader = std::thread::spawn(move || {
+            let (mut s, mut seen, mut buf) = (s, Vec::new(), [0u8; 512]);
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => return true,
+                    Ok(n) => {
+                        seen.extend_from_slice(&buf[..n]);
+                        if seen.windows(GREETING.len()).any(|w| w == GREETING) {
+                            flag.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    Err(_) => return false,
+                }
+            }
+        });
+        (me, got, reader)
+    }
+
+    /// The replica's word as the join asks it ([`sync_started`]): polled until `by`.
+    fn started(flag: &AtomicBool, by: Instant) -> Result<bool, Error> {
+        while !flag.load(Ordering::SeqCst) {
+            if Instant::now() >= by {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(5)); // Polling a flag with a deadline.
+        }
+        Ok(true)
+    }
+
+    #[test]
+    fn a_stranger_that_completes_the_replicas_handshake_first_is_closed_and_the_replica_taken() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        // A local process that won the race to the port and speaks the whole handshake, then the
+        // replica: only the replica's sync starts when answered.
+        let (_, stranger_answered, stranger) = answered_peer(at);
+        let (replica_at, replica_answered, _replica) = answered_peer(at);
+        let t = Instant::now();
+        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(500), None, GREETING, &mut |by| started(&replica_answered, by)).expect("the replica's connection is taken");
+        assert_eq!(link.s.peer_addr().unwrap(), replica_at, "the link is the replica's, not the stranger's");
+        assert!(stranger.join().unwrap(), "the stranger was closed");
+        assert!(stranger_answered.load(Ordering::SeqCst), "a stranger gets +FULLRESYNC, then is closed");
+        assert!(t.elapsed() < Duration::from_secs(20), "one wait for the replica's word per stranger: {:?}", t.elapsed());
+    }
+
+    #[test]
+    fn with_only_strangers_the_wait_ends_at_its_deadline_saying_one_was_not_the_replica() {
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (stranger_at, _, _stranger) = answered_peer(at);
+        let t = Instant::now();
+        let e = accept_within(&l, Duration::from_millis(600), Duration::from_millis(200), None, GREETING, &mut |by| started(&AtomicBool::new(false), by)).err().expect("no replica: an error");
+        let text = e.to_string();
+        assert!(text.contains(&format!("{stranger_at} was not the local replica")), "{text}");
+        assert!(t.elapsed() < Duration::from_secs(10), "within the join's own wait: {:?}", t.elapsed());
+        // A replica that cannot be asked fails the wait with its own error.
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _peer = answered_peer(at);
+        let e = accept_within(&l, Duration::from_secs(30), Duration::from_millis(500), None, GREETING, &mut |_| Err(Error::unavailable(crate::error::Party::Replica, "asked: connection refused")))
+            .err()
+            .expect("an error");
+        assert!(matches!(e, Error::Unavailable { party: crate::error::Party::Replica, .. }), "{e:?}");
     }
 }

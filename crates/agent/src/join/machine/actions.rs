@@ -42,13 +42,14 @@ pub struct Outcome {
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum Action {
-    /// Point the replica at the agent (`REPLICAOF <agent>`; from here it may follow us) and accept its
-    /// connection and `PSYNC`.
+    /// Point the replica at the agent (`REPLICAOF <agent>`; from here it may follow us), accept its
+    /// connection and `PSYNC`, and answer `+FULLRESYNC <replid> <offset>` (whose sync starts tells the
+    /// replica from a stranger on its port).
     PointReplica,
     /// Wait until the relay knows the RDB length (the replica cannot take the EOF framing).
     WaitLength,
-    /// Send `+FULLRESYNC <replid> <offset>`, the RDB header (EOF framing, or `$<length>`), then pull
-    /// and send every block, then the EOF mark if any.
+    /// Send the RDB header (EOF framing, or `$<length>`; `+FULLRESYNC` went before), then pull and
+    /// send every block, then the EOF mark if any.
     SendSnapshot {
         /// The EOF framing, else `$<length>`.
         eof: bool,

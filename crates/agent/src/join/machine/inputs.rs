@@ -67,7 +67,8 @@ pub enum Input<'a> {
     /// The replica's settings are made and the agent listens for it; nothing points it at the agent
     /// yet.
     Prepared,
-    /// The replica connected to the agent and sent `PSYNC`; it offered `capa eof` or not.
+    /// The replica connected to the agent, sent `PSYNC` and was answered `+FULLRESYNC`; it offered
+    /// `capa eof` or not.
     ReplicaConnected {
         /// `capa eof`.
         capa_eof: bool,
