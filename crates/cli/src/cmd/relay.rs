@@ -53,9 +53,8 @@ pub struct RelayArgs {
     /// removed at start.
     #[arg(long, env = "FASTREPL_STORE")]
     store: Option<PathBuf>,
-    /// Largest stream log kept after the snapshot before the generation is sealed, in bytes
-    /// [default: 268435456 (256 MiB) in memory, 4294967296 (4 GiB) with --store].
-    #[arg(long, env = "FASTREPL_LOG_MAX_BYTES")]
+    // Its help says its defaults from `limits` (log_max_bytes_help).
+    #[arg(long, env = "FASTREPL_LOG_MAX_BYTES", help = log_max_bytes_help())]
     log_max_bytes: Option<u64>,
     // Its help says its defaults from `limits` (log_max_age_help).
     #[arg(long, env = "FASTREPL_LOG_MAX_AGE_SECS", help = log_max_age_help())]
@@ -123,6 +122,18 @@ pub struct RelayArgs {
     #[arg(long, env = "FASTREPL_UCX_DEVICES")]
     pub ucx_devices: Option<String>,
 }
+
+/// `--log-max-bytes`'s help: its defaults as `limits` holds them, the one place they are said.
+fn log_max_bytes_help() -> String {
+    let size = |b: u64| if b % (1 << 30) == 0 { format!("{b} ({} GiB)", b >> 30) } else { format!("{b} ({} MiB)", b >> 20) };
+    format!(
+        "Largest stream log kept after the snapshot before the generation is sealed, in bytes [default: {} in memory, {} with --store]",
+        size(limits::LOG_BYTES_DEFAULT),
+        size(limits::LOG_BYTES_STORE_DEFAULT)
+    )
+}
+
+const _: () = assert!(limits::LOG_BYTES_DEFAULT % (1 << 20) == 0 && limits::LOG_BYTES_STORE_DEFAULT % (1 << 20) == 0, "--log-max-bytes's help says its defaults in whole MiB");
 
 /// `--log-max-age-secs`'s help: its defaults as `limits` holds them, the one place they are said.
 fn log_max_age_help() -> String {
