@@ -608,11 +608,27 @@ impl Chooser {
 mod tests {
     use super::*;
 
+    /// A chooser that looks `window` blocks ahead, fetches from `peer_flows` peers at once, and was
+    /// told that `published` blocks are published; the builders after it say what else differs.
+    fn chooser(window: u64, peer_flows: usize, published: u64) -> Chooser {
+        let mut c = Chooser::new(window, peer_flows);
+        c.published(published);
+        c
+    }
+
+    /// Each `(block, peer, secs)` in turn: the block chosen from that peer, its only holder, and
+    /// arrived, 1000 bytes in `secs` (how a test rates peers).
+    fn served(c: &mut Chooser, reads: &[(u64, AgentId, f64)]) {
+        for &(b, p, secs) in reads {
+            assert_eq!(c.choose(b, &Answer::Peers(vec![p])), Some(Origin::Peer(p)), "block {b} from peer {p}");
+            c.done(b, 1000, secs);
+        }
+    }
+
     /// A chooser of 16 blocks, two peer flows two deep, that knows its own pace: block 0 came from
     /// the relay, 1000 bytes in 1 s (what moving an overdue read is measured against).
     fn paced(t: Instant) -> Chooser {
-        let mut c = Chooser::new(16, 2).with_depth(2);
-        c.published(16);
+        let mut c = chooser(16, 2, 16).with_depth(2);
         assert_eq!(c.choose_at(0, &Answer::Relay, t), Some(Origin::Relay));
         c.done(0, 1000, 1.0);
         c
@@ -620,8 +636,7 @@ mod tests {
 
     #[test]
     fn what_an_agent_tells_the_tracker_is_what_its_chooser_accepts() {
-        let mut c = Chooser::new(16, 2).with_depth(2);
-        c.published(16);
+        let mut c = chooser(16, 2, 16).with_depth(2);
         assert_eq!(c.fetching(), Fetching { may_claim: true, open: Vec::new(), flows_free: 2 });
         assert_eq!(c.choose(0, &Answer::Peers(vec![4])), Some(Origin::Peer(4)));
         assert_eq!(c.choose(1, &Answer::Relay), Some(Origin::Relay));
@@ -642,8 +657,7 @@ mod tests {
 
     #[test]
     fn relay_fetch_slots() {
-        let mut c = Chooser::new(8, 2).with_relay_fetches(3);
-        c.published(8);
+        let mut c = chooser(8, 2, 8).with_relay_fetches(3);
         assert_eq!((c.relay_slots(), c.peer_slots()), (3, 2));
         for b in 0..3 {
             assert_eq!(c.choose(b, &Answer::Relay), Some(Origin::Relay));
@@ -656,8 +670,7 @@ mod tests {
 
     #[test]
     fn chooser_stays_in_its_window_and_within_its_slots() {
-        let mut c = Chooser::new(3, 1);
-        c.published(10);
+        let mut c = chooser(3, 1, 10);
         assert_eq!(c.wanted(|_| 0), vec![0, 1, 2]);
         assert_eq!(c.choose(0, &Answer::Relay), Some(Origin::Relay));
         assert_eq!(c.choose(1, &Answer::Wait), None);
@@ -673,8 +686,7 @@ mod tests {
 
     #[test]
     fn the_window_looks_further_ahead_by_the_room_the_serve_cache_does_not_use_yet() {
-        let mut c = Chooser::new(3, 8).with_relay_fetches(8).with_cache_room(4);
-        c.published(20);
+        let mut c = chooser(3, 8, 20).with_relay_fetches(8).with_cache_room(4);
         assert_eq!(c.window_now(), 7, "nothing handed on: the cache's four blocks are the window's");
         assert_eq!(c.wanted(|_| 0), (0..7).collect::<Vec<_>>());
         for b in 0..3 {
@@ -698,8 +710,7 @@ mod tests {
 
     #[test]
     fn the_windows_own_blocks_are_asked_for_before_those_of_the_caches_room() {
-        let mut c = Chooser::new(2, 8).with_cache_room(3);
-        c.published(10);
+        let c = chooser(2, 8, 10).with_cache_room(3);
         // Blocks 2..5 rarer than 0 and 1 (a lower order): the window's own still come first, so that
         // the blocks the replica needs next are fetched while their holders still keep them.
         assert_eq!(c.wanted(|b| if b < 2 { 9 } else { 10 - b }), vec![0, 1, 4, 3, 2]);
@@ -708,8 +719,7 @@ mod tests {
 
     #[test]
     fn reads_deepen_on_the_flows_in_use_and_a_new_peer_waits_for_a_free_flow() {
-        let mut c = Chooser::new(16, 2).with_depth(3).with_relay_fetches(1);
-        c.published(16);
+        let mut c = chooser(16, 2, 16).with_depth(3).with_relay_fetches(1);
         assert_eq!((c.relay_slots(), c.peer_slots()), (3, 6));
         assert_eq!(c.choose(0, &Answer::Peers(vec![1])), Some(Origin::Peer(1)));
         assert_eq!(c.choose(1, &Answer::Peers(vec![1, 2])), Some(Origin::Peer(2)), "a second flow before a deeper first one");
@@ -729,8 +739,7 @@ mod tests {
     #[test]
     fn a_holder_that_refused_is_passed_over_for_a_while() {
         let t = Instant::now();
-        let mut c = Chooser::new(10, 2);
-        c.published(10);
+        let mut c = chooser(10, 2, 10);
         c.refused(4, t);
         assert_eq!(c.choose_at(0, &Answer::Peers(vec![4, 5]), t), Some(Origin::Peer(5)));
         assert_eq!(c.choose_at(1, &Answer::Peers(vec![4]), t), None, "its only holder is busy: another block takes the slot");
@@ -753,28 +762,17 @@ mod tests {
 
     #[test]
     fn one_block_that_arrived_at_once_does_not_make_the_other_peers_slow() {
-        let mut c = Chooser::new(100, 100);
-        c.published(100);
+        let mut c = chooser(100, 100, 100);
         // Peers 1–3 at their fair share (1000 B/s); peer 4's second block was already in the socket's
         // buffer (a millisecond): with the mean as the yardstick, 1–3 fell below a quarter of it.
-        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0), (4, 1, 1.0), (5, 2, 1.0), (6, 3, 1.0), (7, 4, 0.001)] {
-            c.choose(b, &Answer::Peers(vec![p]));
-            c.done(b, 1000, secs);
-        }
+        served(&mut c, &[(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0), (4, 1, 1.0), (5, 2, 1.0), (6, 3, 1.0), (7, 4, 0.001)]);
         assert_eq!(c.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "peer 1 is not slow: the first of two equally loaded is taken");
         // With two rated peers only, the burst does not make the other one slow either.
-        let mut two = Chooser::new(100, 100);
-        two.published(100);
-        for (b, p, secs) in [(0, 1, 1.0), (1, 4, 1.0), (2, 1, 1.0), (3, 4, 0.001)] {
-            two.choose(b, &Answer::Peers(vec![p]));
-            two.done(b, 1000, secs);
-        }
+        let mut two = chooser(100, 100, 100);
+        served(&mut two, &[(0, 1, 1.0), (1, 4, 1.0), (2, 1, 1.0), (3, 4, 0.001)]);
         assert_eq!(two.choose(10, &Answer::Peers(vec![1, 4])), Some(Origin::Peer(1)), "of two peers, the faster is not the yardstick");
         // A peer five times slower than the rest still is.
-        for (b, p, secs) in [(20, 5, 5.0), (21, 5, 5.0)] {
-            c.choose(b, &Answer::Peers(vec![p]));
-            c.done(b, 1000, secs);
-        }
+        served(&mut c, &[(20, 5, 5.0), (21, 5, 5.0)]);
         assert_eq!(c.choose(22, &Answer::Peers(vec![5, 2])), Some(Origin::Peer(2)), "slow peer 5 avoided");
     }
 
@@ -803,10 +801,7 @@ mod tests {
         assert_eq!(c.held(), 3);
         // A peer rated slow since: its reads move at once (peer 7, rated slow, is one of the four
         // rated: three fast ones keep the median where it was).
-        for (b, p, took) in [(2, 4, 1.0), (3, 5, 1.0), (4, 4, 1.0), (5, 5, 1.0), (9, 9, 1.0), (10, 9, 1.0)] {
-            c.choose_at(b, &Answer::Peers(vec![p]), t);
-            c.done(b, 1000, took);
-        }
+        served(&mut c, &[(2, 4, 1.0), (3, 5, 1.0), (4, 4, 1.0), (5, 5, 1.0), (9, 9, 1.0), (10, 9, 1.0)]);
         assert_eq!(c.rates[&7].samples, 1, "a read rated at its move and then ended with its block: one read, one sample");
         assert_eq!(c.choose_at(6, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
         assert_eq!(c.choose_at(7, &Answer::Peers(vec![6]), t), Some(Origin::Peer(6)));
@@ -828,10 +823,7 @@ mod tests {
         let secs = Duration::from_secs_f64;
         let mut c = paced(t);
         // Three fast peers rated: the yardstick.
-        for (b, p) in [(1, 4), (2, 5), (3, 6), (4, 4), (5, 5), (6, 6)] {
-            c.choose_at(b, &Answer::Peers(vec![p]), t);
-            c.done(b, 1000, 1.0);
-        }
+        served(&mut c, &[(1, 4, 1.0), (2, 5, 1.0), (3, 6, 1.0), (4, 4, 1.0), (5, 5, 1.0), (6, 6, 1.0)]);
         // Two reads pipelined on one connection to peer 7, both overdue: moved together.
         assert_eq!(c.choose_at(7, &Answer::Peers(vec![7]), t), Some(Origin::Peer(7)));
         assert_eq!(c.choose_at(8, &Answer::Peers(vec![7]), t + secs(0.5)), Some(Origin::Peer(7)));
@@ -889,13 +881,9 @@ mod tests {
 
     #[test]
     fn chooser_prefers_the_least_loaded_fast_peer_and_drops_bad_ones() {
-        let mut c = Chooser::new(100, 100);
-        c.published(100);
+        let mut c = chooser(100, 100, 100);
         // Peer 1 fast, peer 2 slow, peer 3 fast: two samples each.
-        for (b, p, secs) in [(0, 1, 1.0), (1, 2, 20.0), (2, 3, 1.0), (3, 1, 1.0), (4, 2, 20.0), (5, 3, 1.0)] {
-            c.choose(b, &Answer::Peers(vec![p]));
-            c.done(b, 1000, secs);
-        }
+        served(&mut c, &[(0, 1, 1.0), (1, 2, 20.0), (2, 3, 1.0), (3, 1, 1.0), (4, 2, 20.0), (5, 3, 1.0)]);
         assert_eq!(c.choose(10, &Answer::Peers(vec![2, 1])), Some(Origin::Peer(1)), "slow peer 2 avoided");
         assert_eq!(c.choose(11, &Answer::Peers(vec![1, 3])), Some(Origin::Peer(3)), "least loaded of the fast");
         assert_eq!(c.choose(12, &Answer::Peers(vec![2])), Some(Origin::Peer(2)), "a slow peer still serves when it is the only holder");
