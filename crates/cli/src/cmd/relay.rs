@@ -125,7 +125,7 @@ pub struct RelayArgs {
 
 /// `--log-max-bytes`'s help: its defaults as `limits` holds them, the one place they are said.
 fn log_max_bytes_help() -> String {
-    let size = |b: u64| if b % (1 << 30) == 0 { format!("{b} ({} GiB)", b >> 30) } else { format!("{b} ({} MiB)", b >> 20) };
+    let size = |b: u64| if b.is_multiple_of(1 << 30) { format!("{b} ({} GiB)", b >> 30) } else { format!("{b} ({} MiB)", b >> 20) };
     format!(
         "Largest stream log kept after the snapshot before the generation is sealed, in bytes [default: {} in memory, {} with --store]",
         size(limits::LOG_BYTES_DEFAULT),
@@ -133,7 +133,7 @@ fn log_max_bytes_help() -> String {
     )
 }
 
-const _: () = assert!(limits::LOG_BYTES_DEFAULT % (1 << 20) == 0 && limits::LOG_BYTES_STORE_DEFAULT % (1 << 20) == 0, "--log-max-bytes's help says its defaults in whole MiB");
+const _: () = assert!(limits::LOG_BYTES_DEFAULT.is_multiple_of(1 << 20) && limits::LOG_BYTES_STORE_DEFAULT.is_multiple_of(1 << 20), "--log-max-bytes's help says its defaults in whole MiB");
 
 /// `--log-max-age-secs`'s help: its defaults as `limits` holds them, the one place they are said.
 fn log_max_age_help() -> String {
@@ -141,7 +141,8 @@ fn log_max_age_help() -> String {
     format!("Oldest the stream log may grow before the generation is sealed, in seconds [default: {} in memory, {} with --store]", hours(limits::LOG_AGE_DEFAULT), hours(limits::LOG_AGE_STORE_DEFAULT))
 }
 
-const _: () = assert!(limits::LOG_AGE_DEFAULT.as_secs() % 3600 == 0 && limits::LOG_AGE_STORE_DEFAULT.as_secs() % 3600 == 0, "--log-max-age-secs's help says its defaults in whole hours");
+const _: () =
+    assert!(limits::LOG_AGE_DEFAULT.as_secs().is_multiple_of(3600) && limits::LOG_AGE_STORE_DEFAULT.as_secs().is_multiple_of(3600), "--log-max-age-secs's help says its defaults in whole hours");
 
 /// `fastrepl relay`: the relay, until a signal ends the process.
 pub fn run(a: RelayArgs) -> Result<ExitCode> {
