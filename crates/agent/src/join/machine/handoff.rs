@@ -1,6 +1,6 @@
-//! The handoff's decisions: is the replica loaded, does every precondition of the handoff hold (see
-//! [`super`] for why each exists), can the master continue it ([`Plan`]), and was it partial or full
-//! ([`classify`]; in doubt, full).
+//! The handoff's decisions: is the replica loaded, does every precondition of the handoff hold (the
+//! machine's module doc says why each exists), can the master continue it ([`Plan`]), and was it
+//! partial or full ([`classify`]; in doubt, full).
 
 use super::inputs::Counters;
 use crate::error::Error;
