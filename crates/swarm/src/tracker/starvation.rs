@@ -1,7 +1,7 @@
 //! The starvation guard: a block whose every holder stays full far longer than a moment (askers
 //! ready to read told to wait for [`Tracker::starved_after`]) is served once more by the relay. Apart
-//! because it is a guard against a stall, not a source of speed: its bound was chosen in the
-//! simulator, and the rest of the tracker keeps the relay to one copy of each block.
+//! because it is the one way the relay sends again a block some agent holds whole, a guard against a
+//! stall rather than a source of speed (its bound was chosen in the simulator).
 
 use super::Tracker;
 use crate::{AgentId, Answer, Fetching};
