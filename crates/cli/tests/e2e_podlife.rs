@@ -25,9 +25,9 @@ use common::*;
 use fixtures::netns::{self, Lab};
 use pods::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
+
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The Service of the master: a prerequisite the manifests name (a Bitnami `redis` release "redis").
 const MASTER_SERVICE: &str = "redis-master";
@@ -83,22 +83,16 @@ impl Fleet {
         if let Some(mut old) = self.relay.take() {
             old.terminate();
         }
-        let mut p = Pod::create(&self.m, self.m.get("Deployment", "fastrepl-relay"), "fastrepl-relay-pod", &self.lab.hosts[RELAY_HOST], &BTreeMap::new());
-        p.run();
-        let (ns, relay) = (self.master.ns.clone(), self.relay_addr.clone());
-        wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&ns, &["status", "--relay", &relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
-        self.relay = Some(p);
+        self.relay = Some(start_relay_pod(&self.m, self.m.get("Deployment", "fastrepl-relay"), &self.lab.hosts[RELAY_HOST], &self.master.ns, &self.relay_addr));
     }
 
     /// The pod's stable DNS name (the StatefulSet's headless Service).
     fn fqdn(&self, pod: &str) -> String {
-        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
-        format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+        pod_fqdn(&self.sts, pod)
     }
 
     fn claim(&self, pod: &str) -> PathBuf {
-        let name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().expect("a claim template");
-        self.claims_root.path().join(format!("{name}-{pod}"))
+        pod_claims(&self.sts, self.claims_root.path(), pod).into_values().next().expect("one claim")
     }
 
     /// Create replica pod `pod` on `host` (its name published there), run its init containers; the
@@ -114,9 +108,7 @@ impl Fleet {
         let h = self.lab.hosts[host].clone();
         let fqdn = self.fqdn(pod);
         self.dns.set(&fqdn, Some(&h.ip)); // publishNotReadyAddresses: named before Ready
-        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
-        let claims = BTreeMap::from([(claim_name, self.claim(pod))]);
-        Pod::create(&self.m, &self.sts, pod, &h, &claims)
+        Pod::create(&self.m, &self.sts, pod, &h, &pod_claims(&self.sts, self.claims_root.path(), pod))
     }
 
     /// Start the server of a pod whose init ran, with its link down first: the readiness probe says
@@ -130,19 +122,9 @@ impl Fleet {
         let (ready, said) = pod.ready();
         assert!(!ready && said.contains("not ready"), "{}: ready while cut off from the master: {said}", pod.name);
         self.lab.set_link(host, true).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (ready, said) = pod.ready();
-            if ready {
-                // Ready means linked and loaded, now.
-                let i = pod.client().info("replication").unwrap();
-                assert_eq!(i.get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
-                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
-                break;
-            }
-            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
-            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
-        }
+        // Ready means linked and loaded, now.
+        pod.wait_ready(Duration::from_secs(30), Pod::ready);
+        assert_eq!(pod.client().info("replication").unwrap().get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
         let after = self.master.counts();
         assert_eq!((after.0, after.1), (before.0, before.1 + 1), "{}: the start was not one partial resync (sync_full, sync_partial_ok)", pod.name);
     }

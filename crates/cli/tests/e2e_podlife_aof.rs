@@ -22,7 +22,7 @@ use common::*;
 use fixtures::netns::{self, Lab};
 use pods::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
+
 use std::time::{Duration, Instant};
 
 const MASTER_SERVICE: &str = "redis-master";
@@ -78,16 +78,11 @@ struct Life {
 
 impl Life {
     fn start_relay(&mut self) {
-        let mut p = Pod::create(&self.m, self.m.get("Deployment", "fastrepl-relay"), "fastrepl-relay-pod", &self.lab.hosts[RELAY_HOST], &BTreeMap::new());
-        p.run();
-        let (ns, relay) = (self.master.ns.clone(), self.relay_addr.clone());
-        wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&ns, &["status", "--relay", &relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
-        self.relay = Some(p);
+        self.relay = Some(start_relay_pod(&self.m, self.m.get("Deployment", "fastrepl-relay"), &self.lab.hosts[RELAY_HOST], &self.master.ns, &self.relay_addr));
     }
 
     fn fqdn(&self) -> String {
-        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
-        format!("{POD}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+        pod_fqdn(&self.sts, POD)
     }
 
     /// The pod created with its claim (kept across pods), its name published, its init container run.
@@ -95,9 +90,7 @@ impl Life {
         let h = self.lab.hosts[POD_HOST].clone();
         let fqdn = self.fqdn();
         self.dns.set(&fqdn, Some(&h.ip));
-        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
-        let claims = BTreeMap::from([(claim_name.clone(), self.claims_root.path().join(format!("{claim_name}-{POD}")))]);
-        let mut p = Pod::create(&self.m, &self.sts, POD, &h, &claims);
+        let mut p = Pod::create(&self.m, &self.sts, POD, &h, &pod_claims(&self.sts, self.claims_root.path(), POD));
         p.flavor = self.flavor;
         let outs = p.init();
         assert!(outs.contains_key("local-conf") && !outs.contains_key("join"), "the init step ran, the sidecar is not an init step to completion: {outs:?}");

@@ -20,7 +20,7 @@ mod pods;
 use common::*;
 use fixtures::netns::{self, Lab};
 use pods::*;
-use std::collections::BTreeMap;
+
 use std::time::{Duration, Instant};
 
 /// What INFO replication says of a server: (role, master_host, master_link_status).
@@ -75,17 +75,14 @@ struct Shard {
 
 impl Shard {
     fn fqdn(&self, pod: &str) -> String {
-        let (svc, ns) = (self.sts["spec"]["serviceName"].as_str().expect("serviceName"), self.sts["metadata"]["namespace"].as_str().expect("namespace"));
-        format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+        pod_fqdn(&self.sts, pod)
     }
 
     fn place(&mut self, pod: &str, host: usize) -> Pod {
         let h = self.lab.hosts[host].clone();
         let fqdn = self.fqdn(pod);
         self.dns.set(&fqdn, Some(&h.ip));
-        let claim_name = self.sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().unwrap().to_string();
-        let claims = BTreeMap::from([(claim_name.clone(), self.claims_root.path().join(format!("{claim_name}-{pod}")))]);
-        Pod::create(&self.m, &self.sts, pod, &h, &claims)
+        Pod::create(&self.m, &self.sts, pod, &h, &pod_claims(&self.sts, self.claims_root.path(), pod))
     }
 
     fn served(&self) -> u64 {
@@ -98,19 +95,10 @@ impl Shard {
         pod.run();
         let (ok, said) = pod.post_start();
         assert!(ok, "{}: the postStart hook (meet.sh) failed:\n{said}", pod.name);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (ready, said) = pod.ready();
-            if ready {
-                let i = pod.client().info("replication").unwrap();
-                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
-                let serves = i.get("role") == Some("master") && text(pod.client().cmd(&["CLUSTER", "INFO"]).unwrap()).contains("cluster_slots_assigned:16384");
-                assert!(serves || i.get("master_link_status") == Some("up"), "{}: ready but neither linked nor a master", pod.name);
-                return;
-            }
-            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
-            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
-        }
+        pod.wait_ready(Duration::from_secs(60), Pod::ready);
+        let i = pod.client().info("replication").unwrap();
+        let serves = i.get("role") == Some("master") && text(pod.client().cmd(&["CLUSTER", "INFO"]).unwrap()).contains("cluster_slots_assigned:16384");
+        assert!(serves || i.get("master_link_status") == Some("up"), "{}: ready but neither linked nor a master", pod.name);
     }
 
     /// `fastrepl verify` between two nodes by their DNS names, once both see the cluster up and the
@@ -185,9 +173,7 @@ fn a_cluster_shard_pod_lives_through_its_life() {
 
     let relay_host = lab.hosts[RELAY_HOST].clone();
     dns.set(&m.service_name("fastrepl-relay-shard0"), Some(&relay_host.ip));
-    let mut relay = Pod::create(&m, m.get("Deployment", "fastrepl-relay-shard0"), "fastrepl-relay-shard0-pod", &relay_host, &BTreeMap::new());
-    relay.run();
-    wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&nodes[0].ns, &["status", "--relay", &relay_addr, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
+    let relay = start_relay_pod(&m, m.get("Deployment", "fastrepl-relay-shard0"), &relay_host, &nodes[0].ns, &relay_addr);
     let mut s = Shard { _relay: relay, nodes, dns, lab, m, relay_addr, sts, claims_root: tempfile::tempdir().unwrap() };
 
     // 1. Scale up from none to two, at once: both staged from one snapshot, each its shard master's

@@ -30,9 +30,9 @@ use common::*;
 use fixtures::netns::{self, Lab};
 use pods::*;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The release: name and namespace (the values' comments name these).
 const RELEASE: &str = "valkey";
@@ -207,19 +207,15 @@ impl Release {
         pod.rsplit('-').next().unwrap().parse::<usize>().unwrap() + 1
     }
 
-    fn fqdn(pod: &str) -> String {
-        format!("{pod}.{RELEASE}-headless.{NAMESPACE}.{CLUSTER_DOMAIN}")
+    fn fqdn(&self, pod: &str) -> String {
+        pod_fqdn(&self.sts, pod)
     }
 
     fn start_relay(&mut self) {
         if let Some(mut old) = self.relay.take() {
             old.terminate();
         }
-        let mut p = Pod::create(&self.m, &self.relay_deployment, "fastrepl-relay-pod", &self.lab.hosts[RELAY_HOST], &BTreeMap::new());
-        p.run();
-        let (ns, relay) = (self.lab.hosts[RELAY_HOST].ns.clone(), self.relay_addr.clone());
-        wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(&ns, &["status", "--relay", &relay, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
-        self.relay = Some(p);
+        self.relay = Some(start_relay_pod(&self.m, &self.relay_deployment, &self.lab.hosts[RELAY_HOST], &self.lab.hosts[RELAY_HOST].ns, &self.relay_addr));
     }
 
     fn served(&self) -> u64 {
@@ -231,9 +227,10 @@ impl Release {
     /// that config.
     fn create(&mut self, pod: &str) -> (Pod, Start, String) {
         let h = self.lab.hosts[Self::host(pod)].clone();
-        self.dns.set(&Self::fqdn(pod), Some(&h.ip)); // publishNotReadyAddresses
-        let claim = self.claims_root.path().join(format!("valkey-data-{pod}"));
-        let mut p = Pod::create(&self.m, &self.sts, pod, &h, &BTreeMap::from([("valkey-data".to_string(), claim.clone())]));
+        self.dns.set(&self.fqdn(pod), Some(&h.ip)); // publishNotReadyAddresses
+        let claims = pod_claims(&self.sts, self.claims_root.path(), pod);
+        let claim = claims["valkey-data"].clone();
+        let mut p = Pod::create(&self.m, &self.sts, pod, &h, &claims);
         p.flavor = Flavor::Valkey91;
         let conf = claim.join("conf/valkey.conf");
         let mut written = None;
@@ -263,18 +260,9 @@ impl Release {
             assert!(!ready && said.contains("not linked"), "{}: ready while cut off from the primary: {said}", pod.name);
             self.lab.set_link(host, true).unwrap();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (ready, said) = self.ready(pod);
-            if ready {
-                assert_eq!(pod.info_num("persistence", "loading"), 0, "{}: ready while loading", pod.name);
-                if primary.is_some() {
-                    assert_eq!(pod.client().info("replication").unwrap().get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
-                }
-                break;
-            }
-            assert!(Instant::now() < deadline, "{}: never ready: {said}", pod.name);
-            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
+        pod.wait_ready(Duration::from_secs(30), |p| self.ready(p));
+        if primary.is_some() {
+            assert_eq!(pod.client().info("replication").unwrap().get("master_link_status"), Some("up"), "{}: ready but not linked", pod.name);
         }
         if let (Some(p), Some(before)) = (primary, before) {
             let after = sync_counts(&mut p.client());
@@ -296,11 +284,11 @@ impl Release {
         wait_until(&format!("{pod} to catch up"), Duration::from_secs(30), || {
             let i = primary.client().info("replication").ok()?;
             let m = i.num("master_repl_offset")?;
-            let line = i.0.into_iter().find(|(_, v)| v.contains(&Self::fqdn(pod)))?.1;
+            let line = i.0.into_iter().find(|(_, v)| v.contains(&self.fqdn(pod)))?.1;
             let off: i64 = line.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
             (off >= m).then_some(())
         });
-        let (a, b) = (format!("{}:6379", Self::fqdn(&primary.name)), format!("{}:6379", Self::fqdn(pod)));
+        let (a, b) = (format!("{}:6379", self.fqdn(&primary.name)), format!("{}:6379", self.fqdn(pod)));
         let (ok, out, err) = fastrepl_in(&primary.ns, &["verify", &a, &b], &[("FASTREPL_VERIFY_PASSWORD", PASSWORD)]);
         assert!(ok, "verify {a} {b}:\n{out}{err}");
     }
@@ -377,7 +365,7 @@ fn a_valkey_chart_release_lives_through_its_life() {
     r.start_relay();
     let forks = sync_counts(&mut pod0.client()).2;
     let (mut pod1, d, conf) = r.create("valkey-1");
-    assert!(conf.contains(&format!("replicaof {} 6379", Release::fqdn("valkey-0"))), "pod 1 follows pod 0's stable name: {conf}");
+    assert!(conf.contains(&format!("replicaof {} 6379", r.fqdn("valkey-0"))), "pod 1 follows pod 0's stable name: {conf}");
     assert_eq!(d.what, ("stage".into(), "empty".into()), "stage on a new replica");
     r.serve(&mut pod1, Some(&pod0));
     assert_eq!(sync_counts(&mut pod0.client()).2, forks + 1, "the first capture is the primary's one fork");

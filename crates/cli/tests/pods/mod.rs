@@ -434,6 +434,49 @@ impl Pod {
     }
 }
 
+// ---- What every pod-life suite does the same way ----
+
+/// A StatefulSet pod's stable DNS name (its headless Service): `pod.service.namespace.svc...`.
+pub fn pod_fqdn(sts: &Value, pod: &str) -> String {
+    let (svc, ns) = (sts["spec"]["serviceName"].as_str().expect("serviceName"), sts["metadata"]["namespace"].as_str().expect("namespace"));
+    format!("{pod}.{svc}.{ns}.{CLUSTER_DOMAIN}")
+}
+
+/// The volume claim of a StatefulSet's pod (its claim template's name -> a directory under `root`
+/// that outlives the pod), as [`Pod::create`] takes it.
+pub fn pod_claims(sts: &Value, root: &Path, pod: &str) -> BTreeMap<String, PathBuf> {
+    let name = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str().expect("a claim template").to_string();
+    let dir = root.join(format!("{name}-{pod}"));
+    BTreeMap::from([(name, dir)])
+}
+
+/// The relay's pod from its Deployment, started on `host`, once `fastrepl status` answers from
+/// namespace `ask_from` by the relay's Service name `relay_addr`.
+pub fn start_relay_pod(m: &Manifests, deployment: &Value, host: &netns::Host, ask_from: &str, relay_addr: &str) -> Pod {
+    let name = format!("{}-pod", deployment["metadata"]["name"].as_str().expect("the Deployment's name"));
+    let mut p = Pod::create(m, deployment, &name, host, &BTreeMap::new());
+    p.run();
+    wait_until("the relay's pod to answer status", Duration::from_secs(15), || fastrepl_in(ask_from, &["status", "--relay", relay_addr, "--json"], &[("FASTREPL_TOKEN", TOKEN)]).0.then_some(()));
+    p
+}
+
+impl Pod {
+    /// Probe readiness (`probe`: the pod's probe as the suite runs it) until it says Ready, within
+    /// `within`; then the server must be loaded. What else Ready must mean is the caller's to check.
+    pub fn wait_ready(&self, within: Duration, probe: impl Fn(&Pod) -> (bool, String)) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let (ready, said) = probe(self);
+            if ready {
+                assert_eq!(self.info_num("persistence", "loading"), 0, "{}: ready while loading", self.name);
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}: never ready: {said}", self.name);
+            std::thread::sleep(Duration::from_millis(100)); // Probing with a deadline.
+        }
+    }
+}
+
 /// A server the manifests expect to exist already (the master of a release, its standby, a node of a
 /// cluster): Redis 7.0 on port 6379 of a namespace host, with the password, no persistence, an 8 MiB
 /// backlog and the flags given; started once it answers an authenticated connection.
