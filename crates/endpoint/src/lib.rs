@@ -155,27 +155,30 @@ impl Endpoint {
         }
         let addrs: Vec<SocketAddr> = (self.host_str().as_str(), self.port).to_socket_addrs()?.collect();
         if addrs.is_empty() {
-            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} resolves to no address", self.host_str())));
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "it resolves to no address"));
         }
         Ok(addrs)
     }
 
     /// A TCP connection to the first of its addresses that answers, each tried within `timeout`;
-    /// the name is resolved again at every call. The error is the last address's, naming it.
+    /// the name is resolved again at every call. The error is the last address's. It does not name
+    /// the endpoint (the caller's context does, once): only the address a name resolved to.
     pub fn connect(&self, timeout: Duration) -> std::io::Result<TcpStream> {
-        let addrs = self.resolve().map_err(|e| std::io::Error::new(e.kind(), format!("resolve {self}: {e}")))?;
+        let addrs = self.resolve().map_err(|e| std::io::Error::new(e.kind(), format!("resolve the name: {e}")))?;
         connect_first(self, &addrs, timeout)
     }
 }
 
 /// A connection to the first of `addrs` (what `ep` resolved to) that answers, each tried within
-/// `timeout`; the error is the last address's, naming `ep` and it.
+/// `timeout`; the error is the last address's, naming it where `ep` is a name (an address given
+/// as such is the error's context already).
 fn connect_first(ep: &Endpoint, addrs: &[SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{ep} resolves to no address"));
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolves to no address");
     for a in addrs {
         match TcpStream::connect_timeout(a, timeout) {
             Ok(s) => return Ok(s),
-            Err(e) => last = std::io::Error::new(e.kind(), format!("{ep} ({a}): {e}")),
+            Err(e) if ep.socket_addr().is_some() => last = e,
+            Err(e) => last = std::io::Error::new(e.kind(), format!("{a}: {e}")),
         }
     }
     Err(last)
@@ -253,8 +256,9 @@ mod tests {
         let ep = ep(&format!("localhost:{}", live.local_addr().unwrap().port()));
         let s = connect_first(&ep, &[dead, live.local_addr().unwrap()], Duration::from_secs(5)).unwrap();
         assert_eq!(s.peer_addr().unwrap(), live.local_addr().unwrap());
+        // The error names the address the name resolved to, not the name (the caller's context says it, once).
         let e = connect_first(&ep, &[dead], Duration::from_secs(5)).unwrap_err().to_string();
-        assert!(e.contains(&dead.to_string()) && e.contains("localhost"), "{e}");
+        assert!(e.starts_with(&format!("{dead}: ")) && !e.contains("localhost"), "{e}");
     }
 
     #[test]
@@ -263,9 +267,13 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let s = ep(&format!("localhost:{port}")).connect(Duration::from_secs(5)).unwrap();
         assert_eq!(s.peer_addr().unwrap().ip(), IpAddr::from([127, 0, 0, 1]));
-        // Nothing listening: the error names the endpoint.
+        // Nothing listening: the error names what the name resolved to; an address given as such
+        // is not repeated (the caller's context names it), and the OS error stays whole.
         drop(l);
         let e = ep(&format!("localhost:{port}")).connect(Duration::from_secs(5)).unwrap_err().to_string();
-        assert!(e.contains(&format!("localhost:{port}")), "{e}");
+        assert!(e.contains(&format!(":{port}: ")) && !e.contains("localhost"), "{e}");
+        let e = ep(&format!("127.0.0.1:{port}")).connect(Duration::from_secs(5)).unwrap_err();
+        assert_eq!((e.kind(), e.raw_os_error().is_some()), (std::io::ErrorKind::ConnectionRefused, true), "{e}");
+        assert!(!e.to_string().contains("127.0.0.1"), "{e}");
     }
 }

@@ -29,7 +29,8 @@ pub use client::stream::bytes_waiting;
 /// later read and write must complete within `io_timeout`. `op` names the connect in errors. A host
 /// name is resolved again at every call, and each address it resolves to is tried in turn.
 pub fn connect_with(addr: &Endpoint, creds: &Credentials, kind: Kind, connect_timeout: Duration, io_timeout: Duration, op: Operation) -> Result<Conn, Error> {
-    let s: TcpStream = addr.connect(connect_timeout).map_err(Error::io(op))?;
+    // The endpoint's error names only what a name resolved to: the address is said here, once.
+    let s: TcpStream = addr.connect(connect_timeout).map_err(|e| std::io::Error::new(e.kind(), format!("{addr}: {e}"))).map_err(Error::io(op))?;
     s.set_nodelay(true).map_err(Error::io(Operation::SetNodelay))?;
     s.set_read_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetReadTimeout))?;
     s.set_write_timeout(Some(io_timeout)).map_err(Error::io(Operation::SetWriteTimeout))?;
