@@ -34,8 +34,8 @@ impl Keep {
     /// `capacity` blocks: the lowest priority among those older than the newest half, or, when every
     /// cached block is among the newest half, the oldest. `None` when `cached` is empty.
     ///
-    /// This looks at every block cached; [`crate::ServeCache`] keeps its old blocks in this order as
-    /// they age and finds the same victim without a scan.
+    /// This looks at every block cached; the serve cache (`ServeCache`) keeps its old blocks in this
+    /// order as they age, and finds the same victim without a scan.
     pub fn victim(&self, fed: u64, capacity: u64, cached: impl IntoIterator<Item = u64>) -> Option<u64> {
         let recent_from = Keep::recent_from(fed, capacity);
         let mut oldest: Option<u64> = None;
