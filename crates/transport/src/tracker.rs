@@ -172,6 +172,15 @@ impl TrackerLink {
         self.owed.iter().filter(|o| o.wanted()).count()
     }
 
+    /// When the oldest question whose answer is still wanted was asked: the one the next answer
+    /// [`TrackerLink::poll_answer`] returns is for. The link is the only record of its questions.
+    pub fn oldest_wanted_at(&self) -> Option<Instant> {
+        self.owed.iter().find_map(|o| match o {
+            Owed::Located { wanted: true, at, .. } | Owed::Needed { wanted: true, at } => Some(*at),
+            _ => None,
+        })
+    }
+
     /// Nobody waits for the answers to the questions asked so far any more (whoever asked gave up or
     /// ended): they are read and dropped when they come, never handed to a later question.
     pub fn abandon_questions(&mut self) {
@@ -203,11 +212,7 @@ impl TrackerLink {
             }
             self.settle_one()?;
         }
-        let oldest = self.owed.iter().find_map(|o| match o {
-            Owed::Located { wanted: true, at, .. } | Owed::Needed { wanted: true, at } => Some(*at),
-            _ => None,
-        });
-        if oldest.is_some_and(|at| at.elapsed() > self.timeout) {
+        if self.oldest_wanted_at().is_some_and(|at| at.elapsed() > self.timeout) {
             return Err(self.fail(Error::io(Operation::WaitForTrackerAnswer)(std::io::Error::from(std::io::ErrorKind::TimedOut))));
         }
         Ok(None)
@@ -640,16 +645,22 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_question_unanswered_fails_nothing() {
+    fn an_abandoned_question_unanswered_fails_nothing_a_wanted_one_does() {
         let (mut link, _heard, _say) = scripted_relay_within(Duration::from_millis(100));
         link.ask_needed().unwrap();
         link.abandon_questions();
+        assert_eq!(link.oldest_wanted_at(), None);
         let deadline = std::time::Instant::now() + Duration::from_millis(300);
         while std::time::Instant::now() < deadline {
             assert_eq!(link.poll_answer().unwrap(), None, "nobody waits for it: no deadline");
             std::thread::yield_now();
         }
         link.have(1).expect("the link goes on");
+        // The deadline is alive for a question someone waits for: the abandoned one alone is exempt.
+        link.ask_needed().unwrap();
+        assert!(link.oldest_wanted_at().is_some());
+        let e = eventually(&mut link, |l| l.poll_answer().err());
+        assert!(e.to_string().contains("wait for"), "{e}");
     }
 
     #[test]

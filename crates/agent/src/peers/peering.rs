@@ -120,6 +120,11 @@ impl Peering {
     fn ask_needed(&self) -> Result<u32, transport::Error> {
         let socket = {
             let mut link = self.tracker();
+            // Its answer is the next wanted one only when no other question is out (the pull's, given
+            // up when it ended): as `TrackerLink::needed` refuses.
+            if link.questions_owed() > 0 {
+                return Err(transport::Error::Protocol(format!("tracker link: needed asked while {} earlier questions are unanswered", link.questions_owed())));
+            }
             let socket = link.socket()?;
             link.ask_needed()?;
             socket

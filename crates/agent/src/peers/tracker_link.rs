@@ -3,13 +3,12 @@
 //! on the bench's links). Answers come back as what was [`Heard`]; what needs no answer is sent at
 //! once, also while a question is out, and no thread that shares the link waits for an answer.
 
-use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use transport::tracker::{Answer, TrackerLink};
 use transport::wire::swarm::{Locate, Located};
 
@@ -101,10 +100,11 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
             }
         }
     };
-    // When each question whose answer was not read yet went out, oldest first.
-    let mut awaited: VecDeque<Instant> = VecDeque::new();
+    // Questions whose answers are still wanted: the link's own count (it is their only record, and
+    // keeps their deadline), as of the last step.
+    let mut owed = 0;
     loop {
-        let ask = if awaited.is_empty() {
+        let ask = if owed == 0 {
             match asks.rx.recv() {
                 Ok(a) => Some(a),
                 Err(_) => return,
@@ -120,39 +120,33 @@ pub(crate) fn run(tracker: &Mutex<TrackerLink>, asks: &AskReceiver, hear: impl F
         let mut link = lock(tracker);
         let sent = match ask {
             None => Ok(()),
-            Some(Ask::Locate(l)) => link.ask_locate(&l).map(|()| awaited.push_back(Instant::now())),
-            Some(Ask::Needed) => link.ask_needed().map(|()| awaited.push_back(Instant::now())),
+            Some(Ask::Locate(l)) => link.ask_locate(&l),
+            Some(Ask::Needed) => link.ask_needed(),
             Some(Ask::Have(b)) => link.have(b),
             Some(Ask::Arriving(b)) => link.arriving(b),
             Some(Ask::NotAt { peer, block }) => link.not_at(peer, block),
         };
-        let heard = sent.and_then(|()| if awaited.is_empty() { Ok(None) } else { link.poll_answer() });
-        let owed = link.questions_owed();
+        // The answer poll_answer returns is for the oldest question still wanted.
+        let asked = link.oldest_wanted_at();
+        let heard = sent.and_then(|()| if link.questions_owed() == 0 { Ok(None) } else { link.poll_answer() });
+        owed = link.questions_owed();
         drop(link);
         let heard = match heard {
-            Ok(Some(answer)) => {
-                let asked = awaited.pop_front().unwrap_or_else(Instant::now);
-                match answer {
-                    Answer::Located(l) => Heard::Located(l, asked.elapsed()),
-                    Answer::Needed(n) => Heard::Needed(n),
-                }
-            }
-            // (A question unanswered for longer than the link's timeout is the link's failure.)
-            Ok(None) => match awaited.front() {
-                None => continue,
-                // The link keeps the deadline of the questions it still owes: one awaited here that it
-                // no longer owes would be waited for without end.
-                Some(_) if owed < awaited.len() => Heard::Lost(transport::Error::Protocol(format!("tracker link: {} answers awaited, {owed} owed", awaited.len()))),
-                // Nothing said and nothing arrived: wait for either.
-                Some(_) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
-                    Ok(()) => {
-                        drain(&asks.wake);
-                        continue;
-                    }
-                    Err(e) => Heard::Lost(e),
-                },
-                Some(_) => continue,
+            Ok(Some(answer)) => match answer {
+                Answer::Located(l) => Heard::Located(l, asked.map(|t| t.elapsed()).unwrap_or_default()),
+                Answer::Needed(n) => Heard::Needed(n),
             },
+            // (A question unanswered for longer than the link's timeout is the link's failure.)
+            Ok(None) if owed == 0 => continue,
+            // Nothing said and nothing arrived: wait for either.
+            Ok(None) if !said => match wait(&[socket.as_fd(), asks.wake.as_fd()], WAIT_SLICE) {
+                Ok(()) => {
+                    drain(&asks.wake);
+                    continue;
+                }
+                Err(e) => Heard::Lost(e),
+            },
+            Ok(None) => continue,
             Err(e) => Heard::Lost(e),
         };
         let lost = matches!(heard, Heard::Lost(_));
@@ -208,6 +202,7 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
     use std::sync::Arc;
+    use std::time::Instant;
     use transport::auth::Token;
     use transport::Credentials;
 
