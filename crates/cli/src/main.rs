@@ -139,9 +139,9 @@ fn main() -> ExitCode {
             // reader that stalled, this and the drain below wait a second each).
             log_sink::drain(limits::LAST_WORD_WAIT);
             match cli.log_format {
-                LogFormat::Text => errln!("fastrepl: {e:#}"),
+                LogFormat::Text => errln!("fastrepl: {}", said_once(&e)),
                 // A collector reading JSON lines would drop a plain-text last word.
-                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fastrepl failed"),
+                LogFormat::Json => tracing::error!(error = %said_once(&e), "fastrepl failed"),
             }
             ExitCode::from(1)
         }
@@ -202,6 +202,24 @@ fn json_lists(line: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// An error and its causes as one line, `context: cause: cause`, each said once: a cause whose text
+/// an earlier part holds (a message that prints its source, and names it its source too) is not
+/// said again, and a cause that repeats its context and adds to it replaces that context.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        match parts.last_mut() {
+            Some(last) if text.contains(last.as_str()) => *last = text,
+            _ => parts.push(text),
+        }
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -259,5 +277,33 @@ mod tests {
         assert_eq!(out["note"], "[not json", "a string that only looks like a list stays a string");
         assert!(super::json_lists(br#"{"level":"INFO","message":"no lists"}"#).is_none());
         assert!(super::json_lists(b"not json").is_none());
+    }
+
+    /// An error that prints its source in its message and names it its source too (as thiserror's
+    /// `#[error("...: {source}")]` does).
+    #[derive(Debug)]
+    struct Listen(std::io::Error);
+
+    impl std::fmt::Display for Listen {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "listen on 127.0.0.1:7400: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Listen {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_its_parent_printed_is_not_said_again() {
+        let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let e = anyhow::Error::new(Listen(io())).context("start relay");
+        assert_eq!(super::said_once(&e), format!("start relay: listen on 127.0.0.1:7400: {}", io()));
+        let e = anyhow::Error::new(io()).context("serve metrics on 127.0.0.1:9400");
+        assert_eq!(super::said_once(&e), format!("serve metrics on 127.0.0.1:9400: {}", io()), "a cause the parent did not print is said");
+        let e = anyhow::Error::new(Listen(io())).context("listen on 127.0.0.1:7400");
+        assert_eq!(super::said_once(&e), format!("listen on 127.0.0.1:7400: {}", io()), "a context its cause repeats is said once");
     }
 }

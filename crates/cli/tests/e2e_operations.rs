@@ -117,7 +117,7 @@ fn on_demand_capture_idle_release_and_metrics() {
     // A bad token is counted as an auth error, and the status and the metrics agree.
     let bad = fastrepl().args(["status", "--relay", &relay.addr]).env("FASTREPL_TOKEN", "not-the-token-0000000").output().unwrap();
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("authenticate to relay"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("authenticate to the relay"), "{}", String::from_utf8_lossy(&bad.stderr));
     wait_until("the auth error to be counted", Duration::from_secs(10), || (scrape(&maddr)["fastrepl_relay_errors_total{kind=auth}"] == 1.0).then_some(()));
     let st = status_json(&relay.addr);
     assert_eq!(st["generations_released_idle_total"], 1);

@@ -34,22 +34,17 @@ pub fn run(a: FetchArgs) -> Result<ExitCode> {
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let to_stdout = a.out.as_os_str() == "-";
-    let mut out: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock()))
-    } else {
-        Box::new(std::fs::File::create(&a.out).with_context(|| format!("create {}", a.out.display()))?)
-    };
-    let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}"))));
-    let r = r.and_then(|r| out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
+    let mut sink = Sink::open(&a.out, to_stdout)?;
+    let r = agent::pull::fetch::fetch(&a.relay, &token, &a.pull.config(), &cancel, &mut |b| sink.out.write_all(b).map_err(|e| agent::Error::Resource(format!("write fetched bytes: {e}"))));
+    let r = r.and_then(|r| sink.out.flush().map(|_| r).map_err(|e| agent::Error::Resource(format!("flush output: {e}"))));
     let r = match r {
         Ok(r) => r,
         Err(e) => {
-            if !to_stdout {
-                let _ = std::fs::remove_file(&a.out); // never leave a partial copy looking whole
-            }
+            sink.discard();
             anyhow::bail!("fetch from {} failed: {e}", a.relay);
         }
     };
+    sink.place()?;
     let line = if a.json {
         serde_json::to_string(&r)?
     } else {
@@ -61,4 +56,47 @@ pub fn run(a: FetchArgs) -> Result<ExitCode> {
         outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the fetched bytes go. A regular file is written beside itself and renamed into place only
+/// once complete: a failure leaves `--out` as it was (never a partial copy looking whole), and never
+/// removes what `--out` names. Anything else (stdout, a device such as /dev/null, a FIFO) is written
+/// as it is.
+struct Sink {
+    out: Box<dyn std::io::Write>,
+    /// (the partial file, `--out`) while the bytes go to a file beside it.
+    staged: Option<(PathBuf, PathBuf)>,
+}
+
+impl Sink {
+    fn open(out: &std::path::Path, to_stdout: bool) -> Result<Sink> {
+        if to_stdout {
+            return Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock())), staged: None });
+        }
+        if std::fs::metadata(out).is_ok_and(|m| !m.is_file()) {
+            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("open {}", out.display()))?;
+            return Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, f)), staged: None });
+        }
+        let name = out.file_name().with_context(|| format!("--out {}: not a file name", out.display()))?;
+        let partial = out.with_file_name(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&partial).with_context(|| format!("create {}", partial.display()))?;
+        Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, f)), staged: Some((partial, out.to_path_buf())) })
+    }
+
+    /// The bytes are complete: the partial file becomes `--out`, in one rename.
+    fn place(self) -> Result<()> {
+        drop(self.out);
+        if let Some((partial, out)) = self.staged {
+            std::fs::rename(&partial, &out).with_context(|| format!("rename {} to {}", partial.display(), out.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The fetch failed: the partial file goes; `--out` stays as it was.
+    fn discard(self) {
+        drop(self.out);
+        if let Some((partial, _)) = self.staged {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
 }

@@ -27,7 +27,7 @@ pub struct StatusArgs {
 /// `fastrepl status`: the relay's status, printed.
 pub fn run(a: StatusArgs) -> Result<ExitCode> {
     let token = a.relay_tls.credentials(secrets::token(a.token_file.as_deref())?)?;
-    let mut s = transport::tcp::connect(&a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).with_context(|| format!("authenticate to relay {}", a.relay))?;
+    let mut s = transport::tcp::connect(&a.relay, &token, transport::auth::Kind::Status, limits::CONNECT_TIMEOUT).context("authenticate to the relay")?; // The transport's error names the relay's address.
     let st: relay::stats::Status = match transport::wire::recv_control(&mut s).with_context(|| format!("read status from {}", a.relay))? {
         transport::wire::Control::Status(st) => *st,
         transport::wire::Control::Error(e) => anyhow::bail!("relay {} refused: {e}", a.relay),

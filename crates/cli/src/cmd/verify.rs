@@ -37,8 +37,9 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode> {
     let auth = secrets::auth(a.user.as_deref(), a.password_file.as_deref(), "FASTREPL_VERIFY_PASSWORD")?;
     let t = Duration::from_secs(60);
     let tls = a.tls.load()?;
-    let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.a))?;
-    let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref()).with_context(|| format!("connect to {}", a.b))?;
+    // The client's error names the operation and the server (`connect to <addr>: ...`).
+    let mut ca = client::Client::connect_tls(&a.a, auth.as_ref(), t, tls.as_ref())?;
+    let mut cb = client::Client::connect_tls(&a.b, auth.as_ref(), t, tls.as_ref())?;
     // A cluster replica redirects reads to its master unless the connection is READONLY.
     for (c, addr) in [(&mut ca, &a.a), (&mut cb, &a.b)] {
         if c.info("cluster").with_context(|| format!("INFO cluster on {addr}"))?.get("cluster_enabled") == Some("1") {
