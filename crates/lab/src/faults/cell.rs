@@ -498,176 +498,46 @@ pub fn compare(master: &Server, replica: &Server) -> Option<u64> {
     verify::compare(&mut m, &mut r, &verify::Options::default()).ok().map(|o| o.difference_count)
 }
 
-/// Run one cell.
+/// Run one cell: its hosts and servers up, the relay and both joins started, the fault struck in its
+/// phase, every join waited for, then leaks looked for and each agent observed and judged.
 pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     let t0 = Instant::now();
-    let mut result = CellResult::not_run(cell);
-    if let Fault::Netem(_) = cell.fault {
-        if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
-            return Ok(CellResult::skipped(cell, "this kernel has no netem qdisc (sch_netem)"));
-        }
+    if let Some(why) = cannot_run_here(cell)? {
+        return Ok(CellResult::skipped(cell, why));
     }
-    let store = match cell.fault {
-        // Half the snapshot: the capture fills it.
-        Fault::Store(StoreFault::Full) => match fixtures::disk::SmallDisk::mount(&format!("{}m", (setup.mib / 2).max(1))) {
-            Some(d) => Some(StoreDir::Small(d)),
-            None => return Ok(CellResult::skipped(cell, "cannot mount a small tmpfs here (needs root and mount rights)")),
-        },
-        Fault::Store(_) => Some(StoreDir::Plain(tempfile::tempdir().context("a directory for the relay's store")?)),
-        _ => None,
+    let store = match store_dir(cell, setup)? {
+        Ok(store) => store,
+        Err(why) => return Ok(CellResult::skipped(cell, why)),
     };
     let lab = Lab::new(4, None).map_err(|e| anyhow!("make namespace hosts: {e}"))?;
-    let keys = (setup.mib * 16).max(64);
-    // The capture takes ~1.5 s and the load ~3 s whatever the size, so each phase can be struck.
-    let save_delay = (1_500_000 / keys).to_string();
-    let load_delay = (3_000_000 / keys).to_string();
-    let h = |i: usize| (Some(lab.hosts[i].ns.as_str()), lab.hosts[i].ip.as_str());
-    let start = |i: usize, extra: &[&str]| Server::try_start_in(setup.flavor, h(i).0, h(i).1, extra).map_err(|e| anyhow!(e));
-    let master = start(0, &["--rdb-key-save-delay", &save_delay])?;
-    fixtures::data::fill_big_values(&mut master.try_client()?, keys, 64 << 10);
-    fixtures::data::fill_every_type(&mut master.try_client()?, 1, setup.flavor.has_functions());
-    let spare = if cell.fault == Fault::Failover {
-        let s = start(0, &[])?;
-        s.try_client()?.cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
-        wait_for("the spare replica to sync", Duration::from_secs(60), || Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(())))?;
-        Some(s)
-    } else {
-        None
-    };
-    let replicas = [start(2, &["--key-load-delay", &load_delay])?, start(3, &["--key-load-delay", &load_delay])?];
+    let servers = Servers::start(cell, setup, &lab)?;
     let value_bytes = if cell.fault == Fault::LogOverflow { 8 << 10 } else { 32 };
-    let (mns, maddr) = (master.ns.clone(), master.addr());
+    let (mns, maddr) = (servers.master.ns.clone(), servers.master.addr());
     let writer = Writer::start(Box::new(move || connect_in(mns.as_deref(), &maddr)), value_bytes);
-    let relay_args: Vec<String> = match cell.fault {
-        Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
-        Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
-        Fault::OutOfConnections => vec!["--connections-max".into(), "10".into()],
-        Fault::Store(_) => vec!["--store".into(), store.as_ref().map(|d| d.path().to_string_lossy().into_owned()).unwrap_or_default()],
-        _ => Vec::new(),
-    };
-    let relay_addr = format!("{}:{}", lab.hosts[1].ip, fixtures::free_port());
-    let real_master = master.addr();
-    let mut w = World {
-        setup,
-        lab: &lab,
-        master,
-        spare,
-        real_master,
-        replicas,
-        relay: Proc::spawn("placeholder", Command::new("true")),
-        relay_addr,
-        relay_args,
-        agents: [None, None],
-        exits: [None, None],
-        outputs: [String::new(), String::new()],
-        events: tempfile::tempdir().context("a directory for the event streams")?,
-        store,
-    };
-    w.relay = w.spawn_relay();
-    wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
+    let mut w = World::start(setup, &lab, servers, relay_args(cell, setup, store.as_ref()), store)?;
+    let mut result = CellResult::not_run(cell);
     result.relay_fds.0 = count_fds(w.relay.pid()).0;
     w.agents = [Some(w.spawn_join(0)), Some(w.spawn_join(1))];
     result.struck_in = w.wait_phase(cell.phase)?;
     let struck = Instant::now();
     w.strike(cell.fault, &writer)?;
-    // Wait for both joins (a killed one is handled below).
-    let all_done = wait_for("both joins to end", JOIN_DEADLINE, || Ok(w.poll_exits().then_some(())));
-    for i in 0..2 {
-        if w.exits[i].is_none() {
-            if let Some(p) = w.agents[i].as_mut() {
-                p.kill();
-            }
-            w.exits[i] = Some((Instant::now(), Some(-1)));
-        }
-    }
-    let hung = all_done.is_err();
-    let mut obs = [Observed::default(), Observed::default()];
-    for (o, exit) in obs.iter_mut().zip(&w.exits) {
-        let (_, code) = exit.expect("recorded above");
-        o.exit = code;
-        o.hung = hung && code == Some(-1);
-    }
+    let mut obs = w.wait_joins();
     if let Some(t) = cell.fault.kills_agent() {
         let i = usize::from(t == Target::Peer);
-        let mut o = obs[i].clone();
-        w.after_kill(i, &mut o)?;
-        obs[i] = o;
+        w.after_kill(i, &mut obs[i])?;
     }
     result.recovery_secs = w.exits[0].map_or(0.0, |(t, _)| t.saturating_duration_since(struck).as_secs_f64());
-    for i in 0..2 {
-        if let Some(p) = w.agents[i].take() {
-            w.outputs[i] = p.output();
-        }
-    }
+    w.take_outputs();
     result.writes = writer.stop();
-    // The relay once every agent left: sealed generations must be freed.
-    let relay_pid = w.relay.pid();
-    let memfds = wait_for("the relay to free sealed generations", Duration::from_secs(10), || {
-        let (_, m) = count_fds(relay_pid);
-        Ok((m <= 1).then_some(m))
-    })
-    .unwrap_or_else(|_| count_fds(relay_pid).1);
-    let (fds, _) = count_fds(relay_pid);
-    result.relay_fds.1 = fds;
-    result.relay_memfds = memfds;
-    if memfds > 1 {
-        result.leaks.push(format!("the relay holds {memfds} memfds after every agent left"));
-    }
-    if !w.relay.running() {
-        result.leaks.push("the relay exited".into());
-    }
-    if let Some(store) = &w.store {
-        // A failed generation's files go with its last reader: at most the generation still held.
-        let files = wait_for("the relay to remove released generations' files", Duration::from_secs(10), || {
-            let files = store.generation_files()?;
-            Ok((files.len() <= 2).then_some(files))
-        })
-        .unwrap_or_else(|_| store.generation_files().unwrap_or_default());
-        if files.len() > 2 {
-            result.leaks.push(format!("the store holds {} files after every agent left: {files:?}", files.len()));
-        }
-    }
-    let real_master = w.real_master.clone();
-    let master_server = if w.spare.as_ref().is_some_and(|s| s.addr() == real_master) { w.spare.as_ref().expect("checked") } else { &w.master };
+    result.leaks = w.relay_leaks(&mut result.relay_fds.1, &mut result.relay_memfds);
     for (i, o) in obs.iter_mut().enumerate() {
-        let out = w.outputs[i].clone();
-        // The join's own account of a failure: `{"ok": false, "error", "attempts", "handed_over"}`.
-        let report = last_json(&out).unwrap_or_default();
-        o.message = report["error"].as_str().unwrap_or_default().to_string();
-        o.handed_over = report["handed_over"] == true;
-        let (role, following, keys) = replica_state(&w.replicas[i]);
-        (o.role, o.following, o.replica_keys) = (role, following, keys);
-        if i == 0 && cell.fault == Fault::Kill(Target::Replica) && cell.phase == Phase::After && o.exit == Some(0) {
-            // The join handed over, then the fault erased the replica: nothing left to compare.
-            o.replica_lost_after_handoff = true;
-        }
-        let killed_after_handoff = o.exit.is_none() && !o.after_kill_following.is_empty();
-        let claims_sync = !o.replica_lost_after_handoff && (matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff);
-        if claims_sync {
-            o.differences = compare(master_server, &w.replicas[i]);
-        }
-        if i == 0 {
-            result.attempts = attempts(&out);
-        }
-        if let Some(dir) = &setup.logs {
-            let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(dir.join(format!("{}.agent-{}.log", cell.name(), if i == 0 { "a" } else { "b" })), &out);
-        }
+        w.observe(cell, i, o);
     }
+    result.attempts = attempts(&w.outputs[0]);
     if let Some(dir) = &setup.logs {
-        let _ = std::fs::write(dir.join(format!("{}.relay.log", cell.name())), w.relay.output());
-        for (from, to) in [(w.relay_events_path(), "relay"), (w.agent_events_path(0), "agent-a"), (w.agent_events_path(1), "agent-b")] {
-            let _ = std::fs::copy(from, dir.join(format!("{}.{to}.events.jsonl", cell.name())));
-        }
+        w.keep_logs(cell, dir);
     }
-    let mut masters = vec![real_master.clone()];
-    if real_master != w.master.addr() {
-        // After the failover: the old master, if it now replicates from the new one.
-        let (role, follows, _) = replica_state(&w.master);
-        if role == SeenRole::Replica && follows == real_master {
-            masters.push(w.master.addr());
-        }
-    }
+    let masters = w.masters();
     result.a_verdict = judge(&obs[0], &masters);
     result.b_verdict = judge(&obs[1], &masters);
     if cell.fault.only_agent_a() {
@@ -677,4 +547,222 @@ pub fn run(cell: &Cell, setup: &Setup) -> Result<CellResult> {
     [result.a, result.b] = obs;
     result.secs = t0.elapsed().as_secs_f64();
     Ok(result)
+}
+
+/// Why the cell cannot run on this machine, if it cannot: a netem cell without netem.
+fn cannot_run_here(cell: &Cell) -> Result<Option<&'static str>> {
+    if let Fault::Netem(_) = cell.fault {
+        if !fixtures::netns::netem_available().map_err(|e| anyhow!(e))? {
+            return Ok(Some("this kernel has no netem qdisc (sch_netem)"));
+        }
+    }
+    Ok(None)
+}
+
+/// A store cell's `--store` (none for other cells), or why it cannot be made here.
+fn store_dir(cell: &Cell, setup: &Setup) -> Result<Result<Option<StoreDir>, &'static str>> {
+    Ok(Ok(match cell.fault {
+        // Half the snapshot: the capture fills it.
+        Fault::Store(StoreFault::Full) => match fixtures::disk::SmallDisk::mount(&format!("{}m", (setup.mib / 2).max(1))) {
+            Some(d) => Some(StoreDir::Small(d)),
+            None => return Ok(Err("cannot mount a small tmpfs here (needs root and mount rights)")),
+        },
+        Fault::Store(_) => Some(StoreDir::Plain(tempfile::tempdir().context("a directory for the relay's store")?)),
+        _ => None,
+    }))
+}
+
+/// The relay's flags that set a cell's fault up (a small log bound, a small snapshot bound, few
+/// connections, a store).
+fn relay_args(cell: &Cell, setup: &Setup, store: Option<&StoreDir>) -> Vec<String> {
+    match cell.fault {
+        Fault::LogOverflow => vec!["--log-max-bytes".into(), "262144".into()],
+        Fault::SnapshotTooBig => vec!["--snapshot-max-bytes".into(), ((setup.mib as u64) << 19).to_string()],
+        Fault::OutOfConnections => vec!["--connections-max".into(), "10".into()],
+        Fault::Store(_) => vec!["--store".into(), store.map(|d| d.path().to_string_lossy().into_owned()).unwrap_or_default()],
+        _ => Vec::new(),
+    }
+}
+
+/// A cell's servers: the master (filled, producing its RDB slowly), the failover's spare replica,
+/// and the two replicas (loading slowly).
+struct Servers {
+    master: Server,
+    spare: Option<Server>,
+    replicas: [Server; 2],
+}
+
+impl Servers {
+    /// Started on `lab`'s hosts (master and spare on host 0, the replicas on hosts 2 and 3), the
+    /// master filled and the spare in sync with it.
+    fn start(cell: &Cell, setup: &Setup, lab: &Lab) -> Result<Servers> {
+        let keys = (setup.mib * 16).max(64);
+        // The capture takes ~1.5 s and the load ~3 s whatever the size, so each phase can be struck.
+        let save_delay = (1_500_000 / keys).to_string();
+        let load_delay = (3_000_000 / keys).to_string();
+        let h = |i: usize| (Some(lab.hosts[i].ns.as_str()), lab.hosts[i].ip.as_str());
+        let start = |i: usize, extra: &[&str]| Server::try_start_in(setup.flavor, h(i).0, h(i).1, extra).map_err(|e| anyhow!(e));
+        let master = start(0, &["--rdb-key-save-delay", &save_delay])?;
+        fixtures::data::fill_big_values(&mut master.try_client()?, keys, 64 << 10);
+        fixtures::data::fill_every_type(&mut master.try_client()?, 1, setup.flavor.has_functions());
+        let spare = if cell.fault == Fault::Failover {
+            let s = start(0, &[])?;
+            s.try_client()?.cmd(&["REPLICAOF", &master.host, &master.port.to_string()])?;
+            wait_for("the spare replica to sync", Duration::from_secs(60), || Ok(s.try_client()?.info("replication")?.get("master_link_status").is_some_and(|l| l == "up").then_some(())))?;
+            Some(s)
+        } else {
+            None
+        };
+        let replicas = [start(2, &["--key-load-delay", &load_delay])?, start(3, &["--key-load-delay", &load_delay])?];
+        Ok(Servers { master, spare, replicas })
+    }
+}
+
+impl<'a> World<'a> {
+    /// The cell's world with its relay started and listening (no agent yet).
+    fn start(setup: &'a Setup, lab: &'a Lab, servers: Servers, relay_args: Vec<String>, store: Option<StoreDir>) -> Result<World<'a>> {
+        let Servers { master, spare, replicas } = servers;
+        let relay_addr = format!("{}:{}", lab.hosts[1].ip, fixtures::free_port());
+        let real_master = master.addr();
+        let mut w = World {
+            setup,
+            lab,
+            master,
+            spare,
+            real_master,
+            replicas,
+            relay: Proc::spawn("placeholder", Command::new("true")),
+            relay_addr,
+            relay_args,
+            agents: [None, None],
+            exits: [None, None],
+            outputs: [String::new(), String::new()],
+            events: tempfile::tempdir().context("a directory for the event streams")?,
+            store,
+        };
+        w.relay = w.spawn_relay();
+        wait_for("the relay to start", Duration::from_secs(20), || Ok(w.relay.output().contains("relay started").then_some(())))?;
+        Ok(w)
+    }
+}
+
+impl World<'_> {
+    /// Wait for both joins (a join still running at the deadline is killed, and counted hung); what
+    /// each agent's exit was.
+    fn wait_joins(&mut self) -> [Observed; 2] {
+        let all_done = wait_for("both joins to end", JOIN_DEADLINE, || Ok(self.poll_exits().then_some(())));
+        for i in 0..2 {
+            if self.exits[i].is_none() {
+                if let Some(p) = self.agents[i].as_mut() {
+                    p.kill();
+                }
+                self.exits[i] = Some((Instant::now(), Some(-1)));
+            }
+        }
+        let hung = all_done.is_err();
+        let mut obs = [Observed::default(), Observed::default()];
+        for (o, exit) in obs.iter_mut().zip(&self.exits) {
+            let (_, code) = exit.expect("recorded above");
+            o.exit = code;
+            o.hung = hung && code == Some(-1);
+        }
+        obs
+    }
+
+    /// The joins' outputs, from agents still held (a killed agent's was taken when it was re-run).
+    fn take_outputs(&mut self) {
+        for i in 0..2 {
+            if let Some(p) = self.agents[i].take() {
+                self.outputs[i] = p.output();
+            }
+        }
+    }
+
+    /// What the relay left once every agent left: sealed generations must be freed (its fds and
+    /// memfds after, into `fds` and `memfds`), it must still run, and a store must hold at most the
+    /// generation still held. The leaks found.
+    fn relay_leaks(&mut self, fds: &mut u64, memfds: &mut u64) -> Vec<String> {
+        let mut leaks = Vec::new();
+        let relay_pid = self.relay.pid();
+        *memfds = wait_for("the relay to free sealed generations", Duration::from_secs(10), || {
+            let (_, m) = count_fds(relay_pid);
+            Ok((m <= 1).then_some(m))
+        })
+        .unwrap_or_else(|_| count_fds(relay_pid).1);
+        *fds = count_fds(relay_pid).0;
+        if *memfds > 1 {
+            leaks.push(format!("the relay holds {memfds} memfds after every agent left"));
+        }
+        if !self.relay.running() {
+            leaks.push("the relay exited".into());
+        }
+        if let Some(store) = &self.store {
+            // A failed generation's files go with its last reader: at most the generation still held.
+            let files = wait_for("the relay to remove released generations' files", Duration::from_secs(10), || {
+                let files = store.generation_files()?;
+                Ok((files.len() <= 2).then_some(files))
+            })
+            .unwrap_or_else(|_| store.generation_files().unwrap_or_default());
+            if files.len() > 2 {
+                leaks.push(format!("the store holds {} files after every agent left: {files:?}", files.len()));
+            }
+        }
+        leaks
+    }
+
+    /// The master the replicas must follow in the end: the spare after a failover.
+    fn master_server(&self) -> &Server {
+        if self.spare.as_ref().is_some_and(|s| s.addr() == self.real_master) {
+            self.spare.as_ref().expect("checked")
+        } else {
+            &self.master
+        }
+    }
+
+    /// Agent `i` as the cell left it, into `o`: the join's own account of a failure, its replica's
+    /// role, master and keys, and, where the join claims a sync, how the replica differs from the
+    /// master.
+    fn observe(&self, cell: &Cell, i: usize, o: &mut Observed) {
+        // The join's own account of a failure: `{"ok": false, "error", "attempts", "handed_over"}`.
+        let report = last_json(&self.outputs[i]).unwrap_or_default();
+        o.message = report["error"].as_str().unwrap_or_default().to_string();
+        o.handed_over = report["handed_over"] == true;
+        let (role, following, keys) = replica_state(&self.replicas[i]);
+        (o.role, o.following, o.replica_keys) = (role, following, keys);
+        if i == 0 && cell.fault == Fault::Kill(Target::Replica) && cell.phase == Phase::After && o.exit == Some(0) {
+            // The join handed over, then the fault erased the replica: nothing left to compare.
+            o.replica_lost_after_handoff = true;
+        }
+        let killed_after_handoff = o.exit.is_none() && !o.after_kill_following.is_empty();
+        let claims_sync = !o.replica_lost_after_handoff && (matches!(o.exit, Some(0) | Some(3)) || matches!(o.rerun_exit, Some(0) | Some(3)) || killed_after_handoff);
+        if claims_sync {
+            o.differences = compare(self.master_server(), &self.replicas[i]);
+        }
+    }
+
+    /// The cell's logs into `dir`: each join's output, the relay's, and every event stream (a log
+    /// that cannot be kept is skipped).
+    fn keep_logs(&self, cell: &Cell, dir: &Path) {
+        let _ = std::fs::create_dir_all(dir);
+        for (i, out) in self.outputs.iter().enumerate() {
+            let _ = std::fs::write(dir.join(format!("{}.agent-{}.log", cell.name(), if i == 0 { "a" } else { "b" })), out);
+        }
+        let _ = std::fs::write(dir.join(format!("{}.relay.log", cell.name())), self.relay.output());
+        for (from, to) in [(self.relay_events_path(), "relay"), (self.agent_events_path(0), "agent-a"), (self.agent_events_path(1), "agent-b")] {
+            let _ = std::fs::copy(from, dir.join(format!("{}.{to}.events.jsonl", cell.name())));
+        }
+    }
+
+    /// The masters a replica may rightly follow: the real one, and after the failover the old master
+    /// too if it now replicates from the new one.
+    fn masters(&self) -> Vec<String> {
+        let mut masters = vec![self.real_master.clone()];
+        if self.real_master != self.master.addr() {
+            let (role, follows, _) = replica_state(&self.master);
+            if role == SeenRole::Replica && follows == self.real_master {
+                masters.push(self.master.addr());
+            }
+        }
+        masters
+    }
 }
