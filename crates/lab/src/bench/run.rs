@@ -239,8 +239,7 @@ impl Ctx<'_> {
     /// the directory made if missing). A log that cannot be kept is said, not fatal.
     fn keep_log(&self, what: &str, text: &[u8]) {
         let Some(dir) = std::env::var_os("FASTREPL_BENCH_KEEP_LOGS") else { return };
-        let name = format!("{}-{}-n{}-{}-r{}-{what}.log", self.spec.name, self.link, self.n, self.mode, self.repeat + 1);
-        let path = Path::new(&dir).join(name);
+        let path = Path::new(&dir).join(kept_log_name(&self.spec.name, self.link, self.n, self.mode, self.repeat, what));
         if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)) {
             eprintln!("   (could not keep {}: {e})", path.display());
         }
@@ -263,6 +262,12 @@ impl Ctx<'_> {
             None => Command::new(self.exe),
         }
     }
+}
+
+/// A kept log's file name: `{scenario}-{link}-n{N}-{mode}-r{run}-{what}.log`, `run` counted from 1,
+/// so that each of `--repeat`'s runs keeps its own.
+fn kept_log_name(scenario: &str, link: &str, n: usize, mode: &str, repeat: u32, what: &str) -> String {
+    format!("{scenario}-{link}-n{n}-{mode}-r{}-{what}.log", repeat + 1)
 }
 
 /// Start a replica of `master` on its host and wait until it is in sync.
@@ -702,165 +707,253 @@ pub fn wait_native_in_sync(clients: &mut [client::Client], group: &[usize], t0: 
 }
 
 /// fastrepl: start a relay on the master's host, then `join` on each replica host (all at once, or
-/// one after another).
+/// one after another). The relay's log is kept however the run ends (`FASTREPL_BENCH_KEEP_LOGS`).
 fn run_fastrepl(c: &Ctx, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
-    let transport = crate::bench::scenario::transport(c.mode);
-    let (mns, mip) = c.host(0);
-    let mut token = [0u8; 16];
-    getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
-    let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let relay_addr = format!("{mip}:{}", fixtures::free_port());
-    // UCX between namespaces of one machine would pick shared memory and bypass the shaped link;
-    // keep it on its tcp transport unless told otherwise.
-    let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
-    let mut cmd = c.fastrepl_on(0);
-    cmd.args(["relay", "--master", &c.master.addr(), "--listen", &relay_addr])
-        .env("FASTREPL_TOKEN", &token)
-        .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
-    if crate::bench::scenario::uncompressed(c.mode) {
-        cmd.args(["--compression", "none"]);
-    }
-    // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
-    cmd.args(relay_extra_args());
-    // A store on the master's host's disk, removed with the run (the relay removes its generations'
-    // files when it releases them; this is the directory).
-    let store = if c.spec.relay_store { Some(tempfile::Builder::new().prefix("fastrepl-bench-store").tempdir().context("make the relay's store directory")?) } else { None };
-    if let Some(dir) = &store {
-        cmd.arg("--store").arg(dir.path());
-    }
-    if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
-        cmd.args(["--source", &s.addr()]);
-        // Both said outright: the default (`auto`) is raw only while blocks are compressed, and
-        // extra relay flags may switch compression off.
-        cmd.args(["--source-rdb", if c.mode.ends_with("-raw") { "raw" } else { "as-configured" }]);
-    }
-    if !ucx_tls.is_empty() {
-        cmd.env("UCX_TLS", &ucx_tls);
-    }
-    let mut relay = Proc::spawn("relay", cmd);
-    // The relay's memory as it really uses it (PSS), with its UCX side process's: the region is mapped
-    // in both when it serves UCX, and RSS would count it twice.
-    let relay_pid = relay.pid();
-    let relay_pss = Sampler::spawn(move |stop| {
-        let mut peak = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            peak = peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0));
-            std::thread::sleep(Duration::from_millis(200)); // Sampling period, not synchronization.
-        }
-        peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0))
+    let mut relay = Relay::spawn(c)?;
+    let outcome = relay.wait_listening(c).and_then(|()| join_all(c, &mut relay, replicas, t0, tx0)).map(|mut ex| {
+        relay.figures(&mut ex);
+        ex
     });
-    let ra = relay_addr.clone();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ra = ra.clone();
-        let up = match &mns {
-            Some(ns) => fixtures::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
-            None => std::net::TcpStream::connect(&ra).is_ok(),
-        };
-        if up {
-            break;
-        }
-        if !relay.running() {
-            bail!("relay exited:\n{}", relay.output());
-        }
-        if Instant::now() > deadline {
-            bail!("relay not listening after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20)); // Polling a port with a deadline.
-    }
-    let join = |i: usize| -> Proc {
-        let mut cmd = c.fastrepl_on(i + 1);
-        cmd.args(["join", "--relay", &relay_addr, "--replica", &replicas[i].addr(), "--json", "--transport", transport])
+    relay.proc.kill();
+    c.keep_log("relay", relay.proc.output().as_bytes());
+    outcome
+}
+
+/// A fastrepl run's relay, on the master's host.
+struct Relay {
+    /// Its peak PSS (with its UCX side process's) while it runs; taken when the run is measured.
+    pss: Option<Sampler<u64>>,
+    proc: Proc,
+    addr: String,
+    token: String,
+    /// `UCX_TLS` for the relay and its agents (empty: UCX's own choice).
+    ucx_tls: String,
+    /// A store on the master's host's disk, removed with the run (the relay removes its
+    /// generations' files when it releases them; this is the directory). After `proc`: removed
+    /// once the relay is gone.
+    _store: Option<tempfile::TempDir>,
+}
+
+impl Relay {
+    /// Start the run's relay with a fresh token and the mode's flags.
+    fn spawn(c: &Ctx) -> Result<Relay> {
+        let (_, mip) = c.host(0);
+        let mut token = [0u8; 16];
+        getrandom::getrandom(&mut token).map_err(|e| anyhow!("random token: {e}"))?;
+        let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+        let addr = format!("{mip}:{}", fixtures::free_port());
+        // UCX between namespaces of one machine would pick shared memory and bypass the shaped link;
+        // keep it on its tcp transport unless told otherwise.
+        let ucx_tls = std::env::var("FASTREPL_BENCH_UCX_TLS").unwrap_or_else(|_| if c.spec.netns { "tcp".into() } else { String::new() });
+        let mut cmd = c.fastrepl_on(0);
+        cmd.args(["relay", "--master", &c.master.addr(), "--listen", &addr])
             .env("FASTREPL_TOKEN", &token)
-            .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_JOIN_LOG").unwrap_or_else(|_| "warn".into()));
+            .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()));
+        if crate::bench::scenario::uncompressed(c.mode) {
+            cmd.args(["--compression", "none"]);
+        }
+        // Extra `relay` flags for experiments (e.g. `--block-size 1048576`), recorded with the results.
+        cmd.args(relay_extra_args());
+        let store = if c.spec.relay_store { Some(tempfile::Builder::new().prefix("fastrepl-bench-store").tempdir().context("make the relay's store directory")?) } else { None };
+        if let Some(dir) = &store {
+            cmd.arg("--store").arg(dir.path());
+        }
+        if let Some(s) = c.source.filter(|_| crate::bench::scenario::from_replica(c.mode)) {
+            cmd.args(["--source", &s.addr()]);
+            // Both said outright: the default (`auto`) is raw only while blocks are compressed, and
+            // extra relay flags may switch compression off.
+            cmd.args(["--source-rdb", if c.mode.ends_with("-raw") { "raw" } else { "as-configured" }]);
+        }
         if !ucx_tls.is_empty() {
             cmd.env("UCX_TLS", &ucx_tls);
+        }
+        let proc = Proc::spawn("relay", cmd);
+        // The relay's memory as it really uses it (PSS), with its UCX side process's: the region is
+        // mapped in both when it serves UCX, and RSS would count it twice.
+        let relay_pid = proc.pid();
+        let pss = Sampler::spawn(move |stop| {
+            let mut peak = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                peak = peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(200)); // Sampling period, not synchronization.
+            }
+            peak.max(agent::procstat::pss_kib_with_children(relay_pid).unwrap_or(0))
+        });
+        Ok(Relay { pss: Some(pss), proc, addr, token, ucx_tls, _store: store })
+    }
+
+    /// Wait until the relay takes connections (at most 60 s; failed if it exits first).
+    fn wait_listening(&mut self, c: &Ctx) -> Result<()> {
+        let (mns, _) = c.host(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ra = self.addr.clone();
+            let up = match &mns {
+                Some(ns) => fixtures::netns::within(ns, move || std::net::TcpStream::connect(&ra).is_ok()).unwrap_or(false),
+                None => std::net::TcpStream::connect(&ra).is_ok(),
+            };
+            if up {
+                return Ok(());
+            }
+            if !self.proc.running() {
+                bail!("relay exited:\n{}", self.proc.output());
+            }
+            if Instant::now() > deadline {
+                bail!("relay not listening after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20)); // Polling a port with a deadline.
+        }
+    }
+
+    /// Start `join` for replica `i` on its host, against this relay.
+    fn join(&self, c: &Ctx, replicas: &[Server], i: usize) -> Proc {
+        let transport = crate::bench::scenario::transport(c.mode);
+        let mut cmd = c.fastrepl_on(i + 1);
+        cmd.args(["join", "--relay", &self.addr, "--replica", &replicas[i].addr(), "--json", "--transport", transport])
+            .env("FASTREPL_TOKEN", &self.token)
+            .env("FASTREPL_LOG", std::env::var("FASTREPL_BENCH_JOIN_LOG").unwrap_or_else(|_| "warn".into()));
+        if !self.ucx_tls.is_empty() {
+            cmd.env("UCX_TLS", &self.ucx_tls);
         }
         // Extra `join` flags for experiments (e.g. `--window-blocks 32`), recorded with the results.
         cmd.args(join_extra_args());
         Proc::spawn(&format!("join-{}", i + 1), cmd)
-    };
-    let mut ex = Extra { per_replica: vec![0.0; replicas.len()], phases: vec![serde_json::json!({}); replicas.len()], ..Default::default() };
-    let n = replicas.len();
-    let groups: Vec<Vec<usize>> = match c.spec.arrival {
+    }
+
+    /// The relay's CPU, peak RSS and peak PSS over the run, into `ex`.
+    fn figures(&mut self, ex: &mut Extra) {
+        ex.relay_cpu = Some(agent::procstat::cpu_secs_with_children(self.proc.pid()).unwrap_or(0.0));
+        ex.relay_rss = agent::procstat::peak_rss_kib(self.proc.pid());
+        ex.relay_pss = self.pss.take().map(Sampler::finish);
+    }
+}
+
+/// A join under way: its replica's index, when it started (seconds into the run), its process.
+type Join = (usize, f64, Proc);
+
+/// The groups of replicas that join together, in order: all at once, one after another, or all
+/// but the last (which joins at the scenario's event).
+fn join_groups(arrival: Arrival, n: usize) -> Vec<Vec<usize>> {
+    match arrival {
         Arrival::Together => vec![(0..n).collect()],
         Arrival::Staggered => (0..n).map(|i| vec![i]).collect(),
         Arrival::Late => vec![(0..n - 1).collect()],
-    };
-    let (mut agent_cpu, mut agent_rss, mut agent_pss, mut from_peers) = (0.0, 0u64, 0u64, 0u64);
-    for (g, group) in groups.iter().enumerate() {
+    }
+}
+
+/// Every replica's join, group by group, each waited for and its report recorded; the agents'
+/// figures summed up. A failed run keeps the logs of the joins it was waiting for.
+fn join_all(c: &Ctx, relay: &mut Relay, replicas: &[Server], t0: Instant, tx0: Option<u64>) -> Result<Extra> {
+    let n = replicas.len();
+    let mut ex = Extra { per_replica: vec![0.0; n], phases: vec![serde_json::json!({}); n], ..Default::default() };
+    let mut agents = AgentTotals::default();
+    for (g, group) in join_groups(c.spec.arrival, n).iter().enumerate() {
         let started = t0.elapsed().as_secs_f64();
-        let mut procs: Vec<(usize, f64, Proc)> = group.iter().map(|&i| (i, started, join(i))).collect();
-        if g == 0 && (c.spec.kill_one || c.spec.arrival == Arrival::Late) {
-            // A join that ended before the event (it failed) is reported below, with its error.
-            let event = wait_master_sent_unless(c, tx0, event_bytes(c), || procs.iter_mut().any(|(_, _, p)| !p.running()))?;
-            if !event {
-                tracing::warn!("a join ended before the scenario's event; its error follows");
-            } else if c.spec.kill_one {
-                // SIGKILL mid-pull: its peers must fetch what it served from someone else.
-                procs[0].2.kill();
-                ex.killed = Some(procs[0].0);
-                procs.remove(0);
-            } else {
-                procs.push((n - 1, t0.elapsed().as_secs_f64(), join(n - 1)));
-            }
-        }
-        for (i, started, p) in procs.iter_mut() {
-            let (i, started) = (*i, *started);
-            let deadline = t0 + give_up(c);
-            while p.running() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20)); // Polling for the join's exit with a deadline.
-            }
-            if p.running() {
-                // Not given up as a native run is: a join has its own bounds, and one that outlives
-                // the scenario's time is a failure of fastrepl, which the bench must say.
+        let mut procs: Vec<Join> = group.iter().map(|&i| (i, started, relay.join(c, replicas, i))).collect();
+        let at_event = if g == 0 && (c.spec.kill_one || c.spec.arrival == Arrival::Late) { at_the_event(c, relay, replicas, &mut procs, &mut ex, t0, tx0) } else { Ok(()) };
+        let waited = at_event.and_then(|()| {
+            procs.iter_mut().try_for_each(|(i, started, p)| {
+                let (report, out) = wait_join(c, relay, p, t0)?;
+                agents.record(&mut ex, *i, *started, &report, &out, c.lab);
+                Ok(())
+            })
+        });
+        if waited.is_err() {
+            for (_, _, p) in &procs {
                 c.keep_log(&p.name, p.output().as_bytes());
-                c.keep_log("relay", relay.output().as_bytes());
-                bail!("{} still running {:.0} s into the run:\n{}", p.name, t0.elapsed().as_secs_f64(), tail(&p.output(), 20));
             }
-            let code = p.wait(Duration::from_secs(5));
-            let out = p.output();
-            c.keep_log(&p.name, out.as_bytes());
-            let report: serde_json::Value = out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
-            if code != Some(0) && code != Some(3) {
-                // A join that cannot reach its relay says little on its own: say whether the relay is
-                // still there, and if not, how it ended.
-                let relay_state = if relay.running() { String::new() } else { format!("\nthe relay had exited:\n{}", tail(&relay.output(), 40)) };
-                bail!("{} failed (exit {code:?}): {}{relay_state}", p.name, report["error"].as_str().unwrap_or(&out));
-            }
-            let ph = &report["phases"];
-            let at = |k: &str| ph[k].as_f64().map(|s| started + s);
-            ex.per_replica[i] = at("handed_off").unwrap_or(started);
-            ex.phases[i] = serde_json::json!({
-                "log_bytes": report["log_bytes"], "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
-                "caught_up": at("caught_up"), "in_sync": at("handed_off"),
-                "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
-                "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],
-                "peer_failures": report["peer_failures"], "peer_refusals": report["peer_refusals"], "peer_bad_blocks": report["peer_bad_blocks"],
-                "sources": block_sources(&out, c.lab),
-            });
-            ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
-            ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
-            from_peers += report["received_bytes_total"]["peers"].as_u64().unwrap_or(0);
-            agent_cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
-            agent_rss = agent_rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
-            agent_pss = agent_pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
         }
+        waited?;
     }
     if let Some(k) = ex.killed {
         ex.per_replica.remove(k);
         ex.phases.remove(k);
     }
-    ex.bytes_from_peers = Some(from_peers);
-    ex.relay_cpu = Some(agent::procstat::cpu_secs_with_children(relay.pid()).unwrap_or(0.0));
-    ex.relay_rss = agent::procstat::peak_rss_kib(relay.pid());
-    ex.relay_pss = Some(relay_pss.finish());
-    ex.agent_cpu = Some(agent_cpu);
-    ex.agent_rss = Some(agent_rss);
-    ex.agent_pss = Some(agent_pss);
-    relay.kill();
-    c.keep_log("relay", relay.output().as_bytes());
+    ex.bytes_from_peers = Some(agents.from_peers);
+    ex.agent_cpu = Some(agents.cpu);
+    ex.agent_rss = Some(agents.rss);
+    ex.agent_pss = Some(agents.pss);
     Ok(ex)
+}
+
+/// The scenario's event, once the master's host has sent its share: the first join SIGKILLed
+/// mid-pull (its peers must fetch what it served from someone else; its log kept), or the last
+/// replica joining late. A join that ended before the event (it failed) is reported when waited for,
+/// with its error.
+fn at_the_event(c: &Ctx, relay: &Relay, replicas: &[Server], procs: &mut Vec<Join>, ex: &mut Extra, t0: Instant, tx0: Option<u64>) -> Result<()> {
+    let event = wait_master_sent_unless(c, tx0, event_bytes(c), || procs.iter_mut().any(|(_, _, p)| !p.running()))?;
+    if !event {
+        tracing::warn!("a join ended before the scenario's event; its error follows");
+    } else if c.spec.kill_one {
+        let (i, _, mut p) = procs.remove(0);
+        p.kill();
+        c.keep_log(&p.name, p.output().as_bytes());
+        ex.killed = Some(i);
+    } else {
+        let n = replicas.len();
+        procs.push((n - 1, t0.elapsed().as_secs_f64(), relay.join(c, replicas, n - 1)));
+    }
+    Ok(())
+}
+
+/// Wait for join `p` to exit (until the run's time is up: then it failed, for a join has its own
+/// bounds), keep its log, and check it succeeded (exit 0, or 3 for a full sync): its `--json`
+/// report and its output.
+fn wait_join(c: &Ctx, relay: &mut Relay, p: &mut Proc, t0: Instant) -> Result<(serde_json::Value, String)> {
+    let deadline = t0 + give_up(c);
+    while p.running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20)); // Polling for the join's exit with a deadline.
+    }
+    if p.running() {
+        // Not given up as a native run is: a join has its own bounds, and one that outlives the
+        // scenario's time is a failure of fastrepl, which the bench must say.
+        c.keep_log(&p.name, p.output().as_bytes());
+        bail!("{} still running {:.0} s into the run:\n{}", p.name, t0.elapsed().as_secs_f64(), tail(&p.output(), 20));
+    }
+    let code = p.wait(Duration::from_secs(5));
+    let out = p.output();
+    c.keep_log(&p.name, out.as_bytes());
+    let report: serde_json::Value = out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).ok_or_else(|| anyhow!("{} printed no report (exit {code:?}):\n{out}", p.name))?;
+    if code != Some(0) && code != Some(3) {
+        // A join that cannot reach its relay says little on its own: say whether the relay is still
+        // there, and if not, how it ended.
+        let relay_state = if relay.proc.running() { String::new() } else { format!("\nthe relay had exited:\n{}", tail(&relay.proc.output(), 40)) };
+        bail!("{} failed (exit {code:?}): {}{relay_state}", p.name, report["error"].as_str().unwrap_or(&out));
+    }
+    Ok((report, out))
+}
+
+/// The agents' figures summed over a run's joins.
+#[derive(Default)]
+struct AgentTotals {
+    cpu: f64,
+    rss: u64,
+    pss: u64,
+    from_peers: u64,
+}
+
+impl AgentTotals {
+    /// Replica `i`'s join (started `started` seconds into the run) from its `--json` report and its
+    /// output: its phases and sources into `ex`, its figures into the totals.
+    fn record(&mut self, ex: &mut Extra, i: usize, started: f64, report: &serde_json::Value, out: &str, lab: Option<&Lab>) {
+        let ph = &report["phases"];
+        let at = |k: &str| ph[k].as_f64().map(|s| started + s);
+        ex.per_replica[i] = at("handed_off").unwrap_or(started);
+        ex.phases[i] = serde_json::json!({
+            "log_bytes": report["log_bytes"], "started": started, "first_byte": at("first_byte"), "pulled": at("pulled"), "loaded": at("loaded"),
+            "caught_up": at("caught_up"), "in_sync": at("handed_off"),
+            "transport": report["transport"], "transport_detail": report["transport_detail"], "pull_mib_s": report["pull_mib_s"],
+            "bytes_from_relay": report["received_bytes_total"]["relay"], "bytes_from_peers": report["received_bytes_total"]["peers"],
+            "peer_failures": report["peer_failures"], "peer_refusals": report["peer_refusals"], "peer_bad_blocks": report["peer_bad_blocks"],
+            "sources": block_sources(out, lab),
+        });
+        ex.handoffs.push(report["handoff"].as_str().unwrap_or("?").to_string());
+        ex.rdb_bytes = report["rdb_length_bytes"].as_u64().or(ex.rdb_bytes);
+        self.from_peers += report["received_bytes_total"]["peers"].as_u64().unwrap_or(0);
+        self.cpu += report["agent_cpu_secs"].as_f64().unwrap_or(0.0);
+        self.rss = self.rss.max(report["agent_peak_rss_kib"].as_u64().unwrap_or(0));
+        self.pss = self.pss.max(report["agent_peak_pss_kib"].as_u64().unwrap_or(0));
+    }
 }
 
 /// Per source host (0: the relay's), the blocks a join read from it and at what rate, from its
@@ -935,4 +1028,17 @@ fn link_series(samples: &[fixtures::netns::LinkSample], n: usize, rates: Vec<Opt
 fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_repeat_keeps_its_own_logs() {
+        let names: Vec<String> = (0..3).map(|r| kept_log_name("uneven", "100mbit", 4, "fastrepl-tcp", r, "relay")).collect();
+        assert_eq!(names[0], "uneven-100mbit-n4-fastrepl-tcp-r1-relay.log");
+        assert_eq!(names.iter().collect::<std::collections::BTreeSet<_>>().len(), 3, "one file per repeat: {names:?}");
+        assert_ne!(kept_log_name("uneven", "100mbit", 4, "fastrepl-tcp", 0, "join-1"), names[0], "one file per process");
+    }
 }
