@@ -143,3 +143,22 @@ mod tests {
         assert!(help.contains(&said), "the help's window defaults are not limits':\n{help}");
     }
 }
+
+/// The master's credentials, as relay and stage take them: an ACL user, and its password from a
+/// file or `$FASTREPL_MASTER_PASSWORD`, never argv. (join says what the user becomes on the replica.)
+#[derive(clap::Args)]
+pub struct MasterAuthArgs {
+    /// ACL user for the master.
+    #[arg(long, env = "FASTREPL_MASTER_USER")]
+    master_user: Option<String>,
+    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
+    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
+    master_password_file: Option<PathBuf>,
+}
+
+impl MasterAuthArgs {
+    /// The credentials (none without a password; a user without one is refused).
+    pub fn auth(&self) -> anyhow::Result<Option<replication::replica::Auth>> {
+        Ok(secrets::auth(self.master_user.as_deref(), self.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?)
+    }
+}

@@ -1,7 +1,7 @@
 //! `fastrepl relay`: its arguments, the relay started from them, and its signals (SIGHUP reloads
 //! the tokens, SIGTERM/SIGINT are logged before the process ends).
 
-use super::args::{SentinelArgs, TlsArgs};
+use super::args::{MasterAuthArgs, SentinelArgs, TlsArgs};
 use super::dropped_output;
 use crate::compression_arg::CompressionArg;
 use crate::transport_arg::TransportArg;
@@ -35,12 +35,8 @@ pub struct RelayArgs {
     /// File holding the agents' shared secret (else $FASTREPL_TOKEN).
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// ACL user for the master.
-    #[arg(long, env = "FASTREPL_MASTER_USER")]
-    master_user: Option<String>,
-    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
-    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
-    master_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    master_auth: MasterAuthArgs,
     /// Snapshot block size in bytes.
     #[arg(long, default_value_t = limits::BLOCK_BYTES_DEFAULT, env = "FASTREPL_BLOCK_SIZE")]
     block_size: u64,
@@ -162,7 +158,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         }),
         sentinel,
         file: a.file,
-        master_auth: secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?,
+        master_auth: a.master_auth.auth()?,
         listen: a.listen,
         token: tokens[0].clone(),
         extra_tokens: tokens[1..].to_vec(),

@@ -1,7 +1,7 @@
 //! `fastrepl stage`: its arguments, the staging of a server that is not running yet, and what it
 //! decided and did, as printed.
 
-use super::args::{PullArgs, RelayTlsArgs, SentinelArgs, TlsArgs};
+use super::args::{MasterAuthArgs, PullArgs, RelayTlsArgs, SentinelArgs, TlsArgs};
 use super::{on_interrupt, Versioned};
 use anyhow::Result;
 use std::path::PathBuf;
@@ -50,12 +50,8 @@ pub struct StageArgs {
     /// File holding the relay token (else $FASTREPL_TOKEN).
     #[arg(long, env = "FASTREPL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// ACL user for the master.
-    #[arg(long, env = "FASTREPL_MASTER_USER")]
-    master_user: Option<String>,
-    /// File holding the master's password (else $FASTREPL_MASTER_PASSWORD).
-    #[arg(long, env = "FASTREPL_MASTER_PASSWORD_FILE")]
-    master_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    master_auth: MasterAuthArgs,
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
@@ -73,7 +69,7 @@ pub fn run(a: StageArgs) -> Result<ExitCode> {
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     on_interrupt(cancel.clone())?;
     let pull = a.pull.config();
-    let master_auth = secrets::auth(a.master_user.as_deref(), a.master_password_file.as_deref(), "FASTREPL_MASTER_PASSWORD")?;
+    let master_auth = a.master_auth.auth()?;
     let server = agent::staged::target::server(a.server.as_deref(), a.server_binary.as_deref())?;
     let sentinels = a.sentinel.sentinels(tls.as_ref())?;
     let cfg = agent::staged::stage::StageConfig {
