@@ -73,9 +73,6 @@ pub struct ReplState {
     /// so that `::1` and `[::1]`, or a name in another case, are the same master. `None`: it follows
     /// no one, or something that is not `host:port`.
     pub follows: Option<Endpoint>,
-    /// The same as text (`host:port`, an IPv6 address bracketed), for what is shown; decisions
-    /// compare [`ReplState::follows`].
-    pub master: Option<String>,
     /// `master_link_status:up`.
     pub link_up: bool,
     /// `master_sync_in_progress:1`.
@@ -89,14 +86,13 @@ pub struct ReplState {
 impl ReplState {
     /// From `INFO replication`; `Err` when its role is none we know.
     pub fn from_info(i: &Info) -> Result<ReplState, client::UnknownRole> {
-        let master = match (i.get("master_host"), i.get("master_port")) {
-            (Some(h), Some(p)) => Some(endpoint::host_port(h, p)),
+        let follows = match (i.get("master_host"), i.get("master_port")) {
+            (Some(h), Some(p)) => endpoint::host_port(h, p).parse().ok(),
             _ => None,
         };
         Ok(ReplState {
             role: Some(i.role()?),
-            follows: master.as_deref().and_then(|m| m.parse().ok()),
-            master,
+            follows,
             link_up: i.get("master_link_status") == Some("up"),
             syncing: i.get("master_sync_in_progress") == Some("1"),
             replid: i.get("master_replid").unwrap_or_default().to_string(),
@@ -215,14 +211,14 @@ mod tests {
         // INFO gives an IPv6 master bare: it is the bracketed address the join handed to.
         let st = following("::1", "6379");
         assert_eq!(st.follows, Some(ep("[::1]:6379")));
-        assert_eq!(st.master.as_deref(), Some("[::1]:6379"), "shown bracketed, so that it parses again");
+        assert_eq!(st.follows.as_ref().map(|e| e.to_string()).as_deref(), Some("[::1]:6379"), "shown bracketed, so that it parses again");
         assert_eq!(following("0:0:0:0:0:0:0:1", "6379").follows, Some(ep("[::1]:6379")));
         // A name is the same name in any case (what REPLICAOF was given may differ from --master).
         assert_eq!(following("Redis-Master.Redis.svc", "6379").follows, Some(ep("redis-master.redis.svc:6379")));
         assert_ne!(following("redis-master", "6380").follows, Some(ep("redis-master:6379")));
         // No master, or one that is not host:port: it follows no address.
         let standalone = ReplState::from_info(&Info::parse("role:master\r\n")).unwrap();
-        assert_eq!((standalone.follows, standalone.master), (None, None));
+        assert_eq!(standalone.follows, None);
         assert_eq!(following("fe80::1%eth0", "6379").follows, None);
     }
 }

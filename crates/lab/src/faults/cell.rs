@@ -189,11 +189,20 @@ fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// Whether two `host:port`s name the same master as addresses (an IPv6 address bare or bracketed, a
+/// name in any case), as the join compares them.
+fn same_master(a: &str, b: &str) -> bool {
+    match (a.parse::<endpoint::Endpoint>(), b.parse::<endpoint::Endpoint>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 /// `role`, whom it follows (`host:port`, empty when standalone) and its keys, all databases.
 fn replica_state(s: &Server) -> (SeenRole, String, u64) {
     let Ok(mut c) = s.try_client() else { return (SeenRole::Unreachable, String::new(), 0) };
     let (role, following) = match agent::local::repl_state(&mut c) {
-        Ok(st) if st.role == Some(client::Role::Replica) => (SeenRole::Replica, st.master.unwrap_or_default()),
+        Ok(st) if st.role == Some(client::Role::Replica) => (SeenRole::Replica, st.follows.map(|e| e.to_string()).unwrap_or_default()),
         Ok(st) if st.role == Some(client::Role::Master) => (SeenRole::Standalone, String::new()),
         Ok(_) | Err(_) => (SeenRole::Unreachable, String::new()),
     };
@@ -427,10 +436,10 @@ impl World<'_> {
         let real = self.real_master.clone();
         let following = wait_for("the killed agent's replica to be reset", GUARD_DEADLINE, || {
             let (_, f, _) = replica_state(&self.replicas[i]);
-            Ok((f.is_empty() || f == real).then_some(f))
+            Ok((f.is_empty() || same_master(&f, &real)).then_some(f))
         })
         .unwrap_or_else(|_| replica_state(&self.replicas[i]).1);
-        let handed_over = !following.is_empty() && following == real;
+        let handed_over = !following.is_empty() && same_master(&following, &real);
         obs.after_kill_following = following;
         if let Some(p) = self.agents[i].take() {
             self.outputs[i] = p.output();

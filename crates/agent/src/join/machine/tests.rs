@@ -16,7 +16,7 @@ fn timeouts() -> Timeouts {
 }
 
 fn replica(link_up: bool, syncing: bool, replid: &str, offset: Option<u64>) -> ReplState {
-    ReplState { role: Some(Role::Replica), follows: Some(ep("127.0.0.1:7000")), master: Some("127.0.0.1:7000".into()), link_up, syncing, replid: replid.into(), offset }
+    ReplState { role: Some(Role::Replica), follows: Some(ep("127.0.0.1:7000")), link_up, syncing, replid: replid.into(), offset }
 }
 
 fn ep(s: &str) -> Endpoint {
