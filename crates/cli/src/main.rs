@@ -202,18 +202,19 @@ fn json_lists(line: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// An error and its causes as one line, `context: cause: cause`, each said once: a cause whose text
-/// an earlier part holds (a message that prints its source, and names it its source too) is not
-/// said again, and a cause that repeats its context and adds to it replaces that context.
+/// An error and its causes as one line, `context: cause: cause`, each said once: a cause that an
+/// earlier part ends with, whole (a message that prints its source, and names it its source too),
+/// is not said again, and a cause that begins with its context, whole, replaces it. Whole parts
+/// only: a short cause inside another's words is still said.
 fn said_once(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if parts.iter().any(|p| p.contains(&text)) {
+        if parts.iter().any(|p| *p == text || p.ends_with(&format!(": {text}"))) {
             continue;
         }
         match parts.last_mut() {
-            Some(last) if text.contains(last.as_str()) => *last = text,
+            Some(last) if text.starts_with(&format!("{last}: ")) => *last = text,
             _ => parts.push(text),
         }
     }
@@ -305,5 +306,8 @@ mod tests {
         assert_eq!(super::said_once(&e), format!("serve metrics on 127.0.0.1:9400: {}", io()), "a cause the parent did not print is said");
         let e = anyhow::Error::new(Listen(io())).context("listen on 127.0.0.1:7400");
         assert_eq!(super::said_once(&e), format!("listen on 127.0.0.1:7400: {}", io()), "a context its cause repeats is said once");
+        // Whole parts only: a cause that is a word of its context's is still said.
+        let e = anyhow::Error::new(std::io::Error::other("join")).context("the joined servers");
+        assert_eq!(super::said_once(&e), "the joined servers: join");
     }
 }

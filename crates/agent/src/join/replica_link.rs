@@ -91,7 +91,7 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
             return Err(Error::unavailable(crate::error::Party::ReplicaLink, why));
         }
         match l.accept() {
-            Ok((s, peer)) => match handshake_with(s, tls, (now + handshake_max).min(deadline)).and_then(|mut link| link.send(fullresync, "FULLRESYNC").map(|()| link)) {
+            Ok((s, peer)) => match answer(handshake_with(s, tls, (now + handshake_max).min(deadline)), (Instant::now() + handshake_max).min(deadline), fullresync, is_replica)? {
                 // Answered: from now on only the replica that read it says its sync started.
                 Ok(link) => {
                     if is_replica((Instant::now() + handshake_max).min(deadline))? {
@@ -125,6 +125,39 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
     }
 }
 
+/// A connection through its handshake answered `+FULLRESYNC`, if the replica's word can still prove
+/// it: the replica's word proves this connection only if it was not showing already (a replica still
+/// in the sync of a connection closed a moment ago, not having read the close yet, must drop it
+/// first, or a stranger answered next would pass on its word). The outer error, to ask the replica,
+/// is the join's; the inner one this connection's.
+fn answer(handshaken: Result<ReplicaLink, Error>, by: Instant, fullresync: &[u8], is_replica: &mut IsReplica<'_>) -> Result<Result<ReplicaLink, Error>, Error> {
+    let mut link = match handshaken {
+        Ok(link) => link,
+        Err(e) => return Ok(Err(e)),
+    };
+    if !quiet(by, is_replica)? {
+        return Ok(Err(Error::unavailable(crate::error::Party::ReplicaLink, "the local replica still showed a sync started before this connection was answered")));
+    }
+    Ok(link.send(fullresync, "FULLRESYNC").map(|()| link))
+}
+
+/// Does the local replica show no sync with the agent started, by `by` (asked at once, then again
+/// until then)? An error to ask it is retried as long; the last is said at `by`.
+fn quiet(by: Instant, is_replica: &mut IsReplica<'_>) -> Result<bool, Error> {
+    let mut last: Option<Error>;
+    loop {
+        match is_replica(Instant::now()) {
+            Ok(false) => return Ok(true),
+            Ok(true) => last = None,
+            Err(e) => last = Some(e),
+        }
+        if Instant::now() >= by {
+            return last.map_or(Ok(false), Err);
+        }
+        std::thread::sleep(limits::SERVER_POLL_EVERY); // Polling the replica's state with a deadline.
+    }
+}
+
 /// Has the local replica's sync with the agent started, by `by`? [`accept`]'s question in the join,
 /// asked of `replica` once a peer was answered `+FULLRESYNC`: it follows `listener` and its `INFO
 /// replication` says `master_sync_in_progress:1`. A replica shows that from the moment it reads
@@ -136,12 +169,12 @@ fn accept_within(l: &TcpListener, timeout: Duration, handshake_max: Duration, tl
 pub fn sync_started(replica: &mut client::Client, listener: SocketAddr, by: Instant) -> Result<bool, Error> {
     let listener = endpoint::Endpoint::from(listener);
     loop {
-        let st = crate::local::repl_state(replica).map_err(Error::replica)?;
-        if st.syncing && st.follows.as_ref() == Some(&listener) {
-            return Ok(true);
-        }
-        if Instant::now() >= by {
-            return Ok(false);
+        // A refusal to answer (a busy script, a slow command) is asked again until `by`, then said.
+        match crate::local::repl_state(replica).map_err(Error::replica) {
+            Ok(st) if st.syncing && st.follows.as_ref() == Some(&listener) => return Ok(true),
+            Ok(_) if Instant::now() >= by => return Ok(false),
+            Err(e) if Instant::now() >= by => return Err(e),
+            _ => {}
         }
         std::thread::sleep(limits::SERVER_POLL_EVERY); // Polling the replica's state with a deadline.
     }
@@ -375,7 +408,13 @@ mod tests {
         garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         drop(garbage);
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link = accept(&l, Duration::from_secs(20), None, GREETING, &mut |_| Ok(true)).expect("the replica's connection is taken");
+        // The replica's word: not started when asked before the answer, started after it.
+        let mut asked = 0;
+        let link = accept(&l, Duration::from_secs(20), None, GREETING, &mut |_| {
+            asked += 1;
+            Ok(asked % 2 == 0)
+        })
+        .expect("the replica's connection is taken");
         assert!(link.capa_eof);
         assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap(), "the link is the replica's connection");
     }
@@ -409,7 +448,13 @@ mod tests {
             false
         });
         let replica = replica_handshake(TcpStream::connect(at).unwrap());
-        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None, GREETING, &mut |_| Ok(true)).expect("the replica's connection is taken");
+        // The replica's word: not started when asked before the answer, started after it.
+        let mut asked = 0;
+        let link = accept_within(&l, Duration::from_secs(30), Duration::from_millis(300), None, GREETING, &mut |_| {
+            asked += 1;
+            Ok(asked % 2 == 0)
+        })
+        .expect("the replica's connection is taken");
         assert_eq!(link.s.peer_addr().unwrap(), replica.local_addr().unwrap());
         assert!(trickler.join().unwrap(), "the trickler was cut off, not served to its end");
         drop(silent);
@@ -475,6 +520,17 @@ mod tests {
         assert!(stranger.join().unwrap(), "the stranger was closed");
         assert!(stranger_answered.load(Ordering::SeqCst), "a stranger gets +FULLRESYNC, then is closed");
         assert!(t.elapsed() < Duration::from_secs(20), "one wait for the replica's word per stranger: {:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_replica_still_showing_an_earlier_sync_vouches_for_no_connection() {
+        // The replica's word is stale (it still shows the sync of a connection closed a moment ago):
+        // a stranger answered now must not pass on it. Nobody is taken; the wait ends at its deadline.
+        let (l, at) = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (_, stranger_answered, _stranger) = answered_peer(at);
+        let e = accept_within(&l, Duration::from_millis(600), Duration::from_millis(200), None, GREETING, &mut |_| Ok(true)).err().expect("no connection taken");
+        assert!(e.to_string().contains("still showed a sync started before"), "{e}");
+        assert!(!stranger_answered.load(Ordering::SeqCst), "the stranger was not even answered +FULLRESYNC");
     }
 
     #[test]

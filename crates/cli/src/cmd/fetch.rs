@@ -41,7 +41,7 @@ pub fn run(a: FetchArgs) -> Result<ExitCode> {
         Ok(r) => r,
         Err(e) => {
             sink.discard();
-            anyhow::bail!("fetch from {} failed: {e}", a.relay);
+            anyhow::bail!("fetch failed: {e}"); // The cause names the relay, once.
         }
     };
     sink.place()?;
@@ -58,44 +58,58 @@ pub fn run(a: FetchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the fetched bytes go. A regular file is written beside itself and renamed into place only
-/// once complete: a failure leaves `--out` as it was (never a partial copy looking whole), and never
-/// removes what `--out` names. Anything else (stdout, a device such as /dev/null, a FIFO) is written
-/// as it is.
+/// Where the fetched bytes go. A regular file (or one to be made) is written beside itself and
+/// renamed into place only once complete: a failure leaves `--out` as it was (never a partial copy
+/// looking whole) and never removes what `--out` names. A symlink is followed (the file it names is
+/// replaced, the link stays), an existing file's permissions are kept, and where the rename cannot
+/// replace it (a bind-mounted file: EBUSY, EXDEV) the complete bytes are copied into it. Anything
+/// else (stdout, a device such as /dev/null, a FIFO) is written as it is.
 struct Sink {
     out: Box<dyn std::io::Write>,
-    /// (the partial file, `--out`) while the bytes go to a file beside it.
+    /// (the partial file, the file it becomes) while the bytes go to a file beside it.
     staged: Option<(PathBuf, PathBuf)>,
 }
 
 impl Sink {
     fn open(out: &std::path::Path, to_stdout: bool) -> Result<Sink> {
+        let buffered = |f: std::fs::File| Box::new(std::io::BufWriter::with_capacity(4 << 20, f));
         if to_stdout {
             return Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock())), staged: None });
         }
-        if std::fs::metadata(out).is_ok_and(|m| !m.is_file()) {
-            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("open {}", out.display()))?;
-            return Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, f)), staged: None });
+        let existing = std::fs::metadata(out).ok();
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("open --out {}", out.display()))?;
+            return Ok(Sink { out: buffered(f), staged: None });
         }
-        let name = out.file_name().with_context(|| format!("--out {}: not a file name", out.display()))?;
-        let partial = out.with_file_name(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
-        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&partial).with_context(|| format!("create {}", partial.display()))?;
-        Ok(Sink { out: Box::new(std::io::BufWriter::with_capacity(4 << 20, f)), staged: Some((partial, out.to_path_buf())) })
+        // The file a symlink names is the one replaced (the link stays a link).
+        let target = if existing.is_some() { std::fs::canonicalize(out).with_context(|| format!("resolve --out {}", out.display()))? } else { out.to_path_buf() };
+        let name = target.file_name().with_context(|| format!("--out {}: not a file name", out.display()))?;
+        let partial = target.with_file_name(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&partial).with_context(|| format!("create a file beside --out {}", out.display()))?;
+        if let Some(m) = &existing {
+            f.set_permissions(m.permissions()).with_context(|| format!("give {} the permissions of --out", partial.display()))?;
+        }
+        Ok(Sink { out: buffered(f), staged: Some((partial, target)) })
     }
 
-    /// The bytes are complete: the partial file becomes `--out`, in one rename.
-    fn place(self) -> Result<()> {
-        drop(self.out);
-        if let Some((partial, out)) = self.staged {
-            std::fs::rename(&partial, &out).with_context(|| format!("rename {} to {}", partial.display(), out.display()))?;
-        }
-        Ok(())
+    /// The bytes are complete: the partial file becomes the file, in one rename (or, where a rename
+    /// cannot replace it, copied into it).
+    fn place(mut self) -> Result<()> {
+        self.out.flush().context("flush the fetched bytes")?;
+        drop(std::mem::replace(&mut self.out, Box::new(std::io::sink())));
+        let Some((partial, target)) = self.staged.take() else { return Ok(()) };
+        let placed = std::fs::rename(&partial, &target).or_else(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) | Some(libc::EXDEV) => std::fs::copy(&partial, &target).map(|_| ()),
+            _ => Err(e),
+        });
+        let _ = std::fs::remove_file(&partial);
+        placed.with_context(|| format!("put the fetched bytes in place at {}", target.display()))
     }
 
-    /// The fetch failed: the partial file goes; `--out` stays as it was.
-    fn discard(self) {
-        drop(self.out);
-        if let Some((partial, _)) = self.staged {
+    /// The fetch failed: the partial file goes; the file stays as it was.
+    fn discard(mut self) {
+        drop(std::mem::replace(&mut self.out, Box::new(std::io::sink())));
+        if let Some((partial, _)) = self.staged.take() {
             let _ = std::fs::remove_file(partial);
         }
     }
