@@ -21,7 +21,7 @@ fn stranger(at: SocketAddr) -> std::thread::JoinHandle<(SocketAddr, Vec<u8>)> {
                 Ok(s) => break s,
                 Err(e) => {
                     assert!(Instant::now() < deadline, "the agent never listened on {at}: {e}");
-                    std::thread::sleep(Duration::from_millis(1)); // Racing the replica to the port.
+                    std::thread::yield_now(); // Racing the replica to the port: no sleep.
                 }
             }
         };
@@ -38,31 +38,43 @@ fn stranger(at: SocketAddr) -> std::thread::JoinHandle<(SocketAddr, Vec<u8>)> {
     })
 }
 
+/// One flavour at a time: the race to the port is the test's, and five joins at once on two cores
+/// would lose it for the stranger.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether the stranger can win the race is the scheduler's say: a round it loses (the replica
+/// connected first) must still give it nothing, and a few rounds are tried for one it wins.
+const ROUNDS: usize = 5;
+
 fn a_stranger_first_on_the_replica_port_does_not_take_the_join(flavor: Flavor) {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_server(flavor);
     let master = Server::start(flavor, &[]);
     data::fill_small_mixed(&mut master.client(), 500);
-    let replica = Server::start(flavor, &[]);
     let relay = relay(&master.addr(), &[], &[]);
-    let listen: SocketAddr = format!("127.0.0.1:{}", fixtures::free_port()).parse().unwrap();
-    let stranger = stranger(listen);
-    let j = join(&relay.addr, &replica.addr(), &["--replica-listen", &listen.to_string()], &[]);
-    let (stranger_at, answered) = stranger.join().unwrap();
-    assert_partial(&j);
-    assert!(
-        String::from_utf8_lossy(&answered).contains("+FULLRESYNC "),
-        "{}: the stranger connected first, so it was answered before it was found out; it read {:?}\n{}",
-        flavor.name(),
-        String::from_utf8_lossy(&answered),
-        j.output
-    );
-    let said = j.output.lines().find(|l| l.contains("not the replica")).unwrap_or_else(|| panic!("{}: no line about the stranger:\n{}", flavor.name(), j.output));
-    assert!(said.contains(&stranger_at.to_string()), "{}: the line names the stranger's address {stranger_at}: {said}", flavor.name());
-    let text = String::from_utf8_lossy(&answered);
-    let after = text.split_once("+FULLRESYNC ").and_then(|(_, rest)| rest.split_once("\r\n")).map_or("", |(_, rest)| rest);
-    assert!(after.is_empty(), "{}: the stranger got nothing after +FULLRESYNC (no RDB byte): {after:?}", flavor.name());
-    wait_caught_up(&master, &replica);
-    assert_identical(&master, &replica);
+    for round in 1..=ROUNDS {
+        let replica = Server::start(flavor, &[]);
+        let listen: SocketAddr = format!("127.0.0.1:{}", fixtures::free_port()).parse().unwrap();
+        let stranger = stranger(listen);
+        let j = join(&relay.addr, &replica.addr(), &["--replica-listen", &listen.to_string()], &[]);
+        let (stranger_at, answered) = stranger.join().unwrap();
+        assert_partial(&j);
+        wait_caught_up(&master, &replica);
+        assert_identical(&master, &replica);
+        let text = String::from_utf8_lossy(&answered);
+        if text.is_empty() {
+            // The replica reached the port first: the stranger was never answered, and got nothing.
+            eprintln!("{}: round {round}: the replica connected first", flavor.name());
+            continue;
+        }
+        assert!(text.starts_with("+PONG") && text.contains("+FULLRESYNC "), "{}: the stranger, answered first, read {text:?}\n{}", flavor.name(), j.output);
+        let said = j.output.lines().find(|l| l.contains("not the replica")).unwrap_or_else(|| panic!("{}: no line about the stranger:\n{}", flavor.name(), j.output));
+        assert!(said.contains(&stranger_at.to_string()), "{}: the line names the stranger's address {stranger_at}: {said}", flavor.name());
+        let after = text.split_once("+FULLRESYNC ").and_then(|(_, rest)| rest.split_once("\r\n")).map_or("", |(_, rest)| rest);
+        assert!(after.is_empty(), "{}: the stranger got nothing after +FULLRESYNC (no RDB byte): {after:?}", flavor.name());
+        return;
+    }
+    fixtures::skip(&format!("{}: the replica reached the agent's port before the stranger in all {ROUNDS} rounds (the unit tests of join::replica_link cover the stranger's path)", flavor.name()));
 }
 
 #[test]
