@@ -138,14 +138,8 @@ fn a_long_join_serves_its_phase_and_progress() {
     // A replica that loads slowly (µs per key) keeps the join in "loading" long enough to scrape.
     let target = Server::start(Flavor::Redis70, &["--key-load-delay", "1000"]);
     let relay = relay(&master.addr(), &[], &[]);
-    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
-    let mut p = start_join(&relay.addr, &target.addr(), &["--join-metrics", &maddr], &[]);
-    let m = wait_until("the join to report loading", Duration::from_secs(60), || {
-        assert!(p.running(), "join exited early:\n{}", p.output());
-        let m = metrics::scrape(&maddr, Duration::from_secs(5)).ok()?;
-        let m = metrics::parse(&m).unwrap();
-        m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(m)
-    });
+    let (p, text) = join_scraped_while_loading(&relay.addr, &target);
+    let m = metrics::parse(&text).unwrap();
     assert_eq!(m.iter().filter(|s| s.name == "fastrepl_join_phase" && s.value == 1.0).count(), 1, "one phase at a time");
     assert!(m.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "waiting for capture"), "no phase for the wait for a capture");
     let sent = m.iter().find(|s| s.name == "fastrepl_join_rdb_sent_bytes_total").unwrap().value;

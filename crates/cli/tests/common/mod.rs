@@ -273,3 +273,18 @@ pub fn wait_relay_generation(relay: &str) {
         st["generations"].as_array()?.iter().any(|g| g["state"] == "complete").then_some(())
     });
 }
+
+/// A join of a replica that loads slowly (µs per key, so the join stays in `loading` long enough
+/// to scrape) through `relay`, its `--join-metrics` scraped while it loads: the running join and
+/// the scrape's text. Finish it with [`finish_join`].
+pub fn join_scraped_while_loading(relay: &str, replica: &Server) -> (Proc, String) {
+    let maddr = format!("127.0.0.1:{}", fixtures::free_port());
+    let mut p = start_join(relay, &replica.addr(), &["--join-metrics", &maddr], &[]);
+    let text = wait_until("the join to report loading", Duration::from_secs(60), || {
+        assert!(p.running(), "join exited early:\n{}", p.output());
+        let text = metrics::scrape(&maddr, Duration::from_secs(5)).ok()?;
+        let s = metrics::parse(&text).unwrap();
+        s.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(text)
+    });
+    (p, text)
+}

@@ -82,16 +82,8 @@ pub fn exported() -> (BTreeMap<String, BTreeSet<String>>, String) {
     let target = Server::start(Flavor::Redis70, &[]);
     assert_partial(&join(&relay.addr, &target.addr(), &[], &[]));
     drop(std::net::TcpStream::connect(&relay.addr).unwrap());
-    // A replica that loads slowly (µs per key) keeps the second join running long enough to scrape.
     let slow = Server::start(Flavor::Redis70, &["--key-load-delay", "1000"]);
-    let jaddr = format!("127.0.0.1:{}", fixtures::free_port());
-    let mut p = start_join(&relay.addr, &slow.addr(), &["--join-metrics", &jaddr], &[]);
-    let join_text = wait_until("the join to serve its metrics while it loads", Duration::from_secs(60), || {
-        assert!(p.running(), "join exited early:\n{}", p.output());
-        let text = metrics::scrape(&jaddr, Duration::from_secs(5)).ok()?;
-        let s = metrics::parse(&text).unwrap();
-        s.iter().any(|s| s.name == "fastrepl_join_phase" && s.labels[0].1 == "loading" && s.value == 1.0).then_some(text)
-    });
+    let (p, join_text) = join_scraped_while_loading(&relay.addr, &slow);
     assert_partial(&finish_join(p));
     let relay_text = metrics::scrape(&maddr, Duration::from_secs(10)).unwrap();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

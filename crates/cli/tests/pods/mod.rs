@@ -153,20 +153,17 @@ pub fn substitute(text: &str, mounts: &[(String, PathBuf)]) -> String {
 
 /// What the Secrets hold (secrets.example.yaml's names and keys).
 pub fn secret(name: &str, key: &str) -> &'static str {
-    match (name, key) {
-        ("fastrepl-relay-token", "token") => TOKEN,
-        ("redis-auth", "password") => PASSWORD,
-        _ => panic!("a pod mounts Secret {name}/{key}, which the test does not know"),
-    }
+    SECRETS.iter().find(|(n, k, _)| (*n, *k) == (name, key)).map(|(_, _, v)| *v).unwrap_or_else(|| panic!("a pod mounts Secret {name}/{key}, which the test does not know"))
 }
 
+/// Every Secret the manifests name: (name, key, value), one key each.
+const SECRETS: &[(&str, &str, &str)] = &[("fastrepl-relay-token", "token", TOKEN), ("redis-auth", "password", PASSWORD)];
+
 /// The keys a Secret holds, for a volume that mounts it whole.
-pub fn secret_keys(name: &str) -> &'static [&'static str] {
-    match name {
-        "fastrepl-relay-token" => &["token"],
-        "redis-auth" => &["password"],
-        _ => panic!("a pod mounts Secret {name}, which the test does not know"),
-    }
+pub fn secret_keys(name: &str) -> Vec<&'static str> {
+    let keys: Vec<&str> = SECRETS.iter().filter(|(n, _, _)| *n == name).map(|(_, k, _)| *k).collect();
+    assert!(!keys.is_empty(), "a pod mounts Secret {name}, which the test does not know");
+    keys
 }
 
 // ---- Names: one hosts file per namespace ----
